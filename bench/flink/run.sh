@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Builds the Flink comparison harness and runs every job once, printing one JSON line per run.
+# Flink's own log of each run goes to bench/flink/target/logs/. Takes about a minute.
+# Usage: bench/flink/run.sh            (from anywhere; needs java 17+ and mvn on PATH)
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+jar="$here/target/runnel-flink-bench.jar"
+
+command -v mvn >/dev/null || { echo "run.sh: mvn not found on PATH" >&2; exit 1; }
+command -v java >/dev/null || { echo "run.sh: java not found on PATH" >&2; exit 1; }
+
+mvn -q -B -f "$here/pom.xml" package >&2
+mkdir -p "$here/target/logs"
+
+status=0
+run() {
+    local name="$1"
+    shift
+    local out
+    if out="$(java -jar "$jar" "$@" 2>"$here/target/logs/$name.log")"; then
+        printf '%s\n' "$out" | tail -n 1
+    else
+        echo "run.sh: '$*' failed, see $here/target/logs/$name.log" >&2
+        tail -n 20 "$here/target/logs/$name.log" >&2
+        status=1
+    fi
+}
+
+run throughput               throughput
+run throughput-checkpointed  throughput --checkpoint-interval 1000
+run recovery-region          recovery --failover region
+run recovery-full            recovery --failover full
+run approximate              approximate
+run approximate-adaptive     approximate --scheduler adaptive
+exit "$status"

@@ -1,0 +1,585 @@
+package dev.runnel.bench.flink;
+
+import org.apache.flink.api.common.JobExecutionResult;
+import org.apache.flink.api.common.JobStatus;
+import org.apache.flink.api.common.RuntimeExecutionMode;
+import org.apache.flink.api.common.eventtime.WatermarkStrategy;
+import org.apache.flink.api.common.typeinfo.TypeInformation;
+import org.apache.flink.api.common.typeinfo.Types;
+import org.apache.flink.api.java.tuple.Tuple2;
+import org.apache.flink.configuration.CheckpointingOptions;
+import org.apache.flink.configuration.Configuration;
+import org.apache.flink.configuration.ExecutionOptions;
+import org.apache.flink.configuration.JobManagerOptions;
+import org.apache.flink.configuration.PipelineOptions;
+import org.apache.flink.configuration.RestOptions;
+import org.apache.flink.configuration.RestartStrategyOptions;
+import org.apache.flink.configuration.StateBackendOptions;
+import org.apache.flink.configuration.StateRecoveryOptions;
+import org.apache.flink.core.execution.JobClient;
+import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
+
+import java.io.IOException;
+import java.io.PrintStream;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Comparator;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.concurrent.TimeUnit;
+import java.util.stream.Stream;
+
+/**
+ * Runs one of Runnel's benchmark jobs on Apache Flink, in an embedded MiniCluster, and prints one
+ * JSON object as the last line of stdout.
+ *
+ * <pre>
+ *   java -jar runnel-flink-bench.jar throughput  [--records N] [--keys N] [--parallelism N] [--checkpoint-interval MS]
+ *   java -jar runnel-flink-bench.jar recovery    [--failover region|full] [--duration 10s] [--fail-after 3s] [--rate N] ...
+ *   java -jar runnel-flink-bench.jar approximate [same flags as recovery]
+ * </pre>
+ */
+public final class Main {
+    static final String ENGINE = "flink-2.3.0";
+    static final TypeInformation<Tuple2<Long, Long>> RECORD = Types.TUPLE(Types.LONG, Types.LONG);
+
+    private Main() {}
+
+    public static void main(String[] argv) throws Exception {
+        if (argv.length == 0 || argv[0].equals("-h") || argv[0].equals("--help")) {
+            usage(System.out);
+            return;
+        }
+        String job = argv[0];
+        Map<String, String> flags = parseFlags(argv);
+        Json result;
+        switch (job) {
+            case "throughput":
+                result = throughput(flags);
+                break;
+            case "recovery":
+                result = recovery(flags, false);
+                break;
+            case "approximate":
+                result = recovery(flags, true);
+                break;
+            default:
+                System.err.println("unknown job: " + job);
+                usage(System.err);
+                System.exit(2);
+                return;
+        }
+        System.out.println(result);
+        System.out.flush();
+        // Flink leaves non-daemon threads behind (e.g. the MiniCluster's I/O pools of a cancelled job).
+        System.exit(0);
+    }
+
+    private static void usage(PrintStream out) {
+        out.println("usage: java -jar runnel-flink-bench.jar JOB [flags]");
+        out.println("  throughput   --records 20000000 --keys 1024 --parallelism 2 --checkpoint-interval 0 (ms, 0 = off)");
+        out.println("  recovery     --parallelism 4 --keys 1024 --checkpoint-interval 200 --duration 10s --fail-after 3s");
+        out.println("               --failover region|full --rate 500000 (records/s over all sources, 0 = unbounded)");
+        out.println("               --buffer-timeout 5 (ms) --scheduler default|adaptive (jobmanager.scheduler)");
+        out.println("  approximate  as recovery, with execution.state-recovery.approximate-local-recovery = true");
+        out.println("durations take ms, s or m (a bare number is milliseconds)");
+    }
+
+    // ---- throughput -------------------------------------------------------------------------
+
+    static Json throughput(Map<String, String> f) throws Exception {
+        long records = longFlag(f, "records", 20_000_000L);
+        long keys = longFlag(f, "keys", 1024);
+        int p = (int) longFlag(f, "parallelism", 2);
+        long ckptMs = durationMs(f, "checkpoint-interval", 0);
+        checkUnused(f, "records", "keys", "parallelism", "checkpoint-interval");
+
+        Path dir = Files.createTempDirectory("runnel-flink-bench-");
+        try {
+            Configuration conf = baseConfig(ckptMs, dir);
+            StreamExecutionEnvironment env = StreamExecutionEnvironment.createLocalEnvironment(p, conf);
+            env.fromSource(new SeqSource(p, records, keys, SeqSource.Mode.SEQ, 0, false),
+                            WatermarkStrategy.noWatermarks(), "generator", RECORD)
+                    .uid("generator")
+                    .map(new Functions.AddOne()).name("map").uid("map")
+                    .keyBy(new Functions.KeyOf())
+                    .reduce(new Functions.RunningSum()).name("sum").uid("sum")
+                    .sinkTo(new Functions.ChecksumSink()).name("discard").uid("discard");
+
+            long t0 = System.nanoTime();
+            JobExecutionResult res = env.execute("runnel-bench-throughput");
+            long t1 = System.nanoTime();
+
+            long first = Probes.FIRST_EMIT.get();
+            long last = Probes.LAST_SINK_END.get();
+            double windowMs = (last - first) / 1e6;
+            long seen = Probes.SINK_RECORDS.sum();
+            Json j = new Json()
+                    .put("engine", ENGINE)
+                    .put("job", "throughput")
+                    .put("engine_rps", Math.round(records / (windowMs / 1000.0)))
+                    .put("records", records)
+                    .put("keys", keys)
+                    .put("parallelism", p)
+                    .put("checkpoint_interval_ms", ckptMs)
+                    .put("wall_ms", Math.round(windowMs))
+                    .put("net_runtime_ms", res.getNetRuntime(TimeUnit.MILLISECONDS))
+                    .put("execute_ms", Math.round((t1 - t0) / 1e6))
+                    .put("records_out", seen);
+            if (ckptMs > 0) {
+                j.put("checkpoints_completed", Probes.CHECKPOINTS.size());
+            }
+            if (keys % p == 0) {
+                // Each key is fed by one source subtask, so the sum of all emitted running sums is fixed.
+                j.put("checksum_ok", Probes.SINK_CHECKSUM.sum() == expectedChecksum(records, keys, p));
+            }
+            if (seen != records) {
+                j.put("error", "sink saw " + seen + " records, expected " + records);
+            }
+            return j;
+        } finally {
+            deleteTree(dir);
+        }
+    }
+
+    /** Sum over all records of the running sum emitted for them, computed directly. */
+    static long expectedChecksum(long records, long keys, int p) {
+        long[] sums = new long[(int) keys];
+        long total = 0;
+        for (int s = 0; s < p; s++) {
+            long share = records / p + (s < records % p ? 1 : 0);
+            for (long seq = 0; seq < share; seq++) {
+                int k = (int) ((seq * p + s) % keys);
+                sums[k] += seq + 1;
+                total += sums[k];
+            }
+        }
+        return total;
+    }
+
+    // ---- recovery / approximate -------------------------------------------------------------
+
+    static Json recovery(Map<String, String> f, boolean approximate) throws Exception {
+        int p = (int) longFlag(f, "parallelism", 4);
+        long keys = longFlag(f, "keys", 1024);
+        long ckptMs = durationMs(f, "checkpoint-interval", 200);
+        long durationMs = durationMs(f, "duration", 10_000);
+        long failAfterMs = durationMs(f, "fail-after", 3_000);
+        String failover = f.getOrDefault("failover", "region");
+        f.remove("failover");
+        String scheduler = f.getOrDefault("scheduler", "default");
+        f.remove("scheduler");
+        double rate = longFlag(f, "rate", 500_000);
+        long bufferTimeoutMs = durationMs(f, "buffer-timeout", 5);
+        checkUnused(f, "parallelism", "keys", "checkpoint-interval", "duration", "fail-after", "rate",
+                "buffer-timeout");  // failover and scheduler were taken above
+        if (!failover.equals("region") && !failover.equals("full")) {
+            throw new IllegalArgumentException("--failover must be region or full");
+        }
+        if (!scheduler.equals("default") && !scheduler.equals("adaptive")) {
+            throw new IllegalArgumentException("--scheduler must be default or adaptive");
+        }
+        if (keys % p != 0) {
+            throw new IllegalArgumentException("--keys must be a multiple of --parallelism for the sequence checker");
+        }
+
+        Json j = new Json()
+                .put("engine", ENGINE)
+                .put("job", approximate ? "approximate" : "recovery")
+                .put("failover", failover)
+                .put("scheduler", scheduler)
+                .put("approximate_local_recovery", approximate)
+                .put("parallelism", p)
+                .put("keys", keys)
+                .put("rate", rate > 0 ? (Object) (long) rate : "unbounded")
+                .put("checkpoint_interval_ms", ckptMs)
+                .put("buffer_timeout_ms", bufferTimeoutMs)
+                .put("fail_after_ms", failAfterMs)
+                .put("duration_ms", durationMs);
+
+        Path dir = Files.createTempDirectory("runnel-flink-bench-");
+        Thread sampler = null;
+        JobClient client = null;
+        try {
+            Configuration conf = baseConfig(ckptMs, dir);
+            conf.set(RestartStrategyOptions.RESTART_STRATEGY, "fixed-delay");
+            conf.set(RestartStrategyOptions.RESTART_STRATEGY_FIXED_DELAY_ATTEMPTS, 10);
+            conf.set(RestartStrategyOptions.RESTART_STRATEGY_FIXED_DELAY_DELAY, Duration.ZERO);
+            conf.set(JobManagerOptions.EXECUTION_FAILOVER_STRATEGY, failover);
+            conf.set(JobManagerOptions.SCHEDULER, scheduler.equals("adaptive")
+                    ? JobManagerOptions.SchedulerType.Adaptive : JobManagerOptions.SchedulerType.Default);
+            conf.set(ExecutionOptions.BUFFER_TIMEOUT, Duration.ofMillis(bufferTimeoutMs));
+            if (approximate) {
+                conf.set(StateRecoveryOptions.APPROXIMATE_LOCAL_RECOVERY, true);
+            }
+            Probes.initRecovery((int) keys, p, p);
+
+            StreamExecutionEnvironment env = StreamExecutionEnvironment.createLocalEnvironment(p, conf);
+            env.fromSource(new SeqSource(p, -1, keys, SeqSource.Mode.PER_KEY, rate / p, true),
+                            WatermarkStrategy.noWatermarks(), "generator", RECORD)
+                    .uid("generator")
+                    // Its own task, so that the failing map is not the source itself: the source of
+                    // the affected path stays up if the failover strategy allows it.
+                    .map(new Functions.FailingMap(TimeUnit.MILLISECONDS.toNanos(failAfterMs), 0))
+                    .name("map").uid("map").disableChaining()
+                    .keyBy(new Functions.KeyOf())
+                    .process(new Functions.SeqChecker()).name("checker").uid("checker")
+                    .sinkTo(new Functions.TimingSink(p)).name("sink").uid("sink");
+
+            try {
+                client = env.executeAsync("runnel-bench-" + (approximate ? "approximate" : "recovery"));
+            } catch (Exception e) {
+                return j.put("error", describe(e)).put("error_root", describe(rootCause(e)));
+            }
+            sampler = startSampler();
+
+            // Run for --duration from the first record, or until the job ends by itself.
+            long deadline = Long.MAX_VALUE;
+            long startWait = System.nanoTime();
+            JobStatus status = JobStatus.RUNNING;
+            while (true) {
+                long first = Probes.FIRST_EMIT.get();
+                if (first != 0 && deadline == Long.MAX_VALUE) {
+                    deadline = first + TimeUnit.MILLISECONDS.toNanos(durationMs);
+                }
+                long now = System.nanoTime();
+                if (now >= deadline) {
+                    break;
+                }
+                if (first == 0 && now - startWait > TimeUnit.SECONDS.toNanos(60)) {
+                    j.put("error", "no record within 60 s of submission");
+                    break;
+                }
+                status = client.getJobStatus().get();
+                if (status.isGloballyTerminalState()) {
+                    break;
+                }
+                Thread.sleep(20);
+            }
+            long runEnd = System.nanoTime();
+            status = client.getJobStatus().get();
+            j.put("job_status", status.toString());
+            if (status.isGloballyTerminalState()) {
+                try {
+                    client.getJobExecutionResult().get();
+                } catch (Exception e) {
+                    j.put("error", describe(e)).put("error_root", describe(rootCause(e)));
+                }
+            } else {
+                client.cancel().get(30, TimeUnit.SECONDS);
+            }
+            sampler.interrupt();
+            sampler.join();
+            measure(j, p, runEnd);
+            return j;
+        } finally {
+            if (sampler != null) {
+                sampler.interrupt();
+            }
+            deleteTree(dir);
+        }
+    }
+
+    /** Fills in the figures of a recovery run from the probes. */
+    private static void measure(Json j, int p, long runEnd) {
+        long first = Probes.FIRST_EMIT.get();
+        long failAt = Probes.FAIL_AT.get();
+        j.put("failure_injected", failAt != 0);
+
+        List<long[]> samples;
+        synchronized (Probes.SOURCE_SAMPLES) {
+            samples = new ArrayList<>(Probes.SOURCE_SAMPLES);
+        }
+        if (System.getenv("BENCH_DEBUG") != null) {
+            long lastT = 0;
+            for (long[] s : samples) {
+                if (s[0] - lastT >= 250_000_000L) {
+                    System.err.printf("t=%.3fs emitted=%d%n", (s[0] - first) / 1e9, s[1]);
+                    lastT = s[0];
+                }
+            }
+            System.err.printf("fail at %.3fs emitted=%d checked=%d%n", (failAt - first) / 1e9, Probes.FAIL_EMITTED.get(), Probes.CHECKED.sum());
+        }
+        if (failAt != 0) {
+            long warm = first + TimeUnit.MILLISECONDS.toNanos(500);
+            long[] affected = pathOutage(0, p, runEnd, failAt, runEnd);
+            long outageEnd = affected == null ? failAt : affected[1];
+            j.put("outage_ms", affected == null ? 0.0 : ms(affected[1] - affected[0]));
+            j.put("outage_recovered", affected == null || affected[1] < runEnd);
+            j.put("failure_to_recovery_ms", ms(outageEnd - failAt));
+            double unaffected = 0;
+            for (int path = 1; path < p; path++) {
+                long[] s = pathOutage(path, p, runEnd, failAt, outageEnd);
+                if (s != null) {
+                    unaffected = Math.max(unaffected, ms(s[1] - s[0]));
+                }
+            }
+            j.put("unaffected_paths_max_stall_ms", unaffected);
+            double baseline = 0;
+            for (int path = 0; path < p; path++) {
+                long[] s = longestStallWithin(pathStalls(path, p, runEnd), warm, failAt);
+                if (s != null) {
+                    baseline = Math.max(baseline, ms(s[1] - s[0]));
+                }
+            }
+            j.put("baseline_max_stall_ms", baseline);
+
+            long second = TimeUnit.SECONDS.toNanos(1);
+            long failEmitted = Probes.FAIL_EMITTED.get();
+            double before = (failEmitted - emittedAt(samples, failAt - second)) / 1.0; // per second
+            double window = Math.max(outageEnd - failAt, 1);
+            double during = (emittedAt(samples, outageEnd) - failEmitted) / (window / second);
+            double after1s = emittedAt(samples, failAt + second) - failEmitted;
+            j.put("source_rps_before", Math.round(before));
+            j.put("source_rps_during_recovery", Math.round(during));
+            j.put("upstream_throughput_ratio", before > 0 ? during / before : null);
+            j.put("upstream_throughput_ratio_1s", before > 0 && failAt + second <= runEnd ? after1s / before : null);
+        }
+        long lost = Probes.LOST.sum();
+        long dup = Probes.DUPLICATED.sum();
+        long ooo = Probes.OUT_OF_ORDER.sum();
+        long checked = Probes.CHECKED.sum();
+        long distinct = 0;
+        for (int k = 0; k < Probes.maxSeqPerKey.length(); k++) {
+            distinct += Probes.maxSeqPerKey.get(k);
+        }
+        j.put("records_lost", lost);
+        j.put("records_duplicated", dup);
+        j.put("records_out_of_order", ooo);
+        // Records the checker processed again after its state was rolled back to a checkpoint
+        // (Flink's replay; invisible to the checker itself): processed - distinct - duplicates.
+        j.put("records_replayed", Math.max(0, checked - (distinct - lost) - dup));
+        j.put("records_checked", checked);
+        j.put("restarted_subtasks", Probes.restartedSubtasks());
+        j.put("subtasks", Probes.subtasksSeen());
+        j.put("checkpoints_completed", Probes.CHECKPOINTS.size());
+        j.put("run_ms", first == 0 ? 0.0 : ms(runEnd - first));
+    }
+
+    private static double ms(long nanos) {
+        return Math.round(nanos / 1e4) / 100.0;
+    }
+
+    /**
+     * The intervals during which no sink subtask saw a record of path {@code path}: the
+     * intersection, over the sink subtasks that saw the path at all, of their silences.
+     */
+    static List<long[]> pathStalls(int path, int sinks, long runEnd) {
+        Map<Integer, List<long[]>> bySink = new HashMap<>();
+        for (long[] g : Probes.SINK_GAPS) {
+            if (g[1] == path) {
+                bySink.computeIfAbsent((int) g[0], k -> new ArrayList<>()).add(new long[] {g[2], g[3]});
+            }
+        }
+        List<long[]> acc = null;
+        for (int s = 0; s < sinks; s++) {
+            long last = Probes.sinkLastSeen.get(s * sinks + path);
+            if (last == 0) {
+                continue; // this sink never saw the path
+            }
+            List<long[]> gaps = bySink.getOrDefault(s, new ArrayList<>());
+            if (runEnd - last > Probes.GAP_NANOS) {
+                gaps.add(new long[] {last, runEnd});
+            }
+            gaps.sort(Comparator.comparingLong(a -> a[0]));
+            acc = acc == null ? gaps : intersect(acc, gaps);
+        }
+        return acc == null ? new ArrayList<>() : acc;
+    }
+
+    static List<long[]> intersect(List<long[]> a, List<long[]> b) {
+        List<long[]> out = new ArrayList<>();
+        int i = 0;
+        int k = 0;
+        while (i < a.size() && k < b.size()) {
+            long lo = Math.max(a.get(i)[0], b.get(k)[0]);
+            long hi = Math.min(a.get(i)[1], b.get(k)[1]);
+            if (lo < hi) {
+                out.add(new long[] {lo, hi});
+            }
+            if (a.get(i)[1] < b.get(k)[1]) {
+                i++;
+            } else {
+                k++;
+            }
+        }
+        return out;
+    }
+
+    /**
+     * The outage of path {@code path} caused by the failure at {@code failAt}. If the path's map
+     * subtask was restarted, it is the silence that its replacement ended: the first stall of the
+     * path that ends at or after the replacement's first record. Otherwise (the path was never cut)
+     * it is the longest stall overlapping [failAt, until].
+     */
+    static long[] pathOutage(int path, int sinks, long runEnd, long failAt, long until) {
+        List<long[]> stalls = pathStalls(path, sinks, runEnd);
+        long resumed = Probes.MAP_RESUMED.get(path);
+        long[] best = null;
+        if (resumed != 0) {
+            for (long[] s : stalls) {
+                if (s[1] >= resumed && (best == null || s[1] < best[1])) {
+                    best = s;
+                }
+            }
+            return best;
+        }
+        for (long[] s : stalls) {
+            if (s[1] >= failAt && s[0] <= until && (best == null || s[1] - s[0] > best[1] - best[0])) {
+                best = s;
+            }
+        }
+        return best;
+    }
+
+    /** The longest stall lying entirely within [from, to]. */
+    static long[] longestStallWithin(List<long[]> stalls, long from, long to) {
+        long[] best = null;
+        for (long[] s : stalls) {
+            if (s[0] >= from && s[1] <= to && (best == null || s[1] - s[0] > best[1] - best[0])) {
+                best = s;
+            }
+        }
+        return best;
+    }
+
+    /** Sources' emitted total at time {@code t}, interpolated between samples. */
+    static double emittedAt(List<long[]> samples, long t) {
+        long[] prev = null;
+        for (long[] s : samples) {
+            if (s[0] >= t) {
+                if (prev == null) {
+                    return s[1];
+                }
+                double w = (double) (t - prev[0]) / Math.max(1, s[0] - prev[0]);
+                return prev[1] + w * (s[1] - prev[1]);
+            }
+            prev = s;
+        }
+        return prev == null ? 0 : prev[1];
+    }
+
+    private static Thread startSampler() {
+        Thread t = new Thread(() -> {
+            while (!Thread.currentThread().isInterrupted()) {
+                long[] s = {System.nanoTime(), Probes.sourceEmittedTotal()};
+                synchronized (Probes.SOURCE_SAMPLES) {
+                    Probes.SOURCE_SAMPLES.add(s);
+                }
+                try {
+                    Thread.sleep(2);
+                } catch (InterruptedException e) {
+                    return;
+                }
+            }
+        }, "source-rate-sampler");
+        t.setDaemon(true);
+        t.start();
+        return t;
+    }
+
+    // ---- configuration ----------------------------------------------------------------------
+
+    static Configuration baseConfig(long checkpointIntervalMs, Path dir) {
+        Configuration conf = new Configuration();
+        conf.set(ExecutionOptions.RUNTIME_MODE, RuntimeExecutionMode.STREAMING);
+        // Safe here: no function keeps a reference to an input record or changes one it emitted.
+        conf.set(PipelineOptions.OBJECT_REUSE, true);
+        conf.set(RestOptions.BIND_ADDRESS, "127.0.0.1");
+        conf.set(RestOptions.BIND_PORT, "0");
+        conf.set(StateBackendOptions.STATE_BACKEND, "hashmap");
+        if (checkpointIntervalMs > 0) {
+            conf.set(CheckpointingOptions.CHECKPOINTING_INTERVAL, Duration.ofMillis(checkpointIntervalMs));
+            conf.set(CheckpointingOptions.CHECKPOINT_STORAGE, "filesystem");
+            conf.set(CheckpointingOptions.CHECKPOINTS_DIRECTORY, dir.toUri().toString());
+        }
+        return conf;
+    }
+
+    // ---- flags and helpers ------------------------------------------------------------------
+
+    static Map<String, String> parseFlags(String[] argv) {
+        Map<String, String> f = new HashMap<>();
+        for (int i = 1; i < argv.length; i++) {
+            String a = argv[i];
+            if (!a.startsWith("--")) {
+                throw new IllegalArgumentException("unexpected argument: " + a);
+            }
+            String name = a.substring(2);
+            String value;
+            int eq = name.indexOf('=');
+            if (eq >= 0) {
+                value = name.substring(eq + 1);
+                name = name.substring(0, eq);
+            } else if (i + 1 < argv.length) {
+                value = argv[++i];
+            } else {
+                throw new IllegalArgumentException("flag --" + name + " needs a value");
+            }
+            f.put(name, value);
+        }
+        return f;
+    }
+
+    private static void checkUnused(Map<String, String> f, String... known) {
+        for (String k : known) {
+            f.remove(k);
+        }
+        if (!f.isEmpty()) {
+            throw new IllegalArgumentException("unknown flags: " + f.keySet());
+        }
+    }
+
+    private static long longFlag(Map<String, String> f, String name, long def) {
+        String v = f.get(name);
+        return v == null ? def : Long.parseLong(v.replace("_", ""));
+    }
+
+    /** "250ms", "3s", "1.5s", "2m"; a bare number is milliseconds. */
+    static long durationMs(Map<String, String> f, String name, long def) {
+        String v = f.get(name);
+        if (v == null) {
+            return def;
+        }
+        v = v.trim().toLowerCase(Locale.ROOT);
+        if (v.endsWith("ms")) {
+            return Math.round(Double.parseDouble(v.substring(0, v.length() - 2)));
+        } else if (v.endsWith("s")) {
+            return Math.round(Double.parseDouble(v.substring(0, v.length() - 1)) * 1000);
+        } else if (v.endsWith("m")) {
+            return Math.round(Double.parseDouble(v.substring(0, v.length() - 1)) * 60_000);
+        }
+        return Math.round(Double.parseDouble(v));
+    }
+
+    /** The exception chain, each as "Class: message", joined by " <- caused by: ". */
+    static String describe(Throwable t) {
+        StringBuilder b = new StringBuilder();
+        for (Throwable c = t; c != null; c = c.getCause() == c ? null : c.getCause()) {
+            if (b.length() > 0) {
+                b.append(" | caused by: ");
+            }
+            b.append(c.getClass().getName()).append(": ").append(c.getMessage());
+        }
+        return b.toString();
+    }
+
+    static Throwable rootCause(Throwable t) {
+        while (t.getCause() != null && t.getCause() != t) {
+            t = t.getCause();
+        }
+        return t;
+    }
+
+    private static void deleteTree(Path dir) {
+        try (Stream<Path> s = Files.walk(dir)) {
+            s.sorted(Comparator.reverseOrder()).forEach(q -> q.toFile().delete());
+        } catch (IOException e) {
+            // best effort
+        }
+    }
+}

@@ -1,0 +1,3 @@
+module github.com/runnel-dev/runnel
+
+go 1.26.8

@@ -1,0 +1,196 @@
+package network
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// RecordDecoder cuts the records of one channel out of its buffers. Records that lie wholly in one buffer
+// are returned as slices of it (no copy); records spanning buffers are assembled in a reusable scratch slice
+// bounded by the maximum record size.
+//
+// A decoder that starts mid-stream (a fresh reader of a reconnectable subpartition) skips the leading
+// continuation bytes of its first buffer: they belong to a record whose start it never saw. It counts such
+// skips; it never returns a partial record.
+type RecordDecoder struct {
+	maxRecordSize int
+
+	payload []byte
+	pos     int
+	hdr     Header
+	started uint32 // records started in the current buffer
+
+	// spanning record state
+	inRecord bool
+	lenBuf   [lengthPrefixSize]byte
+	lenHave  int
+	need     int // payload bytes of the record, once known (lenHave == 4)
+	partial  []byte
+	contEnd  int // where the continuation must end in the current buffer, -1 if it runs to the end
+
+	synced  bool
+	nextSeq uint64
+
+	// PartialRecordsSkipped counts records whose start was never seen by this decoder.
+	PartialRecordsSkipped uint64
+}
+
+// NewRecordDecoder makes a decoder that rejects records over maxRecordSize bytes (0 means the default).
+func NewRecordDecoder(maxRecordSize int) *RecordDecoder {
+	if maxRecordSize <= 0 {
+		maxRecordSize = DefaultMaxRecordSize
+	}
+	return &RecordDecoder{maxRecordSize: maxRecordSize}
+}
+
+// Reset forgets all state, as for a new view that joins the stream at an unknown point.
+func (d *RecordDecoder) Reset() {
+	skipped := d.PartialRecordsSkipped
+	*d = RecordDecoder{maxRecordSize: d.maxRecordSize, partial: d.partial[:0], PartialRecordsSkipped: skipped}
+}
+
+// Synced reports whether the decoder has seen a record boundary with a known sequence number.
+func (d *RecordDecoder) Synced() bool { return d.synced }
+
+// NextSeq returns the channel sequence number of the next record the decoder will return. Valid once
+// Synced.
+func (d *RecordDecoder) NextSeq() uint64 { return d.nextSeq }
+
+// InRecord reports whether the decoder holds the first part of a record that spans buffers.
+func (d *RecordDecoder) InRecord() bool { return d.inRecord }
+
+// SetBuffer begins decoding a data buffer. The buffer's bytes must stay valid until Next returns nil.
+// It returns the sequence number of the first record that starts in the buffer, and whether the decoder
+// synchronised on this buffer (its first buffer, for a decoder that joined mid-stream).
+func (d *RecordDecoder) SetBuffer(b *Buffer) (joined bool, err error) {
+	if b.Kind != KindData {
+		return false, fmt.Errorf("%w: decoder given a %s buffer", ErrCorrupt, b.Kind)
+	}
+	d.payload, d.pos, d.hdr, d.started = b.Payload(), 0, b.Header, 0
+	cont := int(b.Continuation)
+	if cont > len(d.payload) {
+		return false, fmt.Errorf("%w: continuation %d exceeds payload %d", ErrCorrupt, cont, len(d.payload))
+	}
+	if !d.synced {
+		// Join: skip the tail of a record we never saw the start of.
+		if d.inRecord {
+			return false, fmt.Errorf("%w: unsynchronised decoder inside a record", ErrCorrupt)
+		}
+		if cont > 0 {
+			d.PartialRecordsSkipped++
+			d.pos = cont
+		}
+		d.synced = true
+		d.nextSeq = b.FirstSeq
+		return true, nil
+	}
+	if d.inRecord {
+		if cont == 0 {
+			return false, fmt.Errorf("%w: buffer does not continue the record begun in the previous buffer (record %d)", ErrCorrupt, d.nextSeq)
+		}
+		if cont == len(d.payload) {
+			d.contEnd = -1
+		} else {
+			d.contEnd = cont
+		}
+	} else if cont != 0 {
+		return false, fmt.Errorf("%w: buffer continues a record (%d bytes) but none was begun", ErrCorrupt, cont)
+	}
+	if b.Starts > 0 || !d.inRecord {
+		want := d.nextSeq
+		if d.inRecord {
+			want++ // the spanning record has not been counted yet
+		}
+		if b.FirstSeq != want {
+			return false, fmt.Errorf("%w: buffer's first record is %d, expected %d", ErrCorrupt, b.FirstSeq, want)
+		}
+	}
+	return false, nil
+}
+
+// Next returns the next whole record of the current buffer, or nil when the buffer holds no more. The slice
+// is valid until the next call to Next or SetBuffer.
+func (d *RecordDecoder) Next() ([]byte, error) {
+	if d.inRecord {
+		rec, err := d.continueRecord()
+		if rec != nil || err != nil {
+			return rec, err
+		}
+		if d.inRecord {
+			return nil, nil // buffer exhausted inside the record
+		}
+	}
+	rest := len(d.payload) - d.pos
+	if rest == 0 {
+		if d.started != d.hdr.Starts {
+			return nil, fmt.Errorf("%w: buffer says %d records start in it, found %d", ErrCorrupt, d.hdr.Starts, d.started)
+		}
+		return nil, nil
+	}
+	d.started++
+	if d.started > d.hdr.Starts {
+		return nil, fmt.Errorf("%w: more records start in the buffer than its header's %d", ErrCorrupt, d.hdr.Starts)
+	}
+	if rest >= lengthPrefixSize {
+		n := int(binary.LittleEndian.Uint32(d.payload[d.pos:]))
+		if n > d.maxRecordSize || n < 0 {
+			return nil, fmt.Errorf("%w: record %d of %d bytes exceeds the maximum record size of %d bytes", ErrRecordTooLarge, d.nextSeq, n, d.maxRecordSize)
+		}
+		if rest-lengthPrefixSize >= n {
+			start := d.pos + lengthPrefixSize
+			d.pos = start + n
+			d.nextSeq++
+			return d.payload[start:d.pos:d.pos], nil
+		}
+	}
+	// The record continues in later buffers.
+	d.inRecord = true
+	d.lenHave = 0
+	d.need = 0
+	d.partial = d.partial[:0]
+	d.contEnd = -1
+	return d.continueRecord()
+}
+
+// continueRecord consumes the current buffer's bytes for the record being assembled.
+func (d *RecordDecoder) continueRecord() ([]byte, error) {
+	for d.lenHave < lengthPrefixSize && d.pos < len(d.payload) {
+		d.lenBuf[d.lenHave] = d.payload[d.pos]
+		d.lenHave++
+		d.pos++
+		if d.lenHave == lengthPrefixSize {
+			n := int(binary.LittleEndian.Uint32(d.lenBuf[:]))
+			if n > d.maxRecordSize || n < 0 {
+				return nil, fmt.Errorf("%w: record %d of %d bytes exceeds the maximum record size of %d bytes", ErrRecordTooLarge, d.nextSeq, n, d.maxRecordSize)
+			}
+			d.need = n
+			if cap(d.partial) < n {
+				d.partial = make([]byte, 0, n)
+			}
+		}
+	}
+	if d.lenHave == lengthPrefixSize {
+		k := d.need - len(d.partial)
+		if avail := len(d.payload) - d.pos; k > avail {
+			k = avail
+		}
+		d.partial = append(d.partial, d.payload[d.pos:d.pos+k]...)
+		d.pos += k
+		if len(d.partial) == d.need {
+			if d.contEnd >= 0 && d.pos != d.contEnd {
+				return nil, fmt.Errorf("%w: record %d ends at byte %d, buffer header says the continuation ends at %d", ErrCorrupt, d.nextSeq, d.pos, d.contEnd)
+			}
+			d.inRecord = false
+			d.contEnd = -1
+			d.nextSeq++
+			return d.partial, nil
+		}
+	}
+	if d.pos != len(d.payload) {
+		return nil, fmt.Errorf("%w: record %d assembly stopped inside the buffer", ErrCorrupt, d.nextSeq)
+	}
+	if d.contEnd >= 0 {
+		return nil, fmt.Errorf("%w: record %d runs past the continuation of %d bytes", ErrCorrupt, d.nextSeq, d.contEnd)
+	}
+	return nil, nil
+}

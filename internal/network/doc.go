@@ -1,0 +1,23 @@
+// Package network is Runnel's data plane: fixed-size pooled buffers with self-describing framing, result
+// partitions split into subpartitions (one per consumer subtask), subpartition views with credit-based flow
+// control, input gates and channels on the consumer side, and the record (de)serialization into buffers.
+//
+// One data path: a local channel and a TCP channel both sit behind InputChannel, and both are gated by the
+// same credit held in the producer's View, so backpressure, events, end-of-partition and reconnection behave
+// the same on both.
+//
+// Framing. Every buffer starts with a Header that says how many leading payload bytes continue a record begun
+// in an earlier buffer (Continuation), how many records start in it (Starts), and the channel sequence number
+// of the first record that starts in it (FirstSeq). Records are written as a 4-byte little-endian length
+// followed by the encoded bytes, and may span any number of buffers. A reader that joins mid-stream skips the
+// continuation bytes and begins at a whole record; the number of records lost on a channel is a subtraction
+// of sequence numbers. Events (end of partition, checkpoint barriers, ...) travel in-band as event buffers.
+//
+// A subpartition outlives its reader: releasing a View (the consumer went away) is distinct from releasing
+// the partition (producer finished or failed, or the job ended). For reconnectable (approximate) partitions a
+// newer consumer attempt may attach a new view later, the older one is released first, and while no view is
+// attached whole buffers are dropped and counted instead of blocking the producer.
+//
+// The package owns bytes, buffers and channels. It knows nothing of record types, operators, tasks or the
+// job graph; it must not import runnel, internal/task, internal/graph or internal/jobmaster.
+package network

@@ -1,0 +1,266 @@
+package network
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/runnel-dev/runnel/internal/ident"
+)
+
+// DefaultMaxRecordSize is the default limit on one serialized record.
+const DefaultMaxRecordSize = 16 << 20
+
+// PartitionOptions configure a result partition.
+type PartitionOptions struct {
+	// Subpartitions is the number of consumer subtasks fed by this partition.
+	Subpartitions int
+	// Reconnectable partitions (PIPELINED_APPROXIMATE) accept a newer consumer attempt after the previous
+	// reader went away, and drop data while no reader is attached instead of blocking the producer.
+	Reconnectable bool
+	// MaxRecordSize bounds one serialized record in bytes; 0 means DefaultMaxRecordSize.
+	MaxRecordSize int
+}
+
+// ResultPartition is the output of one producer attempt for one intermediate result. The writing methods
+// (EmitRecord, BroadcastEvent, Flush, Finish, Close) belong to the producer's goroutine and must not be called
+// concurrently; views are read from other goroutines.
+type ResultPartition struct {
+	id     ident.PartitionID
+	opts   PartitionOptions
+	pool   *BufferPool
+	cancel <-chan struct{}
+	subs   []*Subpartition
+
+	// producer-owned
+	current []*Buffer
+	nextSeq []uint64
+	records atomic.Uint64
+
+	unconsumed atomic.Int32
+	onConsumed func(*ResultPartition)
+	releaseMu  sync.Mutex
+	released   bool
+}
+
+// NewResultPartition makes a partition that takes its buffers from pool; blocking buffer requests abort when
+// cancel is closed.
+func NewResultPartition(id ident.PartitionID, opts PartitionOptions, pool *BufferPool, cancel <-chan struct{}) (*ResultPartition, error) {
+	if opts.Subpartitions < 1 {
+		return nil, fmt.Errorf("result partition %s: needs at least one subpartition, got %d", id, opts.Subpartitions)
+	}
+	if opts.MaxRecordSize == 0 {
+		opts.MaxRecordSize = DefaultMaxRecordSize
+	}
+	if opts.MaxRecordSize < 0 {
+		return nil, fmt.Errorf("result partition %s: negative max record size %d", id, opts.MaxRecordSize)
+	}
+	p := &ResultPartition{
+		id: id, opts: opts, pool: pool, cancel: cancel,
+		subs:    make([]*Subpartition, opts.Subpartitions),
+		current: make([]*Buffer, opts.Subpartitions),
+		nextSeq: make([]uint64, opts.Subpartitions),
+	}
+	for i := range p.subs {
+		p.subs[i] = &Subpartition{partition: p, index: i}
+	}
+	p.unconsumed.Store(int32(opts.Subpartitions))
+	return p, nil
+}
+
+// ID returns the partition's identity.
+func (p *ResultPartition) ID() ident.PartitionID { return p.id }
+
+// NumSubpartitions returns the number of subpartitions.
+func (p *ResultPartition) NumSubpartitions() int { return len(p.subs) }
+
+// Subpartition returns subpartition i.
+func (p *ResultPartition) Subpartition(i int) *Subpartition { return p.subs[i] }
+
+// Reconnectable reports whether consumers may reconnect (PIPELINED_APPROXIMATE).
+func (p *ResultPartition) Reconnectable() bool { return p.opts.Reconnectable }
+
+// RecordsWritten returns the number of records emitted into the partition (all subpartitions).
+func (p *ResultPartition) RecordsWritten() uint64 { return p.records.Load() }
+
+// NextSequence returns the sequence number the next record on subpartition i will get. Producer goroutine
+// only.
+func (p *ResultPartition) NextSequence(i int) uint64 { return p.nextSeq[i] }
+
+// CreateView attaches a reader for subpartition i owned by the consumer attempt owner with initial credit.
+// listener is called (from any goroutine, without locks held) whenever data may have become available.
+func (p *ResultPartition) CreateView(i int, owner ident.Attempt, credit int, listener func()) (*View, error) {
+	if i < 0 || i >= len(p.subs) {
+		return nil, fmt.Errorf("result partition %s has %d subpartitions, %s asked for %d: %w", p.id, len(p.subs), owner, i, ErrPartitionNotFound)
+	}
+	return p.subs[i].createView(owner, credit, listener)
+}
+
+// EmitRecord appends one serialized record to subpartition sub, splitting it over as many buffers as it
+// needs. It blocks while the pool has no free buffer (backpressure) and fails when the task is cancelled.
+func (p *ResultPartition) EmitRecord(sub int, rec []byte) error {
+	n := len(rec)
+	if n > p.opts.MaxRecordSize {
+		return fmt.Errorf("partition %s: record of %d bytes exceeds the maximum record size of %d bytes: %w", p.id, n, p.opts.MaxRecordSize, ErrRecordTooLarge)
+	}
+	seq := p.nextSeq[sub]
+	p.nextSeq[sub] = seq + 1
+	p.records.Add(1)
+	b := p.current[sub]
+	if b == nil || b.free() == 0 {
+		var err error
+		if b, err = p.nextBuffer(sub, b, seq, 0); err != nil {
+			return err
+		}
+	}
+	b.Starts++
+	// Fast path: the whole record fits.
+	if lengthPrefixSize+n <= b.free() {
+		b.data = binary.LittleEndian.AppendUint32(b.data, uint32(n))
+		b.data = append(b.data, rec...)
+		return nil
+	}
+	var prefix [lengthPrefixSize]byte
+	binary.LittleEndian.PutUint32(prefix[:], uint32(n))
+	remaining := lengthPrefixSize + n
+	var err error
+	if b, remaining, err = p.spill(sub, b, prefix[:], remaining); err != nil {
+		return err
+	}
+	_, _, err = p.spill(sub, b, rec, remaining)
+	return err
+}
+
+// spill writes piece into the current buffer of sub and as many further buffers as needed; remaining is the
+// number of bytes of the record, piece included, still to be written.
+func (p *ResultPartition) spill(sub int, b *Buffer, piece []byte, remaining int) (*Buffer, int, error) {
+	for len(piece) > 0 {
+		if b.free() == 0 {
+			var err error
+			cont := remaining
+			if max := b.Cap() - HeaderSize; cont > max {
+				cont = max
+			}
+			if b, err = p.nextBuffer(sub, b, p.nextSeq[sub], uint32(cont)); err != nil {
+				return nil, 0, err
+			}
+		}
+		k := copy(b.data[len(b.data):cap(b.data)], piece)
+		b.data = b.data[:len(b.data)+k]
+		piece = piece[k:]
+		remaining -= k
+	}
+	return b, remaining, nil
+}
+
+// nextBuffer seals and enqueues full (if any) and requests a fresh buffer for sub.
+func (p *ResultPartition) nextBuffer(sub int, full *Buffer, firstSeq uint64, cont uint32) (*Buffer, error) {
+	if full != nil {
+		p.current[sub] = nil
+		full.Seal()
+		p.subs[sub].add(full, false)
+	}
+	b, err := p.pool.Request(p.cancel)
+	if err != nil {
+		return nil, fmt.Errorf("partition %s: %w", p.id, err)
+	}
+	b.reset(KindData, firstSeq)
+	b.Continuation = cont
+	p.current[sub] = b
+	return b, nil
+}
+
+// Flush hands the partly filled buffer of sub, if any, to its reader.
+func (p *ResultPartition) Flush(sub int) {
+	b := p.current[sub]
+	if b == nil || len(b.data) == HeaderSize {
+		return
+	}
+	p.current[sub] = nil
+	b.Seal()
+	p.subs[sub].add(b, false)
+}
+
+// FlushAll flushes every subpartition.
+func (p *ResultPartition) FlushAll() {
+	for i := range p.current {
+		p.Flush(i)
+	}
+}
+
+// BroadcastEvent flushes all subpartitions and appends e to each of them, in order with the records before.
+func (p *ResultPartition) BroadcastEvent(e Event) error {
+	for i := range p.subs {
+		if err := p.AddEvent(i, e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// AddEvent flushes subpartition sub and appends e to it.
+func (p *ResultPartition) AddEvent(sub int, e Event) error {
+	p.Flush(sub)
+	b, err := p.pool.Request(p.cancel)
+	if err != nil {
+		return fmt.Errorf("partition %s: send %s: %w", p.id, e.Type, err)
+	}
+	b.reset(KindEvent, p.nextSeq[sub])
+	b.data = e.append(b.data)
+	b.Seal()
+	p.subs[sub].add(b, e.Type == EventEndOfPartition)
+	return nil
+}
+
+// Finish flushes everything and ends every subpartition with an end-of-partition event.
+func (p *ResultPartition) Finish() error {
+	return p.BroadcastEvent(Event{Type: EventEndOfPartition})
+}
+
+// Close recycles the producer's partly filled buffers; it is called by the producer when it stops writing
+// for good (after Finish, or on failure or cancellation).
+func (p *ResultPartition) Close() {
+	for i, b := range p.current {
+		if b != nil {
+			p.current[i] = nil
+			b.Recycle()
+		}
+	}
+}
+
+// OnConsumed registers f to run once every subpartition has delivered its end-of-partition to a reader.
+func (p *ResultPartition) OnConsumed(f func(*ResultPartition)) { p.onConsumed = f }
+
+func (p *ResultPartition) subpartitionConsumed() {
+	if p.unconsumed.Add(-1) == 0 && p.onConsumed != nil {
+		p.onConsumed(p)
+	}
+}
+
+// Release frees all queued data and fails all views. It is idempotent.
+func (p *ResultPartition) Release() {
+	p.releaseMu.Lock()
+	if p.released {
+		p.releaseMu.Unlock()
+		return
+	}
+	p.released = true
+	p.releaseMu.Unlock()
+	for _, s := range p.subs {
+		s.release()
+	}
+}
+
+// Stats sums the counters of all subpartitions.
+func (p *ResultPartition) Stats() SubpartitionStats {
+	var t SubpartitionStats
+	for _, s := range p.subs {
+		st := s.Stats()
+		t.BuffersAdded += st.BuffersAdded
+		t.BuffersDropped += st.BuffersDropped
+		t.RecordsDropped += st.RecordsDropped
+		t.ViewsCreated += st.ViewsCreated
+	}
+	return t
+}

@@ -1,0 +1,148 @@
+package network
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+)
+
+// NetworkMemory is the budget of network buffers of one TaskManager. Every task's BufferPool reserves its
+// buffers from it at creation, so a TaskManager cannot grow past its configured network memory; a task that
+// does not fit fails to deploy with ErrInsufficientBuffers.
+type NetworkMemory struct {
+	mu         sync.Mutex
+	bufferSize int
+	total      int // buffers
+	reserved   int
+}
+
+// NewNetworkMemory makes a budget of totalBytes split into buffers of bufferSize bytes.
+func NewNetworkMemory(totalBytes int64, bufferSize int) (*NetworkMemory, error) {
+	if bufferSize < MinBufferSize {
+		return nil, fmt.Errorf("buffer size %d is below the minimum of %d bytes", bufferSize, MinBufferSize)
+	}
+	n := totalBytes / int64(bufferSize)
+	if n < 1 {
+		return nil, fmt.Errorf("network memory of %d bytes holds no buffer of %d bytes", totalBytes, bufferSize)
+	}
+	return &NetworkMemory{bufferSize: bufferSize, total: int(n)}, nil
+}
+
+// BufferSize returns the size of each buffer, header included.
+func (m *NetworkMemory) BufferSize() int { return m.bufferSize }
+
+// Free returns the number of buffers not reserved by any pool.
+func (m *NetworkMemory) Free() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.total - m.reserved
+}
+
+// NewPool reserves count buffers for a pool named name (the task and its purpose, for error messages).
+func (m *NetworkMemory) NewPool(name string, count int) (*BufferPool, error) {
+	if count < 1 {
+		return nil, fmt.Errorf("buffer pool %s: needs at least one buffer, asked for %d", name, count)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.reserved+count > m.total {
+		return nil, fmt.Errorf("%w: pool %s needs %d buffers of %d bytes, only %d of %d are free; raise the TaskManager's network memory or lower parallelism",
+			ErrInsufficientBuffers, name, count, m.bufferSize, m.total-m.reserved, m.total)
+	}
+	m.reserved += count
+	return newBufferPool(name, m.bufferSize, count, m), nil
+}
+
+func (m *NetworkMemory) unreserve(count int) {
+	m.mu.Lock()
+	m.reserved -= count
+	m.mu.Unlock()
+}
+
+// BufferPool is a bounded pool of equally sized buffers. Buffers are allocated lazily up to the limit and
+// reused after Recycle; when all are in use, Request blocks, which is how backpressure reaches a producer.
+type BufferPool struct {
+	name      string
+	size      int
+	limit     int
+	free      chan *Buffer
+	allocated atomic.Int32
+	memory    *NetworkMemory
+	destroyed atomic.Bool
+}
+
+// NewBufferPool makes a pool outside any NetworkMemory budget (tests, benchmarks).
+func NewBufferPool(name string, bufferSize, count int) *BufferPool {
+	if bufferSize < MinBufferSize {
+		panic(fmt.Sprintf("network: buffer size %d below minimum %d", bufferSize, MinBufferSize))
+	}
+	return newBufferPool(name, bufferSize, count, nil)
+}
+
+func newBufferPool(name string, size, count int, m *NetworkMemory) *BufferPool {
+	return &BufferPool{name: name, size: size, limit: count, free: make(chan *Buffer, count), memory: m}
+}
+
+// Size returns the size of each buffer including its header.
+func (p *BufferPool) Size() int { return p.size }
+
+// Limit returns the maximum number of buffers of the pool.
+func (p *BufferPool) Limit() int { return p.limit }
+
+// Available returns the number of buffers that can be requested without blocking.
+func (p *BufferPool) Available() int { return len(p.free) + p.limit - int(p.allocated.Load()) }
+
+// TryRequest returns a buffer if one is free now, or nil.
+func (p *BufferPool) TryRequest() *Buffer {
+	select {
+	case b := <-p.free:
+		return b
+	default:
+	}
+	return p.allocate()
+}
+
+func (p *BufferPool) allocate() *Buffer {
+	for {
+		n := p.allocated.Load()
+		if int(n) >= p.limit {
+			return nil
+		}
+		if p.allocated.CompareAndSwap(n, n+1) {
+			return &Buffer{data: make([]byte, HeaderSize, p.size), pool: p}
+		}
+	}
+}
+
+// Request returns a buffer, blocking until one is recycled or cancel is closed.
+func (p *BufferPool) Request(cancel <-chan struct{}) (*Buffer, error) {
+	if b := p.TryRequest(); b != nil {
+		return b, nil
+	}
+	select {
+	case b := <-p.free:
+		return b, nil
+	case <-cancel:
+		return nil, fmt.Errorf("request buffer from pool %s: %w", p.name, ErrCanceled)
+	}
+}
+
+func (p *BufferPool) put(b *Buffer) {
+	b.data = b.data[:HeaderSize]
+	select {
+	case p.free <- b:
+	default:
+		panic(fmt.Sprintf("network: buffer pool %s: more buffers recycled than allocated (double recycle)", p.name))
+	}
+}
+
+// Destroy gives the pool's reservation back to its NetworkMemory. Buffers still held elsewhere may be
+// recycled afterwards; they are simply collected.
+func (p *BufferPool) Destroy() {
+	if p.destroyed.Swap(true) {
+		return
+	}
+	if p.memory != nil {
+		p.memory.unreserve(p.limit)
+	}
+}

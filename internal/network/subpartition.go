@@ -1,0 +1,283 @@
+package network
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/runnel-dev/runnel/internal/ident"
+)
+
+// SubpartitionStats counts what a subpartition did with its buffers. Dropped figures are non-zero only for
+// reconnectable partitions whose consumer went away.
+type SubpartitionStats struct {
+	BuffersAdded   uint64
+	BuffersDropped uint64
+	// RecordsDropped counts records that started in dropped buffers.
+	RecordsDropped uint64
+	// ViewsCreated counts readers that attached over the subpartition's life.
+	ViewsCreated uint64
+}
+
+// Subpartition is the part of a result partition destined for one consumer subtask: a queue of sealed
+// buffers and at most one live View.
+//
+// Lock order: Subpartition.mu may be held while nothing else is taken; availability listeners are called
+// after it is released.
+type Subpartition struct {
+	partition *ResultPartition
+	index     int
+
+	mu       sync.Mutex
+	queue    bufferQueue
+	view     *View
+	lastView ident.Attempt // owner of the most recent view, for fencing
+	hadView  bool
+	finished bool // end-of-partition enqueued
+	consumed bool // a view polled end-of-partition
+	released bool
+	stats    SubpartitionStats
+}
+
+// Index returns the subpartition's index in its partition.
+func (s *Subpartition) Index() int { return s.index }
+
+// Stats returns a copy of the subpartition's counters.
+func (s *Subpartition) Stats() SubpartitionStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats
+}
+
+// add enqueues a sealed buffer, or drops it when a reconnectable subpartition's reader is gone.
+func (s *Subpartition) add(b *Buffer, isEnd bool) {
+	var notify func()
+	s.mu.Lock()
+	switch {
+	case s.released || s.consumed:
+		s.mu.Unlock()
+		b.Recycle()
+		return
+	case s.view == nil && s.hadView && s.partition.opts.Reconnectable:
+		// The consumer went away; never block the producer on it. Whole buffers are dropped and counted.
+		s.stats.BuffersDropped++
+		if b.Kind == KindData {
+			s.stats.RecordsDropped += uint64(b.Starts)
+		}
+		if isEnd {
+			s.finished = true
+		}
+		s.mu.Unlock()
+		b.Recycle()
+		return
+	}
+	s.stats.BuffersAdded++
+	s.queue.push(b)
+	if isEnd {
+		s.finished = true
+	}
+	if v := s.view; v != nil && v.credit > 0 && s.queue.len() == 1 {
+		notify = v.listener
+	}
+	s.mu.Unlock()
+	if notify != nil {
+		notify()
+	}
+}
+
+// createView attaches a reader. For reconnectable partitions a newer attempt of the consumer replaces the
+// current view (which is released first); an older attempt is rejected.
+func (s *Subpartition) createView(owner ident.Attempt, credit int, listener func()) (*View, error) {
+	if credit < 0 {
+		return nil, fmt.Errorf("subpartition %s/%d: negative initial credit %d", s.partition.id, s.index, credit)
+	}
+	s.mu.Lock()
+	if s.released {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("subpartition %s/%d: %w", s.partition.id, s.index, ErrPartitionReleased)
+	}
+	if s.hadView {
+		if !s.partition.opts.Reconnectable {
+			s.mu.Unlock()
+			return nil, fmt.Errorf("subpartition %s/%d requested by %s, already read by %s: %w",
+				s.partition.id, s.index, owner, s.lastView, ErrAlreadyConsumed)
+		}
+		if owner.Subtask != s.lastView.Subtask || owner.Number <= s.lastView.Number {
+			s.mu.Unlock()
+			return nil, fmt.Errorf("subpartition %s/%d requested by %s, last reader %s: %w",
+				s.partition.id, s.index, owner, s.lastView, ErrStaleAttempt)
+		}
+		if s.view != nil {
+			s.releaseViewLocked(s.view)
+		}
+	}
+	v := &View{sub: s, owner: owner, credit: credit, listener: listener}
+	s.view = v
+	s.lastView = owner
+	s.hadView = true
+	s.stats.ViewsCreated++
+	notify := credit > 0 && s.queue.len() > 0
+	s.mu.Unlock()
+	if notify {
+		listener()
+	}
+	return v, nil
+}
+
+// releaseViewLocked detaches v. Queued buffers of a reconnectable subpartition are dropped (the reader that
+// would have consumed them is gone); a pipelined subpartition keeps them, but nobody can read them anymore.
+func (s *Subpartition) releaseViewLocked(v *View) {
+	if v.released {
+		return
+	}
+	v.released = true
+	if s.view == v {
+		s.view = nil
+	}
+	if s.partition.opts.Reconnectable {
+		for b := s.queue.pop(); b != nil; b = s.queue.pop() {
+			s.stats.BuffersDropped++
+			if b.Kind == KindData {
+				s.stats.RecordsDropped += uint64(b.Starts)
+			}
+			b.Recycle()
+		}
+	}
+}
+
+// release frees everything the subpartition holds; views report ErrPartitionReleased afterwards.
+func (s *Subpartition) release() {
+	var notify func()
+	s.mu.Lock()
+	if s.released {
+		s.mu.Unlock()
+		return
+	}
+	s.released = true
+	for b := s.queue.pop(); b != nil; b = s.queue.pop() {
+		b.Recycle()
+	}
+	if s.view != nil {
+		notify = s.view.listener // wake the reader so it sees the release
+	}
+	s.mu.Unlock()
+	if notify != nil {
+		notify()
+	}
+}
+
+// View is a consumer attempt's reader of one subpartition. Polling needs credit: one credit per buffer,
+// granted by the consumer as it frees buffers. Credits belong to the view and start fresh with a new view.
+type View struct {
+	sub      *Subpartition
+	owner    ident.Attempt
+	listener func()
+	// guarded by sub.mu
+	credit   int
+	released bool
+}
+
+// Owner returns the consumer attempt that holds the view.
+func (v *View) Owner() ident.Attempt { return v.owner }
+
+// Poll returns the next buffer if one is queued and the view has credit, or nil. It returns an error once
+// the view or its partition was released.
+func (v *View) Poll() (*Buffer, error) {
+	s := v.sub
+	s.mu.Lock()
+	if v.released {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("subpartition %s/%d, reader %s: %w", s.partition.id, s.index, v.owner, ErrViewReleased)
+	}
+	if s.released {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("subpartition %s/%d: %w", s.partition.id, s.index, ErrPartitionReleased)
+	}
+	if v.credit == 0 || s.queue.len() == 0 {
+		s.mu.Unlock()
+		return nil, nil
+	}
+	b := s.queue.pop()
+	v.credit--
+	consumedNow := false
+	if s.finished && s.queue.len() == 0 && b.Kind == KindEvent {
+		s.consumed = true
+		consumedNow = true
+	}
+	s.mu.Unlock()
+	if consumedNow {
+		s.partition.subpartitionConsumed()
+	}
+	return b, nil
+}
+
+// HasData reports whether a Poll would return a buffer now.
+func (v *View) HasData() bool {
+	s := v.sub
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !v.released && !s.released && v.credit > 0 && s.queue.len() > 0
+}
+
+// AddCredit grants n more buffers to the reader.
+func (v *View) AddCredit(n int) {
+	s := v.sub
+	var notify func()
+	s.mu.Lock()
+	if v.released {
+		s.mu.Unlock()
+		return
+	}
+	before := v.credit
+	v.credit += n
+	if before == 0 && v.credit > 0 && s.queue.len() > 0 {
+		notify = v.listener
+	}
+	s.mu.Unlock()
+	if notify != nil {
+		notify()
+	}
+}
+
+// Release detaches the reader. It is distinct from releasing the partition: the producer keeps running and,
+// for a reconnectable partition, a newer attempt of the consumer may attach again.
+func (v *View) Release() {
+	s := v.sub
+	s.mu.Lock()
+	s.releaseViewLocked(v)
+	s.mu.Unlock()
+}
+
+// bufferQueue is a FIFO ring of buffers that grows as needed (its length is bounded by the buffer pool).
+type bufferQueue struct {
+	items      []*Buffer
+	head, size int
+}
+
+func (q *bufferQueue) len() int { return q.size }
+
+func (q *bufferQueue) push(b *Buffer) {
+	if q.size == len(q.items) {
+		n := len(q.items) * 2
+		if n == 0 {
+			n = 4
+		}
+		items := make([]*Buffer, n)
+		for i := 0; i < q.size; i++ {
+			items[i] = q.items[(q.head+i)%len(q.items)]
+		}
+		q.items, q.head = items, 0
+	}
+	q.items[(q.head+q.size)%len(q.items)] = b
+	q.size++
+}
+
+func (q *bufferQueue) pop() *Buffer {
+	if q.size == 0 {
+		return nil
+	}
+	b := q.items[q.head]
+	q.items[q.head] = nil
+	q.head = (q.head + 1) % len(q.items)
+	q.size--
+	return b
+}
