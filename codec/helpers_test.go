@@ -3,6 +3,7 @@ package codec
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"reflect"
 	"testing"
 )
@@ -14,21 +15,21 @@ func checkRoundTrip[T any](t *testing.T, c Codec[T], v T) []byte {
 	prefix := []byte("prefix")
 	b, err := c.Append(append([]byte(nil), prefix...), v)
 	if err != nil {
-		t.Fatalf("Append(%+v): %v", v, err)
+		t.Fatalf("Append(%s): %v", short(v), err)
 	}
 	if !bytes.HasPrefix(b, prefix) {
-		t.Fatalf("Append(%+v) clobbered dst: % x", v, b)
+		t.Fatalf("Append(%s) clobbered dst: %s", short(v), shortHex(b))
 	}
 	b = b[len(prefix):]
 	if n := sizeOf(c); n >= 0 && len(b) != n {
-		t.Errorf("Append(%+v) made %d bytes, codec says its size is %d", v, len(b), n)
+		t.Errorf("Append(%s) made %d bytes, codec says its size is %d", short(v), len(b), n)
 	}
 	var got T
 	if err := c.Decode(b, &got); err != nil {
-		t.Fatalf("Decode(Append(%+v)) = %v; encoding % x", v, err, b)
+		t.Fatalf("Decode(Append(%s)) = %v; encoding %s", short(v), err, shortHex(b))
 	}
 	if !reflect.DeepEqual(got, v) {
-		t.Fatalf("round trip: got %+v, want %+v; encoding % x", got, v, b)
+		t.Fatalf("round trip: got %s, want %s; encoding %s", short(got), short(v), shortHex(b))
 	}
 	return b
 }
@@ -41,16 +42,16 @@ func checkDecodeCanonical[T any](t testing.TB, c Codec[T], src []byte) bool {
 	var v T
 	if err := c.Decode(src, &v); err != nil {
 		if !errors.Is(err, ErrMalformed) {
-			t.Fatalf("Decode(% x) = %v, which does not wrap ErrMalformed", src, err)
+			t.Fatalf("Decode(%s) = %v, which does not wrap ErrMalformed", shortHex(src), err)
 		}
 		return false
 	}
 	again, err := c.Append(nil, v)
 	if err != nil {
-		t.Fatalf("Append(Decode(% x)) = %v", src, err)
+		t.Fatalf("Append(Decode(%s)) = %v", shortHex(src), err)
 	}
 	if !bytes.Equal(again, src) {
-		t.Fatalf("Decode(% x) = %+v, which encodes as % x", src, v, again)
+		t.Fatalf("Decode(%s) = %s, which encodes as %s", shortHex(src), short(v), shortHex(again))
 	}
 	return true
 }
@@ -63,12 +64,12 @@ func checkDamaged[T any](t *testing.T, c Codec[T], b []byte) {
 	fixed := sizeOf(c) >= 0
 	for i := range len(b) {
 		if checkDecodeCanonical(t, c, b[:i]) && fixed {
-			t.Errorf("Decode of %d-byte prefix of % x succeeded; want error", i, b)
+			t.Errorf("Decode of %d-byte prefix of %s succeeded; want error", i, shortHex(b))
 		}
 	}
 	long := append(append([]byte(nil), b...), 0)
 	if checkDecodeCanonical(t, c, long) && fixed {
-		t.Errorf("Decode(% x) with a byte too many succeeded; want error", long)
+		t.Errorf("Decode(%s) with a byte too many succeeded; want error", shortHex(long))
 	}
 }
 
@@ -81,3 +82,20 @@ func checkCodec[T any](t *testing.T, c Codec[T], v T) []byte {
 }
 
 func isMalformed(err error) bool { return errors.Is(err, ErrMalformed) }
+
+// short formats v for a test message, cut to a readable length.
+func short(v any) string {
+	s := fmt.Sprintf("%+v", v)
+	if len(s) > 300 {
+		s = s[:300] + fmt.Sprintf("... (%d more characters)", len(s)-300)
+	}
+	return s
+}
+
+// shortHex formats b in hex for a test message, cut to a readable length.
+func shortHex(b []byte) string {
+	if len(b) > 100 {
+		return fmt.Sprintf("% x... (%d bytes)", b[:100], len(b))
+	}
+	return fmt.Sprintf("% x", b)
+}

@@ -66,7 +66,10 @@ const maxDepth = 1000
 // byte of input at most); only Binary element types whose values are large in memory and small
 // on the wire can.
 func maxSliceMemory(rest int) uintptr {
-	const memPerInputByte, slack = 64, 1 << 16
+	const memPerInputByte, slack = 64, 1 << 20
+	if uintptr(rest) > (^uintptr(0)-slack)/memPerInputByte {
+		return ^uintptr(0)
+	}
 	return uintptr(rest)*memPerInputByte + slack
 }
 
@@ -264,8 +267,7 @@ func decodeOps(src []byte, ops []op, p unsafe.Pointer, depth int) ([]byte, *Erro
 				return nil, &Error{Field: o.path, Problem: lenProblem(k)}
 			}
 			if src = src[k:]; n > len(src)/int(o.n) {
-				return nil, &Error{Field: o.path, Problem: "truncated: " + strconv.Itoa(n) + " elements of " +
-					strconv.Itoa(int(o.n)) + " bytes, have " + strconv.Itoa(len(src)) + " bytes"}
+				return nil, tooManyElements(o, n, int(o.n), src)
 			}
 			setRawSlice(q, src[:n*int(o.n)], n)
 			src = src[n*int(o.n):]
@@ -294,7 +296,7 @@ func decodeOps(src []byte, ops []op, p unsafe.Pointer, depth int) ([]byte, *Erro
 			// Bound the allocation by the input: each element takes at least minSize bytes, and the
 			// elements' memory may be at most memPerInputByte times the input (see maxSliceMemory).
 			if m := o.elem.minSize; (m > 0 && n > len(src)/m) || (m == 0 && o.stride > 0 && n > len(src)) {
-				return nil, &Error{Field: o.path, Problem: "truncated: " + strconv.Itoa(n) + " elements in " + strconv.Itoa(len(src)) + " bytes"}
+				return nil, tooManyElements(o, n, max(m, 1), src)
 			}
 			if o.stride > 0 && uintptr(n) > maxSliceMemory(len(src))/o.stride {
 				return nil, &Error{Field: o.path, Problem: strconv.Itoa(n) + " elements of " + strconv.Itoa(int(o.stride)) +
@@ -346,6 +348,12 @@ func decodeOps(src []byte, ops []op, p unsafe.Pointer, depth int) ([]byte, *Erro
 // truncated reports that o needs want more bytes than src has.
 func truncated(o *op, want int, src []byte) *Error {
 	return &Error{Field: o.path, Problem: "truncated: want " + strconv.Itoa(want) + " bytes, have " + strconv.Itoa(len(src))}
+}
+
+// tooManyElements reports a slice count that src cannot hold.
+func tooManyElements(o *op, n, elemMin int, src []byte) *Error {
+	return &Error{Field: o.path, Problem: "truncated: " + strconv.Itoa(n) + " elements of " + strconv.Itoa(elemMin) +
+		" bytes or more, have " + strconv.Itoa(len(src)) + " bytes"}
 }
 
 // setRawSlice stores in the slice at q a new slice of n elements whose memory is a copy of b.

@@ -191,7 +191,7 @@ func TestStructPortableLayout(t *testing.T) {
 		}
 	}
 	t.Run("record", func(t *testing.T) {
-		raw, _ := newPlanCodec[record]("raw", true)
+		raw, _ := newPlanCodec[record]("raw", littleEndian)
 		portable, _ := newPlanCodec[record]("portable", false)
 		v := sampleRecord()
 		a, _ := raw.Append(nil, v)
@@ -200,7 +200,7 @@ func TestStructPortableLayout(t *testing.T) {
 		check(t, a, b)
 	})
 	t.Run("fuzzRecord", func(t *testing.T) {
-		raw, _ := newPlanCodec[fuzzRecord]("raw", true)
+		raw, _ := newPlanCodec[fuzzRecord]("raw", littleEndian)
 		portable, _ := newPlanCodec[fuzzRecord]("portable", false)
 		v := fuzzRecord{A: 1, S: "s", Raw: []uint32{1}, Pts: [2]point{{1, 2}, {3, 4}}, Tail: []byte("tail")}
 		a, _ := raw.Append(nil, v)
@@ -216,7 +216,7 @@ func TestStructPortableLayout(t *testing.T) {
 			A    int8
 			Ints []int16
 		}
-		raw, _ := newPlanCodec[lastBools]("raw", true)
+		raw, _ := newPlanCodec[lastBools]("raw", littleEndian)
 		portable, _ := newPlanCodec[lastBools]("portable", false)
 		v := lastBools{A: 1, Flags: []bool{true, false}}
 		a := checkCodec(t, raw, v)
@@ -224,7 +224,7 @@ func TestStructPortableLayout(t *testing.T) {
 		if len(a) != 3 {
 			t.Errorf("encoding % x: the last slice should carry no count", a)
 		}
-		rawI, _ := newPlanCodec[lastInts]("raw", true)
+		rawI, _ := newPlanCodec[lastInts]("raw", littleEndian)
 		portableI, _ := newPlanCodec[lastInts]("portable", false)
 		vi := lastInts{A: 1, Ints: []int16{-1, 2}}
 		a = checkCodec(t, rawI, vi)
@@ -234,7 +234,7 @@ func TestStructPortableLayout(t *testing.T) {
 		}
 	})
 	t.Run("numeric", func(t *testing.T) {
-		raw, _ := newPlanCodec[numeric]("raw", true)
+		raw, _ := newPlanCodec[numeric]("raw", littleEndian)
 		portable, _ := newPlanCodec[numeric]("portable", false)
 		v := numeric{A: 1, B: 2, c: 3, D: 4, E: 5, F: 6, G: 7, H: 8, I: 9, J: 10, K: 11, L: [3]int16{12, 13, 14}}
 		a, _ := raw.Append(nil, v)
@@ -268,12 +268,12 @@ func TestStructDecodeErrors(t *testing.T) {
 		{"bad bool", decodeWith[withString](), "01000000" + "00" + "07", "codec.Struct[codec.withString]: field B: malformed input: bool byte 7 is neither 0 nor 1"},
 		{"trailing bytes", decodeWith[withString](), "01000000" + "00" + "01" + "9999", "codec.Struct[codec.withString]: malformed input: 2 trailing bytes"},
 		{"truncated int", decodeWith[withString](), "0100", "codec.Struct[codec.withString]: field A: malformed input: truncated: want 4 bytes, have 2"},
-		{"raw slice count too big", decodeWith[withSlice](), "02" + "0000000000000000", "codec.Struct[codec.withSlice]: field Items: malformed input: truncated: 2 elements of 16 bytes, have 8 bytes"},
-		{"huge count", decodeWith[withSlice](), "00" + "ffffffff07" + "00", "codec.Struct[codec.withSlice]: field Names: malformed input: truncated: 2147483647 elements in 1 bytes"},
+		{"raw slice count too big", decodeWith[withSlice](), "02" + "0000000000000000", "codec.Struct[codec.withSlice]: field Items: malformed input: truncated: 2 elements of 16 bytes or more, have 8 bytes"},
+		{"huge count", decodeWith[withSlice](), "00" + "ffffffff07" + "00", "codec.Struct[codec.withSlice]: field Names: malformed input: truncated: 2147483647 elements of 1 bytes or more, have 1 bytes"},
 		{"element error has index", decodeWith[withSlice](), "00" + "02" + "0161" + "05" + "00", "codec.Struct[codec.withSlice]: field Names[1]: malformed input: truncated: want 5 bytes, have 1"},
 		{"binary field", decodeWith[struct{ T time.Time }](), "01" + "ff", "codec.Struct[struct { T time.Time }]: field T: malformed input: UnmarshalBinary failed: Time.UnmarshalBinary: unsupported version"},
 		{"raw rest not whole", decodeWith[struct{ A []uint32 }](), "010203", "codec.Struct[struct { A []uint32 }]: field A: malformed input: 3 bytes is not a whole number of 4-byte elements"},
-		{"nested element error", decodeWith[node](), "00000000" + "02" + "00000000" + "00" + "00000000" + "03" + "0000", "codec.Struct[codec.node]: field Kids[1].Kids: malformed input: truncated: 3 elements in 2 bytes"},
+		{"nested element error", decodeWith[node](), "00000000" + "02" + "00000000" + "00" + "00000000" + "03" + "0000", "codec.Struct[codec.node]: field Kids[1].Kids: malformed input: truncated: 3 elements of 5 bytes or more, have 2 bytes"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -308,6 +308,7 @@ func TestStructDecodeMemoryBound(t *testing.T) {
 	type r struct{ H []hugeBinary }
 	c := MustStruct[r]()
 	checkRoundTrip(t, c, r{H: make([]hugeBinary, 3)})
+	checkRoundTrip(t, c, r{H: make([]hugeBinary, 15)})      // 1 MB in memory from 31 bytes: within the slack
 	src, _ := c.Append(nil, r{H: make([]hugeBinary, 1000)}) // 2 kB on the wire, 64 MB in memory
 	var v r
 	err := c.Decode(src, &v)
@@ -323,7 +324,7 @@ func TestIntOverflowOn32Bit(t *testing.T) {
 	var s struct{ I int }
 	serr := MustStruct[struct{ I int }]().Decode(big, &s)
 	if strconv.IntSize == 64 {
-		if err != nil || v != 1<<32 || serr != nil || s.I != 1<<32 {
+		if err != nil || int64(v) != 1<<32 || serr != nil || int64(s.I) != 1<<32 {
 			t.Errorf("64-bit: %v %v %v %v", v, err, s.I, serr)
 		}
 		return

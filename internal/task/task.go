@@ -1,0 +1,677 @@
+// Package task runs one subtask: it owns the lifecycle of an attempt (deploying → initializing → running →
+// finished | canceling → canceled | failed), creates its result partitions and input channels, and drives its
+// operator chain from a single goroutine, the mailbox loop, which takes records from the input gate (or polls
+// the source), control mails, and the output flush timer in turn.
+//
+// The chain itself is typed code built by internal/operator behind the Chain interface; this package sees
+// bytes, buffers and events only. It must not import the public runnel package, the graph translation, the
+// scheduler or the job master; it reports state changes through a callback.
+package task
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/runnel-dev/runnel/internal/ident"
+	"github.com/runnel-dev/runnel/internal/network"
+)
+
+// State is the lifecycle state of a task attempt.
+type State int32
+
+const (
+	Created State = iota
+	Deploying
+	Initializing
+	Running
+	Finished
+	Canceling
+	Canceled
+	Failed
+)
+
+var stateNames = [...]string{"CREATED", "DEPLOYING", "INITIALIZING", "RUNNING", "FINISHED", "CANCELING", "CANCELED", "FAILED"}
+
+func (s State) String() string {
+	if int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return fmt.Sprintf("state(%d)", int32(s))
+}
+
+// Terminal reports whether the state is final.
+func (s State) Terminal() bool { return s == Finished || s == Canceled || s == Failed }
+
+// SourceStatus is what a source poll says about its input.
+type SourceStatus int
+
+const (
+	// MoreAvailable: poll again right away.
+	MoreAvailable SourceStatus = iota
+	// NothingAvailable: wait for the source's availability channel.
+	NothingAvailable
+	// EndOfInput: the source is exhausted.
+	EndOfInput
+)
+
+// Chain is one subtask's operator chain, built by the operator layer.
+type Chain interface {
+	// Open opens the operators (tail first, so that downstream operators are ready first).
+	Open() error
+	// ProcessRecord hands one serialized record from network input `input` to the chain. Errors deep in the
+	// chain unwind as a panic carrying a *Failure, which the task recovers.
+	ProcessRecord(input int, rec []byte) error
+	// IsSource reports whether the head is a source; then PollSource drives it.
+	IsSource() bool
+	// PollSource lets the source emit a batch of records.
+	PollSource() (SourceStatus, error)
+	// SourceAvailable returns a channel that is ready when a source that said NothingAvailable has more.
+	SourceAvailable() <-chan struct{}
+	// EndInput tells the chain that all input has ended (bounded input), before Close.
+	EndInput() error
+	// Close releases the operators' resources. It is always called once Open was attempted.
+	Close() error
+}
+
+// Failure is panicked by chain code to abort the task with an error (a user function's error, a codec
+// error, cancellation while blocked on output).
+type Failure struct{ Err error }
+
+func (f *Failure) Error() string { return f.Err.Error() }
+func (f *Failure) Unwrap() error { return f.Err }
+
+// Abort unwinds the chain with err; the task fails (or, for cancellation, stops) with it.
+func Abort(err error) { panic(&Failure{Err: err}) }
+
+// Info describes the subtask to its operators.
+type Info struct {
+	JobName        string
+	VertexName     string
+	Attempt        ident.Attempt
+	Parallelism    int
+	MaxParallelism int
+	TaskManager    string
+}
+
+// Name formats the subtask as people read it: "tokenize -> count [1/2] #0".
+func (i Info) Name() string {
+	return fmt.Sprintf("%s [%d/%d] #%d", i.VertexName, i.Attempt.Index+1, i.Parallelism, i.Attempt.Number)
+}
+
+// Runtime is what a chain factory gets to build the chain.
+type Runtime struct {
+	Info Info
+	// Outputs holds one result partition per output edge, in the vertex's output order.
+	Outputs []*network.ResultPartition
+	// FlushEveryRecord asks record writers to flush after each record (buffer timeout 0).
+	FlushEveryRecord bool
+	// Counters are the task's record counters; the chain adds to the task-goroutine-owned fields.
+	Counters *Counters
+	// Cancel is closed when the task is cancelled; blocking operations in operators must watch it.
+	Cancel <-chan struct{}
+	Logger *slog.Logger
+}
+
+// ChainFactory builds a subtask's chain.
+type ChainFactory func(rt *Runtime) (Chain, error)
+
+// Counters count records through a task. In and Out are written only by the task goroutine, without
+// atomics; Publish copies them to the atomic fields that other goroutines read.
+type Counters struct {
+	In, Out                 uint64
+	publishedIn, publishOut atomic.Uint64
+}
+
+// Publish makes the current counts visible to readers.
+func (c *Counters) Publish() {
+	c.publishedIn.Store(c.In)
+	c.publishOut.Store(c.Out)
+}
+
+// Snapshot returns the last published counts.
+func (c *Counters) Snapshot() (in, out uint64) { return c.publishedIn.Load(), c.publishOut.Load() }
+
+// OutputSpec describes one result partition the task produces.
+type OutputSpec struct {
+	Result        ident.ResultID
+	Subpartitions int
+	Reconnectable bool
+}
+
+// ChannelSpec describes one input channel: which subpartition of which partition, and where it lives.
+type ChannelSpec struct {
+	Partition    ident.PartitionID
+	Subpartition int
+	// Local channels read from this TaskManager's partition manager; others connect to Address.
+	Local   bool
+	Address string
+}
+
+// InputSpec lists the channels of one input edge, in channel order.
+type InputSpec struct {
+	Channels []ChannelSpec
+}
+
+// Config is a task deployment descriptor.
+type Config struct {
+	Info    Info
+	Outputs []OutputSpec
+	Inputs  []InputSpec
+	Chain   ChainFactory
+	// BufferTimeout: > 0 flush partly filled buffers at this interval; 0 flush after every record; < 0 only
+	// when full.
+	BufferTimeout time.Duration
+	MaxRecordSize int
+	// CreditsPerChannel is the number of buffers each input channel may hold (its initial credit).
+	CreditsPerChannel int
+	// ConnectTimeout bounds how long the task waits for its producers' partitions to appear.
+	ConnectTimeout time.Duration
+}
+
+// Update reports a state change of a task attempt.
+type Update struct {
+	Attempt ident.Attempt
+	State   State
+	Err     error
+}
+
+// RemoteConnector opens a channel to a partition on another TaskManager.
+type RemoteConnector func(ctx context.Context, spec ChannelSpec, owner ident.Attempt, pool *network.BufferPool, credits int, notify func()) (network.InputChannel, error)
+
+// Env is what the hosting TaskManager provides.
+type Env struct {
+	Partitions    *network.PartitionManager
+	Memory        *network.NetworkMemory
+	ConnectRemote RemoteConnector
+	Logger        *slog.Logger
+	// Report receives every state change; it must not block for long.
+	Report func(Update)
+}
+
+// Task is one attempt of one subtask.
+type Task struct {
+	cfg      Config
+	env      Env
+	log      *slog.Logger
+	state    atomic.Int32
+	cancel   chan struct{}
+	once     sync.Once
+	done     chan struct{}
+	counters Counters
+	mail     chan func()
+	err      error
+}
+
+// New makes a task in state Created.
+func New(cfg Config, env Env) *Task {
+	if cfg.CreditsPerChannel <= 0 {
+		cfg.CreditsPerChannel = 2
+	}
+	if cfg.ConnectTimeout <= 0 {
+		cfg.ConnectTimeout = 30 * time.Second
+	}
+	lg := env.Logger
+	if lg == nil {
+		lg = slog.Default()
+	}
+	t := &Task{cfg: cfg, env: env, cancel: make(chan struct{}), done: make(chan struct{}), mail: make(chan func(), 16),
+		log: lg.With("task", cfg.Info.Name())}
+	return t
+}
+
+// Info returns the task's description.
+func (t *Task) Info() Info { return t.cfg.Info }
+
+// State returns the current state.
+func (t *Task) State() State { return State(t.state.Load()) }
+
+// Counters returns the task's record counters.
+func (t *Task) Counters() *Counters { return &t.counters }
+
+// Done is closed when the task reached a terminal state.
+func (t *Task) Done() <-chan struct{} { return t.done }
+
+// Err returns the failure cause once the task failed.
+func (t *Task) Err() error {
+	<-t.done
+	return t.err
+}
+
+// Cancel asks the task to stop; it ends in Canceled unless it already finished or failed.
+func (t *Task) Cancel() {
+	t.once.Do(func() { close(t.cancel) })
+}
+
+// Mail runs f in the task goroutine between records. It returns false if the task is not accepting mail.
+func (t *Task) Mail(f func()) bool {
+	select {
+	case t.mail <- f:
+		return true
+	case <-t.done:
+		return false
+	}
+}
+
+func (t *Task) setState(s State, err error) {
+	t.state.Store(int32(s))
+	if t.env.Report != nil {
+		t.env.Report(Update{Attempt: t.cfg.Info.Attempt, State: s, Err: err})
+	}
+}
+
+func (t *Task) canceled() bool {
+	select {
+	case <-t.cancel:
+		return true
+	default:
+		return false
+	}
+}
+
+// Run executes the task to a terminal state. It is called once, on the goroutine the TaskManager owns for it.
+func (t *Task) Run() {
+	r := &run{t: t}
+	err := r.execute()
+	r.cleanup(err)
+	final := Finished
+	switch {
+	case err == nil:
+	case t.canceled() && (errors.Is(err, network.ErrCanceled) || errors.Is(err, errCanceled)):
+		final, err = Canceled, nil
+	case t.canceled():
+		// Failures caused by the cancellation itself (a released partition, a closed connection) are not
+		// the task's fault.
+		final, err = Canceled, nil
+	default:
+		final = Failed
+		err = fmt.Errorf("task %s failed: %w", t.cfg.Info.Name(), err)
+	}
+	t.err = err
+	t.counters.Publish()
+	if err != nil {
+		t.log.Error("task failed", "err", err)
+	}
+	t.setState(final, err)
+	close(t.done)
+}
+
+var errCanceled = errors.New("task canceled")
+
+// run holds the resources of one execution.
+type run struct {
+	t          *Task
+	outPool    *network.BufferPool
+	inPool     *network.BufferPool
+	outputs    []*network.ResultPartition
+	gate       *network.InputGate
+	chanInput  []int // channel index -> input index
+	decoders   []*network.RecordDecoder
+	ended      []bool
+	endedCount int
+	chain      Chain
+	opened     bool
+}
+
+func (r *run) execute() (err error) {
+	t := r.t
+	defer func() {
+		if p := recover(); p != nil {
+			err = panicError(p)
+		}
+	}()
+	t.setState(Deploying, nil)
+	if err := r.setupOutputs(); err != nil {
+		return err
+	}
+	t.setState(Initializing, nil)
+	if err := r.setupInputs(); err != nil {
+		return err
+	}
+	rt := &Runtime{Info: t.cfg.Info, Outputs: r.outputs, FlushEveryRecord: t.cfg.BufferTimeout == 0,
+		Counters: &t.counters, Cancel: t.cancel, Logger: t.log}
+	chain, err := t.cfg.Chain(rt)
+	if err != nil {
+		return fmt.Errorf("build operator chain: %w", err)
+	}
+	r.chain = chain
+	r.opened = true
+	if err := chain.Open(); err != nil {
+		return fmt.Errorf("open operators: %w", err)
+	}
+	if t.canceled() {
+		return errCanceled
+	}
+	t.setState(Running, nil)
+	if chain.IsSource() {
+		err = r.sourceLoop()
+	} else {
+		err = r.inputLoop()
+	}
+	if err != nil {
+		return err
+	}
+	if err := chain.EndInput(); err != nil {
+		return fmt.Errorf("end of input: %w", err)
+	}
+	for _, p := range r.outputs {
+		if err := p.Finish(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *run) setupOutputs() error {
+	t := r.t
+	if len(t.cfg.Outputs) == 0 {
+		return nil
+	}
+	n := 0
+	for _, o := range t.cfg.Outputs {
+		n += 2*o.Subpartitions + 1
+	}
+	pool, err := t.env.Memory.NewPool(t.cfg.Info.Name()+" output", n)
+	if err != nil {
+		return fmt.Errorf("deploy: %w", err)
+	}
+	r.outPool = pool
+	for _, o := range t.cfg.Outputs {
+		id := ident.PartitionID{Result: o.Result, Producer: t.cfg.Info.Attempt}
+		p, err := network.NewResultPartition(id, network.PartitionOptions{
+			Subpartitions: o.Subpartitions, Reconnectable: o.Reconnectable, MaxRecordSize: t.cfg.MaxRecordSize,
+		}, pool, t.cancel)
+		if err != nil {
+			return err
+		}
+		if err := t.env.Partitions.Register(p); err != nil {
+			return err
+		}
+		r.outputs = append(r.outputs, p)
+	}
+	return nil
+}
+
+func (r *run) setupInputs() error {
+	t := r.t
+	total, remote := 0, 0
+	for _, in := range t.cfg.Inputs {
+		total += len(in.Channels)
+		for _, c := range in.Channels {
+			if !c.Local {
+				remote++
+			}
+		}
+	}
+	if total == 0 {
+		return nil
+	}
+	credits := t.cfg.CreditsPerChannel
+	if remote > 0 {
+		pool, err := t.env.Memory.NewPool(t.cfg.Info.Name()+" input", remote*credits)
+		if err != nil {
+			return fmt.Errorf("deploy: %w", err)
+		}
+		r.inPool = pool
+	}
+	r.gate = network.NewInputGate(total)
+	ctx, cancel := context.WithTimeout(context.Background(), t.cfg.ConnectTimeout)
+	defer cancel()
+	// Connecting may wait for producers that are not deployed yet; cancellation must cut that short.
+	go func() {
+		select {
+		case <-t.cancel:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	idx := 0
+	for input, in := range t.cfg.Inputs {
+		for _, c := range in.Channels {
+			ch, err := r.connect(ctx, c, idx, credits)
+			if err != nil {
+				return fmt.Errorf("connect input %d channel to %s[%d]: %w", input, c.Partition, c.Subpartition, err)
+			}
+			r.gate.SetChannel(idx, ch)
+			r.chanInput = append(r.chanInput, input)
+			r.decoders = append(r.decoders, network.NewRecordDecoder(t.cfg.MaxRecordSize))
+			idx++
+		}
+	}
+	r.ended = make([]bool, total)
+	return nil
+}
+
+// connect opens one channel, waiting for a local producer that is not deployed yet.
+func (r *run) connect(ctx context.Context, c ChannelSpec, idx, credits int) (network.InputChannel, error) {
+	t := r.t
+	owner := t.cfg.Info.Attempt
+	notify := r.gate.Notifier(idx)
+	if !c.Local {
+		return t.env.ConnectRemote(ctx, c, owner, r.inPool, credits, notify)
+	}
+	backoff := time.Millisecond
+	for {
+		v, err := t.env.Partitions.CreateView(c.Partition, c.Subpartition, owner, credits, notify)
+		if err == nil {
+			return network.NewLocalInputChannel(v), nil
+		}
+		if !errors.Is(err, network.ErrPartitionNotFound) {
+			return nil, err
+		}
+		timer := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			if t.canceled() {
+				return nil, errCanceled
+			}
+			return nil, fmt.Errorf("%w (gave up after %s)", err, t.cfg.ConnectTimeout)
+		case <-timer.C:
+		}
+		if backoff < 100*time.Millisecond {
+			backoff *= 2
+		}
+	}
+}
+
+func (r *run) flushAll() {
+	for _, p := range r.outputs {
+		p.FlushAll()
+	}
+}
+
+func (r *run) ticker() (<-chan time.Time, func()) {
+	if d := r.t.cfg.BufferTimeout; d > 0 && len(r.outputs) > 0 {
+		tk := time.NewTicker(d)
+		return tk.C, tk.Stop
+	}
+	return nil, func() {}
+}
+
+func (r *run) sourceLoop() error {
+	t := r.t
+	tick, stop := r.ticker()
+	defer stop()
+	flushEach := t.cfg.BufferTimeout == 0
+	for {
+		select {
+		case f := <-t.mail:
+			f()
+		case <-tick:
+			r.flushAll()
+			t.counters.Publish()
+		case <-t.cancel:
+			return errCanceled
+		default:
+		}
+		st, err := r.chain.PollSource()
+		if err != nil {
+			return fmt.Errorf("source: %w", err)
+		}
+		if flushEach {
+			r.flushAll()
+		}
+		switch st {
+		case EndOfInput:
+			return nil
+		case NothingAvailable:
+			r.flushAll()
+			t.counters.Publish()
+			select {
+			case <-r.chain.SourceAvailable():
+			case f := <-t.mail:
+				f()
+			case <-tick:
+				t.counters.Publish()
+			case <-t.cancel:
+				return errCanceled
+			}
+		}
+	}
+}
+
+func (r *run) inputLoop() error {
+	t := r.t
+	tick, stop := r.ticker()
+	defer stop()
+	flushEach := t.cfg.BufferTimeout == 0
+	for {
+		select {
+		case f := <-t.mail:
+			f()
+		case <-tick:
+			r.flushAll()
+			t.counters.Publish()
+		case <-t.cancel:
+			return errCanceled
+		default:
+		}
+		idx, buf, err := r.gate.Next()
+		if err != nil {
+			return fmt.Errorf("input channel %d: %w", idx, err)
+		}
+		if buf == nil {
+			t.counters.Publish()
+			select {
+			case <-r.gate.Wake():
+			case f := <-t.mail:
+				f()
+			case <-tick:
+				r.flushAll()
+			case <-t.cancel:
+				return errCanceled
+			}
+			continue
+		}
+		done, err := r.processBuffer(idx, buf)
+		if err != nil {
+			return err
+		}
+		if flushEach {
+			r.flushAll()
+		}
+		if done {
+			return nil
+		}
+	}
+}
+
+// processBuffer handles one buffer of channel idx and recycles it. It returns true once every channel ended.
+func (r *run) processBuffer(idx int, buf *network.Buffer) (bool, error) {
+	defer r.gate.Recycle(idx, buf)
+	if buf.Kind == network.KindEvent {
+		ev, err := network.DecodeEvent(buf.Payload())
+		if err != nil {
+			return false, fmt.Errorf("input channel %d: %w", idx, err)
+		}
+		switch ev.Type {
+		case network.EventEndOfPartition:
+			if r.decoders[idx].InRecord() {
+				return false, fmt.Errorf("input channel %d: %w: end of partition inside a record", idx, network.ErrCorrupt)
+			}
+			if !r.ended[idx] {
+				r.ended[idx] = true
+				r.endedCount++
+			}
+			return r.endedCount == len(r.ended), nil
+		default:
+			// Barriers and cancel markers are handled by the checkpointing layer; until checkpointing is
+			// enabled nothing sends them.
+			return false, fmt.Errorf("input channel %d: unexpected %s event", idx, ev.Type)
+		}
+	}
+	dec := r.decoders[idx]
+	if _, err := dec.SetBuffer(buf); err != nil {
+		return false, fmt.Errorf("input channel %d: %w", idx, err)
+	}
+	input := r.chanInput[idx]
+	c := &r.t.counters
+	for {
+		rec, err := dec.Next()
+		if err != nil {
+			return false, fmt.Errorf("input channel %d: %w", idx, err)
+		}
+		if rec == nil {
+			return false, nil
+		}
+		c.In++
+		if err := r.chain.ProcessRecord(input, rec); err != nil {
+			return false, err
+		}
+	}
+}
+
+func (r *run) cleanup(runErr error) {
+	t := r.t
+	if r.opened && r.chain != nil {
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					t.log.Error("operator close panicked", "panic", p)
+				}
+			}()
+			if err := r.chain.Close(); err != nil && runErr == nil {
+				t.log.Warn("close operators", "err", err)
+			}
+		}()
+	}
+	if r.gate != nil {
+		r.gate.Release()
+	}
+	for _, p := range r.outputs {
+		p.Close()
+		if runErr != nil {
+			// A failed or cancelled producer's partitions are gone: consumers must not wait on them.
+			t.env.Partitions.Release(p.ID())
+		}
+	}
+	if r.inPool != nil {
+		r.inPool.Destroy()
+	}
+	if r.outPool != nil {
+		r.outPool.Destroy()
+	}
+}
+
+// panicError turns a recovered panic into an error: a *Failure keeps its cause, anything else (a panic in
+// user code) becomes an error with the panic value and the stack.
+func panicError(p any) error {
+	if f, ok := p.(*Failure); ok {
+		return f.Err
+	}
+	return &PanicError{Value: p, Stack: string(debug.Stack())}
+}
+
+// PanicError is a panic in operator code, recovered by the task.
+type PanicError struct {
+	Value any
+	Stack string
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v", e.Value) }
