@@ -1,0 +1,398 @@
+// Package connector holds Runnel's built-in sources and sinks: a deterministic data generator, a collection
+// source, a line-based text file source and sink, a print sink, and a collect sink for tests.
+//
+// Connectors are written against the public runnel API only, like a user's own would be; they must not
+// import Runnel's internal packages.
+package connector
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/runnel-dev/runnel"
+)
+
+// batch is how many records a reader emits per poll; the task handles control messages between polls.
+const batch = 512
+
+// Collection returns a source over items. With parallelism p, subtask i emits the items whose index is i
+// modulo p, in order.
+func Collection[T any](items []T) runnel.Source[T] { return &collection[T]{items: items} }
+
+type collection[T any] struct{ items []T }
+
+func (c *collection[T]) CreateReader(ctx runnel.RuntimeContext) (runnel.SourceReader[T], error) {
+	return &collectionReader[T]{items: c.items, next: ctx.SubtaskIndex(), step: ctx.Parallelism()}, nil
+}
+
+type collectionReader[T any] struct {
+	items      []T
+	next, step int
+}
+
+func (r *collectionReader[T]) PollNext(out runnel.Collector[T]) (runnel.InputStatus, error) {
+	for i := 0; i < batch && r.next < len(r.items); i++ {
+		out.Collect(r.items[r.next])
+		r.next += r.step
+	}
+	if r.next >= len(r.items) {
+		return runnel.EndOfInput, nil
+	}
+	return runnel.MoreAvailable, nil
+}
+
+func (r *collectionReader[T]) Available() <-chan struct{} { return nil }
+func (r *collectionReader[T]) Close() error               { return nil }
+
+// GeneratorOptions configure a Generator.
+type GeneratorOptions struct {
+	// RecordsPerSubtask bounds the records each subtask emits; 0 means unbounded.
+	RecordsPerSubtask uint64
+	// TotalRecords, if set, is split over the subtasks (the first TotalRecords % p get one more); it
+	// overrides RecordsPerSubtask.
+	TotalRecords uint64
+	// RatePerSubtask limits records per second per subtask; 0 means as fast as possible.
+	RatePerSubtask float64
+}
+
+// Generator returns a deterministic source: subtask i calls fn(i, seq) for seq = 0, 1, 2, ... and emits the
+// results, so a consumer can see gaps and duplicates per subtask.
+func Generator[T any](fn func(subtask int, seq uint64) T, opts GeneratorOptions) runnel.Source[T] {
+	return &generator[T]{fn: fn, opts: opts}
+}
+
+type generator[T any] struct {
+	fn   func(int, uint64) T
+	opts GeneratorOptions
+}
+
+func (g *generator[T]) CreateReader(ctx runnel.RuntimeContext) (runnel.SourceReader[T], error) {
+	if g.fn == nil {
+		return nil, errors.New("generator: nil function")
+	}
+	if g.opts.RatePerSubtask < 0 {
+		return nil, fmt.Errorf("generator: negative rate %v", g.opts.RatePerSubtask)
+	}
+	r := &generatorReader[T]{fn: g.fn, subtask: ctx.SubtaskIndex(), limit: g.opts.RecordsPerSubtask, rate: g.opts.RatePerSubtask}
+	if t := g.opts.TotalRecords; t > 0 {
+		p := uint64(ctx.Parallelism())
+		r.limit = t / p
+		if uint64(ctx.SubtaskIndex()) < t%p {
+			r.limit++
+		}
+		if r.limit == 0 {
+			r.done = true
+		}
+	}
+	return r, nil
+}
+
+type generatorReader[T any] struct {
+	fn      func(int, uint64) T
+	subtask int
+	seq     uint64
+	limit   uint64
+	done    bool
+	rate    float64
+	start   time.Time
+	timer   *time.Timer
+	wake    chan struct{}
+}
+
+func (r *generatorReader[T]) PollNext(out runnel.Collector[T]) (runnel.InputStatus, error) {
+	if r.done {
+		return runnel.EndOfInput, nil
+	}
+	n := uint64(batch)
+	if r.rate > 0 {
+		if r.start.IsZero() {
+			r.start = time.Now()
+		}
+		due := uint64(time.Since(r.start).Seconds()*r.rate) + 1
+		if due <= r.seq {
+			r.arm(time.Duration(float64(r.seq-due+1) / r.rate * float64(time.Second)))
+			return runnel.NothingAvailable, nil
+		}
+		n = min(n, due-r.seq)
+	}
+	if r.limit > 0 {
+		n = min(n, r.limit-r.seq)
+	}
+	for i := uint64(0); i < n; i++ {
+		out.Collect(r.fn(r.subtask, r.seq))
+		r.seq++
+	}
+	if r.limit > 0 && r.seq >= r.limit {
+		r.done = true
+		return runnel.EndOfInput, nil
+	}
+	return runnel.MoreAvailable, nil
+}
+
+// arm makes Available ready after d.
+func (r *generatorReader[T]) arm(d time.Duration) {
+	if r.wake == nil {
+		r.wake = make(chan struct{}, 1)
+	}
+	if r.timer == nil {
+		r.timer = time.AfterFunc(d, func() {
+			select {
+			case r.wake <- struct{}{}:
+			default:
+			}
+		})
+		return
+	}
+	r.timer.Reset(d)
+}
+
+func (r *generatorReader[T]) Available() <-chan struct{} { return r.wake }
+
+func (r *generatorReader[T]) Close() error {
+	if r.timer != nil {
+		r.timer.Stop()
+	}
+	return nil
+}
+
+// TextFile returns a source of the lines of a UTF-8 text file (without line terminators). The file is split
+// into byte ranges, one per subtask; a line belongs to the subtask whose range holds its first byte.
+func TextFile(path string) runnel.Source[string] { return &textFile{path: path} }
+
+type textFile struct{ path string }
+
+func (s *textFile) CreateReader(ctx runnel.RuntimeContext) (runnel.SourceReader[string], error) {
+	f, err := os.Open(s.path)
+	if err != nil {
+		return nil, fmt.Errorf("text file source: %w", err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("text file source: %w", err)
+	}
+	p, i := int64(ctx.Parallelism()), int64(ctx.SubtaskIndex())
+	start, end := st.Size()*i/p, st.Size()*(i+1)/p
+	r := &textReader{f: f, end: end, pos: start}
+	if start > 0 {
+		// The line that began in the previous range belongs to it: resume after the first newline at or
+		// after start-1.
+		if _, err := f.Seek(start-1, io.SeekStart); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("text file source: %w", err)
+		}
+		r.pos = start - 1
+	}
+	r.br = bufio.NewReaderSize(f, 64<<10)
+	for start > 0 {
+		chunk, err := r.br.ReadSlice('\n')
+		r.pos += int64(len(chunk))
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if err == io.EOF {
+			r.pos = end
+		} else if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("text file source: %w", err)
+		}
+		break
+	}
+	return r, nil
+}
+
+type textReader struct {
+	f        *os.File
+	br       *bufio.Reader
+	pos, end int64
+}
+
+func (r *textReader) PollNext(out runnel.Collector[string]) (runnel.InputStatus, error) {
+	for i := 0; i < batch; i++ {
+		if r.pos >= r.end {
+			return runnel.EndOfInput, nil
+		}
+		line, err := r.br.ReadString('\n')
+		if len(line) > 0 {
+			r.pos += int64(len(line))
+			n := len(line)
+			if line[n-1] == '\n' {
+				n--
+				if n > 0 && line[n-1] == '\r' {
+					n--
+				}
+			}
+			out.Collect(line[:n])
+		}
+		if err == io.EOF {
+			r.pos = r.end
+			return runnel.EndOfInput, nil
+		}
+		if err != nil {
+			return runnel.EndOfInput, fmt.Errorf("text file source: %w", err)
+		}
+	}
+	return runnel.MoreAvailable, nil
+}
+
+func (r *textReader) Available() <-chan struct{} { return nil }
+func (r *textReader) Close() error               { return r.f.Close() }
+
+// TextFileSink writes one line per record, formatted by format, to path (parallelism 1) or to path-N for
+// subtask N (parallelism > 1). Lines go to a temporary file that replaces the target at end of input, so a
+// failed job never leaves a half-written output behind.
+func TextFileSink[T any](path string, format func(T) string) runnel.Sink[T] {
+	return &textSink[T]{path: path, format: format}
+}
+
+type textSink[T any] struct {
+	path   string
+	format func(T) string
+}
+
+func (s *textSink[T]) CreateWriter(ctx runnel.RuntimeContext) (runnel.SinkWriter[T], error) {
+	if s.format == nil {
+		return nil, errors.New("text file sink: nil format function")
+	}
+	target := s.path
+	if ctx.Parallelism() > 1 {
+		target = fmt.Sprintf("%s-%d", s.path, ctx.SubtaskIndex())
+	}
+	tmp := fmt.Sprintf("%s.inprogress.%d", target, ctx.Attempt())
+	f, err := os.Create(tmp)
+	if err != nil {
+		return nil, fmt.Errorf("text file sink: %w", err)
+	}
+	return &textWriter[T]{f: f, w: bufio.NewWriterSize(f, 64<<10), tmp: tmp, target: target, format: s.format}, nil
+}
+
+type textWriter[T any] struct {
+	f           *os.File
+	w           *bufio.Writer
+	tmp, target string
+	format      func(T) string
+	committed   bool
+}
+
+func (w *textWriter[T]) Write(v T) error {
+	w.w.WriteString(w.format(v))
+	return w.w.WriteByte('\n')
+}
+
+func (w *textWriter[T]) Flush() error {
+	if err := w.w.Flush(); err != nil {
+		return fmt.Errorf("text file sink %s: %w", w.target, err)
+	}
+	if err := w.f.Sync(); err != nil {
+		return fmt.Errorf("text file sink %s: %w", w.target, err)
+	}
+	if err := os.Rename(w.tmp, w.target); err != nil {
+		return fmt.Errorf("text file sink: %w", err)
+	}
+	w.committed = true
+	return nil
+}
+
+func (w *textWriter[T]) Close() error {
+	err := w.f.Close()
+	if !w.committed {
+		os.Remove(w.tmp)
+	}
+	return err
+}
+
+// Print returns a sink that writes each record to standard output as "subtask> record", like Flink's
+// print().
+func Print[T any]() runnel.Sink[T] { return &printSink[T]{w: os.Stdout} }
+
+// PrintTo is Print writing to w (shared by all subtasks, which take turns).
+func PrintTo[T any](w io.Writer) runnel.Sink[T] { return &printSink[T]{w: w} }
+
+type printSink[T any] struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *printSink[T]) CreateWriter(ctx runnel.RuntimeContext) (runnel.SinkWriter[T], error) {
+	prefix := ""
+	if ctx.Parallelism() > 1 {
+		prefix = fmt.Sprintf("%d> ", ctx.SubtaskIndex()+1)
+	}
+	return &printWriter[T]{s: s, prefix: prefix}, nil
+}
+
+type printWriter[T any] struct {
+	s      *printSink[T]
+	prefix string
+}
+
+func (w *printWriter[T]) Write(v T) error {
+	w.s.mu.Lock()
+	defer w.s.mu.Unlock()
+	_, err := fmt.Fprintf(w.s.w, "%s%v\n", w.prefix, v)
+	return err
+}
+
+func (w *printWriter[T]) Flush() error { return nil }
+func (w *printWriter[T]) Close() error { return nil }
+
+// Collect is a sink that keeps every record in memory, for tests and small results.
+type Collect[T any] struct {
+	mu      sync.Mutex
+	records []T
+}
+
+// NewCollect makes an empty collect sink.
+func NewCollect[T any]() *Collect[T] { return &Collect[T]{} }
+
+// Records returns a copy of the records collected so far, in arrival order.
+func (c *Collect[T]) Records() []T {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]T(nil), c.records...)
+}
+
+// CreateWriter implements runnel.Sink.
+func (c *Collect[T]) CreateWriter(runnel.RuntimeContext) (runnel.SinkWriter[T], error) {
+	return &collectWriter[T]{c: c}, nil
+}
+
+type collectWriter[T any] struct {
+	c   *Collect[T]
+	buf []T
+}
+
+func (w *collectWriter[T]) Write(v T) error {
+	w.buf = append(w.buf, v)
+	if len(w.buf) >= 1024 {
+		w.flush()
+	}
+	return nil
+}
+
+func (w *collectWriter[T]) flush() {
+	w.c.mu.Lock()
+	w.c.records = append(w.c.records, w.buf...)
+	w.c.mu.Unlock()
+	w.buf = w.buf[:0]
+}
+
+func (w *collectWriter[T]) Flush() error { w.flush(); return nil }
+func (w *collectWriter[T]) Close() error { return nil }
+
+// Discard is a sink that drops every record (benchmarks).
+func Discard[T any]() runnel.Sink[T] { return discard[T]{} }
+
+type discard[T any] struct{}
+
+func (discard[T]) CreateWriter(runnel.RuntimeContext) (runnel.SinkWriter[T], error) {
+	return discard[T]{}, nil
+}
+func (discard[T]) Write(T) error { return nil }
+func (discard[T]) Flush() error  { return nil }
+func (discard[T]) Close() error  { return nil }

@@ -1,0 +1,192 @@
+package runnel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/runnel-dev/runnel/internal/cluster"
+	"github.com/runnel-dev/runnel/internal/graph"
+	"github.com/runnel-dev/runnel/internal/jobmaster"
+	"github.com/runnel-dev/runnel/internal/operator"
+)
+
+// JobResult describes a job run; its JSON form is the `--report` contract of the runnel command (fields are
+// only ever added, never renamed).
+type JobResult struct {
+	Job        string         `json:"job"`
+	Status     string         `json:"status"`
+	Error      string         `json:"error"`
+	WallMillis int64          `json:"wall_ms"`
+	Vertices   []VertexResult `json:"vertices"`
+}
+
+// VertexResult describes one task (a chain of operators) of the job.
+type VertexResult struct {
+	Name        string          `json:"name"`
+	Operators   []string        `json:"operators"`
+	Parallelism int             `json:"parallelism"`
+	Inputs      []InputResult   `json:"inputs"`
+	RecordsIn   uint64          `json:"records_in"`
+	RecordsOut  uint64          `json:"records_out"`
+	Subtasks    []SubtaskResult `json:"subtasks"`
+}
+
+// InputResult describes one input edge of a vertex.
+type InputResult struct {
+	From    string `json:"from"`
+	Pattern string `json:"pattern"`
+}
+
+// SubtaskResult describes one parallel instance of a vertex.
+type SubtaskResult struct {
+	Index       int    `json:"index"`
+	Attempt     int    `json:"attempt"`
+	TaskManager string `json:"taskmanager"`
+	State       string `json:"state"`
+	RecordsIn   uint64 `json:"records_in"`
+	RecordsOut  uint64 `json:"records_out"`
+}
+
+// Vertex returns the vertex that contains the named operator, or nil.
+func (r *JobResult) Vertex(operatorName string) *VertexResult {
+	for i := range r.Vertices {
+		for _, op := range r.Vertices[i].Operators {
+			if op == operatorName {
+				return &r.Vertices[i]
+			}
+		}
+	}
+	return nil
+}
+
+// JobGraph validates the job and returns its vertices after chaining (for inspection and tests).
+func (e *Environment) jobGraph(name string) (*graph.JobGraph, error) {
+	if err := e.cfg.validate(); err != nil {
+		return nil, err
+	}
+	if err := e.Err(); err != nil {
+		return nil, err
+	}
+	sg := &graph.StreamGraph{JobName: name, Nodes: e.nodes, Edges: e.edges}
+	jg, err := graph.BuildJobGraph(sg, graph.JobGraphOptions{Chaining: e.cfg.Chaining, PipelinedType: graph.PipelinedBounded})
+	if err != nil {
+		return nil, err
+	}
+	// Only edges that cross a task boundary need a codec.
+	var errs []error
+	for _, je := range jg.Edges {
+		for _, r := range e.resolvers {
+			if r.edge == je.Stream {
+				if err := r.resolve(); err != nil {
+					errs = append(errs, err)
+				}
+			}
+		}
+	}
+	return jg, errors.Join(errs...)
+}
+
+// Execute runs the job in an in-process cluster and blocks until it ends: FINISHED when every source ended
+// and all records were processed, FAILED when a task failed (the error names the subtask), CANCELED when ctx
+// was cancelled first. The result is returned in every case where the job ran; err is non-nil unless the
+// job finished or was cancelled.
+func (e *Environment) Execute(ctx context.Context, name string) (*JobResult, error) {
+	if e.executed {
+		return nil, errors.New("Execute: an Environment runs one job; make a new Environment for another")
+	}
+	e.executed = true
+	jg, err := e.jobGraph(name)
+	if err != nil {
+		return nil, fmt.Errorf("job %q: %w", name, err)
+	}
+	maxP := 0
+	for _, v := range jg.Vertices {
+		maxP = max(maxP, v.Parallelism)
+	}
+	slots := e.cfg.SlotsPerTM
+	if slots == 0 {
+		slots = (maxP + e.cfg.TaskManagers - 1) / e.cfg.TaskManagers
+	}
+	mc, err := cluster.StartMiniCluster(cluster.MiniClusterConfig{
+		TaskManagers: e.cfg.TaskManagers, SlotsPerTM: slots, NetworkMemoryBytes: e.cfg.NetworkMemoryBytes,
+		BufferSize: e.cfg.BufferSize, Logger: e.cfg.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("job %q: %w", name, err)
+	}
+	defer mc.Close()
+	tms := make([]jobmaster.TaskManager, len(mc.TMs))
+	for i, tm := range mc.TMs {
+		tms[i] = tm
+	}
+	jm, err := jobmaster.New(jobmaster.Config{
+		Job: jg, TaskManagers: tms, ChainFor: operator.ChainFactory,
+		BufferTimeout: e.cfg.BufferTimeout, MaxRecordSize: e.cfg.MaxRecordSize, Logger: e.cfg.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("job %q: %w", name, err)
+	}
+	var wg sync.WaitGroup
+	stopProgress := make(chan struct{})
+	if e.cfg.Progress != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t := time.NewTicker(e.cfg.ProgressInterval)
+			defer t.Stop()
+			for {
+				select {
+				case <-t.C:
+					e.cfg.Progress(resultOf(name, jm.Snapshot()))
+				case <-stopProgress:
+					return
+				}
+			}
+		}()
+	}
+	snap := jm.Run(ctx)
+	close(stopProgress)
+	wg.Wait()
+	res := resultOf(name, snap)
+	if e.cfg.Progress != nil {
+		e.cfg.Progress(res)
+	}
+	if snap.Status == jobmaster.StatusFailed {
+		return res, fmt.Errorf("job %q failed: %w", name, snap.Err)
+	}
+	return res, nil
+}
+
+func resultOf(name string, s jobmaster.Snapshot) *JobResult {
+	r := &JobResult{Job: name, Status: string(s.Status)}
+	if s.Err != nil {
+		r.Error = s.Err.Error()
+	}
+	end := s.Ended
+	if end.IsZero() {
+		end = time.Now()
+	}
+	if !s.Started.IsZero() {
+		r.WallMillis = end.Sub(s.Started).Milliseconds()
+	}
+	for _, vs := range s.Vertices {
+		v := vs.Vertex
+		vr := VertexResult{Name: v.Name, Parallelism: v.Parallelism, RecordsIn: vs.RecordsIn, RecordsOut: vs.RecordsOut,
+			Inputs: []InputResult{}}
+		for _, n := range v.Nodes {
+			vr.Operators = append(vr.Operators, n.Name)
+		}
+		for _, in := range v.Inputs {
+			vr.Inputs = append(vr.Inputs, InputResult{From: in.Source.Name, Pattern: in.Pattern.String()})
+		}
+		for _, st := range vs.Subtasks {
+			vr.Subtasks = append(vr.Subtasks, SubtaskResult{Index: st.Index, Attempt: st.Attempt, TaskManager: st.TaskManager,
+				State: st.State.String(), RecordsIn: st.RecordsIn, RecordsOut: st.RecordsOut})
+		}
+		r.Vertices = append(r.Vertices, vr)
+	}
+	return r
+}

@@ -1,0 +1,208 @@
+// Package cluster wires the runtime into processes: a TaskManager (slots, network memory, partition
+// manager, TCP data server, the goroutines of its tasks) and the in-process MiniCluster (one job master and N
+// TaskManagers in one process). Tasks on the same TaskManager exchange data through local channels; tasks on
+// different TaskManagers over TCP on loopback, through the same interfaces.
+//
+// Every goroutine started here has an owner that stops it: a TaskManager waits for its tasks and closes its
+// server on Shutdown; a MiniCluster shuts its TaskManagers down on Close.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/runnel-dev/runnel/internal/ident"
+	"github.com/runnel-dev/runnel/internal/network"
+	"github.com/runnel-dev/runnel/internal/task"
+)
+
+// TaskManagerConfig configures a TaskManager.
+type TaskManagerConfig struct {
+	Name  string
+	Slots int
+	// NetworkMemoryBytes is the budget of all buffer pools of the TaskManager's tasks.
+	NetworkMemoryBytes int64
+	BufferSize         int
+	// DataAddress is where the TCP data server listens ("127.0.0.1:0" picks a port).
+	DataAddress string
+	Logger      *slog.Logger
+}
+
+// DefaultNetworkMemoryBytes is the default network memory of a TaskManager.
+const DefaultNetworkMemoryBytes = 128 << 20
+
+// TaskManager hosts tasks.
+type TaskManager struct {
+	cfg    TaskManagerConfig
+	log    *slog.Logger
+	pm     *network.PartitionManager
+	memory *network.NetworkMemory
+	server *network.Server
+
+	mu       sync.Mutex
+	tasks    map[ident.Attempt]*task.Task
+	wg       sync.WaitGroup
+	shutdown bool
+}
+
+// NewTaskManager starts a TaskManager and its data server.
+func NewTaskManager(cfg TaskManagerConfig) (*TaskManager, error) {
+	if cfg.Slots < 1 {
+		return nil, fmt.Errorf("TaskManager %s: slots must be at least 1, got %d", cfg.Name, cfg.Slots)
+	}
+	if cfg.NetworkMemoryBytes == 0 {
+		cfg.NetworkMemoryBytes = DefaultNetworkMemoryBytes
+	}
+	if cfg.BufferSize == 0 {
+		cfg.BufferSize = network.DefaultBufferSize
+	}
+	if cfg.DataAddress == "" {
+		cfg.DataAddress = "127.0.0.1:0"
+	}
+	mem, err := network.NewNetworkMemory(cfg.NetworkMemoryBytes, cfg.BufferSize)
+	if err != nil {
+		return nil, fmt.Errorf("TaskManager %s: %w", cfg.Name, err)
+	}
+	lg := cfg.Logger
+	if lg == nil {
+		lg = slog.Default()
+	}
+	lg = lg.With("taskmanager", cfg.Name)
+	pm := network.NewPartitionManager()
+	srv, err := network.NewServer(pm, cfg.DataAddress, network.ServerOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("TaskManager %s: start data server: %w", cfg.Name, err)
+	}
+	return &TaskManager{cfg: cfg, log: lg, pm: pm, memory: mem, server: srv, tasks: make(map[ident.Attempt]*task.Task)}, nil
+}
+
+// Name implements jobmaster.TaskManager.
+func (tm *TaskManager) Name() string { return tm.cfg.Name }
+
+// DataAddress implements jobmaster.TaskManager.
+func (tm *TaskManager) DataAddress() string { return tm.server.Addr() }
+
+// Slots implements jobmaster.TaskManager.
+func (tm *TaskManager) Slots() int { return tm.cfg.Slots }
+
+// Partitions returns the TaskManager's partition manager.
+func (tm *TaskManager) Partitions() *network.PartitionManager { return tm.pm }
+
+// Memory returns the TaskManager's network memory.
+func (tm *TaskManager) Memory() *network.NetworkMemory { return tm.memory }
+
+// Submit implements jobmaster.TaskManager: the task runs on a goroutine the TaskManager owns.
+func (tm *TaskManager) Submit(cfg task.Config, report func(task.Update)) error {
+	env := task.Env{
+		Partitions: tm.pm, Memory: tm.memory, Logger: tm.log, Report: report,
+		ConnectRemote: tm.connectRemote,
+	}
+	t := task.New(cfg, env)
+	tm.mu.Lock()
+	if tm.shutdown {
+		tm.mu.Unlock()
+		return fmt.Errorf("TaskManager %s is shut down", tm.cfg.Name)
+	}
+	if _, dup := tm.tasks[cfg.Info.Attempt]; dup {
+		tm.mu.Unlock()
+		return fmt.Errorf("TaskManager %s already runs %s", tm.cfg.Name, cfg.Info.Attempt)
+	}
+	tm.tasks[cfg.Info.Attempt] = t
+	tm.wg.Add(1)
+	tm.mu.Unlock()
+	go func() {
+		defer tm.wg.Done()
+		t.Run()
+	}()
+	return nil
+}
+
+func (tm *TaskManager) connectRemote(ctx context.Context, spec task.ChannelSpec, owner ident.Attempt, pool *network.BufferPool, credits int, notify func()) (network.InputChannel, error) {
+	return network.DialRemoteChannel(ctx, spec.Address, spec.Partition, spec.Subpartition, owner, pool, credits, notify, network.DialOptions{})
+}
+
+// Cancel implements jobmaster.TaskManager.
+func (tm *TaskManager) Cancel(a ident.Attempt) {
+	tm.mu.Lock()
+	t := tm.tasks[a]
+	tm.mu.Unlock()
+	if t != nil {
+		t.Cancel()
+	}
+}
+
+// Counters implements jobmaster.TaskManager.
+func (tm *TaskManager) Counters(a ident.Attempt) (in, out uint64, ok bool) {
+	tm.mu.Lock()
+	t := tm.tasks[a]
+	tm.mu.Unlock()
+	if t == nil {
+		return 0, 0, false
+	}
+	in, out = t.Counters().Snapshot()
+	return in, out, true
+}
+
+// ReleaseJob forgets finished tasks and releases all partitions (the job ended).
+func (tm *TaskManager) ReleaseJob() {
+	tm.pm.ReleaseAll()
+}
+
+// Shutdown cancels all tasks, waits for them, releases all partitions and stops the data server.
+func (tm *TaskManager) Shutdown() error {
+	tm.mu.Lock()
+	tm.shutdown = true
+	for _, t := range tm.tasks {
+		t.Cancel()
+	}
+	tm.mu.Unlock()
+	tm.wg.Wait()
+	tm.pm.ReleaseAll()
+	return tm.server.Close()
+}
+
+// MiniClusterConfig configures an in-process cluster.
+type MiniClusterConfig struct {
+	TaskManagers       int
+	SlotsPerTM         int
+	NetworkMemoryBytes int64
+	BufferSize         int
+	Logger             *slog.Logger
+}
+
+// MiniCluster is a job master's TaskManagers, all in this process.
+type MiniCluster struct {
+	TMs []*TaskManager
+}
+
+// StartMiniCluster starts the TaskManagers.
+func StartMiniCluster(cfg MiniClusterConfig) (*MiniCluster, error) {
+	if cfg.TaskManagers < 1 {
+		return nil, fmt.Errorf("mini-cluster: at least one TaskManager is needed, got %d", cfg.TaskManagers)
+	}
+	mc := &MiniCluster{}
+	for i := 0; i < cfg.TaskManagers; i++ {
+		tm, err := NewTaskManager(TaskManagerConfig{
+			Name: fmt.Sprintf("tm-%d", i+1), Slots: cfg.SlotsPerTM, NetworkMemoryBytes: cfg.NetworkMemoryBytes,
+			BufferSize: cfg.BufferSize, Logger: cfg.Logger,
+		})
+		if err != nil {
+			_ = mc.Close()
+			return nil, err
+		}
+		mc.TMs = append(mc.TMs, tm)
+	}
+	return mc, nil
+}
+
+// Close shuts every TaskManager down.
+func (mc *MiniCluster) Close() error {
+	var errs []error
+	for _, tm := range mc.TMs {
+		errs = append(errs, tm.Shutdown())
+	}
+	return errors.Join(errs...)
+}

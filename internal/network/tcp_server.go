@@ -1,0 +1,490 @@
+package network
+
+// This file is the producer side of the TCP data plane: a Server that serves the subpartitions held by a
+// PartitionManager to RemoteInputChannels on other TaskManagers (protocol in wire.go).
+//
+// Each connection has two goroutines, both owned by the Server and stopped by Close:
+//
+//   - serve does the handshake (preamble and PartitionRequest under a deadline), creates the View with the
+//     requested initial credit, replies RequestOK or Error, and then becomes the writer: woken by the View's
+//     listener, it polls the View (which hands out a buffer only against credit), writes each buffer as a
+//     Buffer frame through a bufio.Writer, recycles it, and flushes when the View has nothing more.
+//   - read receives AddCredit frames (View.AddCredit, which wakes the writer) and Close.
+//
+// Whatever ends the connection (end of partition delivered, the client's Close or disconnect, a protocol
+// violation, the View or partition released, Server.Close), the View is released; the partition is not.
+//
+// Closing. After end-of-partition or an Error frame the server half-closes (CloseWrite) and waits, at most
+// serverLinger, for the client to close, so that the last frames are not lost to a reset caused by unread
+// credit announcements. On Server.Close each connection gets a best-effort Close frame.
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+)
+
+// Defaults of ServerOptions.
+const (
+	// DefaultHandshakeTimeout bounds the time from connect to a complete partition request (server) or to
+	// the reply (client).
+	DefaultHandshakeTimeout = 10 * time.Second
+	// DefaultServerWriteBufferBytes is the size of the buffered writer of each server connection.
+	DefaultServerWriteBufferBytes = 64 << 10
+)
+
+const (
+	// serverReadBufferBytes sizes the read buffer of a server connection, which only receives control
+	// frames.
+	serverReadBufferBytes = 4 << 10
+	// serverLinger bounds the wait for a client to close after the server sent its last frame.
+	serverLinger = 2 * time.Second
+	// shutdownWriteGrace bounds the writes still attempted after Server.Close.
+	shutdownWriteGrace = 100 * time.Millisecond
+)
+
+// ServerOptions configure a Server. Zero values mean the defaults.
+type ServerOptions struct {
+	// HandshakeTimeout bounds the time a new connection may take to send its partition request
+	// (default DefaultHandshakeTimeout).
+	HandshakeTimeout time.Duration
+	// WriteBufferBytes is the size of each connection's buffered writer (default
+	// DefaultServerWriteBufferBytes).
+	WriteBufferBytes int
+}
+
+// Server serves the result partitions of one TaskManager's PartitionManager over TCP, one subpartition per
+// connection.
+type Server struct {
+	pm   *PartitionManager
+	opts ServerOptions
+	ln   net.Listener
+
+	mu     sync.Mutex
+	conns  map[*serverConn]struct{}
+	closed bool
+	wg     sync.WaitGroup // accept loop and every connection goroutine
+}
+
+// NewServer listens on addr (for example "127.0.0.1:0") and serves pm's partitions until Close.
+func NewServer(pm *PartitionManager, addr string, opts ServerOptions) (*Server, error) {
+	if pm == nil {
+		return nil, errors.New("network server: nil partition manager")
+	}
+	if opts.HandshakeTimeout < 0 || opts.WriteBufferBytes < 0 {
+		return nil, fmt.Errorf("network server: negative option in %+v", opts)
+	}
+	if opts.HandshakeTimeout == 0 {
+		opts.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if opts.WriteBufferBytes == 0 {
+		opts.WriteBufferBytes = DefaultServerWriteBufferBytes
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("network server: listen on %s: %w", addr, err)
+	}
+	s := &Server{pm: pm, opts: opts, ln: ln, conns: make(map[*serverConn]struct{})}
+	s.wg.Add(1)
+	go s.acceptLoop()
+	return s, nil
+}
+
+// Addr returns the address the server listens on.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// Close stops accepting, closes every connection (releasing their views, not the partitions) and waits for
+// all of the server's goroutines. It is idempotent.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		s.wg.Wait()
+		return nil
+	}
+	s.closed = true
+	conns := make([]*serverConn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	err := s.ln.Close()
+	for _, c := range conns {
+		c.shutdown()
+	}
+	s.wg.Wait()
+	if err != nil && !errors.Is(err, net.ErrClosed) {
+		return fmt.Errorf("network server %s: close listener: %w", s.Addr(), err)
+	}
+	return nil
+}
+
+// activeConns returns the number of open connections (tests).
+func (s *Server) activeConns() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
+}
+
+func (s *Server) acceptLoop() {
+	defer s.wg.Done()
+	var backoff time.Duration
+	for {
+		nc, err := s.ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Out of file descriptors and the like: back off and try again, as net/http does.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			time.Sleep(backoff)
+			continue
+		}
+		backoff = 0
+		c := &serverConn{
+			srv:  s,
+			conn: nc,
+			wake: make(chan struct{}, 1),
+			quit: make(chan struct{}),
+			done: make(chan struct{}),
+		}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			nc.Close()
+			return
+		}
+		s.conns[c] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go c.serve()
+	}
+}
+
+func (s *Server) forget(c *serverConn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+}
+
+// serverConn is one client connection: one subpartition view streamed to one consumer attempt.
+type serverConn struct {
+	srv  *Server
+	conn net.Conn
+	view *View
+	req  partitionRequest
+	dec  *frameDecoder
+	bw   *bufio.Writer
+	hdr  []byte // scratch for frame headers
+
+	wake chan struct{} // the view may have data or credit
+	quit chan struct{} // closed by Server.Close
+	done chan struct{} // closed when the reader stopped
+	// readErr is why the reader stopped (nil for a clean Close or EOF); written before done is closed.
+	readErr  error
+	quitOnce sync.Once
+}
+
+// onAvailable is the view's listener: it wakes the writer without blocking.
+func (c *serverConn) onAvailable() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// shutdown makes the connection's goroutines stop soon: the reader at once, the writer after a final Close
+// frame written within shutdownWriteGrace.
+func (c *serverConn) shutdown() {
+	c.quitOnce.Do(func() {
+		close(c.quit)
+		_ = c.conn.SetWriteDeadline(time.Now().Add(shutdownWriteGrace))
+		_ = c.conn.SetReadDeadline(time.Now())
+	})
+}
+
+func (c *serverConn) serve() {
+	defer c.srv.wg.Done()
+	defer c.srv.forget(c)
+	defer c.conn.Close()
+	rbuf := make([]byte, serverReadBufferBytes)
+	leftover, err := c.handshake(rbuf)
+	if err != nil {
+		return
+	}
+	defer c.view.Release()
+	readerDone := make(chan struct{})
+	go func() {
+		defer close(readerDone)
+		c.read(rbuf, leftover)
+	}()
+	c.write()
+	c.conn.Close()
+	<-readerDone
+}
+
+// handshake reads the preamble and partition request, creates the view and replies. It returns the bytes
+// received after the request. On failure it has replied (if it could) and the connection is to be closed.
+func (c *serverConn) handshake(rbuf []byte) ([]byte, error) {
+	_ = c.conn.SetReadDeadline(time.Now().Add(c.srv.opts.HandshakeTimeout))
+	select {
+	case <-c.quit: // Server.Close ran before the deadline was set
+		return nil, fmt.Errorf("network server: shutting down")
+	default:
+	}
+	c.dec = newFrameDecoder(true, serverHandshakeFrames, 0)
+	var (
+		f    frame
+		rest []byte
+		got  bool
+	)
+	for !got {
+		n, err := c.conn.Read(rbuf)
+		p := rbuf[:n]
+		for len(p) > 0 && !got {
+			k, fr, ok, derr := c.dec.decode(p)
+			p = p[k:]
+			if derr != nil {
+				c.replyError(derr)
+				return nil, derr
+			}
+			if ok {
+				f, rest, got = fr, p, true
+			}
+		}
+		if !got && err != nil {
+			return nil, fmt.Errorf("network server: handshake with %s: %w", c.conn.RemoteAddr(), err)
+		}
+	}
+	c.req = parsePartitionRequest(f.payload)
+	_ = c.conn.SetReadDeadline(time.Time{})
+	c.dec.allowed = serverStreamFrames
+	c.bw = bufio.NewWriterSize(c.conn, c.srv.opts.WriteBufferBytes)
+	c.hdr = make([]byte, 0, frameHeaderSize)
+
+	view, bufferSize, err := c.createView()
+	if err != nil {
+		c.replyError(err)
+		return nil, err
+	}
+	c.view = view
+	c.hdr = appendRequestOK(c.hdr[:0], bufferSize)
+	if _, err := c.bw.Write(c.hdr); err != nil {
+		view.Release()
+		return nil, err
+	}
+	// The reply is flushed by the writer, with the first buffers if any are ready.
+	return rest, nil
+}
+
+// createView validates the request and attaches the consumer's view. It returns the producer's buffer size.
+func (c *serverConn) createView() (*View, int, error) {
+	r := c.req
+	p, err := c.srv.pm.Lookup(r.partition)
+	if err != nil {
+		return nil, 0, err
+	}
+	if r.subpartition < 0 || r.subpartition >= p.NumSubpartitions() {
+		return nil, 0, fmt.Errorf("partition %s has %d subpartitions, %s asked for subpartition %d: %w",
+			r.partition, p.NumSubpartitions(), r.consumer, r.subpartition, ErrInvalidRequest)
+	}
+	bufferSize := DefaultBufferSize
+	if p.pool != nil {
+		bufferSize = p.pool.Size()
+	}
+	if r.bufferSize < bufferSize || r.bufferSize > maxWireBufferSize {
+		return nil, 0, fmt.Errorf("partition %s writes buffers of %d bytes, consumer %s has buffers of %d bytes: %w",
+			r.partition, bufferSize, r.consumer, r.bufferSize, ErrInvalidRequest)
+	}
+	v, err := p.CreateView(r.subpartition, r.consumer, r.credit, c.onAvailable)
+	if err != nil {
+		return nil, 0, err
+	}
+	return v, bufferSize, nil
+}
+
+// replyError sends an Error frame for err, then lingers until the client closes.
+func (c *serverConn) replyError(err error) {
+	w := c.bw
+	if w == nil {
+		w = bufio.NewWriterSize(c.conn, frameHeaderSize+maxControlPayload)
+	}
+	_ = c.conn.SetWriteDeadline(time.Now().Add(serverLinger))
+	if _, werr := w.Write(appendErrorFrame(nil, codeOf(err), err.Error())); werr != nil {
+		return
+	}
+	if w.Flush() != nil {
+		return
+	}
+	c.linger(nil)
+}
+
+// linger half-closes the connection and waits (bounded) until the client has closed its side. If done is
+// non-nil the reader goroutine is draining the connection and signals by closing done; otherwise linger
+// drains it itself.
+func (c *serverConn) linger(done <-chan struct{}) {
+	if tc, ok := c.conn.(*net.TCPConn); ok {
+		_ = tc.CloseWrite()
+	}
+	select {
+	case <-c.quit:
+		return
+	default:
+	}
+	_ = c.conn.SetReadDeadline(time.Now().Add(serverLinger))
+	select {
+	case <-c.quit: // shutdown may have set an earlier deadline before the line above
+		return
+	default:
+	}
+	if done != nil {
+		select {
+		case <-done:
+		case <-c.quit:
+		}
+		return
+	}
+	var scratch [256]byte
+	for {
+		if _, err := c.conn.Read(scratch[:]); err != nil {
+			return
+		}
+	}
+}
+
+// read receives credit announcements until the connection ends, then closes done.
+func (c *serverConn) read(rbuf, leftover []byte) {
+	err := c.consume(leftover)
+	for err == nil {
+		n, rerr := c.conn.Read(rbuf)
+		if n > 0 {
+			err = c.consume(rbuf[:n])
+		}
+		if err == nil && rerr != nil {
+			if errors.Is(rerr, io.EOF) {
+				break
+			}
+			err = rerr
+		}
+	}
+	if errors.Is(err, errClientClosed) {
+		err = nil
+	}
+	c.readErr = err
+	close(c.done)
+}
+
+// errClientClosed ends the reader when the client sent Close.
+var errClientClosed = errors.New("client closed")
+
+// consume handles the frames in p.
+func (c *serverConn) consume(p []byte) error {
+	for len(p) > 0 {
+		k, f, ok, err := c.dec.decode(p)
+		p = p[k:]
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue
+		}
+		switch f.typ {
+		case frameAddCredit:
+			if n := binary.LittleEndian.Uint32(f.payload); n > 0 {
+				c.view.AddCredit(int(n))
+			}
+		case frameClose:
+			return errClientClosed
+		}
+	}
+	return nil
+}
+
+// write streams the view's buffers until the connection ends for any reason.
+func (c *serverConn) write() {
+	for {
+		for {
+			b, err := c.view.Poll()
+			if err != nil {
+				// Partition released, or the view replaced by a newer attempt: tell the client why.
+				c.sendError(err)
+				return
+			}
+			if b == nil {
+				break
+			}
+			end := isEndOfPartition(b)
+			werr := c.writeBuffer(b)
+			b.Recycle()
+			if werr != nil {
+				return
+			}
+			if end {
+				if c.bw.Flush() == nil {
+					c.linger(c.done)
+				}
+				return
+			}
+		}
+		if c.bw.Buffered() > 0 {
+			if c.bw.Flush() != nil {
+				return
+			}
+		}
+		select {
+		case <-c.wake:
+		case <-c.quit:
+			c.sendClose()
+			return
+		case <-c.done:
+			select {
+			case <-c.quit:
+				c.sendClose()
+			default:
+				if errors.Is(c.readErr, ErrProtocol) {
+					c.sendError(c.readErr)
+				}
+			}
+			return
+		}
+	}
+}
+
+// writeBuffer writes one Buffer frame into the buffered writer.
+func (c *serverConn) writeBuffer(b *Buffer) error {
+	c.hdr = appendFrameHeader(c.hdr[:0], frameBuffer, b.Len())
+	if _, err := c.bw.Write(c.hdr); err != nil {
+		return err
+	}
+	_, err := c.bw.Write(b.Bytes())
+	return err
+}
+
+// sendError writes an Error frame for err and lingers until the client closed.
+func (c *serverConn) sendError(err error) {
+	_ = c.conn.SetWriteDeadline(time.Now().Add(serverLinger))
+	if _, werr := c.bw.Write(appendErrorFrame(c.hdr[:0], codeOf(err), err.Error())); werr != nil {
+		return
+	}
+	if c.bw.Flush() == nil {
+		c.linger(c.done)
+	}
+}
+
+// sendClose writes a best-effort Close frame (the write deadline was set by shutdown).
+func (c *serverConn) sendClose() {
+	if _, err := c.bw.Write(closeFrame); err == nil {
+		_ = c.bw.Flush()
+	}
+}
+
+// isEndOfPartition reports whether b is the end-of-partition event.
+func isEndOfPartition(b *Buffer) bool {
+	p := b.Payload()
+	return b.Kind == KindEvent && len(p) > 0 && EventType(p[0]) == EventEndOfPartition
+}

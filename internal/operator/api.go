@@ -1,0 +1,104 @@
+// Package operator is the typed half of the runtime: the operator implementations behind the public API
+// (map, filter, flat map, keyed reduce and process, sources, sinks), the record writers that serialize and
+// partition records into result partitions, the readers that decode them, and the assembly of a JobVertex's
+// operators into a task.Chain.
+//
+// It is generic code: records travel between chained operators as typed values through Collector calls,
+// with no serialization and no boxing; only edges that cross a task boundary serialize, with the edge's
+// codec. The public runnel package aliases the user-facing interfaces defined here. This package must not
+// import the public runnel package, the scheduler, the job master or the cluster.
+package operator
+
+import (
+	"log/slog"
+
+	"github.com/runnel-dev/runnel/internal/state"
+	"github.com/runnel-dev/runnel/internal/task"
+)
+
+// Collector receives the records an operator emits.
+type Collector[T any] interface {
+	Collect(v T)
+}
+
+// RuntimeContext tells a function about the parallel instance it runs in.
+type RuntimeContext interface {
+	// JobName is the name the job was submitted under.
+	JobName() string
+	// OperatorName is the name of the operator.
+	OperatorName() string
+	// TaskName names the task (the chain) and the subtask, e.g. "tokenize -> count [1/2] #0".
+	TaskName() string
+	// SubtaskIndex is the index of this parallel instance, from 0.
+	SubtaskIndex() int
+	// Parallelism is the number of parallel instances of the operator.
+	Parallelism() int
+	// MaxParallelism is the number of key groups.
+	MaxParallelism() int
+	// Attempt counts restarts of this subtask, from 0.
+	Attempt() int
+	// Logger logs with the task's attributes.
+	Logger() *slog.Logger
+	// Done is closed when the task is being cancelled; blocking calls in sources and sinks must watch it.
+	Done() <-chan struct{}
+}
+
+// KeyedContext is the context of a keyed function: the key of the current record and access to all keys.
+type KeyedContext[K comparable] interface {
+	RuntimeContext
+	// CurrentKey returns the key of the record being processed.
+	CurrentKey() K
+	// ForEachKey makes each key that has state current in turn and calls f (for example at end of input).
+	ForEachKey(f func(key K) error) error
+}
+
+// InputStatus is what a source reader says about its input after a poll.
+type InputStatus = task.SourceStatus
+
+// The input statuses a source reader returns.
+const (
+	MoreAvailable    = task.MoreAvailable
+	NothingAvailable = task.NothingAvailable
+	EndOfInput       = task.EndOfInput
+)
+
+// Source creates the readers of a source, one per parallel subtask.
+type Source[T any] interface {
+	CreateReader(ctx RuntimeContext) (SourceReader[T], error)
+}
+
+// SourceReader produces the records of one source subtask. Its methods are called from the task goroutine.
+type SourceReader[T any] interface {
+	// PollNext emits a batch of records (a few hundred to a few thousand is right; the task handles control
+	// messages between polls) and says whether more are available now, later, or never.
+	PollNext(out Collector[T]) (InputStatus, error)
+	// Available returns a channel that is ready when a reader that said NothingAvailable has more. It is
+	// only consulted after NothingAvailable.
+	Available() <-chan struct{}
+	// Close releases the reader's resources.
+	Close() error
+}
+
+// Sink creates the writers of a sink, one per parallel subtask.
+type Sink[T any] interface {
+	CreateWriter(ctx RuntimeContext) (SinkWriter[T], error)
+}
+
+// SinkWriter writes the records of one sink subtask. Its methods are called from the task goroutine.
+type SinkWriter[T any] interface {
+	// Write writes one record.
+	Write(v T) error
+	// Flush makes everything written so far durable or visible; it is called at end of input.
+	Flush() error
+	// Close releases the writer's resources; it is always called, also after failures.
+	Close() error
+}
+
+// KeyedBackend returns the keyed state backend behind a keyed context, for state constructors; nil when the
+// context is not keyed.
+func KeyedBackend(ctx RuntimeContext) state.Backend {
+	if k, ok := ctx.(interface{ keyedBackend() state.Backend }); ok {
+		return k.keyedBackend()
+	}
+	return nil
+}

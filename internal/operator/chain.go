@@ -1,0 +1,139 @@
+package operator
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/runnel-dev/runnel/internal/graph"
+	"github.com/runnel-dev/runnel/internal/task"
+)
+
+// ChainFactory returns the factory that builds the operators of vertex v for one subtask.
+func ChainFactory(v *graph.JobVertex) task.ChainFactory {
+	return func(rt *task.Runtime) (task.Chain, error) { return buildChain(v, rt) }
+}
+
+type chain struct {
+	names   []string // head first
+	ops     []Built  // head first
+	readers []func([]byte) error
+	source  SourceDriver
+}
+
+func buildChain(v *graph.JobVertex, rt *task.Runtime) (*chain, error) {
+	if len(rt.Outputs) != len(v.Outputs) {
+		return nil, fmt.Errorf("vertex %q has %d outputs, task has %d partitions", v.Name, len(v.Outputs), len(rt.Outputs))
+	}
+	c := &chain{names: make([]string, len(v.Nodes)), ops: make([]Built, len(v.Nodes))}
+	index := make(map[int]int, len(v.Nodes))
+	for i, n := range v.Nodes {
+		index[n.ID] = i
+		c.names[i] = n.Name
+	}
+	// Build tail first: chained targets come after their sources in v.Nodes.
+	for i := len(v.Nodes) - 1; i >= 0; i-- {
+		n := v.Nodes[i]
+		spec, ok := n.Payload.(NodeSpec)
+		if !ok {
+			return nil, fmt.Errorf("operator %q has no runtime implementation (%T)", n.Name, n.Payload)
+		}
+		ctx := NewContext(rt, n.Name)
+		var downstream []any
+		for _, e := range v.ChainedEdges {
+			if e.Source == n.ID {
+				in := c.ops[index[e.Target]].Input
+				if in == nil {
+					return nil, fmt.Errorf("chained operator %q takes no input", v.Nodes[index[e.Target]].Name)
+				}
+				downstream = append(downstream, in)
+			}
+		}
+		for j, je := range v.Outputs {
+			if je.Stream.Source != n.ID {
+				continue
+			}
+			edge, ok := je.Stream.Payload.(Edge)
+			if !ok {
+				return nil, fmt.Errorf("edge %s -> %s has no runtime implementation", v.Name, je.Target.Name)
+			}
+			w, err := edge.NewWriter(ctx, rt.Outputs[j], je, int(rt.Info.Attempt.Index))
+			if err != nil {
+				return nil, err
+			}
+			downstream = append(downstream, w)
+		}
+		b, err := spec.Build(ctx, downstream)
+		if err != nil {
+			return nil, err
+		}
+		c.ops[i] = b
+	}
+	if v.IsSource() {
+		c.source = c.ops[0].Source
+		if c.source == nil {
+			return nil, fmt.Errorf("source %q has no reader", v.Nodes[0].Name)
+		}
+	}
+	for _, je := range v.Inputs {
+		edge, ok := je.Stream.Payload.(Edge)
+		if !ok {
+			return nil, fmt.Errorf("edge %s -> %s has no runtime implementation", je.Source.Name, v.Name)
+		}
+		r, err := edge.NewReader(c.ops[0].Input)
+		if err != nil {
+			return nil, fmt.Errorf("input %d of %q: %w", je.InputIndex, v.Name, err)
+		}
+		c.readers = append(c.readers, r)
+	}
+	return c, nil
+}
+
+// Open implements task.Chain: tail first, so that an operator's downstream is ready when it emits.
+func (c *chain) Open() error {
+	for i := len(c.ops) - 1; i >= 0; i-- {
+		if f := c.ops[i].Open; f != nil {
+			if err := f(); err != nil {
+				return fmt.Errorf("open %q: %w", c.names[i], err)
+			}
+		}
+	}
+	return nil
+}
+
+// ProcessRecord implements task.Chain.
+func (c *chain) ProcessRecord(input int, rec []byte) error { return c.readers[input](rec) }
+
+// IsSource implements task.Chain.
+func (c *chain) IsSource() bool { return c.source != nil }
+
+// PollSource implements task.Chain.
+func (c *chain) PollSource() (task.SourceStatus, error) { return c.source.Poll() }
+
+// SourceAvailable implements task.Chain.
+func (c *chain) SourceAvailable() <-chan struct{} { return c.source.Available() }
+
+// EndInput implements task.Chain: head first, so that what an operator emits at the end reaches the next
+// operator before that one ends.
+func (c *chain) EndInput() error {
+	for i, op := range c.ops {
+		if op.EndInput != nil {
+			if err := op.EndInput(); err != nil {
+				return fmt.Errorf("%q: %w", c.names[i], err)
+			}
+		}
+	}
+	return nil
+}
+
+// Close implements task.Chain: every operator is closed, errors are joined.
+func (c *chain) Close() error {
+	var errs []error
+	for i, op := range c.ops {
+		if op.Close != nil {
+			if err := op.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("close %q: %w", c.names[i], err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

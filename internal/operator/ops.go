@@ -1,0 +1,284 @@
+package operator
+
+import (
+	"fmt"
+	"log/slog"
+
+	"github.com/runnel-dev/runnel/internal/state"
+	"github.com/runnel-dev/runnel/internal/task"
+)
+
+// NodeSpec builds one operator instance. It is the Payload of a graph.StreamNode.
+type NodeSpec interface {
+	// Build creates the operator of one subtask. downstream holds one Collector[Out] (typed as any) per
+	// outgoing edge, chained or not.
+	Build(ctx *Context, downstream []any) (Built, error)
+}
+
+// Built is an operator instance.
+type Built struct {
+	// Input is the operator's Collector[In] (typed as any); nil for sources.
+	Input any
+	// Source drives a source operator; nil otherwise.
+	Source SourceDriver
+	// Lifecycle hooks; any may be nil.
+	Open     func() error
+	EndInput func() error
+	Close    func() error
+}
+
+// SourceDriver is the non-generic face of a source reader.
+type SourceDriver interface {
+	Poll() (InputStatus, error)
+	Available() <-chan struct{}
+}
+
+// Context implements RuntimeContext for one operator of one subtask.
+type Context struct {
+	rt       *task.Runtime
+	operator string
+	backend  state.Backend
+	logger   *slog.Logger
+}
+
+// NewContext makes the context of operator name within the subtask described by rt.
+func NewContext(rt *task.Runtime, name string) *Context {
+	return &Context{rt: rt, operator: name, logger: rt.Logger.With("operator", name)}
+}
+
+func (c *Context) JobName() string             { return c.rt.Info.JobName }
+func (c *Context) OperatorName() string        { return c.operator }
+func (c *Context) TaskName() string            { return c.rt.Info.Name() }
+func (c *Context) SubtaskIndex() int           { return int(c.rt.Info.Attempt.Index) }
+func (c *Context) Parallelism() int            { return c.rt.Info.Parallelism }
+func (c *Context) MaxParallelism() int         { return c.rt.Info.MaxParallelism }
+func (c *Context) Attempt() int                { return int(c.rt.Info.Attempt.Number) }
+func (c *Context) Logger() *slog.Logger        { return c.logger }
+func (c *Context) Done() <-chan struct{}       { return c.rt.Cancel }
+func (c *Context) keyedBackend() state.Backend { return c.backend }
+func (c *Context) counters() *task.Counters    { return c.rt.Counters }
+func (c *Context) fail(err error)              { task.Abort(fmt.Errorf("operator %q: %w", c.operator, err)) }
+func (c *Context) failf(f string, args ...any) { c.fail(fmt.Errorf(f, args...)) }
+func (c *Context) runtime() *task.Runtime      { return c.rt }
+func (c *Context) withBackend(b state.Backend) { c.backend = b }
+
+// combine turns the downstream outputs of a node into one collector.
+func combine[T any](c *Context, downstream []any) (Collector[T], error) {
+	outs := make([]Collector[T], len(downstream))
+	for i, d := range downstream {
+		o, ok := d.(Collector[T])
+		if !ok {
+			return nil, fmt.Errorf("operator %q: downstream %d accepts %T, not Collector[%T]", c.operator, i, d, *new(T))
+		}
+		outs[i] = o
+	}
+	switch len(outs) {
+	case 0:
+		return discard[T]{}, nil
+	case 1:
+		return outs[0], nil
+	}
+	return fanOut[T](outs), nil
+}
+
+type discard[T any] struct{}
+
+func (discard[T]) Collect(T) {}
+
+type fanOut[T any] []Collector[T]
+
+func (f fanOut[T]) Collect(v T) {
+	for _, o := range f {
+		o.Collect(v)
+	}
+}
+
+// MapSpec applies a function to each record.
+type MapSpec[In, Out any] struct{ Fn func(In) (Out, error) }
+
+func (s *MapSpec[In, Out]) Build(ctx *Context, downstream []any) (Built, error) {
+	out, err := combine[Out](ctx, downstream)
+	if err != nil {
+		return Built{}, err
+	}
+	return Built{Input: &mapOp[In, Out]{fn: s.Fn, out: out, ctx: ctx}}, nil
+}
+
+type mapOp[In, Out any] struct {
+	fn  func(In) (Out, error)
+	out Collector[Out]
+	ctx *Context
+}
+
+func (o *mapOp[In, Out]) Collect(v In) {
+	r, err := o.fn(v)
+	if err != nil {
+		o.ctx.fail(err)
+	}
+	o.out.Collect(r)
+}
+
+// FilterSpec keeps the records a predicate accepts.
+type FilterSpec[T any] struct{ Fn func(T) (bool, error) }
+
+func (s *FilterSpec[T]) Build(ctx *Context, downstream []any) (Built, error) {
+	out, err := combine[T](ctx, downstream)
+	if err != nil {
+		return Built{}, err
+	}
+	return Built{Input: &filterOp[T]{fn: s.Fn, out: out, ctx: ctx}}, nil
+}
+
+type filterOp[T any] struct {
+	fn  func(T) (bool, error)
+	out Collector[T]
+	ctx *Context
+}
+
+func (o *filterOp[T]) Collect(v T) {
+	keep, err := o.fn(v)
+	if err != nil {
+		o.ctx.fail(err)
+	}
+	if keep {
+		o.out.Collect(v)
+	}
+}
+
+// FlatMapSpec emits zero or more records per input record.
+type FlatMapSpec[In, Out any] struct {
+	Fn func(In, Collector[Out]) error
+}
+
+func (s *FlatMapSpec[In, Out]) Build(ctx *Context, downstream []any) (Built, error) {
+	out, err := combine[Out](ctx, downstream)
+	if err != nil {
+		return Built{}, err
+	}
+	return Built{Input: &flatMapOp[In, Out]{fn: s.Fn, out: out, ctx: ctx}}, nil
+}
+
+type flatMapOp[In, Out any] struct {
+	fn  func(In, Collector[Out]) error
+	out Collector[Out]
+	ctx *Context
+}
+
+func (o *flatMapOp[In, Out]) Collect(v In) {
+	if err := o.fn(v, o.out); err != nil {
+		o.ctx.fail(err)
+	}
+}
+
+// Identity forwards records unchanged (the target of Union and explicit partitioning).
+type Identity[T any] struct{}
+
+func (s *Identity[T]) Build(ctx *Context, downstream []any) (Built, error) {
+	out, err := combine[T](ctx, downstream)
+	if err != nil {
+		return Built{}, err
+	}
+	return Built{Input: out}, nil
+}
+
+// SourceSpec runs a Source.
+type SourceSpec[T any] struct{ Source Source[T] }
+
+func (s *SourceSpec[T]) Build(ctx *Context, downstream []any) (Built, error) {
+	out, err := combine[T](ctx, downstream)
+	if err != nil {
+		return Built{}, err
+	}
+	d := &sourceDriver[T]{ctx: ctx, spec: s}
+	d.out = &countingCollector[T]{next: out, c: ctx.counters()}
+	return Built{
+		Source: d,
+		Open: func() error {
+			r, err := s.Source.CreateReader(ctx)
+			if err != nil {
+				return fmt.Errorf("source %q: create reader: %w", ctx.operator, err)
+			}
+			d.reader = r
+			return nil
+		},
+		Close: func() error {
+			if d.reader == nil {
+				return nil
+			}
+			return d.reader.Close()
+		},
+	}, nil
+}
+
+type sourceDriver[T any] struct {
+	ctx    *Context
+	spec   *SourceSpec[T]
+	reader SourceReader[T]
+	out    Collector[T]
+}
+
+func (d *sourceDriver[T]) Poll() (InputStatus, error) {
+	st, err := d.reader.PollNext(d.out)
+	if err != nil {
+		return st, fmt.Errorf("source %q: %w", d.ctx.operator, err)
+	}
+	return st, nil
+}
+
+func (d *sourceDriver[T]) Available() <-chan struct{} { return d.reader.Available() }
+
+type countingCollector[T any] struct {
+	next Collector[T]
+	c    *task.Counters
+}
+
+func (o *countingCollector[T]) Collect(v T) {
+	o.c.In++
+	o.next.Collect(v)
+}
+
+// SinkSpec runs a Sink.
+type SinkSpec[T any] struct{ Sink Sink[T] }
+
+func (s *SinkSpec[T]) Build(ctx *Context, downstream []any) (Built, error) {
+	if len(downstream) != 0 {
+		return Built{}, fmt.Errorf("sink %q has %d downstream operators", ctx.operator, len(downstream))
+	}
+	op := &sinkOp[T]{ctx: ctx, c: ctx.counters()}
+	return Built{
+		Input: op,
+		Open: func() error {
+			w, err := s.Sink.CreateWriter(ctx)
+			if err != nil {
+				return fmt.Errorf("sink %q: create writer: %w", ctx.operator, err)
+			}
+			op.w = w
+			return nil
+		},
+		EndInput: func() error {
+			if err := op.w.Flush(); err != nil {
+				return fmt.Errorf("sink %q: flush: %w", ctx.operator, err)
+			}
+			return nil
+		},
+		Close: func() error {
+			if op.w == nil {
+				return nil
+			}
+			return op.w.Close()
+		},
+	}, nil
+}
+
+type sinkOp[T any] struct {
+	ctx *Context
+	w   SinkWriter[T]
+	c   *task.Counters
+}
+
+func (o *sinkOp[T]) Collect(v T) {
+	o.c.Out++
+	if err := o.w.Write(v); err != nil {
+		o.ctx.fail(err)
+	}
+}

@@ -1,0 +1,221 @@
+// Package runnel is the public API of Runnel, a distributed stream-processing engine: build a dataflow of
+// typed streams (sources, transformations, keyed state, sinks) on an Environment and Execute it.
+//
+//	env := runnel.NewEnvironment(runnel.WithParallelism(2))
+//	lines := runnel.FromSource(env, connector.Collection([]string{"a b", "b c"})).Name("lines")
+//	words := runnel.FlatMap(lines, splitWords).Name("tokenize")
+//	counts := runnel.Reduce(runnel.KeyBy(words, wordOf), addCounts).Name("count")
+//	counts.SinkTo(connector.Print[WordCount]()).Name("print")
+//	result, err := env.Execute(ctx, "wordcount")
+//
+// The API follows Flink's DataStream API. Go methods cannot take type parameters, so the transformations
+// that change the record type (Map, FlatMap, KeyBy, Reduce, Process) are functions, and those that keep it
+// (Filter, Name, SetParallelism, the partitionings) are methods.
+//
+// Mistakes in building a job (a nil function, a bad parallelism, a stream of a type without a codec that
+// must cross the network) are collected as the job is built and returned by Execute, with the place in the
+// program where the operator was created.
+package runnel
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"time"
+
+	"github.com/runnel-dev/runnel/codec"
+	"github.com/runnel-dev/runnel/internal/graph"
+	"github.com/runnel-dev/runnel/internal/network"
+	"github.com/runnel-dev/runnel/internal/operator"
+)
+
+// Collector receives the records a function emits.
+type Collector[T any] = operator.Collector[T]
+
+// RuntimeContext tells a function about the parallel instance it runs in.
+type RuntimeContext = operator.RuntimeContext
+
+// KeyedContext is the context of a keyed function.
+type KeyedContext[K comparable] = operator.KeyedContext[K]
+
+// KeyedProcessFunction processes the records of a keyed stream with keyed state. Embed
+// KeyedProcessBase to get no-op Open, EndInput and Close.
+type KeyedProcessFunction[K comparable, In, Out any] = operator.KeyedProcessFunction[K, In, Out]
+
+// Source creates the readers of a source, one per parallel subtask.
+type Source[T any] = operator.Source[T]
+
+// SourceReader produces the records of one source subtask.
+type SourceReader[T any] = operator.SourceReader[T]
+
+// Sink creates the writers of a sink, one per parallel subtask.
+type Sink[T any] = operator.Sink[T]
+
+// SinkWriter writes the records of one sink subtask.
+type SinkWriter[T any] = operator.SinkWriter[T]
+
+// InputStatus is what a SourceReader says after a poll.
+type InputStatus = operator.InputStatus
+
+// Input statuses returned by SourceReader.PollNext.
+const (
+	MoreAvailable    = operator.MoreAvailable
+	NothingAvailable = operator.NothingAvailable
+	EndOfInput       = operator.EndOfInput
+)
+
+// Codec encodes and decodes records of type T for the network; see package codec.
+type Codec[T any] = codec.Codec[T]
+
+// Config holds the settings of an Environment. Use the With... options to change them.
+type Config struct {
+	Parallelism        int
+	MaxParallelism     int
+	BufferTimeout      time.Duration
+	BufferSize         int
+	MaxRecordSize      int
+	Chaining           bool
+	TaskManagers       int
+	SlotsPerTM         int
+	NetworkMemoryBytes int64
+	Logger             *slog.Logger
+	ProgressInterval   time.Duration
+	Progress           func(*JobResult)
+}
+
+// Defaults of an Environment.
+const (
+	DefaultParallelism    = 1
+	DefaultMaxParallelism = 128
+	DefaultBufferTimeout  = 100 * time.Millisecond
+)
+
+// Option changes a Config.
+type Option func(*Config)
+
+// WithParallelism sets the default parallelism of operators.
+func WithParallelism(n int) Option { return func(c *Config) { c.Parallelism = n } }
+
+// WithMaxParallelism sets the number of key groups, the upper bound of any keyed operator's parallelism.
+func WithMaxParallelism(n int) Option { return func(c *Config) { c.MaxParallelism = n } }
+
+// WithBufferTimeout sets how long a partly filled network buffer may wait before it is sent: > 0 an
+// interval, 0 after every record (lowest latency), < 0 only when full (highest throughput).
+func WithBufferTimeout(d time.Duration) Option { return func(c *Config) { c.BufferTimeout = d } }
+
+// WithBufferSize sets the size of network buffers in bytes (default 32 KiB).
+func WithBufferSize(n int) Option { return func(c *Config) { c.BufferSize = n } }
+
+// WithMaxRecordSize bounds one serialized record in bytes (default 16 MiB).
+func WithMaxRecordSize(n int) Option { return func(c *Config) { c.MaxRecordSize = n } }
+
+// WithChaining turns operator chaining on (the default) or off.
+func WithChaining(on bool) Option { return func(c *Config) { c.Chaining = on } }
+
+// WithTaskManagers sets the number of TaskManagers of the in-process cluster (default 1).
+func WithTaskManagers(n int) Option { return func(c *Config) { c.TaskManagers = n } }
+
+// WithSlotsPerTaskManager sets the slots of each TaskManager (default: just enough for the job).
+func WithSlotsPerTaskManager(n int) Option { return func(c *Config) { c.SlotsPerTM = n } }
+
+// WithNetworkMemory sets each TaskManager's network buffer budget in bytes (default 128 MiB).
+func WithNetworkMemory(bytes int64) Option { return func(c *Config) { c.NetworkMemoryBytes = bytes } }
+
+// WithLogger sets the logger of the runtime (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(c *Config) { c.Logger = l } }
+
+// WithProgress calls f with a snapshot of the running job every interval (from a goroutine Execute owns).
+func WithProgress(interval time.Duration, f func(*JobResult)) Option {
+	return func(c *Config) { c.ProgressInterval, c.Progress = interval, f }
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if c.Parallelism < 1 {
+		errs = append(errs, fmt.Errorf("WithParallelism: parallelism must be at least 1, got %d", c.Parallelism))
+	}
+	if c.MaxParallelism < 1 || c.MaxParallelism > 1<<15 {
+		errs = append(errs, fmt.Errorf("WithMaxParallelism: must be between 1 and 32768, got %d", c.MaxParallelism))
+	}
+	if c.BufferSize < network.MinBufferSize {
+		errs = append(errs, fmt.Errorf("WithBufferSize: buffers must be at least %d bytes, got %d", network.MinBufferSize, c.BufferSize))
+	}
+	if c.MaxRecordSize < 1 {
+		errs = append(errs, fmt.Errorf("WithMaxRecordSize: must be at least 1 byte, got %d", c.MaxRecordSize))
+	}
+	if c.TaskManagers < 1 {
+		errs = append(errs, fmt.Errorf("WithTaskManagers: at least 1 TaskManager is needed, got %d", c.TaskManagers))
+	}
+	if c.SlotsPerTM < 0 {
+		errs = append(errs, fmt.Errorf("WithSlotsPerTaskManager: must not be negative, got %d", c.SlotsPerTM))
+	}
+	if c.NetworkMemoryBytes < int64(c.BufferSize) {
+		errs = append(errs, fmt.Errorf("WithNetworkMemory: %d bytes do not hold one buffer of %d bytes", c.NetworkMemoryBytes, c.BufferSize))
+	}
+	if c.Progress != nil && c.ProgressInterval <= 0 {
+		errs = append(errs, fmt.Errorf("WithProgress: interval must be positive, got %s", c.ProgressInterval))
+	}
+	return errors.Join(errs...)
+}
+
+// Environment collects the operators of one job and runs it.
+type Environment struct {
+	cfg       Config
+	nodes     []*graph.StreamNode
+	edges     []*graph.StreamEdge
+	errs      []error
+	names     map[string]int
+	resolvers []edgeResolver
+	executed  bool
+}
+
+// NewEnvironment makes an environment with the given options.
+func NewEnvironment(opts ...Option) *Environment {
+	cfg := Config{
+		Parallelism: DefaultParallelism, MaxParallelism: DefaultMaxParallelism, BufferTimeout: DefaultBufferTimeout,
+		BufferSize: network.DefaultBufferSize, MaxRecordSize: network.DefaultMaxRecordSize, Chaining: true,
+		TaskManagers: 1, NetworkMemoryBytes: 128 << 20,
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return &Environment{cfg: cfg, names: make(map[string]int)}
+}
+
+// Config returns the environment's settings.
+func (e *Environment) Config() Config { return e.cfg }
+
+// Err returns the mistakes recorded while building the job so far (Execute returns them too).
+func (e *Environment) Err() error { return errors.Join(e.errs...) }
+
+func (e *Environment) addErr(err error) { e.errs = append(e.errs, err) }
+
+// origin returns "file:line" of the user's call that created an operator.
+func origin() string {
+	for skip := 2; skip < 8; skip++ {
+		_, file, line, ok := runtime.Caller(skip)
+		if !ok {
+			break
+		}
+		if !isAPIFile(file) {
+			return fmt.Sprintf("%s:%d", shortFile(file), line)
+		}
+	}
+	return ""
+}
+
+// addNode creates a stream node with a default name derived from kind ("map", "map-2", ...).
+func (e *Environment) addNode(kind graph.NodeKind, defaultName string, spec any) *graph.StreamNode {
+	e.names[defaultName]++
+	name := defaultName
+	if n := e.names[defaultName]; n > 1 {
+		name = fmt.Sprintf("%s-%d", defaultName, n)
+	}
+	n := &graph.StreamNode{
+		ID: len(e.nodes), Name: name, Kind: kind, Parallelism: e.cfg.Parallelism,
+		MaxParallelism: e.cfg.MaxParallelism, Payload: spec, Origin: origin(),
+	}
+	e.nodes = append(e.nodes, n)
+	return n
+}

@@ -1,0 +1,320 @@
+package runnel
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/runnel-dev/runnel/codec"
+	"github.com/runnel-dev/runnel/internal/graph"
+	"github.com/runnel-dev/runnel/internal/operator"
+	"github.com/runnel-dev/runnel/internal/task"
+)
+
+// codecHolder is the codec of one operator's output, chosen lazily: only edges that cross a task boundary
+// need it.
+type codecHolder[T any] struct {
+	c    codec.Codec[T]
+	name func() string
+}
+
+func (h *codecHolder[T]) resolve() error {
+	if h.c != nil {
+		return nil
+	}
+	c, err := codec.For[T]()
+	if err != nil {
+		return fmt.Errorf("the output of %s crosses the network and needs a codec: %w (or pass one with .WithCodec)", h.name(), err)
+	}
+	h.c = c
+	return nil
+}
+
+// input is one upstream of an operator: a producing node and how its records are distributed.
+type input[T any] struct {
+	node       *graph.StreamNode
+	pattern    graph.Pattern
+	patternSet bool
+	hash       func(T, []byte) (uint64, []byte)
+	codec      *codecHolder[T]
+}
+
+// Stream is a typed stream of records produced by one operator (or, after Union, several).
+type Stream[T any] struct {
+	env    *Environment
+	inputs []input[T]
+}
+
+func newStream[T any](env *Environment, n *graph.StreamNode) *Stream[T] {
+	h := &codecHolder[T]{}
+	h.name = func() string { return fmt.Sprintf("operator %q (record type %T)", n.Name, *new(T)) }
+	return &Stream[T]{env: env, inputs: []input[T]{{node: n, codec: h}}}
+}
+
+// node returns the single operator behind the stream, or records an error.
+func (s *Stream[T]) node(what string) *graph.StreamNode {
+	if len(s.inputs) != 1 {
+		s.env.addErr(fmt.Errorf("%s: applies to the stream of one operator, not to a union (at %s)", what, origin()))
+		return nil
+	}
+	return s.inputs[0].node
+}
+
+// Name names the operator that produces the stream. Names appear in reports and logs, select failure
+// injection targets, and must be unique in a job.
+func (s *Stream[T]) Name(name string) *Stream[T] {
+	if n := s.node("Name"); n != nil {
+		if name == "" {
+			s.env.addErr(fmt.Errorf("Name: operator name must not be empty (at %s)", origin()))
+			return s
+		}
+		n.Name = name
+	}
+	return s
+}
+
+// SetParallelism sets the parallelism of the operator that produces the stream.
+func (s *Stream[T]) SetParallelism(p int) *Stream[T] {
+	if n := s.node("SetParallelism"); n != nil {
+		n.Parallelism = p
+	}
+	return s
+}
+
+// SetMaxParallelism sets the number of key groups of the operator that produces the stream.
+func (s *Stream[T]) SetMaxParallelism(p int) *Stream[T] {
+	if n := s.node("SetMaxParallelism"); n != nil {
+		n.MaxParallelism = p
+	}
+	return s
+}
+
+// StartNewChain keeps the producing operator out of its predecessor's chain.
+func (s *Stream[T]) StartNewChain() *Stream[T] {
+	if n := s.node("StartNewChain"); n != nil {
+		n.StartsChain = true
+	}
+	return s
+}
+
+// WithCodec sets the codec used when the stream's records cross the network (default: codec.For[T]).
+func (s *Stream[T]) WithCodec(c Codec[T]) *Stream[T] {
+	if c == nil {
+		s.env.addErr(fmt.Errorf("WithCodec: nil codec (at %s)", origin()))
+		return s
+	}
+	for _, in := range s.inputs {
+		in.codec.c = c
+	}
+	return s
+}
+
+func (s *Stream[T]) repartition(p graph.Pattern) *Stream[T] {
+	out := &Stream[T]{env: s.env, inputs: make([]input[T], len(s.inputs))}
+	for i, in := range s.inputs {
+		in.pattern, in.patternSet, in.hash = p, true, nil
+		out.inputs[i] = in
+	}
+	return out
+}
+
+// Forward sends records of subtask i to subtask i of the next operator (equal parallelism required).
+func (s *Stream[T]) Forward() *Stream[T] { return s.repartition(graph.Forward) }
+
+// Rebalance distributes records round-robin over all subtasks of the next operator.
+func (s *Stream[T]) Rebalance() *Stream[T] { return s.repartition(graph.Rebalance) }
+
+// Rescale distributes records round-robin over a subset of the next operator's subtasks, so that each
+// producer talks to few consumers.
+func (s *Stream[T]) Rescale() *Stream[T] { return s.repartition(graph.Rescale) }
+
+// Broadcast sends every record to every subtask of the next operator.
+func (s *Stream[T]) Broadcast() *Stream[T] { return s.repartition(graph.Broadcast) }
+
+// connect makes the edges from the stream's inputs to node n.
+func connect[T any](s *Stream[T], n *graph.StreamNode) {
+	for _, in := range s.inputs {
+		spec := &operator.EdgeSpec[T]{Hash: in.hash}
+		e := &graph.StreamEdge{Source: in.node.ID, Target: n.ID, Pattern: in.pattern, PatternSet: in.patternSet, Payload: spec}
+		h := in.codec
+		s.env.edges = append(s.env.edges, e)
+		s.env.resolvers = append(s.env.resolvers, edgeResolver{edge: e, resolve: func() error {
+			if err := h.resolve(); err != nil {
+				return err
+			}
+			spec.Codec = h.c
+			return nil
+		}})
+	}
+}
+
+type edgeResolver struct {
+	edge    *graph.StreamEdge
+	resolve func() error
+}
+
+// Union merges streams of the same type; the next operator reads all of them.
+func Union[T any](first *Stream[T], more ...*Stream[T]) *Stream[T] {
+	out := &Stream[T]{env: first.env, inputs: append([]input[T](nil), first.inputs...)}
+	for _, s := range more {
+		if s.env != first.env {
+			first.env.addErr(fmt.Errorf("Union: streams belong to different environments (at %s)", origin()))
+			continue
+		}
+		out.inputs = append(out.inputs, s.inputs...)
+	}
+	return out
+}
+
+// FromSource adds a source operator.
+func FromSource[T any](env *Environment, src Source[T]) *Stream[T] {
+	if src == nil {
+		env.addErr(fmt.Errorf("FromSource: nil source (at %s)", origin()))
+	}
+	n := env.addNode(graph.SourceNode, "source", &operator.SourceSpec[T]{Source: src})
+	return newStream[T](env, n)
+}
+
+func nilFunc(env *Environment, what string) {
+	env.addErr(fmt.Errorf("%s: nil function (at %s)", what, origin()))
+}
+
+// Map applies fn to every record.
+func Map[In, Out any](s *Stream[In], fn func(In) (Out, error)) *Stream[Out] {
+	if fn == nil {
+		nilFunc(s.env, "Map")
+	}
+	n := s.env.addNode(graph.OperatorNode, "map", &operator.MapSpec[In, Out]{Fn: fn})
+	connect(s, n)
+	return newStream[Out](s.env, n)
+}
+
+// Filter keeps the records for which fn returns true.
+func (s *Stream[T]) Filter(fn func(T) (bool, error)) *Stream[T] {
+	if fn == nil {
+		nilFunc(s.env, "Filter")
+	}
+	n := s.env.addNode(graph.OperatorNode, "filter", &operator.FilterSpec[T]{Fn: fn})
+	connect(s, n)
+	return newStream[T](s.env, n)
+}
+
+// FlatMap calls fn for every record; fn emits any number of records to out.
+func FlatMap[In, Out any](s *Stream[In], fn func(In, Collector[Out]) error) *Stream[Out] {
+	if fn == nil {
+		nilFunc(s.env, "FlatMap")
+	}
+	n := s.env.addNode(graph.OperatorNode, "flatmap", &operator.FlatMapSpec[In, Out]{Fn: fn})
+	connect(s, n)
+	return newStream[Out](s.env, n)
+}
+
+// SinkOperator is the handle of a sink, for naming it and setting its parallelism.
+type SinkOperator struct {
+	env  *Environment
+	node *graph.StreamNode
+}
+
+// Name names the sink.
+func (o *SinkOperator) Name(name string) *SinkOperator {
+	if name == "" {
+		o.env.addErr(fmt.Errorf("Name: operator name must not be empty (at %s)", origin()))
+		return o
+	}
+	o.node.Name = name
+	return o
+}
+
+// SetParallelism sets the sink's parallelism.
+func (o *SinkOperator) SetParallelism(p int) *SinkOperator { o.node.Parallelism = p; return o }
+
+// SinkTo writes the stream to a sink.
+func (s *Stream[T]) SinkTo(sink Sink[T]) *SinkOperator {
+	if sink == nil {
+		s.env.addErr(fmt.Errorf("SinkTo: nil sink (at %s)", origin()))
+	}
+	n := s.env.addNode(graph.SinkNode, "sink", &operator.SinkSpec[T]{Sink: sink})
+	connect(s, n)
+	return &SinkOperator{env: s.env, node: n}
+}
+
+// KeyedStream is a stream partitioned by a key: records with equal keys go to the same subtask, where keyed
+// state is kept per key.
+type KeyedStream[K comparable, T any] struct {
+	s   *Stream[T]
+	key func(T) K
+}
+
+// KeyBy partitions the stream by the key fn extracts. Keys are hashed from their codec encoding (codec.For
+// by default, or keyCodec), so the assignment of keys to key groups is stable across runs and machines.
+func KeyBy[T any, K comparable](s *Stream[T], fn func(T) K, keyCodec ...Codec[K]) *KeyedStream[K, T] {
+	if fn == nil {
+		nilFunc(s.env, "KeyBy")
+	}
+	var kc codec.Codec[K]
+	if len(keyCodec) > 0 && keyCodec[0] != nil {
+		kc = keyCodec[0]
+	} else {
+		var err error
+		if kc, err = codec.For[K](); err != nil {
+			s.env.addErr(fmt.Errorf("KeyBy: the key needs a codec to be hashed: %w (at %s)", err, origin()))
+		}
+	}
+	hash := func(v T, scratch []byte) (uint64, []byte) {
+		b, err := kc.Append(scratch, fn(v))
+		if err != nil {
+			task.Abort(fmt.Errorf("encode key for hashing: %w", err))
+		}
+		return xxhash.Sum64(b), b
+	}
+	ks := s.repartition(graph.Hash)
+	for i := range ks.inputs {
+		ks.inputs[i].hash = hash
+	}
+	return &KeyedStream[K, T]{s: ks, key: fn}
+}
+
+// Reduce combines the records of each key with fn and emits the running result after every record.
+func Reduce[K comparable, T any](ks *KeyedStream[K, T], fn func(acc, v T) (T, error)) *Stream[T] {
+	if fn == nil {
+		nilFunc(ks.s.env, "Reduce")
+	}
+	n := ks.s.env.addNode(graph.OperatorNode, "reduce", &operator.ReduceSpec[K, T]{Key: ks.key, Fn: fn})
+	connect(ks.s, n)
+	return newStream[T](ks.s.env, n)
+}
+
+// Process runs a keyed process function; newFn makes one instance per parallel subtask.
+func Process[K comparable, In, Out any](ks *KeyedStream[K, In], newFn func() KeyedProcessFunction[K, In, Out]) *Stream[Out] {
+	if newFn == nil {
+		nilFunc(ks.s.env, "Process")
+	}
+	n := ks.s.env.addNode(graph.OperatorNode, "process", &operator.KeyedProcessSpec[K, In, Out]{Key: ks.key, New: newFn})
+	connect(ks.s, n)
+	return newStream[Out](ks.s.env, n)
+}
+
+// KeyedProcessBase gives a KeyedProcessFunction no-op Open, EndInput and Close; embed it.
+type KeyedProcessBase[K comparable, Out any] struct{}
+
+// Open does nothing.
+func (KeyedProcessBase[K, Out]) Open(KeyedContext[K]) error { return nil }
+
+// EndInput does nothing.
+func (KeyedProcessBase[K, Out]) EndInput(KeyedContext[K], Collector[Out]) error { return nil }
+
+// Close does nothing.
+func (KeyedProcessBase[K, Out]) Close() error { return nil }
+
+func isAPIFile(file string) bool {
+	dir := filepath.Base(filepath.Dir(file))
+	base := filepath.Base(file)
+	return (dir == "runnel" || strings.HasSuffix(filepath.Dir(file), "runnel-dev/runnel")) &&
+		(base == "stream.go" || base == "runnel.go" || base == "state.go" || base == "execute.go")
+}
+
+func shortFile(file string) string {
+	return filepath.Join(filepath.Base(filepath.Dir(file)), filepath.Base(file))
+}
