@@ -1,0 +1,67 @@
+package runnel_test
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+
+	"github.com/runnel-dev/runnel"
+	"github.com/runnel-dev/runnel/codec"
+	"github.com/runnel-dev/runnel/connector"
+)
+
+type kv struct{ Key, Value int64 }
+
+var quiet = slog.New(slog.DiscardHandler)
+
+func gen(keys int64) runnel.Source[kv] {
+	return connector.Generator(func(sub int, s uint64) kv { return kv{Key: int64(s) % keys, Value: int64(s)} },
+		connector.GeneratorOptions{})
+}
+
+// runBench runs a job over b.N records and reports records/s and allocations per record.
+func runBench(b *testing.B, build func(env *runnel.Environment, src *runnel.Stream[kv])) {
+	env := runnel.NewEnvironment(runnel.WithParallelism(1), runnel.WithLogger(quiet))
+	src := runnel.FromSource(env, connector.Generator(func(sub int, s uint64) kv { return kv{Key: int64(s) % 1024, Value: int64(s)} },
+		connector.GeneratorOptions{TotalRecords: uint64(b.N)})).WithCodec(codec.MustStruct[kv]())
+	build(env, src)
+	b.ReportAllocs()
+	b.ResetTimer()
+	if _, err := env.Execute(context.Background(), "bench"); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkChainedMap measures source -> map -> sink fused into one task: no serialization.
+func BenchmarkChainedMap(b *testing.B) {
+	runBench(b, func(env *runnel.Environment, src *runnel.Stream[kv]) {
+		runnel.Map(src, func(v kv) (kv, error) { v.Value++; return v, nil }).SinkTo(connector.Discard[kv]())
+	})
+}
+
+// BenchmarkKeyedReduce measures source -> keyBy -> reduce -> sink: one local network shuffle with
+// serialization, key hashing and keyed state.
+func BenchmarkKeyedReduce(b *testing.B) {
+	runBench(b, func(env *runnel.Environment, src *runnel.Stream[kv]) {
+		runnel.Reduce(runnel.KeyBy(src, func(v kv) int64 { return v.Key }), func(a, v kv) (kv, error) {
+			a.Value += v.Value
+			return a, nil
+		}).SinkTo(connector.Discard[kv]())
+	})
+}
+
+// BenchmarkKeyedReduceTCP is BenchmarkKeyedReduce with the shuffle over TCP between two TaskManagers.
+func BenchmarkKeyedReduceTCP(b *testing.B) {
+	env := runnel.NewEnvironment(runnel.WithParallelism(1), runnel.WithLogger(quiet), runnel.WithTaskManagers(2), runnel.WithSlotsPerTaskManager(1), runnel.WithChaining(false))
+	src := runnel.FromSource(env, connector.Generator(func(sub int, s uint64) kv { return kv{Key: int64(s) % 1024, Value: int64(s)} },
+		connector.GeneratorOptions{TotalRecords: uint64(b.N)})).WithCodec(codec.MustStruct[kv]())
+	runnel.Reduce(runnel.KeyBy(src, func(v kv) int64 { return v.Key }), func(a, v kv) (kv, error) {
+		a.Value += v.Value
+		return a, nil
+	}).SinkTo(connector.Discard[kv]())
+	b.ReportAllocs()
+	b.ResetTimer()
+	if _, err := env.Execute(context.Background(), "bench"); err != nil {
+		b.Fatal(err)
+	}
+}
