@@ -12,8 +12,9 @@ const HeaderSize = 20
 // size).
 const DefaultBufferSize = 32 * 1024
 
-// MinBufferSize is the smallest buffer size accepted; tests use it to force records across many buffers.
-const MinBufferSize = HeaderSize + 8
+// MinBufferSize is the smallest buffer size accepted: an event must fit in one buffer. Tests use it to
+// force records across many buffers.
+const MinBufferSize = 64
 
 // lengthPrefixSize is the size of the per-record length prefix.
 const lengthPrefixSize = 4

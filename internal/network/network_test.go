@@ -102,8 +102,8 @@ func TestRoundTripAcrossBuffers(t *testing.T) {
 		sizes   []int
 	}{
 		{"tiny records", 64, []int{0, 1, 2, 3, 4, 5}},
-		{"exact fit", MinBufferSize + 8, []int{4, 4, 4}}, // 4+4 bytes per record fills an 8-byte payload
-		{"prefix split", MinBufferSize + 2, []int{9, 1, 0, 17}},
+		{"exact fit", HeaderSize + 48, []int{4, 4, 4, 4, 4, 4, 4}}, // 4+4 bytes per record, 6 fill a buffer
+		{"prefix split", HeaderSize + 46, []int{40, 1, 0, 17}},   // the second record's length starts 2 bytes before the end
 		{"spans 1,2,3 buffers", 64, []int{30, 80, 130, 5, 200}},
 		{"large", 4096, []int{100000, 3, 50000}},
 	}
@@ -184,7 +184,7 @@ func TestRandomRoundTrip(t *testing.T) {
 // in flight, data is dropped while nobody listens, and a newer attempt reconnects. It must receive only whole
 // records, and the sequence numbers must account exactly for what was lost.
 func TestReconnectSkipsPartialRecords(t *testing.T) {
-	const payload = 32 // bytes of payload per buffer
+	const payload = 44 // bytes of payload per buffer
 	cases := []struct {
 		name string
 		// records written before the consumer leaves (all consumed), while it is away, and after it returns
@@ -192,9 +192,9 @@ func TestReconnectSkipsPartialRecords(t *testing.T) {
 		wantSkipped         uint64
 	}{
 		{"record at buffer start", []int{4}, []int{4, 4}, []int{4, 4}, 0},
-		{"record in the middle spanning 2 buffers", []int{4}, []int{40}, []int{40, 4}, 1},
-		{"record spanning 3 buffers", []int{10}, []int{70}, []int{70, 1}, 1},
-		{"record ending at buffer end", []int{28}, []int{28}, []int{28, 28}, 0},
+		{"record in the middle spanning 2 buffers", []int{4}, []int{60}, []int{60, 4}, 1},
+		{"record spanning 3 buffers", []int{10}, []int{100}, []int{100, 1}, 1},
+		{"record ending at buffer end", []int{40}, []int{40}, []int{40, 40}, 0},
 		{"nothing while away", []int{5}, nil, []int{50, 3}, 0},
 	}
 	for _, tc := range cases {
