@@ -1,0 +1,267 @@
+// Package throughput is Runnel's standard throughput benchmark: the pipeline
+//
+//	generator -> map (value+1) -> keyBy(key) -> reduce (sum) -> discard sink
+//
+// at parallelism 2 with one network shuffle (the keyBy) over local channels, run by the engine and by a
+// hand-written Go baseline doing the same work in the same process (goroutines and channels carrying
+// batches of records), and their throughputs compared.
+//
+// Subtask s of P emits seq = 0, 1, 2, ... as records {Key: (seq*P+s) % keys, Value: seq}.
+package throughput
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/runnel-dev/runnel"
+	"github.com/runnel-dev/runnel/codec"
+	"github.com/runnel-dev/runnel/connector"
+)
+
+// Record is the benchmark's record.
+type Record struct {
+	Key, Value int64
+}
+
+// Config configures a run.
+type Config struct {
+	Records     uint64 // records in total
+	Keys        int64  // distinct keys
+	Parallelism int    // generator and reducer instances (default 2)
+	// Verify captures the final per-key sums of both runs and compares their checksums. It replaces the
+	// engine's discard sink by a capturing one, so it is for tests, not for measuring.
+	Verify bool
+	// Logger is the engine's logger (default: warnings and errors to stderr).
+	Logger *slog.Logger
+}
+
+// Result holds the figures of a run.
+type Result struct {
+	EngineRPS       float64 `json:"engine_rps"`
+	BaselineRPS     float64 `json:"baseline_rps"`
+	Ratio           float64 `json:"ratio"`
+	AllocsPerRecord float64 `json:"allocs_per_record"`
+
+	EngineTime       time.Duration `json:"-"`
+	BaselineTime     time.Duration `json:"-"`
+	EngineChecksum   uint64        `json:"-"` // with Verify
+	BaselineChecksum uint64        `json:"-"`
+}
+
+// Run runs the engine and then the baseline.
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	if cfg.Parallelism == 0 {
+		cfg.Parallelism = 2
+	}
+	if cfg.Records == 0 {
+		return nil, errors.New("throughput: --records must be at least 1")
+	}
+	if cfg.Keys < 1 {
+		return nil, fmt.Errorf("throughput: --keys must be at least 1, got %d", cfg.Keys)
+	}
+	if cfg.Parallelism < 1 {
+		return nil, fmt.Errorf("throughput: parallelism must be at least 1, got %d", cfg.Parallelism)
+	}
+	res := &Result{}
+	var err error
+	if res.EngineTime, res.EngineChecksum, res.AllocsPerRecord, err = runEngine(ctx, cfg); err != nil {
+		return nil, err
+	}
+	res.BaselineTime, res.BaselineChecksum = runBaseline(cfg)
+	res.EngineRPS = float64(cfg.Records) / res.EngineTime.Seconds()
+	res.BaselineRPS = float64(cfg.Records) / res.BaselineTime.Seconds()
+	res.Ratio = res.EngineRPS / res.BaselineRPS
+	return res, nil
+}
+
+// Checksum combines per-key sums into one order-independent number.
+func Checksum(sums map[int64]int64) uint64 {
+	var c uint64
+	for k, v := range sums {
+		c += mix(uint64(k)*0x9e3779b97f4a7c15 ^ uint64(v))
+	}
+	return c
+}
+
+func mix(x uint64) uint64 {
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
+
+func runEngine(ctx context.Context, cfg Config) (time.Duration, uint64, float64, error) {
+	p := cfg.Parallelism
+	keys := cfg.Keys
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	env := runnel.NewEnvironment(runnel.WithParallelism(p), runnel.WithTaskManagers(1),
+		runnel.WithBufferTimeout(100*time.Millisecond), runnel.WithLogger(logger))
+	src := runnel.FromSource(env, connector.Generator(func(s int, seq uint64) Record {
+		return Record{Key: int64((seq*uint64(p) + uint64(s)) % uint64(keys)), Value: int64(seq)}
+	}, connector.GeneratorOptions{TotalRecords: cfg.Records})).Name("generator")
+	mapped := runnel.Map(src, func(r Record) (Record, error) { r.Value++; return r, nil }).
+		Name("map").WithCodec(codec.MustStruct[Record]())
+	sums := runnel.Reduce(runnel.KeyBy(mapped, func(r Record) int64 { return r.Key }),
+		func(acc, r Record) (Record, error) { acc.Value += r.Value; return acc, nil }).Name("sum")
+	var capture *latestSink
+	if cfg.Verify {
+		capture = &latestSink{sums: map[int64]int64{}}
+		sums.SinkTo(capture).Name("sink")
+	} else {
+		sums.SinkTo(connector.Discard[Record]()).Name("sink")
+	}
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	start := time.Now()
+	res, err := env.Execute(ctx, "throughput")
+	elapsed := time.Since(start)
+	runtime.ReadMemStats(&after)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	if res.Status != "FINISHED" {
+		return 0, 0, 0, fmt.Errorf("throughput: engine job ended %s", res.Status)
+	}
+	allocs := float64(after.Mallocs-before.Mallocs) / float64(cfg.Records)
+	var sum uint64
+	if capture != nil {
+		sum = Checksum(capture.sums)
+	}
+	return elapsed, sum, allocs, nil
+}
+
+// latestSink keeps the latest reduce output per key: the final sums once the job finished.
+type latestSink struct {
+	mu   sync.Mutex
+	sums map[int64]int64
+}
+
+func (s *latestSink) CreateWriter(runnel.RuntimeContext) (runnel.SinkWriter[Record], error) {
+	return &latestWriter{s: s, sums: map[int64]int64{}}, nil
+}
+
+type latestWriter struct {
+	s    *latestSink
+	sums map[int64]int64
+}
+
+func (w *latestWriter) Write(r Record) error { w.sums[r.Key] = r.Value; return nil }
+
+func (w *latestWriter) Flush() error {
+	w.s.mu.Lock()
+	defer w.s.mu.Unlock()
+	for k, v := range w.sums {
+		w.s.sums[k] = v
+	}
+	return nil
+}
+
+func (w *latestWriter) Close() error { return nil }
+
+const batchSize = 1024
+
+// runBaseline does the engine's work by hand: P producers generate and map records and route each to the
+// consumer that owns its key, in batches over channels; consumers keep running sums per key and hand the
+// running sum of every record to a discarding sink. Batches are recycled through a free list.
+func runBaseline(cfg Config) (time.Duration, uint64) {
+	p := cfg.Parallelism
+	keys := uint64(cfg.Keys)
+	free := make(chan []Record, 8*p*p)
+	getBatch := func() []Record {
+		select {
+		case b := <-free:
+			return b[:0]
+		default:
+			return make([]Record, 0, batchSize)
+		}
+	}
+	putBatch := func(b []Record) {
+		select {
+		case free <- b:
+		default:
+		}
+	}
+	inbox := make([]chan []Record, p)
+	for i := range inbox {
+		inbox[i] = make(chan []Record, 4*p)
+	}
+	results := make([]map[int64]int64, p)
+	var sink int64
+	start := time.Now()
+	var consumers, producers sync.WaitGroup
+	for c := 0; c < p; c++ {
+		consumers.Add(1)
+		go func(c int) {
+			defer consumers.Done()
+			sums := make(map[int64]int64)
+			var last int64
+			for b := range inbox[c] {
+				for _, r := range b {
+					s := sums[r.Key] + r.Value
+					sums[r.Key] = s
+					last ^= s // the "sink": use the running sum so the work is not optimised away
+				}
+				putBatch(b)
+			}
+			results[c] = sums
+			if last == 42 {
+				sink++
+			}
+		}(c)
+	}
+	for s := 0; s < p; s++ {
+		n := cfg.Records / uint64(p)
+		if uint64(s) < cfg.Records%uint64(p) {
+			n++
+		}
+		producers.Add(1)
+		go func(s int, n uint64) {
+			defer producers.Done()
+			out := make([][]Record, p)
+			for i := range out {
+				out[i] = getBatch()
+			}
+			for seq := uint64(0); seq < n; seq++ {
+				r := Record{Key: int64((seq*uint64(p) + uint64(s)) % keys), Value: int64(seq)}
+				r.Value++
+				c := int(route(uint64(r.Key)) % uint64(p))
+				out[c] = append(out[c], r)
+				if len(out[c]) == batchSize {
+					inbox[c] <- out[c]
+					out[c] = getBatch()
+				}
+			}
+			for c, b := range out {
+				if len(b) > 0 {
+					inbox[c] <- b
+				}
+			}
+		}(s, n)
+	}
+	producers.Wait()
+	for _, ch := range inbox {
+		close(ch)
+	}
+	consumers.Wait()
+	elapsed := time.Since(start)
+	all := map[int64]int64{}
+	for _, m := range results {
+		for k, v := range m {
+			all[k] = v
+		}
+	}
+	_ = sink
+	return elapsed, Checksum(all)
+}
+
+// route hashes a key to spread consecutive keys over consumers.
+func route(k uint64) uint64 { return mix(k * 0x9e3779b97f4a7c15) }

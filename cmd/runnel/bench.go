@@ -1,0 +1,48 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/runnel-dev/runnel/bench/throughput"
+)
+
+func newBenchCmd() *cobra.Command {
+	bench := &cobra.Command{Use: "bench", Short: "Benchmarks of the engine"}
+	var cfg throughput.Config
+	var asJSON bool
+	tp := &cobra.Command{
+		Use:   "throughput",
+		Short: "generator -> map -> keyBy -> sum -> discard at parallelism 2, engine vs a hand-written Go baseline",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfg.Records < 1 {
+				return fmt.Errorf("invalid --records %d: must be at least 1", cfg.Records)
+			}
+			if cfg.Keys < 1 {
+				return fmt.Errorf("invalid --keys %d: must be at least 1", cfg.Keys)
+			}
+			res, err := throughput.Run(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				return json.NewEncoder(out).Encode(res)
+			}
+			fmt.Fprintf(out, "records            %d (keys %d, parallelism 2, local channels)\n", cfg.Records, cfg.Keys)
+			fmt.Fprintf(out, "engine             %12.0f records/s  (%v)\n", res.EngineRPS, res.EngineTime.Round(1e6))
+			fmt.Fprintf(out, "baseline (Go)      %12.0f records/s  (%v)\n", res.BaselineRPS, res.BaselineTime.Round(1e6))
+			fmt.Fprintf(out, "ratio              %12.3f\n", res.Ratio)
+			fmt.Fprintf(out, "allocs per record  %12.4f\n", res.AllocsPerRecord)
+			return nil
+		},
+	}
+	tp.Flags().Uint64Var(&cfg.Records, "records", 20_000_000, "records to process")
+	tp.Flags().Int64Var(&cfg.Keys, "keys", 1024, "distinct keys")
+	tp.Flags().BoolVar(&asJSON, "json", false, "print one JSON object {engine_rps, baseline_rps, ratio, allocs_per_record}")
+	bench.AddCommand(tp)
+	return bench
+}

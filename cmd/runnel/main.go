@@ -1,0 +1,48 @@
+// Command runnel runs Runnel's bundled example jobs in an in-process mini-cluster and benchmarks the
+// engine.
+//
+//	runnel examples                              list the examples
+//	runnel run wordcount --input F --output O    run an example (see runnel run EXAMPLE --help)
+//	runnel bench throughput [--json]             engine vs hand-written Go baseline
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+// exitError carries an exit code for errors that were already reported.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+func main() {
+	root := newRoot()
+	if err := root.Execute(); err != nil {
+		fmt.Fprintf(os.Stderr, "runnel: %v\n", err)
+		code := 1
+		var ee *exitError
+		if errors.As(err, &ee) {
+			code = ee.code
+		}
+		os.Exit(code)
+	}
+}
+
+func newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "runnel",
+		Short:         "Runnel: a distributed stream-processing engine in Go",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newExamplesCmd(), newRunCmd(), newBenchCmd())
+	return root
+}

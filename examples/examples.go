@@ -1,0 +1,64 @@
+// Package examples is the registry of Runnel's bundled example jobs, which the runnel command lists and
+// runs. Each example lives in its own package under examples/ and is built only on the public API
+// (packages runnel, codec and connector), like a user's job would be.
+package examples
+
+import (
+	"io"
+
+	"github.com/spf13/pflag"
+
+	"github.com/runnel-dev/runnel"
+	"github.com/runnel-dev/runnel/examples/clickstream"
+	"github.com/runnel-dev/runnel/examples/internal/run"
+	"github.com/runnel-dev/runnel/examples/wordcount"
+)
+
+// Options are the settings of a run that an example may need while building its job.
+type Options = run.Options
+
+// Job is one configured run of an example: its flags have been parsed into it.
+type Job interface {
+	// Build adds the example's operators to env.
+	Build(env *runnel.Environment, opts Options) error
+}
+
+// Summarizer is implemented by jobs that print a summary after the job ended (also when it was cancelled).
+type Summarizer interface {
+	Summary(w io.Writer, res *runnel.JobResult) error
+}
+
+// Example describes one bundled example job.
+type Example struct {
+	Name        string
+	Description string
+	// New registers the example's own flags on fs and returns the job they configure; the flags are read
+	// when Build is called.
+	New func(fs *pflag.FlagSet) Job
+}
+
+// All returns the bundled examples, sorted by name.
+func All() []Example {
+	return []Example{
+		{
+			Name:        "clickstream",
+			Description: "keyed clickstream aggregation: clicks per user and page from a deterministic click generator",
+			New:         func(fs *pflag.FlagSet) Job { return clickstream.New(fs) },
+		},
+		{
+			Name:        "wordcount",
+			Description: "counts the words of a text file (or of generated text) and writes word<TAB>count sorted by word",
+			New:         func(fs *pflag.FlagSet) Job { return wordcount.New(fs) },
+		},
+	}
+}
+
+// Lookup returns the example called name.
+func Lookup(name string) (Example, bool) {
+	for _, e := range All() {
+		if e.Name == name {
+			return e, true
+		}
+	}
+	return Example{}, false
+}
