@@ -104,6 +104,7 @@ type Buffer struct {
 	Header
 	data []byte // data[:HeaderSize] is the encoded header once sealed; len(data) is header + payload
 	pool *BufferPool
+	free bool // in the pool; catches double recycling
 }
 
 // Payload returns the bytes after the header.
@@ -119,7 +120,7 @@ func (b *Buffer) Len() int { return len(b.data) }
 func (b *Buffer) Cap() int { return cap(b.data) }
 
 // free returns the number of payload bytes that can still be appended.
-func (b *Buffer) free() int { return cap(b.data) - len(b.data) }
+func (b *Buffer) freeBytes() int { return cap(b.data) - len(b.data) }
 
 // reset prepares a buffer for writing.
 func (b *Buffer) reset(kind Kind, firstSeq uint64) {

@@ -103,7 +103,7 @@ func TestRoundTripAcrossBuffers(t *testing.T) {
 	}{
 		{"tiny records", 64, []int{0, 1, 2, 3, 4, 5}},
 		{"exact fit", HeaderSize + 48, []int{4, 4, 4, 4, 4, 4, 4}}, // 4+4 bytes per record, 6 fill a buffer
-		{"prefix split", HeaderSize + 46, []int{40, 1, 0, 17}},   // the second record's length starts 2 bytes before the end
+		{"prefix split", HeaderSize + 46, []int{40, 1, 0, 17}},     // the second record's length starts 2 bytes before the end
 		{"spans 1,2,3 buffers", 64, []int{30, 80, 130, 5, 200}},
 		{"large", 4096, []int{100000, 3, 50000}},
 	}

@@ -92,7 +92,7 @@ func (p *ResultPartition) NextSequence(i int) uint64 { return p.nextSeq[i] }
 // listener is called (from any goroutine, without locks held) whenever data may have become available.
 func (p *ResultPartition) CreateView(i int, owner ident.Attempt, credit int, listener func()) (*View, error) {
 	if i < 0 || i >= len(p.subs) {
-		return nil, fmt.Errorf("result partition %s has %d subpartitions, %s asked for %d: %w", p.id, len(p.subs), owner, i, ErrPartitionNotFound)
+		return nil, fmt.Errorf("result partition %s has %d subpartitions, %s asked for %d: %w", p.id, len(p.subs), owner, i, ErrInvalidRequest)
 	}
 	return p.subs[i].createView(owner, credit, listener)
 }
@@ -108,7 +108,7 @@ func (p *ResultPartition) EmitRecord(sub int, rec []byte) error {
 	p.nextSeq[sub] = seq + 1
 	p.records.Add(1)
 	b := p.current[sub]
-	if b == nil || b.free() == 0 {
+	if b == nil || b.freeBytes() == 0 {
 		var err error
 		if b, err = p.nextBuffer(sub, b, seq, 0); err != nil {
 			return err
@@ -116,7 +116,7 @@ func (p *ResultPartition) EmitRecord(sub int, rec []byte) error {
 	}
 	b.Starts++
 	// Fast path: the whole record fits.
-	if lengthPrefixSize+n <= b.free() {
+	if lengthPrefixSize+n <= b.freeBytes() {
 		b.data = binary.LittleEndian.AppendUint32(b.data, uint32(n))
 		b.data = append(b.data, rec...)
 		return nil
@@ -136,7 +136,7 @@ func (p *ResultPartition) EmitRecord(sub int, rec []byte) error {
 // number of bytes of the record, piece included, still to be written.
 func (p *ResultPartition) spill(sub int, b *Buffer, piece []byte, remaining int) (*Buffer, int, error) {
 	for len(piece) > 0 {
-		if b.free() == 0 {
+		if b.freeBytes() == 0 {
 			var err error
 			cont := remaining
 			if max := b.Cap() - HeaderSize; cont > max {
@@ -207,6 +207,10 @@ func (p *ResultPartition) AddEvent(sub int, e Event) error {
 		return fmt.Errorf("partition %s: send %s: %w", p.id, e.Type, err)
 	}
 	b.reset(KindEvent, p.nextSeq[sub])
+	if b.freeBytes() < eventSize {
+		b.Recycle()
+		return fmt.Errorf("partition %s: buffer of %d bytes cannot hold a %d-byte event", p.id, b.Cap(), eventSize)
+	}
 	b.data = e.append(b.data)
 	b.Seal()
 	p.subs[sub].add(b, e.Type == EventEndOfPartition)

@@ -96,6 +96,7 @@ func (p *BufferPool) Available() int { return len(p.free) + p.limit - int(p.allo
 func (p *BufferPool) TryRequest() *Buffer {
 	select {
 	case b := <-p.free:
+		b.free = false
 		return b
 	default:
 	}
@@ -121,6 +122,7 @@ func (p *BufferPool) Request(cancel <-chan struct{}) (*Buffer, error) {
 	}
 	select {
 	case b := <-p.free:
+		b.free = false
 		return b, nil
 	case <-cancel:
 		return nil, fmt.Errorf("request buffer from pool %s: %w", p.name, ErrCanceled)
@@ -128,6 +130,10 @@ func (p *BufferPool) Request(cancel <-chan struct{}) (*Buffer, error) {
 }
 
 func (p *BufferPool) put(b *Buffer) {
+	if b.free {
+		panic(fmt.Sprintf("network: buffer pool %s: buffer recycled twice", p.name))
+	}
+	b.free = true
 	b.data = b.data[:HeaderSize]
 	select {
 	case p.free <- b:

@@ -106,8 +106,10 @@ func (s *Subpartition) createView(owner ident.Attempt, credit int, listener func
 			return nil, fmt.Errorf("subpartition %s/%d requested by %s, last reader %s: %w",
 				s.partition.id, s.index, owner, s.lastView, ErrStaleAttempt)
 		}
-		if s.view != nil {
-			s.releaseViewLocked(s.view)
+		if old := s.view; old != nil {
+			s.releaseViewLocked(old)
+			// Wake the replaced reader so it sees ErrViewReleased instead of waiting forever.
+			defer old.listener()
 		}
 	}
 	v := &View{sub: s, owner: owner, credit: credit, listener: listener}

@@ -51,9 +51,10 @@ const releaseWriteTimeout = 100 * time.Millisecond
 // DialOptions configure DialRemoteChannel. Zero values mean the defaults.
 type DialOptions struct {
 	// InitialBackoff is the first wait before requesting a partition not found again
-	// (default DefaultDialInitialBackoff); waits double up to MaxBackoff (default DefaultDialMaxBackoff).
+	// (default DefaultDialInitialBackoff); later waits double.
 	InitialBackoff time.Duration
-	MaxBackoff     time.Duration
+	// MaxBackoff caps the wait between requests (default DefaultDialMaxBackoff).
+	MaxBackoff time.Duration
 	// Timeout bounds the whole dial, retries included (default DefaultDialTimeout).
 	Timeout time.Duration
 	// HandshakeTimeout bounds one connection attempt up to the server's reply
@@ -161,6 +162,7 @@ func DialRemoteChannel(ctx context.Context, addr string, pid ident.PartitionID, 
 	dialCtx, cancel := context.WithTimeout(ctx, opts.Timeout)
 	defer cancel()
 	backoff := opts.InitialBackoff
+	var lastErr error
 	for attempt := 1; ; attempt++ {
 		leftover, err := c.connect(dialCtx, req, opts.HandshakeTimeout)
 		if err == nil {
@@ -168,26 +170,28 @@ func DialRemoteChannel(ctx context.Context, addr string, pid ident.PartitionID, 
 			go c.announceCredits()
 			return c, nil
 		}
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("%s: %w (attempt %d: %w)", what, context.Cause(ctx), attempt, err)
-		}
-		if dialCtx.Err() != nil {
-			return nil, fmt.Errorf("%s: gave up after %d attempts in %v: %w", what, attempt, opts.Timeout, err)
-		}
-		if !errors.Is(err, ErrPartitionNotFound) {
+		notFound := errors.Is(err, ErrPartitionNotFound)
+		if !notFound && dialCtx.Err() == nil {
 			return nil, fmt.Errorf("%s: %w", what, err)
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-dialCtx.Done():
-			t.Stop()
-			if ctx.Err() != nil {
-				return nil, fmt.Errorf("%s: %w (after %d attempts: %w)", what, context.Cause(ctx), attempt, err)
-			}
-			return nil, fmt.Errorf("%s: gave up after %d attempts in %v: %w", what, attempt, opts.Timeout, err)
-		case <-t.C:
+		if notFound || lastErr == nil {
+			lastErr = err // an attempt cut short by the deadline says less than the refusal before it
 		}
-		backoff = min(2*backoff, opts.MaxBackoff)
+		if dialCtx.Err() == nil {
+			t := time.NewTimer(backoff)
+			select {
+			case <-dialCtx.Done():
+				t.Stop()
+			case <-t.C:
+			}
+			backoff = min(2*backoff, opts.MaxBackoff)
+		}
+		if dialCtx.Err() != nil {
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("%s: %w after %d attempts: %w", what, context.Cause(ctx), attempt, lastErr)
+			}
+			return nil, fmt.Errorf("%s: gave up after %d attempts in %v: %w", what, attempt, opts.Timeout, lastErr)
+		}
 	}
 }
 

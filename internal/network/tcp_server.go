@@ -65,6 +65,7 @@ type Server struct {
 	opts ServerOptions
 	ln   net.Listener
 
+	quit   chan struct{} // closed by Close
 	mu     sync.Mutex
 	conns  map[*serverConn]struct{}
 	closed bool
@@ -89,7 +90,7 @@ func NewServer(pm *PartitionManager, addr string, opts ServerOptions) (*Server, 
 	if err != nil {
 		return nil, fmt.Errorf("network server: listen on %s: %w", addr, err)
 	}
-	s := &Server{pm: pm, opts: opts, ln: ln, conns: make(map[*serverConn]struct{})}
+	s := &Server{pm: pm, opts: opts, ln: ln, quit: make(chan struct{}), conns: make(map[*serverConn]struct{})}
 	s.wg.Add(1)
 	go s.acceptLoop()
 	return s, nil
@@ -108,6 +109,7 @@ func (s *Server) Close() error {
 		return nil
 	}
 	s.closed = true
+	close(s.quit)
 	conns := make([]*serverConn, 0, len(s.conns))
 	for c := range s.conns {
 		conns = append(conns, c)
@@ -142,7 +144,13 @@ func (s *Server) acceptLoop() {
 			}
 			// Out of file descriptors and the like: back off and try again, as net/http does.
 			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			time.Sleep(backoff)
+			t := time.NewTimer(backoff)
+			select {
+			case <-s.quit:
+				t.Stop()
+				return
+			case <-t.C:
+			}
 			continue
 		}
 		backoff = 0
@@ -178,9 +186,11 @@ type serverConn struct {
 	conn net.Conn
 	view *View
 	req  partitionRequest
-	dec  *frameDecoder
-	bw   *bufio.Writer
-	hdr  []byte // scratch for frame headers
+	// bufferSize is the largest Buffer frame announced to the client.
+	bufferSize int
+	dec        *frameDecoder
+	bw         *bufio.Writer
+	hdr        []byte // scratch for frame headers
 
 	wake chan struct{} // the view may have data or credit
 	quit chan struct{} // closed by Server.Close
@@ -272,7 +282,7 @@ func (c *serverConn) handshake(rbuf []byte) ([]byte, error) {
 		c.replyError(err)
 		return nil, err
 	}
-	c.view = view
+	c.view, c.bufferSize = view, bufferSize
 	c.hdr = appendRequestOK(c.hdr[:0], bufferSize)
 	if _, err := c.bw.Write(c.hdr); err != nil {
 		view.Release()
@@ -417,6 +427,13 @@ func (c *serverConn) write() {
 			}
 			if b == nil {
 				break
+			}
+			if b.Len() > c.bufferSize {
+				err := fmt.Errorf("partition %s: buffer of %d bytes exceeds the partition's buffer size of %d bytes: %w",
+					c.req.partition, b.Len(), c.bufferSize, ErrCorrupt)
+				b.Recycle()
+				c.sendError(err)
+				return
 			}
 			end := isEndOfPartition(b)
 			werr := c.writeBuffer(b)

@@ -154,6 +154,7 @@ const (
 	codeViewReleased      errorCode = 6
 	codeInvalidRequest    errorCode = 7
 	codeProtocol          errorCode = 8
+	codeCorrupt           errorCode = 9
 )
 
 // codeSentinels maps error codes to the sentinel errors they stand for, in the order codeOf tries them.
@@ -168,6 +169,7 @@ var codeSentinels = []struct {
 	{codeViewReleased, ErrViewReleased},
 	{codeInvalidRequest, ErrInvalidRequest},
 	{codeProtocol, ErrProtocol},
+	{codeCorrupt, ErrCorrupt},
 }
 
 // codeOf classifies err for an Error frame.
