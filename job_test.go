@@ -27,8 +27,8 @@ func tokenize(line string, out runnel.Collector[wordCount]) error {
 
 func TestWordCountSmoke(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		opts  []runnel.Option
+		name string
+		opts []runnel.Option
 	}{
 		{"local", []runnel.Option{runnel.WithParallelism(2)}},
 		{"tcp", []runnel.Option{runnel.WithParallelism(2), runnel.WithTaskManagers(2)}},

@@ -10,7 +10,7 @@ jar="$here/target/runnel-flink-bench.jar"
 command -v mvn >/dev/null || { echo "run.sh: mvn not found on PATH" >&2; exit 1; }
 command -v java >/dev/null || { echo "run.sh: java not found on PATH" >&2; exit 1; }
 
-mvn -q -B -f "$here/pom.xml" package >&2
+mvn -q -B -Dstyle.color=never -f "$here/pom.xml" package >&2
 mkdir -p "$here/target/logs"
 
 status=0

@@ -21,6 +21,7 @@ import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 
 import java.io.IOException;
 import java.io.PrintStream;
+import java.lang.management.ManagementFactory;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
@@ -73,6 +74,9 @@ public final class Main {
                 System.exit(2);
                 return;
         }
+        // The machine's 1-minute load average at the end of the run: these runs share their cores.
+        result.put("load_avg_1m", ManagementFactory.getOperatingSystemMXBean().getSystemLoadAverage());
+        result.put("cores", Runtime.getRuntime().availableProcessors());
         System.out.println(result);
         System.out.flush();
         // Flink leaves non-daemon threads behind (e.g. the MiniCluster's I/O pools of a cancelled job).
@@ -195,7 +199,7 @@ public final class Main {
                 .put("approximate_local_recovery", approximate)
                 .put("parallelism", p)
                 .put("keys", keys)
-                .put("rate", rate > 0 ? (Object) (long) rate : "unbounded")
+                .put("source_rate_rps", (long) rate) // 0: unbounded
                 .put("checkpoint_interval_ms", ckptMs)
                 .put("buffer_timeout_ms", bufferTimeoutMs)
                 .put("fail_after_ms", failAfterMs)
@@ -271,6 +275,13 @@ public final class Main {
                 }
             } else {
                 client.cancel().get(30, TimeUnit.SECONDS);
+                // Let the cancelled job end (its per-job MiniCluster then shuts down) before the
+                // checkpoint directory is deleted.
+                try {
+                    client.getJobExecutionResult().get(30, TimeUnit.SECONDS);
+                } catch (Exception expected) {
+                    // a cancelled job reports its cancellation as an exception
+                }
             }
             sampler.interrupt();
             sampler.join();
