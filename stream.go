@@ -1,6 +1,7 @@
 package runnel
 
 import (
+	"encoding/binary"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -262,13 +263,7 @@ func KeyBy[T any, K comparable](s *Stream[T], fn func(T) K, keyCodec ...Codec[K]
 			s.env.addErr(fmt.Errorf("KeyBy: the key needs a codec to be hashed: %w (at %s)", err, origin()))
 		}
 	}
-	hash := func(v T, scratch []byte) (uint64, []byte) {
-		b, err := kc.Append(scratch, fn(v))
-		if err != nil {
-			task.Abort(fmt.Errorf("encode key for hashing: %w", err))
-		}
-		return xxhash.Sum64(b), b
-	}
+	hash := keyHash(fn, kc)
 	ks := s.repartition(graph.Hash)
 	for i := range ks.inputs {
 		ks.inputs[i].hash = hash
@@ -317,4 +312,47 @@ func isAPIFile(file string) bool {
 
 func shortFile(file string) string {
 	return filepath.Join(filepath.Base(filepath.Dir(file)), filepath.Base(file))
+}
+
+// keyHash returns the function that hashes a record's key: xxhash64 of the key's codec encoding. Keys of
+// common types take a path without the codec's interface call that yields the same hash, so key groups
+// do not depend on which path computed them.
+func keyHash[T any, K comparable](fn func(T) K, kc codec.Codec[K]) func(T, []byte) (uint64, []byte) {
+	builtin := kc != nil && isBuiltinCodec(kc)
+	switch any(*new(K)).(type) {
+	case int64:
+		if builtin {
+			return func(v T, scratch []byte) (uint64, []byte) {
+				var b [8]byte
+				binary.LittleEndian.PutUint64(b[:], uint64(any(fn(v)).(int64)))
+				return xxhash.Sum64(b[:]), scratch
+			}
+		}
+	case string:
+		if builtin {
+			return func(v T, scratch []byte) (uint64, []byte) {
+				return xxhash.Sum64String(any(fn(v)).(string)), scratch
+			}
+		}
+	}
+	return func(v T, scratch []byte) (uint64, []byte) {
+		b, err := kc.Append(scratch, fn(v))
+		if err != nil {
+			task.Abort(fmt.Errorf("encode key for hashing: %w", err))
+		}
+		return xxhash.Sum64(b), b
+	}
+}
+
+// isBuiltinCodec reports whether c encodes like the built-in codec of its type (so the fast hash paths
+// agree with it).
+func isBuiltinCodec[K any](c codec.Codec[K]) bool {
+	var k K
+	switch any(k).(type) {
+	case int64:
+		return any(c) == any(codec.Int64())
+	case string:
+		return any(c) == any(codec.String())
+	}
+	return false
 }

@@ -13,11 +13,22 @@ import (
 type planCodec[T any] struct {
 	name string
 	plan plan
+	// flat is set when the encoding of T is its memory, byte for byte (a little-endian host and a struct of
+	// numeric fields without padding): Append and Decode are then one copy.
+	flat bool
+}
+
+// isFlat reports whether p encodes a value of size bytes as one copy of its memory.
+func (p *plan) isFlat(size uintptr) bool {
+	return len(p.ops) == 1 && p.ops[0].kind == opRun && p.ops[0].off == 0 && p.ops[0].n == size && uintptr(p.size) == size
 }
 
 func (c *planCodec[T]) fixedSize() int { return c.plan.size }
 
 func (c *planCodec[T]) Append(dst []byte, v T) ([]byte, error) {
+	if c.flat {
+		return append(dst, unsafe.Slice((*byte)(unsafe.Pointer(&v)), unsafe.Sizeof(v))...), nil
+	}
 	if c.plan.inlineBinary {
 		return c.appendEscaping(dst, v)
 	}
@@ -44,6 +55,10 @@ func (c *planCodec[T]) appendEscaping(dst []byte, v T) ([]byte, error) {
 func (c *planCodec[T]) Decode(src []byte, v *T) error {
 	if c.plan.size >= 0 && len(src) != c.plan.size {
 		return lengthError(c.name, c.plan.size, len(src))
+	}
+	if c.flat {
+		copy(unsafe.Slice((*byte)(unsafe.Pointer(v)), unsafe.Sizeof(*v)), src)
+		return nil
 	}
 	rest, e := decodeOps(src, c.plan.ops, unsafe.Pointer(v), 0)
 	if e != nil {

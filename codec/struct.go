@@ -116,6 +116,7 @@ func newPlanCodec[T any](name string, raw bool) (Codec[T], error) {
 	}
 	c := &planCodec[T]{name: name}
 	b.finish(&c.plan, ops, true)
+	c.flat = raw && c.plan.isFlat(t.Size())
 	return c, nil // never a typed nil: the error path above returns a nil interface
 }
 

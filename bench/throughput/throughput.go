@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"sort"
 	"sync"
 	"time"
 
@@ -39,6 +40,9 @@ type Config struct {
 	Verify bool
 	// Logger is the engine's logger (default: warnings and errors to stderr).
 	Logger *slog.Logger
+	// Runs is the number of engine and baseline runs, alternated so that both see the same machine
+	// weather; the medians are reported (default 3).
+	Runs int
 }
 
 // Result holds the figures of a run.
@@ -68,16 +72,32 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.Parallelism < 1 {
 		return nil, fmt.Errorf("throughput: parallelism must be at least 1, got %d", cfg.Parallelism)
 	}
-	res := &Result{}
-	var err error
-	if res.EngineTime, res.EngineChecksum, res.AllocsPerRecord, err = runEngine(ctx, cfg); err != nil {
-		return nil, err
+	if cfg.Runs <= 0 {
+		cfg.Runs = 3
 	}
-	res.BaselineTime, res.BaselineChecksum = runBaseline(cfg)
+	res := &Result{}
+	var engine, baseline []time.Duration
+	for i := 0; i < cfg.Runs; i++ {
+		et, esum, allocs, err := runEngine(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		bt, bsum := runBaseline(cfg)
+		engine, baseline = append(engine, et), append(baseline, bt)
+		res.EngineChecksum, res.BaselineChecksum = esum, bsum
+		res.AllocsPerRecord = max(res.AllocsPerRecord, allocs)
+	}
+	res.EngineTime, res.BaselineTime = median(engine), median(baseline)
 	res.EngineRPS = float64(cfg.Records) / res.EngineTime.Seconds()
 	res.BaselineRPS = float64(cfg.Records) / res.BaselineTime.Seconds()
 	res.Ratio = res.EngineRPS / res.BaselineRPS
 	return res, nil
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2]
 }
 
 // Checksum combines per-key sums into one order-independent number.

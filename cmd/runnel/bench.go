@@ -42,6 +42,7 @@ func newBenchCmd() *cobra.Command {
 	}
 	tp.Flags().Uint64Var(&cfg.Records, "records", 20_000_000, "records to process")
 	tp.Flags().Int64Var(&cfg.Keys, "keys", 1024, "distinct keys")
+	tp.Flags().IntVar(&cfg.Runs, "runs", 3, "alternating engine and baseline runs; medians are reported")
 	tp.Flags().BoolVar(&asJSON, "json", false, "print one JSON object {engine_rps, baseline_rps, ratio, allocs_per_record}")
 	bench.AddCommand(tp)
 	return bench

@@ -265,10 +265,11 @@ func (jm *JobMaster) onUpdate(u task.Update) {
 		}
 	}
 	jm.mu.Unlock()
-	switch u.State {
-	case task.Failed:
+	if u.State == task.Failed {
 		jm.fail(fmt.Errorf("subtask %s failed: %w", jm.name(u.Attempt.Subtask), u.Err))
-	case task.Finished, task.Canceled:
+	}
+	if u.State.Terminal() {
+		// Also after a failure: a second failing subtask may be the last one to stop.
 		jm.checkDone()
 	}
 }

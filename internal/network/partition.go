@@ -36,7 +36,6 @@ type ResultPartition struct {
 	// producer-owned
 	current []*Buffer
 	nextSeq []uint64
-	records atomic.Uint64
 
 	unconsumed atomic.Int32
 	onConsumed func(*ResultPartition)
@@ -81,8 +80,15 @@ func (p *ResultPartition) Subpartition(i int) *Subpartition { return p.subs[i] }
 // Reconnectable reports whether consumers may reconnect (PIPELINED_APPROXIMATE).
 func (p *ResultPartition) Reconnectable() bool { return p.opts.Reconnectable }
 
-// RecordsWritten returns the number of records emitted into the partition (all subpartitions).
-func (p *ResultPartition) RecordsWritten() uint64 { return p.records.Load() }
+// RecordsWritten returns the number of records emitted into the partition (all subpartitions). Producer
+// goroutine only: the per-record path keeps no shared counters.
+func (p *ResultPartition) RecordsWritten() uint64 {
+	var n uint64
+	for _, s := range p.nextSeq {
+		n += s
+	}
+	return n
+}
 
 // NextSequence returns the sequence number the next record on subpartition i will get. Producer goroutine
 // only.
@@ -106,7 +112,6 @@ func (p *ResultPartition) EmitRecord(sub int, rec []byte) error {
 	}
 	seq := p.nextSeq[sub]
 	p.nextSeq[sub] = seq + 1
-	p.records.Add(1)
 	b := p.current[sub]
 	if b == nil || b.freeBytes() == 0 {
 		var err error

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/runnel-dev/runnel/internal/graph"
+	"github.com/runnel-dev/runnel/internal/network"
 	"github.com/runnel-dev/runnel/internal/task"
 )
 
@@ -16,7 +17,7 @@ func ChainFactory(v *graph.JobVertex) task.ChainFactory {
 type chain struct {
 	names   []string // head first
 	ops     []Built  // head first
-	readers []func([]byte) error
+	readers []Reader
 	source  SourceDriver
 }
 
@@ -100,8 +101,10 @@ func (c *chain) Open() error {
 	return nil
 }
 
-// ProcessRecord implements task.Chain.
-func (c *chain) ProcessRecord(input int, rec []byte) error { return c.readers[input](rec) }
+// ProcessBuffer implements task.Chain.
+func (c *chain) ProcessBuffer(input int, dec *network.RecordDecoder) (int, error) {
+	return c.readers[input].ProcessBuffer(dec)
+}
 
 // IsSource implements task.Chain.
 func (c *chain) IsSource() bool { return c.source != nil }

@@ -14,8 +14,8 @@ type Edge interface {
 	// NewWriter makes the Collector[T] (typed as any) that serializes records into the partition p of
 	// producer subtask `producer` over edge e.
 	NewWriter(ctx *Context, p *network.ResultPartition, e *graph.JobEdge, producer int) (any, error)
-	// NewReader makes a function that decodes one record and hands it to target, a Collector[T].
-	NewReader(target any) (func(rec []byte) error, error)
+	// NewReader makes a reader that decodes records and hands them to target, a Collector[T].
+	NewReader(target any) (Reader, error)
 }
 
 // EdgeSpec carries the type-specific parts of an edge: the codec, and for hash edges the key hash.
@@ -38,6 +38,14 @@ func (s *EdgeSpec[T]) NewWriter(ctx *Context, p *network.ResultPartition, e *gra
 	}
 	w.rr = producer % w.n
 	if e.Pattern == graph.Hash {
+		// Key group -> subpartition, computed once: the per-record path then costs one mask or modulo.
+		w.route = make([]int32, w.maxP)
+		for kg := range w.route {
+			w.route[kg] = int32(graph.OperatorIndexOf(kg, w.maxP, w.downP))
+		}
+		if w.maxP&(w.maxP-1) == 0 {
+			w.mask = uint64(w.maxP - 1)
+		}
 		if s.Hash == nil {
 			return nil, fmt.Errorf("hash edge %s -> %s has no key hash", e.Source.Name, e.Target.Name)
 		}
@@ -48,14 +56,20 @@ func (s *EdgeSpec[T]) NewWriter(ctx *Context, p *network.ResultPartition, e *gra
 	return w, nil
 }
 
+// Reader decodes the records of one network input.
+type Reader interface {
+	// ProcessBuffer decodes every record dec yields from its current buffer and hands it on; it returns
+	// the number of records processed.
+	ProcessBuffer(dec *network.RecordDecoder) (int, error)
+}
+
 // NewReader implements Edge.
-func (s *EdgeSpec[T]) NewReader(target any) (func([]byte) error, error) {
+func (s *EdgeSpec[T]) NewReader(target any) (Reader, error) {
 	t, ok := target.(Collector[T])
 	if !ok {
 		return nil, fmt.Errorf("edge reader: target %T does not accept %T", target, *new(T))
 	}
-	r := &reader[T]{codec: s.Codec, target: t}
-	return r.process, nil
+	return &reader[T]{codec: s.Codec, target: t}, nil
 }
 
 type writer[T any] struct {
@@ -67,6 +81,8 @@ type writer[T any] struct {
 	maxP      int
 	downP     int
 	hash      func(T, []byte) (uint64, []byte)
+	route     []int32 // key group -> subpartition
+	mask      uint64  // maxP-1 when maxP is a power of two, else 0
 	scratch   []byte
 	keyBuf    []byte
 	flushEach bool
@@ -88,7 +104,13 @@ func (w *writer[T]) Collect(v T) {
 	case graph.Hash:
 		var h uint64
 		h, w.keyBuf = w.hash(v, w.keyBuf[:0])
-		w.emit(graph.OperatorIndexOf(graph.KeyGroupOf(h, w.maxP), w.maxP, w.downP), buf)
+		var kg uint64
+		if w.mask != 0 {
+			kg = h & w.mask // equal to graph.KeyGroupOf for a power-of-two max parallelism
+		} else {
+			kg = uint64(graph.KeyGroupOf(h, w.maxP))
+		}
+		w.emit(int(w.route[kg]), buf)
 	case graph.Forward:
 		w.emit(0, buf)
 	default: // rebalance, rescale: round-robin over this producer's subpartitions
@@ -116,10 +138,20 @@ type reader[T any] struct {
 	v      T
 }
 
-func (r *reader[T]) process(rec []byte) error {
-	if err := r.codec.Decode(rec, &r.v); err != nil {
-		return fmt.Errorf("decode record: %w", err)
+func (r *reader[T]) ProcessBuffer(dec *network.RecordDecoder) (int, error) {
+	n := 0
+	for {
+		rec, err := dec.Next()
+		if err != nil {
+			return n, err
+		}
+		if rec == nil {
+			return n, nil
+		}
+		if err := r.codec.Decode(rec, &r.v); err != nil {
+			return n, fmt.Errorf("decode record %d: %w", dec.NextSeq()-1, err)
+		}
+		n++
+		r.target.Collect(r.v)
 	}
-	r.target.Collect(r.v)
-	return nil
 }

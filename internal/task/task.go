@@ -64,9 +64,11 @@ const (
 type Chain interface {
 	// Open opens the operators (tail first, so that downstream operators are ready first).
 	Open() error
-	// ProcessRecord hands one serialized record from network input `input` to the chain. Errors deep in the
-	// chain unwind as a panic carrying a *Failure, which the task recovers.
-	ProcessRecord(input int, rec []byte) error
+	// ProcessBuffer hands every record that dec yields from its current buffer (network input `input`) to
+	// the chain and returns how many it processed. Looping inside the typed chain keeps the per-record path
+	// free of interface calls. Errors deep in the chain unwind as a panic carrying a *Failure, which the task
+	// recovers.
+	ProcessBuffer(input int, dec *network.RecordDecoder) (int, error)
 	// IsSource reports whether the head is a source; then PollSource drives it.
 	IsSource() bool
 	// PollSource lets the source emit a batch of records.
@@ -374,7 +376,7 @@ func (r *run) setupOutputs() error {
 	}
 	n := 0
 	for _, o := range t.cfg.Outputs {
-		n += 2*o.Subpartitions + 1
+		n += 4*o.Subpartitions + 2
 	}
 	pool, err := t.env.Memory.NewPool(t.cfg.Info.Name()+" output", n)
 	if err != nil {
@@ -610,21 +612,12 @@ func (r *run) processBuffer(idx int, buf *network.Buffer) (bool, error) {
 	if _, err := dec.SetBuffer(buf); err != nil {
 		return false, fmt.Errorf("input channel %d: %w", idx, err)
 	}
-	input := r.chanInput[idx]
-	c := &r.t.counters
-	for {
-		rec, err := dec.Next()
-		if err != nil {
-			return false, fmt.Errorf("input channel %d: %w", idx, err)
-		}
-		if rec == nil {
-			return false, nil
-		}
-		c.In++
-		if err := r.chain.ProcessRecord(input, rec); err != nil {
-			return false, err
-		}
+	n, err := r.chain.ProcessBuffer(r.chanInput[idx], dec)
+	r.t.counters.In += uint64(n)
+	if err != nil {
+		return false, fmt.Errorf("input channel %d: %w", idx, err)
 	}
+	return false, nil
 }
 
 func (r *run) cleanup(runErr error) {

@@ -1,0 +1,92 @@
+package checkpoint
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+)
+
+// The envelope every stored object is framed in:
+//
+//	offset 0   magic    [4]byte
+//	offset 4   version  uint16 LE  (the layout of bytes 0..5 never changes, so any version can be recognised)
+//	offset 6   flags    uint16 LE  (zero in version 1)
+//	offset 8   length   uint64 LE  (payload bytes)
+//	offset 16  payload  [length]byte
+//	then       crc      uint32 LE  CRC-32C of every byte before it
+const (
+	envelopeHeader   = 16
+	envelopeTrailer  = 4
+	envelopeOverhead = envelopeHeader + envelopeTrailer
+
+	// formatVersion is the envelope and payload version this build writes and the highest it reads.
+	formatVersion uint16 = 1
+)
+
+var (
+	magicState    = [4]byte{'R', 'N', 'S', 'T'}
+	magicMetadata = [4]byte{'R', 'N', 'M', 'D'}
+
+	castagnoli = crc32.MakeTable(crc32.Castagnoli)
+)
+
+// seal frames payload in an envelope and returns the object and its checksum.
+func seal(magic [4]byte, payload []byte) ([]byte, uint32) {
+	out := make([]byte, envelopeHeader+len(payload)+envelopeTrailer)
+	copy(out, magic[:])
+	binary.LittleEndian.PutUint16(out[4:], formatVersion)
+	binary.LittleEndian.PutUint16(out[6:], 0)
+	binary.LittleEndian.PutUint64(out[8:], uint64(len(payload)))
+	copy(out[envelopeHeader:], payload)
+	end := envelopeHeader + len(payload)
+	sum := crc32.Checksum(out[:end], castagnoli)
+	binary.LittleEndian.PutUint32(out[end:], sum)
+	return out, sum
+}
+
+// open verifies an object read from key and returns its payload (a subslice of obj) and checksum. Checks run
+// in this order: magic, version, length against the object's size, checksum.
+func open(key string, magic [4]byte, obj []byte) ([]byte, uint32, error) {
+	if len(obj) < 4 {
+		if len(obj) == 0 || string(obj) == string(magic[:len(obj)]) {
+			return nil, 0, &CorruptError{Key: key, Problem: ProblemTruncated,
+				Detail: fmt.Sprintf("%d bytes, shorter than the %d-byte header", len(obj), envelopeHeader)}
+		}
+		return nil, 0, &CorruptError{Key: key, Problem: ProblemBadMagic, Detail: fmt.Sprintf("starts with %q", obj)}
+	}
+	if [4]byte(obj[:4]) != magic {
+		return nil, 0, &CorruptError{Key: key, Problem: ProblemBadMagic,
+			Detail: fmt.Sprintf("want %q, have %q", magic[:], obj[:4])}
+	}
+	if len(obj) < envelopeOverhead {
+		return nil, 0, &CorruptError{Key: key, Problem: ProblemTruncated,
+			Detail: fmt.Sprintf("%d bytes, shorter than the %d-byte envelope", len(obj), envelopeOverhead)}
+	}
+	if v := binary.LittleEndian.Uint16(obj[4:]); v == 0 || v > formatVersion {
+		if v == 0 {
+			return nil, 0, &CorruptError{Key: key, Problem: ProblemBadPayload, Detail: "format version 0"}
+		}
+		return nil, 0, &VersionError{Key: key, Version: v, Supported: formatVersion}
+	}
+	n := binary.LittleEndian.Uint64(obj[8:])
+	have := uint64(len(obj) - envelopeOverhead)
+	switch {
+	case n > have:
+		return nil, 0, &CorruptError{Key: key, Problem: ProblemTruncated,
+			Detail: fmt.Sprintf("header says %d payload bytes, object holds %d", n, have)}
+	case n < have:
+		return nil, 0, &CorruptError{Key: key, Problem: ProblemSizeMismatch,
+			Detail: fmt.Sprintf("header says %d payload bytes, object holds %d", n, have)}
+	}
+	end := envelopeHeader + int(n)
+	want := binary.LittleEndian.Uint32(obj[end:])
+	got := crc32.Checksum(obj[:end], castagnoli)
+	if got != want {
+		return nil, 0, &CorruptError{Key: key, Problem: ProblemBadChecksum,
+			Detail: fmt.Sprintf("stored crc32c %08x, computed %08x", want, got)}
+	}
+	if flags := binary.LittleEndian.Uint16(obj[6:]); flags != 0 {
+		return nil, 0, &CorruptError{Key: key, Problem: ProblemBadPayload, Detail: fmt.Sprintf("unknown flags %#x", flags)}
+	}
+	return obj[envelopeHeader:end], want, nil
+}

@@ -1,0 +1,102 @@
+package checkpoint
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Savepoint is a completed checkpoint opened from a directory of its own: a savepoint written by
+// WriteSavepoint, or a retained chk-<id>/ directory of checkpoint storage (same layout).
+type Savepoint struct {
+	// Checkpoint is the savepoint's metadata, verified together with every blob it lists.
+	Checkpoint *CompletedCheckpoint
+	b          Bucket
+	location   string
+}
+
+// ReadState reads and verifies one state blob of the savepoint.
+func (sp *Savepoint) ReadState(ctx context.Context, ref BlobRef) ([]byte, error) {
+	_, payload, err := readBlob(ctx, sp.b, "", ref)
+	if err != nil {
+		return nil, fmt.Errorf("savepoint %s: read state: %w", sp.location, err)
+	}
+	return payload, nil
+}
+
+// Close closes the savepoint's bucket.
+func (sp *Savepoint) Close() error { return sp.b.Close() }
+
+// WriteSavepoint copies completed checkpoint cp from s into dir (a path or URL, see OpenBucket), making a
+// self-contained savepoint: every blob is read back and verified before it is copied, and _metadata is
+// written last. A directory that already holds a _metadata is not overwritten (ErrExists).
+func (s *Storage) WriteSavepoint(ctx context.Context, dir string, cp *CompletedCheckpoint) error {
+	dst, err := OpenBucket(ctx, dir)
+	if err != nil {
+		return fmt.Errorf("write savepoint of checkpoint %d: %w", cp.ID, err)
+	}
+	err = s.WriteSavepointTo(ctx, dst, cp)
+	if cerr := dst.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("write savepoint of checkpoint %d to %s: close: %w", cp.ID, dir, cerr)
+	}
+	return err
+}
+
+// WriteSavepointTo is WriteSavepoint into an open bucket; dst stays open.
+func (s *Storage) WriteSavepointTo(ctx context.Context, dst Bucket, cp *CompletedCheckpoint) error {
+	meta, err := EncodeMetadata(cp)
+	if err != nil {
+		return fmt.Errorf("write savepoint: %w", err)
+	}
+	fail := func(err error) error { return fmt.Errorf("write savepoint of checkpoint %d: %w", cp.ID, err) }
+	r, _, err := dst.Get(ctx, metadataKey)
+	switch {
+	case err == nil:
+		r.Close()
+		return fail(fmt.Errorf("target already holds a %s: %w", metadataKey, ErrExists))
+	case !errors.Is(err, ErrNotFound):
+		return fail(err)
+	}
+	src := checkpointDir(cp.ID)
+	for _, h := range cp.States {
+		for _, ref := range h.Blobs {
+			obj, _, err := readBlob(ctx, s.b, src, ref)
+			if err != nil {
+				return fail(err)
+			}
+			if err := dst.Put(ctx, ref.Key, obj); err != nil {
+				return fail(fmt.Errorf("write %s: %w", ref.Key, err))
+			}
+		}
+	}
+	if err := dst.Put(ctx, metadataKey, meta); err != nil {
+		return fail(fmt.Errorf("write %s: %w", metadataKey, err))
+	}
+	return nil
+}
+
+// ReadSavepoint opens the savepoint in dir (a path or URL, see OpenBucket) and verifies its metadata and
+// every blob. A directory without _metadata (or no directory) gives ErrNotFound; damage a *CorruptError.
+// The caller closes the returned Savepoint.
+func ReadSavepoint(ctx context.Context, dir string) (*Savepoint, error) {
+	b, err := openBucket(ctx, dir, false)
+	if err != nil {
+		return nil, fmt.Errorf("read savepoint: %w", err)
+	}
+	sp, err := ReadSavepointFrom(ctx, b, dir)
+	if err != nil {
+		b.Close()
+		return nil, err
+	}
+	return sp, nil
+}
+
+// ReadSavepointFrom is ReadSavepoint from an open bucket, which the returned Savepoint owns (on error the
+// caller keeps it); location only names it in messages.
+func ReadSavepointFrom(ctx context.Context, b Bucket, location string) (*Savepoint, error) {
+	cp, err := load(ctx, b, "", 0)
+	if err != nil {
+		return nil, fmt.Errorf("read savepoint %s: %w", location, err)
+	}
+	return &Savepoint{Checkpoint: cp, b: b, location: location}, nil
+}

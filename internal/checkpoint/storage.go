@@ -1,0 +1,473 @@
+package checkpoint
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/runnel-dev/runnel/internal/ident"
+)
+
+// Storage keeps the checkpoints of one job under one location: chk-<id>/ directories holding state blobs
+// and, written last, _metadata. It is safe for concurrent use: tasks write state through it while the job
+// master commits, restores and prunes.
+type Storage struct {
+	b        Bucket
+	location string
+}
+
+// StateReader reads the state blobs of one checkpoint or savepoint, verifying each.
+type StateReader interface {
+	// ReadState returns the payload of the blob ref names, after checking its size and checksums.
+	ReadState(ctx context.Context, ref BlobRef) ([]byte, error)
+}
+
+// SkippedCheckpoint is a checkpoint Latest passed over, and why.
+type SkippedCheckpoint struct {
+	ID int64
+	// Err wraps ErrIncomplete (never committed: normal for one in progress or aborted), ErrCorrupt (a
+	// *CorruptError naming the object and the problem) or ErrUnsupportedVersion.
+	Err error
+}
+
+// Open opens the checkpoint storage at location (see OpenBucket for the forms it takes).
+func Open(ctx context.Context, location string) (*Storage, error) {
+	b, err := OpenBucket(ctx, location)
+	if err != nil {
+		return nil, err
+	}
+	return NewStorage(b, location), nil
+}
+
+// NewStorage returns a Storage on b; location only names it in messages. The Storage owns b.
+func NewStorage(b Bucket, location string) *Storage { return &Storage{b: b, location: location} }
+
+// Location returns the location the storage was opened with.
+func (s *Storage) Location() string { return s.location }
+
+// Close closes the underlying bucket.
+func (s *Storage) Close() error { return s.b.Close() }
+
+const dirPrefix = "chk-"
+
+func checkpointDir(id int64) string { return dirPrefix + strconv.FormatInt(id, 10) + "/" }
+
+// parseCheckpointDir returns the id of a "chk-<id>/" key; other keys (including "chk-007/") are not ours.
+func parseCheckpointDir(key string) (int64, bool) {
+	rest, ok := strings.CutPrefix(key, dirPrefix)
+	if !ok {
+		return 0, false
+	}
+	rest, ok = strings.CutSuffix(rest, "/")
+	if !ok {
+		return 0, false
+	}
+	id, err := strconv.ParseInt(rest, 10, 64)
+	if err != nil || id < 1 || strconv.FormatInt(id, 10) != rest {
+		return 0, false
+	}
+	return id, true
+}
+
+// StateKey returns the key WriteState stores a blob under, relative to its checkpoint directory:
+// "v<vertex>-<index>-a<attempt>-<name>".
+func StateKey(from ident.Attempt, name string) string {
+	return fmt.Sprintf("v%d-%d-a%d-%s", from.Vertex, from.Index, from.Number, name)
+}
+
+func validStateName(name string) error {
+	if name == "" || len(name) > 64 {
+		return fmt.Errorf("state name %q: want 1 to 64 characters", name)
+	}
+	for _, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return fmt.Errorf("state name %q: only letters, digits, '_' and '-' are allowed", name)
+		}
+	}
+	return nil
+}
+
+// WriteState stores one state blob of attempt from for checkpoint id and returns the reference to put in
+// the attempt's StateHandle. name distinguishes several blobs of one attempt ("keyed", "operator"); ""
+// means "state". Writing the same name twice for one checkpoint replaces the first blob.
+func (s *Storage) WriteState(ctx context.Context, id int64, from ident.Attempt, name string, data []byte) (BlobRef, error) {
+	if name == "" {
+		name = "state"
+	}
+	if id < 1 {
+		return BlobRef{}, fmt.Errorf("write state of %s: checkpoint id %d is not positive", from, id)
+	}
+	if err := validStateName(name); err != nil {
+		return BlobRef{}, fmt.Errorf("checkpoint %d: write state of %s: %w", id, from, err)
+	}
+	key := StateKey(from, name)
+	obj, sum := seal(magicState, data)
+	if err := s.b.Put(ctx, checkpointDir(id)+key, obj); err != nil {
+		return BlobRef{}, fmt.Errorf("checkpoint %d: write state %q of %s to %s: %w", id, name, from, s.location, err)
+	}
+	return BlobRef{Key: key, Size: int64(len(obj)), CRC: sum}, nil
+}
+
+// ReadState reads and verifies one state blob of checkpoint id. Damage is a *CorruptError (a blob that is
+// missing included); other errors come from the bucket.
+func (s *Storage) ReadState(ctx context.Context, id int64, ref BlobRef) ([]byte, error) {
+	_, payload, err := readBlob(ctx, s.b, checkpointDir(id), ref)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %d: read state: %w", id, err)
+	}
+	return payload, nil
+}
+
+// Reader returns a StateReader for the blobs of checkpoint id.
+func (s *Storage) Reader(id int64) StateReader { return checkpointReader{s: s, id: id} }
+
+type checkpointReader struct {
+	s  *Storage
+	id int64
+}
+
+func (r checkpointReader) ReadState(ctx context.Context, ref BlobRef) ([]byte, error) {
+	return r.s.ReadState(ctx, r.id, ref)
+}
+
+// readBlob reads the blob ref under prefix, checks it against ref and its own envelope, and returns the
+// whole object and its payload.
+func readBlob(ctx context.Context, b Bucket, prefix string, ref BlobRef) (obj, payload []byte, err error) {
+	key := prefix + ref.Key
+	if err := validBlobKey(ref.Key); err != nil {
+		return nil, nil, fmt.Errorf("read %s: %w", key, err)
+	}
+	obj, err = readObject(ctx, b, key, ref.Size, ref.Size)
+	if errors.Is(err, ErrNotFound) {
+		return nil, nil, &CorruptError{Key: key, Problem: ProblemMissingBlob, Detail: "listed in metadata, not in storage"}
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	payload, sum, err := open(key, magicState, obj)
+	if err != nil {
+		return nil, nil, err
+	}
+	if sum != ref.CRC {
+		return nil, nil, &CorruptError{Key: key, Problem: ProblemBadChecksum,
+			Detail: fmt.Sprintf("object's crc32c %08x, metadata says %08x", sum, ref.CRC)}
+	}
+	return obj, payload, nil
+}
+
+// readObject reads a whole object whose size must be within [minSize, maxSize]; the size is checked
+// before anything is allocated. An absent object is ErrNotFound.
+func readObject(ctx context.Context, b Bucket, key string, minSize, maxSize int64) ([]byte, error) {
+	r, size, err := b.Get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	switch {
+	case size < minSize:
+		return nil, &CorruptError{Key: key, Problem: ProblemTruncated, Detail: fmt.Sprintf("%d bytes, want %d", size, minSize)}
+	case size > maxSize:
+		p := ProblemSizeMismatch
+		if minSize != maxSize {
+			p = ProblemTooLarge
+		}
+		return nil, &CorruptError{Key: key, Problem: p, Detail: fmt.Sprintf("%d bytes, want at most %d", size, maxSize)}
+	}
+	buf := make([]byte, size)
+	if _, err := io.ReadFull(r, buf); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+			return nil, &CorruptError{Key: key, Problem: ProblemTruncated, Detail: "object ended early while reading"}
+		}
+		return nil, fmt.Errorf("read %s: %w", key, err)
+	}
+	return buf, nil
+}
+
+// readMetadata reads and decodes prefix+_metadata. An absent object is ErrNotFound.
+func readMetadata(ctx context.Context, b Bucket, prefix string) (*CompletedCheckpoint, error) {
+	key := prefix + metadataKey
+	obj, err := readObject(ctx, b, key, 0, MaxMetadataBytes)
+	if err != nil {
+		return nil, err
+	}
+	return DecodeMetadata(key, obj)
+}
+
+// load reads the metadata under prefix and verifies every blob it lists; wantID 0 accepts any id.
+func load(ctx context.Context, b Bucket, prefix string, wantID int64) (*CompletedCheckpoint, error) {
+	cp, err := readMetadata(ctx, b, prefix)
+	if err != nil {
+		return nil, err
+	}
+	if wantID != 0 && cp.ID != wantID {
+		return nil, &CorruptError{Key: prefix + metadataKey, Problem: ProblemBadPayload,
+			Detail: fmt.Sprintf("metadata is for checkpoint %d", cp.ID)}
+	}
+	for _, h := range cp.States {
+		for _, ref := range h.Blobs {
+			if _, _, err := readBlob(ctx, b, prefix, ref); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return cp, nil
+}
+
+// CommitMetadata completes checkpoint cp in storage: it checks cp, checks that every blob it lists is
+// stored with the listed size, and writes chk-<id>/_metadata. Until this returns nil the checkpoint does
+// not exist for a restore. Committing a checkpoint twice fails with ErrExists.
+func (s *Storage) CommitMetadata(ctx context.Context, cp *CompletedCheckpoint) error {
+	obj, err := EncodeMetadata(cp)
+	if err != nil {
+		return fmt.Errorf("commit checkpoint: %w", err)
+	}
+	dir := checkpointDir(cp.ID)
+	if err := checkRoundTrip(dir+metadataKey, obj); err != nil {
+		return fmt.Errorf("commit checkpoint %d: %w", cp.ID, err)
+	}
+	if err := checkBlobsPresent(ctx, s.b, dir, cp); err != nil {
+		return fmt.Errorf("commit checkpoint %d to %s: %w", cp.ID, s.location, err)
+	}
+	if err := s.b.Put(ctx, dir+metadataKey, obj); err != nil {
+		return fmt.Errorf("commit checkpoint %d to %s: write %s: %w", cp.ID, s.location, metadataKey, err)
+	}
+	return nil
+}
+
+// checkRoundTrip decodes what is about to be written and re-encodes it: the bytes must not change.
+func checkRoundTrip(key string, obj []byte) error {
+	back, err := DecodeMetadata(key, obj)
+	if err != nil {
+		return fmt.Errorf("encoded metadata does not decode: %w", err)
+	}
+	again, err := EncodeMetadata(back)
+	if err != nil || !bytes.Equal(again, obj) {
+		return fmt.Errorf("encoded metadata does not survive a round trip (%v)", err)
+	}
+	return nil
+}
+
+// checkBlobsPresent lists dir and checks that it has no metadata yet and holds every blob of cp with the
+// listed size.
+func checkBlobsPresent(ctx context.Context, b Bucket, dir string, cp *CompletedCheckpoint) error {
+	entries, err := b.List(ctx, dir)
+	if err != nil {
+		return fmt.Errorf("list %s: %w", dir, err)
+	}
+	sizes := make(map[string]int64, len(entries))
+	for _, e := range entries {
+		sizes[strings.TrimPrefix(e.Key, dir)] = e.Size
+	}
+	if _, ok := sizes[metadataKey]; ok {
+		return fmt.Errorf("%s%s: %w", dir, metadataKey, ErrExists)
+	}
+	for _, h := range cp.States {
+		for _, ref := range h.Blobs {
+			size, ok := sizes[ref.Key]
+			if !ok {
+				return &CorruptError{Key: dir + ref.Key, Problem: ProblemMissingBlob,
+					Detail: fmt.Sprintf("state of %s not in storage", h.Attempt)}
+			}
+			if size != ref.Size {
+				return &CorruptError{Key: dir + ref.Key, Problem: ProblemSizeMismatch,
+					Detail: fmt.Sprintf("stored %d bytes, handle of %s says %d", size, h.Attempt, ref.Size)}
+			}
+		}
+	}
+	return nil
+}
+
+// IDs returns the ids of all checkpoint directories, committed or not, in ascending order.
+func (s *Storage) IDs(ctx context.Context) ([]int64, error) {
+	entries, err := s.b.List(ctx, "")
+	if err != nil {
+		return nil, fmt.Errorf("list checkpoints in %s: %w", s.location, err)
+	}
+	var ids []int64
+	for _, e := range entries {
+		if !e.Dir {
+			continue
+		}
+		if id, ok := parseCheckpointDir(e.Key); ok {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids, nil
+}
+
+// NextID returns the id a new coordinator for this location should start from: one above every
+// checkpoint directory present, committed or not, so a new run never writes into an old run's directory.
+func (s *Storage) NextID(ctx context.Context) (int64, error) {
+	ids, err := s.IDs(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if len(ids) == 0 {
+		return 1, nil
+	}
+	return ids[len(ids)-1] + 1, nil
+}
+
+// ReadCheckpoint reads the metadata of checkpoint id and verifies it and every blob it lists (each blob is
+// read in full). It returns ErrNotFound if there is no chk-<id>/ directory, ErrIncomplete if the directory
+// has no _metadata, and a *CorruptError or *VersionError for damage.
+func (s *Storage) ReadCheckpoint(ctx context.Context, id int64) (*CompletedCheckpoint, error) {
+	dir := checkpointDir(id)
+	cp, err := load(ctx, s.b, dir, id)
+	if errors.Is(err, ErrNotFound) {
+		entries, lerr := s.b.List(ctx, dir)
+		if lerr != nil {
+			return nil, fmt.Errorf("checkpoint %d: list %s: %w", id, dir, lerr)
+		}
+		if len(entries) == 0 {
+			return nil, fmt.Errorf("checkpoint %d in %s: %w", id, s.location, ErrNotFound)
+		}
+		return nil, fmt.Errorf("checkpoint %d in %s: %w", id, s.location, ErrIncomplete)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %d in %s: %w", id, s.location, err)
+	}
+	return cp, nil
+}
+
+// Latest returns the newest valid checkpoint. It walks the checkpoint directories from the newest down,
+// fully verifying each committed one (metadata and every blob, read in full), and returns the first that
+// passes, together with every checkpoint it passed over on the way (incomplete ones included) so the
+// caller can report them.
+//
+// Errors: ErrNotFound (wrapped) when no checkpoint was ever committed — start the job fresh; an error
+// wrapping ErrCorrupt and/or ErrUnsupportedVersion (an errors.Join of the skipped checkpoints' errors) when
+// checkpoints were committed but none is valid — the job must not silently start from scratch; any other
+// error (bucket unreachable, ctx done) stops the walk at once rather than falling back to an older
+// checkpoint.
+func (s *Storage) Latest(ctx context.Context) (*CompletedCheckpoint, []SkippedCheckpoint, error) {
+	ids, err := s.IDs(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	var skipped []SkippedCheckpoint
+	var damaged []error
+	for i := len(ids) - 1; i >= 0; i-- {
+		id := ids[i]
+		cp, err := s.ReadCheckpoint(ctx, id)
+		switch {
+		case err == nil:
+			return cp, skipped, nil
+		case errors.Is(err, ErrIncomplete), errors.Is(err, ErrNotFound):
+			// ErrNotFound: the directory vanished since the listing (retention); nothing to restore there.
+			skipped = append(skipped, SkippedCheckpoint{ID: id, Err: err})
+		case errors.Is(err, ErrCorrupt), errors.Is(err, ErrUnsupportedVersion):
+			skipped = append(skipped, SkippedCheckpoint{ID: id, Err: err})
+			damaged = append(damaged, err)
+		default:
+			return nil, skipped, fmt.Errorf("find latest checkpoint in %s: %w", s.location, err)
+		}
+	}
+	if len(damaged) == 0 {
+		return nil, skipped, fmt.Errorf("no completed checkpoint in %s: %w", s.location, ErrNotFound)
+	}
+	return nil, skipped, fmt.Errorf("none of the %d committed checkpoints in %s is valid: %w",
+		len(damaged), s.location, errors.Join(damaged...))
+}
+
+// Retain keeps the newest n committed checkpoints and deletes every checkpoint directory older than the
+// oldest of them, committed or not. Directories newer than the newest committed checkpoint (in progress)
+// are kept. It returns the ids deleted. Committed means "has _metadata": Retain does not verify data, so
+// keep n at least 2 if a damaged newest checkpoint should have a fallback.
+func (s *Storage) Retain(ctx context.Context, n int) ([]int64, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("retain %d checkpoints: keep at least 1", n)
+	}
+	ids, err := s.IDs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	kept := 0
+	oldestKept := int64(0)
+	for i := len(ids) - 1; i >= 0 && kept < n; i-- {
+		ok, err := s.committed(ctx, ids[i])
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			kept++
+			oldestKept = ids[i]
+		}
+	}
+	if kept < n {
+		return nil, nil
+	}
+	var deleted []int64
+	var errs []error
+	for _, id := range ids {
+		if id >= oldestKept {
+			break
+		}
+		if err := s.deleteDir(ctx, id); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		deleted = append(deleted, id)
+	}
+	return deleted, errors.Join(errs...)
+}
+
+func (s *Storage) committed(ctx context.Context, id int64) (bool, error) {
+	dir := checkpointDir(id)
+	entries, err := s.b.List(ctx, dir)
+	if err != nil {
+		return false, fmt.Errorf("list %s in %s: %w", dir, s.location, err)
+	}
+	for _, e := range entries {
+		if e.Key == dir+metadataKey {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// Discard deletes everything under chk-<id>/, committed or not: the data of an aborted checkpoint.
+// Deleting a directory that does not exist is not an error.
+func (s *Storage) Discard(ctx context.Context, id int64) error {
+	return s.deleteDir(ctx, id)
+}
+
+// deleteDir removes _metadata first, so that a deletion cut short leaves an incomplete checkpoint (which
+// restores ignore) rather than a committed one with missing blobs (which they would report as corrupt).
+func (s *Storage) deleteDir(ctx context.Context, id int64) error {
+	dir := checkpointDir(id)
+	entries, err := s.b.List(ctx, dir)
+	if err != nil {
+		return fmt.Errorf("delete checkpoint %d in %s: list: %w", id, s.location, err)
+	}
+	slices.SortStableFunc(entries, func(a, b Entry) int {
+		am, bm := a.Key == dir+metadataKey, b.Key == dir+metadataKey
+		switch {
+		case am && !bm:
+			return -1
+		case bm && !am:
+			return 1
+		}
+		return 0
+	})
+	for _, e := range entries {
+		if e.Dir {
+			continue // nothing of ours nests; leave foreign data alone
+		}
+		if err := s.b.Delete(ctx, e.Key); err != nil && !errors.Is(err, ErrNotFound) {
+			return fmt.Errorf("delete checkpoint %d in %s: %w", id, s.location, err)
+		}
+	}
+	if r, ok := s.b.(DirRemover); ok {
+		if err := r.RemoveDir(ctx, dir); err != nil {
+			return fmt.Errorf("delete checkpoint %d in %s: %w", id, s.location, err)
+		}
+	}
+	return nil
+}
