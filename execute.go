@@ -4,13 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/runnel-dev/runnel/internal/checkpoint"
 	"github.com/runnel-dev/runnel/internal/cluster"
 	"github.com/runnel-dev/runnel/internal/graph"
+	"github.com/runnel-dev/runnel/internal/ident"
 	"github.com/runnel-dev/runnel/internal/jobmaster"
 	"github.com/runnel-dev/runnel/internal/operator"
+	"github.com/runnel-dev/runnel/internal/task"
 )
 
 // JobResult describes a job run; its JSON form is the `--report` contract of the runnel command (fields are
@@ -21,6 +26,30 @@ type JobResult struct {
 	Error      string         `json:"error"`
 	WallMillis int64          `json:"wall_ms"`
 	Vertices   []VertexResult `json:"vertices"`
+	// Checkpoints is present when checkpointing is on.
+	Checkpoints *CheckpointCounts `json:"checkpoints,omitempty"`
+	// Failovers lists the failover events, oldest first.
+	Failovers []FailoverResult `json:"failovers"`
+}
+
+// CheckpointCounts counts the checkpoints of a job run.
+type CheckpointCounts struct {
+	Completed       int64 `json:"completed"`
+	Failed          int64 `json:"failed"`
+	Aborted         int64 `json:"aborted"`
+	LastCompletedID int64 `json:"last_completed_id"`
+}
+
+// FailoverResult is one failover: the subtask that failed ("VERTEX[i]"), the strategy, the subtasks
+// restarted, the checkpoint their state came from (nil: none, they started empty), and the time from the
+// failure until every restarted subtask was running again.
+type FailoverResult struct {
+	Failed             string   `json:"failed"`
+	Cause              string   `json:"cause"`
+	Strategy           string   `json:"strategy"`
+	Restarted          []string `json:"restarted"`
+	CheckpointRestored *int64   `json:"checkpoint_restored"`
+	RecoveryMillis     int64    `json:"recovery_ms"`
 }
 
 // VertexResult describes one task (a chain of operators) of the job.
@@ -102,6 +131,13 @@ func (e *Environment) Execute(ctx context.Context, name string) (*JobResult, err
 	if err != nil {
 		return nil, fmt.Errorf("job %q: %w", name, err)
 	}
+	rc, err := e.cfg.recovery(name)
+	if err == nil {
+		err = checkInjections(jg, rc.injections)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("job %q: %w", name, err)
+	}
 	maxP := 0
 	for _, v := range jg.Vertices {
 		maxP = max(maxP, v.Parallelism)
@@ -122,12 +158,39 @@ func (e *Environment) Execute(ctx context.Context, name string) (*JobResult, err
 	for i, tm := range mc.TMs {
 		tms[i] = tm
 	}
-	jm, err := jobmaster.New(jobmaster.Config{
-		Job: jg, TaskManagers: tms, ChainFor: operator.ChainFactory,
+	jmCfg := jobmaster.Config{
+		Job: jg, TaskManagers: tms,
+		ChainFor:      func(v *graph.JobVertex) task.ChainFactory { return operator.ChainFactory(v, rc.injections) },
 		BufferTimeout: e.cfg.BufferTimeout, MaxRecordSize: e.cfg.MaxRecordSize, Logger: e.cfg.Logger,
-	})
+		Failover: rc.failover, Restart: rc.restart, StateBackend: rc.backend,
+	}
+	if rc.checkpointing {
+		loc := rc.storage
+		if loc == "" {
+			dir, err := os.MkdirTemp("", "runnel-checkpoints-")
+			if err != nil {
+				return nil, fmt.Errorf("job %q: checkpoint storage: %w", name, err)
+			}
+			defer os.RemoveAll(dir)
+			loc = dir
+		}
+		st, err := checkpoint.Open(ctx, loc)
+		if err != nil {
+			return nil, fmt.Errorf("job %q: CheckpointConfig.Storage: %w", name, err)
+		}
+		defer st.Close()
+		cc := rc.checkpoint
+		jmCfg.Checkpoint, jmCfg.Storage = &cc, st
+	}
+	jm, err := jobmaster.New(jmCfg)
 	if err != nil {
 		return nil, fmt.Errorf("job %q: %w", name, err)
+	}
+	for _, inj := range rc.injections {
+		if inj.After > 0 {
+			t := time.AfterFunc(inj.After, inj.Arm)
+			defer t.Stop()
+		}
 	}
 	var wg sync.WaitGroup
 	stopProgress := make(chan struct{})
@@ -160,8 +223,54 @@ func (e *Environment) Execute(ctx context.Context, name string) (*JobResult, err
 	return res, nil
 }
 
+// checkInjections makes sure every failure injection names an operator and subtask of the job.
+func checkInjections(jg *graph.JobGraph, injections []*operator.Injection) error {
+	var errs []error
+	for _, inj := range injections {
+		v := jg.VertexByOperator(inj.Operator)
+		if v == nil {
+			var names []string
+			for _, v := range jg.Vertices {
+				for _, n := range v.Nodes {
+					names = append(names, n.Name)
+				}
+			}
+			errs = append(errs, fmt.Errorf("WithFailureInjection %q: no operator is named %q; the operators are %s", inj.Spec, inj.Operator, strings.Join(names, ", ")))
+			continue
+		}
+		if inj.Subtask >= v.Parallelism {
+			errs = append(errs, fmt.Errorf("WithFailureInjection %q: operator %q has parallelism %d, so subtasks 0 to %d", inj.Spec, inj.Operator, v.Parallelism, v.Parallelism-1))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 func resultOf(name string, s jobmaster.Snapshot) *JobResult {
-	r := &JobResult{Job: name, Status: string(s.Status)}
+	r := &JobResult{Job: name, Status: string(s.Status), Failovers: []FailoverResult{}}
+	if c := s.Checkpoints; c != nil {
+		r.Checkpoints = &CheckpointCounts{Completed: c.Completed, Failed: c.Failed, Aborted: c.Aborted, LastCompletedID: c.LastCompletedID}
+	}
+	subtaskName := func(st ident.Subtask) string {
+		for _, vs := range s.Vertices {
+			if vs.Vertex.ID == st.Vertex {
+				return fmt.Sprintf("%s[%d]", vs.Vertex.Name, st.Index)
+			}
+		}
+		return st.String()
+	}
+	for _, f := range s.Failovers {
+		fr := FailoverResult{Failed: subtaskName(f.Failed), Strategy: f.Strategy, CheckpointRestored: f.CheckpointRestored, Restarted: []string{}}
+		if f.Cause != nil {
+			fr.Cause = f.Cause.Error()
+		}
+		for _, st := range f.Restarted {
+			fr.Restarted = append(fr.Restarted, subtaskName(st))
+		}
+		if !f.RecoveredAt.IsZero() {
+			fr.RecoveryMillis = f.RecoveredAt.Sub(f.FailedAt).Milliseconds()
+		}
+		r.Failovers = append(r.Failovers, fr)
+	}
 	if s.Err != nil {
 		r.Error = s.Err.Error()
 	}

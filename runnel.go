@@ -49,6 +49,9 @@ type Source[T any] = operator.Source[T]
 // SourceReader produces the records of one source subtask.
 type SourceReader[T any] = operator.SourceReader[T]
 
+// CheckpointedReader is a SourceReader whose position can be checkpointed (see operator.CheckpointedReader).
+type CheckpointedReader = operator.CheckpointedReader
+
 // Sink creates the writers of a sink, one per parallel subtask.
 type Sink[T any] = operator.Sink[T]
 
@@ -82,6 +85,11 @@ type Config struct {
 	Logger             *slog.Logger
 	ProgressInterval   time.Duration
 	Progress           func(*JobResult)
+	Checkpoint         CheckpointConfig
+	Failover           string
+	RestartStrategy    string
+	StateBackend       string
+	FailureInjections  []string
 }
 
 // Defaults of an Environment.

@@ -246,6 +246,7 @@ func (s *Stream[T]) SinkTo(sink Sink[T]) *SinkOperator {
 type KeyedStream[K comparable, T any] struct {
 	s   *Stream[T]
 	key func(T) K
+	kc  codec.Codec[K]
 }
 
 // KeyBy partitions the stream by the key fn extracts. Keys are hashed from their codec encoding (codec.For
@@ -268,7 +269,7 @@ func KeyBy[T any, K comparable](s *Stream[T], fn func(T) K, keyCodec ...Codec[K]
 	for i := range ks.inputs {
 		ks.inputs[i].hash = hash
 	}
-	return &KeyedStream[K, T]{s: ks, key: fn}
+	return &KeyedStream[K, T]{s: ks, key: fn, kc: kc}
 }
 
 // Reduce combines the records of each key with fn and emits the running result after every record.
@@ -276,7 +277,7 @@ func Reduce[K comparable, T any](ks *KeyedStream[K, T], fn func(acc, v T) (T, er
 	if fn == nil {
 		nilFunc(ks.s.env, "Reduce")
 	}
-	n := ks.s.env.addNode(graph.OperatorNode, "reduce", &operator.ReduceSpec[K, T]{Key: ks.key, Fn: fn})
+	n := ks.s.env.addNode(graph.OperatorNode, "reduce", &operator.ReduceSpec[K, T]{Key: ks.key, KeyCodec: ks.kc, Fn: fn})
 	connect(ks.s, n)
 	return newStream[T](ks.s.env, n)
 }
@@ -286,7 +287,7 @@ func Process[K comparable, In, Out any](ks *KeyedStream[K, In], newFn func() Key
 	if newFn == nil {
 		nilFunc(ks.s.env, "Process")
 	}
-	n := ks.s.env.addNode(graph.OperatorNode, "process", &operator.KeyedProcessSpec[K, In, Out]{Key: ks.key, New: newFn})
+	n := ks.s.env.addNode(graph.OperatorNode, "process", &operator.KeyedProcessSpec[K, In, Out]{Key: ks.key, KeyCodec: ks.kc, New: newFn})
 	connect(ks.s, n)
 	return newStream[Out](ks.s.env, n)
 }

@@ -7,6 +7,7 @@ package connector
 
 import (
 	"bufio"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -47,7 +48,22 @@ func (r *collectionReader[T]) PollNext(out runnel.Collector[T]) (runnel.InputSta
 }
 
 func (r *collectionReader[T]) Available() <-chan struct{} { return nil }
-func (r *collectionReader[T]) Close() error               { return nil }
+
+// SnapshotState implements runnel.CheckpointedReader: the index of the next item.
+func (r *collectionReader[T]) SnapshotState(int64) ([]byte, error) {
+	return binary.AppendUvarint(nil, uint64(r.next)), nil
+}
+
+// RestoreState implements runnel.CheckpointedReader.
+func (r *collectionReader[T]) RestoreState(b []byte) error {
+	v, n := binary.Uvarint(b)
+	if n != len(b) || n <= 0 || v > uint64(len(r.items)+r.step) || (v%uint64(r.step)) != uint64(r.next%r.step) {
+		return fmt.Errorf("collection source: bad checkpointed position % x", b)
+	}
+	r.next = int(v)
+	return nil
+}
+func (r *collectionReader[T]) Close() error { return nil }
 
 // GeneratorOptions configure a Generator.
 type GeneratorOptions struct {
@@ -99,6 +115,7 @@ type generatorReader[T any] struct {
 	limit   uint64
 	done    bool
 	rate    float64
+	base    uint64 // seq at which the rate clock started
 	start   time.Time
 	timer   *time.Timer
 	wake    chan struct{}
@@ -113,7 +130,7 @@ func (r *generatorReader[T]) PollNext(out runnel.Collector[T]) (runnel.InputStat
 		if r.start.IsZero() {
 			r.start = time.Now()
 		}
-		due := uint64(time.Since(r.start).Seconds()*r.rate) + 1
+		due := r.base + uint64(time.Since(r.start).Seconds()*r.rate) + 1
 		if due <= r.seq {
 			r.arm(time.Duration(float64(r.seq-due+1) / r.rate * float64(time.Second)))
 			return runnel.NothingAvailable, nil
@@ -152,6 +169,24 @@ func (r *generatorReader[T]) arm(d time.Duration) {
 }
 
 func (r *generatorReader[T]) Available() <-chan struct{} { return r.wake }
+
+// SnapshotState implements runnel.CheckpointedReader: the next sequence number.
+func (r *generatorReader[T]) SnapshotState(int64) ([]byte, error) {
+	return binary.AppendUvarint(nil, r.seq), nil
+}
+
+// RestoreState implements runnel.CheckpointedReader. A rate-limited generator keeps its rate from the
+// restart on.
+func (r *generatorReader[T]) RestoreState(b []byte) error {
+	v, n := binary.Uvarint(b)
+	if n != len(b) || n <= 0 || (r.limit > 0 && v > r.limit) {
+		return fmt.Errorf("generator: bad checkpointed position % x", b)
+	}
+	r.seq = v
+	r.base = v
+	r.done = r.limit > 0 && v >= r.limit
+	return nil
+}
 
 func (r *generatorReader[T]) Close() error {
 	if r.timer != nil {
@@ -241,7 +276,26 @@ func (r *textReader) PollNext(out runnel.Collector[string]) (runnel.InputStatus,
 }
 
 func (r *textReader) Available() <-chan struct{} { return nil }
-func (r *textReader) Close() error               { return r.f.Close() }
+
+// SnapshotState implements runnel.CheckpointedReader: the byte offset of the next line.
+func (r *textReader) SnapshotState(int64) ([]byte, error) {
+	return binary.AppendVarint(nil, r.pos), nil
+}
+
+// RestoreState implements runnel.CheckpointedReader.
+func (r *textReader) RestoreState(b []byte) error {
+	v, n := binary.Varint(b)
+	if n != len(b) || n <= 0 || v < 0 || v > r.end {
+		return fmt.Errorf("text file source: bad checkpointed position % x", b)
+	}
+	if _, err := r.f.Seek(v, io.SeekStart); err != nil {
+		return fmt.Errorf("text file source: %w", err)
+	}
+	r.br.Reset(r.f)
+	r.pos = v
+	return nil
+}
+func (r *textReader) Close() error { return r.f.Close() }
 
 // TextFileSink writes one line per record, formatted by format, to path (parallelism 1) or to path-N for
 // subtask N (parallelism > 1). Lines go to a temporary file that replaces the target at end of input, so a

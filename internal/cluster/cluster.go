@@ -134,6 +134,27 @@ func (tm *TaskManager) Cancel(a ident.Attempt) {
 	}
 }
 
+// TriggerCheckpoint implements jobmaster.TaskManager.
+func (tm *TaskManager) TriggerCheckpoint(a ident.Attempt, id, ts int64, flags uint32) bool {
+	tm.mu.Lock()
+	t := tm.tasks[a]
+	tm.mu.Unlock()
+	return t != nil && t.TriggerCheckpoint(id, ts, flags)
+}
+
+// AbortCheckpoint implements jobmaster.TaskManager.
+func (tm *TaskManager) AbortCheckpoint(a ident.Attempt, id int64) {
+	tm.mu.Lock()
+	t := tm.tasks[a]
+	tm.mu.Unlock()
+	if t != nil {
+		t.AbortCheckpoint(id)
+	}
+}
+
+// ReleasePartitions implements jobmaster.TaskManager.
+func (tm *TaskManager) ReleasePartitions(a ident.Attempt) { tm.pm.ReleaseProducedBy(a) }
+
 // Counters implements jobmaster.TaskManager.
 func (tm *TaskManager) Counters(a ident.Attempt) (in, out uint64, ok bool) {
 	tm.mu.Lock()

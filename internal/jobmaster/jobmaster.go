@@ -15,8 +15,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
+	"sort"
 	"sync"
 	"time"
+
+	"github.com/runnel-dev/runnel/internal/checkpoint"
+	"github.com/runnel-dev/runnel/internal/scheduler"
 
 	"github.com/runnel-dev/runnel/internal/graph"
 	"github.com/runnel-dev/runnel/internal/ident"
@@ -37,7 +42,16 @@ type TaskManager interface {
 	Cancel(a ident.Attempt)
 	// Counters returns the published record counters of a running or finished attempt.
 	Counters(a ident.Attempt) (in, out uint64, ok bool)
+	// TriggerCheckpoint asks a source attempt to take checkpoint id; false if it cannot take the request.
+	TriggerCheckpoint(a ident.Attempt, id, timestampMillis int64, flags uint32) bool
+	// AbortCheckpoint tells an attempt that checkpoint id was given up.
+	AbortCheckpoint(a ident.Attempt, id int64)
+	// ReleasePartitions releases the result partitions an attempt produced.
+	ReleasePartitions(a ident.Attempt)
 }
+
+// BarrierFlagAtLeastOnce marks the barriers of an at-least-once checkpoint.
+const BarrierFlagAtLeastOnce uint32 = 1
 
 // Status is the state of a job.
 type Status string
@@ -63,6 +77,28 @@ type Config struct {
 	MaxRecordSize     int
 	CreditsPerChannel int
 	Logger            *slog.Logger
+	// Failover picks the subtasks to restart after a failure; Restart decides whether and when.
+	Failover scheduler.FailoverMode
+	Restart  scheduler.RestartConfig
+	// Checkpoint turns on periodic checkpoints stored in Storage; nil means off.
+	Checkpoint *checkpoint.Config
+	Storage    *checkpoint.Storage
+	// StateBackend names where keyed state lives: "memory" or "pebble".
+	StateBackend string
+}
+
+// Failover is one failover event: which subtask failed, what was restarted, from which checkpoint.
+type Failover struct {
+	Failed             ident.Subtask
+	Cause              error
+	Strategy           string
+	Restarted          []ident.Subtask
+	CheckpointRestored *int64
+	FailedAt           time.Time
+	// RecoveredAt is when every restarted subtask was running again (zero until then).
+	RecoveredAt time.Time
+
+	awaiting map[ident.Subtask]bool
 }
 
 // SubtaskStatus describes one subtask in a snapshot.
@@ -90,6 +126,9 @@ type Snapshot struct {
 	Vertices []VertexStatus
 	Started  time.Time
 	Ended    time.Time
+	// Checkpoints counts checkpoints (nil when checkpointing is off).
+	Checkpoints *checkpoint.Counts
+	Failovers   []Failover
 }
 
 type execution struct {
@@ -104,13 +143,39 @@ type JobMaster struct {
 	cfg     Config
 	log     *slog.Logger
 	updates chan task.Update
+	acks    chan ackMsg
+	done    chan struct{}
 
-	mu      sync.Mutex
-	status  Status
-	err     error
-	execs   map[ident.Subtask]*execution
-	started time.Time
-	ended   time.Time
+	// owned by the Run goroutine
+	coord    *checkpoint.Coordinator
+	failover scheduler.FailoverStrategy
+	restart  scheduler.RestartStrategy
+	plan     *restartPlan
+	ctx      context.Context
+
+	mu        sync.Mutex
+	status    Status
+	err       error
+	execs     map[ident.Subtask]*execution
+	started   time.Time
+	ended     time.Time
+	failovers []*Failover
+	counts    *checkpoint.Counts
+}
+
+// ackMsg carries a task's answer to a checkpoint.
+type ackMsg struct {
+	id     int64
+	from   ident.Attempt
+	handle checkpoint.StateHandle
+	err    error // a decline
+}
+
+// restartPlan is a failover in progress: the subtasks being cancelled, to be redeployed as new attempts.
+type restartPlan struct {
+	subtasks  map[ident.Subtask]bool
+	notBefore time.Time
+	events    []*Failover
 }
 
 // New makes a job master; Run starts the job.
@@ -138,8 +203,30 @@ func New(cfg Config) (*JobMaster, error) {
 	if lg == nil {
 		lg = slog.Default()
 	}
-	return &JobMaster{cfg: cfg, log: lg.With("job", cfg.Job.Name), updates: make(chan task.Update, 256),
-		status: StatusCreated, execs: make(map[ident.Subtask]*execution)}, nil
+	jm := &JobMaster{cfg: cfg, log: lg.With("job", cfg.Job.Name), updates: make(chan task.Update, 256),
+		acks: make(chan ackMsg, 256), done: make(chan struct{}),
+		status: StatusCreated, execs: make(map[ident.Subtask]*execution)}
+	if cfg.Failover == 0 {
+		cfg.Failover = scheduler.RegionFailover
+	}
+	fs, err := scheduler.NewFailoverStrategy(cfg.Failover, scheduler.ComputeRegions(cfg.Job), nil)
+	if err != nil {
+		return nil, fmt.Errorf("job master: %w", err)
+	}
+	jm.failover = fs
+	if cfg.Restart.Kind == 0 {
+		cfg.Restart = scheduler.DefaultRestartConfig(scheduler.NoRestart)
+	}
+	rs, err := scheduler.NewRestartStrategy(cfg.Restart, rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1)))
+	if err != nil {
+		return nil, fmt.Errorf("job master: %w", err)
+	}
+	jm.restart = rs
+	if cfg.Checkpoint != nil && cfg.Storage == nil {
+		return nil, errors.New("job master: checkpointing needs a storage")
+	}
+	jm.cfg = cfg
+	return jm, nil
 }
 
 // placement returns the TaskManager of slot i.
@@ -149,6 +236,8 @@ func (jm *JobMaster) placement(i int) TaskManager {
 
 // Run deploys the job and blocks until it reaches a terminal status. Cancelling ctx cancels the job.
 func (jm *JobMaster) Run(ctx context.Context) Snapshot {
+	defer close(jm.done)
+	jm.ctx = ctx
 	jm.mu.Lock()
 	jm.started = time.Now()
 	jm.status = StatusRunning
@@ -157,31 +246,179 @@ func (jm *JobMaster) Run(ctx context.Context) Snapshot {
 	}
 	jm.mu.Unlock()
 	jm.log.Info("job started", "vertices", len(jm.cfg.Job.Vertices), "subtasks", len(jm.execs))
+	var tick <-chan time.Time
+	if cc := jm.cfg.Checkpoint; cc != nil {
+		if err := jm.startCoordinator(ctx); err != nil {
+			jm.fail(err)
+		} else {
+			period := time.Duration(cc.IntervalMillis) * time.Millisecond / 4
+			period = min(max(period, 5*time.Millisecond), 50*time.Millisecond)
+			t := time.NewTicker(period)
+			defer t.Stop()
+			tick = t.C
+		}
+	}
 	// Eager scheduling: deploy every subtask at once; consumers wait for their producers' partitions.
 	for _, v := range jm.cfg.Job.Vertices {
 		for i := 0; i < v.Parallelism; i++ {
 			s := ident.Subtask{Vertex: v.ID, Index: int32(i)}
-			if err := jm.deploy(s); err != nil {
+			if err := jm.deploy(s, nil); err != nil {
 				jm.fail(fmt.Errorf("deploy %s: %w", jm.name(s), err))
 			}
 		}
 	}
 	poll := time.NewTicker(200 * time.Millisecond)
 	defer poll.Stop()
+	var restartTimer *time.Timer
+	var restartC <-chan time.Time
 	done := ctx.Done()
 	for !jm.terminal() {
 		select {
 		case u := <-jm.updates:
 			jm.onUpdate(u)
+		case a := <-jm.acks:
+			jm.onAck(a)
+		case <-tick:
+			if jm.coord != nil {
+				jm.process(jm.coord.Tick(jm.now()))
+			}
 		case <-done:
 			done = nil
 			jm.cancelJob()
 		case <-poll.C:
 			jm.refreshCounters()
+		case <-restartC:
+			restartC = nil
 		}
+		if d, ok := jm.maybeRestart(); ok && restartC == nil {
+			if restartTimer != nil {
+				restartTimer.Stop()
+			}
+			restartTimer = time.NewTimer(d)
+			restartC = restartTimer.C
+		}
+	}
+	if restartTimer != nil {
+		restartTimer.Stop()
+	}
+	if jm.coord != nil {
+		jm.process(jm.coord.Stop(jm.now()))
 	}
 	jm.refreshCounters()
 	return jm.Snapshot()
+}
+
+// now is the job master's clock for the pure state machines: milliseconds since the job started.
+func (jm *JobMaster) now() int64 { return time.Since(jm.started).Milliseconds() }
+
+func (jm *JobMaster) startCoordinator(ctx context.Context) error {
+	var tasks []checkpoint.Task
+	for _, v := range jm.cfg.Job.Vertices {
+		for i := 0; i < v.Parallelism; i++ {
+			tasks = append(tasks, checkpoint.Task{Attempt: ident.Attempt{Subtask: ident.Subtask{Vertex: v.ID, Index: int32(i)}},
+				Name: v.Name, Source: v.IsSource()})
+		}
+	}
+	next, err := jm.cfg.Storage.NextID(ctx)
+	if err != nil {
+		return fmt.Errorf("checkpoint storage: %w", err)
+	}
+	c, err := checkpoint.NewCoordinator(*jm.cfg.Checkpoint, tasks, next)
+	if err != nil {
+		return err
+	}
+	jm.coord = c
+	counts := c.Counts()
+	jm.mu.Lock()
+	jm.counts = &counts
+	jm.mu.Unlock()
+	return nil
+}
+
+// process carries out what the checkpoint coordinator asked for, in the order it documents.
+func (jm *JobMaster) process(r checkpoint.Ready) {
+	for !r.Empty() {
+		next := checkpoint.Ready{}
+		for _, cp := range r.Persist {
+			err := jm.cfg.Storage.CommitMetadata(jm.ctx, cp)
+			if err != nil {
+				jm.log.Warn("persist checkpoint", "id", cp.ID, "err", err)
+			}
+			next = merge(next, jm.coord.Persisted(jm.now(), cp.ID, err))
+		}
+		for _, cp := range r.Completed {
+			jm.log.Debug("checkpoint completed", "id", cp.ID)
+			if _, err := jm.cfg.Storage.Retain(jm.ctx, jm.cfg.Checkpoint.Retained); err != nil {
+				jm.log.Warn("retain checkpoints", "err", err)
+			}
+		}
+		for _, ab := range r.Aborted {
+			jm.log.Debug("checkpoint aborted", "id", ab.ID, "reason", ab.Reason, "err", ab.Err)
+			_ = jm.cfg.Storage.Discard(jm.ctx, ab.ID)
+		}
+		for _, n := range r.Notifications {
+			if n.Kind == checkpoint.NotifyAbort {
+				if ex := jm.current(n.To); ex != nil {
+					ex.tm.AbortCheckpoint(n.To, n.CheckpointID)
+				}
+			}
+		}
+		for _, t := range r.Triggers {
+			var flags uint32
+			if t.Mode == checkpoint.AtLeastOnce {
+				flags = BarrierFlagAtLeastOnce
+			}
+			for _, target := range t.Targets {
+				ex := jm.current(target)
+				if ex == nil || !ex.tm.TriggerCheckpoint(target, t.ID, t.TimestampMillis, flags) {
+					next = merge(next, jm.coord.Decline(jm.now(), t.ID, target, checkpoint.ErrTaskNotReady))
+				}
+			}
+		}
+		if r.FailJob != nil {
+			jm.failJob(r.FailJob)
+		}
+		r = next
+	}
+	counts := jm.coord.Counts()
+	jm.mu.Lock()
+	jm.counts = &counts
+	jm.mu.Unlock()
+}
+
+func merge(a, b checkpoint.Ready) checkpoint.Ready {
+	a.Persist = append(a.Persist, b.Persist...)
+	a.Completed = append(a.Completed, b.Completed...)
+	a.Aborted = append(a.Aborted, b.Aborted...)
+	a.Notifications = append(a.Notifications, b.Notifications...)
+	a.Triggers = append(a.Triggers, b.Triggers...)
+	a.Ignored = append(a.Ignored, b.Ignored...)
+	if a.FailJob == nil {
+		a.FailJob = b.FailJob
+	}
+	return a
+}
+
+// current returns the execution of attempt a if a is its current attempt.
+func (jm *JobMaster) current(a ident.Attempt) *execution {
+	jm.mu.Lock()
+	defer jm.mu.Unlock()
+	ex := jm.execs[a.Subtask]
+	if ex == nil || ex.attempt != a {
+		return nil
+	}
+	return ex
+}
+
+func (jm *JobMaster) onAck(a ackMsg) {
+	if jm.coord == nil {
+		return
+	}
+	if a.err != nil {
+		jm.process(jm.coord.Decline(jm.now(), a.id, a.from, a.err))
+		return
+	}
+	jm.process(jm.coord.Ack(jm.now(), a.id, a.from, a.handle))
 }
 
 func (jm *JobMaster) name(s ident.Subtask) string {
@@ -190,17 +427,46 @@ func (jm *JobMaster) name(s ident.Subtask) string {
 }
 
 func (jm *JobMaster) report(u task.Update) {
-	// Updates must never be lost; the buffer is generous, and the job master drains it continuously.
-	jm.updates <- u
+	// Updates must never be lost while the job runs; the job master drains them continuously.
+	select {
+	case jm.updates <- u:
+	case <-jm.done:
+	}
 }
 
-// deploy builds the descriptor of the current attempt of s and submits it.
-func (jm *JobMaster) deploy(s ident.Subtask) error {
+func (jm *JobMaster) sendAck(m ackMsg) {
+	select {
+	case jm.acks <- m:
+	case <-jm.done:
+	}
+}
+
+// deploy builds the descriptor of the current attempt of s and submits it; restore is the checkpoint its
+// state comes from, if any.
+func (jm *JobMaster) deploy(s ident.Subtask, restore *checkpoint.CompletedCheckpoint) error {
 	jm.mu.Lock()
 	ex := jm.execs[s]
 	ex.state = task.Deploying
 	jm.mu.Unlock()
 	cfg, err := jm.descriptor(ex)
+	if err == nil && jm.cfg.Checkpoint != nil {
+		mode := jm.cfg.Checkpoint.Mode
+		cfg.Checkpoints = &task.CheckpointSetup{
+			Store:       jm.cfg.Storage,
+			AtLeastOnce: mode == checkpoint.AtLeastOnce,
+			Ack: func(id int64, from ident.Attempt, h checkpoint.StateHandle) {
+				jm.sendAck(ackMsg{id: id, from: from, handle: h})
+			},
+			Decline: func(id int64, from ident.Attempt, err error) {
+				jm.sendAck(ackMsg{id: id, from: from, err: err})
+			},
+		}
+		if restore != nil {
+			if h, ok := restore.State(s); ok {
+				cfg.Restore = &task.RestoreSpec{CheckpointID: restore.ID, Handle: h}
+			}
+		}
+	}
 	if err == nil {
 		err = ex.tm.Submit(cfg, jm.report)
 	}
@@ -222,6 +488,7 @@ func (jm *JobMaster) descriptor(ex *execution) (task.Config, error) {
 		BufferTimeout:     jm.cfg.BufferTimeout,
 		MaxRecordSize:     jm.cfg.MaxRecordSize,
 		CreditsPerChannel: jm.cfg.CreditsPerChannel,
+		StateBackend:      jm.cfg.StateBackend,
 	}
 	for _, e := range v.Outputs {
 		cfg.Outputs = append(cfg.Outputs, task.OutputSpec{
@@ -264,15 +531,163 @@ func (jm *JobMaster) onUpdate(u task.Update) {
 			ex.in, ex.out = in, out
 		}
 	}
+	status := jm.status
 	jm.mu.Unlock()
-	if u.State == task.Failed {
-		jm.fail(fmt.Errorf("subtask %s failed: %w", jm.name(u.Attempt.Subtask), u.Err))
+	if u.State == task.Failed || u.State == task.Canceled {
+		// Its consumers are failing over too (or the job is ending); they must not wait on its data.
+		ex.tm.ReleasePartitions(u.Attempt)
+	}
+	switch u.State {
+	case task.Running:
+		jm.onRunning(u.Attempt.Subtask)
+	case task.Finished:
+		if jm.coord != nil {
+			jm.process(jm.coord.TaskFinished(jm.now(), u.Attempt))
+		}
+	case task.Failed:
+		if jm.coord != nil {
+			jm.process(jm.coord.TaskFailed(jm.now(), u.Attempt, u.Err))
+		}
+		restarting := jm.plan != nil && jm.plan.subtasks[u.Attempt.Subtask]
+		if status == StatusRunning && !restarting {
+			jm.onFailure(u.Attempt.Subtask, u.Err)
+		}
 	}
 	if u.State.Terminal() {
 		// Also after a failure: a second failing subtask may be the last one to stop.
 		jm.checkDone()
 	}
 }
+
+// onFailure asks the restart strategy whether to restart and the failover strategy what to restart, and
+// starts cancelling those subtasks; maybeRestart redeploys them once they stopped and the backoff passed.
+func (jm *JobMaster) onFailure(s ident.Subtask, cause error) {
+	now := time.Now()
+	err := fmt.Errorf("subtask %s failed: %w", jm.name(s), cause)
+	jm.restart.NotifyFailure(jm.now(), cause)
+	if !jm.restart.CanRestart() {
+		jm.fail(fmt.Errorf("%w (restart strategy %s gives up)", err, jm.cfg.Restart))
+		return
+	}
+	set := jm.failover.TasksToRestart(s)
+	ev := &Failover{Failed: s, Cause: cause, Strategy: jm.cfg.Failover.String(), Restarted: set, FailedAt: now,
+		awaiting: make(map[ident.Subtask]bool)}
+	jm.log.Warn("subtask failed, restarting", "subtask", jm.name(s), "err", cause, "strategy", ev.Strategy,
+		"restart", len(set), "backoff_ms", jm.restart.BackoffMillis())
+	if jm.plan == nil {
+		jm.plan = &restartPlan{subtasks: make(map[ident.Subtask]bool)}
+	}
+	for _, r := range set {
+		jm.plan.subtasks[r] = true
+	}
+	jm.plan.events = append(jm.plan.events, ev)
+	if nb := now.Add(time.Duration(jm.restart.BackoffMillis()) * time.Millisecond); nb.After(jm.plan.notBefore) {
+		jm.plan.notBefore = nb
+	}
+	jm.mu.Lock()
+	jm.failovers = append(jm.failovers, ev)
+	var cancel []*execution
+	for r := range jm.plan.subtasks {
+		if ex := jm.execs[r]; !ex.state.Terminal() {
+			cancel = append(cancel, ex)
+		}
+	}
+	jm.mu.Unlock()
+	for _, ex := range cancel {
+		ex.tm.Cancel(ex.attempt)
+	}
+}
+
+// maybeRestart redeploys the subtasks of the restart plan once all of them stopped and the backoff passed.
+// It returns how long to wait when only the backoff holds it back.
+func (jm *JobMaster) maybeRestart() (time.Duration, bool) {
+	p := jm.plan
+	if p == nil {
+		return 0, false
+	}
+	jm.mu.Lock()
+	if jm.status != StatusRunning {
+		jm.mu.Unlock()
+		jm.plan = nil
+		return 0, false
+	}
+	for s := range p.subtasks {
+		if !jm.execs[s].state.Terminal() {
+			jm.mu.Unlock()
+			return 0, false
+		}
+	}
+	jm.mu.Unlock()
+	if wait := time.Until(p.notBefore); wait > 0 {
+		return wait, true
+	}
+	jm.plan = nil
+	subtasks := make([]ident.Subtask, 0, len(p.subtasks))
+	for s := range p.subtasks {
+		subtasks = append(subtasks, s)
+	}
+	sort.Slice(subtasks, func(i, j int) bool {
+		if subtasks[i].Vertex != subtasks[j].Vertex {
+			return subtasks[i].Vertex < subtasks[j].Vertex
+		}
+		return subtasks[i].Index < subtasks[j].Index
+	})
+	var restore *checkpoint.CompletedCheckpoint
+	if jm.coord != nil {
+		restore = jm.coord.LatestCompleted()
+	}
+	var attempts []ident.Attempt
+	jm.mu.Lock()
+	for _, s := range subtasks {
+		ex := jm.execs[s]
+		ex.attempt.Number++
+		ex.state = task.Created
+		ex.in, ex.out = 0, 0
+		attempts = append(attempts, ex.attempt)
+	}
+	for _, ev := range p.events {
+		if restore != nil {
+			id := restore.ID
+			ev.CheckpointRestored = &id
+		}
+		for _, s := range subtasks {
+			ev.awaiting[s] = true
+		}
+	}
+	jm.mu.Unlock()
+	if jm.coord != nil {
+		r, err := jm.coord.TasksRestarted(jm.now(), attempts, errors.New("failover"))
+		if err != nil {
+			jm.fail(fmt.Errorf("restart: %w", err))
+			return 0, false
+		}
+		jm.process(r)
+	}
+	for _, s := range subtasks {
+		if err := jm.deploy(s, restore); err != nil {
+			jm.fail(fmt.Errorf("redeploy %s: %w", jm.name(s), err))
+			return 0, false
+		}
+	}
+	return 0, false
+}
+
+// onRunning completes failover events whose restarted subtasks all run again.
+func (jm *JobMaster) onRunning(s ident.Subtask) {
+	jm.mu.Lock()
+	defer jm.mu.Unlock()
+	for _, ev := range jm.failovers {
+		if ev.awaiting[s] {
+			delete(ev.awaiting, s)
+			if len(ev.awaiting) == 0 && ev.RecoveredAt.IsZero() {
+				ev.RecoveredAt = time.Now()
+			}
+		}
+	}
+}
+
+// failJob fails the job from outside a task failure (too many failed checkpoints).
+func (jm *JobMaster) failJob(err error) { jm.fail(err) }
 
 // fail moves the job to FAILING and cancels every subtask that is still running. Restart strategies
 // plug in here.
@@ -317,7 +732,8 @@ func (jm *JobMaster) cancelAll() {
 	}
 }
 
-// checkDone ends the job when every subtask is in a terminal state.
+// checkDone ends the job when every subtask is in a terminal state: FINISHED when all finished and no
+// restart is pending, FAILED or CANCELED when the job was failing or cancelling.
 func (jm *JobMaster) checkDone() {
 	jm.mu.Lock()
 	defer jm.mu.Unlock()
@@ -325,9 +741,15 @@ func (jm *JobMaster) checkDone() {
 		if !ex.state.Terminal() {
 			return
 		}
+		if jm.status == StatusRunning && ex.state != task.Finished {
+			return // stopped for a restart
+		}
 	}
 	switch jm.status {
 	case StatusRunning:
+		if jm.plan != nil {
+			return
+		}
 		jm.status = StatusFinished
 	case statusFailing:
 		jm.status = StatusFailed
@@ -361,6 +783,16 @@ func (jm *JobMaster) Snapshot() Snapshot {
 	jm.mu.Lock()
 	defer jm.mu.Unlock()
 	snap := Snapshot{Status: jm.status, Err: jm.err, Started: jm.started, Ended: jm.ended}
+	if jm.counts != nil {
+		c := *jm.counts
+		snap.Checkpoints = &c
+	}
+	for _, f := range jm.failovers {
+		c := *f
+		c.awaiting = nil
+		c.Restarted = append([]ident.Subtask(nil), f.Restarted...)
+		snap.Failovers = append(snap.Failovers, c)
+	}
 	switch snap.Status {
 	case statusFailing, statusCanceling:
 		snap.Status = StatusRunning

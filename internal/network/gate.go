@@ -23,11 +23,13 @@ type InputChannel interface {
 type InputGate struct {
 	channels []InputChannel
 
-	mu     sync.Mutex
-	avail  []int
-	head   int
-	queued []bool
-	wake   chan struct{}
+	mu      sync.Mutex
+	avail   []int
+	head    int
+	queued  []bool
+	blocked []bool // not polled until unblocked (barrier alignment)
+	pending []bool // notified while blocked
+	wake    chan struct{}
 }
 
 // NewInputGate makes a gate for n channels; channels are attached with SetChannel before use.
@@ -36,6 +38,8 @@ func NewInputGate(n int) *InputGate {
 		channels: make([]InputChannel, n),
 		avail:    make([]int, 0, n),
 		queued:   make([]bool, n),
+		blocked:  make([]bool, n),
+		pending:  make([]bool, n),
 		wake:     make(chan struct{}, 1),
 	}
 }
@@ -52,6 +56,11 @@ func (g *InputGate) Channel(i int) InputChannel { return g.channels[i] }
 // Notify marks channel i as possibly having data and wakes the consumer. Safe from any goroutine.
 func (g *InputGate) Notify(i int) {
 	g.mu.Lock()
+	if g.blocked[i] {
+		g.pending[i] = true
+		g.mu.Unlock()
+		return
+	}
 	if !g.queued[i] {
 		g.queued[i] = true
 		if g.head > 0 && len(g.avail) == cap(g.avail) {
@@ -68,6 +77,43 @@ func (g *InputGate) Notify(i int) {
 	}
 }
 
+// Block stops Next from reading channel i until UnblockAll; its data waits in the channel (and, through
+// credit, at the producer). Barrier alignment uses it.
+func (g *InputGate) Block(i int) {
+	g.mu.Lock()
+	g.blocked[i] = true
+	if g.queued[i] {
+		g.pending[i] = true
+	}
+	g.mu.Unlock()
+}
+
+// Blocked reports whether channel i is blocked.
+func (g *InputGate) Blocked(i int) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.blocked[i]
+}
+
+// UnblockAll resumes reading every blocked channel.
+func (g *InputGate) UnblockAll() {
+	var resume []int
+	g.mu.Lock()
+	for i, b := range g.blocked {
+		if b {
+			g.blocked[i] = false
+			if g.pending[i] {
+				g.pending[i] = false
+				resume = append(resume, i)
+			}
+		}
+	}
+	g.mu.Unlock()
+	for _, i := range resume {
+		g.Notify(i)
+	}
+}
+
 // Notifier returns a function that notifies channel i; channels call it as their availability listener.
 func (g *InputGate) Notifier(i int) func() { return func() { g.Notify(i) } }
 
@@ -77,14 +123,20 @@ func (g *InputGate) Wake() <-chan struct{} { return g.wake }
 func (g *InputGate) pop() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.head == len(g.avail) {
-		g.avail, g.head = g.avail[:0], 0
-		return -1
+	for {
+		if g.head == len(g.avail) {
+			g.avail, g.head = g.avail[:0], 0
+			return -1
+		}
+		i := g.avail[g.head]
+		g.head++
+		g.queued[i] = false
+		if g.blocked[i] {
+			g.pending[i] = true
+			continue
+		}
+		return i
 	}
-	i := g.avail[g.head]
-	g.head++
-	g.queued[i] = false
-	return i
 }
 
 // Next returns the next buffer from any channel with data, and the channel's index, or (-1, nil, nil) when

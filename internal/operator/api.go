@@ -79,6 +79,15 @@ type SourceReader[T any] interface {
 	Close() error
 }
 
+// CheckpointedReader is a SourceReader whose position can be checkpointed, so that a restarted source
+// rewinds to where the restored checkpoint was taken (exactly-once with a replayable source).
+type CheckpointedReader interface {
+	// SnapshotState returns the reader's position after the last record it emitted.
+	SnapshotState(checkpointID int64) ([]byte, error)
+	// RestoreState rewinds a new reader to a position from SnapshotState, before its first poll.
+	RestoreState(state []byte) error
+}
+
 // Sink creates the writers of a sink, one per parallel subtask.
 type Sink[T any] interface {
 	CreateWriter(ctx RuntimeContext) (SinkWriter[T], error)

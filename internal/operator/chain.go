@@ -9,9 +9,10 @@ import (
 	"github.com/runnel-dev/runnel/internal/task"
 )
 
-// ChainFactory returns the factory that builds the operators of vertex v for one subtask.
-func ChainFactory(v *graph.JobVertex) task.ChainFactory {
-	return func(rt *task.Runtime) (task.Chain, error) { return buildChain(v, rt) }
+// ChainFactory returns the factory that builds the operators of vertex v for one subtask, with the failure
+// injections that target them.
+func ChainFactory(v *graph.JobVertex, injections []*Injection) task.ChainFactory {
+	return func(rt *task.Runtime) (task.Chain, error) { return buildChain(v, rt, injections) }
 }
 
 type chain struct {
@@ -21,7 +22,7 @@ type chain struct {
 	source  SourceDriver
 }
 
-func buildChain(v *graph.JobVertex, rt *task.Runtime) (*chain, error) {
+func buildChain(v *graph.JobVertex, rt *task.Runtime, injections []*Injection) (*chain, error) {
 	if len(rt.Outputs) != len(v.Outputs) {
 		return nil, fmt.Errorf("vertex %q has %d outputs, task has %d partitions", v.Name, len(v.Outputs), len(rt.Outputs))
 	}
@@ -39,6 +40,11 @@ func buildChain(v *graph.JobVertex, rt *task.Runtime) (*chain, error) {
 			return nil, fmt.Errorf("operator %q has no runtime implementation (%T)", n.Name, n.Payload)
 		}
 		ctx := NewContext(rt, n.Name)
+		for _, inj := range injections {
+			if inj.Operator == n.Name && inj.Subtask == int(rt.Info.Attempt.Index) {
+				ctx.inj = inj
+			}
+		}
 		var downstream []any
 		for _, e := range v.ChainedEdges {
 			if e.Source == n.ID {
@@ -123,6 +129,48 @@ func (c *chain) EndInput() error {
 			if err := op.EndInput(); err != nil {
 				return fmt.Errorf("%q: %w", c.names[i], err)
 			}
+		}
+	}
+	return nil
+}
+
+// Snapshot implements task.Chain.
+func (c *chain) Snapshot(id int64) ([]task.StateWriter, error) {
+	var ws []task.StateWriter
+	for i, op := range c.ops {
+		if op.Snapshot == nil {
+			continue
+		}
+		w, err := op.Snapshot(id)
+		if err != nil {
+			return nil, err
+		}
+		if w != nil {
+			ws = append(ws, task.StateWriter{Operator: c.names[i], Write: w})
+		}
+	}
+	return ws, nil
+}
+
+// Restore implements task.Chain.
+func (c *chain) Restore(states map[string][]byte) error {
+	known := make(map[string]bool, len(c.names))
+	for i, op := range c.ops {
+		known[c.names[i]] = true
+		data, ok := states[c.names[i]]
+		if !ok {
+			continue
+		}
+		if op.Restore == nil {
+			return fmt.Errorf("the checkpoint holds state for operator %q, which keeps no state in this job", c.names[i])
+		}
+		if err := op.Restore(data); err != nil {
+			return err
+		}
+	}
+	for name := range states {
+		if !known[name] {
+			return fmt.Errorf("the checkpoint holds state for operator %q, which is not in this task (%v)", name, c.names)
 		}
 	}
 	return nil

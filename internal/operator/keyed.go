@@ -1,7 +1,12 @@
 package operator
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"io"
+
+	"github.com/runnel-dev/runnel/codec"
 
 	"github.com/runnel-dev/runnel/internal/state"
 )
@@ -20,7 +25,7 @@ type KeyedProcessFunction[K comparable, In, Out any] interface {
 
 type keyedContext[K comparable] struct {
 	*Context
-	b *state.Keyed[K]
+	b state.KeyedBackend[K]
 }
 
 func (k *keyedContext[K]) CurrentKey() K { return k.b.CurrentKey() }
@@ -30,8 +35,9 @@ func (k *keyedContext[K]) ForEachKey(f func(K) error) error { return k.b.ForEach
 // KeyedProcessSpec runs a KeyedProcessFunction. New makes a fresh function per subtask, so that functions
 // may keep per-instance fields.
 type KeyedProcessSpec[K comparable, In, Out any] struct {
-	Key func(In) K
-	New func() KeyedProcessFunction[K, In, Out]
+	Key      func(In) K
+	KeyCodec codec.Codec[K]
+	New      func() KeyedProcessFunction[K, In, Out]
 }
 
 func (s *KeyedProcessSpec[K, In, Out]) Build(ctx *Context, downstream []any) (Built, error) {
@@ -39,20 +45,55 @@ func (s *KeyedProcessSpec[K, In, Out]) Build(ctx *Context, downstream []any) (Bu
 	if err != nil {
 		return Built{}, err
 	}
-	b := state.NewKeyed[K]()
-	ctx.withBackend(b)
+	b, err := newKeyedBackend(ctx, s.KeyCodec)
+	if err != nil {
+		return Built{}, err
+	}
 	kc := &keyedContext[K]{Context: ctx, b: b}
 	fn := s.New()
 	if fn == nil {
+		b.Close()
 		return Built{}, fmt.Errorf("operator %q: process function factory returned nil", ctx.operator)
 	}
 	op := &keyedProcessOp[K, In, Out]{key: s.Key, fn: fn, out: out, kc: kc}
+	built := keyedBuilt(b)
+	built.Input = wrapIn[In](ctx, op)
+	built.Open = func() error { return fn.Open(kc) }
+	built.EndInput = func() error { return fn.EndInput(kc, out) }
+	built.Close = func() error { return errors.Join(fn.Close(), b.Close()) }
+	return built, nil
+}
+
+// newKeyedBackend makes the keyed state backend the job asked for, owning this subtask's key groups.
+func newKeyedBackend[K comparable](ctx *Context, kc codec.Codec[K]) (state.KeyedBackend[K], error) {
+	info := ctx.rt.Info
+	start, end := state.KeyGroupRange(info.MaxParallelism, info.Parallelism, int(info.Attempt.Index))
+	opts := state.Options[K]{KeyCodec: kc, MaxParallelism: info.MaxParallelism, KeyGroupStart: start, KeyGroupEnd: end}
+	var (
+		b   state.KeyedBackend[K]
+		err error
+	)
+	switch ctx.rt.StateBackend {
+	case "", "memory":
+		b, err = state.NewHeap(opts)
+	case "pebble":
+		b, err = state.NewPebble(opts)
+	default:
+		err = fmt.Errorf("unknown state backend %q", ctx.rt.StateBackend)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("operator %q: keyed state: %w", ctx.operator, err)
+	}
+	ctx.withBackend(b)
+	return b, nil
+}
+
+// keyedBuilt returns the checkpoint hooks of a keyed operator.
+func keyedBuilt[K comparable](b state.KeyedBackend[K]) Built {
 	return Built{
-		Input:    op,
-		Open:     func() error { return fn.Open(kc) },
-		EndInput: func() error { return fn.EndInput(kc, out) },
-		Close:    fn.Close,
-	}, nil
+		Snapshot: func(id int64) (func(io.Writer) error, error) { return b.Snapshot(id) },
+		Restore:  func(data []byte) error { return b.Restore([]io.Reader{bytes.NewReader(data)}) },
+	}
 }
 
 type keyedProcessOp[K comparable, In, Out any] struct {
@@ -71,8 +112,11 @@ func (o *keyedProcessOp[K, In, Out]) Collect(v In) {
 
 // ReduceSpec combines the records of each key with a reduce function and emits the running result.
 type ReduceSpec[K comparable, T any] struct {
-	Key func(T) K
-	Fn  func(acc, v T) (T, error)
+	Key      func(T) K
+	KeyCodec codec.Codec[K]
+	// Codec serializes the accumulator for checkpoints (nil: codec.For[T]).
+	Codec codec.Codec[T]
+	Fn    func(acc, v T) (T, error)
 }
 
 func (s *ReduceSpec[K, T]) Build(ctx *Context, downstream []any) (Built, error) {
@@ -80,20 +124,26 @@ func (s *ReduceSpec[K, T]) Build(ctx *Context, downstream []any) (Built, error) 
 	if err != nil {
 		return Built{}, err
 	}
-	b := state.NewKeyed[K]()
-	ctx.withBackend(b)
-	acc, err := state.NewValue[T](b, "reduce")
+	b, err := newKeyedBackend(ctx, s.KeyCodec)
 	if err != nil {
 		return Built{}, err
 	}
-	return Built{Input: &reduceOp[K, T]{key: s.Key, fn: s.Fn, out: out, b: b, acc: acc, ctx: ctx}}, nil
+	acc, err := state.NewValue[T](b, "reduce", s.Codec)
+	if err != nil {
+		b.Close()
+		return Built{}, fmt.Errorf("operator %q: %w", ctx.operator, err)
+	}
+	built := keyedBuilt(b)
+	built.Input = wrapIn[T](ctx, &reduceOp[K, T]{key: s.Key, fn: s.Fn, out: out, b: b, acc: acc, ctx: ctx})
+	built.Close = b.Close
+	return built, nil
 }
 
 type reduceOp[K comparable, T any] struct {
 	key func(T) K
 	fn  func(acc, v T) (T, error)
 	out Collector[T]
-	b   *state.Keyed[K]
+	b   state.KeyedBackend[K]
 	acc state.ValueState[T]
 	ctx *Context
 }

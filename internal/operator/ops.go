@@ -2,6 +2,7 @@ package operator
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
 
 	"github.com/runnel-dev/runnel/internal/state"
@@ -25,6 +26,10 @@ type Built struct {
 	Open     func() error
 	EndInput func() error
 	Close    func() error
+	// Snapshot captures the operator's state for a checkpoint (quickly; the writer runs later, elsewhere)
+	// and Restore loads it; nil for stateless operators.
+	Snapshot func(id int64) (func(w io.Writer) error, error)
+	Restore  func(data []byte) error
 }
 
 // SourceDriver is the non-generic face of a source reader.
@@ -39,6 +44,7 @@ type Context struct {
 	operator string
 	backend  state.Backend
 	logger   *slog.Logger
+	inj      *Injection
 }
 
 // NewContext makes the context of operator name within the subtask described by rt.
@@ -101,7 +107,7 @@ func (s *MapSpec[In, Out]) Build(ctx *Context, downstream []any) (Built, error) 
 	if err != nil {
 		return Built{}, err
 	}
-	return Built{Input: &mapOp[In, Out]{fn: s.Fn, out: out, ctx: ctx}}, nil
+	return Built{Input: wrapIn[In](ctx, &mapOp[In, Out]{fn: s.Fn, out: out, ctx: ctx})}, nil
 }
 
 type mapOp[In, Out any] struct {
@@ -126,7 +132,7 @@ func (s *FilterSpec[T]) Build(ctx *Context, downstream []any) (Built, error) {
 	if err != nil {
 		return Built{}, err
 	}
-	return Built{Input: &filterOp[T]{fn: s.Fn, out: out, ctx: ctx}}, nil
+	return Built{Input: wrapIn[T](ctx, &filterOp[T]{fn: s.Fn, out: out, ctx: ctx})}, nil
 }
 
 type filterOp[T any] struct {
@@ -155,7 +161,7 @@ func (s *FlatMapSpec[In, Out]) Build(ctx *Context, downstream []any) (Built, err
 	if err != nil {
 		return Built{}, err
 	}
-	return Built{Input: &flatMapOp[In, Out]{fn: s.Fn, out: out, ctx: ctx}}, nil
+	return Built{Input: wrapIn[In](ctx, &flatMapOp[In, Out]{fn: s.Fn, out: out, ctx: ctx})}, nil
 }
 
 type flatMapOp[In, Out any] struct {
@@ -178,7 +184,7 @@ func (s *Identity[T]) Build(ctx *Context, downstream []any) (Built, error) {
 	if err != nil {
 		return Built{}, err
 	}
-	return Built{Input: out}, nil
+	return Built{Input: wrapIn[T](ctx, out)}, nil
 }
 
 // SourceSpec runs a Source.
@@ -190,7 +196,7 @@ func (s *SourceSpec[T]) Build(ctx *Context, downstream []any) (Built, error) {
 		return Built{}, err
 	}
 	d := &sourceDriver[T]{ctx: ctx, spec: s}
-	d.out = &countingCollector[T]{next: out, c: ctx.counters()}
+	d.out = &countingCollector[T]{next: wrapIn[T](ctx, out), c: ctx.counters()}
 	return Built{
 		Source: d,
 		Open: func() error {
@@ -206,6 +212,27 @@ func (s *SourceSpec[T]) Build(ctx *Context, downstream []any) (Built, error) {
 				return nil
 			}
 			return d.reader.Close()
+		},
+		Snapshot: func(id int64) (func(io.Writer) error, error) {
+			cr, ok := d.reader.(CheckpointedReader)
+			if !ok {
+				return nil, nil
+			}
+			data, err := cr.SnapshotState(id)
+			if err != nil {
+				return nil, fmt.Errorf("source %q: snapshot position: %w", ctx.operator, err)
+			}
+			return func(w io.Writer) error { _, err := w.Write(data); return err }, nil
+		},
+		Restore: func(data []byte) error {
+			cr, ok := d.reader.(CheckpointedReader)
+			if !ok {
+				return fmt.Errorf("source %q cannot rewind to a checkpointed position: its reader does not implement CheckpointedReader", ctx.operator)
+			}
+			if err := cr.RestoreState(data); err != nil {
+				return fmt.Errorf("source %q: restore position: %w", ctx.operator, err)
+			}
+			return nil
 		},
 	}, nil
 }
@@ -246,7 +273,7 @@ func (s *SinkSpec[T]) Build(ctx *Context, downstream []any) (Built, error) {
 	}
 	op := &sinkOp[T]{ctx: ctx, c: ctx.counters()}
 	return Built{
-		Input: op,
+		Input: wrapIn[T](ctx, op),
 		Open: func() error {
 			w, err := s.Sink.CreateWriter(ctx)
 			if err != nil {

@@ -1,17 +1,89 @@
 // Package state owns keyed state: the per-key values, lists and maps that keyed operators read and write for
-// the key of the record being processed. Keys are mapped to dense slots once per record (one hash-map lookup);
-// every state of the operator is then a slice indexed by slot, so reading or updating a value costs no
-// further lookup and no allocation.
+// the key of the record being processed, the two backends that hold it, and the snapshot format that carries
+// it into checkpoints and back.
 //
-// This is the in-memory (heap) backend. Its state handles are interfaces so that an on-disk backend can serve
-// the same operators; key groups are computed from the key's hash when state is snapshotted, so snapshots can
-// be split and redistributed by key group.
+// # Backends
 //
-// The package knows nothing of tasks, networks or graphs; it must not import them.
+// A keyed operator subtask owns one KeyedBackend. It sets the key of each record with SetCurrentKey; the
+// state handles (ValueState, ListState, MapState) then read and write that key's state.
+//
+//   - NewHeap keeps state in memory. Keys are mapped to dense slots once per record (one hash-map lookup);
+//     every state is then a slice indexed by slot, so reading or updating a value costs no further lookup and
+//     allocates nothing. Values are held as they are, not copied: a value, list or map entry handed to a
+//     state must not be mutated afterwards (treat state contents as immutable), or checkpoints may see the
+//     mutation.
+//   - NewPebble keeps state in a cockroachdb/pebble store in a private working directory, for state larger
+//     than memory. Every access encodes the key (and the value) with its codec; keys are laid out as
+//     [key group, 2 bytes big-endian][state id, 2 bytes big-endian][uvarint length of the key][key][map key]
+//     (the map key only for map state), so one key group is one contiguous range and the map entries of
+//     one key share one prefix. The length before the key keeps keys that are prefixes of other keys apart.
+//     List state is one value per key, appended to with a pebble merge (concatenation), so Add does not read
+//     the list. Writes use pebble.NoSync with the write-ahead log off: the working directory is scratch
+//     space, never reopened; durability comes from checkpoints. A pebble error in a state access panics
+//     with an *AccessError (the handles have no error results); the task turns the panic into a failure.
+//
+// # Key groups
+//
+// Keys are partitioned into MaxParallelism key groups: KeyGroup(encoding of the key) = xxhash64 % max
+// parallelism, which is exactly how the network routes a keyed record (graph.KeyGroupOf of the same hash).
+// A subtask owns a contiguous range of key groups (KeyGroupRange). Both backends check, the first time they
+// see a key, that it falls in the subtask's range, and panic with an *AccessError wrapping
+// ErrKeyGroupOutOfRange otherwise: a key outside the range means the backend's key codec is not the one
+// that routed the record, which would silently break rescaling.
+//
+// # Snapshots
+//
+// KeyedBackend.Snapshot runs on the task goroutine and only captures state (heap: copies of the slot tables
+// and copy-on-write for lists and maps; pebble: a pebble snapshot). The returned write function serializes
+// the capture on any goroutine, while the task goes on processing records; changes made after Snapshot never
+// reach the bytes. Both backends write one canonical format (see the snapshot format below), byte for byte
+// equal for equal contents, so a snapshot of either backend restores into either.
+//
+// Restore reads one or more snapshots (after a rescale, those of several old subtasks) and keeps the entries
+// of the key groups this subtask owns. States may be registered before or after Restore: entries of a state
+// that is not registered yet are kept (heap: as bytes; pebble: under a state id reserved for the name) and
+// handed to the state when it is registered, with a check that the kind (value, list, map) matches. States
+// that are never registered are carried into later snapshots unchanged, so no state is dropped because an
+// operator declares it late. The order the task uses is: build the backend, open the operators (they
+// register their state in Open), Restore, then process records. A failed Restore leaves the backend in an
+// unspecified state: Close it and start over.
+//
+// # Snapshot format (version 1)
+//
+// All fixed-width integers are big-endian.
+//
+//	magic "RNLKEYED" (8 bytes), version u16 = 1
+//	checkpoint id i64, max parallelism u32, key group start u32, key group end u32 (the writer's range)
+//	uvarint number of states, then per state: uvarint name length, name, kind byte (1 value, 2 list, 3 map);
+//	  states are sorted by name
+//	CRC-32C (Castagnoli) u32 of the header so far, so that a damaged header is never interpreted
+//	entries, each: byte 1, key group u16, uvarint state index, uvarint key length, key,
+//	  [map state only: uvarint map key length, map key], uvarint value length, value
+//	byte 0, uvarint number of entries
+//	CRC-32C u32 of every byte above (the header's checksum included)
+//
+// Keys, map keys and values are their codecs' encodings; a list value is its elements' encodings, each
+// preceded by its uvarint length. Entries are sorted by key group, then state index, then the bytes
+// uvarint(key length) ‖ key ‖ map key. A reader checks the magic, version, order, lengths, that each
+// entry's key group is the hash of its key, the count and the checksum; any failure is an error wrapping
+// ErrCorruptSnapshot (truncation wraps io.ErrUnexpectedEOF as well).
+//
+// # What it must not touch
+//
+// The package knows nothing of tasks, networks, graphs, operators, the job master or the public API; it
+// imports only the codec package from Runnel (a test holds it to that). Whoever builds a backend passes in
+// the key group range and maximum parallelism.
 package state
 
 import (
+	"errors"
 	"fmt"
+	"io"
+	"reflect"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/runnel-dev/runnel/codec"
 )
 
 // ValueState holds one value per key.
@@ -53,273 +125,243 @@ type MapState[MK comparable, MV any] interface {
 	Clear()
 }
 
-// Backend is the non-generic face of a keyed backend that state constructors need.
+// Backend is the non-generic face of a keyed backend: what the state constructors (NewValue, NewList,
+// NewMap) take. Only this package implements it.
 type Backend interface {
-	// Slot returns the dense slot of the current key, or -1 when no key is set.
-	Slot() int
-	// register adds a named state table.
-	register(name string, t table) error
+	// store returns the backend's non-generic store: *heapStore or *pebbleStore.
+	store() any
 }
 
-// table is one registered state.
-type table interface {
-	clearSlot(slot int)
-	hasSlot(slot int) bool
+// KeyedBackend holds the keyed state of one operator subtask. It is used from the task goroutine only,
+// except for the write function that Snapshot returns.
+type KeyedBackend[K comparable] interface {
+	Backend
+	// SetCurrentKey makes k the key that state handles read and write. It is called once per record: the
+	// heap backend allocates nothing here once k has been seen.
+	SetCurrentKey(k K)
+	// CurrentKey returns the current key (the zero K before the first SetCurrentKey).
+	CurrentKey() K
+	// ForEachKey makes each key that has state in a registered state current in turn and calls f, stopping
+	// at f's first error; the previous current key is current again afterwards. f may read and change
+	// state. The order is unspecified.
+	ForEachKey(f func(k K) error) error
+	// Snapshot captures the state for checkpoint checkpointID. It runs on the task goroutine and is quick;
+	// the returned write function serializes the capture in the snapshot format and may run on another
+	// goroutine, concurrently with further records. Call write once; a pebble capture holds a pebble
+	// snapshot until write returns or the backend is closed.
+	Snapshot(checkpointID int64) (write func(w io.Writer) error, err error)
+	// Restore loads the state in snapshots written by Snapshot of either backend, keeping only entries of
+	// key groups in this backend's range. See the package doc for the order of Restore and registration.
+	Restore(snapshots []io.Reader) error
+	// Close releases the backend; the pebble backend closes its store and removes its working directory,
+	// after waiting for snapshot writes in progress. The backend must not be used afterwards.
+	Close() error
 }
 
-// Keyed is the heap keyed backend of one operator subtask.
-type Keyed[K comparable] struct {
-	slots  map[K]int32
-	keys   []K
-	cur    int32
-	tables map[string]table
-	order  []string
+// Options configure a keyed backend.
+type Options[K comparable] struct {
+	// KeyCodec encodes keys for key groups, snapshots and the pebble store. It must be the codec whose
+	// encoding the network hashes to route records to this subtask. Nil means codec.For[K]().
+	KeyCodec codec.Codec[K]
+	// MaxParallelism is the number of key groups, 1 to MaxKeyGroups.
+	MaxParallelism int
+	// KeyGroupStart and KeyGroupEnd are the inclusive range of key groups this subtask owns (KeyGroupRange
+	// computes it).
+	KeyGroupStart, KeyGroupEnd int
+	// Dir is where the pebble backend makes its working directory (a fresh directory inside Dir, removed by
+	// Close); empty means the system's temporary directory. The heap backend ignores it.
+	Dir string
 }
 
-// NewKeyed makes an empty backend.
-func NewKeyed[K comparable]() *Keyed[K] {
-	return &Keyed[K]{slots: make(map[K]int32), cur: -1, tables: make(map[string]table)}
+// MaxKeyGroups is the largest MaxParallelism a backend accepts: key groups are stored in two bytes.
+const MaxKeyGroups = 1 << 16
+
+// ErrCorruptSnapshot is wrapped by every error Restore returns for a snapshot whose bytes are damaged or
+// cut short.
+var ErrCorruptSnapshot = errors.New("state: corrupt snapshot")
+
+// ErrKeyGroupOutOfRange is wrapped by the *AccessError a backend panics with when a key's key group is
+// outside the backend's range.
+var ErrKeyGroupOutOfRange = errors.New("key group outside this subtask's range")
+
+// AccessError is the panic value of a state access that cannot be carried out: a pebble read or write that
+// failed, stored bytes that do not decode, a key that fails to encode or belongs to another subtask. State
+// handles have no error results, so such failures unwind the record's processing; the task reports them as
+// the failure of the subtask.
+type AccessError struct {
+	State string // the state's name; empty for a failure outside any state (setting the current key)
+	Op    string // what failed, e.g. "get", "update", "set current key"
+	Err   error
 }
 
-// SetCurrentKey makes k the key that state handles read and write.
-func (b *Keyed[K]) SetCurrentKey(k K) {
-	s, ok := b.slots[k]
-	if !ok {
-		s = int32(len(b.keys))
-		b.slots[k] = s
-		b.keys = append(b.keys, k)
+func (e *AccessError) Error() string {
+	if e.State == "" {
+		return fmt.Sprintf("keyed state: %s: %v", e.Op, e.Err)
 	}
-	b.cur = s
+	return fmt.Sprintf("keyed state %q: %s: %v", e.State, e.Op, e.Err)
 }
 
-// CurrentKey returns the current key.
-func (b *Keyed[K]) CurrentKey() K {
-	if b.cur < 0 {
-		var zero K
-		return zero
+func (e *AccessError) Unwrap() error { return e.Err }
+
+// KeyGroup returns the key group of a key from its codec encoding: xxhash64 of the encoding modulo
+// maxParallelism. It is the same function the network uses to route keyed records
+// (graph.KeyGroupOf(xxhash.Sum64(encodedKey), maxParallelism)); the two must never diverge.
+func KeyGroup(encodedKey []byte, maxParallelism int) int {
+	return int(xxhash.Sum64(encodedKey) % uint64(maxParallelism))
+}
+
+// KeyGroupRange returns the inclusive range of key groups that subtask (0-based) of an operator with
+// parallelism subtasks owns: the key groups kg with kg*parallelism/maxParallelism == subtask, which is
+// graph.OperatorIndexOf's assignment (Flink's contiguous ranges).
+func KeyGroupRange(maxParallelism, parallelism, subtask int) (start, end int) {
+	start = (subtask*maxParallelism + parallelism - 1) / parallelism
+	end = ((subtask+1)*maxParallelism+parallelism-1)/parallelism - 1
+	return start, end
+}
+
+// keyGroups is the non-generic part of the options, validated.
+type keyGroups struct {
+	maxP, start, end int
+}
+
+func (g keyGroups) owns(kg int) bool { return kg >= g.start && kg <= g.end }
+
+func (o *Options[K]) validate() (codec.Codec[K], keyGroups, error) {
+	g := keyGroups{maxP: o.MaxParallelism, start: o.KeyGroupStart, end: o.KeyGroupEnd}
+	if g.maxP < 1 || g.maxP > MaxKeyGroups {
+		return nil, g, fmt.Errorf("keyed state backend: MaxParallelism %d is outside [1, %d]", g.maxP, MaxKeyGroups)
 	}
-	return b.keys[b.cur]
-}
-
-// Slot implements Backend.
-func (b *Keyed[K]) Slot() int { return int(b.cur) }
-
-// NumKeys returns the number of keys ever seen.
-func (b *Keyed[K]) NumKeys() int { return len(b.keys) }
-
-// ForEachKey makes each key that has state in any table current in turn and calls f; it restores the
-// previous current key afterwards.
-func (b *Keyed[K]) ForEachKey(f func(k K) error) error {
-	prev := b.cur
-	defer func() { b.cur = prev }()
-	for i, k := range b.keys {
-		has := false
-		for _, t := range b.tables {
-			if t.hasSlot(i) {
-				has = true
-				break
-			}
+	if g.start < 0 || g.start > g.end || g.end >= g.maxP {
+		return nil, g, fmt.Errorf("keyed state backend: key group range [%d, %d] is not within [0, %d] (MaxParallelism %d)",
+			g.start, g.end, g.maxP-1, g.maxP)
+	}
+	kc := o.KeyCodec
+	if kc == nil {
+		var err error
+		if kc, err = codec.For[K](); err != nil {
+			return nil, g, fmt.Errorf("keyed state backend: no codec for key type %s (set Options.KeyCodec): %w",
+				reflect.TypeFor[K](), err)
 		}
-		if !has {
-			continue
-		}
-		b.cur = int32(i)
-		if err := f(k); err != nil {
-			return err
-		}
 	}
-	return nil
+	return kc, g, nil
 }
 
-func (b *Keyed[K]) register(name string, t table) error {
-	if _, dup := b.tables[name]; dup {
-		return fmt.Errorf("keyed state %q is registered twice in the same operator", name)
+// kind says which handle a state is.
+type kind uint8
+
+const (
+	kindValue kind = 1
+	kindList  kind = 2
+	kindMap   kind = 3
+)
+
+func (k kind) String() string {
+	switch k {
+	case kindValue:
+		return "value"
+	case kindList:
+		return "list"
+	case kindMap:
+		return "map"
 	}
-	b.tables[name] = t
-	b.order = append(b.order, name)
-	return nil
+	return fmt.Sprintf("kind(%d)", uint8(k))
 }
 
-// NewValue registers a value state named name.
-func NewValue[V any](b Backend, name string) (ValueState[V], error) {
+// codecOr returns c, or codec.For[T]() when c is nil; the error names the state and the type.
+func codecOr[T any](c codec.Codec[T], k kind, name, what string) (codec.Codec[T], error) {
+	if c != nil {
+		return c, nil
+	}
+	c, err := codec.For[T]()
+	if err != nil {
+		return nil, fmt.Errorf("%s state %q: no codec for %s type %s (pass one to the constructor): %w",
+			k, name, what, reflect.TypeFor[T](), err)
+	}
+	return c, nil
+}
+
+func noBackend(k kind, name string) error {
+	return fmt.Errorf("%s state %q: keyed state is only available on a keyed stream (after KeyBy)", k, name)
+}
+
+// NewValue registers a value state named name. A nil codec means codec.For[V]().
+func NewValue[V any](b Backend, name string, c codec.Codec[V]) (ValueState[V], error) {
 	if b == nil {
-		return nil, fmt.Errorf("value state %q: keyed state is only available on a keyed stream (after KeyBy)", name)
+		return nil, noBackend(kindValue, name)
 	}
-	s := &heapValue[V]{b: b}
-	if err := b.register(name, s); err != nil {
+	c, err := codecOr(c, kindValue, name, "value")
+	if err != nil {
 		return nil, err
 	}
-	return s, nil
-}
-
-type heapValue[V any] struct {
-	b       Backend
-	values  []V
-	present []bool
-}
-
-func (s *heapValue[V]) grow(slot int) {
-	for len(s.values) <= slot {
-		var zero V
-		s.values = append(s.values, zero)
-		s.present = append(s.present, false)
+	switch st := b.store().(type) {
+	case *heapStore:
+		s := &heapValue[V]{st: st, name: name, c: c}
+		if err := st.register(name, s); err != nil {
+			return nil, err
+		}
+		return s, nil
+	case *pebbleStore:
+		id, err := st.register(name, kindValue)
+		if err != nil {
+			return nil, err
+		}
+		return &pebbleValue[V]{st: st, name: name, id: id, c: c}, nil
 	}
+	return nil, fmt.Errorf("value state %q: unknown backend %T", name, b)
 }
 
-func (s *heapValue[V]) Value() (V, bool) {
-	slot := s.b.Slot()
-	if slot < 0 || slot >= len(s.values) || !s.present[slot] {
-		var zero V
-		return zero, false
-	}
-	return s.values[slot], true
-}
-
-func (s *heapValue[V]) Update(v V) {
-	slot := s.b.Slot()
-	if slot < 0 {
-		panic("state: Update without a current key")
-	}
-	if slot >= len(s.values) {
-		s.grow(slot)
-	}
-	s.values[slot] = v
-	s.present[slot] = true
-}
-
-func (s *heapValue[V]) Clear() { s.clearSlot(s.b.Slot()) }
-
-func (s *heapValue[V]) clearSlot(slot int) {
-	if slot >= 0 && slot < len(s.values) {
-		var zero V
-		s.values[slot] = zero
-		s.present[slot] = false
-	}
-}
-
-func (s *heapValue[V]) hasSlot(slot int) bool { return slot < len(s.present) && s.present[slot] }
-
-// NewList registers a list state named name.
-func NewList[V any](b Backend, name string) (ListState[V], error) {
+// NewList registers a list state named name. A nil codec means codec.For[V]().
+func NewList[V any](b Backend, name string, c codec.Codec[V]) (ListState[V], error) {
 	if b == nil {
-		return nil, fmt.Errorf("list state %q: keyed state is only available on a keyed stream (after KeyBy)", name)
+		return nil, noBackend(kindList, name)
 	}
-	s := &heapList[V]{b: b}
-	if err := b.register(name, s); err != nil {
+	c, err := codecOr(c, kindList, name, "element")
+	if err != nil {
 		return nil, err
 	}
-	return s, nil
-}
-
-type heapList[V any] struct {
-	b     Backend
-	lists [][]V
-}
-
-func (s *heapList[V]) slot() int {
-	slot := s.b.Slot()
-	if slot < 0 {
-		panic("state: list state used without a current key")
+	switch st := b.store().(type) {
+	case *heapStore:
+		s := &heapList[V]{st: st, name: name, c: c}
+		if err := st.register(name, s); err != nil {
+			return nil, err
+		}
+		return s, nil
+	case *pebbleStore:
+		id, err := st.register(name, kindList)
+		if err != nil {
+			return nil, err
+		}
+		return &pebbleList[V]{st: st, name: name, id: id, c: c}, nil
 	}
-	for len(s.lists) <= slot {
-		s.lists = append(s.lists, nil)
-	}
-	return slot
+	return nil, fmt.Errorf("list state %q: unknown backend %T", name, b)
 }
 
-func (s *heapList[V]) Get() []V {
-	slot := s.b.Slot()
-	if slot < 0 || slot >= len(s.lists) {
-		return nil
-	}
-	return s.lists[slot]
-}
-
-func (s *heapList[V]) Add(v V) {
-	slot := s.slot()
-	s.lists[slot] = append(s.lists[slot], v)
-}
-
-func (s *heapList[V]) Update(vs []V) {
-	slot := s.slot()
-	s.lists[slot] = append(s.lists[slot][:0], vs...)
-}
-
-func (s *heapList[V]) Clear() { s.clearSlot(s.b.Slot()) }
-
-func (s *heapList[V]) clearSlot(slot int) {
-	if slot >= 0 && slot < len(s.lists) {
-		s.lists[slot] = nil
-	}
-}
-
-func (s *heapList[V]) hasSlot(slot int) bool { return slot < len(s.lists) && len(s.lists[slot]) > 0 }
-
-// NewMap registers a map state named name.
-func NewMap[MK comparable, MV any](b Backend, name string) (MapState[MK, MV], error) {
+// NewMap registers a map state named name. Nil codecs mean codec.For of the map key and value types.
+func NewMap[MK comparable, MV any](b Backend, name string, mk codec.Codec[MK], mv codec.Codec[MV]) (MapState[MK, MV], error) {
 	if b == nil {
-		return nil, fmt.Errorf("map state %q: keyed state is only available on a keyed stream (after KeyBy)", name)
+		return nil, noBackend(kindMap, name)
 	}
-	s := &heapMap[MK, MV]{b: b}
-	if err := b.register(name, s); err != nil {
+	mk, err := codecOr(mk, kindMap, name, "map key")
+	if err != nil {
 		return nil, err
 	}
-	return s, nil
-}
-
-type heapMap[MK comparable, MV any] struct {
-	b    Backend
-	maps []map[MK]MV
-}
-
-func (s *heapMap[MK, MV]) current(create bool) map[MK]MV {
-	slot := s.b.Slot()
-	if slot < 0 {
-		panic("state: map state used without a current key")
+	mv, err = codecOr(mv, kindMap, name, "map value")
+	if err != nil {
+		return nil, err
 	}
-	if slot >= len(s.maps) {
-		if !create {
-			return nil
+	switch st := b.store().(type) {
+	case *heapStore:
+		s := &heapMap[MK, MV]{st: st, name: name, kc: mk, vc: mv}
+		if err := st.register(name, s); err != nil {
+			return nil, err
 		}
-		for len(s.maps) <= slot {
-			s.maps = append(s.maps, nil)
+		return s, nil
+	case *pebbleStore:
+		id, err := st.register(name, kindMap)
+		if err != nil {
+			return nil, err
 		}
+		return &pebbleMap[MK, MV]{st: st, name: name, id: id, kc: mk, vc: mv}, nil
 	}
-	if s.maps[slot] == nil && create {
-		s.maps[slot] = make(map[MK]MV)
-	}
-	return s.maps[slot]
+	return nil, fmt.Errorf("map state %q: unknown backend %T", name, b)
 }
-
-func (s *heapMap[MK, MV]) Get(mk MK) (MV, bool) {
-	v, ok := s.current(false)[mk]
-	return v, ok
-}
-
-func (s *heapMap[MK, MV]) Put(mk MK, mv MV) { s.current(true)[mk] = mv }
-
-func (s *heapMap[MK, MV]) Remove(mk MK) {
-	if m := s.current(false); m != nil {
-		delete(m, mk)
-	}
-}
-
-func (s *heapMap[MK, MV]) Len() int { return len(s.current(false)) }
-
-func (s *heapMap[MK, MV]) Range(f func(MK, MV) bool) {
-	for k, v := range s.current(false) {
-		if !f(k, v) {
-			return
-		}
-	}
-}
-
-func (s *heapMap[MK, MV]) Clear() { s.clearSlot(s.b.Slot()) }
-
-func (s *heapMap[MK, MV]) clearSlot(slot int) {
-	if slot >= 0 && slot < len(s.maps) {
-		s.maps[slot] = nil
-	}
-}
-
-func (s *heapMap[MK, MV]) hasSlot(slot int) bool { return slot < len(s.maps) && len(s.maps[slot]) > 0 }

@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/runnel-dev/runnel/internal/barrier"
 	"github.com/runnel-dev/runnel/internal/ident"
 	"github.com/runnel-dev/runnel/internal/network"
 )
@@ -79,6 +80,11 @@ type Chain interface {
 	EndInput() error
 	// Close releases the operators' resources. It is always called once Open was attempted.
 	Close() error
+	// Snapshot captures every stateful operator's state for checkpoint id, quickly, on the task goroutine;
+	// the returned writers serialize it later on another goroutine.
+	Snapshot(id int64) ([]StateWriter, error)
+	// Restore loads operator states by operator name, after Open and before the first record.
+	Restore(states map[string][]byte) error
 }
 
 // Failure is panicked by chain code to abort the task with an error (a user function's error, a codec
@@ -118,6 +124,8 @@ type Runtime struct {
 	// Cancel is closed when the task is cancelled; blocking operations in operators must watch it.
 	Cancel <-chan struct{}
 	Logger *slog.Logger
+	// StateBackend names where keyed state lives: "memory" or "pebble".
+	StateBackend string
 }
 
 // ChainFactory builds a subtask's chain.
@@ -174,6 +182,12 @@ type Config struct {
 	CreditsPerChannel int
 	// ConnectTimeout bounds how long the task waits for its producers' partitions to appear.
 	ConnectTimeout time.Duration
+	// Checkpoints, when set, makes the task take part in checkpoints.
+	Checkpoints *CheckpointSetup
+	// Restore, when set, is the state the attempt starts from.
+	Restore *RestoreSpec
+	// StateBackend names where keyed state lives: "memory" (default) or "pebble".
+	StateBackend string
 }
 
 // Update reports a state change of a task attempt.
@@ -206,7 +220,7 @@ type Task struct {
 	once     sync.Once
 	done     chan struct{}
 	counters Counters
-	mail     chan func()
+	mail     chan func(*run)
 	err      error
 }
 
@@ -222,7 +236,7 @@ func New(cfg Config, env Env) *Task {
 	if lg == nil {
 		lg = slog.Default()
 	}
-	t := &Task{cfg: cfg, env: env, cancel: make(chan struct{}), done: make(chan struct{}), mail: make(chan func(), 16),
+	t := &Task{cfg: cfg, env: env, cancel: make(chan struct{}), done: make(chan struct{}), mail: make(chan func(*run), 64),
 		log: lg.With("task", cfg.Info.Name())}
 	return t
 }
@@ -251,12 +265,17 @@ func (t *Task) Cancel() {
 }
 
 // Mail runs f in the task goroutine between records. It returns false if the task is not accepting mail.
-func (t *Task) Mail(f func()) bool {
+func (t *Task) Mail(f func(*run)) bool {
+	select {
+	case <-t.done:
+		return false
+	default:
+	}
 	select {
 	case t.mail <- f:
 		return true
-	case <-t.done:
-		return false
+	default:
+		return false // the mailbox is full: the caller treats the request as declined
 	}
 }
 
@@ -279,7 +298,13 @@ func (t *Task) canceled() bool {
 // Run executes the task to a terminal state. It is called once, on the goroutine the TaskManager owns for it.
 func (t *Task) Run() {
 	r := &run{t: t}
+	r.asyncCtx, r.stopAsync = context.WithCancel(context.Background())
 	err := r.execute()
+	if err != nil {
+		r.stopAsync()
+	}
+	r.async.Wait() // a finished task still acknowledges the checkpoints it took
+	r.stopAsync()
 	r.cleanup(err)
 	final := Finished
 	switch {
@@ -318,6 +343,10 @@ type run struct {
 	endedCount int
 	chain      Chain
 	opened     bool
+	aligner    *barrier.Aligner
+	async      sync.WaitGroup // goroutines writing checkpoint state
+	asyncCtx   context.Context
+	stopAsync  context.CancelFunc
 }
 
 func (r *run) execute() (err error) {
@@ -336,7 +365,7 @@ func (r *run) execute() (err error) {
 		return err
 	}
 	rt := &Runtime{Info: t.cfg.Info, Outputs: r.outputs, FlushEveryRecord: t.cfg.BufferTimeout == 0,
-		Counters: &t.counters, Cancel: t.cancel, Logger: t.log}
+		Counters: &t.counters, Cancel: t.cancel, Logger: t.log, StateBackend: t.cfg.StateBackend}
 	chain, err := t.cfg.Chain(rt)
 	if err != nil {
 		return fmt.Errorf("build operator chain: %w", err)
@@ -346,20 +375,34 @@ func (r *run) execute() (err error) {
 	if err := chain.Open(); err != nil {
 		return fmt.Errorf("open operators: %w", err)
 	}
-	if t.canceled() {
-		return errCanceled
-	}
-	t.setState(Running, nil)
-	if chain.IsSource() {
-		err = r.sourceLoop()
-	} else {
-		err = r.inputLoop()
-	}
+	finished, err := r.restore()
 	if err != nil {
 		return err
 	}
-	if err := chain.EndInput(); err != nil {
-		return fmt.Errorf("end of input: %w", err)
+	if t.canceled() {
+		return errCanceled
+	}
+	if r.gate != nil && t.cfg.Checkpoints != nil {
+		mode := barrier.ExactlyOnce
+		if t.cfg.Checkpoints.AtLeastOnce {
+			mode = barrier.AtLeastOnce
+		}
+		r.aligner = barrier.New(r.gate.NumChannels(), mode)
+	}
+	t.setState(Running, nil)
+	if !finished {
+		// A subtask that had finished at the restored checkpoint ends right away: its output was complete.
+		if chain.IsSource() {
+			err = r.sourceLoop()
+		} else {
+			err = r.inputLoop()
+		}
+		if err != nil {
+			return err
+		}
+		if err := chain.EndInput(); err != nil {
+			return fmt.Errorf("end of input: %w", err)
+		}
 	}
 	for _, p := range r.outputs {
 		if err := p.Finish(); err != nil {
@@ -504,7 +547,7 @@ func (r *run) sourceLoop() error {
 	for {
 		select {
 		case f := <-t.mail:
-			f()
+			f(r)
 		case <-tick:
 			r.flushAll()
 			t.counters.Publish()
@@ -528,7 +571,7 @@ func (r *run) sourceLoop() error {
 			select {
 			case <-r.chain.SourceAvailable():
 			case f := <-t.mail:
-				f()
+				f(r)
 			case <-tick:
 				t.counters.Publish()
 			case <-t.cancel:
@@ -546,7 +589,7 @@ func (r *run) inputLoop() error {
 	for {
 		select {
 		case f := <-t.mail:
-			f()
+			f(r)
 		case <-tick:
 			r.flushAll()
 			t.counters.Publish()
@@ -563,7 +606,7 @@ func (r *run) inputLoop() error {
 			select {
 			case <-r.gate.Wake():
 			case f := <-t.mail:
-				f()
+				f(r)
 			case <-tick:
 				r.flushAll()
 			case <-t.cancel:
@@ -600,11 +643,23 @@ func (r *run) processBuffer(idx int, buf *network.Buffer) (bool, error) {
 			if !r.ended[idx] {
 				r.ended[idx] = true
 				r.endedCount++
+				if r.aligner != nil {
+					r.apply(r.aligner.OnEndOfPartition(idx))
+				}
 			}
 			return r.endedCount == len(r.ended), nil
+		case network.EventBarrier:
+			if r.aligner == nil {
+				return false, fmt.Errorf("input channel %d: barrier of checkpoint %d, but checkpointing is off for this task", idx, ev.CheckpointID)
+			}
+			r.apply(r.aligner.OnBarrier(idx, barrier.Checkpoint{ID: ev.CheckpointID, TimestampMillis: ev.TimestampMillis, Flags: ev.Flags}))
+			return false, nil
+		case network.EventCancelCheckpoint:
+			if r.aligner != nil {
+				r.apply(r.aligner.OnCancelMarker(idx, ev.CheckpointID))
+			}
+			return false, nil
 		default:
-			// Barriers and cancel markers are handled by the checkpointing layer; until checkpointing is
-			// enabled nothing sends them.
 			return false, fmt.Errorf("input channel %d: unexpected %s event", idx, ev.Type)
 		}
 	}
@@ -638,11 +693,10 @@ func (r *run) cleanup(runErr error) {
 		r.gate.Release()
 	}
 	for _, p := range r.outputs {
+		// The partitions of a failed or cancelled attempt stay until the job master releases them, after it
+		// learned of the failure: a consumer that saw them vanish first would report a failure of its own
+		// and hide the cause.
 		p.Close()
-		if runErr != nil {
-			// A failed or cancelled producer's partitions are gone: consumers must not wait on them.
-			t.env.Partitions.Release(p.ID())
-		}
 	}
 	if r.inPool != nil {
 		r.inPool.Destroy()

@@ -1,0 +1,411 @@
+package state
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+)
+
+// The snapshot format; the package doc describes it.
+const (
+	snapMagic   = "RNLKEYED"
+	snapVersion = 1
+
+	tagEnd   = 0
+	tagEntry = 1
+
+	// maxStates bounds the states of one backend: pebble stores a state id in two bytes.
+	maxStates = 1<<16 - 1
+	// maxNameBytes bounds a state name in a snapshot.
+	maxNameBytes = 1 << 16
+	// maxEntryBytes bounds one key, map key or value in a snapshot. Lengths are read before the bytes, and
+	// the bytes are read in chunks, so a corrupt length costs at most the bytes actually present.
+	maxEntryBytes = 1 << 30
+
+	// snapBufferBytes is the size of the write and read buffers.
+	snapBufferBytes = 64 << 10
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// snapState describes one state in a snapshot header.
+type snapState struct {
+	name string
+	kind kind
+}
+
+// snapHeader is what precedes the entries.
+type snapHeader struct {
+	checkpointID int64
+	groups       keyGroups
+	states       []snapState // sorted by name
+}
+
+// snapWriter writes one snapshot: the header, then entries in order, then the trailer.
+type snapWriter struct {
+	w     io.Writer
+	buf   []byte
+	crc   uint32
+	count uint64
+	err   error
+}
+
+func newSnapWriter(w io.Writer, h *snapHeader) *snapWriter {
+	s := &snapWriter{w: w, buf: make([]byte, 0, snapBufferBytes)}
+	s.buf = append(s.buf, snapMagic...)
+	s.buf = binary.BigEndian.AppendUint16(s.buf, snapVersion)
+	s.buf = binary.BigEndian.AppendUint64(s.buf, uint64(h.checkpointID))
+	s.buf = binary.BigEndian.AppendUint32(s.buf, uint32(h.groups.maxP))
+	s.buf = binary.BigEndian.AppendUint32(s.buf, uint32(h.groups.start))
+	s.buf = binary.BigEndian.AppendUint32(s.buf, uint32(h.groups.end))
+	s.buf = binary.AppendUvarint(s.buf, uint64(len(h.states)))
+	for _, st := range h.states {
+		s.buf = binary.AppendUvarint(s.buf, uint64(len(st.name)))
+		s.buf = append(s.buf, st.name...)
+		s.buf = append(s.buf, byte(st.kind))
+	}
+	s.buf = binary.BigEndian.AppendUint32(s.buf, crc32.Checksum(s.buf, castagnoli))
+	return s
+}
+
+// entry appends one entry; mapKey is written only when isMap.
+func (s *snapWriter) entry(kg, state int, key []byte, isMap bool, mapKey, value []byte) error {
+	if s.err != nil {
+		return s.err
+	}
+	s.buf = append(s.buf, tagEntry, byte(kg>>8), byte(kg))
+	s.buf = binary.AppendUvarint(s.buf, uint64(state))
+	s.buf = binary.AppendUvarint(s.buf, uint64(len(key)))
+	s.buf = append(s.buf, key...)
+	if isMap {
+		s.buf = binary.AppendUvarint(s.buf, uint64(len(mapKey)))
+		s.buf = append(s.buf, mapKey...)
+	}
+	s.buf = binary.AppendUvarint(s.buf, uint64(len(value)))
+	s.buf = append(s.buf, value...)
+	s.count++
+	if len(s.buf) >= snapBufferBytes {
+		s.flush()
+	}
+	return s.err
+}
+
+func (s *snapWriter) flush() {
+	if s.err != nil || len(s.buf) == 0 {
+		return
+	}
+	s.crc = crc32.Update(s.crc, castagnoli, s.buf)
+	_, s.err = s.w.Write(s.buf)
+	if s.err != nil {
+		s.err = fmt.Errorf("write keyed state snapshot: %w", s.err)
+	}
+	s.buf = s.buf[:0]
+}
+
+// finish writes the trailer.
+func (s *snapWriter) finish() error {
+	if s.err != nil {
+		return s.err
+	}
+	s.buf = append(s.buf, tagEnd)
+	s.buf = binary.AppendUvarint(s.buf, s.count)
+	s.flush()
+	if s.err != nil {
+		return s.err
+	}
+	s.buf = binary.BigEndian.AppendUint32(s.buf, s.crc)
+	if _, err := s.w.Write(s.buf); err != nil {
+		return fmt.Errorf("write keyed state snapshot: %w", err)
+	}
+	return nil
+}
+
+// snapEntry is one entry read from a snapshot. Its slices are valid until the next entry.
+type snapEntry struct {
+	kg     int
+	state  int // index into the header's states
+	key    []byte
+	mapKey []byte // nil unless the state is a map state
+	value  []byte
+}
+
+// corrupt returns an error wrapping ErrCorruptSnapshot.
+func corrupt(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrCorruptSnapshot, fmt.Sprintf(format, args...))
+}
+
+// errTruncated is returned when the input ends early.
+var errTruncated = fmt.Errorf("%w: truncated (%w)", ErrCorruptSnapshot, io.ErrUnexpectedEOF)
+
+// snapReader reads a snapshot with its own buffer, so that it can checksum exactly the bytes it consumes.
+type snapReader struct {
+	src     io.Reader
+	buf     []byte
+	pos     int // next unread byte
+	end     int // end of the buffered bytes
+	crcFrom int // buf[crcFrom:pos] is consumed but not yet in crc
+	crc     uint32
+	total   int64 // bytes consumed before buf[0]
+}
+
+// fill makes at least need (<= len(buf)) bytes available from pos.
+func (r *snapReader) fill(need int) error {
+	if r.end-r.pos >= need {
+		return nil
+	}
+	r.crc = crc32.Update(r.crc, castagnoli, r.buf[r.crcFrom:r.pos])
+	r.total += int64(r.pos)
+	r.end = copy(r.buf, r.buf[r.pos:r.end])
+	r.pos, r.crcFrom = 0, 0
+	for r.end < need {
+		n, err := r.src.Read(r.buf[r.end:])
+		r.end += n
+		if err == io.EOF {
+			if r.end < need {
+				return errTruncated
+			}
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("read keyed state snapshot: %w", err)
+		}
+	}
+	return nil
+}
+
+// checksum reads a CRC-32C and compares it with that of every byte consumed before it (and leaves it in the
+// running checksum, as the writer does).
+func (r *snapReader) checksum(what string) error {
+	r.crc = crc32.Update(r.crc, castagnoli, r.buf[r.crcFrom:r.pos])
+	r.crcFrom = r.pos
+	sum := r.crc
+	b, err := r.fixed(4)
+	if err != nil {
+		return err
+	}
+	if got := binary.BigEndian.Uint32(b); got != sum {
+		return corrupt("%s checksum mismatch: stored %08x, computed %08x", what, got, sum)
+	}
+	return nil
+}
+
+// offset is the position of the next unread byte, for error messages.
+func (r *snapReader) offset() int64 { return r.total + int64(r.pos) }
+
+func (r *snapReader) fixed(n int) ([]byte, error) {
+	if err := r.fill(n); err != nil {
+		return nil, err
+	}
+	b := r.buf[r.pos : r.pos+n]
+	r.pos += n
+	return b, nil
+}
+
+func (r *snapReader) byte() (byte, error) {
+	if err := r.fill(1); err != nil {
+		return 0, err
+	}
+	b := r.buf[r.pos]
+	r.pos++
+	return b, nil
+}
+
+func (r *snapReader) uvarint() (uint64, error) {
+	var x uint64
+	for i := 0; i < binary.MaxVarintLen64; i++ {
+		b, err := r.byte()
+		if err != nil {
+			return 0, err
+		}
+		if b < 0x80 {
+			if i == binary.MaxVarintLen64-1 && b > 1 {
+				break
+			}
+			return x | uint64(b)<<(7*i), nil
+		}
+		x |= uint64(b&0x7f) << (7 * i)
+	}
+	return 0, corrupt("uvarint overflows at offset %d", r.offset())
+}
+
+// bytes reads a uvarint length (at most limit) and that many bytes into dst[:0], growing dst only as the
+// bytes arrive.
+func (r *snapReader) bytes(dst []byte, limit uint64, what string) ([]byte, error) {
+	n, err := r.uvarint()
+	if err != nil {
+		return dst, err
+	}
+	if n > limit {
+		return dst, corrupt("%s of %d bytes at offset %d exceeds the limit of %d", what, n, r.offset(), limit)
+	}
+	dst = dst[:0]
+	for n > 0 {
+		if err := r.fill(1); err != nil {
+			return dst, err
+		}
+		c := min(uint64(r.end-r.pos), n)
+		dst = append(dst, r.buf[r.pos:r.pos+int(c)]...)
+		r.pos += int(c)
+		n -= c
+	}
+	return dst, nil
+}
+
+// readSnapshot reads one snapshot from src, checking it throughout. It calls onHeader once, then onEntry for
+// each entry of a key group in g (g.maxP must equal the snapshot's). Entries reach onEntry before the
+// checksum at the end has been checked: a caller that must not act on corrupt data has to wait for the
+// result.
+func readSnapshot(src io.Reader, g keyGroups, onHeader func(*snapHeader) error, onEntry func(*snapEntry) error) error {
+	r := &snapReader{src: src, buf: make([]byte, snapBufferBytes)}
+	b, err := r.fixed(len(snapMagic) + 2)
+	if err != nil {
+		return err
+	}
+	if string(b[:len(snapMagic)]) != snapMagic {
+		return corrupt("not a keyed state snapshot (magic %q)", b[:len(snapMagic)])
+	}
+	if v := binary.BigEndian.Uint16(b[len(snapMagic):]); v != snapVersion {
+		return corrupt("unsupported snapshot version %d (this build reads version %d)", v, snapVersion)
+	}
+	if b, err = r.fixed(8 + 4 + 4 + 4); err != nil {
+		return err
+	}
+	h := &snapHeader{
+		checkpointID: int64(binary.BigEndian.Uint64(b)),
+		groups: keyGroups{
+			maxP:  int(binary.BigEndian.Uint32(b[8:])),
+			start: int(binary.BigEndian.Uint32(b[12:])),
+			end:   int(binary.BigEndian.Uint32(b[16:])),
+		},
+	}
+	n, err := r.uvarint()
+	if err != nil {
+		return err
+	}
+	if n > maxStates {
+		return corrupt("%d states (at most %d)", n, maxStates)
+	}
+	var name []byte
+	for i := uint64(0); i < n; i++ {
+		if name, err = r.bytes(name, maxNameBytes, "state name"); err != nil {
+			return err
+		}
+		k, err := r.byte()
+		if err != nil {
+			return err
+		}
+		if k < byte(kindValue) || k > byte(kindMap) {
+			return corrupt("state %q has unknown kind %d", name, k)
+		}
+		if i > 0 && string(name) <= h.states[i-1].name {
+			return corrupt("state names out of order: %q after %q", name, h.states[i-1].name)
+		}
+		h.states = append(h.states, snapState{name: string(name), kind: kind(k)})
+	}
+	if err := r.checksum("header"); err != nil {
+		return err
+	}
+	hg := h.groups
+	if hg.maxP < 1 || hg.maxP > MaxKeyGroups || hg.start > hg.end || hg.end >= hg.maxP {
+		return corrupt("key group range [%d, %d] of %d key groups", hg.start, hg.end, hg.maxP)
+	}
+	if hg.maxP != g.maxP {
+		return fmt.Errorf("keyed state snapshot of checkpoint %d has %d key groups, the backend %d: "+
+			"state cannot move to a different max parallelism", h.checkpointID, hg.maxP, g.maxP)
+	}
+	if err := onHeader(h); err != nil {
+		return err
+	}
+
+	var (
+		e     snapEntry
+		count uint64
+		prev  []byte // sort key of the previous entry: kg, state, uvarint(len(key)), key, map key
+		cur   []byte
+	)
+	for {
+		tag, err := r.byte()
+		if err != nil {
+			return err
+		}
+		if tag == tagEnd {
+			break
+		}
+		if tag != tagEntry {
+			return corrupt("unknown entry tag %d at offset %d", tag, r.offset()-1)
+		}
+		at := r.offset() - 1
+		b, err := r.fixed(2)
+		if err != nil {
+			return err
+		}
+		e.kg = int(binary.BigEndian.Uint16(b))
+		if !hg.owns(e.kg) {
+			return corrupt("entry at offset %d has key group %d outside the writer's range [%d, %d]", at, e.kg, hg.start, hg.end)
+		}
+		si, err := r.uvarint()
+		if err != nil {
+			return err
+		}
+		if si >= uint64(len(h.states)) {
+			return corrupt("entry at offset %d names state %d of %d", at, si, len(h.states))
+		}
+		e.state = int(si)
+		if e.key, err = r.bytes(e.key, maxEntryBytes, "key"); err != nil {
+			return err
+		}
+		e.mapKey = e.mapKey[:0]
+		isMap := h.states[e.state].kind == kindMap
+		if isMap {
+			if e.mapKey, err = r.bytes(e.mapKey, maxEntryBytes, "map key"); err != nil {
+				return err
+			}
+		}
+		if e.value, err = r.bytes(e.value, maxEntryBytes, "value"); err != nil {
+			return err
+		}
+		if KeyGroup(e.key, hg.maxP) != e.kg {
+			return corrupt("entry at offset %d: key group %d is not the key's (%d)", at, e.kg, KeyGroup(e.key, hg.maxP))
+		}
+		cur = append(cur[:0], byte(e.kg>>8), byte(e.kg), byte(e.state>>8), byte(e.state))
+		cur = binary.AppendUvarint(cur, uint64(len(e.key)))
+		cur = append(cur, e.key...)
+		cur = append(cur, e.mapKey...)
+		if count > 0 && bytes.Compare(prev, cur) >= 0 {
+			return corrupt("entry at offset %d is out of order or repeated", at)
+		}
+		prev, cur = cur, prev
+		count++
+		if g.owns(e.kg) {
+			mk := e.mapKey
+			if !isMap {
+				mk = nil
+			}
+			ent := snapEntry{kg: e.kg, state: e.state, key: e.key, mapKey: mk, value: e.value}
+			if err := onEntry(&ent); err != nil {
+				return err
+			}
+		}
+	}
+	want, err := r.uvarint()
+	if err != nil {
+		return err
+	}
+	if want != count {
+		return corrupt("trailer counts %d entries, read %d", want, count)
+	}
+	if err := r.checksum("snapshot"); err != nil {
+		return err
+	}
+	switch err := r.fill(1); {
+	case err == nil:
+		return corrupt("unexpected bytes after the checksum at offset %d", r.offset())
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return nil
+	default:
+		return err
+	}
+}

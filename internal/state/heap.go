@@ -1,0 +1,737 @@
+package state
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"sort"
+
+	"github.com/runnel-dev/runnel/codec"
+)
+
+// heapStore is the non-generic part of the heap backend: the current slot and the registered states.
+type heapStore struct {
+	cur    int32 // slot of the current key, -1 before the first
+	groups keyGroups
+	tables map[string]heapTable
+	// pending holds restored entries of states not registered yet, by name.
+	pending map[string]*rawTable
+	// epoch counts snapshots. A list or map created in an earlier epoch may be shared with a snapshot's
+	// capture, so it is copied before it is changed in place (copy on write).
+	epoch uint32
+	// slotOf finds or adds the slot of an encoded key; set by the generic backend.
+	slotOf func(encodedKey []byte) (int32, error)
+}
+
+func (st *heapStore) register(name string, t heapTable) error {
+	if _, dup := st.tables[name]; dup {
+		return fmt.Errorf("keyed state %q is registered twice in the same operator", name)
+	}
+	if len(st.tables)+len(st.pending) >= maxStates {
+		return fmt.Errorf("keyed state %q: more than %d states in one operator", name, maxStates)
+	}
+	if raw, ok := st.pending[name]; ok {
+		if raw.kind != t.kind() {
+			return fmt.Errorf("keyed state %q is registered as %s state but was restored as %s state", name, t.kind(), raw.kind)
+		}
+		for slot, entries := range raw.slots {
+			for mk, v := range entries {
+				if err := t.restore(slot, []byte(mk), v); err != nil {
+					return fmt.Errorf("restore %s state %q: %w", t.kind(), name, err)
+				}
+			}
+		}
+		delete(st.pending, name)
+	}
+	st.tables[name] = t
+	return nil
+}
+
+// heapTable is one registered heap state.
+type heapTable interface {
+	kind() kind
+	hasSlot(slot int) bool
+	// capture freezes the state of slots [0, n) for a snapshot; the task goroutine calls it, and the
+	// backend then starts a new epoch.
+	capture(n int) heapCapture
+	// restore decodes one snapshot entry into slot.
+	restore(slot int32, mapKey, value []byte) error
+}
+
+// heapCapture is a frozen view of one state, serialized by the snapshot's write function.
+type heapCapture interface {
+	kind() kind
+	// entries calls emit for slot's entries, map entries in map key byte order.
+	entries(slot int, emit func(mapKey, value []byte) error) error
+}
+
+// heapBackend is the heap KeyedBackend.
+type heapBackend[K comparable] struct {
+	heapStore
+	kc    codec.Codec[K]
+	slots map[K]int32
+	keys  []K
+	enc   []byte // scratch for encoding a new key
+	dec   K
+}
+
+// NewHeap makes an empty heap (in-memory) backend.
+func NewHeap[K comparable](o Options[K]) (KeyedBackend[K], error) {
+	kc, g, err := o.validate()
+	if err != nil {
+		return nil, err
+	}
+	b := &heapBackend[K]{
+		heapStore: heapStore{cur: -1, groups: g, tables: make(map[string]heapTable),
+			pending: make(map[string]*rawTable), epoch: 1},
+		kc:    kc,
+		slots: make(map[K]int32),
+	}
+	b.slotOf = b.slotOfEncoded
+	return b, nil
+}
+
+func (b *heapBackend[K]) store() any { return &b.heapStore }
+
+// SetCurrentKey implements KeyedBackend. A key seen before costs one map lookup; a new key is encoded once
+// to check its key group.
+func (b *heapBackend[K]) SetCurrentKey(k K) {
+	s, ok := b.slots[k]
+	if !ok {
+		s = b.newSlot(k)
+	}
+	b.cur = s
+}
+
+func (b *heapBackend[K]) newSlot(k K) int32 {
+	enc, err := b.kc.Append(b.enc[:0], k)
+	b.enc = enc
+	if err != nil {
+		panic(&AccessError{Op: "set current key", Err: fmt.Errorf("encode key %v: %w", k, err)})
+	}
+	if kg := KeyGroup(enc, b.groups.maxP); !b.groups.owns(kg) {
+		panic(&AccessError{Op: "set current key", Err: fmt.Errorf("key %v is in key group %d, not in [%d, %d]: %w",
+			k, kg, b.groups.start, b.groups.end, ErrKeyGroupOutOfRange)})
+	}
+	s := int32(len(b.keys))
+	b.slots[k] = s
+	b.keys = append(b.keys, k)
+	return s
+}
+
+// slotOfEncoded decodes a restored key and returns its slot, adding it if new.
+func (b *heapBackend[K]) slotOfEncoded(enc []byte) (int32, error) {
+	if err := b.kc.Decode(enc, &b.dec); err != nil {
+		return 0, fmt.Errorf("decode key: %w", err)
+	}
+	if s, ok := b.slots[b.dec]; ok {
+		return s, nil
+	}
+	s := int32(len(b.keys))
+	b.slots[b.dec] = s
+	b.keys = append(b.keys, b.dec)
+	return s, nil
+}
+
+// CurrentKey implements KeyedBackend.
+func (b *heapBackend[K]) CurrentKey() K {
+	if b.cur < 0 {
+		var zero K
+		return zero
+	}
+	return b.keys[b.cur]
+}
+
+// ForEachKey implements KeyedBackend; keys come in the order they were first seen.
+func (b *heapBackend[K]) ForEachKey(f func(k K) error) error {
+	prev := b.cur
+	defer func() { b.cur = prev }()
+	for i, k := range b.keys {
+		has := false
+		for _, t := range b.tables {
+			if t.hasSlot(i) {
+				has = true
+				break
+			}
+		}
+		if !has {
+			continue
+		}
+		b.cur = int32(i)
+		if err := f(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Snapshot implements KeyedBackend: it copies the value tables and the outer slices of list and map tables
+// (lists and maps themselves are copied on their next change), then starts a new epoch.
+func (b *heapBackend[K]) Snapshot(checkpointID int64) (func(w io.Writer) error, error) {
+	n := len(b.keys)
+	keys := b.keys[:n:n] // keys are only ever appended
+	h := &snapHeader{checkpointID: checkpointID, groups: b.groups}
+	var caps []heapCapture
+	for name, t := range b.tables {
+		h.states = append(h.states, snapState{name: name, kind: t.kind()})
+		caps = append(caps, t.capture(n))
+	}
+	for name, t := range b.pending {
+		h.states = append(h.states, snapState{name: name, kind: t.kind})
+		caps = append(caps, t.capture(n))
+	}
+	b.epoch++
+	idx := make([]int, len(h.states))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.Slice(idx, func(i, j int) bool { return h.states[idx[i]].name < h.states[idx[j]].name })
+	states := make([]snapState, len(idx))
+	sorted := make([]heapCapture, len(idx))
+	for i, j := range idx {
+		states[i], sorted[i] = h.states[j], caps[j]
+	}
+	h.states = states
+	kc, maxP := b.kc, b.groups.maxP
+	return func(w io.Writer) error {
+		return writeHeap(w, h, sorted, keys, kc, maxP)
+	}, nil
+}
+
+// heapKey is one key of a heap snapshot in write order.
+type heapKey struct {
+	slot int32
+	kg   uint16
+	at   int32 // offset of uvarint(len(key)) ‖ key in the arena
+	n    int32 // length of that
+}
+
+func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, keys []K, kc codec.Codec[K], maxP int) error {
+	// Encode every key once, as uvarint(len) ‖ key: the bytes the canonical order sorts by.
+	var arena, enc []byte
+	order := make([]heapKey, 0, len(keys))
+	for i, k := range keys {
+		var err error
+		if enc, err = kc.Append(enc[:0], k); err != nil {
+			return fmt.Errorf("snapshot keyed state: encode key %v: %w", k, err)
+		}
+		at := len(arena)
+		arena = binary.AppendUvarint(arena, uint64(len(enc)))
+		arena = append(arena, enc...)
+		order = append(order, heapKey{slot: int32(i), kg: uint16(KeyGroup(enc, maxP)), at: int32(at), n: int32(len(arena) - at)})
+	}
+	slices.SortFunc(order, func(a, b heapKey) int {
+		if c := cmp.Compare(a.kg, b.kg); c != 0 {
+			return c
+		}
+		return bytes.Compare(arena[a.at:a.at+a.n], arena[b.at:b.at+b.n])
+	})
+	sw := newSnapWriter(w, h)
+	for lo := 0; lo < len(order); {
+		hi := lo + 1
+		for hi < len(order) && order[hi].kg == order[lo].kg {
+			hi++
+		}
+		for si, c := range caps {
+			isMap := c.kind() == kindMap
+			for _, k := range order[lo:hi] {
+				sortKey := arena[k.at : k.at+k.n]
+				_, ln := binary.Uvarint(sortKey)
+				key := sortKey[ln:]
+				err := c.entries(int(k.slot), func(mapKey, value []byte) error {
+					return sw.entry(int(k.kg), si, key, isMap, mapKey, value)
+				})
+				if err != nil {
+					return err
+				}
+			}
+		}
+		lo = hi
+	}
+	return sw.finish()
+}
+
+// Restore implements KeyedBackend. Entries of registered states are decoded into them; entries of other
+// states wait as bytes until the state is registered.
+func (b *heapBackend[K]) Restore(snapshots []io.Reader) error {
+	for i, src := range snapshots {
+		var states []snapState
+		err := readSnapshot(src, b.groups, func(h *snapHeader) error {
+			states = h.states
+			for _, s := range states {
+				if t, ok := b.tables[s.name]; ok && t.kind() != s.kind {
+					return fmt.Errorf("keyed state %q is registered as %s state but the snapshot holds %s state", s.name, t.kind(), s.kind)
+				}
+				if t, ok := b.pending[s.name]; ok && t.kind != s.kind {
+					return fmt.Errorf("keyed state %q is %s state in one snapshot and %s state in another", s.name, t.kind, s.kind)
+				}
+			}
+			return nil
+		}, func(e *snapEntry) error {
+			slot, err := b.slotOf(e.key)
+			if err != nil {
+				return fmt.Errorf("keyed state %q: %w", states[e.state].name, err)
+			}
+			s := states[e.state]
+			if t, ok := b.tables[s.name]; ok {
+				if err := t.restore(slot, e.mapKey, e.value); err != nil {
+					return fmt.Errorf("restore %s state %q: %w", s.kind, s.name, err)
+				}
+				return nil
+			}
+			raw := b.pending[s.name]
+			if raw == nil {
+				if len(b.tables)+len(b.pending) >= maxStates {
+					return fmt.Errorf("keyed state %q: more than %d states in one operator", s.name, maxStates)
+				}
+				raw = &rawTable{kind: s.kind, slots: make(map[int32]map[string][]byte)}
+				b.pending[s.name] = raw
+			}
+			raw.restore(slot, e.mapKey, e.value)
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("restore keyed state from snapshot %d of %d: %w", i+1, len(snapshots), err)
+		}
+	}
+	return nil
+}
+
+// Close implements KeyedBackend.
+func (b *heapBackend[K]) Close() error {
+	b.slots, b.keys, b.tables, b.pending = nil, nil, nil, nil
+	b.cur = -1
+	return nil
+}
+
+// rawTable holds the restored entries of a state that is not registered: per slot, map key → value (the
+// map key is empty for value and list state).
+type rawTable struct {
+	kind  kind
+	slots map[int32]map[string][]byte
+}
+
+func (t *rawTable) restore(slot int32, mapKey, value []byte) {
+	m := t.slots[slot]
+	if m == nil || t.kind != kindMap {
+		m = make(map[string][]byte, 1)
+		t.slots[slot] = m
+	}
+	m[string(mapKey)] = bytes.Clone(value)
+}
+
+func (t *rawTable) capture(int) heapCapture {
+	c := &rawCapture{k: t.kind, slots: make(map[int32]map[string][]byte, len(t.slots))}
+	for s, m := range t.slots {
+		c.slots[s] = maps.Clone(m)
+	}
+	return c
+}
+
+type rawCapture struct {
+	k     kind
+	slots map[int32]map[string][]byte
+}
+
+func (c *rawCapture) kind() kind { return c.k }
+
+func (c *rawCapture) entries(slot int, emit func(mapKey, value []byte) error) error {
+	m := c.slots[int32(slot)]
+	for _, mk := range slices.Sorted(maps.Keys(m)) {
+		if err := emit([]byte(mk), m[mk]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// heapValue is a ValueState on the heap.
+type heapValue[V any] struct {
+	st      *heapStore
+	name    string
+	c       codec.Codec[V]
+	values  []V
+	present []bool
+}
+
+func (s *heapValue[V]) kind() kind { return kindValue }
+
+func (s *heapValue[V]) grow(slot int) {
+	for len(s.values) <= slot {
+		var zero V
+		s.values = append(s.values, zero)
+		s.present = append(s.present, false)
+	}
+}
+
+func (s *heapValue[V]) Value() (V, bool) {
+	slot := int(s.st.cur)
+	if slot < 0 || slot >= len(s.values) || !s.present[slot] {
+		var zero V
+		return zero, false
+	}
+	return s.values[slot], true
+}
+
+func (s *heapValue[V]) Update(v V) {
+	slot := int(s.st.cur)
+	if slot < 0 {
+		panic("state: Update without a current key")
+	}
+	if slot >= len(s.values) {
+		s.grow(slot)
+	}
+	s.values[slot] = v
+	s.present[slot] = true
+}
+
+func (s *heapValue[V]) Clear() {
+	if slot := int(s.st.cur); slot >= 0 && slot < len(s.values) {
+		var zero V
+		s.values[slot] = zero
+		s.present[slot] = false
+	}
+}
+
+func (s *heapValue[V]) hasSlot(slot int) bool { return slot < len(s.present) && s.present[slot] }
+
+func (s *heapValue[V]) capture(n int) heapCapture {
+	n = min(n, len(s.values))
+	return &valueCapture[V]{c: s.c, values: slices.Clone(s.values[:n]), present: slices.Clone(s.present[:n])}
+}
+
+func (s *heapValue[V]) restore(slot int32, _, value []byte) error {
+	s.grow(int(slot))
+	if err := s.c.Decode(value, &s.values[slot]); err != nil {
+		return err
+	}
+	s.present[slot] = true
+	return nil
+}
+
+type valueCapture[V any] struct {
+	c       codec.Codec[V]
+	values  []V
+	present []bool
+	buf     []byte
+}
+
+func (c *valueCapture[V]) kind() kind { return kindValue }
+
+func (c *valueCapture[V]) entries(slot int, emit func(mapKey, value []byte) error) error {
+	if slot >= len(c.present) || !c.present[slot] {
+		return nil
+	}
+	var err error
+	if c.buf, err = c.c.Append(c.buf[:0], c.values[slot]); err != nil {
+		return fmt.Errorf("snapshot keyed state: encode value: %w", err)
+	}
+	return emit(nil, c.buf)
+}
+
+// heapList is a ListState on the heap.
+type heapList[V any] struct {
+	st    *heapStore
+	name  string
+	c     codec.Codec[V]
+	lists [][]V
+	epoch []uint32 // epoch in which each list's array was made by this table
+}
+
+func (s *heapList[V]) kind() kind { return kindList }
+
+func (s *heapList[V]) slot() int {
+	slot := int(s.st.cur)
+	if slot < 0 {
+		panic("state: list state used without a current key")
+	}
+	s.grow(slot)
+	return slot
+}
+
+func (s *heapList[V]) grow(slot int) {
+	for len(s.lists) <= slot {
+		s.lists = append(s.lists, nil)
+		s.epoch = append(s.epoch, 0)
+	}
+}
+
+func (s *heapList[V]) Get() []V {
+	slot := int(s.st.cur)
+	if slot < 0 || slot >= len(s.lists) {
+		return nil
+	}
+	return s.lists[slot]
+}
+
+func (s *heapList[V]) Add(v V) {
+	slot := s.slot()
+	l := s.lists[slot]
+	if s.epoch[slot] != s.st.epoch {
+		// A capture may share l's array up to len(l): appending is safe, but only to a fresh array is it
+		// safe to then Update in place, so the next append reallocates.
+		l = l[:len(l):len(l)]
+		s.epoch[slot] = s.st.epoch
+	}
+	s.lists[slot] = append(l, v)
+}
+
+func (s *heapList[V]) Update(vs []V) {
+	slot := s.slot()
+	if len(vs) == 0 {
+		s.lists[slot] = nil
+		return
+	}
+	if s.epoch[slot] != s.st.epoch {
+		s.lists[slot] = append([]V(nil), vs...)
+		s.epoch[slot] = s.st.epoch
+		return
+	}
+	s.lists[slot] = append(s.lists[slot][:0], vs...)
+}
+
+func (s *heapList[V]) Clear() {
+	if slot := int(s.st.cur); slot >= 0 && slot < len(s.lists) {
+		s.lists[slot] = nil
+	}
+}
+
+func (s *heapList[V]) hasSlot(slot int) bool { return slot < len(s.lists) && len(s.lists[slot]) > 0 }
+
+func (s *heapList[V]) capture(n int) heapCapture {
+	return &listCapture[V]{c: s.c, lists: slices.Clone(s.lists[:min(n, len(s.lists))])}
+}
+
+func (s *heapList[V]) restore(slot int32, _, value []byte) error {
+	l, err := decodeList(s.c, value, nil)
+	if err != nil {
+		return err
+	}
+	s.grow(int(slot))
+	s.lists[slot] = l
+	s.epoch[slot] = s.st.epoch
+	return nil
+}
+
+type listCapture[V any] struct {
+	c     codec.Codec[V]
+	lists [][]V
+	buf   []byte
+}
+
+func (c *listCapture[V]) kind() kind { return kindList }
+
+func (c *listCapture[V]) entries(slot int, emit func(mapKey, value []byte) error) error {
+	if slot >= len(c.lists) || len(c.lists[slot]) == 0 {
+		return nil
+	}
+	var err error
+	if c.buf, err = appendList(c.buf[:0], c.c, c.lists[slot]); err != nil {
+		return fmt.Errorf("snapshot keyed state: %w", err)
+	}
+	return emit(nil, c.buf)
+}
+
+// appendList appends the list encoding: each element's encoding preceded by its uvarint length.
+func appendList[V any](dst []byte, c codec.Codec[V], vs []V) ([]byte, error) {
+	for i := range vs {
+		var err error
+		if dst, err = appendElement(dst, c, vs[i]); err != nil {
+			return dst, err
+		}
+	}
+	return dst, nil
+}
+
+// appendElement appends one list element: uvarint length, then the encoding. The length is reserved as one
+// byte and widened only for elements of 128 bytes or more.
+func appendElement[V any](dst []byte, c codec.Codec[V], v V) ([]byte, error) {
+	at := len(dst)
+	dst = append(dst, 0)
+	dst, err := c.Append(dst, v)
+	if err != nil {
+		return dst[:at], fmt.Errorf("encode list element: %w", err)
+	}
+	n := len(dst) - at - 1
+	if n < 0x80 {
+		dst[at] = byte(n)
+		return dst, nil
+	}
+	var lb [binary.MaxVarintLen64]byte
+	ln := binary.PutUvarint(lb[:], uint64(n))
+	dst = append(dst, lb[:ln-1]...)
+	copy(dst[at+ln:], dst[at+1:at+1+n])
+	copy(dst[at:], lb[:ln])
+	return dst, nil
+}
+
+// decodeList decodes a list encoding, appending the elements to dst.
+func decodeList[V any](c codec.Codec[V], src []byte, dst []V) ([]V, error) {
+	for len(src) > 0 {
+		n, ln := binary.Uvarint(src)
+		if ln <= 0 || n > uint64(len(src)-ln) {
+			return dst, fmt.Errorf("list element: bad length prefix (%d bytes left)", len(src))
+		}
+		var v V
+		if err := c.Decode(src[ln:ln+int(n)], &v); err != nil {
+			return dst, fmt.Errorf("list element %d: %w", len(dst), err)
+		}
+		dst = append(dst, v)
+		src = src[ln+int(n):]
+	}
+	return dst, nil
+}
+
+// heapMap is a MapState on the heap.
+type heapMap[MK comparable, MV any] struct {
+	st    *heapStore
+	name  string
+	kc    codec.Codec[MK]
+	vc    codec.Codec[MV]
+	maps  []map[MK]MV
+	epoch []uint32 // epoch in which each map was made by this table
+}
+
+func (s *heapMap[MK, MV]) kind() kind { return kindMap }
+
+func (s *heapMap[MK, MV]) current() map[MK]MV {
+	slot := int(s.st.cur)
+	if slot < 0 {
+		panic("state: map state used without a current key")
+	}
+	if slot >= len(s.maps) {
+		return nil
+	}
+	return s.maps[slot]
+}
+
+// writable returns the current key's map, made or copied so that it may be changed in place.
+func (s *heapMap[MK, MV]) writable() map[MK]MV {
+	slot := int(s.st.cur)
+	if slot < 0 {
+		panic("state: map state used without a current key")
+	}
+	return s.writableAt(slot)
+}
+
+func (s *heapMap[MK, MV]) writableAt(slot int) map[MK]MV {
+	for len(s.maps) <= slot {
+		s.maps = append(s.maps, nil)
+		s.epoch = append(s.epoch, 0)
+	}
+	m := s.maps[slot]
+	switch {
+	case m == nil:
+		m = make(map[MK]MV)
+	case s.epoch[slot] != s.st.epoch:
+		m = maps.Clone(m) // a capture may hold m
+	default:
+		return m
+	}
+	s.maps[slot] = m
+	s.epoch[slot] = s.st.epoch
+	return m
+}
+
+func (s *heapMap[MK, MV]) Get(mk MK) (MV, bool) {
+	v, ok := s.current()[mk]
+	return v, ok
+}
+
+func (s *heapMap[MK, MV]) Put(mk MK, mv MV) { s.writable()[mk] = mv }
+
+func (s *heapMap[MK, MV]) Remove(mk MK) {
+	m := s.current()
+	if _, ok := m[mk]; !ok {
+		return
+	}
+	if len(m) == 1 {
+		s.maps[s.st.cur] = nil
+		return
+	}
+	delete(s.writable(), mk)
+}
+
+func (s *heapMap[MK, MV]) Len() int { return len(s.current()) }
+
+func (s *heapMap[MK, MV]) Range(f func(MK, MV) bool) {
+	for k, v := range s.current() {
+		if !f(k, v) {
+			return
+		}
+	}
+}
+
+func (s *heapMap[MK, MV]) Clear() {
+	if slot := int(s.st.cur); slot >= 0 && slot < len(s.maps) {
+		s.maps[slot] = nil
+	}
+}
+
+func (s *heapMap[MK, MV]) hasSlot(slot int) bool { return slot < len(s.maps) && len(s.maps[slot]) > 0 }
+
+func (s *heapMap[MK, MV]) capture(n int) heapCapture {
+	return &mapCapture[MK, MV]{kc: s.kc, vc: s.vc, maps: slices.Clone(s.maps[:min(n, len(s.maps))])}
+}
+
+func (s *heapMap[MK, MV]) restore(slot int32, mapKey, value []byte) error {
+	var mk MK
+	var mv MV
+	if err := s.kc.Decode(mapKey, &mk); err != nil {
+		return fmt.Errorf("map key: %w", err)
+	}
+	if err := s.vc.Decode(value, &mv); err != nil {
+		return fmt.Errorf("map value: %w", err)
+	}
+	s.writableAt(int(slot))[mk] = mv
+	return nil
+}
+
+type mapCapture[MK comparable, MV any] struct {
+	kc     codec.Codec[MK]
+	vc     codec.Codec[MV]
+	maps   []map[MK]MV
+	arena  []byte
+	sorted []mapEntry
+}
+
+type mapEntry struct{ k, v []byte }
+
+func (c *mapCapture[MK, MV]) kind() kind { return kindMap }
+
+func (c *mapCapture[MK, MV]) entries(slot int, emit func(mapKey, value []byte) error) error {
+	if slot >= len(c.maps) || len(c.maps[slot]) == 0 {
+		return nil
+	}
+	// Encode every entry into one arena, then slice it: the arena does not move once filled.
+	c.arena = c.arena[:0]
+	type span struct{ k0, k1, v1 int }
+	spans := make([]span, 0, len(c.maps[slot]))
+	for mk, mv := range c.maps[slot] {
+		var err error
+		k0 := len(c.arena)
+		if c.arena, err = c.kc.Append(c.arena, mk); err != nil {
+			return fmt.Errorf("snapshot keyed state: encode map key: %w", err)
+		}
+		k1 := len(c.arena)
+		if c.arena, err = c.vc.Append(c.arena, mv); err != nil {
+			return fmt.Errorf("snapshot keyed state: encode map value: %w", err)
+		}
+		spans = append(spans, span{k0, k1, len(c.arena)})
+	}
+	c.sorted = c.sorted[:0]
+	for _, s := range spans {
+		c.sorted = append(c.sorted, mapEntry{k: c.arena[s.k0:s.k1], v: c.arena[s.k1:s.v1]})
+	}
+	slices.SortFunc(c.sorted, func(a, b mapEntry) int { return bytes.Compare(a.k, b.k) })
+	for _, e := range c.sorted {
+		if err := emit(e.k, e.v); err != nil {
+			return err
+		}
+	}
+	return nil
+}

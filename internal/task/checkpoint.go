@@ -1,0 +1,205 @@
+package task
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/runnel-dev/runnel/internal/barrier"
+	"github.com/runnel-dev/runnel/internal/checkpoint"
+	"github.com/runnel-dev/runnel/internal/ident"
+	"github.com/runnel-dev/runnel/internal/network"
+)
+
+// StateWriter serializes the state one operator captured for a checkpoint. Write runs off the task
+// goroutine.
+type StateWriter struct {
+	Operator string
+	Write    func(w io.Writer) error
+}
+
+// StateStore is where tasks write and read their checkpointed state.
+type StateStore interface {
+	WriteState(ctx context.Context, id int64, from ident.Attempt, name string, data []byte) (checkpoint.BlobRef, error)
+	ReadState(ctx context.Context, id int64, ref checkpoint.BlobRef) ([]byte, error)
+}
+
+// CheckpointSetup lets a task take part in checkpoints.
+type CheckpointSetup struct {
+	Store StateStore
+	// AtLeastOnce disables barrier alignment.
+	AtLeastOnce bool
+	// Ack reports a completed snapshot; Decline a snapshot the task could not take. Both may be called from
+	// any goroutine and must not block for long.
+	Ack     func(id int64, from ident.Attempt, h checkpoint.StateHandle)
+	Decline func(id int64, from ident.Attempt, err error)
+}
+
+// RestoreSpec is the state a task starts from.
+type RestoreSpec struct {
+	CheckpointID int64
+	Handle       checkpoint.StateHandle
+}
+
+// stateBlobName is the name of the one blob that holds all operator states of a subtask.
+const stateBlobName = "state"
+
+// TriggerCheckpoint asks a source task to snapshot its state and send barriers downstream. It returns false
+// when the task cannot take mail anymore.
+func (t *Task) TriggerCheckpoint(id, timestampMillis int64, flags uint32) bool {
+	return t.Mail(func(r *run) { r.performCheckpoint(id, timestampMillis, flags) })
+}
+
+// AbortCheckpoint tells the task that the job master gave up on checkpoint id.
+func (t *Task) AbortCheckpoint(id int64) bool {
+	return t.Mail(func(r *run) {
+		if r.aligner != nil {
+			r.apply(r.aligner.OnAbort(id))
+		}
+	})
+}
+
+// performCheckpoint snapshots the chain, forwards the barrier and hands the writing of the state to a
+// goroutine the run owns.
+func (r *run) performCheckpoint(id, ts int64, flags uint32) {
+	cs := r.t.cfg.Checkpoints
+	if cs == nil {
+		return
+	}
+	me := r.t.cfg.Info.Attempt
+	writers, err := r.chain.Snapshot(id)
+	if err != nil {
+		cs.Decline(id, me, fmt.Errorf("snapshot: %w", err))
+		return
+	}
+	ev := network.Event{Type: network.EventBarrier, CheckpointID: id, TimestampMillis: ts, Flags: flags}
+	for _, p := range r.outputs {
+		if err := p.BroadcastEvent(ev); err != nil {
+			Abort(fmt.Errorf("forward barrier of checkpoint %d: %w", id, err))
+		}
+	}
+	r.async.Add(1)
+	go func() {
+		defer r.async.Done()
+		var buf bytes.Buffer
+		if err := encodeStates(&buf, writers); err != nil {
+			cs.Decline(id, me, fmt.Errorf("serialize state of checkpoint %d: %w", id, err))
+			return
+		}
+		ref, err := cs.Store.WriteState(r.asyncCtx, id, me, stateBlobName, buf.Bytes())
+		if err != nil {
+			if r.asyncCtx.Err() != nil {
+				// The task is failing or being cancelled: the job master aborts the checkpoint when it
+				// learns that; a decline now would count as a failed checkpoint.
+				return
+			}
+			cs.Decline(id, me, fmt.Errorf("write state of checkpoint %d: %w", id, err))
+			return
+		}
+		cs.Ack(id, me, checkpoint.StateHandle{Attempt: me, Blobs: []checkpoint.BlobRef{ref}})
+	}()
+}
+
+// encodeStates frames the operators' states into one blob: count, then per operator its name and its
+// bytes, each with a uvarint length.
+func encodeStates(w *bytes.Buffer, writers []StateWriter) error {
+	var lb [binary.MaxVarintLen64]byte
+	w.Write(lb[:binary.PutUvarint(lb[:], uint64(len(writers)))])
+	var tmp bytes.Buffer
+	for _, sw := range writers {
+		tmp.Reset()
+		if err := sw.Write(&tmp); err != nil {
+			return fmt.Errorf("operator %q: %w", sw.Operator, err)
+		}
+		w.Write(lb[:binary.PutUvarint(lb[:], uint64(len(sw.Operator)))])
+		w.WriteString(sw.Operator)
+		w.Write(lb[:binary.PutUvarint(lb[:], uint64(tmp.Len()))])
+		w.Write(tmp.Bytes())
+	}
+	return nil
+}
+
+// decodeStates is the inverse of encodeStates.
+func decodeStates(b []byte) (map[string][]byte, error) {
+	errBad := errors.New("malformed subtask state blob")
+	n, k := binary.Uvarint(b)
+	if k <= 0 || n > uint64(len(b)) {
+		return nil, errBad
+	}
+	b = b[k:]
+	out := make(map[string][]byte, n)
+	for i := uint64(0); i < n; i++ {
+		var parts [2][]byte
+		for j := range parts {
+			l, k := binary.Uvarint(b)
+			if k <= 0 || l > uint64(len(b)-k) {
+				return nil, errBad
+			}
+			parts[j] = b[k : k+int(l)]
+			b = b[k+int(l):]
+		}
+		out[string(parts[0])] = parts[1]
+	}
+	if len(b) != 0 {
+		return nil, errBad
+	}
+	return out, nil
+}
+
+// restore loads the state of the restore spec into the chain; it reports whether the subtask had already
+// finished at that checkpoint.
+func (r *run) restore() (finished bool, err error) {
+	spec := r.t.cfg.Restore
+	if spec == nil {
+		return false, nil
+	}
+	if spec.Handle.Finished {
+		return true, nil
+	}
+	cs := r.t.cfg.Checkpoints
+	if cs == nil || cs.Store == nil {
+		return false, errors.New("restore: no state store configured")
+	}
+	states := map[string][]byte{}
+	for _, ref := range spec.Handle.Blobs {
+		data, err := cs.Store.ReadState(r.asyncCtx, spec.CheckpointID, ref)
+		if err != nil {
+			return false, fmt.Errorf("restore from checkpoint %d: %w", spec.CheckpointID, err)
+		}
+		m, err := decodeStates(data)
+		if err != nil {
+			return false, fmt.Errorf("restore from checkpoint %d: %w", spec.CheckpointID, err)
+		}
+		for k, v := range m {
+			states[k] = v
+		}
+	}
+	if err := r.chain.Restore(states); err != nil {
+		return false, fmt.Errorf("restore from checkpoint %d: %w", spec.CheckpointID, err)
+	}
+	return false, nil
+}
+
+// apply carries out what the barrier aligner decided, in the order the aligner documents.
+func (r *run) apply(a barrier.Action) {
+	for _, ab := range a.Aborts {
+		ev := network.Event{Type: network.EventCancelCheckpoint, CheckpointID: ab.ID}
+		for _, p := range r.outputs {
+			if err := p.BroadcastEvent(ev); err != nil {
+				Abort(fmt.Errorf("forward abort of checkpoint %d: %w", ab.ID, err))
+			}
+		}
+	}
+	if a.Snapshot != nil {
+		r.performCheckpoint(a.Snapshot.ID, a.Snapshot.TimestampMillis, a.Snapshot.Flags)
+	}
+	if a.UnblockAll {
+		r.gate.UnblockAll()
+	}
+	for _, ch := range a.Block {
+		r.gate.Block(ch)
+	}
+}

@@ -1,0 +1,197 @@
+package runnel
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/runnel-dev/runnel/internal/checkpoint"
+	"github.com/runnel-dev/runnel/internal/operator"
+	"github.com/runnel-dev/runnel/internal/scheduler"
+)
+
+// CheckpointingMode says whether checkpoints align barriers (exactly-once) or not (at-least-once).
+type CheckpointingMode string
+
+// Checkpointing modes.
+const (
+	ExactlyOnce CheckpointingMode = "exactly-once"
+	AtLeastOnce CheckpointingMode = "at-least-once"
+)
+
+// CheckpointConfig configures periodic checkpoints (Flink's CheckpointConfig). Checkpointing is off while
+// Interval is 0.
+type CheckpointConfig struct {
+	// Interval between the triggers of two checkpoints.
+	Interval time.Duration
+	// Mode is ExactlyOnce (default) or AtLeastOnce.
+	Mode CheckpointingMode
+	// Timeout after which a checkpoint in progress is declared failed (default 10 minutes).
+	Timeout time.Duration
+	// MinPause is the least time between the end of one checkpoint and the start of the next.
+	MinPause time.Duration
+	// MaxConcurrent checkpoints in progress at once (default 1).
+	MaxConcurrent int
+	// TolerableFailed is the number of consecutive failed checkpoints tolerated before the job fails
+	// (default 0, as in Flink).
+	TolerableFailed int
+	// Retained completed checkpoints kept in storage (default 2).
+	Retained int
+	// Storage is where checkpoints go: a directory, file://DIR, s3://BUCKET/PREFIX or mem:// (default: a
+	// directory under the system's temporary directory, per job).
+	Storage string
+	// Unaligned switches to unaligned checkpoints; not supported yet, and rejected at submission.
+	Unaligned bool
+}
+
+// WithCheckpointing turns on periodic checkpoints.
+func WithCheckpointing(c CheckpointConfig) Option { return func(cfg *Config) { cfg.Checkpoint = c } }
+
+// WithFailover sets the failover strategy: "full" restarts every task, "region" (the default) the pipelined
+// regions that must restart.
+func WithFailover(strategy string) Option { return func(c *Config) { c.Failover = strategy } }
+
+// WithRestartStrategy sets the restart strategy from a spec: "none", "fixed-delay:attempts=3,delay=1s",
+// "exponential-delay:initial=100ms,max=10s,multiplier=2,reset=1m,jitter=0.1" or
+// "failure-rate:max-failures=3,interval=1m,delay=1s". Default: none without checkpointing, and
+// exponential-delay:initial=100ms,max=10s,multiplier=2,reset=1m,jitter=0.1 with it.
+func WithRestartStrategy(spec string) Option { return func(c *Config) { c.RestartStrategy = spec } }
+
+// WithStateBackend selects where keyed state lives: "memory" (default) or "pebble" (on disk).
+func WithStateBackend(name string) Option { return func(c *Config) { c.StateBackend = name } }
+
+// WithFailureInjection makes tasks fail on purpose, for tests and demos. Each spec is
+// "OPERATOR[SUBTASK]@WHEN", where WHEN is a duration since the job started ("2s") or a record count
+// ("5000": after that many records reached that subtask of the operator). The task holding the operator
+// fails once, at that point.
+func WithFailureInjection(specs ...string) Option {
+	return func(c *Config) { c.FailureInjections = append(c.FailureInjections, specs...) }
+}
+
+// defaultRestartWithCheckpoints is the restart strategy of a checkpointed job without an explicit one.
+const defaultRestartWithCheckpoints = "exponential-delay:initial=100ms,max=10s,multiplier=2,reset=1m,jitter=0.1"
+
+// recoveryConfig is the validated form of the recovery options.
+type recoveryConfig struct {
+	checkpointing bool
+	checkpoint    checkpoint.Config
+	storage       string
+	failover      scheduler.FailoverMode
+	restart       scheduler.RestartConfig
+	backend       string
+	injections    []*operator.Injection
+}
+
+func (c *Config) recovery(job string) (*recoveryConfig, error) {
+	var errs []error
+	rc := &recoveryConfig{backend: c.StateBackend}
+	cp := c.Checkpoint
+	if cp.Interval < 0 {
+		errs = append(errs, fmt.Errorf("CheckpointConfig.Interval: must not be negative, got %s", cp.Interval))
+	}
+	rc.checkpointing = cp.Interval > 0
+	if cp.Unaligned {
+		errs = append(errs, errors.New("CheckpointConfig.Unaligned: unaligned checkpoints are not supported yet; use aligned checkpoints (Mode ExactlyOnce) or AtLeastOnce"))
+	}
+	if rc.checkpointing {
+		cc := checkpoint.DefaultConfig()
+		cc.IntervalMillis = cp.Interval.Milliseconds()
+		switch cp.Mode {
+		case "", ExactlyOnce:
+			cc.Mode = checkpoint.ExactlyOnce
+		case AtLeastOnce:
+			cc.Mode = checkpoint.AtLeastOnce
+		default:
+			errs = append(errs, fmt.Errorf("CheckpointConfig.Mode: %q is not a mode; use %q or %q", cp.Mode, ExactlyOnce, AtLeastOnce))
+		}
+		if cp.Timeout > 0 {
+			cc.TimeoutMillis = cp.Timeout.Milliseconds()
+		}
+		cc.MinPauseMillis = cp.MinPause.Milliseconds()
+		if cp.MaxConcurrent > 0 {
+			cc.MaxConcurrent = cp.MaxConcurrent
+		}
+		cc.TolerableFailed = cp.TolerableFailed
+		if cp.Retained > 0 {
+			cc.Retained = cp.Retained
+		}
+		if err := cc.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("CheckpointConfig: %w", err))
+		}
+		rc.checkpoint = cc
+		rc.storage = cp.Storage
+	}
+	failover := c.Failover
+	if failover == "" {
+		failover = "region"
+	}
+	if mode, err := scheduler.ParseFailoverStrategy(failover); err != nil {
+		errs = append(errs, fmt.Errorf("WithFailover: %w", err))
+	} else if mode == scheduler.ApproximateFailover {
+		errs = append(errs, errors.New("WithFailover: approximate local recovery is not available yet; use full or region"))
+	} else {
+		rc.failover = mode
+	}
+	spec := c.RestartStrategy
+	if spec == "" {
+		spec = "none"
+		if rc.checkpointing {
+			spec = defaultRestartWithCheckpoints
+		}
+	}
+	if r, err := scheduler.ParseRestartStrategy(spec); err != nil {
+		errs = append(errs, fmt.Errorf("WithRestartStrategy: %w", err))
+	} else {
+		// Restarting without checkpoints is allowed, as in Flink: sources replay from the start and state
+		// starts empty.
+		rc.restart = r
+	}
+	switch c.StateBackend {
+	case "", "memory":
+		rc.backend = "memory"
+	case "pebble":
+		errs = append(errs, errors.New("WithStateBackend: the pebble backend is not available yet; use memory"))
+	default:
+		errs = append(errs, fmt.Errorf("WithStateBackend: %q is not a state backend; use memory or pebble", c.StateBackend))
+	}
+	for _, s := range c.FailureInjections {
+		inj, err := ParseFailureInjection(s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("WithFailureInjection: %w", err))
+			continue
+		}
+		rc.injections = append(rc.injections, inj)
+	}
+	return rc, errors.Join(errs...)
+}
+
+var injectionSpec = regexp.MustCompile(`^(.+)\[(\d+)\]@(\S+)$`)
+
+// ParseFailureInjection parses "OPERATOR[SUBTASK]@WHEN".
+func ParseFailureInjection(spec string) (*operator.Injection, error) {
+	m := injectionSpec.FindStringSubmatch(strings.TrimSpace(spec))
+	if m == nil {
+		return nil, fmt.Errorf("%q is not OPERATOR[SUBTASK]@WHEN (for example map[0]@5000 or source[1]@2s)", spec)
+	}
+	sub, err := strconv.Atoi(m[2])
+	if err != nil {
+		return nil, fmt.Errorf("%q: bad subtask index: %w", spec, err)
+	}
+	inj := &operator.Injection{Operator: m[1], Subtask: sub, Spec: spec}
+	if n, err := strconv.ParseUint(m[3], 10, 64); err == nil {
+		if n == 0 {
+			return nil, fmt.Errorf("%q: the record count must be at least 1", spec)
+		}
+		inj.AfterRecords = n
+		return inj, nil
+	}
+	d, err := time.ParseDuration(m[3])
+	if err != nil || d <= 0 {
+		return nil, fmt.Errorf("%q: WHEN must be a record count (5000) or a positive duration (2s)", spec)
+	}
+	inj.After = d
+	return inj, nil
+}

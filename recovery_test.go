@@ -1,0 +1,146 @@
+package runnel_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/runnel-dev/runnel"
+	"github.com/runnel-dev/runnel/codec"
+	"github.com/runnel-dev/runnel/connector"
+)
+
+type keyed = codec.Tuple2[int64, int64]
+
+var keyedCodec = codec.Pair(codec.Int64(), codec.Int64())
+
+// latest keeps the last value the sink saw per key: the final result of a running aggregate, whatever
+// was replayed before it.
+func latest(recs []keyed) map[int64]int64 {
+	m := map[int64]int64{}
+	for _, r := range recs {
+		m[r.F0] = r.F1
+	}
+	return m
+}
+
+// sumJob builds generator -> map -> keyBy -> sum -> sink with a bounded, rate-limited generator, so that
+// checkpoints complete while it runs.
+func sumJob(env *runnel.Environment, perSubtask uint64, keys int64) *connector.Collect[keyed] {
+	src := runnel.FromSource(env, connector.Generator(func(sub int, s uint64) keyed {
+		return keyed{F0: int64(s) % keys, F1: 1}
+	}, connector.GeneratorOptions{RecordsPerSubtask: perSubtask, RatePerSubtask: 20000})).Name("source")
+	m := runnel.Map(src, func(v keyed) (keyed, error) { return v, nil }).Name("map").WithCodec(keyedCodec)
+	sums := runnel.Reduce(runnel.KeyBy(m, func(v keyed) int64 { return v.F0 }), func(a, b keyed) (keyed, error) {
+		a.F1 += b.F1
+		return a, nil
+	}).Name("sum").WithCodec(keyedCodec)
+	sink := connector.NewCollect[keyed]()
+	sums.SinkTo(sink).Name("sink")
+	return sink
+}
+
+func TestExactlyOnceUnderFailures(t *testing.T) {
+	const perSubtask, keys, p = 6000, 13, 2
+	for _, tp := range []struct {
+		name string
+		opts []runnel.Option
+	}{
+		{"local", nil},
+		{"tcp", []runnel.Option{runnel.WithTaskManagers(2), runnel.WithChaining(false)}},
+	} {
+		for _, failover := range []string{"full", "region"} {
+			t.Run(tp.name+"/"+failover, func(t *testing.T) {
+				opts := append([]runnel.Option{
+					runnel.WithParallelism(p), runnel.WithLogger(quiet),
+					runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 30 * time.Millisecond}),
+					runnel.WithFailover(failover), runnel.WithRestartStrategy("fixed-delay:attempts=5,delay=10ms"),
+					runnel.WithFailureInjection("map[0]@2000", "sum[1]@1500", "source[1]@800"),
+				}, tp.opts...)
+				env := runnel.NewEnvironment(opts...)
+				sink := sumJob(env, perSubtask, keys)
+				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+				defer cancel()
+				res, err := env.Execute(ctx, "exactly-once")
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := map[int64]int64{}
+				for s := 0; s < p; s++ {
+					for i := uint64(0); i < perSubtask; i++ {
+						want[int64(i)%keys]++
+					}
+				}
+				got := latest(sink.Records())
+				if fmt.Sprint(got) != fmt.Sprint(want) {
+					t.Fatalf("per-key results %v, want %v", got, want)
+				}
+				if len(res.Failovers) != 3 {
+					t.Fatalf("%d failovers, want 3: %+v", len(res.Failovers), res.Failovers)
+				}
+				for _, f := range res.Failovers {
+					if f.Strategy != failover || len(f.Restarted) == 0 || !strings.Contains(f.Cause, "injected failure") {
+						t.Fatalf("failover record %+v", f)
+					}
+				}
+				if res.Checkpoints == nil || res.Checkpoints.Completed == 0 {
+					t.Fatalf("no completed checkpoints: %+v", res.Checkpoints)
+				}
+				attempts := 0
+				for _, v := range res.Vertices {
+					for _, s := range v.Subtasks {
+						attempts += s.Attempt
+					}
+				}
+				if attempts == 0 {
+					t.Fatal("no subtask shows a restart in its attempt number")
+				}
+			})
+		}
+	}
+}
+
+// TestRegionFailoverRestartsOnlyItsRegion runs two disconnected pipelines; a failure in one restarts only
+// that one, which the attempt numbers show.
+func TestRegionFailoverRestartsOnlyItsRegion(t *testing.T) {
+	env := runnel.NewEnvironment(runnel.WithParallelism(2), runnel.WithLogger(quiet),
+		runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 30 * time.Millisecond}),
+		runnel.WithRestartStrategy("fixed-delay:attempts=3,delay=0s"),
+		runnel.WithFailureInjection("a-map[1]@1000"))
+	var sinks []*connector.Collect[keyed]
+	for _, name := range []string{"a", "b"} {
+		src := runnel.FromSource(env, connector.Generator(func(sub int, s uint64) keyed { return keyed{F0: int64(s % 5), F1: 1} },
+			connector.GeneratorOptions{RecordsPerSubtask: 3000, RatePerSubtask: 20000})).Name(name + "-source")
+		m := runnel.Map(src, func(v keyed) (keyed, error) { return v, nil }).Name(name + "-map")
+		sum := runnel.Reduce(runnel.KeyBy(m.WithCodec(keyedCodec), func(v keyed) int64 { return v.F0 }),
+			func(a, b keyed) (keyed, error) { a.F1 += b.F1; return a, nil }).Name(name + "-sum")
+		sink := connector.NewCollect[keyed]()
+		sum.SinkTo(sink).Name(name + "-sink")
+		sinks = append(sinks, sink)
+	}
+	res, err := env.Execute(context.Background(), "regions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range res.Vertices {
+		for _, s := range v.Subtasks {
+			restarted := s.Attempt > 0
+			if strings.HasPrefix(v.Name, "b-") && restarted {
+				t.Errorf("%s[%d] of the other pipeline restarted (attempt %d)", v.Name, s.Index, s.Attempt)
+			}
+			if strings.HasPrefix(v.Name, "a-") && !restarted {
+				t.Errorf("%s[%d] of the failed region did not restart", v.Name, s.Index)
+			}
+		}
+	}
+	for i, sink := range sinks {
+		got := latest(sink.Records())
+		for k := int64(0); k < 5; k++ {
+			if got[k] != 2*600 {
+				t.Fatalf("pipeline %d key %d = %d, want 1200", i, k, got[k])
+			}
+		}
+	}
+}
