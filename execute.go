@@ -30,6 +30,8 @@ type JobResult struct {
 	Checkpoints *CheckpointCounts `json:"checkpoints,omitempty"`
 	// Failovers lists the failover events, oldest first.
 	Failovers []FailoverResult `json:"failovers"`
+	// Savepoint is the directory of the savepoint written when the job was stopped.
+	Savepoint string `json:"savepoint,omitempty"`
 }
 
 // CheckpointCounts counts the checkpoints of a job run.
@@ -182,6 +184,22 @@ func (e *Environment) Execute(ctx context.Context, name string) (*JobResult, err
 		cc := rc.checkpoint
 		jmCfg.Checkpoint, jmCfg.Storage = &cc, st
 	}
+	jmCfg.SavepointOnStop = rc.savepointDir
+	if rc.restoreFrom != "" {
+		sp, err := checkpoint.ReadSavepoint(ctx, rc.restoreFrom)
+		if err != nil {
+			return nil, fmt.Errorf("job %q: restore from savepoint %s: %w", name, rc.restoreFrom, err)
+		}
+		defer sp.Close()
+		var vs []checkpoint.Vertex
+		for _, v := range jg.Vertices {
+			vs = append(vs, checkpoint.Vertex{ID: v.ID, Name: v.Name, Parallelism: int32(v.Parallelism)})
+		}
+		if err := checkpoint.CompatibleVertices(sp.Checkpoint, vs); err != nil {
+			return nil, fmt.Errorf("job %q: restore from savepoint %s: %w", name, rc.restoreFrom, err)
+		}
+		jmCfg.Savepoint = sp
+	}
 	jm, err := jobmaster.New(jmCfg)
 	if err != nil {
 		return nil, fmt.Errorf("job %q: %w", name, err)
@@ -220,6 +238,13 @@ func (e *Environment) Execute(ctx context.Context, name string) (*JobResult, err
 	if snap.Status == jobmaster.StatusFailed {
 		return res, fmt.Errorf("job %q failed: %w", name, snap.Err)
 	}
+	if rc.savepointDir != "" && snap.Status == jobmaster.StatusCanceled && snap.Savepoint == "" {
+		err := snap.SavepointErr
+		if err == nil {
+			err = errors.New("no savepoint was taken")
+		}
+		return res, fmt.Errorf("job %q: savepoint on stop: %w", name, err)
+	}
 	return res, nil
 }
 
@@ -246,7 +271,7 @@ func checkInjections(jg *graph.JobGraph, injections []*operator.Injection) error
 }
 
 func resultOf(name string, s jobmaster.Snapshot) *JobResult {
-	r := &JobResult{Job: name, Status: string(s.Status), Failovers: []FailoverResult{}}
+	r := &JobResult{Job: name, Status: string(s.Status), Failovers: []FailoverResult{}, Savepoint: s.Savepoint}
 	if c := s.Checkpoints; c != nil {
 		r.Checkpoints = &CheckpointCounts{Completed: c.Completed, Failed: c.Failed, Aborted: c.Aborted, LastCompletedID: c.LastCompletedID}
 	}

@@ -71,6 +71,14 @@ func WithFailureInjection(specs ...string) Option {
 	return func(c *Config) { c.FailureInjections = append(c.FailureInjections, specs...) }
 }
 
+// WithSavepointOnStop writes a savepoint to dir when the job is stopped (its context cancelled): a
+// checkpoint is taken, copied to dir as a self-contained savepoint, and then the job is cancelled.
+func WithSavepointOnStop(dir string) Option { return func(c *Config) { c.SavepointOnStop = dir } }
+
+// WithRestoreFrom starts the job from a savepoint (or a retained checkpoint directory chk-N). The job's
+// tasks must match the savepoint's: same operators, chaining and parallelism.
+func WithRestoreFrom(dir string) Option { return func(c *Config) { c.RestoreFrom = dir } }
+
 // defaultRestartWithCheckpoints is the restart strategy of a checkpointed job without an explicit one.
 const defaultRestartWithCheckpoints = "exponential-delay:initial=100ms,max=10s,multiplier=2,reset=1m,jitter=0.1"
 
@@ -83,6 +91,8 @@ type recoveryConfig struct {
 	restart       scheduler.RestartConfig
 	backend       string
 	injections    []*operator.Injection
+	savepointDir  string
+	restoreFrom   string
 }
 
 func (c *Config) recovery(job string) (*recoveryConfig, error) {
@@ -92,7 +102,8 @@ func (c *Config) recovery(job string) (*recoveryConfig, error) {
 	if cp.Interval < 0 {
 		errs = append(errs, fmt.Errorf("CheckpointConfig.Interval: must not be negative, got %s", cp.Interval))
 	}
-	rc.checkpointing = cp.Interval > 0
+	rc.checkpointing = cp.Interval > 0 || c.SavepointOnStop != ""
+	rc.savepointDir, rc.restoreFrom = c.SavepointOnStop, c.RestoreFrom
 	if cp.Unaligned {
 		errs = append(errs, errors.New("CheckpointConfig.Unaligned: unaligned checkpoints are not supported yet; use aligned checkpoints (Mode ExactlyOnce) or AtLeastOnce"))
 	}
@@ -138,7 +149,7 @@ func (c *Config) recovery(job string) (*recoveryConfig, error) {
 	spec := c.RestartStrategy
 	if spec == "" {
 		spec = "none"
-		if rc.checkpointing {
+		if cp.Interval > 0 {
 			spec = defaultRestartWithCheckpoints
 		}
 	}
@@ -153,7 +164,7 @@ func (c *Config) recovery(job string) (*recoveryConfig, error) {
 	case "", "memory":
 		rc.backend = "memory"
 	case "pebble":
-		errs = append(errs, errors.New("WithStateBackend: the pebble backend is not available yet; use memory"))
+		rc.backend = "pebble"
 	default:
 		errs = append(errs, fmt.Errorf("WithStateBackend: %q is not a state backend; use memory or pebble", c.StateBackend))
 	}

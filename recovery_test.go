@@ -51,9 +51,14 @@ func TestExactlyOnceUnderFailures(t *testing.T) {
 		{"local", nil},
 		{"tcp", []runnel.Option{runnel.WithTaskManagers(2), runnel.WithChaining(false)}},
 	} {
-		for _, failover := range []string{"full", "region"} {
+		for _, failover := range []string{"full", "region", "region+pebble"} {
 			t.Run(tp.name+"/"+failover, func(t *testing.T) {
+				backend := "memory"
+				if strings.HasSuffix(failover, "+pebble") {
+					failover, backend = strings.TrimSuffix(failover, "+pebble"), "pebble"
+				}
 				opts := append([]runnel.Option{
+					runnel.WithStateBackend(backend),
 					runnel.WithParallelism(p), runnel.WithLogger(quiet),
 					runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 30 * time.Millisecond}),
 					runnel.WithFailover(failover), runnel.WithRestartStrategy("fixed-delay:attempts=5,delay=10ms"),
@@ -141,6 +146,79 @@ func TestRegionFailoverRestartsOnlyItsRegion(t *testing.T) {
 			if got[k] != 2*600 {
 				t.Fatalf("pipeline %d key %d = %d, want 1200", i, k, got[k])
 			}
+		}
+	}
+}
+
+// TestSavepointStopAndResume stops an unbounded job with a savepoint, resumes a second job from it, and
+// checks that the keyed sums continue exactly where the first run left off.
+func TestSavepointStopAndResume(t *testing.T) {
+	dir := t.TempDir() + "/sp"
+	const keys = 7
+	build := func(opts ...runnel.Option) (*runnel.Environment, *connector.Collect[keyed]) {
+		env := runnel.NewEnvironment(append([]runnel.Option{runnel.WithParallelism(2), runnel.WithLogger(quiet)}, opts...)...)
+		src := runnel.FromSource(env, connector.Generator(func(sub int, s uint64) keyed { return keyed{F0: int64(s) % keys, F1: 1} },
+			connector.GeneratorOptions{RecordsPerSubtask: 4000, RatePerSubtask: 8000})).Name("source")
+		sums := runnel.Reduce(runnel.KeyBy(src.WithCodec(keyedCodec), func(v keyed) int64 { return v.F0 }),
+			func(a, b keyed) (keyed, error) { a.F1 += b.F1; return a, nil }).Name("sum").WithCodec(keyedCodec)
+		sink := connector.NewCollect[keyed]()
+		sums.SinkTo(sink).Name("sink")
+		return env, sink
+	}
+	env, _ := build(runnel.WithSavepointOnStop(dir))
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	res, err := env.Execute(ctx, "first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != "CANCELED" || res.Savepoint != dir {
+		t.Fatalf("status %s, savepoint %q", res.Status, res.Savepoint)
+	}
+	env2, sink := build(runnel.WithRestoreFrom(dir))
+	if _, err := env2.Execute(context.Background(), "second"); err != nil {
+		t.Fatal(err)
+	}
+	got := latest(sink.Records())
+	for k := int64(0); k < keys; k++ {
+		want := int64(0)
+		for i := int64(0); i < 4000; i++ {
+			if i%keys == k {
+				want += 2
+			}
+		}
+		if got[k] != want {
+			t.Fatalf("key %d = %d after resuming, want %d (all %v)", k, got[k], want, got)
+		}
+	}
+	// A job whose operators do not match is refused.
+	env3 := runnel.NewEnvironment(runnel.WithParallelism(2), runnel.WithLogger(quiet), runnel.WithRestoreFrom(dir))
+	runnel.FromSource(env3, connector.Collection([]int64{1})).Name("other").SinkTo(connector.Discard[int64]())
+	if _, err := env3.Execute(context.Background(), "third"); err == nil || !strings.Contains(err.Error(), "savepoint") {
+		t.Fatalf("incompatible restore: %v", err)
+	}
+}
+
+func TestBadRecoveryConfig(t *testing.T) {
+	cases := []struct {
+		opt  runnel.Option
+		want string
+	}{
+		{runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: time.Second, Unaligned: true}), "CheckpointConfig.Unaligned"},
+		{runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: time.Second, Mode: "sometimes"}), "CheckpointConfig.Mode"},
+		{runnel.WithFailover("bogus"), "WithFailover"},
+		{runnel.WithRestartStrategy("fixed-delay:tries=3"), "WithRestartStrategy"},
+		{runnel.WithStateBackend("rocksdb"), "WithStateBackend"},
+		{runnel.WithFailureInjection("map"), "WithFailureInjection"},
+		{runnel.WithFailureInjection("nosuch[0]@10"), `no operator is named "nosuch"`},
+		{runnel.WithFailureInjection("source[5]@10"), "parallelism"},
+	}
+	for _, tc := range cases {
+		env := runnel.NewEnvironment(tc.opt, runnel.WithLogger(quiet))
+		runnel.FromSource(env, connector.Collection([]int64{1})).Name("source").SinkTo(connector.Discard[int64]())
+		_, err := env.Execute(context.Background(), "bad")
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("error %v, want it to contain %q", err, tc.want)
 		}
 	}
 }

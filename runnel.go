@@ -90,6 +90,8 @@ type Config struct {
 	RestartStrategy    string
 	StateBackend       string
 	FailureInjections  []string
+	SavepointOnStop    string
+	RestoreFrom        string
 }
 
 // Defaults of an Environment.

@@ -85,6 +85,11 @@ type Config struct {
 	Storage    *checkpoint.Storage
 	// StateBackend names where keyed state lives: "memory" or "pebble".
 	StateBackend string
+	// Savepoint, when set, is the state the job starts from.
+	Savepoint *checkpoint.Savepoint
+	// SavepointOnStop, when set, is the directory where a savepoint is written when the job is cancelled
+	// (ctx done), before its tasks are cancelled.
+	SavepointOnStop string
 }
 
 // Failover is one failover event: which subtask failed, what was restarted, from which checkpoint.
@@ -129,6 +134,9 @@ type Snapshot struct {
 	// Checkpoints counts checkpoints (nil when checkpointing is off).
 	Checkpoints *checkpoint.Counts
 	Failovers   []Failover
+	// Savepoint is the directory of the savepoint written on stop; SavepointErr says why none was.
+	Savepoint    string
+	SavepointErr error
 }
 
 type execution struct {
@@ -161,6 +169,15 @@ type JobMaster struct {
 	ended     time.Time
 	failovers []*Failover
 	counts    *checkpoint.Counts
+	savepoint *savepointState
+}
+
+// savepointState follows the savepoint taken when the job is stopped.
+type savepointState struct {
+	id       int64
+	deadline time.Time
+	written  string
+	err      error
 }
 
 // ackMsg carries a task's answer to a checkpoint.
@@ -258,11 +275,18 @@ func (jm *JobMaster) Run(ctx context.Context) Snapshot {
 			tick = t.C
 		}
 	}
+	var initial *checkpoint.CompletedCheckpoint
+	if sp := jm.cfg.Savepoint; sp != nil {
+		initial = sp.Checkpoint
+		if jm.coord != nil {
+			jm.coord.Restored(initial)
+		}
+	}
 	// Eager scheduling: deploy every subtask at once; consumers wait for their producers' partitions.
 	for _, v := range jm.cfg.Job.Vertices {
 		for i := 0; i < v.Parallelism; i++ {
 			s := ident.Subtask{Vertex: v.ID, Index: int32(i)}
-			if err := jm.deploy(s, nil); err != nil {
+			if err := jm.deploy(s, initial); err != nil {
 				jm.fail(fmt.Errorf("deploy %s: %w", jm.name(s), err))
 			}
 		}
@@ -282,9 +306,15 @@ func (jm *JobMaster) Run(ctx context.Context) Snapshot {
 			if jm.coord != nil {
 				jm.process(jm.coord.Tick(jm.now()))
 			}
+			if sp := jm.savepoint; sp != nil && sp.written == "" && sp.err == nil && time.Now().After(sp.deadline) {
+				jm.setSavepoint(func(sp *savepointState) { sp.err = fmt.Errorf("savepoint %d did not complete in time", sp.id) })
+				jm.cancelJob()
+			}
 		case <-done:
 			done = nil
-			jm.cancelJob()
+			if !jm.startSavepoint() {
+				jm.cancelJob()
+			}
 		case <-poll.C:
 			jm.refreshCounters()
 		case <-restartC:
@@ -307,6 +337,42 @@ func (jm *JobMaster) Run(ctx context.Context) Snapshot {
 	jm.refreshCounters()
 	return jm.Snapshot()
 }
+
+// startSavepoint triggers the savepoint of a stopping job; the job is cancelled once it is written (or
+// failed). It returns false when there is nothing to wait for.
+func (jm *JobMaster) startSavepoint() bool {
+	if jm.cfg.SavepointOnStop == "" || jm.coord == nil || jm.savepoint != nil {
+		return false
+	}
+	r, err := jm.coord.TriggerNow(jm.now())
+	sp := &savepointState{deadline: time.Now().Add(time.Minute)}
+	switch {
+	case err != nil:
+		sp.err = fmt.Errorf("savepoint: %w", err)
+	case len(r.Triggers) == 0:
+		sp.err = errors.New("savepoint: no checkpoint was triggered")
+	default:
+		sp.id = r.Triggers[0].ID
+	}
+	jm.mu.Lock()
+	jm.savepoint = sp
+	jm.mu.Unlock()
+	if sp.err != nil {
+		return false
+	}
+	jm.process(r)
+	return true
+}
+
+// setSavepoint changes the savepoint state under the lock that Snapshot reads it with.
+func (jm *JobMaster) setSavepoint(f func(*savepointState)) {
+	jm.mu.Lock()
+	f(jm.savepoint)
+	jm.mu.Unlock()
+}
+
+// ctxNoCancel is the context for storage work that must finish even though the job's context is done.
+func (jm *JobMaster) ctxNoCancel() context.Context { return context.WithoutCancel(jm.ctx) }
 
 // now is the job master's clock for the pure state machines: milliseconds since the job started.
 func (jm *JobMaster) now() int64 { return time.Since(jm.started).Milliseconds() }
@@ -340,7 +406,7 @@ func (jm *JobMaster) process(r checkpoint.Ready) {
 	for !r.Empty() {
 		next := checkpoint.Ready{}
 		for _, cp := range r.Persist {
-			err := jm.cfg.Storage.CommitMetadata(jm.ctx, cp)
+			err := jm.cfg.Storage.CommitMetadata(jm.ctxNoCancel(), cp)
 			if err != nil {
 				jm.log.Warn("persist checkpoint", "id", cp.ID, "err", err)
 			}
@@ -348,13 +414,31 @@ func (jm *JobMaster) process(r checkpoint.Ready) {
 		}
 		for _, cp := range r.Completed {
 			jm.log.Debug("checkpoint completed", "id", cp.ID)
-			if _, err := jm.cfg.Storage.Retain(jm.ctx, jm.cfg.Checkpoint.Retained); err != nil {
+			if sp := jm.savepoint; sp != nil && sp.id == cp.ID {
+				err := jm.cfg.Storage.WriteSavepoint(jm.ctxNoCancel(), jm.cfg.SavepointOnStop, cp)
+				jm.setSavepoint(func(sp *savepointState) {
+					if err != nil {
+						sp.err = fmt.Errorf("write savepoint %d to %s: %w", cp.ID, jm.cfg.SavepointOnStop, err)
+					} else {
+						sp.written = jm.cfg.SavepointOnStop
+					}
+				})
+				jm.log.Info("savepoint", "id", cp.ID, "dir", jm.cfg.SavepointOnStop, "err", err)
+				jm.cancelJob()
+			}
+			if _, err := jm.cfg.Storage.Retain(jm.ctxNoCancel(), jm.cfg.Checkpoint.Retained); err != nil {
 				jm.log.Warn("retain checkpoints", "err", err)
 			}
 		}
 		for _, ab := range r.Aborted {
 			jm.log.Debug("checkpoint aborted", "id", ab.ID, "reason", ab.Reason, "err", ab.Err)
-			_ = jm.cfg.Storage.Discard(jm.ctx, ab.ID)
+			if sp := jm.savepoint; sp != nil && sp.id == ab.ID && sp.err == nil {
+				jm.setSavepoint(func(sp *savepointState) {
+					sp.err = fmt.Errorf("savepoint %d aborted: %s: %v", ab.ID, ab.Reason, ab.Err)
+				})
+				jm.cancelJob()
+			}
+			_ = jm.cfg.Storage.Discard(jm.ctxNoCancel(), ab.ID)
 		}
 		for _, n := range r.Notifications {
 			if n.Kind == checkpoint.NotifyAbort {
@@ -461,9 +545,12 @@ func (jm *JobMaster) deploy(s ident.Subtask, restore *checkpoint.CompletedCheckp
 				jm.sendAck(ackMsg{id: id, from: from, err: err})
 			},
 		}
-		if restore != nil {
-			if h, ok := restore.State(s); ok {
-				cfg.Restore = &task.RestoreSpec{CheckpointID: restore.ID, Handle: h}
+	}
+	if err == nil && restore != nil {
+		if h, ok := restore.State(s); ok {
+			cfg.Restore = &task.RestoreSpec{CheckpointID: restore.ID, Handle: h}
+			if sp := jm.cfg.Savepoint; sp != nil && sp.Checkpoint.ID == restore.ID {
+				cfg.Restore.Read = sp.ReadState
 			}
 		}
 	}
@@ -786,6 +873,9 @@ func (jm *JobMaster) Snapshot() Snapshot {
 	if jm.counts != nil {
 		c := *jm.counts
 		snap.Checkpoints = &c
+	}
+	if sp := jm.savepoint; sp != nil {
+		snap.Savepoint, snap.SavepointErr = sp.written, sp.err
 	}
 	for _, f := range jm.failovers {
 		c := *f

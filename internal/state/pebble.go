@@ -426,21 +426,26 @@ type pebbleValue[V any] struct {
 	id   uint16
 	c    codec.Codec[V]
 	buf  []byte
+	dec  V
 }
 
 func (s *pebbleValue[V]) Value() (V, bool) {
-	var v V
+	var zero V
 	k, ok := s.st.keyFor(s.id)
 	if !ok {
-		return v, false
+		return zero, false
 	}
 	raw, closer, ok := s.st.get(k, s.name)
 	if !ok {
-		return v, false
+		return zero, false
 	}
-	err := s.c.Decode(raw, &v)
+	// Decoding into a field, not a local, keeps the value from escaping to the heap on every call.
+	s.dec = zero
+	err := s.c.Decode(raw, &s.dec)
 	_ = closer.Close()
 	s.st.check(err, s.name, "decode value")
+	v := s.dec
+	s.dec = zero
 	return v, true
 }
 
@@ -518,6 +523,7 @@ type pebbleMap[MK comparable, MV any] struct {
 	kc   codec.Codec[MK]
 	vc   codec.Codec[MV]
 	buf  []byte
+	dec  MV
 }
 
 // entryKey returns the store key of mk under the current key.
@@ -530,14 +536,17 @@ func (s *pebbleMap[MK, MV]) entryKey(mk MK, op string) []byte {
 }
 
 func (s *pebbleMap[MK, MV]) Get(mk MK) (MV, bool) {
-	var v MV
+	var zero MV
 	raw, closer, ok := s.st.get(s.entryKey(mk, "get"), s.name)
 	if !ok {
-		return v, false
+		return zero, false
 	}
-	err := s.vc.Decode(raw, &v)
+	s.dec = zero
+	err := s.vc.Decode(raw, &s.dec)
 	_ = closer.Close()
 	s.st.check(err, s.name, "decode map value")
+	v := s.dec
+	s.dec = zero
 	return v, true
 }
 

@@ -90,7 +90,7 @@ func dump(t testing.TB, b KeyedBackend[string], s *states) contents {
 		}
 		var kc keyContents
 		kc.Count, kc.HasCount = s.count.Value()
-		kc.Seen = s.seen.Get()
+		kc.Seen = slices.Clone(s.seen.Get()) // the heap lends its own slice
 		if s.attrs.Len() > 0 {
 			kc.Attrs = map[string]int64{}
 			s.attrs.Range(func(mk string, mv int64) bool { kc.Attrs[mk] = mv; return true })
@@ -593,7 +593,8 @@ func TestSnapshotIsolation(t *testing.T) {
 						s.count.Update(int64(-round))
 						s.seen.Update([]string{"replaced"}) // in place, if the list were not copied on write
 					case 1:
-						s.seen.Add("added")
+						s.seen.Add("added")                 // into spare capacity of a shared array
+						s.seen.Update([]string{"u1", "u2"}) // then in place, unless the array was left behind
 						s.attrs.Put("a", -1)
 					case 2:
 						s.attrs.Remove("a")

@@ -42,6 +42,8 @@ type CheckpointSetup struct {
 type RestoreSpec struct {
 	CheckpointID int64
 	Handle       checkpoint.StateHandle
+	// Read reads the state blobs; nil means the checkpoint storage (a savepoint brings its own).
+	Read func(ctx context.Context, ref checkpoint.BlobRef) ([]byte, error)
 }
 
 // stateBlobName is the name of the one blob that holds all operator states of a subtask.
@@ -159,13 +161,19 @@ func (r *run) restore() (finished bool, err error) {
 	if spec.Handle.Finished {
 		return true, nil
 	}
-	cs := r.t.cfg.Checkpoints
-	if cs == nil || cs.Store == nil {
-		return false, errors.New("restore: no state store configured")
+	read := spec.Read
+	if read == nil {
+		cs := r.t.cfg.Checkpoints
+		if cs == nil || cs.Store == nil {
+			return false, errors.New("restore: no state store configured")
+		}
+		read = func(ctx context.Context, ref checkpoint.BlobRef) ([]byte, error) {
+			return cs.Store.ReadState(ctx, spec.CheckpointID, ref)
+		}
 	}
 	states := map[string][]byte{}
 	for _, ref := range spec.Handle.Blobs {
-		data, err := cs.Store.ReadState(r.asyncCtx, spec.CheckpointID, ref)
+		data, err := read(r.asyncCtx, ref)
 		if err != nil {
 			return false, fmt.Errorf("restore from checkpoint %d: %w", spec.CheckpointID, err)
 		}
