@@ -18,6 +18,7 @@ import (
 	"runtime"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/runnel-dev/runnel"
@@ -43,7 +44,57 @@ type Config struct {
 	// Runs is the number of engine and baseline runs, alternated so that both see the same machine
 	// weather; the medians are reported (default 3).
 	Runs int
+	// CheckpointInterval turns on checkpoints in the engine run (0: off).
+	CheckpointInterval time.Duration
 }
+
+// CheckpointResult compares the engine with and without checkpoints.
+type CheckpointResult struct {
+	EngineRPS       float64 `json:"engine_rps"`
+	CheckpointedRPS float64 `json:"checkpointed_rps"`
+	Ratio           float64 `json:"ratio"`
+	IntervalMillis  int64   `json:"checkpoint_interval_ms"`
+	Checkpoints     int64   `json:"checkpoints_completed"`
+}
+
+// RunCheckpointOverhead runs the standard pipeline without and with checkpoints every interval,
+// alternating, and compares the medians.
+func RunCheckpointOverhead(ctx context.Context, cfg Config, interval time.Duration) (*CheckpointResult, error) {
+	if cfg.Parallelism == 0 {
+		cfg.Parallelism = 2
+	}
+	if cfg.Runs <= 0 {
+		cfg.Runs = 3
+	}
+	if interval <= 0 {
+		return nil, fmt.Errorf("throughput: checkpoint interval must be positive, got %s", interval)
+	}
+	res := &CheckpointResult{IntervalMillis: interval.Milliseconds()}
+	var plain, checked []time.Duration
+	for i := 0; i < cfg.Runs; i++ {
+		c := cfg
+		c.CheckpointInterval = 0
+		t, _, _, err := runEngine(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+		plain = append(plain, t)
+		c.CheckpointInterval = interval
+		t, _, _, err = runEngine(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+		checked = append(checked, t)
+	}
+	res.EngineRPS = float64(cfg.Records) / median(plain).Seconds()
+	res.CheckpointedRPS = float64(cfg.Records) / median(checked).Seconds()
+	res.Ratio = res.CheckpointedRPS / res.EngineRPS
+	res.Checkpoints = lastCheckpoints.Load()
+	return res, nil
+}
+
+// lastCheckpoints is the number of checkpoints the last checkpointed engine run completed.
+var lastCheckpoints atomic.Int64
 
 // Result holds the figures of a run.
 type Result struct {
@@ -122,8 +173,12 @@ func runEngine(ctx context.Context, cfg Config) (time.Duration, uint64, float64,
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	env := runnel.NewEnvironment(runnel.WithParallelism(p), runnel.WithTaskManagers(1),
-		runnel.WithBufferTimeout(100*time.Millisecond), runnel.WithLogger(logger))
+	opts := []runnel.Option{runnel.WithParallelism(p), runnel.WithTaskManagers(1),
+		runnel.WithBufferTimeout(100 * time.Millisecond), runnel.WithLogger(logger)}
+	if cfg.CheckpointInterval > 0 {
+		opts = append(opts, runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: cfg.CheckpointInterval}))
+	}
+	env := runnel.NewEnvironment(opts...)
 	src := runnel.FromSource(env, connector.Generator(func(s int, seq uint64) Record {
 		return Record{Key: int64((seq*uint64(p) + uint64(s)) % uint64(keys)), Value: int64(seq)}
 	}, connector.GeneratorOptions{TotalRecords: cfg.Records})).Name("generator")
@@ -150,6 +205,9 @@ func runEngine(ctx context.Context, cfg Config) (time.Duration, uint64, float64,
 	}
 	if res.Status != "FINISHED" {
 		return 0, 0, 0, fmt.Errorf("throughput: engine job ended %s", res.Status)
+	}
+	if res.Checkpoints != nil {
+		lastCheckpoints.Store(res.Checkpoints.Completed)
 	}
 	allocs := float64(after.Mallocs-before.Mallocs) / float64(cfg.Records)
 	var sum uint64
