@@ -26,9 +26,9 @@
 //
 // Keys are partitioned into MaxParallelism key groups: KeyGroup(encoding of the key) = xxhash64 % max
 // parallelism, which is exactly how the network routes a keyed record (graph.KeyGroupOf of the same hash).
-// A subtask owns a contiguous range of key groups (KeyGroupRange). Both backends check, the first time they
-// see a key, that it falls in the subtask's range, and panic with an *AccessError wrapping
-// ErrKeyGroupOutOfRange otherwise: a key outside the range means the backend's key codec is not the one
+// A subtask owns a contiguous range of key groups (KeyGroupRange). Both backends check in SetCurrentKey
+// (the heap backend only the first time it sees a key) that the key falls in the subtask's range, and panic
+// with an *AccessError wrapping ErrKeyGroupOutOfRange otherwise: a key outside the range means the backend's key codec is not the one
 // that routed the record, which would silently break rescaling.
 //
 // # Snapshots

@@ -152,6 +152,8 @@ type OutputSpec struct {
 	Result        ident.ResultID
 	Subpartitions int
 	Reconnectable bool
+	// Blocking partitions are spilled and consumable once the producer finished.
+	Blocking bool
 }
 
 // ChannelSpec describes one input channel: which subpartition of which partition, and where it lives.
@@ -430,6 +432,7 @@ func (r *run) setupOutputs() error {
 		id := ident.PartitionID{Result: o.Result, Producer: t.cfg.Info.Attempt}
 		p, err := network.NewResultPartition(id, network.PartitionOptions{
 			Subpartitions: o.Subpartitions, Reconnectable: o.Reconnectable, MaxRecordSize: t.cfg.MaxRecordSize,
+			Blocking: o.Blocking,
 		}, pool, t.cancel)
 		if err != nil {
 			return err
@@ -722,3 +725,9 @@ type PanicError struct {
 }
 
 func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v", e.Value) }
+
+// Unwrap returns the panic value when it is an error (a state access that failed, for example).
+func (e *PanicError) Unwrap() error {
+	err, _ := e.Value.(error)
+	return err
+}
