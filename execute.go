@@ -93,8 +93,8 @@ func (r *JobResult) Vertex(operatorName string) *VertexResult {
 	return nil
 }
 
-// JobGraph validates the job and returns its vertices after chaining (for inspection and tests).
-func (e *Environment) jobGraph(name string) (*graph.JobGraph, error) {
+// jobGraph validates the job and returns its vertices after chaining.
+func (e *Environment) jobGraph(name string, exchange graph.ExchangeMode) (*graph.JobGraph, error) {
 	if err := e.cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -102,7 +102,7 @@ func (e *Environment) jobGraph(name string) (*graph.JobGraph, error) {
 		return nil, err
 	}
 	sg := &graph.StreamGraph{JobName: name, Nodes: e.nodes, Edges: e.edges}
-	jg, err := graph.BuildJobGraph(sg, graph.JobGraphOptions{Chaining: e.cfg.Chaining, PipelinedType: graph.PipelinedBounded})
+	jg, err := graph.BuildJobGraph(sg, graph.JobGraphOptions{Chaining: e.cfg.Chaining, PipelinedType: graph.PipelinedBounded, Exchange: exchange})
 	if err != nil {
 		return nil, err
 	}
@@ -129,11 +129,11 @@ func (e *Environment) Execute(ctx context.Context, name string) (*JobResult, err
 		return nil, errors.New("Execute: an Environment runs one job; make a new Environment for another")
 	}
 	e.executed = true
-	jg, err := e.jobGraph(name)
+	rc, err := e.cfg.recovery(name)
 	if err != nil {
 		return nil, fmt.Errorf("job %q: %w", name, err)
 	}
-	rc, err := e.cfg.recovery(name)
+	jg, err := e.jobGraph(name, rc.exchange)
 	if err == nil {
 		err = checkInjections(jg, rc.injections)
 	}
@@ -164,7 +164,7 @@ func (e *Environment) Execute(ctx context.Context, name string) (*JobResult, err
 		Job: jg, TaskManagers: tms,
 		ChainFor:      func(v *graph.JobVertex) task.ChainFactory { return operator.ChainFactory(v, rc.injections) },
 		BufferTimeout: e.cfg.BufferTimeout, MaxRecordSize: e.cfg.MaxRecordSize, Logger: e.cfg.Logger,
-		Failover: rc.failover, Restart: rc.restart, StateBackend: rc.backend,
+		Failover: rc.failover, Restart: rc.restart, StateBackend: rc.backend, Scheduling: rc.scheduling,
 	}
 	if rc.checkpointing {
 		loc := rc.storage

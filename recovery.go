@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/runnel-dev/runnel/internal/checkpoint"
+	"github.com/runnel-dev/runnel/internal/graph"
 	"github.com/runnel-dev/runnel/internal/operator"
 	"github.com/runnel-dev/runnel/internal/scheduler"
 )
@@ -79,6 +80,16 @@ func WithSavepointOnStop(dir string) Option { return func(c *Config) { c.Savepoi
 // tasks must match the savepoint's: same operators, chaining and parallelism.
 func WithRestoreFrom(dir string) Option { return func(c *Config) { c.RestoreFrom = dir } }
 
+// WithExchangeMode sets which network edges are pipelined and which blocking: "pipelined" (default,
+// streaming), "blocking" (every edge: each task runs to completion before its consumers start, and a failure
+// restarts only the failed task's region, re-reading its blocking inputs) or "forward-pipelined" (shuffles
+// blocking, forward edges pipelined). Blocking edges are for bounded jobs.
+func WithExchangeMode(mode string) Option { return func(c *Config) { c.ExchangeMode = mode } }
+
+// WithScheduling sets the scheduling strategy: "pipelined-region" (default: a region is deployed once its
+// blocking inputs are consumable) or "eager" (everything at once).
+func WithScheduling(mode string) Option { return func(c *Config) { c.Scheduling = mode } }
+
 // defaultRestartWithCheckpoints is the restart strategy of a checkpointed job without an explicit one.
 const defaultRestartWithCheckpoints = "exponential-delay:initial=100ms,max=10s,multiplier=2,reset=1m,jitter=0.1"
 
@@ -93,6 +104,8 @@ type recoveryConfig struct {
 	injections    []*operator.Injection
 	savepointDir  string
 	restoreFrom   string
+	exchange      graph.ExchangeMode
+	scheduling    scheduler.SchedulingMode
 }
 
 func (c *Config) recovery(job string) (*recoveryConfig, error) {
@@ -167,6 +180,26 @@ func (c *Config) recovery(job string) (*recoveryConfig, error) {
 		rc.backend = "pebble"
 	default:
 		errs = append(errs, fmt.Errorf("WithStateBackend: %q is not a state backend; use memory or pebble", c.StateBackend))
+	}
+	if c.ExchangeMode != "" {
+		if m, err := graph.ParseExchangeMode(c.ExchangeMode); err != nil {
+			errs = append(errs, fmt.Errorf("WithExchangeMode: %w", err))
+		} else {
+			rc.exchange = m
+		}
+	}
+	if rc.exchange != graph.AllPipelined && rc.checkpointing {
+		errs = append(errs, fmt.Errorf("WithExchangeMode(%q) with checkpointing: checkpoints are for pipelined (streaming) jobs; a job with blocking edges recovers by restarting regions from their blocking inputs — drop WithCheckpointing or use exchange mode pipelined", c.ExchangeMode))
+	}
+	if c.Scheduling != "" {
+		if m, err := scheduler.ParseSchedulingStrategy(c.Scheduling); err != nil {
+			errs = append(errs, fmt.Errorf("WithScheduling: %w", err))
+		} else {
+			rc.scheduling = m
+		}
+	}
+	if rc.scheduling == scheduler.EagerScheduling && rc.exchange != graph.AllPipelined {
+		errs = append(errs, fmt.Errorf("WithScheduling(\"eager\") with exchange mode %q: blocking edges need pipelined-region scheduling", c.ExchangeMode))
 	}
 	for _, s := range c.FailureInjections {
 		inj, err := ParseFailureInjection(s)

@@ -222,3 +222,50 @@ func TestBadRecoveryConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestBlockingRegionFailover runs a bounded job whose shuffle is blocking: every task is its own region, a
+// failed consumer restarts alone and re-reads its finished producers' partitions.
+func TestBlockingRegionFailover(t *testing.T) {
+	for _, tp := range []struct {
+		name string
+		opts []runnel.Option
+	}{
+		{"local", nil},
+		{"tcp", []runnel.Option{runnel.WithTaskManagers(2)}},
+	} {
+		t.Run(tp.name, func(t *testing.T) {
+			const n, keys = 20000, 11
+			env := runnel.NewEnvironment(append([]runnel.Option{runnel.WithParallelism(2), runnel.WithLogger(quiet),
+				runnel.WithExchangeMode("blocking"), runnel.WithRestartStrategy("fixed-delay:attempts=2,delay=0s"),
+				runnel.WithFailureInjection("sum[1]@3000")}, tp.opts...)...)
+			src := runnel.FromSource(env, connector.Collection(seq(n))).Name("source")
+			pairs := runnel.Map(src, func(v int64) (keyed, error) { return keyed{F0: v % keys, F1: v}, nil }).Name("map").WithCodec(keyedCodec)
+			sums := runnel.Reduce(runnel.KeyBy(pairs, func(p keyed) int64 { return p.F0 }),
+				func(a, b keyed) (keyed, error) { a.F1 += b.F1; return a, nil }).Name("sum").WithCodec(keyedCodec)
+			sink := connector.NewCollect[keyed]()
+			sums.SinkTo(sink).Name("sink")
+			res, err := env.Execute(context.Background(), "blocking")
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := map[int64]int64{}
+			for i := int64(0); i < n; i++ {
+				want[i%keys] += i
+			}
+			if got := latest(sink.Records()); fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("results %v, want %v", got, want)
+			}
+			if len(res.Failovers) != 1 || fmt.Sprint(res.Failovers[0].Restarted) != "[sum -> sink[1]]" {
+				t.Fatalf("failovers %+v", res.Failovers)
+			}
+			for _, v := range res.Vertices {
+				for _, s := range v.Subtasks {
+					restarted := s.Attempt > 0
+					if restarted != (v.Name == "sum -> sink" && s.Index == 1) {
+						t.Errorf("%s[%d] attempt %d", v.Name, s.Index, s.Attempt)
+					}
+				}
+			}
+		})
+	}
+}

@@ -92,6 +92,8 @@ type Config struct {
 	FailureInjections  []string
 	SavepointOnStop    string
 	RestoreFrom        string
+	ExchangeMode       string
+	Scheduling         string
 }
 
 // Defaults of an Environment.

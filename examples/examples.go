@@ -11,6 +11,7 @@ import (
 	"github.com/runnel-dev/runnel"
 	"github.com/runnel-dev/runnel/examples/clickstream"
 	"github.com/runnel-dev/runnel/examples/internal/run"
+	"github.com/runnel-dev/runnel/examples/sequence"
 	"github.com/runnel-dev/runnel/examples/wordcount"
 )
 
@@ -26,6 +27,13 @@ type Job interface {
 // Summarizer is implemented by jobs that print a summary after the job ended (also when it was cancelled).
 type Summarizer interface {
 	Summary(w io.Writer, res *runnel.JobResult) error
+}
+
+// Reporter is implemented by jobs that add fields to the run's `--report` JSON: each entry becomes a
+// top-level field next to the engine's JobResult fields (which keep their names; an entry named like one of
+// them is dropped). It is called once, after the job ended.
+type Reporter interface {
+	ReportFields(res *runnel.JobResult) map[string]any
 }
 
 // Example describes one bundled example job.
@@ -44,6 +52,11 @@ func All() []Example {
 			Name:        "clickstream",
 			Description: "keyed clickstream aggregation: clicks per user and page from a deterministic click generator",
 			New:         func(fs *pflag.FlagSet) Job { return clickstream.New(fs) },
+		},
+		{
+			Name:        "sequence",
+			Description: "semantics checker: per-key sequence numbers through map -> keyBy -> check; reports lost, duplicated and out-of-order records",
+			New:         func(fs *pflag.FlagSet) Job { return sequence.New(fs) },
 		},
 		{
 			Name:        "wordcount",

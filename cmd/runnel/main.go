@@ -4,6 +4,16 @@
 //	runnel examples                              list the examples
 //	runnel run wordcount --input F --output O    run an example (see runnel run EXAMPLE --help)
 //	runnel bench throughput [--json]             engine vs hand-written Go baseline
+//
+// Every example takes the recovery flags of `runnel run`: checkpoints (--checkpoint-interval,
+// --checkpoint-mode, --checkpoint-storage), --failover, --restart-strategy, --state-backend, and
+// --inject-failure to make tasks fail on purpose, for example
+//
+//	runnel run sequence --records 200000 --checkpoint-interval 100ms --inject-failure 'map[0]@50000' --report r.json
+//
+// The --report JSON holds the engine's job result (vertices, subtasks and their attempts, checkpoints,
+// failovers) and, for examples that report something of their own, their fields (the sequence example's
+// "checker").
 package main
 
 import (

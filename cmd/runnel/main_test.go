@@ -46,7 +46,7 @@ func runCLI(t *testing.T, args ...string) (stdout, stderr string, code int) {
 
 func TestExamplesList(t *testing.T) {
 	out, _, code := runCLI(t, "examples")
-	if code != 0 || !strings.Contains(out, "wordcount") || !strings.Contains(out, "clickstream") {
+	if code != 0 || !strings.Contains(out, "wordcount") || !strings.Contains(out, "clickstream") || !strings.Contains(out, "sequence") {
 		t.Fatalf("exit %d, output:\n%s", code, out)
 	}
 }
@@ -174,6 +174,16 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"run", "nosuch"}, "unknown example"},
 		{[]string{"run", "clickstream", "--users", "0"}, "--users"},
 		{[]string{"bench", "throughput", "--records", "0"}, "--records"},
+		{[]string{"run", "sequence", "--failover", "bogus"}, "--failover"},
+		{[]string{"run", "sequence", "--inject-failure", "x"}, "--inject-failure"},
+		{[]string{"run", "sequence", "--inject-failure", "map[0]@0"}, "--inject-failure"},
+		{[]string{"run", "sequence", "--inject-failure", "nosuch[0]@5"}, "--inject-failure"},
+		{[]string{"run", "sequence", "--inject-failure", "map[7]@5"}, "--inject-failure"},
+		{[]string{"run", "sequence", "--checkpoint-interval", "-1s"}, "--checkpoint-interval"},
+		{[]string{"run", "sequence", "--checkpoint-mode", "twice"}, "--checkpoint-mode"},
+		{[]string{"run", "sequence", "--restart-strategy", "sometimes"}, "--restart-strategy"},
+		{[]string{"run", "sequence", "--state-backend", "floppy"}, "--state-backend"},
+		{[]string{"run", "sequence", "--keys", "1", "--parallelism", "2"}, "--keys"},
 	} {
 		_, stderr, code := runCLI(t, tc.args...)
 		if code == 0 || !strings.Contains(stderr, tc.want) {
@@ -195,5 +205,114 @@ func TestBenchJSON(t *testing.T) {
 		if _, ok := r[k]; !ok {
 			t.Fatalf("missing %s in %s", k, out)
 		}
+	}
+}
+
+func TestRunSequenceRecovery(t *testing.T) {
+	report := filepath.Join(t.TempDir(), "r.json")
+	// --rate keeps the job running (about half a second) long enough for checkpoints to complete before
+	// the injected failure, so that recovery restores one rather than starting over.
+	out, stderr, code := runCLI(t, "run", "sequence", "--records", "20000", "--keys", "8", "--parallelism", "2",
+		"--taskmanagers", "2", "--rate", "20000", "--checkpoint-interval", "30ms", "--inject-failure", "map[0]@3000",
+		"--restart-strategy", "fixed-delay:attempts=3,delay=10ms", "--report", report)
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, stderr)
+	}
+	if !strings.Contains(stderr, "msg=failover") || !strings.Contains(stderr, "job sequence FINISHED") {
+		t.Fatalf("stderr:\n%s", stderr)
+	}
+	if !strings.Contains(out, "checker: 20000 records (of 20000) over 8 keys; lost 0, duplicated 0, out of order 0: OK") {
+		t.Fatalf("stdout:\n%s", out)
+	}
+	b, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r struct {
+		Status   string `json:"status"`
+		Vertices []struct {
+			Name      string   `json:"name"`
+			Operators []string `json:"operators"`
+			Subtasks  []struct {
+				Attempt int `json:"attempt"`
+			} `json:"subtasks"`
+		} `json:"vertices"`
+		Checkpoints *struct {
+			Completed       *int64 `json:"completed"`
+			Failed          *int64 `json:"failed"`
+			Aborted         *int64 `json:"aborted"`
+			LastCompletedID *int64 `json:"last_completed_id"`
+		} `json:"checkpoints"`
+		Failovers []struct {
+			Failed             string   `json:"failed"`
+			Strategy           string   `json:"strategy"`
+			Restarted          []string `json:"restarted"`
+			CheckpointRestored *int64   `json:"checkpoint_restored"`
+			RecoveryMS         *int64   `json:"recovery_ms"`
+		} `json:"failovers"`
+		Checker *struct {
+			Records    *int64 `json:"records"`
+			Lost       *int64 `json:"lost"`
+			Duplicated *int64 `json:"duplicated"`
+			OutOfOrder *int64 `json:"out_of_order"`
+		} `json:"checker"`
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Status != "FINISHED" {
+		t.Fatalf("report: %s", b)
+	}
+	if c := r.Checker; c == nil || c.Records == nil || *c.Records != 20000 || c.Lost == nil || *c.Lost != 0 ||
+		c.Duplicated == nil || *c.Duplicated != 0 || c.OutOfOrder == nil || *c.OutOfOrder != 0 {
+		t.Fatalf("checker: %s", b)
+	}
+	if c := r.Checkpoints; c == nil || c.Completed == nil || *c.Completed < 1 || c.Failed == nil || c.Aborted == nil || c.LastCompletedID == nil {
+		t.Fatalf("checkpoints: %s", b)
+	}
+	mapVertex := ""
+	for _, v := range r.Vertices {
+		for _, op := range v.Operators {
+			if op == "map" {
+				mapVertex = v.Name
+			}
+		}
+	}
+	if len(r.Failovers) != 1 {
+		t.Fatalf("failovers: %s", b)
+	}
+	f := r.Failovers[0]
+	if mapVertex == "" || f.Failed != mapVertex+"[0]" || f.Strategy != "region" || len(f.Restarted) == 0 ||
+		f.CheckpointRestored == nil || f.RecoveryMS == nil {
+		t.Fatalf("failover (map runs in %q): %s", mapVertex, b)
+	}
+	// Every restarted subtask shows its restart in its attempt.
+	restarted := 0
+	for _, v := range r.Vertices {
+		for _, st := range v.Subtasks {
+			if st.Attempt > 0 {
+				restarted++
+			}
+		}
+	}
+	if restarted != len(f.Restarted) {
+		t.Fatalf("%d subtasks with attempt > 0, %d restarted: %s", restarted, len(f.Restarted), b)
+	}
+}
+
+func TestRunFailureWithoutRestartFails(t *testing.T) {
+	report := filepath.Join(t.TempDir(), "r.json")
+	_, stderr, code := runCLI(t, "run", "sequence", "--records", "20000", "--keys", "4", "--inject-failure", "check[1]@100",
+		"--report", report)
+	if code == 0 || !strings.Contains(stderr, "FAILED") || !strings.Contains(stderr, "injected failure") {
+		t.Fatalf("exit %d:\n%s", code, stderr)
+	}
+	var r struct {
+		Status  string          `json:"status"`
+		Checker json.RawMessage `json:"checker"`
+	}
+	b, _ := os.ReadFile(report)
+	if err := json.Unmarshal(b, &r); err != nil || r.Status != "FAILED" || r.Checker == nil {
+		t.Fatalf("%v %s", err, b)
 	}
 }

@@ -1,14 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,6 +20,7 @@ import (
 
 	"github.com/runnel-dev/runnel"
 	"github.com/runnel-dev/runnel/examples"
+	"github.com/runnel-dev/runnel/internal/scheduler"
 )
 
 // runFlags are the flags common to every example.
@@ -28,6 +32,15 @@ type runFlags struct {
 	report       string
 	verbose      bool
 	progress     time.Duration
+
+	// Recovery.
+	checkpointInterval time.Duration
+	checkpointMode     string
+	checkpointStorage  string
+	failover           string
+	restartStrategy    string
+	stateBackend       string
+	injectFailures     []string
 }
 
 func newRunCmd() *cobra.Command {
@@ -53,6 +66,15 @@ func newRunCmd() *cobra.Command {
 	pf.StringVar(&f.report, "report", "", "write the job result as JSON to this file")
 	pf.BoolVar(&f.verbose, "verbose", false, "show the runtime's INFO logs")
 	pf.DurationVar(&f.progress, "progress-interval", time.Second, "how often to show progress")
+	pf.DurationVar(&f.checkpointInterval, "checkpoint-interval", 0, "take a checkpoint this often (0: checkpointing off)")
+	pf.StringVar(&f.checkpointMode, "checkpoint-mode", string(runnel.ExactlyOnce), "checkpoint mode: exactly-once (aligned barriers) or at-least-once")
+	pf.StringVar(&f.checkpointStorage, "checkpoint-storage", "", "where checkpoints go: a directory, file://DIR, s3://BUCKET/PREFIX or mem:// (default: a temporary directory, removed afterwards)")
+	pf.StringVar(&f.failover, "failover", "region", "failover strategy: full (restart every task) or region (restart the pipelined regions that must)")
+	pf.StringVar(&f.restartStrategy, "restart-strategy", "", "restart strategy: none, fixed-delay:attempts=3,delay=1s, exponential-delay:initial=100ms,max=10s,multiplier=2,reset=1m,jitter=0.1\n"+
+		"or failure-rate:max-failures=3,interval=1m,delay=1s (default: none without checkpointing, exponential-delay with it)")
+	pf.StringVar(&f.stateBackend, "state-backend", "memory", "where keyed state lives: memory or pebble (on disk)")
+	pf.StringArrayVar(&f.injectFailures, "inject-failure", nil, "make a task fail once, on purpose: OPERATOR[SUBTASK]@WHEN, WHEN a duration since the start (2s)\n"+
+		"or a record count (5000: after that many records reached the subtask); repeatable")
 	for _, ex := range examples.All() {
 		ex := ex
 		c := &cobra.Command{
@@ -83,8 +105,82 @@ func (f runFlags) validate() error {
 	if f.progress <= 0 {
 		errs = append(errs, fmt.Errorf("invalid --progress-interval %s: must be positive", f.progress))
 	}
+	if f.checkpointInterval < 0 {
+		errs = append(errs, fmt.Errorf("invalid --checkpoint-interval %s: must not be negative (0 turns checkpointing off)", f.checkpointInterval))
+	}
+	if f.checkpointStorage != "" && f.checkpointInterval == 0 {
+		errs = append(errs, errors.New("--checkpoint-storage is set but checkpointing is off: set --checkpoint-interval too"))
+	}
+	switch runnel.CheckpointingMode(f.checkpointMode) {
+	case runnel.ExactlyOnce, runnel.AtLeastOnce:
+	default:
+		errs = append(errs, fmt.Errorf("invalid --checkpoint-mode %q: use %s or %s", f.checkpointMode, runnel.ExactlyOnce, runnel.AtLeastOnce))
+	}
+	switch f.failover {
+	case "full", "region":
+	default:
+		errs = append(errs, fmt.Errorf("invalid --failover %q: use full or region", f.failover))
+	}
+	if f.restartStrategy != "" {
+		if _, err := scheduler.ParseRestartStrategy(f.restartStrategy); err != nil {
+			errs = append(errs, fmt.Errorf("invalid --restart-strategy %q: %w", f.restartStrategy, err))
+		}
+	}
+	switch f.stateBackend {
+	case "memory", "pebble":
+	default:
+		errs = append(errs, fmt.Errorf("invalid --state-backend %q: use memory or pebble", f.stateBackend))
+	}
+	for _, spec := range f.injectFailures {
+		if _, err := runnel.ParseFailureInjection(spec); err != nil {
+			errs = append(errs, fmt.Errorf("invalid --inject-failure: %w", err))
+		}
+	}
 	return errors.Join(errs...)
 }
+
+// recoveryOptions returns the runnel options of the recovery flags.
+func (f runFlags) recoveryOptions() []runnel.Option {
+	opts := []runnel.Option{
+		runnel.WithFailover(f.failover),
+		runnel.WithStateBackend(f.stateBackend),
+	}
+	if f.checkpointInterval > 0 {
+		opts = append(opts, runnel.WithCheckpointing(runnel.CheckpointConfig{
+			Interval: f.checkpointInterval,
+			Mode:     runnel.CheckpointingMode(f.checkpointMode),
+			Storage:  f.checkpointStorage,
+		}))
+	}
+	if f.restartStrategy != "" {
+		opts = append(opts, runnel.WithRestartStrategy(f.restartStrategy))
+	}
+	if len(f.injectFailures) > 0 {
+		opts = append(opts, runnel.WithFailureInjection(f.injectFailures...))
+	}
+	return opts
+}
+
+// optionFlags maps the names of runnel options, as the engine's configuration errors use them, to the
+// flags that set them, so that a mistake found only when the job is submitted (an --inject-failure naming
+// no operator, a state backend that is not available) names the flag.
+var optionFlags = strings.NewReplacer(
+	"WithParallelism:", "--parallelism:",
+	"WithTaskManagers:", "--taskmanagers:",
+	"CheckpointConfig.Interval:", "--checkpoint-interval:",
+	"CheckpointConfig.Mode:", "--checkpoint-mode:",
+	"CheckpointConfig.Storage:", "--checkpoint-storage:",
+	"WithFailover:", "--failover:",
+	"WithRestartStrategy:", "--restart-strategy:",
+	"WithStateBackend:", "--state-backend:",
+	"WithFailureInjection", "--inject-failure",
+)
+
+// flagError rewrites a configuration error of the engine in terms of the command's flags.
+type flagError struct{ err error }
+
+func (e flagError) Error() string { return optionFlags.Replace(e.err.Error()) }
+func (e flagError) Unwrap() error { return e.err }
 
 func runExample(cmd *cobra.Command, name string, job examples.Job, f runFlags) error {
 	if err := f.validate(); err != nil {
@@ -100,13 +196,13 @@ func runExample(cmd *cobra.Command, name string, job examples.Job, f runFlags) e
 
 	interactive := isTerminal(stderr)
 	prog := newProgress(stderr, interactive, cliLog)
-	env := runnel.NewEnvironment(
+	env := runnel.NewEnvironment(append([]runnel.Option{
 		runnel.WithParallelism(f.parallelism),
 		runnel.WithTaskManagers(f.taskManagers),
 		runnel.WithChaining(!f.noChaining),
 		runnel.WithLogger(runtimeLog),
 		runnel.WithProgress(f.progress, prog.update),
-	)
+	}, f.recoveryOptions()...)...)
 	if err := job.Build(env, examples.Options{Out: cmd.OutOrStdout(), Duration: f.duration}); err != nil {
 		return &exitError{code: 2, err: fmt.Errorf("%s: %w", name, err)}
 	}
@@ -122,17 +218,28 @@ func runExample(cmd *cobra.Command, name string, job examples.Job, f runFlags) e
 		defer cancel()
 	}
 	if !interactive {
-		cliLog.Info("job starting", "job", name, "parallelism", f.parallelism, "taskmanagers", f.taskManagers,
-			"chaining", !f.noChaining, "duration", f.duration)
+		attrs := []any{"job", name, "parallelism", f.parallelism, "taskmanagers", f.taskManagers,
+			"chaining", !f.noChaining, "duration", f.duration}
+		if f.checkpointInterval > 0 {
+			attrs = append(attrs, "checkpoint_interval", f.checkpointInterval, "checkpoint_mode", f.checkpointMode)
+		}
+		if len(f.injectFailures) > 0 {
+			attrs = append(attrs, "failover", f.failover, "inject_failure", strings.Join(f.injectFailures, " "))
+		}
+		cliLog.Info("job starting", attrs...)
 	}
 	res, err := env.Execute(ctx, name)
-	if res != nil && f.report != "" {
-		if werr := writeReport(f.report, res); werr != nil {
+	if res == nil { // the job did not start: a configuration mistake
+		return &exitError{code: 2, err: flagError{err}}
+	}
+	if f.report != "" {
+		var extra map[string]any
+		if r, ok := job.(examples.Reporter); ok {
+			extra = r.ReportFields(res)
+		}
+		if werr := writeReport(f.report, res, extra); werr != nil {
 			return werr
 		}
-	}
-	if res == nil { // the job did not start: a configuration mistake
-		return &exitError{code: 2, err: err}
 	}
 	if s, ok := job.(examples.Summarizer); ok {
 		s.Summary(cmd.OutOrStdout(), res)
@@ -148,24 +255,86 @@ func runExample(cmd *cobra.Command, name string, job examples.Job, f runFlags) e
 	case res.Status == "CANCELED":
 		return &exitError{code: 130, err: fmt.Errorf("job %s CANCELED after %s (interrupted)", name, wall(res))}
 	default:
-		fmt.Fprintf(stderr, "job %s %s in %s\n", name, res.Status, wall(res))
+		fmt.Fprintf(stderr, "job %s %s in %s%s\n", name, res.Status, wall(res), recoverySummary(res))
 	}
 	return nil
+}
+
+// recoverySummary says how many checkpoints completed and failovers happened, if any.
+func recoverySummary(res *runnel.JobResult) string {
+	var parts []string
+	if c := res.Checkpoints; c != nil {
+		parts = append(parts, plural(c.Completed, "checkpoint")+" completed")
+	}
+	if n := len(res.Failovers); n > 0 {
+		parts = append(parts, plural(int64(n), "failover"))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
+}
+
+func plural(n int64, what string) string {
+	if n == 1 {
+		return fmt.Sprintf("1 %s", what)
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }
 
 func wall(res *runnel.JobResult) time.Duration {
 	return (time.Duration(res.WallMillis) * time.Millisecond).Round(time.Millisecond)
 }
 
-func writeReport(path string, res *runnel.JobResult) error {
-	b, err := json.MarshalIndent(res, "", "  ")
+// writeReport writes the job result as one JSON object: the fields of res, under their own names and in
+// their order, followed by the example's extra fields (sorted by name; one named like a field of res is
+// dropped).
+func writeReport(path string, res *runnel.JobResult, extra map[string]any) error {
+	b, err := reportJSON(res, extra)
 	if err != nil {
-		return err
+		return fmt.Errorf("--report: %w", err)
 	}
-	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+	if err := os.WriteFile(path, b, 0o644); err != nil {
 		return fmt.Errorf("--report: %w", err)
 	}
 	return nil
+}
+
+func reportJSON(res *runnel.JobResult, extra map[string]any) ([]byte, error) {
+	base, err := json.Marshal(res)
+	if err != nil {
+		return nil, err
+	}
+	if len(extra) > 0 {
+		var fields map[string]json.RawMessage
+		if err := json.Unmarshal(base, &fields); err != nil {
+			return nil, err
+		}
+		var b bytes.Buffer
+		b.Write(base[:len(base)-1]) // without the closing brace
+		for _, k := range slices.Sorted(maps.Keys(extra)) {
+			if _, taken := fields[k]; taken {
+				continue
+			}
+			v, err := json.Marshal(extra[k])
+			if err != nil {
+				return nil, fmt.Errorf("report field %q: %w", k, err)
+			}
+			kb, _ := json.Marshal(k)
+			b.WriteByte(',')
+			b.Write(kb)
+			b.WriteByte(':')
+			b.Write(v)
+		}
+		b.WriteByte('}')
+		base = b.Bytes()
+	}
+	var out bytes.Buffer
+	if err := json.Indent(&out, base, "", "  "); err != nil {
+		return nil, err
+	}
+	out.WriteByte('\n')
+	return out.Bytes(), nil
 }
 
 func isTerminal(w io.Writer) bool {
@@ -181,6 +350,7 @@ type progress struct {
 	lines       int // lines of the block drawn last
 	last        time.Time
 	prev        map[string][2]uint64
+	failovers   int // failovers logged so far
 }
 
 func newProgress(w io.Writer, interactive bool, log *slog.Logger) *progress {
@@ -205,7 +375,12 @@ func (p *progress) update(res *runnel.JobResult) {
 	for _, v := range res.Vertices {
 		pr := p.prev[v.Name]
 		r := row{name: v.Name, status: subtaskStatus(v), in: v.RecordsIn, out: v.RecordsOut}
-		if dt > 0 {
+		if terminal(res.Status) && res.WallMillis > 0 {
+			// The final snapshot may come right after the last one: show the averages of the run (of the
+			// current attempts, whose counters start at 0).
+			secs := float64(res.WallMillis) / 1000
+			r.inRate, r.outRate = float64(v.RecordsIn)/secs, float64(v.RecordsOut)/secs
+		} else if dt > 0 {
 			r.inRate = float64(v.RecordsIn-min(pr[0], v.RecordsIn)) / dt
 			r.outRate = float64(v.RecordsOut-min(pr[1], v.RecordsOut)) / dt
 		}
@@ -214,12 +389,26 @@ func (p *progress) update(res *runnel.JobResult) {
 	}
 	elapsed := time.Duration(res.WallMillis) * time.Millisecond
 	if !p.interactive {
+		// A failover is logged once it is complete (its restarted subtasks run again), or at the end.
+		for _, f := range res.Failovers[min(p.failovers, len(res.Failovers)):] {
+			if f.RecoveryMillis == 0 && !terminal(res.Status) {
+				break
+			}
+			p.log.Info("failover", failoverAttrs(f)...)
+			p.failovers++
+		}
 		parts := make([]string, len(rows))
 		for i, r := range rows {
 			parts[i] = fmt.Sprintf("%s [%s] in %s/s out %s/s", r.name, r.status, human(r.inRate), human(r.outRate))
 		}
-		p.log.Info("progress", "job", res.Job, "status", res.Status, "elapsed", elapsed.Round(time.Second).String(),
-			"vertices", strings.Join(parts, "; "))
+		attrs := []any{"job", res.Job, "status", res.Status, "elapsed", elapsed.Round(time.Second).String()}
+		if c := res.Checkpoints; c != nil {
+			attrs = append(attrs, "checkpoints", c.Completed)
+		}
+		if n := len(res.Failovers); n > 0 {
+			attrs = append(attrs, "failovers", n)
+		}
+		p.log.Info("progress", append(attrs, "vertices", strings.Join(parts, "; "))...)
 		return
 	}
 	var b strings.Builder
@@ -230,7 +419,7 @@ func (p *progress) update(res *runnel.JobResult) {
 	for _, r := range rows {
 		width = max(width, len(r.name))
 	}
-	fmt.Fprintf(&b, "\x1b[2Kjob %s  %s  %s\n", res.Job, res.Status, elapsed.Round(100*time.Millisecond))
+	fmt.Fprintf(&b, "\x1b[2Kjob %s  %s  %s%s\n", res.Job, res.Status, elapsed.Round(100*time.Millisecond), recoveryStatus(res))
 	fmt.Fprintf(&b, "\x1b[2K  %-*s  %-22s %12s %12s %14s %14s\n", width, "vertex", "status", "in/s", "out/s", "in", "out")
 	for _, r := range rows {
 		fmt.Fprintf(&b, "\x1b[2K  %-*s  %-22s %12s %12s %14d %14d\n", width, r.name, r.status, human(r.inRate), human(r.outRate), r.in, r.out)
@@ -239,7 +428,46 @@ func (p *progress) update(res *runnel.JobResult) {
 	io.WriteString(p.w, b.String())
 }
 
-// subtaskStatus summarizes the states of a vertex's subtasks, e.g. "RUNNING 2/2" or "RUNNING 1/2 FINISHED 1/2".
+// terminal reports whether a job status is final.
+func terminal(status string) bool {
+	return status == "FINISHED" || status == "FAILED" || status == "CANCELED"
+}
+
+// failoverAttrs describes a failover for a log line.
+func failoverAttrs(f runnel.FailoverResult) []any {
+	restored := "none"
+	if f.CheckpointRestored != nil {
+		restored = fmt.Sprint(*f.CheckpointRestored)
+	}
+	attrs := []any{"failed", f.Failed, "strategy", f.Strategy, "restarted", strings.Join(f.Restarted, ","),
+		"checkpoint_restored", restored}
+	if f.RecoveryMillis > 0 {
+		attrs = append(attrs, "recovery", (time.Duration(f.RecoveryMillis) * time.Millisecond).String())
+	}
+	return append(attrs, "cause", f.Cause)
+}
+
+// recoveryStatus is the part of the status block's title about checkpoints and failovers.
+func recoveryStatus(res *runnel.JobResult) string {
+	var b strings.Builder
+	if c := res.Checkpoints; c != nil {
+		fmt.Fprintf(&b, "  checkpoints %d", c.Completed)
+		if c.Completed > 0 {
+			fmt.Fprintf(&b, " (last #%d)", c.LastCompletedID)
+		}
+		if c.Failed+c.Aborted > 0 {
+			fmt.Fprintf(&b, ", %d failed, %d aborted", c.Failed, c.Aborted)
+		}
+	}
+	if n := len(res.Failovers); n > 0 {
+		last := res.Failovers[n-1]
+		fmt.Fprintf(&b, "  failovers %d (last: %s, %s)", n, last.Failed, last.Strategy)
+	}
+	return b.String()
+}
+
+// subtaskStatus summarizes the states of a vertex's subtasks, e.g. "RUNNING 2/2" or "RUNNING 1/2 FINISHED 1/2",
+// and the highest attempt when a subtask was restarted ("RUNNING 2/2 attempt 1").
 func subtaskStatus(v runnel.VertexResult) string {
 	var order []string
 	count := map[string]int{}
@@ -252,6 +480,13 @@ func subtaskStatus(v runnel.VertexResult) string {
 	parts := make([]string, len(order))
 	for i, s := range order {
 		parts[i] = fmt.Sprintf("%s %d/%d", s, count[s], len(v.Subtasks))
+	}
+	attempt := 0
+	for _, st := range v.Subtasks {
+		attempt = max(attempt, st.Attempt)
+	}
+	if attempt > 0 {
+		parts = append(parts, fmt.Sprintf("attempt %d", attempt))
 	}
 	return strings.Join(parts, " ")
 }

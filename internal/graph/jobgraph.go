@@ -80,8 +80,46 @@ func (g *JobGraph) VertexByOperator(name string) *JobVertex {
 	return nil
 }
 
+// ExchangeMode says which network edges are pipelined and which blocking.
+type ExchangeMode uint8
+
+const (
+	// AllPipelined streams every edge (streaming jobs; the default).
+	AllPipelined ExchangeMode = iota
+	// AllBlocking makes every network edge blocking: each task runs to completion before its consumers
+	// start, and every task is its own region (Flink's batch ALL_EDGES_BLOCKING). Bounded jobs only.
+	AllBlocking
+	// ForwardPipelined keeps forward and rescale edges pipelined and makes shuffles (hash, rebalance,
+	// broadcast) blocking (Flink's FORWARD_EDGES_PIPELINED). Bounded jobs only.
+	ForwardPipelined
+)
+
+func (m ExchangeMode) String() string {
+	switch m {
+	case AllPipelined:
+		return "pipelined"
+	case AllBlocking:
+		return "blocking"
+	case ForwardPipelined:
+		return "forward-pipelined"
+	}
+	return fmt.Sprintf("exchange-mode(%d)", uint8(m))
+}
+
+// ParseExchangeMode parses "pipelined", "blocking" or "forward-pipelined".
+func ParseExchangeMode(s string) (ExchangeMode, error) {
+	for _, m := range []ExchangeMode{AllPipelined, AllBlocking, ForwardPipelined} {
+		if m.String() == s {
+			return m, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown exchange mode %q: valid modes are pipelined, blocking, forward-pipelined", s)
+}
+
 // JobGraphOptions control the translation.
 type JobGraphOptions struct {
+	// Exchange picks blocking edges; blocking edges split pipelined regions.
+	Exchange ExchangeMode
 	// Chaining fuses forward edges between operators of equal parallelism into one task.
 	Chaining bool
 	// PipelinedType is the partition type of pipelined edges: PipelinedBounded, or PipelinedApproximate for
@@ -149,9 +187,13 @@ func BuildJobGraph(sg *StreamGraph, opts JobGraphOptions) (*JobGraph, error) {
 				continue
 			}
 			src, dst := vertexOf[e.Source], vertexOf[e.Target]
+			pt := opts.PipelinedType
+			if opts.Exchange == AllBlocking || (opts.Exchange == ForwardPipelined && !e.Pattern.Pointwise()) {
+				pt = Blocking
+			}
 			je := &JobEdge{
 				Result: ident.ResultID(len(jg.Edges)), Source: src, Target: dst,
-				Pattern: e.Pattern, PartitionType: opts.PipelinedType, Stream: e,
+				Pattern: e.Pattern, PartitionType: pt, Stream: e,
 				InputIndex: len(dst.Inputs),
 			}
 			src.Outputs = append(src.Outputs, je)

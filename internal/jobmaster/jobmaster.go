@@ -85,6 +85,9 @@ type Config struct {
 	Storage    *checkpoint.Storage
 	// StateBackend names where keyed state lives: "memory" or "pebble".
 	StateBackend string
+	// Scheduling is eager (deploy everything at once) or pipelined-region (deploy a region once its
+	// blocking inputs are consumable).
+	Scheduling scheduler.SchedulingMode
 	// Savepoint, when set, is the state the job starts from.
 	Savepoint *checkpoint.Savepoint
 	// SavepointOnStop, when set, is the directory where a savepoint is written when the job is cancelled
@@ -156,6 +159,9 @@ type JobMaster struct {
 
 	// owned by the Run goroutine
 	coord    *checkpoint.Coordinator
+	topo     *scheduler.Topology
+	sched    scheduler.SchedulingStrategy
+	initial  *checkpoint.CompletedCheckpoint
 	failover scheduler.FailoverStrategy
 	restart  scheduler.RestartStrategy
 	plan     *restartPlan
@@ -226,11 +232,18 @@ func New(cfg Config) (*JobMaster, error) {
 	if cfg.Failover == 0 {
 		cfg.Failover = scheduler.RegionFailover
 	}
-	fs, err := scheduler.NewFailoverStrategy(cfg.Failover, scheduler.ComputeRegions(cfg.Job), nil)
+	jm.topo = scheduler.ComputeRegions(cfg.Job)
+	fs, err := scheduler.NewFailoverStrategy(cfg.Failover, jm.topo, nil)
 	if err != nil {
 		return nil, fmt.Errorf("job master: %w", err)
 	}
 	jm.failover = fs
+	if cfg.Scheduling == 0 {
+		cfg.Scheduling = scheduler.PipelinedRegionScheduling
+	}
+	if jm.sched, err = scheduler.NewSchedulingStrategy(cfg.Scheduling, jm.topo); err != nil {
+		return nil, fmt.Errorf("job master: %w", err)
+	}
 	if cfg.Restart.Kind == 0 {
 		cfg.Restart = scheduler.DefaultRestartConfig(scheduler.NoRestart)
 	}
@@ -275,22 +288,14 @@ func (jm *JobMaster) Run(ctx context.Context) Snapshot {
 			tick = t.C
 		}
 	}
-	var initial *checkpoint.CompletedCheckpoint
 	if sp := jm.cfg.Savepoint; sp != nil {
-		initial = sp.Checkpoint
+		jm.initial = sp.Checkpoint
 		if jm.coord != nil {
-			jm.coord.Restored(initial)
+			jm.coord.Restored(jm.initial)
 		}
 	}
-	// Eager scheduling: deploy every subtask at once; consumers wait for their producers' partitions.
-	for _, v := range jm.cfg.Job.Vertices {
-		for i := 0; i < v.Parallelism; i++ {
-			s := ident.Subtask{Vertex: v.ID, Index: int32(i)}
-			if err := jm.deploy(s, initial); err != nil {
-				jm.fail(fmt.Errorf("deploy %s: %w", jm.name(s), err))
-			}
-		}
-	}
+	// Deploy the regions the scheduling strategy allows; consumers wait for their producers' partitions.
+	jm.deployRegions(jm.sched.Start())
 	poll := time.NewTicker(200 * time.Millisecond)
 	defer poll.Stop()
 	var restartTimer *time.Timer
@@ -373,6 +378,35 @@ func (jm *JobMaster) setSavepoint(f func(*savepointState)) {
 
 // ctxNoCancel is the context for storage work that must finish even though the job's context is done.
 func (jm *JobMaster) ctxNoCancel() context.Context { return context.WithoutCancel(jm.ctx) }
+
+// deployRegions deploys every not yet deployed subtask of the regions, restoring state from the latest
+// completed checkpoint (or the savepoint the job started from).
+func (jm *JobMaster) deployRegions(regions []scheduler.RegionID) {
+	restore := jm.initial
+	if jm.coord != nil && jm.coord.LatestCompleted() != nil {
+		restore = jm.coord.LatestCompleted()
+	}
+	for _, r := range regions {
+		for _, s := range jm.topo.Members(r) {
+			jm.mu.Lock()
+			ex := jm.execs[s]
+			fresh := ex.state == task.Created
+			first := ex.attempt.Number == 0
+			jm.mu.Unlock()
+			if !fresh {
+				continue
+			}
+			from := restore
+			if first && jm.coord == nil {
+				from = jm.initial
+			}
+			if err := jm.deploy(s, from); err != nil {
+				jm.fail(fmt.Errorf("deploy %s: %w", jm.name(s), err))
+				return
+			}
+		}
+	}
+}
 
 // now is the job master's clock for the pure state machines: milliseconds since the job started.
 func (jm *JobMaster) now() int64 { return time.Since(jm.started).Milliseconds() }
@@ -580,6 +614,7 @@ func (jm *JobMaster) descriptor(ex *execution) (task.Config, error) {
 	for _, e := range v.Outputs {
 		cfg.Outputs = append(cfg.Outputs, task.OutputSpec{
 			Result: e.Result, Subpartitions: len(graph.ConsumersOf(e, idx)), Reconnectable: e.PartitionType.Reconnectable(),
+			Blocking: e.PartitionType == graph.Blocking,
 		})
 	}
 	jm.mu.Lock()
@@ -620,16 +655,19 @@ func (jm *JobMaster) onUpdate(u task.Update) {
 	}
 	status := jm.status
 	jm.mu.Unlock()
-	if u.State == task.Failed || u.State == task.Canceled {
-		// Its consumers are failing over too (or the job is ending); they must not wait on its data.
-		ex.tm.ReleasePartitions(u.Attempt)
-	}
 	switch u.State {
 	case task.Running:
 		jm.onRunning(u.Attempt.Subtask)
 	case task.Finished:
 		if jm.coord != nil {
 			jm.process(jm.coord.TaskFinished(jm.now(), u.Attempt))
+		}
+		if status == StatusRunning {
+			for _, e := range jm.cfg.Job.Vertex(u.Attempt.Vertex).Outputs {
+				if e.PartitionType == graph.Blocking {
+					jm.deployRegions(jm.sched.OnResultFinished(e.Result, u.Attempt.Subtask))
+				}
+			}
 		}
 	case task.Failed:
 		if jm.coord != nil {
@@ -639,6 +677,11 @@ func (jm *JobMaster) onUpdate(u task.Update) {
 		if status == StatusRunning && !restarting {
 			jm.onFailure(u.Attempt.Subtask, u.Err)
 		}
+	}
+	if u.State == task.Failed || u.State == task.Canceled {
+		// Released only now, after the failover cancelled its consumers: they must not wait on its data,
+		// and must not report its disappearance as failures of their own.
+		ex.tm.ReleasePartitions(u.Attempt)
 	}
 	if u.State.Terminal() {
 		// Also after a failure: a second failing subtask may be the last one to stop.
@@ -719,8 +762,8 @@ func (jm *JobMaster) maybeRestart() (time.Duration, bool) {
 		}
 		return subtasks[i].Index < subtasks[j].Index
 	})
-	var restore *checkpoint.CompletedCheckpoint
-	if jm.coord != nil {
+	restore := jm.initial
+	if jm.coord != nil && jm.coord.LatestCompleted() != nil {
 		restore = jm.coord.LatestCompleted()
 	}
 	var attempts []ident.Attempt
@@ -750,12 +793,7 @@ func (jm *JobMaster) maybeRestart() (time.Duration, bool) {
 		}
 		jm.process(r)
 	}
-	for _, s := range subtasks {
-		if err := jm.deploy(s, restore); err != nil {
-			jm.fail(fmt.Errorf("redeploy %s: %w", jm.name(s), err))
-			return 0, false
-		}
-	}
+	jm.deployRegions(jm.sched.OnRegionsRestarted(jm.topo.RegionsOf(subtasks)))
 	return 0, false
 }
 

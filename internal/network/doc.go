@@ -18,6 +18,13 @@
 // newer consumer attempt may attach a new view later, the older one is released first, and while no view is
 // attached whole buffers are dropped and counted instead of blocking the producer.
 //
+// Blocking (BLOCKING, batch) partitions write their buffers to one spill file per subpartition instead of
+// queueing them, so their producer never waits for a consumer. They are consumable once the producer has
+// finished (before that CreateView fails with ErrPartitionNotReady, which wraps ErrPartitionNotFound so that
+// consumers wait as for a producer not yet deployed), and every newer consumer attempt re-reads a
+// subpartition from the start: that is what lets region failover restart a consumer region without its
+// producers. They are released (and their files deleted) only by their owner. See blocking.go.
+//
 // The package owns bytes, buffers and channels. It knows nothing of record types, operators, tasks or the
 // job graph; it must not import runnel, internal/task, internal/graph or internal/jobmaster.
 package network

@@ -10,6 +10,9 @@ var (
 	ErrRecordTooLarge = errors.New("network: record too large")
 	// ErrPartitionNotFound reports a request for a partition the producer side does not (yet) have.
 	ErrPartitionNotFound = errors.New("network: partition not found")
+	// ErrPartitionNotReady reports a request for a blocking partition whose producer has not finished yet. It
+	// wraps ErrPartitionNotFound: a consumer that waits for a producer to be deployed waits for this too.
+	ErrPartitionNotReady error = &notReadyError{}
 	// ErrPartitionReleased reports access to a partition that was released.
 	ErrPartitionReleased = errors.New("network: partition released")
 	// ErrViewReleased reports a read from a view that was released (its consumer went away or was replaced).

@@ -20,7 +20,8 @@ func NewPartitionManager() *PartitionManager {
 }
 
 // Register makes p findable. Pipelined (not reconnectable) partitions release and unregister themselves once
-// fully consumed; reconnectable ones stay until Release is called by their owner.
+// fully consumed; reconnectable and blocking ones stay until Release is called by their owner (a blocking
+// partition is re-read by every new attempt of its consumers).
 func (m *PartitionManager) Register(p *ResultPartition) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -28,7 +29,7 @@ func (m *PartitionManager) Register(p *ResultPartition) error {
 		return fmt.Errorf("partition %s is already registered", p.id)
 	}
 	m.partitions[p.id] = p
-	if !p.opts.Reconnectable {
+	if !p.opts.Reconnectable && !p.opts.Blocking {
 		p.OnConsumed(func(p *ResultPartition) { m.Release(p.id) })
 	}
 	return nil
@@ -54,7 +55,8 @@ func (m *PartitionManager) CreateView(id ident.PartitionID, sub int, owner ident
 	return p.CreateView(sub, owner, credit, listener)
 }
 
-// Release releases and forgets the partition; unknown IDs are ignored.
+// Release releases and forgets the partition (deleting a blocking partition's spill files); unknown IDs are
+// ignored.
 func (m *PartitionManager) Release(id ident.PartitionID) {
 	m.mu.Lock()
 	p := m.partitions[id]

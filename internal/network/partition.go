@@ -3,6 +3,7 @@ package network
 import (
 	"encoding/binary"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 
@@ -21,6 +22,15 @@ type PartitionOptions struct {
 	Reconnectable bool
 	// MaxRecordSize bounds one serialized record in bytes; 0 means DefaultMaxRecordSize.
 	MaxRecordSize int
+	// Blocking partitions (BLOCKING, Flink's batch exchange) write every sealed buffer to a spill file per
+	// subpartition and recycle it at once, so the producer never waits for a consumer. They become
+	// consumable when the producer has finished; each subpartition can then be read from the start any
+	// number of times, by successive consumer attempts (a newer attempt replaces the view of an older one).
+	// They are not released when consumed, only by their owner, which deletes the spill files. Flush is a
+	// no-op for them: nothing can be read before Finish. Mutually exclusive with Reconnectable.
+	Blocking bool
+	// SpillDir is the directory of a blocking partition's spill files; "" means os.TempDir().
+	SpillDir string
 }
 
 // ResultPartition is the output of one producer attempt for one intermediate result. The writing methods
@@ -38,9 +48,12 @@ type ResultPartition struct {
 	nextSeq []uint64
 
 	unconsumed atomic.Int32
-	onConsumed func(*ResultPartition)
-	releaseMu  sync.Mutex
-	released   bool
+	// unfinishedSpills counts the subpartitions of a blocking partition whose end-of-partition is not on
+	// disk yet; the partition is consumable at zero.
+	unfinishedSpills atomic.Int32
+	onConsumed       func(*ResultPartition)
+	releaseMu        sync.Mutex
+	released         bool
 }
 
 // NewResultPartition makes a partition that takes its buffers from pool; blocking buffer requests abort when
@@ -55,6 +68,21 @@ func NewResultPartition(id ident.PartitionID, opts PartitionOptions, pool *Buffe
 	if opts.MaxRecordSize < 0 {
 		return nil, fmt.Errorf("result partition %s: negative max record size %d", id, opts.MaxRecordSize)
 	}
+	if opts.Blocking {
+		if opts.Reconnectable {
+			return nil, fmt.Errorf("result partition %s: PartitionOptions.Blocking and Reconnectable are mutually exclusive (a blocking partition is read after its producer finished, a reconnectable one while it runs); set at most one", id)
+		}
+		if opts.SpillDir == "" {
+			opts.SpillDir = os.TempDir()
+		}
+		fi, err := os.Stat(opts.SpillDir)
+		if err != nil {
+			return nil, fmt.Errorf("result partition %s: PartitionOptions.SpillDir: %w", id, err)
+		}
+		if !fi.IsDir() {
+			return nil, fmt.Errorf("result partition %s: PartitionOptions.SpillDir %s is not a directory", id, opts.SpillDir)
+		}
+	}
 	p := &ResultPartition{
 		id: id, opts: opts, pool: pool, cancel: cancel,
 		subs:    make([]*Subpartition, opts.Subpartitions),
@@ -63,8 +91,14 @@ func NewResultPartition(id ident.PartitionID, opts PartitionOptions, pool *Buffe
 	}
 	for i := range p.subs {
 		p.subs[i] = &Subpartition{partition: p, index: i}
+		if opts.Blocking {
+			p.subs[i].spill = &spillWriter{}
+		}
 	}
 	p.unconsumed.Store(int32(opts.Subpartitions))
+	if opts.Blocking {
+		p.unfinishedSpills.Store(int32(opts.Subpartitions))
+	}
 	return p, nil
 }
 
@@ -79,6 +113,23 @@ func (p *ResultPartition) Subpartition(i int) *Subpartition { return p.subs[i] }
 
 // Reconnectable reports whether consumers may reconnect (PIPELINED_APPROXIMATE).
 func (p *ResultPartition) Reconnectable() bool { return p.opts.Reconnectable }
+
+// Blocking reports whether the partition is spilled to disk and read after its producer finished (BLOCKING).
+func (p *ResultPartition) Blocking() bool { return p.opts.Blocking }
+
+// Consumable reports whether a consumer can attach now: always for in-memory partitions; for a blocking one,
+// once its producer has written every subpartition's end-of-partition to disk.
+func (p *ResultPartition) Consumable() bool {
+	return !p.opts.Blocking || p.unfinishedSpills.Load() == 0
+}
+
+// bufferSize returns the size of the partition's buffers, header included.
+func (p *ResultPartition) bufferSize() int {
+	if p.pool != nil {
+		return p.pool.Size()
+	}
+	return DefaultBufferSize
+}
 
 // RecordsWritten returns the number of records emitted into the partition (all subpartitions). Producer
 // goroutine only: the per-record path keeps no shared counters.
@@ -96,6 +147,8 @@ func (p *ResultPartition) NextSequence(i int) uint64 { return p.nextSeq[i] }
 
 // CreateView attaches a reader for subpartition i owned by the consumer attempt owner with initial credit.
 // listener is called (from any goroutine, without locks held) whenever data may have become available.
+// For a blocking partition whose producer has not finished it returns an error wrapping ErrPartitionNotReady
+// (which wraps ErrPartitionNotFound, so callers that wait for a producer to be deployed wait for this too).
 func (p *ResultPartition) CreateView(i int, owner ident.Attempt, credit int, listener func()) (*View, error) {
 	if i < 0 || i >= len(p.subs) {
 		return nil, fmt.Errorf("result partition %s has %d subpartitions, %s asked for %d: %w", p.id, len(p.subs), owner, i, ErrInvalidRequest)
@@ -164,7 +217,9 @@ func (p *ResultPartition) nextBuffer(sub int, full *Buffer, firstSeq uint64, con
 	if full != nil {
 		p.current[sub] = nil
 		full.Seal()
-		p.subs[sub].add(full, false)
+		if err := p.enqueue(sub, full, false); err != nil {
+			return nil, err
+		}
 	}
 	b, err := p.pool.Request(p.cancel)
 	if err != nil {
@@ -176,15 +231,24 @@ func (p *ResultPartition) nextBuffer(sub int, full *Buffer, firstSeq uint64, con
 	return b, nil
 }
 
-// Flush hands the partly filled buffer of sub, if any, to its reader.
+// Flush hands the partly filled buffer of sub, if any, to its reader. It does nothing for a blocking
+// partition, which nobody reads before Finish: its buffers are written to disk when full.
 func (p *ResultPartition) Flush(sub int) {
+	if p.opts.Blocking {
+		return
+	}
+	_ = p.flush(sub)
+}
+
+// flush seals and enqueues the partly filled buffer of sub, if any.
+func (p *ResultPartition) flush(sub int) error {
 	b := p.current[sub]
 	if b == nil || len(b.data) == HeaderSize {
-		return
+		return nil
 	}
 	p.current[sub] = nil
 	b.Seal()
-	p.subs[sub].add(b, false)
+	return p.enqueue(sub, b, false)
 }
 
 // FlushAll flushes every subpartition.
@@ -206,7 +270,9 @@ func (p *ResultPartition) BroadcastEvent(e Event) error {
 
 // AddEvent flushes subpartition sub and appends e to it.
 func (p *ResultPartition) AddEvent(sub int, e Event) error {
-	p.Flush(sub)
+	if err := p.flush(sub); err != nil {
+		return err
+	}
 	b, err := p.pool.Request(p.cancel)
 	if err != nil {
 		return fmt.Errorf("partition %s: send %s: %w", p.id, e.Type, err)
@@ -218,22 +284,28 @@ func (p *ResultPartition) AddEvent(sub int, e Event) error {
 	}
 	b.data = e.append(b.data)
 	b.Seal()
-	p.subs[sub].add(b, e.Type == EventEndOfPartition)
-	return nil
+	return p.enqueue(sub, b, e.Type == EventEndOfPartition)
 }
 
-// Finish flushes everything and ends every subpartition with an end-of-partition event.
+// Finish flushes everything and ends every subpartition with an end-of-partition event. A blocking
+// partition is consumable once Finish returned without error.
 func (p *ResultPartition) Finish() error {
 	return p.BroadcastEvent(Event{Type: EventEndOfPartition})
 }
 
 // Close recycles the producer's partly filled buffers; it is called by the producer when it stops writing
-// for good (after Finish, or on failure or cancellation).
+// for good (after Finish, or on failure or cancellation). A blocking partition closes the spill files of
+// unfinished subpartitions; the files stay until the partition is released.
 func (p *ResultPartition) Close() {
 	for i, b := range p.current {
 		if b != nil {
 			p.current[i] = nil
 			b.Recycle()
+		}
+	}
+	if p.opts.Blocking {
+		for _, s := range p.subs {
+			s.closeSpill()
 		}
 	}
 }
@@ -247,7 +319,8 @@ func (p *ResultPartition) subpartitionConsumed() {
 	}
 }
 
-// Release frees all queued data and fails all views. It is idempotent.
+// Release frees all queued data and fails all views; a blocking partition's spill files are deleted. It is
+// idempotent.
 func (p *ResultPartition) Release() {
 	p.releaseMu.Lock()
 	if p.released {

@@ -19,10 +19,10 @@ type SubpartitionStats struct {
 }
 
 // Subpartition is the part of a result partition destined for one consumer subtask: a queue of sealed
-// buffers and at most one live View.
+// buffers (or, for a blocking partition, a spill file) and at most one live View.
 //
-// Lock order: Subpartition.mu may be held while nothing else is taken; availability listeners are called
-// after it is released.
+// Lock order: Subpartition.mu may be held while nothing else is taken (except by a blocking view's reader,
+// see blocking.go); availability listeners are called after it is released.
 type Subpartition struct {
 	partition *ResultPartition
 	index     int
@@ -32,10 +32,11 @@ type Subpartition struct {
 	view     *View
 	lastView ident.Attempt // owner of the most recent view, for fencing
 	hadView  bool
-	finished bool // end-of-partition enqueued
+	finished bool // end-of-partition enqueued (blocking: written and the spill file closed)
 	consumed bool // a view polled end-of-partition
 	released bool
 	stats    SubpartitionStats
+	spill    *spillWriter // blocking partitions only
 }
 
 // Index returns the subpartition's index in its partition.
@@ -84,8 +85,9 @@ func (s *Subpartition) add(b *Buffer, isEnd bool) {
 	}
 }
 
-// createView attaches a reader. For reconnectable partitions a newer attempt of the consumer replaces the
-// current view (which is released first); an older attempt is rejected.
+// createView attaches a reader. For reconnectable and blocking partitions a newer attempt of the consumer
+// replaces the current view (which is released first); an older attempt is rejected. A view of a blocking
+// subpartition reads its spill file from the start.
 func (s *Subpartition) createView(owner ident.Attempt, credit int, listener func()) (*View, error) {
 	if credit < 0 {
 		return nil, fmt.Errorf("subpartition %s/%d: negative initial credit %d", s.partition.id, s.index, credit)
@@ -95,8 +97,14 @@ func (s *Subpartition) createView(owner ident.Attempt, credit int, listener func
 		s.mu.Unlock()
 		return nil, fmt.Errorf("subpartition %s/%d: %w", s.partition.id, s.index, ErrPartitionReleased)
 	}
+	blocking := s.spill != nil
+	if blocking && !s.partition.Consumable() {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("subpartition %s/%d requested by %s: %w", s.partition.id, s.index, owner, ErrPartitionNotReady)
+	}
+	var replaced *View
 	if s.hadView {
-		if !s.partition.opts.Reconnectable {
+		if !s.partition.opts.Reconnectable && !blocking {
 			s.mu.Unlock()
 			return nil, fmt.Errorf("subpartition %s/%d requested by %s, already read by %s: %w",
 				s.partition.id, s.index, owner, s.lastView, ErrAlreadyConsumed)
@@ -108,17 +116,26 @@ func (s *Subpartition) createView(owner ident.Attempt, credit int, listener func
 		}
 		if old := s.view; old != nil {
 			s.releaseViewLocked(old)
-			// Wake the replaced reader so it sees ErrViewReleased instead of waiting forever.
-			defer old.listener()
+			replaced = old
 		}
 	}
 	v := &View{sub: s, owner: owner, credit: credit, listener: listener}
+	if blocking {
+		v.spill = s.newSpillReaderLocked(v, credit)
+	}
 	s.view = v
 	s.lastView = owner
 	s.hadView = true
 	s.stats.ViewsCreated++
-	notify := credit > 0 && s.queue.len() > 0
+	notify := credit > 0 && (s.queue.len() > 0 || blocking)
 	s.mu.Unlock()
+	if replaced != nil {
+		if replaced.spill != nil {
+			replaced.spill.close()
+		}
+		// Wake the replaced reader so it sees ErrViewReleased instead of waiting forever.
+		replaced.listener()
+	}
 	if notify {
 		listener()
 	}
@@ -158,10 +175,17 @@ func (s *Subpartition) release() {
 	for b := s.queue.pop(); b != nil; b = s.queue.pop() {
 		b.Recycle()
 	}
-	if s.view != nil {
-		notify = s.view.listener // wake the reader so it sees the release
+	if s.spill != nil {
+		s.removeSpillLocked()
+	}
+	v := s.view
+	if v != nil {
+		notify = v.listener // wake the reader so it sees the release
 	}
 	s.mu.Unlock()
+	if v != nil && v.spill != nil {
+		v.spill.close()
+	}
 	if notify != nil {
 		notify()
 	}
@@ -173,9 +197,12 @@ type View struct {
 	sub      *Subpartition
 	owner    ident.Attempt
 	listener func()
+	spill    *spillReader // views of blocking subpartitions only
 	// guarded by sub.mu
 	credit   int
 	released bool
+	drained  bool // blocking: end-of-partition was read
+	starved  bool // blocking: a Poll with credit found the view's pool empty
 }
 
 // Owner returns the consumer attempt that holds the view.
@@ -184,6 +211,9 @@ func (v *View) Owner() ident.Attempt { return v.owner }
 // Poll returns the next buffer if one is queued and the view has credit, or nil. It returns an error once
 // the view or its partition was released.
 func (v *View) Poll() (*Buffer, error) {
+	if v.spill != nil {
+		return v.pollSpill()
+	}
 	s := v.sub
 	s.mu.Lock()
 	if v.released {
@@ -217,7 +247,15 @@ func (v *View) HasData() bool {
 	s := v.sub
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return !v.released && !s.released && v.credit > 0 && s.queue.len() > 0
+	return !v.released && !s.released && v.credit > 0 && v.hasMoreLocked()
+}
+
+// hasMoreLocked reports whether the view has buffers left to read, credit aside.
+func (v *View) hasMoreLocked() bool {
+	if v.spill != nil {
+		return !v.drained
+	}
+	return v.sub.queue.len() > 0
 }
 
 // AddCredit grants n more buffers to the reader.
@@ -231,7 +269,8 @@ func (v *View) AddCredit(n int) {
 	}
 	before := v.credit
 	v.credit += n
-	if before == 0 && v.credit > 0 && s.queue.len() > 0 {
+	if (before == 0 || v.starved) && v.credit > 0 && v.hasMoreLocked() {
+		v.starved = false
 		notify = v.listener
 	}
 	s.mu.Unlock()
@@ -247,6 +286,9 @@ func (v *View) Release() {
 	s.mu.Lock()
 	s.releaseViewLocked(v)
 	s.mu.Unlock()
+	if v.spill != nil {
+		v.spill.close()
+	}
 }
 
 // bufferQueue is a FIFO ring of buffers that grows as needed (its length is bounded by the buffer pool).

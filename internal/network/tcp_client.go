@@ -15,8 +15,10 @@ package network
 //   - the credit writer sends AddCredit frames. Recycle only adds to an atomic counter and wakes it, so the
 //     consumer never blocks on the network, and credits recycled in a burst go out in one frame.
 //
-// Retry. A partition the server does not know yet (its producer is still being deployed) is requested again
-// with exponential backoff; every other refusal is returned at once, wrapping the matching sentinel error.
+// Retry. A partition the server does not know yet (its producer is still being deployed), or a blocking
+// partition whose producer has not finished (ErrPartitionNotReady, which wraps ErrPartitionNotFound), is
+// requested again with exponential backoff; every other refusal is returned at once, wrapping the matching
+// sentinel error.
 
 import (
 	"context"
@@ -127,8 +129,8 @@ type RemoteInputChannel struct {
 // consumer attempt owner. The channel's buffers come from pool, of which credits buffers are dedicated to it
 // (the initial credit); notify is called, from the channel's goroutine, when Poll may return something new.
 //
-// A partition not yet registered at the server is requested again with exponential backoff until
-// opts.Timeout or ctx ends; other refusals return at once and wrap ErrStaleAttempt, ErrAlreadyConsumed,
+// A partition not yet registered at the server, or a blocking one not finished yet, is requested again with
+// exponential backoff until opts.Timeout or ctx ends; other refusals return at once and wrap ErrStaleAttempt, ErrAlreadyConsumed,
 // ErrPartitionReleased, ErrInvalidRequest, ... as the server reported them.
 func DialRemoteChannel(ctx context.Context, addr string, pid ident.PartitionID, sub int, owner ident.Attempt,
 	pool *BufferPool, credits int, notify func(), opts DialOptions) (*RemoteInputChannel, error) {

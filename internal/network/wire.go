@@ -155,6 +155,7 @@ const (
 	codeInvalidRequest    errorCode = 7
 	codeProtocol          errorCode = 8
 	codeCorrupt           errorCode = 9
+	codePartitionNotReady errorCode = 10
 )
 
 // codeSentinels maps error codes to the sentinel errors they stand for, in the order codeOf tries them.
@@ -162,6 +163,7 @@ var codeSentinels = []struct {
 	code errorCode
 	err  error
 }{
+	{codePartitionNotReady, ErrPartitionNotReady}, // before NotFound, which it wraps
 	{codePartitionNotFound, ErrPartitionNotFound},
 	{codePartitionReleased, ErrPartitionReleased},
 	{codeStaleAttempt, ErrStaleAttempt},

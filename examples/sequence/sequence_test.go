@@ -1,0 +1,198 @@
+package sequence_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/runnel-dev/runnel"
+	"github.com/runnel-dev/runnel/examples/internal/run"
+	"github.com/runnel-dev/runnel/examples/sequence"
+)
+
+func TestObserveRules(t *testing.T) {
+	for _, tc := range []struct {
+		name                          string
+		seqs                          []int64
+		records, lost, dup, ooo, last int64
+		gaps                          []int64
+		anomalies                     int
+	}{
+		{"in order", []int64{0, 1, 2, 3}, 4, 0, 0, 0, 3, nil, 0},
+		{"first record late", []int64{2, 3}, 2, 2, 0, 0, 3, []int64{0, 1}, 1},
+		{"gap", []int64{0, 1, 5, 6}, 4, 3, 0, 0, 6, []int64{2, 4}, 1},
+		{"repeat of last", []int64{0, 1, 1, 2}, 3, 0, 1, 0, 2, nil, 1},
+		{"replay of a run", []int64{0, 1, 2, 3, 1, 2, 3, 4}, 5, 0, 3, 0, 4, nil, 3},
+		{"swap", []int64{0, 2, 1, 3}, 4, 0, 0, 1, 3, nil, 2},
+		{"late into middle of gap", []int64{0, 5, 2}, 3, 3, 0, 1, 5, []int64{1, 1, 3, 4}, 2},
+		{"gap filled from both ends", []int64{0, 4, 1, 3, 2}, 5, 0, 0, 3, 4, nil, 4},
+		{"late then duplicate of late", []int64{0, 3, 1, 1}, 3, 1, 1, 1, 3, []int64{2, 2}, 3},
+		{"negative seq", []int64{0, -1}, 1, 0, 1, 0, 0, nil, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := sequence.NewKeyState()
+			anomalies := 0
+			for _, q := range tc.seqs {
+				if s.Observe(q) {
+					anomalies++
+				}
+			}
+			if s.Records != tc.records || s.Lost != tc.lost || s.Duplicated != tc.dup || s.OutOfOrder != tc.ooo ||
+				s.Last != tc.last || !slices.Equal(s.Gaps, tc.gaps) || anomalies != tc.anomalies || s.Seen != int64(len(tc.seqs)) {
+				t.Fatalf("%+v, %d anomalies; want records %d lost %d dup %d ooo %d last %d gaps %v, %d anomalies",
+					s, anomalies, tc.records, tc.lost, tc.dup, tc.ooo, tc.last, tc.gaps, tc.anomalies)
+			}
+		})
+	}
+}
+
+func TestEndInputCountsMissingTail(t *testing.T) {
+	s := sequence.NewKeyState()
+	for _, q := range []int64{0, 1, 2} {
+		s.Observe(q)
+	}
+	s.EndInput(5)
+	if s.Lost != 2 || s.Records != 3 || s.Last != 4 {
+		t.Fatalf("%+v", s)
+	}
+	s.EndInput(5) // idempotent
+	if s.Lost != 2 {
+		t.Fatalf("%+v", s)
+	}
+}
+
+func TestGapsAreBounded(t *testing.T) {
+	s := sequence.NewKeyState()
+	for i := int64(0); i < 3*sequence.MaxGaps; i++ {
+		s.Observe(2 * i) // every odd seq is skipped
+	}
+	if len(s.Gaps) != 2*sequence.MaxGaps {
+		t.Fatalf("%d gap bounds, want %d", len(s.Gaps), 2*sequence.MaxGaps)
+	}
+	// seq 1 was forgotten: it counts as duplicated, not as late.
+	s.Observe(1)
+	if s.Duplicated != 1 || s.OutOfOrder != 0 {
+		t.Fatalf("%+v", s)
+	}
+	// The newest gap is still known.
+	s.Observe(s.Last - 1)
+	if s.OutOfOrder != 1 {
+		t.Fatalf("%+v", s)
+	}
+}
+
+func TestExpectedSplitsRecords(t *testing.T) {
+	for _, tc := range []struct {
+		records uint64
+		keys, p int
+	}{{20_000, 8, 2}, {1001, 7, 3}, {5, 16, 4}, {3, 3, 3}, {100, 5, 1}} {
+		var sum int64
+		for k := int64(0); k < int64(tc.keys); k++ {
+			sum += sequence.Expected(tc.records, tc.keys, tc.p, k)
+		}
+		if sum != int64(tc.records) {
+			t.Errorf("%+v: expected records sum to %d", tc, sum)
+		}
+	}
+}
+
+func runJob(t *testing.T, job *sequence.Job, opts ...runnel.Option) *runnel.JobResult {
+	t.Helper()
+	env := runnel.NewEnvironment(opts...)
+	if err := job.Build(env, run.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := env.Execute(ctx, "sequence")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != "FINISHED" {
+		t.Fatalf("status %s: %s", res.Status, res.Error)
+	}
+	return res
+}
+
+// checkExact asserts that the checker saw every generated record exactly once and that each key's final
+// counters match what the generator implies.
+func checkExact(t *testing.T, job *sequence.Job, res *runnel.JobResult, records uint64, keys, p int) {
+	t.Helper()
+	c := job.Checker(res)
+	want := sequence.Checker{Records: int64(records), Keys: keys, ExpectedRecords: int64(records)}
+	if c != want || !c.OK() {
+		t.Fatalf("checker %+v, want %+v", c, want)
+	}
+	for k, v := range job.Latest() {
+		n := sequence.Expected(records, keys, p, k)
+		if !v.Final || v.Records != n || v.Seen != n || v.Last != n-1 {
+			t.Fatalf("key %d: %+v, want %d records", k, v, n)
+		}
+	}
+	var b strings.Builder
+	job.Summary(&b, res)
+	if !strings.Contains(b.String(), "OK") {
+		t.Fatalf("summary: %s", b.String())
+	}
+}
+
+func TestSequenceBounded(t *testing.T) {
+	const records, keys, p = 20_000, 8, 2
+	job := sequence.New(nil)
+	job.Records, job.Keys = records, keys
+	res := runJob(t, job, runnel.WithParallelism(p), runnel.WithTaskManagers(2))
+	checkExact(t, job, res, records, keys, p)
+	if len(res.Failovers) != 0 {
+		t.Fatalf("failovers without failures: %+v", res.Failovers)
+	}
+	for _, name := range []string{"source", "map", "check", "sink"} {
+		if res.Vertex(name) == nil {
+			t.Fatalf("no vertex holds operator %q", name)
+		}
+	}
+}
+
+func TestSequenceRejectsFewerKeysThanSubtasks(t *testing.T) {
+	job := sequence.New(nil)
+	job.Keys = 2
+	env := runnel.NewEnvironment(runnel.WithParallelism(3))
+	if err := job.Build(env, run.Options{}); err == nil || !strings.Contains(err.Error(), "--keys") {
+		t.Fatalf("err %v", err)
+	}
+}
+
+func TestSequenceExactlyOnceAfterFailure(t *testing.T) {
+	const records, keys, p = 20_000, 8, 2
+	job := sequence.New(nil)
+	job.Records, job.Keys = records, keys
+	// A rate keeps the job running long enough for checkpoints to complete before the failure.
+	job.Rate = 20_000
+	res := runJob(t, job, runnel.WithParallelism(p), runnel.WithTaskManagers(2),
+		runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 30 * time.Millisecond}),
+		runnel.WithFailureInjection("map[0]@3000"),
+		runnel.WithRestartStrategy("fixed-delay:attempts=3,delay=10ms"))
+	checkExact(t, job, res, records, keys, p)
+	if len(res.Failovers) != 1 {
+		t.Fatalf("failovers %+v, want 1", res.Failovers)
+	}
+	f := res.Failovers[0]
+	if v := res.Vertex("map"); v == nil || f.Failed != v.Name+"[0]" {
+		t.Fatalf("failover %+v: want the vertex of map, subtask 0", f)
+	}
+	if f.CheckpointRestored == nil {
+		t.Fatalf("failover %+v restored no checkpoint", f)
+	}
+	if res.Checkpoints == nil || res.Checkpoints.Completed < 1 {
+		t.Fatalf("checkpoints %+v", res.Checkpoints)
+	}
+	// The restarted check subtasks emitted the final counters from a later attempt.
+	restarted := false
+	for _, v := range job.Latest() {
+		restarted = restarted || v.Attempt > 0
+	}
+	if !restarted {
+		t.Fatal("no final counters came from a restarted attempt")
+	}
+}
