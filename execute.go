@@ -32,6 +32,48 @@ type JobResult struct {
 	Failovers []FailoverResult `json:"failovers"`
 	// Savepoint is the directory of the savepoint written when the job was stopped.
 	Savepoint string `json:"savepoint,omitempty"`
+	// RestoredFrom says which savepoint or retained checkpoint the job started from.
+	RestoredFrom *RestoreResult `json:"restored_from,omitempty"`
+}
+
+// RestoreResult describes the state a job started from: the location, the checkpoint's id, and the newer
+// checkpoints that were passed over because they were corrupt, truncated or incomplete.
+type RestoreResult struct {
+	Location     string   `json:"location"`
+	CheckpointID int64    `json:"checkpoint_id"`
+	Skipped      []string `json:"skipped"`
+}
+
+// openRestore opens a savepoint directory, or, for a checkpoint storage directory, its newest valid
+// retained checkpoint (corrupt or truncated newer ones are reported and passed over).
+func openRestore(ctx context.Context, dir string) (*checkpoint.Savepoint, *RestoreResult, error) {
+	info := &RestoreResult{Location: dir, Skipped: []string{}}
+	sp, err := checkpoint.ReadSavepoint(ctx, dir)
+	if err == nil {
+		info.CheckpointID = sp.Checkpoint.ID
+		return sp, info, nil
+	}
+	if !errors.Is(err, checkpoint.ErrNotFound) {
+		return nil, nil, err
+	}
+	st, oerr := checkpoint.Open(ctx, dir)
+	if oerr != nil {
+		return nil, nil, err
+	}
+	defer st.Close()
+	cp, skipped, lerr := st.Latest(ctx)
+	for _, sk := range skipped {
+		info.Skipped = append(info.Skipped, fmt.Sprintf("chk-%d: %v", sk.ID, sk.Err))
+	}
+	if lerr != nil {
+		return nil, nil, fmt.Errorf("no savepoint here, and no valid retained checkpoint: %w", lerr)
+	}
+	sp, err = checkpoint.ReadSavepoint(ctx, strings.TrimSuffix(dir, "/")+fmt.Sprintf("/chk-%d", cp.ID))
+	if err != nil {
+		return nil, nil, err
+	}
+	info.CheckpointID = cp.ID
+	return sp, info, nil
 }
 
 // CheckpointCounts counts the checkpoints of a job run.
@@ -185,11 +227,13 @@ func (e *Environment) Execute(ctx context.Context, name string) (*JobResult, err
 		jmCfg.Checkpoint, jmCfg.Storage = &cc, st
 	}
 	jmCfg.SavepointOnStop = rc.savepointDir
+	var restored *RestoreResult
 	if rc.restoreFrom != "" {
-		sp, err := checkpoint.ReadSavepoint(ctx, rc.restoreFrom)
+		sp, info, err := openRestore(ctx, rc.restoreFrom)
 		if err != nil {
 			return nil, fmt.Errorf("job %q: restore from savepoint %s: %w", name, rc.restoreFrom, err)
 		}
+		restored = info
 		defer sp.Close()
 		var vs []checkpoint.Vertex
 		for _, v := range jg.Vertices {
@@ -232,6 +276,7 @@ func (e *Environment) Execute(ctx context.Context, name string) (*JobResult, err
 	close(stopProgress)
 	wg.Wait()
 	res := resultOf(name, snap)
+	res.RestoredFrom = restored
 	if e.cfg.Progress != nil {
 		e.cfg.Progress(res)
 	}

@@ -3,6 +3,7 @@ package runnel_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -267,5 +268,69 @@ func TestBlockingRegionFailover(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestResumeFromRetainedCheckpointSkipsCorruptOne cancels a job, damages its newest retained checkpoint,
+// and resumes from the storage directory: the damaged checkpoint is reported and passed over, the one before
+// it restored, and the results are still exact.
+func TestResumeFromRetainedCheckpointSkipsCorruptOne(t *testing.T) {
+	dir := t.TempDir()
+	const keys, per = 5, 4000
+	build := func(rate float64, opts ...runnel.Option) (*runnel.Environment, *connector.Collect[keyed]) {
+		env := runnel.NewEnvironment(append([]runnel.Option{runnel.WithParallelism(2), runnel.WithLogger(quiet)}, opts...)...)
+		src := runnel.FromSource(env, connector.Generator(func(sub int, s uint64) keyed { return keyed{F0: int64(s) % keys, F1: 1} },
+			connector.GeneratorOptions{RecordsPerSubtask: per, RatePerSubtask: rate})).Name("source")
+		sums := runnel.Reduce(runnel.KeyBy(src.WithCodec(keyedCodec), func(v keyed) int64 { return v.F0 }),
+			func(a, b keyed) (keyed, error) { a.F1 += b.F1; return a, nil }).Name("sum").WithCodec(keyedCodec)
+		sink := connector.NewCollect[keyed]()
+		sums.SinkTo(sink).Name("sink")
+		return env, sink
+	}
+	env, _ := build(4000, runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 20 * time.Millisecond, Retained: 3, Storage: dir}))
+	ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
+	defer cancel()
+	res, err := env.Execute(ctx, "first")
+	if err != nil || res.Status != "CANCELED" {
+		t.Fatalf("first run: %v %v", res, err)
+	}
+	if res.Checkpoints.Completed < 2 {
+		t.Fatalf("only %d checkpoints completed", res.Checkpoints.Completed)
+	}
+	newest := fmt.Sprintf("%s/chk-%d", dir, res.Checkpoints.LastCompletedID)
+	entries, err := os.ReadDir(newest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	damaged := false
+	for _, e := range entries {
+		if e.Name() != "_metadata" && !e.IsDir() {
+			p := newest + "/" + e.Name()
+			b, _ := os.ReadFile(p)
+			b[len(b)/2] ^= 0xff
+			if err := os.WriteFile(p, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			damaged = true
+			break
+		}
+	}
+	if !damaged {
+		t.Fatalf("no state blob in %s", newest)
+	}
+	env2, sink := build(0, runnel.WithRestoreFrom(dir))
+	res2, err := env2.Execute(context.Background(), "second")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := res2.RestoredFrom; r == nil || r.CheckpointID >= res.Checkpoints.LastCompletedID || len(r.Skipped) == 0 ||
+		!strings.Contains(strings.Join(r.Skipped, " "), fmt.Sprintf("chk-%d", res.Checkpoints.LastCompletedID)) {
+		t.Fatalf("restored from %+v, newest was %d", res2.RestoredFrom, res.Checkpoints.LastCompletedID)
+	}
+	got := latest(sink.Records())
+	for k := int64(0); k < keys; k++ {
+		if got[k] != 2*per/keys {
+			t.Fatalf("key %d = %d, want %d (all %v)", k, got[k], 2*per/keys, got)
+		}
 	}
 }

@@ -41,6 +41,10 @@ type runFlags struct {
 	restartStrategy    string
 	stateBackend       string
 	injectFailures     []string
+	savepointOnStop    string
+	fromSavepoint      string
+	exchangeMode       string
+	scheduling         string
 }
 
 func newRunCmd() *cobra.Command {
@@ -73,6 +77,10 @@ func newRunCmd() *cobra.Command {
 	pf.StringVar(&f.restartStrategy, "restart-strategy", "", "restart strategy: none, fixed-delay:attempts=3,delay=1s, exponential-delay:initial=100ms,max=10s,multiplier=2,reset=1m,jitter=0.1\n"+
 		"or failure-rate:max-failures=3,interval=1m,delay=1s (default: none without checkpointing, exponential-delay with it)")
 	pf.StringVar(&f.stateBackend, "state-backend", "memory", "where keyed state lives: memory or pebble (on disk)")
+	pf.StringVar(&f.savepointOnStop, "savepoint-on-stop", "", "write a savepoint to this directory when the job is stopped (--duration or Ctrl-C)")
+	pf.StringVar(&f.fromSavepoint, "from-savepoint", "", "start from a savepoint directory, or from the newest valid checkpoint of a checkpoint storage directory")
+	pf.StringVar(&f.exchangeMode, "exchange-mode", "pipelined", "pipelined, blocking (bounded jobs: every shuffle spilled, each task its own failover region) or forward-pipelined")
+	pf.StringVar(&f.scheduling, "scheduling", "pipelined-region", "pipelined-region or eager")
 	pf.StringArrayVar(&f.injectFailures, "inject-failure", nil, "make a task fail once, on purpose: OPERATOR[SUBTASK]@WHEN, WHEN a duration since the start (2s)\n"+
 		"or a record count (5000: after that many records reached the subtask); repeatable")
 	for _, ex := range examples.All() {
@@ -158,6 +166,13 @@ func (f runFlags) recoveryOptions() []runnel.Option {
 	if len(f.injectFailures) > 0 {
 		opts = append(opts, runnel.WithFailureInjection(f.injectFailures...))
 	}
+	if f.savepointOnStop != "" {
+		opts = append(opts, runnel.WithSavepointOnStop(f.savepointOnStop))
+	}
+	if f.fromSavepoint != "" {
+		opts = append(opts, runnel.WithRestoreFrom(f.fromSavepoint))
+	}
+	opts = append(opts, runnel.WithExchangeMode(f.exchangeMode), runnel.WithScheduling(f.scheduling))
 	return opts
 }
 
@@ -174,6 +189,10 @@ var optionFlags = strings.NewReplacer(
 	"WithRestartStrategy:", "--restart-strategy:",
 	"WithStateBackend:", "--state-backend:",
 	"WithFailureInjection", "--inject-failure",
+	"WithExchangeMode", "--exchange-mode",
+	"WithScheduling", "--scheduling",
+	"restore from savepoint", "--from-savepoint",
+	"savepoint on stop", "--savepoint-on-stop",
 )
 
 // flagError rewrites a configuration error of the engine in terms of the command's flags.

@@ -156,3 +156,52 @@ func TestWordCountPrintsTop(t *testing.T) {
 		t.Fatalf("printed %d lines, want header + 10:\n%s", lines, b.String())
 	}
 }
+
+// TestWordCountFileWithFailures injects failures into a bounded word count; the output must still be
+// exact: with checkpoints (pipelined exchange) and with blocking exchange (region restarts).
+func TestWordCountFileWithFailures(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.txt")
+	full := strings.Repeat(text+"\n", 3000)
+	if err := os.WriteFile(in, []byte(full), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	exp := want(full)
+	cases := []struct {
+		name string
+		opts []runnel.Option
+	}{
+		{"checkpoints", []runnel.Option{runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 5 * time.Millisecond})}},
+		{"blocking", []runnel.Option{runnel.WithExchangeMode("blocking")}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			out := filepath.Join(dir, tc.name+".txt")
+			job := wordcount.New(nil)
+			job.Input, job.Output = in, out
+			opts := append([]runnel.Option{runnel.WithParallelism(2), runnel.WithTaskManagers(2),
+				runnel.WithRestartStrategy("fixed-delay:attempts=5,delay=0s"),
+				runnel.WithFailureInjection("tokenize[0]@2000", "count[1]@20000")}, tc.opts...)
+			res := runJob(t, job, opts...)
+			if len(res.Failovers) != 2 {
+				t.Fatalf("%d failovers, want 2: %+v", len(res.Failovers), res.Failovers)
+			}
+			got, err := os.ReadFile(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			counts := map[string]int64{}
+			for _, line := range strings.Split(strings.TrimSuffix(string(got), "\n"), "\n") {
+				var w string
+				var n int64
+				parts := strings.Split(line, "\t")
+				w = parts[0]
+				fmt.Sscan(parts[1], &n)
+				counts[w] = n
+			}
+			if fmt.Sprint(counts) != fmt.Sprint(exp) {
+				t.Fatalf("counts differ after failures:\n got %v\nwant %v", counts, exp)
+			}
+		})
+	}
+}

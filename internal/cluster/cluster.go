@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 
 	"github.com/runnel-dev/runnel/internal/ident"
@@ -41,6 +42,7 @@ type TaskManager struct {
 	pm     *network.PartitionManager
 	memory *network.NetworkMemory
 	server *network.Server
+	spill  string // spill directory of blocking partitions, removed at shutdown
 
 	mu       sync.Mutex
 	tasks    map[ident.Attempt]*task.Task
@@ -76,7 +78,12 @@ func NewTaskManager(cfg TaskManagerConfig) (*TaskManager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("TaskManager %s: start data server: %w", cfg.Name, err)
 	}
-	return &TaskManager{cfg: cfg, log: lg, pm: pm, memory: mem, server: srv, tasks: make(map[ident.Attempt]*task.Task)}, nil
+	spill, err := os.MkdirTemp("", "runnel-"+cfg.Name+"-spill-")
+	if err != nil {
+		srv.Close()
+		return nil, fmt.Errorf("TaskManager %s: spill directory: %w", cfg.Name, err)
+	}
+	return &TaskManager{cfg: cfg, log: lg, pm: pm, memory: mem, server: srv, spill: spill, tasks: make(map[ident.Attempt]*task.Task)}, nil
 }
 
 // Name implements jobmaster.TaskManager.
@@ -98,7 +105,7 @@ func (tm *TaskManager) Memory() *network.NetworkMemory { return tm.memory }
 func (tm *TaskManager) Submit(cfg task.Config, report func(task.Update)) error {
 	env := task.Env{
 		Partitions: tm.pm, Memory: tm.memory, Logger: tm.log, Report: report,
-		ConnectRemote: tm.connectRemote,
+		ConnectRemote: tm.connectRemote, SpillDir: tm.spill,
 	}
 	t := task.New(cfg, env)
 	tm.mu.Lock()
@@ -182,7 +189,8 @@ func (tm *TaskManager) Shutdown() error {
 	tm.mu.Unlock()
 	tm.wg.Wait()
 	tm.pm.ReleaseAll()
-	return tm.server.Close()
+	err := tm.server.Close()
+	return errors.Join(err, os.RemoveAll(tm.spill))
 }
 
 // MiniClusterConfig configures an in-process cluster.

@@ -718,7 +718,7 @@ func (jm *JobMaster) onFailure(s ident.Subtask, cause error) {
 	jm.failovers = append(jm.failovers, ev)
 	var cancel []*execution
 	for r := range jm.plan.subtasks {
-		if ex := jm.execs[r]; !ex.state.Terminal() {
+		if ex := jm.execs[r]; !ex.state.Terminal() && ex.state != task.Created {
 			cancel = append(cancel, ex)
 		}
 	}
@@ -742,7 +742,8 @@ func (jm *JobMaster) maybeRestart() (time.Duration, bool) {
 		return 0, false
 	}
 	for s := range p.subtasks {
-		if !jm.execs[s].state.Terminal() {
+		// Subtasks never deployed (a region waiting for its blocking inputs) have nothing to stop.
+		if st := jm.execs[s].state; !st.Terminal() && st != task.Created {
 			jm.mu.Unlock()
 			return 0, false
 		}
@@ -764,12 +765,19 @@ func (jm *JobMaster) maybeRestart() (time.Duration, bool) {
 	})
 	restore := jm.initial
 	if jm.coord != nil && jm.coord.LatestCompleted() != nil {
-		restore = jm.coord.LatestCompleted()
+		restore = jm.verifiedLatest()
 	}
 	var attempts []ident.Attempt
 	jm.mu.Lock()
 	for _, s := range subtasks {
 		ex := jm.execs[s]
+		if ex.state == task.Created {
+			continue // never ran: its first attempt is still to come
+		}
+		if ex.state == task.Finished {
+			// A finished producer keeps its partitions until now: its new attempt produces them again.
+			ex.tm.ReleasePartitions(ex.attempt)
+		}
 		ex.attempt.Number++
 		ex.state = task.Created
 		ex.in, ex.out = 0, 0
@@ -795,6 +803,27 @@ func (jm *JobMaster) maybeRestart() (time.Duration, bool) {
 	}
 	jm.deployRegions(jm.sched.OnRegionsRestarted(jm.topo.RegionsOf(subtasks)))
 	return 0, false
+}
+
+// verifiedLatest returns the checkpoint to restore after a failure: the newest one in storage whose
+// metadata and state verify. Corrupt or truncated newer ones are logged and passed over, and the coordinator
+// is told, so that later failovers start from the same one.
+func (jm *JobMaster) verifiedLatest() *checkpoint.CompletedCheckpoint {
+	latest := jm.coord.LatestCompleted()
+	cp, skipped, err := jm.cfg.Storage.Latest(jm.ctxNoCancel())
+	for _, sk := range skipped {
+		if !errors.Is(sk.Err, checkpoint.ErrIncomplete) {
+			jm.log.Error("checkpoint is damaged; restoring an older one", "checkpoint", sk.ID, "err", sk.Err)
+		}
+	}
+	if err != nil {
+		jm.log.Error("no valid checkpoint in storage; restoring the last completed one as recorded", "err", err)
+		return latest
+	}
+	if cp.ID != latest.ID {
+		jm.coord.Restored(cp)
+	}
+	return cp
 }
 
 // onRunning completes failover events whose restarted subtasks all run again.

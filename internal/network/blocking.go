@@ -122,6 +122,7 @@ func (s *Subpartition) spillLocked(b *Buffer, isEnd bool) error {
 	w.size += int64(spillFrameHeaderSize + n)
 	w.frames++
 	s.stats.BuffersAdded++
+	s.stats.BytesSpilled += uint64(spillFrameHeaderSize + n)
 	if !isEnd {
 		return nil
 	}

@@ -427,6 +427,9 @@ func TestBlockingProducerNeverBlocks(t *testing.T) {
 	if held := int64(pool.Limit() * pool.Size()); spilled < 100*held {
 		t.Fatalf("spilled %d bytes, want far more than the pool's %d", spilled, held)
 	}
+	if st := p.Stats(); st.BytesSpilled != uint64(spilled) {
+		t.Fatalf("stats say %d bytes spilled, the files hold %d", st.BytesSpilled, spilled)
+	}
 	want := make([]int, records/subs)
 	for i := range want {
 		want[i] = 30
@@ -662,7 +665,7 @@ func TestBlockingViewPoolRefill(t *testing.T) {
 	if b == nil || err != nil {
 		t.Fatalf("poll with credit: %v, %v", b, err)
 	}
-	if b2, err := v.Poll(); b2 != nil || err != nil {
+	if b2, err := v.Poll(); b2 != nil || err != nil || v.HasData() {
 		t.Fatalf("poll with an empty view pool: %v, %v", b2, err)
 	}
 	b.Recycle()
@@ -685,5 +688,76 @@ func TestBlockingViewPoolRefill(t *testing.T) {
 	}
 	if n != 11 || v.HasData() {
 		t.Fatalf("read %d buffers, want 10 data and end of partition", n)
+	}
+}
+
+// BenchmarkBlockingEmitRead writes b.N records through blocking partitions to disk and reads them back
+// through a local channel and a RecordDecoder. Each partition takes at most 64 MiB, so that the disk space
+// used stays bounded however large b.N gets.
+func BenchmarkBlockingEmitRead(b *testing.B) {
+	for _, size := range []int{16, 100, 1000} {
+		b.Run(fmt.Sprintf("%dB", size), func(b *testing.B) {
+			dir := b.TempDir()
+			pool := NewBufferPool("bench", DefaultBufferSize, 2)
+			rec := record(1, size)
+			d := NewRecordDecoder(0)
+			perPartition := (64 << 20) / (size + lengthPrefixSize)
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for done := 0; done < b.N; {
+				n := min(b.N-done, perPartition)
+				if got := blockingEmitRead(b, pool, dir, d, rec, n); got != n {
+					b.Fatalf("read %d records, want %d", got, n)
+				}
+				done += n
+			}
+		})
+	}
+}
+
+func blockingEmitRead(b *testing.B, pool *BufferPool, dir string, d *RecordDecoder, rec []byte, records int) int {
+	p, err := NewResultPartition(testPID, PartitionOptions{Subpartitions: 1, Blocking: true, SpillDir: dir}, pool, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Release()
+	for i := 0; i < records; i++ {
+		if err := p.EmitRecord(0, rec); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := p.Finish(); err != nil {
+		b.Fatal(err)
+	}
+	p.Close()
+	v, err := p.CreateView(0, testConsumer, 8, func() {})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ch := NewLocalInputChannel(v)
+	defer ch.Release()
+	d.Reset()
+	n := 0
+	for {
+		buf, err := ch.Poll()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if buf == nil {
+			return n
+		}
+		if buf.Kind == KindData {
+			if _, err := d.SetBuffer(buf); err != nil {
+				b.Fatal(err)
+			}
+			for r, err := d.Next(); r != nil || err != nil; r, err = d.Next() {
+				if err != nil {
+					b.Fatal(err)
+				}
+				n++
+			}
+		}
+		ch.Recycle(buf)
 	}
 }

@@ -343,6 +343,7 @@ func (p *ResultPartition) Stats() SubpartitionStats {
 		t.BuffersDropped += st.BuffersDropped
 		t.RecordsDropped += st.RecordsDropped
 		t.ViewsCreated += st.ViewsCreated
+		t.BytesSpilled += st.BytesSpilled
 	}
 	return t
 }

@@ -16,6 +16,8 @@ type SubpartitionStats struct {
 	RecordsDropped uint64
 	// ViewsCreated counts readers that attached over the subpartition's life.
 	ViewsCreated uint64
+	// BytesSpilled counts the bytes a blocking subpartition wrote to its spill file.
+	BytesSpilled uint64
 }
 
 // Subpartition is the part of a result partition destined for one consumer subtask: a queue of sealed
@@ -247,7 +249,7 @@ func (v *View) HasData() bool {
 	s := v.sub
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return !v.released && !s.released && v.credit > 0 && v.hasMoreLocked()
+	return !v.released && !s.released && v.credit > 0 && v.hasMoreLocked() && (v.spill == nil || v.spill.pool.Available() > 0)
 }
 
 // hasMoreLocked reports whether the view has buffers left to read, credit aside.

@@ -159,8 +159,8 @@ func TestPartitionRequestRoundTrip(t *testing.T) {
 }
 
 func TestErrorFrames(t *testing.T) {
-	for _, sentinel := range []error{ErrPartitionNotFound, ErrPartitionReleased, ErrStaleAttempt, ErrAlreadyConsumed,
-		ErrViewReleased, ErrInvalidRequest, ErrProtocol} {
+	for _, sentinel := range []error{ErrPartitionNotFound, ErrPartitionNotReady, ErrPartitionReleased, ErrStaleAttempt,
+		ErrAlreadyConsumed, ErrViewReleased, ErrInvalidRequest, ErrProtocol, ErrCorrupt} {
 		err := fmt.Errorf("subpartition r1@v0[0]#0/0: %w", sentinel)
 		b := appendErrorFrame(nil, codeOf(err), err.Error())
 		frames, derr := decodeChunks(false, b)
@@ -170,6 +170,9 @@ func TestErrorFrames(t *testing.T) {
 		remote := parseErrorFrame(frames[0].payload)
 		if !errors.Is(remote, sentinel) || !strings.Contains(remote.Error(), err.Error()) {
 			t.Fatalf("remote error %q does not unwrap to %v", remote, sentinel)
+		}
+		if sentinel == ErrPartitionNotReady && !errors.Is(remote, ErrPartitionNotFound) {
+			t.Fatalf("remote error %q does not unwrap to ErrPartitionNotFound: a client would not retry it", remote)
 		}
 	}
 	if r := parseErrorFrame(appendErrorFrame(nil, codeOf(errors.New("disk on fire")), "disk on fire")[frameHeaderSize:]); errors.Unwrap(r) != nil {

@@ -208,6 +208,8 @@ type Env struct {
 	Memory        *network.NetworkMemory
 	ConnectRemote RemoteConnector
 	Logger        *slog.Logger
+	// SpillDir holds the spill files of blocking partitions.
+	SpillDir string
 	// Report receives every state change; it must not block for long.
 	Report func(Update)
 }
@@ -432,7 +434,7 @@ func (r *run) setupOutputs() error {
 		id := ident.PartitionID{Result: o.Result, Producer: t.cfg.Info.Attempt}
 		p, err := network.NewResultPartition(id, network.PartitionOptions{
 			Subpartitions: o.Subpartitions, Reconnectable: o.Reconnectable, MaxRecordSize: t.cfg.MaxRecordSize,
-			Blocking: o.Blocking,
+			Blocking: o.Blocking, SpillDir: t.env.SpillDir,
 		}, pool, t.cancel)
 		if err != nil {
 			return err
