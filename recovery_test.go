@@ -63,7 +63,7 @@ func TestExactlyOnceUnderFailures(t *testing.T) {
 					runnel.WithParallelism(p), runnel.WithLogger(quiet),
 					runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 30 * time.Millisecond}),
 					runnel.WithFailover(failover), runnel.WithRestartStrategy("fixed-delay:attempts=5,delay=10ms"),
-					runnel.WithFailureInjection("map[0]@2000", "sum[1]@1500", "source[1]@800"),
+					runnel.WithFailureInjection("map[0]@2000", "sum[1]@1500", "source[1]@800", "sink[0]@100ms"),
 				}, tp.opts...)
 				env := runnel.NewEnvironment(opts...)
 				sink := sumJob(env, perSubtask, keys)
@@ -83,8 +83,8 @@ func TestExactlyOnceUnderFailures(t *testing.T) {
 				if fmt.Sprint(got) != fmt.Sprint(want) {
 					t.Fatalf("per-key results %v, want %v", got, want)
 				}
-				if len(res.Failovers) != 3 {
-					t.Fatalf("%d failovers, want 3: %+v", len(res.Failovers), res.Failovers)
+				if len(res.Failovers) != 4 {
+					t.Fatalf("%d failovers, want 4: %+v", len(res.Failovers), res.Failovers)
 				}
 				for _, f := range res.Failovers {
 					if f.Strategy != failover || len(f.Restarted) == 0 || !strings.Contains(f.Cause, "injected failure") {

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -44,6 +45,44 @@ func newBenchCmd() *cobra.Command {
 	tp.Flags().Int64Var(&cfg.Keys, "keys", 1024, "distinct keys")
 	tp.Flags().IntVar(&cfg.Runs, "runs", 3, "alternating engine and baseline runs; medians are reported")
 	tp.Flags().BoolVar(&asJSON, "json", false, "print one JSON object {engine_rps, baseline_rps, ratio, allocs_per_record}")
-	bench.AddCommand(tp)
+	bench.AddCommand(tp, newCheckpointBenchCmd())
 	return bench
+}
+
+func newCheckpointBenchCmd() *cobra.Command {
+	var cfg throughput.Config
+	var interval time.Duration
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "checkpoints",
+		Short: "the standard pipeline with checkpoints every --interval, as a ratio to the same pipeline without",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfg.Records < 1 {
+				return fmt.Errorf("invalid --records %d: must be at least 1", cfg.Records)
+			}
+			if interval <= 0 {
+				return fmt.Errorf("invalid --interval %s: must be positive", interval)
+			}
+			res, err := throughput.RunCheckpointOverhead(cmd.Context(), cfg, interval)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				return json.NewEncoder(out).Encode(res)
+			}
+			fmt.Fprintf(out, "records               %d (keys %d, parallelism 2)\n", cfg.Records, cfg.Keys)
+			fmt.Fprintf(out, "without checkpoints   %12.0f records/s\n", res.EngineRPS)
+			fmt.Fprintf(out, "checkpoints every %-4s %11.0f records/s (%d completed in the last run)\n", interval, res.CheckpointedRPS, res.Checkpoints)
+			fmt.Fprintf(out, "ratio                 %12.3f\n", res.Ratio)
+			return nil
+		},
+	}
+	cmd.Flags().Uint64Var(&cfg.Records, "records", 100_000_000, "records per run (enough for several checkpoints)")
+	cmd.Flags().Int64Var(&cfg.Keys, "keys", 1024, "distinct keys")
+	cmd.Flags().IntVar(&cfg.Runs, "runs", 3, "alternating runs without and with checkpoints; medians are reported")
+	cmd.Flags().DurationVar(&interval, "interval", time.Second, "checkpoint interval")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
+	return cmd
 }
