@@ -94,6 +94,14 @@ type FailoverResult struct {
 	Restarted          []string `json:"restarted"`
 	CheckpointRestored *int64   `json:"checkpoint_restored"`
 	RecoveryMillis     int64    `json:"recovery_ms"`
+	// OutageMillis runs from the failure until the restarted tail subtasks emitted output again.
+	OutageMillis int64 `json:"outage_ms"`
+	// RecordsLost is the whole loss of the failover (records after the restored consumers' positions that
+	// they never received); the others are its parts as the producers saw them.
+	RecordsLost           uint64 `json:"records_lost"`
+	RecordsDropped        uint64 `json:"records_dropped"`
+	BuffersDropped        uint64 `json:"buffers_dropped"`
+	PartialRecordsSkipped uint64 `json:"partial_records_skipped"`
 }
 
 // VertexResult describes one task (a chain of operators) of the job.
@@ -136,7 +144,7 @@ func (r *JobResult) Vertex(operatorName string) *VertexResult {
 }
 
 // jobGraph validates the job and returns its vertices after chaining.
-func (e *Environment) jobGraph(name string, exchange graph.ExchangeMode) (*graph.JobGraph, error) {
+func (e *Environment) jobGraph(name string, exchange graph.ExchangeMode, pipelined graph.PartitionType) (*graph.JobGraph, error) {
 	if err := e.cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -144,7 +152,7 @@ func (e *Environment) jobGraph(name string, exchange graph.ExchangeMode) (*graph
 		return nil, err
 	}
 	sg := &graph.StreamGraph{JobName: name, Nodes: e.nodes, Edges: e.edges}
-	jg, err := graph.BuildJobGraph(sg, graph.JobGraphOptions{Chaining: e.cfg.Chaining, PipelinedType: graph.PipelinedBounded, Exchange: exchange})
+	jg, err := graph.BuildJobGraph(sg, graph.JobGraphOptions{Chaining: e.cfg.Chaining, PipelinedType: pipelined, Exchange: exchange})
 	if err != nil {
 		return nil, err
 	}
@@ -175,7 +183,7 @@ func (e *Environment) Execute(ctx context.Context, name string) (*JobResult, err
 	if err != nil {
 		return nil, fmt.Errorf("job %q: %w", name, err)
 	}
-	jg, err := e.jobGraph(name, rc.exchange)
+	jg, err := e.jobGraph(name, rc.exchange, rc.pipelinedType)
 	if err == nil {
 		err = checkInjections(jg, rc.injections)
 	}
@@ -339,6 +347,10 @@ func resultOf(name string, s jobmaster.Snapshot) *JobResult {
 		if !f.RecoveredAt.IsZero() {
 			fr.RecoveryMillis = f.RecoveredAt.Sub(f.FailedAt).Milliseconds()
 		}
+		if !f.OutputAt.IsZero() {
+			fr.OutageMillis = f.OutputAt.Sub(f.FailedAt).Milliseconds()
+		}
+		fr.RecordsLost, fr.RecordsDropped, fr.BuffersDropped, fr.PartialRecordsSkipped = f.RecordsLost, f.RecordsDropped, f.BuffersDropped, f.PartialRecordsSkipped
 		r.Failovers = append(r.Failovers, fr)
 	}
 	if s.Err != nil {

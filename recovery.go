@@ -46,6 +46,10 @@ type CheckpointConfig struct {
 	Storage string
 	// Unaligned switches to unaligned checkpoints; not supported yet, and rejected at submission.
 	Unaligned bool
+	// ApproximateLocalRecovery makes every pipelined edge reconnectable (PIPELINED_APPROXIMATE): a failed
+	// subtask restarts together with everything downstream of it while everything upstream keeps running,
+	// at the price of a counted loss of the records in flight. Same as WithFailover("approximate").
+	ApproximateLocalRecovery bool
 }
 
 // WithCheckpointing turns on periodic checkpoints.
@@ -106,11 +110,12 @@ type recoveryConfig struct {
 	restoreFrom   string
 	exchange      graph.ExchangeMode
 	scheduling    scheduler.SchedulingMode
+	pipelinedType graph.PartitionType
 }
 
 func (c *Config) recovery(job string) (*recoveryConfig, error) {
 	var errs []error
-	rc := &recoveryConfig{backend: c.StateBackend}
+	rc := &recoveryConfig{backend: c.StateBackend, pipelinedType: graph.PipelinedBounded}
 	cp := c.Checkpoint
 	if cp.Interval < 0 {
 		errs = append(errs, fmt.Errorf("CheckpointConfig.Interval: must not be negative, got %s", cp.Interval))
@@ -151,13 +156,23 @@ func (c *Config) recovery(job string) (*recoveryConfig, error) {
 	failover := c.Failover
 	if failover == "" {
 		failover = "region"
+		if cp.ApproximateLocalRecovery {
+			failover = "approximate"
+		}
 	}
 	if mode, err := scheduler.ParseFailoverStrategy(failover); err != nil {
 		errs = append(errs, fmt.Errorf("WithFailover: %w", err))
-	} else if mode == scheduler.ApproximateFailover {
-		errs = append(errs, errors.New("WithFailover: approximate local recovery is not available yet; use full or region"))
 	} else {
 		rc.failover = mode
+		if cp.ApproximateLocalRecovery && mode != scheduler.ApproximateFailover {
+			errs = append(errs, fmt.Errorf("CheckpointConfig.ApproximateLocalRecovery with WithFailover(%q): approximate local recovery is its own failover strategy; drop WithFailover or use \"approximate\"", failover))
+		}
+		if mode == scheduler.ApproximateFailover {
+			rc.pipelinedType = graph.PipelinedApproximate
+			if cp.Unaligned {
+				errs = append(errs, errors.New("CheckpointConfig.Unaligned with approximate local recovery: unaligned checkpoints would save in-flight data that approximate recovery drops; use aligned checkpoints"))
+			}
+		}
 	}
 	spec := c.RestartStrategy
 	if spec == "" {

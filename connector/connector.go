@@ -95,7 +95,9 @@ func (g *generator[T]) CreateReader(ctx runnel.RuntimeContext) (runnel.SourceRea
 		return nil, fmt.Errorf("generator: negative rate %v", g.opts.RatePerSubtask)
 	}
 	r := &generatorReader[T]{fn: g.fn, subtask: ctx.SubtaskIndex(), limit: g.opts.RecordsPerSubtask, rate: g.opts.RatePerSubtask}
+	r.bounded = r.limit > 0
 	if t := g.opts.TotalRecords; t > 0 {
+		r.bounded = true
 		p := uint64(ctx.Parallelism())
 		r.limit = t / p
 		if uint64(ctx.SubtaskIndex()) < t%p {
@@ -113,6 +115,7 @@ type generatorReader[T any] struct {
 	subtask int
 	seq     uint64
 	limit   uint64
+	bounded bool // limit applies; a TotalRecords split may give a subtask a limit of 0
 	done    bool
 	rate    float64
 	base    uint64 // seq at which the rate clock started
@@ -179,12 +182,12 @@ func (r *generatorReader[T]) SnapshotState(int64) ([]byte, error) {
 // restart on.
 func (r *generatorReader[T]) RestoreState(b []byte) error {
 	v, n := binary.Uvarint(b)
-	if n != len(b) || n <= 0 || (r.limit > 0 && v > r.limit) {
+	if n != len(b) || n <= 0 || (r.bounded && v > r.limit) {
 		return fmt.Errorf("generator: bad checkpointed position % x", b)
 	}
 	r.seq = v
 	r.base = v
-	r.done = r.limit > 0 && v >= r.limit
+	r.done = r.bounded && v >= r.limit
 	return nil
 }
 
@@ -213,7 +216,7 @@ func (s *textFile) CreateReader(ctx runnel.RuntimeContext) (runnel.SourceReader[
 	}
 	p, i := int64(ctx.Parallelism()), int64(ctx.SubtaskIndex())
 	start, end := st.Size()*i/p, st.Size()*(i+1)/p
-	r := &textReader{f: f, end: end, pos: start}
+	r := &textReader{f: f, end: end, pos: start, size: st.Size()}
 	if start > 0 {
 		// The line that began in the previous range belongs to it: resume after the first newline at or
 		// after start-1.
@@ -245,6 +248,7 @@ type textReader struct {
 	f        *os.File
 	br       *bufio.Reader
 	pos, end int64
+	size     int64 // of the file when the reader was created
 }
 
 func (r *textReader) PollNext(out runnel.Collector[string]) (runnel.InputStatus, error) {
@@ -285,8 +289,13 @@ func (r *textReader) SnapshotState(int64) ([]byte, error) {
 // RestoreState implements runnel.CheckpointedReader.
 func (r *textReader) RestoreState(b []byte) error {
 	v, n := binary.Varint(b)
-	if n != len(b) || n <= 0 || v < 0 || v > r.end {
+	if n != len(b) || n <= 0 || v < 0 || v > r.size {
 		return fmt.Errorf("text file source: bad checkpointed position % x", b)
+	}
+	if v >= r.end {
+		// The split is done: its last line ran past its end, or no line starts in it.
+		r.pos = v
+		return nil
 	}
 	if _, err := r.f.Seek(v, io.SeekStart); err != nil {
 		return fmt.Errorf("text file source: %w", err)

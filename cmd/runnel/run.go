@@ -73,7 +73,7 @@ func newRunCmd() *cobra.Command {
 	pf.DurationVar(&f.checkpointInterval, "checkpoint-interval", 0, "take a checkpoint this often (0: checkpointing off)")
 	pf.StringVar(&f.checkpointMode, "checkpoint-mode", string(runnel.ExactlyOnce), "checkpoint mode: exactly-once (aligned barriers) or at-least-once")
 	pf.StringVar(&f.checkpointStorage, "checkpoint-storage", "", "where checkpoints go: a directory, file://DIR, s3://BUCKET/PREFIX or mem:// (default: a temporary directory, removed afterwards)")
-	pf.StringVar(&f.failover, "failover", "region", "failover strategy: full (restart every task) or region (restart the pipelined regions that must)")
+	pf.StringVar(&f.failover, "failover", "region", "failover strategy: full (restart every task), region (restart the pipelined regions that must) or approximate (restart the failed subtask and everything downstream while upstream keeps running; the loss is counted)")
 	pf.StringVar(&f.restartStrategy, "restart-strategy", "", "restart strategy: none, fixed-delay:attempts=3,delay=1s, exponential-delay:initial=100ms,max=10s,multiplier=2,reset=1m,jitter=0.1\n"+
 		"or failure-rate:max-failures=3,interval=1m,delay=1s (default: none without checkpointing, exponential-delay with it)")
 	pf.StringVar(&f.stateBackend, "state-backend", "memory", "where keyed state lives: memory or pebble (on disk)")
@@ -125,9 +125,9 @@ func (f runFlags) validate() error {
 		errs = append(errs, fmt.Errorf("invalid --checkpoint-mode %q: use %s or %s", f.checkpointMode, runnel.ExactlyOnce, runnel.AtLeastOnce))
 	}
 	switch f.failover {
-	case "full", "region":
+	case "full", "region", "approximate":
 	default:
-		errs = append(errs, fmt.Errorf("invalid --failover %q: use full or region", f.failover))
+		errs = append(errs, fmt.Errorf("invalid --failover %q: use full, region or approximate", f.failover))
 	}
 	if f.restartStrategy != "" {
 		if _, err := scheduler.ParseRestartStrategy(f.restartStrategy); err != nil {

@@ -2,6 +2,7 @@ package sequence_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -194,5 +195,59 @@ func TestSequenceExactlyOnceAfterFailure(t *testing.T) {
 	}
 	if !restarted {
 		t.Fatal("no final counters came from a restarted attempt")
+	}
+}
+
+// TestApproximateLocalRecovery fails one map subtask with approximate local recovery: only it and what is
+// downstream of it restart, the sources and the other map subtask never stop, and the checker's loss is
+// exactly the loss the failover reports.
+func TestApproximateLocalRecovery(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []runnel.Option
+	}{
+		{"tcp", []runnel.Option{runnel.WithTaskManagers(2)}},
+		{"local", []runnel.Option{runnel.WithTaskManagers(1)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const records, keys, p = 40_000, 8, 2
+			job := sequence.New(nil)
+			job.Records, job.Keys, job.Rate = records, keys, 20_000
+			res := runJob(t, job, append([]runnel.Option{runnel.WithParallelism(p), runnel.WithChaining(false),
+				runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 30 * time.Millisecond, ApproximateLocalRecovery: true}),
+				runnel.WithFailureInjection("map[0]@8000"),
+				runnel.WithRestartStrategy("fixed-delay:attempts=3,delay=0s")}, tc.opts...)...)
+			if len(res.Failovers) != 1 {
+				t.Fatalf("failovers %+v, want 1", res.Failovers)
+			}
+			f := res.Failovers[0]
+			if f.Strategy != "approximate" || fmt.Sprint(f.Restarted) != "[map[0] check[0] check[1] sink[0]]" {
+				t.Fatalf("failover %+v", f)
+			}
+			for _, v := range res.Vertices {
+				for _, s := range v.Subtasks {
+					want := 1
+					if v.Name == "source" || (v.Name == "map" && s.Index == 1) {
+						want = 0
+					}
+					if s.Attempt != want {
+						t.Errorf("%s[%d] attempt %d, want %d", v.Name, s.Index, s.Attempt, want)
+					}
+				}
+			}
+			c := job.Checker(res)
+			if c.Duplicated != 0 || c.OutOfOrder != 0 {
+				t.Fatalf("checker %+v: approximate recovery lost records but must not duplicate or reorder", c)
+			}
+			if uint64(c.Lost) != f.RecordsLost || c.Records+c.Lost != records {
+				t.Fatalf("checker %+v, failover reports %d lost", c, f.RecordsLost)
+			}
+			if f.RecordsLost == 0 || f.OutageMillis <= 0 {
+				t.Fatalf("failover %+v: expected a loss and an outage", f)
+			}
+			if res.Checkpoints.Completed < 2 {
+				t.Fatalf("checkpoints %+v", res.Checkpoints)
+			}
+		})
 	}
 }

@@ -159,6 +159,15 @@ func (tm *TaskManager) AbortCheckpoint(a ident.Attempt, id int64) {
 	}
 }
 
+// SubpartitionStats implements jobmaster.TaskManager.
+func (tm *TaskManager) SubpartitionStats(p ident.PartitionID, sub int) (network.SubpartitionStats, bool) {
+	rp, err := tm.pm.Lookup(p)
+	if err != nil || sub < 0 || sub >= rp.NumSubpartitions() {
+		return network.SubpartitionStats{}, false
+	}
+	return rp.Subpartition(sub).Stats(), true
+}
+
 // ReleasePartitions implements jobmaster.TaskManager.
 func (tm *TaskManager) ReleasePartitions(a ident.Attempt) { tm.pm.ReleaseProducedBy(a) }
 

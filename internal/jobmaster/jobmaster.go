@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/runnel-dev/runnel/internal/checkpoint"
+	"github.com/runnel-dev/runnel/internal/network"
 	"github.com/runnel-dev/runnel/internal/scheduler"
 
 	"github.com/runnel-dev/runnel/internal/graph"
@@ -48,6 +49,8 @@ type TaskManager interface {
 	AbortCheckpoint(a ident.Attempt, id int64)
 	// ReleasePartitions releases the result partitions an attempt produced.
 	ReleasePartitions(a ident.Attempt)
+	// SubpartitionStats returns the counters of one subpartition of a partition it holds.
+	SubpartitionStats(p ident.PartitionID, sub int) (network.SubpartitionStats, bool)
 }
 
 // BarrierFlagAtLeastOnce marks the barriers of an at-least-once checkpoint.
@@ -105,8 +108,25 @@ type Failover struct {
 	FailedAt           time.Time
 	// RecoveredAt is when every restarted subtask was running again (zero until then).
 	RecoveredAt time.Time
+	// OutputAt is when the last of the restarted tail subtasks (those with no restarted consumer) emitted
+	// its first record again: the end of the outage of the affected path.
+	OutputAt time.Time
+	// RecordsLost counts the records that affect no state: on each channel from a producer that kept
+	// running to a restarted consumer, those after the consumer's restored position and before the first
+	// record it received. RecordsDropped and BuffersDropped are the producers' view of the same loss (whole
+	// buffers dropped while no consumer was attached); PartialRecordsSkipped counts records whose start was
+	// dropped and whose rest the new consumer skipped.
+	RecordsLost, RecordsDropped, BuffersDropped, PartialRecordsSkipped uint64
 
 	awaiting map[ident.Subtask]bool
+	tails    map[ident.Subtask]bool
+	baseline map[channelKey]network.SubpartitionStats
+}
+
+// channelKey names one subpartition of one partition.
+type channelKey struct {
+	p   ident.PartitionID
+	sub int
 }
 
 // SubtaskStatus describes one subtask in a snapshot.
@@ -166,6 +186,9 @@ type JobMaster struct {
 	restart  scheduler.RestartStrategy
 	plan     *restartPlan
 	ctx      context.Context
+	// lastTriggered is the highest checkpoint id triggered so far: a restarted attempt ignores barriers up
+	// to it, which only its predecessor could have completed.
+	lastTriggered int64
 
 	mu        sync.Mutex
 	status    Status
@@ -482,6 +505,7 @@ func (jm *JobMaster) process(r checkpoint.Ready) {
 			}
 		}
 		for _, t := range r.Triggers {
+			jm.lastTriggered = max(jm.lastTriggered, t.ID)
 			var flags uint32
 			if t.Mode == checkpoint.AtLeastOnce {
 				flags = BarrierFlagAtLeastOnce
@@ -605,11 +629,12 @@ func (jm *JobMaster) descriptor(ex *execution) (task.Config, error) {
 	cfg := task.Config{
 		Info: task.Info{JobName: jm.cfg.Job.Name, VertexName: v.Name, Attempt: ex.attempt,
 			Parallelism: v.Parallelism, MaxParallelism: v.MaxParallelism, TaskManager: ex.tm.Name()},
-		Chain:             jm.cfg.ChainFor(v),
-		BufferTimeout:     jm.cfg.BufferTimeout,
-		MaxRecordSize:     jm.cfg.MaxRecordSize,
-		CreditsPerChannel: jm.cfg.CreditsPerChannel,
-		StateBackend:      jm.cfg.StateBackend,
+		Chain:               jm.cfg.ChainFor(v),
+		SkipCheckpointsUpTo: jm.lastTriggered,
+		BufferTimeout:       jm.cfg.BufferTimeout,
+		MaxRecordSize:       jm.cfg.MaxRecordSize,
+		CreditsPerChannel:   jm.cfg.CreditsPerChannel,
+		StateBackend:        jm.cfg.StateBackend,
 	}
 	for _, e := range v.Outputs {
 		cfg.Outputs = append(cfg.Outputs, task.OutputSpec{
@@ -645,6 +670,11 @@ func (jm *JobMaster) onUpdate(u task.Update) {
 	if ex == nil || ex.attempt != u.Attempt {
 		jm.mu.Unlock()
 		jm.log.Debug("ignoring update from a replaced attempt", "attempt", u.Attempt, "state", u.State)
+		return
+	}
+	if o := u.Observation; o != nil {
+		jm.mu.Unlock()
+		jm.onObservation(u.Attempt, o)
 		return
 	}
 	ex.state = u.State
@@ -701,7 +731,8 @@ func (jm *JobMaster) onFailure(s ident.Subtask, cause error) {
 	}
 	set := jm.failover.TasksToRestart(s)
 	ev := &Failover{Failed: s, Cause: cause, Strategy: jm.cfg.Failover.String(), Restarted: set, FailedAt: now,
-		awaiting: make(map[ident.Subtask]bool)}
+		awaiting: make(map[ident.Subtask]bool), tails: make(map[ident.Subtask]bool), baseline: make(map[channelKey]network.SubpartitionStats)}
+	jm.markLossBaseline(ev)
 	jm.log.Warn("subtask failed, restarting", "subtask", jm.name(s), "err", cause, "strategy", ev.Strategy,
 		"restart", len(set), "backoff_ms", jm.restart.BackoffMillis())
 	if jm.plan == nil {
@@ -826,6 +857,86 @@ func (jm *JobMaster) verifiedLatest() *checkpoint.CompletedCheckpoint {
 	return cp
 }
 
+// markLossBaseline records, for every channel from a producer that keeps running to a subtask that
+// restarts, the producer's counters now; what it drops from here on is this failover's loss. It also notes
+// the restarted tails, whose first output ends the outage.
+func (jm *JobMaster) markLossBaseline(ev *Failover) {
+	restarted := make(map[ident.Subtask]bool, len(ev.Restarted))
+	for _, r := range ev.Restarted {
+		restarted[r] = true
+	}
+	jm.mu.Lock()
+	defer jm.mu.Unlock()
+	for _, r := range ev.Restarted {
+		tail := true
+		for _, d := range jm.cfg.Job.Downstream(r) {
+			if restarted[d] {
+				tail = false
+			}
+		}
+		if tail {
+			ev.tails[r] = true
+		}
+		v := jm.cfg.Job.Vertex(r.Vertex)
+		for _, e := range v.Inputs {
+			for _, p := range graph.ProducersOf(e, int(r.Index)) {
+				prod := ident.Subtask{Vertex: e.Source.ID, Index: int32(p)}
+				if restarted[prod] {
+					continue
+				}
+				pex := jm.execs[prod]
+				key := channelKey{p: ident.PartitionID{Result: e.Result, Producer: pex.attempt}, sub: graph.SubpartitionIndex(e, p, int(r.Index))}
+				if st, ok := pex.tm.SubpartitionStats(key.p, key.sub); ok {
+					ev.baseline[key] = st
+				}
+			}
+		}
+	}
+}
+
+// onObservation adds what a restarted attempt saw to the failover that restarted it.
+func (jm *JobMaster) onObservation(a ident.Attempt, o *task.Observation) {
+	jm.mu.Lock()
+	defer jm.mu.Unlock()
+	var ev *Failover
+	for i := len(jm.failovers) - 1; i >= 0; i-- {
+		for _, r := range jm.failovers[i].Restarted {
+			if r == a.Subtask {
+				ev = jm.failovers[i]
+				break
+			}
+		}
+		if ev != nil {
+			break
+		}
+	}
+	if ev == nil || a.Number == 0 {
+		return
+	}
+	switch o.Kind {
+	case task.ChannelJoined:
+		ev.RecordsLost += o.Lost
+		ev.PartialRecordsSkipped += o.PartialSkipped
+		key := channelKey{p: o.Channel.Partition, sub: o.Channel.Subpartition}
+		if base, ok := ev.baseline[key]; ok {
+			delete(ev.baseline, key) // count each channel once
+			if ex := jm.execs[o.Channel.Partition.Producer.Subtask]; ex != nil {
+				if st, ok := ex.tm.SubpartitionStats(key.p, key.sub); ok {
+					ev.RecordsDropped += st.RecordsDropped - base.RecordsDropped
+					ev.BuffersDropped += st.BuffersDropped - base.BuffersDropped
+				}
+			}
+		}
+	case task.FirstOutput:
+		if ev.tails[a.Subtask] {
+			delete(ev.tails, a.Subtask)
+			if o.At.After(ev.OutputAt) {
+				ev.OutputAt = o.At
+			}
+		}
+	}
+}
+
 // onRunning completes failover events whose restarted subtasks all run again.
 func (jm *JobMaster) onRunning(s ident.Subtask) {
 	jm.mu.Lock()
@@ -946,7 +1057,7 @@ func (jm *JobMaster) Snapshot() Snapshot {
 	}
 	for _, f := range jm.failovers {
 		c := *f
-		c.awaiting = nil
+		c.awaiting, c.tails, c.baseline = nil, nil, nil
 		c.Restarted = append([]ident.Subtask(nil), f.Restarted...)
 		snap.Failovers = append(snap.Failovers, c)
 	}

@@ -35,10 +35,13 @@ type Subpartition struct {
 	lastView ident.Attempt // owner of the most recent view, for fencing
 	hadView  bool
 	finished bool // end-of-partition enqueued (blocking: written and the spill file closed)
-	consumed bool // a view polled end-of-partition
-	released bool
-	stats    SubpartitionStats
-	spill    *spillWriter // blocking partitions only
+	// eopQueued says the end-of-partition event is in the queue; a reconnectable subpartition whose
+	// end-of-partition was dropped, or read by a reader that went away, gives the next reader a new one.
+	eopQueued bool
+	consumed  bool // a view polled end-of-partition
+	released  bool
+	stats     SubpartitionStats
+	spill     *spillWriter // blocking partitions only
 }
 
 // Index returns the subpartition's index in its partition.
@@ -77,6 +80,7 @@ func (s *Subpartition) add(b *Buffer, isEnd bool) {
 	s.queue.push(b)
 	if isEnd {
 		s.finished = true
+		s.eopQueued = true
 	}
 	if v := s.view; v != nil && v.credit > 0 && s.queue.len() == 1 {
 		notify = v.listener
@@ -125,6 +129,13 @@ func (s *Subpartition) createView(owner ident.Attempt, credit int, listener func
 	if blocking {
 		v.spill = s.newSpillReaderLocked(v, credit)
 	}
+	if s.partition.opts.Reconnectable && s.finished && !s.eopQueued {
+		// The producer has finished but this reader would never learn it: its end-of-partition went to a
+		// reader that is gone, or was dropped while none was attached.
+		s.queue.push(endOfPartitionBuffer(s.partition.nextSeq[s.index]))
+		s.eopQueued = true
+		s.consumed = false
+	}
 	s.view = v
 	s.lastView = owner
 	s.hadView = true
@@ -155,6 +166,7 @@ func (s *Subpartition) releaseViewLocked(v *View) {
 		s.view = nil
 	}
 	if s.partition.opts.Reconnectable {
+		s.eopQueued = false
 		for b := s.queue.pop(); b != nil; b = s.queue.pop() {
 			s.stats.BuffersDropped++
 			if b.Kind == KindData {
@@ -163,6 +175,15 @@ func (s *Subpartition) releaseViewLocked(v *View) {
 			b.Recycle()
 		}
 	}
+}
+
+// endOfPartitionBuffer makes an end-of-partition event buffer outside any pool (recycling it is a no-op).
+func endOfPartitionBuffer(nextSeq uint64) *Buffer {
+	b := &Buffer{data: make([]byte, HeaderSize, HeaderSize+eventSize)}
+	b.reset(KindEvent, nextSeq)
+	b.data = Event{Type: EventEndOfPartition}.append(b.data)
+	b.Seal()
+	return b
 }
 
 // release frees everything the subpartition holds; views report ErrPartitionReleased afterwards.
@@ -234,6 +255,7 @@ func (v *View) Poll() (*Buffer, error) {
 	v.credit--
 	consumedNow := false
 	if s.finished && s.queue.len() == 0 && b.Kind == KindEvent {
+		s.eopQueued = false
 		s.consumed = true
 		consumedNow = true
 	}

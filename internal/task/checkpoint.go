@@ -49,6 +49,10 @@ type RestoreSpec struct {
 // stateBlobName is the name of the one blob that holds all operator states of a subtask.
 const stateBlobName = "state"
 
+// channelStateName is the entry of the task's own state in the blob: how many records it had consumed on
+// each input channel. The NUL keeps it apart from operator names.
+const channelStateName = "\x00channels"
+
 // TriggerCheckpoint asks a source task to snapshot its state and send barriers downstream. It returns false
 // when the task cannot take mail anymore.
 func (t *Task) TriggerCheckpoint(id, timestampMillis int64, flags uint32) bool {
@@ -76,6 +80,18 @@ func (r *run) performCheckpoint(id, ts int64, flags uint32) {
 	if err != nil {
 		cs.Decline(id, me, fmt.Errorf("snapshot: %w", err))
 		return
+	}
+	if len(r.decoders) > 0 {
+		pos := make([]byte, 0, 8*len(r.decoders))
+		pos = binary.AppendUvarint(pos, uint64(len(r.decoders)))
+		for i, d := range r.decoders {
+			seq := r.restored[i]
+			if d.Synced() {
+				seq = d.NextSeq()
+			}
+			pos = binary.AppendUvarint(pos, seq)
+		}
+		writers = append(writers, StateWriter{Operator: channelStateName, Write: func(w io.Writer) error { _, err := w.Write(pos); return err }})
 	}
 	ev := network.Event{Type: network.EventBarrier, CheckpointID: id, TimestampMillis: ts, Flags: flags}
 	for _, p := range r.outputs {
@@ -183,6 +199,21 @@ func (r *run) restore() (finished bool, err error) {
 		}
 		for k, v := range m {
 			states[k] = v
+		}
+	}
+	if pos, ok := states[channelStateName]; ok {
+		delete(states, channelStateName)
+		n, k := binary.Uvarint(pos)
+		if k <= 0 || n != uint64(len(r.restored)) {
+			return false, fmt.Errorf("restore from checkpoint %d: the task had %d input channels, now %d", spec.CheckpointID, n, len(r.restored))
+		}
+		pos = pos[k:]
+		for i := range r.restored {
+			v, k := binary.Uvarint(pos)
+			if k <= 0 {
+				return false, fmt.Errorf("restore from checkpoint %d: malformed channel positions", spec.CheckpointID)
+			}
+			r.restored[i], pos = v, pos[k:]
 		}
 	}
 	if err := r.chain.Restore(states); err != nil {

@@ -190,13 +190,41 @@ type Config struct {
 	Restore *RestoreSpec
 	// StateBackend names where keyed state lives: "memory" (default) or "pebble".
 	StateBackend string
+	// SkipCheckpointsUpTo makes the barrier aligner drop barriers of checkpoints up to this id: they were
+	// triggered before this attempt was deployed, and the producers that were not restarted may still send
+	// them while restarted ones never will.
+	SkipCheckpointsUpTo int64
 }
 
-// Update reports a state change of a task attempt.
+// Update reports a state change of a task attempt, or (with Observation set) something it observed while
+// running, in which case State is not a change.
 type Update struct {
-	Attempt ident.Attempt
-	State   State
-	Err     error
+	Attempt     ident.Attempt
+	State       State
+	Err         error
+	Observation *Observation
+}
+
+// ObservationKind says what a task observed.
+type ObservationKind uint8
+
+const (
+	// ChannelJoined: an input channel delivered its first buffer to this attempt. Lost counts the records
+	// the producer sent on the channel after the position this attempt restored and before the first record
+	// it received: records that affect no state (approximate recovery's loss on that channel).
+	ChannelJoined ObservationKind = iota + 1
+	// FirstOutput: the attempt emitted (or, a sink, wrote) its first record.
+	FirstOutput
+)
+
+// Observation is a fact a running task reports to the job master.
+type Observation struct {
+	Kind    ObservationKind
+	At      time.Time
+	Channel ChannelSpec
+	// Lost and PartialSkipped describe a ChannelJoined.
+	Lost           uint64
+	PartialSkipped uint64
 }
 
 // RemoteConnector opens a channel to a partition on another TaskManager.
@@ -348,6 +376,10 @@ type run struct {
 	chain      Chain
 	opened     bool
 	aligner    *barrier.Aligner
+	channels   []ChannelSpec // by gate channel index
+	restored   []uint64      // per channel: records consumed at the restored checkpoint
+	joined     []bool
+	outputSeen bool
 	async      sync.WaitGroup // goroutines writing checkpoint state
 	asyncCtx   context.Context
 	stopAsync  context.CancelFunc
@@ -392,6 +424,9 @@ func (r *run) execute() (err error) {
 			mode = barrier.AtLeastOnce
 		}
 		r.aligner = barrier.New(r.gate.NumChannels(), mode)
+		if id := t.cfg.SkipCheckpointsUpTo; id > 0 {
+			r.apply(r.aligner.OnAbortUpTo(id))
+		}
 	}
 	t.setState(Running, nil)
 	if !finished {
@@ -489,11 +524,14 @@ func (r *run) setupInputs() error {
 			}
 			r.gate.SetChannel(idx, ch)
 			r.chanInput = append(r.chanInput, input)
+			r.channels = append(r.channels, c)
 			r.decoders = append(r.decoders, network.NewRecordDecoder(t.cfg.MaxRecordSize))
 			idx++
 		}
 	}
 	r.ended = make([]bool, total)
+	r.restored = make([]uint64, total)
+	r.joined = make([]bool, total)
 	return nil
 }
 
@@ -564,6 +602,7 @@ func (r *run) sourceLoop() error {
 		if err != nil {
 			return fmt.Errorf("source: %w", err)
 		}
+		r.checkOutput()
 		if flushEach {
 			r.flushAll()
 		}
@@ -635,6 +674,9 @@ func (r *run) inputLoop() error {
 // processBuffer handles one buffer of channel idx and recycles it. It returns true once every channel ended.
 func (r *run) processBuffer(idx int, buf *network.Buffer) (bool, error) {
 	defer r.gate.Recycle(idx, buf)
+	if !r.joined[idx] && buf.Kind == network.KindEvent {
+		r.join(idx, buf.FirstSeq, 0)
+	}
 	if buf.Kind == network.KindEvent {
 		ev, err := network.DecodeEvent(buf.Payload())
 		if err != nil {
@@ -669,15 +711,45 @@ func (r *run) processBuffer(idx int, buf *network.Buffer) (bool, error) {
 		}
 	}
 	dec := r.decoders[idx]
-	if _, err := dec.SetBuffer(buf); err != nil {
+	joined, err := dec.SetBuffer(buf)
+	if err != nil {
 		return false, fmt.Errorf("input channel %d: %w", idx, err)
+	}
+	if joined && !r.joined[idx] {
+		r.join(idx, dec.NextSeq(), dec.PartialRecordsSkipped)
 	}
 	n, err := r.chain.ProcessBuffer(r.chanInput[idx], dec)
 	r.t.counters.In += uint64(n)
 	if err != nil {
 		return false, fmt.Errorf("input channel %d: %w", idx, err)
 	}
+	r.checkOutput()
 	return false, nil
+}
+
+// join reports the first buffer of channel idx: the records lost on it are those after the restored
+// position and before the first one received.
+func (r *run) join(idx int, firstSeq, partial uint64) {
+	r.joined[idx] = true
+	var lost uint64
+	if firstSeq > r.restored[idx] {
+		lost = firstSeq - r.restored[idx]
+	}
+	r.t.observe(Observation{Kind: ChannelJoined, At: time.Now(), Channel: r.channels[idx], Lost: lost, PartialSkipped: partial})
+}
+
+// checkOutput reports the first record the attempt emitted.
+func (r *run) checkOutput() {
+	if !r.outputSeen && r.t.counters.Out > 0 {
+		r.outputSeen = true
+		r.t.observe(Observation{Kind: FirstOutput, At: time.Now()})
+	}
+}
+
+func (t *Task) observe(o Observation) {
+	if t.env.Report != nil {
+		t.env.Report(Update{Attempt: t.cfg.Info.Attempt, State: t.State(), Observation: &o})
+	}
 }
 
 func (r *run) cleanup(runErr error) {
