@@ -192,7 +192,11 @@ func (e *Environment) Execute(ctx context.Context, name string) (*JobResult, err
 	}
 	maxP := 0
 	for _, v := range jg.Vertices {
-		maxP = max(maxP, v.Parallelism)
+		if e.cfg.NoSlotSharing {
+			maxP += v.Parallelism
+		} else {
+			maxP = max(maxP, v.Parallelism)
+		}
 	}
 	slots := e.cfg.SlotsPerTM
 	if slots == 0 {
@@ -215,6 +219,7 @@ func (e *Environment) Execute(ctx context.Context, name string) (*JobResult, err
 		ChainFor:      func(v *graph.JobVertex) task.ChainFactory { return operator.ChainFactory(v, rc.injections) },
 		BufferTimeout: e.cfg.BufferTimeout, MaxRecordSize: e.cfg.MaxRecordSize, Logger: e.cfg.Logger,
 		Failover: rc.failover, Restart: rc.restart, StateBackend: rc.backend, Scheduling: rc.scheduling,
+		NoSlotSharing: e.cfg.NoSlotSharing,
 	}
 	if rc.checkpointing {
 		loc := rc.storage

@@ -52,6 +52,9 @@ type SourceReader[T any] = operator.SourceReader[T]
 // CheckpointedReader is a SourceReader whose position can be checkpointed (see operator.CheckpointedReader).
 type CheckpointedReader = operator.CheckpointedReader
 
+// CheckpointedWriter is a SinkWriter whose state is checkpointed (see operator.CheckpointedWriter).
+type CheckpointedWriter = operator.CheckpointedWriter
+
 // Sink creates the writers of a sink, one per parallel subtask.
 type Sink[T any] = operator.Sink[T]
 
@@ -94,6 +97,7 @@ type Config struct {
 	RestoreFrom        string
 	ExchangeMode       string
 	Scheduling         string
+	NoSlotSharing      bool
 }
 
 // Defaults of an Environment.
@@ -130,6 +134,11 @@ func WithTaskManagers(n int) Option { return func(c *Config) { c.TaskManagers = 
 
 // WithSlotsPerTaskManager sets the slots of each TaskManager (default: just enough for the job).
 func WithSlotsPerTaskManager(n int) Option { return func(c *Config) { c.SlotsPerTM = n } }
+
+// WithSlotSharing turns Flink-style slot sharing on (the default: subtask i of every operator shares slot
+// i, so forward edges stay on one TaskManager) or off (every subtask gets its own slot, spread over the
+// TaskManagers, so consecutive operators talk over TCP).
+func WithSlotSharing(on bool) Option { return func(c *Config) { c.NoSlotSharing = !on } }
 
 // WithNetworkMemory sets each TaskManager's network buffer budget in bytes (default 128 MiB).
 func WithNetworkMemory(bytes int64) Option { return func(c *Config) { c.NetworkMemoryBytes = bytes } }

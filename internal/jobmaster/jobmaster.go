@@ -91,6 +91,9 @@ type Config struct {
 	// Scheduling is eager (deploy everything at once) or pipelined-region (deploy a region once its
 	// blocking inputs are consumable).
 	Scheduling scheduler.SchedulingMode
+	// NoSlotSharing gives every subtask a slot of its own, spread over the TaskManagers in vertex order,
+	// instead of Flink's slot sharing (subtask i of every vertex in slot i).
+	NoSlotSharing bool
 	// Savepoint, when set, is the state the job starts from.
 	Savepoint *checkpoint.Savepoint
 	// SavepointOnStop, when set, is the directory where a savepoint is written when the job is cancelled
@@ -238,12 +241,18 @@ func New(cfg Config) (*JobMaster, error) {
 	}
 	need := 0
 	for _, v := range cfg.Job.Vertices {
-		if v.Parallelism > need {
+		if cfg.NoSlotSharing {
+			need += v.Parallelism
+		} else if v.Parallelism > need {
 			need = v.Parallelism
 		}
 	}
 	if need > slots {
-		return nil, fmt.Errorf("job %q needs %d slots (its highest parallelism), the cluster has %d: add TaskManagers or slots, or lower parallelism", cfg.Job.Name, need, slots)
+		what := "its highest parallelism"
+		if cfg.NoSlotSharing {
+			what = "one per subtask, without slot sharing"
+		}
+		return nil, fmt.Errorf("job %q needs %d slots (%s), the cluster has %d: add TaskManagers or slots, or lower parallelism", cfg.Job.Name, need, what, slots)
 	}
 	lg := cfg.Logger
 	if lg == nil {
@@ -282,6 +291,22 @@ func New(cfg Config) (*JobMaster, error) {
 	return jm, nil
 }
 
+// placeSubtask returns the TaskManager of subtask s: with slot sharing that of slot s.Index; without, the
+// subtasks fill the TaskManagers round-robin in vertex order.
+func (jm *JobMaster) placeSubtask(s ident.Subtask) TaskManager {
+	if !jm.cfg.NoSlotSharing {
+		return jm.placement(int(s.Index))
+	}
+	k := int(s.Index)
+	for _, v := range jm.cfg.Job.Vertices {
+		if v.ID == s.Vertex {
+			break
+		}
+		k += v.Parallelism
+	}
+	return jm.placement(k)
+}
+
 // placement returns the TaskManager of slot i.
 func (jm *JobMaster) placement(i int) TaskManager {
 	return jm.cfg.TaskManagers[i%len(jm.cfg.TaskManagers)]
@@ -295,7 +320,7 @@ func (jm *JobMaster) Run(ctx context.Context) Snapshot {
 	jm.started = time.Now()
 	jm.status = StatusRunning
 	for _, s := range jm.cfg.Job.Subtasks() {
-		jm.execs[s] = &execution{attempt: ident.Attempt{Subtask: s}, tm: jm.placement(int(s.Index)), state: task.Created}
+		jm.execs[s] = &execution{attempt: ident.Attempt{Subtask: s}, tm: jm.placeSubtask(s), state: task.Created}
 	}
 	jm.mu.Unlock()
 	jm.log.Info("job started", "vertices", len(jm.cfg.Job.Vertices), "subtasks", len(jm.execs))
@@ -1069,7 +1094,7 @@ func (jm *JobMaster) Snapshot() Snapshot {
 		vs := VertexStatus{Vertex: v}
 		for i := 0; i < v.Parallelism; i++ {
 			ex := jm.execs[ident.Subtask{Vertex: v.ID, Index: int32(i)}]
-			st := SubtaskStatus{Index: i, TaskManager: jm.placement(i).Name(), State: task.Created}
+			st := SubtaskStatus{Index: i, TaskManager: jm.placeSubtask(ident.Subtask{Vertex: v.ID, Index: int32(i)}).Name(), State: task.Created}
 			if ex != nil {
 				in, out := ex.in, ex.out
 				st = SubtaskStatus{Index: i, Attempt: int(ex.attempt.Number), TaskManager: ex.tm.Name(), State: ex.state, RecordsIn: in, RecordsOut: out}

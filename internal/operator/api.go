@@ -88,6 +88,13 @@ type CheckpointedReader interface {
 	RestoreState(state []byte) error
 }
 
+// CheckpointedWriter is a SinkWriter with state that is checkpointed and restored with the job's (for
+// example what it has written but not yet committed, or what it has seen).
+type CheckpointedWriter interface {
+	SnapshotState(checkpointID int64) ([]byte, error)
+	RestoreState(state []byte) error
+}
+
 // Sink creates the writers of a sink, one per parallel subtask.
 type Sink[T any] interface {
 	CreateWriter(ctx RuntimeContext) (SinkWriter[T], error)

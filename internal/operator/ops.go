@@ -294,6 +294,27 @@ func (s *SinkSpec[T]) Build(ctx *Context, downstream []any) (Built, error) {
 			}
 			return op.w.Close()
 		},
+		Snapshot: func(id int64) (func(io.Writer) error, error) {
+			cw, ok := op.w.(CheckpointedWriter)
+			if !ok {
+				return nil, nil
+			}
+			data, err := cw.SnapshotState(id)
+			if err != nil {
+				return nil, fmt.Errorf("sink %q: snapshot: %w", ctx.operator, err)
+			}
+			return func(w io.Writer) error { _, err := w.Write(data); return err }, nil
+		},
+		Restore: func(data []byte) error {
+			cw, ok := op.w.(CheckpointedWriter)
+			if !ok {
+				return fmt.Errorf("sink %q cannot restore its checkpointed state: its writer does not implement CheckpointedWriter", ctx.operator)
+			}
+			if err := cw.RestoreState(data); err != nil {
+				return fmt.Errorf("sink %q: restore: %w", ctx.operator, err)
+			}
+			return nil
+		},
 	}, nil
 }
 
