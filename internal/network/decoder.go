@@ -28,8 +28,9 @@ type RecordDecoder struct {
 	partial  []byte
 	contEnd  int // where the continuation must end in the current buffer, -1 if it runs to the end
 
-	synced  bool
-	nextSeq uint64
+	synced   bool
+	skipping bool // joining: skipping the rest of a record whose start was never seen
+	nextSeq  uint64
 
 	// PartialRecordsSkipped counts records whose start was never seen by this decoder.
 	PartialRecordsSkipped uint64
@@ -77,9 +78,17 @@ func (d *RecordDecoder) SetBuffer(b *Buffer) (joined bool, err error) {
 			return false, fmt.Errorf("%w: unsynchronised decoder inside a record", ErrCorrupt)
 		}
 		if cont > 0 {
-			d.PartialRecordsSkipped++
+			if !d.skipping {
+				d.PartialRecordsSkipped++
+				d.skipping = true
+			}
 			d.pos = cont
+			if cont == len(d.payload) {
+				// The record we joined in the middle of goes on in the next buffer: still joining.
+				return false, nil
+			}
 		}
+		d.skipping = false
 		d.synced = true
 		d.nextSeq = b.FirstSeq
 		return true, nil
