@@ -574,12 +574,33 @@ func (r *run) flushAll() {
 	}
 }
 
+// ticker drives the output flusher (every buffer timeout) and the publication of the record counters; a
+// task without outputs to flush still publishes its counters every publishInterval.
 func (r *run) ticker() (<-chan time.Time, func()) {
-	if d := r.t.cfg.BufferTimeout; d > 0 && len(r.outputs) > 0 {
-		tk := time.NewTicker(d)
-		return tk.C, tk.Stop
+	d := publishInterval
+	if bt := r.t.cfg.BufferTimeout; bt > 0 && len(r.outputs) > 0 {
+		d = bt
 	}
-	return nil, func() {}
+	tk := time.NewTicker(d)
+	return tk.C, tk.Stop
+}
+
+// publishInterval is how often a task without a buffer timeout publishes its counters.
+const publishInterval = 200 * time.Millisecond
+
+// handleMail runs what is pending in the mailbox and the timer without waiting.
+func (r *run) handleMail(tick <-chan time.Time) error {
+	select {
+	case f := <-r.t.mail:
+		f(r)
+	case <-tick:
+		r.flushAll()
+		r.t.counters.Publish()
+	case <-r.t.cancel:
+		return errCanceled
+	default:
+	}
+	return nil
 }
 
 func (r *run) sourceLoop() error {
@@ -588,15 +609,8 @@ func (r *run) sourceLoop() error {
 	defer stop()
 	flushEach := t.cfg.BufferTimeout == 0
 	for {
-		select {
-		case f := <-t.mail:
-			f(r)
-		case <-tick:
-			r.flushAll()
-			t.counters.Publish()
-		case <-t.cancel:
-			return errCanceled
-		default:
+		if err := r.handleMail(tick); err != nil {
+			return err
 		}
 		st, err := r.chain.PollSource()
 		if err != nil {
@@ -631,15 +645,8 @@ func (r *run) inputLoop() error {
 	defer stop()
 	flushEach := t.cfg.BufferTimeout == 0
 	for {
-		select {
-		case f := <-t.mail:
-			f(r)
-		case <-tick:
-			r.flushAll()
-			t.counters.Publish()
-		case <-t.cancel:
-			return errCanceled
-		default:
+		if err := r.handleMail(tick); err != nil {
+			return err
 		}
 		idx, buf, err := r.gate.Next()
 		if err != nil {
