@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"reflect"
+	"runtime"
 	"strconv"
 	"unsafe"
 )
@@ -18,6 +19,10 @@ type planCodec[T any] struct {
 	flat bool
 }
 
+// unalignedOK says the host loads and stores unaligned values cheaply and safely, so a flat value can be
+// copied to or from any offset of a buffer as one typed store or load.
+const unalignedOK = runtime.GOARCH == "amd64" || runtime.GOARCH == "arm64" || runtime.GOARCH == "386"
+
 // isFlat reports whether p encodes a value of size bytes as one copy of its memory.
 func (p *plan) isFlat(size uintptr) bool {
 	return len(p.ops) == 1 && p.ops[0].kind == opRun && p.ops[0].off == 0 && p.ops[0].n == size && uintptr(p.size) == size
@@ -27,7 +32,14 @@ func (c *planCodec[T]) fixedSize() int { return c.plan.size }
 
 func (c *planCodec[T]) Append(dst []byte, v T) ([]byte, error) {
 	if c.flat {
-		return append(dst, unsafe.Slice((*byte)(unsafe.Pointer(&v)), unsafe.Sizeof(v))...), nil
+		n, size := len(dst), int(unsafe.Sizeof(v))
+		if unalignedOK && cap(dst)-n >= size {
+			// One store of the value's memory, no append bookkeeping: the hot path of numeric records.
+			dst = dst[:n+size]
+			*(*T)(unsafe.Pointer(&dst[n])) = v
+			return dst, nil
+		}
+		return append(dst, unsafe.Slice((*byte)(unsafe.Pointer(&v)), size)...), nil
 	}
 	if c.plan.inlineBinary {
 		return c.appendEscaping(dst, v)
@@ -57,6 +69,10 @@ func (c *planCodec[T]) Decode(src []byte, v *T) error {
 		return lengthError(c.name, c.plan.size, len(src))
 	}
 	if c.flat {
+		if unalignedOK {
+			*v = *(*T)(unsafe.Pointer(&src[0]))
+			return nil
+		}
 		copy(unsafe.Slice((*byte)(unsafe.Pointer(v)), unsafe.Sizeof(*v)), src)
 		return nil
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/runnel-dev/runnel/bench/recovery"
 	"github.com/runnel-dev/runnel/bench/throughput"
 )
 
@@ -45,7 +46,7 @@ func newBenchCmd() *cobra.Command {
 	tp.Flags().Int64Var(&cfg.Keys, "keys", 1024, "distinct keys")
 	tp.Flags().IntVar(&cfg.Runs, "runs", 3, "alternating engine and baseline runs; medians are reported")
 	tp.Flags().BoolVar(&asJSON, "json", false, "print one JSON object {engine_rps, baseline_rps, ratio, allocs_per_record}")
-	bench.AddCommand(tp, newCheckpointBenchCmd())
+	bench.AddCommand(tp, newCheckpointBenchCmd(), newRecoveryBenchCmd())
 	return bench
 }
 
@@ -84,5 +85,50 @@ func newCheckpointBenchCmd() *cobra.Command {
 	cmd.Flags().IntVar(&cfg.Runs, "runs", 3, "alternating runs without and with checkpoints; medians are reported")
 	cmd.Flags().DurationVar(&interval, "interval", time.Second, "checkpoint interval")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
+	return cmd
+}
+
+func newRecoveryBenchCmd() *cobra.Command {
+	var cfg recovery.Config
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "recovery",
+		Short: "one injected failure under each failover strategy: outage, upstream throughput, records lost, subtasks restarted",
+		Long: `Runs generator -> map -> keyBy -> check -> sink (parallelism 4, one TaskManager, chaining off,
+checkpoints every 200 ms, fixed-delay restarts without delay) once per --failover strategy; map[1] fails
+--fail-after into each run. Prints a table, or with --json one JSON object per strategy per line (field
+names as in the Flink harness, bench/flink). See package bench/recovery for how each figure is measured.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfg.Rate < 0 {
+				return fmt.Errorf("invalid --rate %v: must not be negative", cfg.Rate)
+			}
+			if cfg.Duration <= 0 || cfg.FailAfter <= 0 || cfg.FailAfter >= cfg.Duration {
+				return fmt.Errorf("invalid --fail-after %s with --duration %s: both must be positive and the failure must come first", cfg.FailAfter, cfg.Duration)
+			}
+			res, err := recovery.Run(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				enc := json.NewEncoder(out)
+				for _, r := range res {
+					if err := enc.Encode(r); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+			return recovery.WriteTable(out, res)
+		},
+	}
+	cmd.Flags().StringSliceVar(&cfg.Failovers, "failover", recovery.Strategies, "failover strategies to run, in order (full, region, approximate)")
+	cmd.Flags().DurationVar(&cfg.Duration, "duration", recovery.DefaultDuration, "length of each run")
+	cmd.Flags().DurationVar(&cfg.FailAfter, "fail-after", recovery.DefaultFailAfter, "when map[1] fails, after the job started")
+	cmd.Flags().Float64Var(&cfg.Rate, "rate", recovery.DefaultRate, "records per second over all source subtasks (0: as fast as possible)")
+	cmd.Flags().IntVar(&cfg.Keys, "keys", recovery.DefaultKeys, "distinct keys (a multiple of the parallelism 4)")
+	cmd.Flags().DurationVar(&cfg.BufferTimeout, "buffer-timeout", recovery.DefaultBufferTimeout, "network buffer timeout: the resolution of the sink-side timings")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object per strategy per line")
 	return cmd
 }

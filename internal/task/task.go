@@ -624,7 +624,8 @@ func (r *run) sourceLoop() error {
 		case EndOfInput:
 			return nil
 		case NothingAvailable:
-			r.flushAll()
+			// No flush here: a rate-limited source is idle between every few records, and flushing each
+			// time would send tiny buffers; the buffer timeout bounds the latency.
 			t.counters.Publish()
 			select {
 			case <-r.chain.SourceAvailable():

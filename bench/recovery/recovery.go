@@ -1,0 +1,576 @@
+// Package recovery is Runnel's recovery benchmark: it runs one unbounded keyed job with each failover
+// strategy ("full", "region", "approximate"), makes one middle subtask fail once, and measures inside the
+// process how long the affected path was out, how the upstream's throughput held up during the recovery,
+// how many records were lost, and how many subtasks were restarted.
+//
+//	generator -> map (identity) -> keyBy(key) -> check (keyed sequence checker) -> sink
+//
+// # The job
+//
+// Parallelism 4, one TaskManager (so every channel is local, as in the Flink harness's MiniCluster, which
+// has no network either), chaining off so that the map is a task of its own, checkpoints every 200 ms
+// (CheckpointConfig.ApproximateLocalRecovery for the approximate run), restart strategy fixed-delay with
+// zero delay, network buffers flushed every 5 ms. The failure is the engine's failure injection
+// "map[1]@FAIL_AFTER": map subtask 1 fails at its first record after the job ran for FAIL_AFTER.
+//
+// Source subtask s of P owns the keys s, s+P, s+2P, ... below the key count K (a multiple of P), m = K/P
+// of them; its i-th record is {Key: s + (i%m)·P, Seq: i/m}, so every key's seq counts 0, 1, 2, ... The
+// sources are rate-limited (Config.Rate over all of them), so the machine is not saturated and the
+// upstream's throughput means something; a restored source rewinds to its checkpointed position and goes
+// on at the same rate. Source s forwards to map s, so the path of a record, key % P, names the source and
+// the map subtask it went through; the failure hits path 1.
+//
+// The check operator keeps per key, in keyed state (checkpointed and restored with the rest), the highest
+// seq seen, the seqs skipped (lost) and the records at or below the highest seq (duplicated). It emits
+// every record with its key's counters; the sink keeps the latest counters per key (of the newest attempt
+// of the check subtask), which add up to the checker's loss. Under exactly-once recovery (full, region) the
+// checker sees no loss; with approximate recovery its loss must equal the sum of the failovers'
+// records_lost.
+//
+// # Figures
+//
+//   - outage_ms, recovery_ms, records_lost, records_dropped, buffers_dropped, partial_records_skipped,
+//     restarted_subtasks (the length of "restarted"): the engine's failover report.
+//   - sink_gap_ms: the outage as the sinks saw it. The sinks time every record's arrival per path, over all
+//     sink subtasks and attempts; sink_gap_ms is the silence of the affected path (the time between two
+//     consecutive records of path 1 at any sink) that spans the failure: the longest such silence that
+//     ends after the failure and begins no later than max(20 ms, 4 buffer timeouts) after it. This is
+//     what the Flink harness calls outage_ms. failure_to_recovery_ms is the part of it after the failure.
+//   - unaffected_paths_max_stall_ms: the longest silence of the other paths during that gap;
+//     baseline_max_stall_ms: the longest silence of any path before the failure (after 500 ms of
+//     warm-up), the noise floor (about the buffer timeout).
+//   - upstream_throughput_ratio: the records emitted by all sources per second during
+//     [failure, failure + max(outage, 200 ms)], divided by their rate in the second before the failure
+//     (outage being the longer of outage_ms and failure_to_recovery_ms). The sources count what they
+//     emit; a goroutine samples the counters every 10 ms. Replayed records count as emitted.
+//     upstream_throughput_ratio_1s is the same over the first second after the failure.
+//   - The failure's time is not in the engine's report (only durations measured from it are); it is taken
+//     as the call of Execute + FAIL_AFTER. The injection's timer starts inside Execute after the cluster
+//     is up and before the sources are deployed, and the failure fires at map[1]'s next record, so this
+//     is early by at most the sources' start-up delay (well under a millisecond here) plus the gap
+//     between two records at map[1] (about a millisecond at the default rate).
+//   - BENCH_DEBUG=1 prints the sources' timeline and the sinks' silences around the failure to stderr.
+//
+// Time is measured in the process, with the monotonic clock, and nothing is allocated per record.
+package recovery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/runnel-dev/runnel"
+	"github.com/runnel-dev/runnel/codec"
+	"github.com/runnel-dev/runnel/connector"
+)
+
+// Defaults of a run.
+const (
+	DefaultDuration           = 6 * time.Second
+	DefaultFailAfter          = 2 * time.Second
+	DefaultRate               = 200_000 // records/s over all sources: 50,000 per source subtask at parallelism 4
+	DefaultParallelism        = 4
+	DefaultKeys               = 1024
+	DefaultCheckpointInterval = 200 * time.Millisecond
+	DefaultBufferTimeout      = 5 * time.Millisecond
+	DefaultTaskManagers       = 1
+)
+
+// FailedSubtask is the map subtask that fails, and so the affected path.
+const FailedSubtask = 1
+
+// Strategies are the failover strategies the benchmark knows, in the order it runs them by default.
+var Strategies = []string{"full", "region", "approximate"}
+
+const (
+	sampleInterval = 10 * time.Millisecond
+	minSilence     = time.Millisecond
+	warmUp         = 500 * time.Millisecond
+	minWindow      = 200 * time.Millisecond
+)
+
+// Config configures a benchmark. Zero fields take the defaults, except Rate (0: unbounded sources).
+type Config struct {
+	// Failovers are the strategies to run, in order (default Strategies).
+	Failovers []string
+	// Duration of each run, from the start of the job.
+	Duration time.Duration
+	// FailAfter is when map[1] fails, after the start of the job.
+	FailAfter time.Duration
+	// Rate is the records per second over all source subtasks; 0 runs them as fast as possible (under
+	// backpressure, and then the upstream ratio says little).
+	Rate float64
+	// Parallelism of every operator (at least 2: subtask 1 fails).
+	Parallelism int
+	// Keys is the number of distinct keys, a multiple of Parallelism.
+	Keys int
+	// CheckpointInterval is the checkpoint interval.
+	CheckpointInterval time.Duration
+	// BufferTimeout is the network buffer timeout; it is the resolution of the sink-side timings.
+	BufferTimeout time.Duration
+	// TaskManagers of the in-process cluster.
+	TaskManagers int
+	// Logger is the engine's logger (default: warnings and errors to stderr).
+	Logger *slog.Logger
+}
+
+func (c *Config) defaults() error {
+	if len(c.Failovers) == 0 {
+		c.Failovers = Strategies
+	}
+	if c.Duration == 0 {
+		c.Duration = DefaultDuration
+	}
+	if c.FailAfter == 0 {
+		c.FailAfter = DefaultFailAfter
+	}
+	if c.Parallelism == 0 {
+		c.Parallelism = DefaultParallelism
+	}
+	if c.Keys == 0 {
+		c.Keys = DefaultKeys
+	}
+	if c.CheckpointInterval == 0 {
+		c.CheckpointInterval = DefaultCheckpointInterval
+	}
+	if c.BufferTimeout == 0 {
+		c.BufferTimeout = DefaultBufferTimeout
+	}
+	if c.TaskManagers == 0 {
+		c.TaskManagers = DefaultTaskManagers
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	var errs []error
+	for _, f := range c.Failovers {
+		if !slices.Contains(Strategies, f) {
+			errs = append(errs, fmt.Errorf("unknown failover strategy %q: use %s", f, strings.Join(Strategies, ", ")))
+		}
+	}
+	if c.Parallelism < 2 {
+		errs = append(errs, fmt.Errorf("parallelism must be at least 2 (map subtask %d fails), got %d", FailedSubtask, c.Parallelism))
+	}
+	if c.Keys < c.Parallelism || c.Keys%c.Parallelism != 0 {
+		errs = append(errs, fmt.Errorf("keys must be a positive multiple of the parallelism %d, got %d", c.Parallelism, c.Keys))
+	}
+	if c.Rate < 0 {
+		errs = append(errs, fmt.Errorf("rate must not be negative, got %v", c.Rate))
+	}
+	if c.Duration < 0 || c.FailAfter < 0 || c.CheckpointInterval < 0 || c.TaskManagers < 0 {
+		errs = append(errs, errors.New("durations and counts must not be negative"))
+	}
+	if c.FailAfter >= c.Duration {
+		errs = append(errs, fmt.Errorf("fail-after %s must be shorter than the duration %s", c.FailAfter, c.Duration))
+	}
+	return errors.Join(errs...)
+}
+
+// Result holds the figures of one run. Field names follow the Flink harness (bench/flink) where the figure
+// is the same; times are milliseconds.
+type Result struct {
+	Engine                string  `json:"engine"`
+	Job                   string  `json:"job"`
+	Failover              string  `json:"failover"`
+	Parallelism           int     `json:"parallelism"`
+	Keys                  int     `json:"keys"`
+	SourceRateRPS         int64   `json:"source_rate_rps"`
+	CheckpointIntervalMS  int64   `json:"checkpoint_interval_ms"`
+	BufferTimeoutMS       int64   `json:"buffer_timeout_ms"`
+	FailAfterMS           int64   `json:"fail_after_ms"`
+	DurationMS            int64   `json:"duration_ms"`
+	TaskManagers          int     `json:"task_managers"`
+	JobStatus             string  `json:"job_status"`
+	Failovers             int     `json:"failovers"`
+	Failed                string  `json:"failed"`
+	OutageMS              int64   `json:"outage_ms"`
+	RecoveryMS            int64   `json:"recovery_ms"`
+	SinkGapMS             float64 `json:"sink_gap_ms"`
+	OutageRecovered       bool    `json:"outage_recovered"`
+	FailureToRecoveryMS   float64 `json:"failure_to_recovery_ms"`
+	UnaffectedMaxStallMS  float64 `json:"unaffected_paths_max_stall_ms"`
+	BaselineMaxStallMS    float64 `json:"baseline_max_stall_ms"`
+	SourceRPSBefore       int64   `json:"source_rps_before"`
+	SourceRPSDuring       int64   `json:"source_rps_during_recovery"`
+	UpstreamRatio         float64 `json:"upstream_throughput_ratio"`
+	UpstreamRatio1s       float64 `json:"upstream_throughput_ratio_1s"`
+	RecordsLost           uint64  `json:"records_lost"`
+	RecordsDropped        uint64  `json:"records_dropped"`
+	BuffersDropped        uint64  `json:"buffers_dropped"`
+	PartialRecordsSkipped uint64  `json:"partial_records_skipped"`
+	CheckerRecordsLost    int64   `json:"checker_records_lost"`
+	RecordsDuplicated     int64   `json:"records_duplicated"`
+	KeysChecked           int     `json:"keys_checked"`
+	// RecordsChecked is the number of records in the checker's state at the end (restored ones included,
+	// records processed by an attempt whose state was rolled back not).
+	RecordsChecked    int64    `json:"records_checked"`
+	RestartedSubtasks int      `json:"restarted_subtasks"`
+	Restarted         []string `json:"restarted"`
+	// SubtasksWithNewAttempt counts the subtasks whose attempt number is above 0 at the end: the restarts
+	// as the attempt numbers tell them, to compare with RestartedSubtasks.
+	SubtasksWithNewAttempt int      `json:"subtasks_with_new_attempt"`
+	Subtasks               int      `json:"subtasks"`
+	CheckpointRestored     *int64   `json:"checkpoint_restored"`
+	CheckpointsCompleted   int64    `json:"checkpoints_completed"`
+	RunMS                  float64  `json:"run_ms"`
+	SilencesDropped        int64    `json:"silences_dropped,omitempty"`
+	LoadAvg1m              *float64 `json:"load_avg_1m,omitempty"`
+	Cores                  int      `json:"cores"`
+}
+
+// Run runs the job once per strategy of cfg.Failovers, one after the other.
+func Run(ctx context.Context, cfg Config) ([]*Result, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, fmt.Errorf("recovery bench: %w", err)
+	}
+	var out []*Result
+	for _, f := range cfg.Failovers {
+		r, err := runOne(ctx, cfg, f)
+		if err != nil {
+			return out, fmt.Errorf("recovery bench, failover %s: %w", f, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// Record is a generated record: the Seq-th record of key Key.
+type Record struct {
+	Key, Seq int64
+}
+
+// Checked is what the check operator emits for every record: the record and its key's counters.
+type Checked struct {
+	Key, Seq   int64
+	Lost       int64 // seqs skipped so far
+	Duplicated int64 // records at or below the highest seq so far
+	Seen       int64 // records of the key in the checker's state
+	Attempt    int64 // attempt of the check subtask
+}
+
+// KeyState is the check operator's keyed state.
+type KeyState struct {
+	Last, Lost, Duplicated, Seen int64
+}
+
+// probes are the instruments of one run, shared by every subtask and attempt.
+type probes struct {
+	p        int
+	emitted  []counter // per source subtask
+	arrivals *silences
+
+	mu     sync.Mutex
+	latest []Checked // per key, the newest counters the sinks got
+	seen   []bool
+}
+
+func runOne(ctx context.Context, cfg Config, strategy string) (*Result, error) {
+	p, keys := cfg.Parallelism, cfg.Keys
+	epoch := time.Now()
+	// Silences of one path do not overlap and last at least minSilence, so this many cannot overflow
+	// (with some slack for the end of the run, which comes a little after Duration).
+	capacity := p*int(cfg.Duration/minSilence)*11/10 + 1024
+	pr := &probes{p: p, emitted: make([]counter, p),
+		arrivals: newSilences(epoch, p, minSilence, capacity),
+		latest:   make([]Checked, keys), seen: make([]bool, keys)}
+
+	cc := runnel.CheckpointConfig{Interval: cfg.CheckpointInterval}
+	opts := []runnel.Option{
+		runnel.WithParallelism(p), runnel.WithTaskManagers(cfg.TaskManagers), runnel.WithChaining(false),
+		runnel.WithBufferTimeout(cfg.BufferTimeout), runnel.WithLogger(cfg.Logger),
+		runnel.WithRestartStrategy("fixed-delay:attempts=10,delay=0s"),
+		runnel.WithFailureInjection(fmt.Sprintf("map[%d]@%s", FailedSubtask, cfg.FailAfter)),
+	}
+	if strategy == "approximate" {
+		cc.ApproximateLocalRecovery = true
+	} else {
+		opts = append(opts, runnel.WithFailover(strategy))
+	}
+	opts = append(opts, runnel.WithCheckpointing(cc))
+	env := runnel.NewEnvironment(opts...)
+	build(env, pr, cfg)
+
+	runCtx, cancel := context.WithTimeout(ctx, cfg.Duration)
+	defer cancel()
+	smp := startSampler(epoch, pr.emitted, sampleInterval, int(cfg.Duration/sampleInterval)*2+1024)
+	start := int64(time.Since(epoch))
+	res, err := env.Execute(runCtx, "recovery-"+strategy)
+	end := int64(time.Since(epoch))
+	samples := smp.finish()
+	if err != nil {
+		return nil, err
+	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	return analyse(cfg, strategy, pr, res, samples, start, end)
+}
+
+// build adds the job to env.
+func build(env *runnel.Environment, pr *probes, cfg Config) {
+	p, m := cfg.Parallelism, cfg.Keys/cfg.Parallelism
+	rc := codec.MustStruct[Record]()
+	gen := func(s int, i uint64) Record {
+		pr.emitted[s].Add(1)
+		return Record{Key: int64(s) + int64(i%uint64(m))*int64(p), Seq: int64(i / uint64(m))}
+	}
+	src := runnel.FromSource(env, connector.Generator(gen, connector.GeneratorOptions{RatePerSubtask: cfg.Rate / float64(p)})).Name("generator").WithCodec(rc)
+	mapped := runnel.Map(src.Forward(), func(r Record) (Record, error) { return r, nil }).Name("map").WithCodec(rc)
+	checked := runnel.Process(runnel.KeyBy(mapped, func(r Record) int64 { return r.Key }),
+		func() runnel.KeyedProcessFunction[int64, Record, Checked] { return &check{} }).
+		Name("check").WithCodec(codec.MustStruct[Checked]())
+	checked.SinkTo(&timingSink{pr: pr}).Name("sink")
+}
+
+// check is the keyed sequence checker.
+type check struct {
+	runnel.KeyedProcessBase[int64, Checked]
+	state   runnel.ValueState[KeyState]
+	attempt int64
+}
+
+func (c *check) Open(ctx runnel.KeyedContext[int64]) error {
+	c.attempt = int64(ctx.Attempt())
+	var err error
+	c.state, err = runnel.NewValueState(ctx, "seq", codec.MustStruct[KeyState]())
+	return err
+}
+
+func (c *check) ProcessElement(_ runnel.KeyedContext[int64], r Record, out runnel.Collector[Checked]) error {
+	s, ok := c.state.Value()
+	if !ok {
+		s = KeyState{Last: -1}
+	}
+	s.Seen++
+	switch {
+	case r.Seq == s.Last+1:
+		s.Last = r.Seq
+	case r.Seq > s.Last+1:
+		s.Lost += r.Seq - s.Last - 1
+		s.Last = r.Seq
+	default:
+		s.Duplicated++
+	}
+	c.state.Update(s)
+	out.Collect(Checked{Key: r.Key, Seq: r.Seq, Lost: s.Lost, Duplicated: s.Duplicated, Seen: s.Seen, Attempt: c.attempt})
+	return nil
+}
+
+// newer reports whether a replaces b as a key's latest counters: a later attempt of the check subtask, or
+// the same attempt with at least as many records in its state.
+func newer(a, b Checked) bool {
+	if a.Attempt != b.Attempt {
+		return a.Attempt > b.Attempt
+	}
+	return a.Seen >= b.Seen
+}
+
+// timingSink times the arrival of every record per path and keeps the latest counters per key.
+type timingSink struct{ pr *probes }
+
+func (s *timingSink) CreateWriter(runnel.RuntimeContext) (runnel.SinkWriter[Checked], error) {
+	k := len(s.pr.latest)
+	return &timingWriter{pr: s.pr, latest: make([]Checked, k), seen: make([]bool, k)}, nil
+}
+
+// publishEvery is how many records a sink writer takes between two publications of its counters.
+const publishEvery = 8192
+
+type timingWriter struct {
+	pr     *probes
+	latest []Checked
+	seen   []bool
+	n      int
+}
+
+func (w *timingWriter) Write(c Checked) error {
+	w.pr.arrivals.observe(int(c.Key % int64(w.pr.p)))
+	if k := c.Key; k >= 0 && k < int64(len(w.latest)) && (!w.seen[k] || newer(c, w.latest[k])) {
+		w.latest[k], w.seen[k] = c, true
+	}
+	if w.n++; w.n >= publishEvery {
+		w.publish()
+	}
+	return nil
+}
+
+func (w *timingWriter) publish() {
+	w.n = 0
+	w.pr.mu.Lock()
+	defer w.pr.mu.Unlock()
+	for k, c := range w.latest {
+		if w.seen[k] && (!w.pr.seen[k] || newer(c, w.pr.latest[k])) {
+			w.pr.latest[k], w.pr.seen[k] = c, true
+		}
+	}
+}
+
+func (w *timingWriter) Flush() error { w.publish(); return nil }
+func (w *timingWriter) Close() error { w.publish(); return nil }
+
+// analyse turns the probes and the job result into the figures.
+func analyse(cfg Config, strategy string, pr *probes, res *runnel.JobResult, samples []sample, start, end int64) (*Result, error) {
+	r := &Result{
+		Engine: "runnel", Job: "recovery", Failover: strategy, Parallelism: cfg.Parallelism, Keys: cfg.Keys,
+		SourceRateRPS: int64(cfg.Rate), CheckpointIntervalMS: cfg.CheckpointInterval.Milliseconds(),
+		BufferTimeoutMS: cfg.BufferTimeout.Milliseconds(), FailAfterMS: cfg.FailAfter.Milliseconds(),
+		DurationMS: cfg.Duration.Milliseconds(), TaskManagers: cfg.TaskManagers, JobStatus: res.Status,
+		Failovers: len(res.Failovers), Restarted: []string{}, LoadAvg1m: loadAvg(), Cores: runtime.NumCPU(),
+	}
+	if res.Checkpoints != nil {
+		r.CheckpointsCompleted = res.Checkpoints.Completed
+	}
+	for _, v := range res.Vertices {
+		for _, st := range v.Subtasks {
+			r.Subtasks++
+			if st.Attempt > 0 {
+				r.SubtasksWithNewAttempt++
+			}
+		}
+	}
+	if len(res.Failovers) == 0 {
+		return nil, fmt.Errorf("no failover happened (job %s after %s): the injected failure map[%d]@%s did not fire",
+			res.Status, time.Duration(end-start).Round(time.Millisecond), FailedSubtask, cfg.FailAfter)
+	}
+	f := res.Failovers[0]
+	r.Failed, r.OutageMS, r.RecoveryMS, r.CheckpointRestored = f.Failed, f.OutageMillis, f.RecoveryMillis, f.CheckpointRestored
+	for _, f := range res.Failovers {
+		r.RecordsLost += f.RecordsLost
+		r.RecordsDropped += f.RecordsDropped
+		r.BuffersDropped += f.BuffersDropped
+		r.PartialRecordsSkipped += f.PartialRecordsSkipped
+		r.RestartedSubtasks += len(f.Restarted)
+		r.Restarted = append(r.Restarted, f.Restarted...)
+	}
+
+	pr.mu.Lock()
+	for k, c := range pr.latest {
+		if pr.seen[k] {
+			r.KeysChecked++
+			r.CheckerRecordsLost += c.Lost
+			r.RecordsDuplicated += c.Duplicated
+			r.RecordsChecked += c.Seen
+		}
+	}
+	pr.mu.Unlock()
+
+	arrivals := pr.arrivals.finish(end)
+	r.SilencesDropped = pr.arrivals.dropped.Load()
+	first := firstEmission(samples)
+	if first >= 0 {
+		r.RunMS = ms(end - first)
+	}
+
+	// The failure: the injection is armed FailAfter after Execute set its timer, which it does after
+	// starting the cluster and before deploying the sources, and it fires at map[1]'s next record (they
+	// come about every millisecond). So this is the failure's time to within the sources' start-up delay
+	// (first - start, a fraction of a millisecond) plus a millisecond.
+	failAt := start + int64(cfg.FailAfter)
+
+	// The affected path's outage at the sinks: its longest silence that ends after the failure and starts
+	// at most a few buffer timeouts after it (records already in flight may still arrive).
+	outageEnd := failAt
+	slack := max(4*int64(cfg.BufferTimeout), int64(20*time.Millisecond))
+	if s, ok := longest(arrivals, func(s silence) bool {
+		return s.path == FailedSubtask && s.to > failAt && s.from <= failAt+slack
+	}); ok {
+		r.SinkGapMS, r.OutageRecovered, r.FailureToRecoveryMS = ms(s.length()), !s.open, ms(s.to-failAt)
+		outageEnd = s.to
+	}
+	if s, ok := longest(arrivals, func(s silence) bool {
+		return s.path != FailedSubtask && s.to > failAt && s.from < outageEnd
+	}); ok {
+		r.UnaffectedMaxStallMS = ms(s.length())
+	}
+	if first >= 0 {
+		if s, ok := longest(arrivals, func(s silence) bool { return s.from >= first+int64(warmUp) && s.to <= failAt }); ok {
+			r.BaselineMaxStallMS = ms(s.length())
+		}
+	}
+	if os.Getenv("BENCH_DEBUG") != "" {
+		debugTimeline(os.Stderr, strategy, samples, arrivals, start, failAt, outageEnd)
+	}
+
+	// Upstream throughput: the second before the failure against the outage window after it.
+	if first >= 0 && len(samples) > 0 {
+		lastSample := samples[len(samples)-1].t
+		from := max(failAt-int64(time.Second), first)
+		atFail := emittedAt(samples, failAt)
+		if failAt > from {
+			before := (atFail - emittedAt(samples, from)) / secs(failAt-from)
+			window := max(int64(r.OutageMS)*int64(time.Millisecond), outageEnd-failAt, int64(minWindow))
+			to := min(failAt+window, lastSample)
+			r.SourceRPSBefore = int64(before)
+			if to > failAt && before > 0 {
+				during := (emittedAt(samples, to) - atFail) / secs(to-failAt)
+				r.SourceRPSDuring = int64(during)
+				r.UpstreamRatio = round3(during / before)
+			}
+			if failAt+int64(time.Second) <= lastSample && before > 0 {
+				r.UpstreamRatio1s = round3((emittedAt(samples, failAt+int64(time.Second)) - atFail) / before)
+			}
+		}
+	}
+	return r, nil
+}
+
+// longest returns the longest silence that satisfies ok.
+func longest(ss []silence, ok func(silence) bool) (silence, bool) {
+	var best silence
+	found := false
+	for _, s := range ss {
+		if ok(s) && (!found || s.length() > best.length()) {
+			best, found = s, true
+		}
+	}
+	return best, found
+}
+
+func ms(ns int64) float64      { return float64(ns/10_000) / 100 }
+func secs(ns int64) float64    { return float64(ns) / 1e9 }
+func round3(x float64) float64 { return float64(int64(x*1000+0.5)) / 1000 }
+
+// loadAvg returns the 1-minute load average, or nil where there is none to read.
+func loadAvg() *float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return nil
+	}
+	fields := strings.Fields(string(b))
+	if len(fields) == 0 {
+		return nil
+	}
+	v, err := strconv.ParseFloat(fields[0], 64)
+	if err != nil {
+		return nil
+	}
+	return &v
+}
+
+// debugTimeline prints, with BENCH_DEBUG set, the sources' emitted counts and the sinks' silences of at
+// least 3 ms around the failure (times in ms since the job started).
+func debugTimeline(w io.Writer, strategy string, samples []sample, arrivals []silence, start, failAt, outageEnd int64) {
+	rel := func(t int64) float64 { return ms(t - start) }
+	fmt.Fprintf(w, "[%s] sources started at %.2f ms, failure at %.2f ms, affected path silent at the sinks until %.2f ms\n",
+		strategy, rel(firstEmission(samples)), rel(failAt), rel(outageEnd))
+	from, to := failAt-int64(50*time.Millisecond), outageEnd+int64(100*time.Millisecond)
+	for _, s := range samples {
+		if s.t >= from && s.t <= to {
+			fmt.Fprintf(w, "[%s]   t=%8.2f emitted=%d\n", strategy, rel(s.t), s.n)
+		}
+	}
+	for _, s := range arrivals {
+		if s.length() >= int64(3*time.Millisecond) && s.to >= from && s.from <= to {
+			fmt.Fprintf(w, "[%s]   sink path %d silent %8.2f .. %8.2f (%.2f ms)\n", strategy, s.path, rel(s.from), rel(s.to), ms(s.length()))
+		}
+	}
+}
