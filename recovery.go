@@ -70,7 +70,7 @@ func WithStateBackend(name string) Option { return func(c *Config) { c.StateBack
 
 // WithFailureInjection makes tasks fail on purpose, for tests and demos. Each spec is
 // "OPERATOR[SUBTASK]@WHEN", where WHEN is a duration since the job started ("2s") or a record count
-// ("5000": after that many records reached that subtask of the operator). The task holding the operator
+// ("5000": after that many records reached that subtask of the operator, over all its attempts). The task holding the operator
 // fails once, at that point.
 func WithFailureInjection(specs ...string) Option {
 	return func(c *Config) { c.FailureInjections = append(c.FailureInjections, specs...) }

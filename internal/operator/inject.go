@@ -8,9 +8,9 @@ import (
 	"github.com/runnel-dev/runnel/internal/task"
 )
 
-// Injection makes one subtask of one operator fail once, on purpose: after AfterRecords records reached it,
-// or at the first record after the job ran for After. It is shared by every attempt of the subtask, so it
-// fires once per job, not once per attempt.
+// Injection makes one subtask of one operator fail once, on purpose: after AfterRecords records reached it
+// (counted over all its attempts, replayed records included), or at the first record after the job ran for
+// After. It is shared by every attempt of the subtask, so it fires once per job, not once per attempt.
 type Injection struct {
 	Operator     string
 	Subtask      int
@@ -20,6 +20,7 @@ type Injection struct {
 
 	armed atomic.Bool
 	fired atomic.Bool
+	seen  atomic.Uint64
 }
 
 // Arm makes a time-based injection fire at the next record; the job's owner calls it After the start.
@@ -31,12 +32,10 @@ func (i *Injection) Fired() bool { return i.fired.Load() }
 type injector[T any] struct {
 	next Collector[T]
 	inj  *Injection
-	n    uint64
 }
 
 func (c *injector[T]) Collect(v T) {
-	c.n++
-	if !c.inj.fired.Load() && (c.inj.AfterRecords > 0 && c.n >= c.inj.AfterRecords || c.inj.armed.Load()) &&
+	if !c.inj.fired.Load() && (c.inj.AfterRecords > 0 && c.inj.seen.Add(1) >= c.inj.AfterRecords || c.inj.armed.Load()) &&
 		c.inj.fired.CompareAndSwap(false, true) {
 		task.Abort(fmt.Errorf("injected failure %s", c.inj.Spec))
 	}
