@@ -309,3 +309,27 @@ func TestApproximateCheckpointsContinue(t *testing.T) {
 		t.Fatalf("status %s", res.Status)
 	}
 }
+
+// TestApproximateReportsLossPerChannel: the per-channel breakdown adds up to the failover's totals.
+func TestApproximateReportsLossPerChannel(t *testing.T) {
+	env := runnel.NewEnvironment(approximateOpts(runnel.WithTaskManagers(2), runnel.WithFailureInjection("map[0]@4000"))...)
+	src := runnel.FromSource(env, seqSource(12000, 24000, 8)).Name("source").WithCodec(codec.MustStruct[seqRec]())
+	m := runnel.Map(src, func(r seqRec) (seqRec, error) { return r, nil }).Name("map").WithCodec(codec.MustStruct[seqRec]())
+	m.SinkTo(newSeenSink()).Name("sink")
+	res, err := env.Execute(context.Background(), "approximate-channels")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := res.Failovers[0]
+	var lost, dropped uint64
+	for _, c := range f.Channels {
+		lost += c.RecordsLost
+		dropped += c.RecordsDropped
+		if c.To != "map[0]" && c.To != "sink[0]" {
+			t.Fatalf("channel to a subtask that did not restart: %+v", c)
+		}
+	}
+	if lost != f.RecordsLost || dropped != f.RecordsDropped || len(f.Channels) == 0 {
+		t.Fatalf("channels %+v do not add up to %+v", f.Channels, f)
+	}
+}

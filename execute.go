@@ -102,6 +102,19 @@ type FailoverResult struct {
 	RecordsDropped        uint64 `json:"records_dropped"`
 	BuffersDropped        uint64 `json:"buffers_dropped"`
 	PartialRecordsSkipped uint64 `json:"partial_records_skipped"`
+	// Channels breaks the loss down by channel, for the channels that lost anything.
+	Channels []ChannelLossResult `json:"channels,omitempty"`
+}
+
+// ChannelLossResult is the loss of one channel in one failover, from a producer subtask ("VERTEX[i]") that
+// kept running (or was restarted) to a restarted consumer.
+type ChannelLossResult struct {
+	From                  string `json:"from"`
+	To                    string `json:"to"`
+	RecordsLost           uint64 `json:"records_lost"`
+	RecordsDropped        uint64 `json:"records_dropped"`
+	BuffersDropped        uint64 `json:"buffers_dropped"`
+	PartialRecordsSkipped uint64 `json:"partial_records_skipped"`
 }
 
 // VertexResult describes one task (a chain of operators) of the job.
@@ -356,6 +369,11 @@ func resultOf(name string, s jobmaster.Snapshot) *JobResult {
 			fr.OutageMillis = f.OutputAt.Sub(f.FailedAt).Milliseconds()
 		}
 		fr.RecordsLost, fr.RecordsDropped, fr.BuffersDropped, fr.PartialRecordsSkipped = f.RecordsLost, f.RecordsDropped, f.BuffersDropped, f.PartialRecordsSkipped
+		for _, c := range f.Channels {
+			fr.Channels = append(fr.Channels, ChannelLossResult{From: subtaskName(c.Producer), To: subtaskName(c.Consumer),
+				RecordsLost: c.RecordsLost, RecordsDropped: c.RecordsDropped, BuffersDropped: c.BuffersDropped,
+				PartialRecordsSkipped: c.PartialRecordsSkipped})
+		}
 		r.Failovers = append(r.Failovers, fr)
 	}
 	if s.Err != nil {

@@ -120,10 +120,18 @@ type Failover struct {
 	// buffers dropped while no consumer was attached); PartialRecordsSkipped counts records whose start was
 	// dropped and whose rest the new consumer skipped.
 	RecordsLost, RecordsDropped, BuffersDropped, PartialRecordsSkipped uint64
+	// Channels breaks the loss down by channel (only channels that lost something).
+	Channels []ChannelLoss
 
 	awaiting map[ident.Subtask]bool
 	tails    map[ident.Subtask]bool
 	baseline map[channelKey]network.SubpartitionStats
+}
+
+// ChannelLoss is the loss of one channel in one failover: from a producer subtask to a restarted consumer.
+type ChannelLoss struct {
+	Producer, Consumer                                                 ident.Subtask
+	RecordsLost, RecordsDropped, BuffersDropped, PartialRecordsSkipped uint64
 }
 
 // channelKey names one subpartition of one partition.
@@ -940,17 +948,24 @@ func (jm *JobMaster) onObservation(a ident.Attempt, o *task.Observation) {
 	}
 	switch o.Kind {
 	case task.ChannelJoined:
-		ev.RecordsLost += o.Lost
-		ev.PartialRecordsSkipped += o.PartialSkipped
+		cl := ChannelLoss{Producer: o.Channel.Partition.Producer.Subtask, Consumer: a.Subtask,
+			RecordsLost: o.Lost, PartialRecordsSkipped: o.PartialSkipped}
 		key := channelKey{p: o.Channel.Partition, sub: o.Channel.Subpartition}
 		if base, ok := ev.baseline[key]; ok {
 			delete(ev.baseline, key) // count each channel once
 			if ex := jm.execs[o.Channel.Partition.Producer.Subtask]; ex != nil {
 				if st, ok := ex.tm.SubpartitionStats(key.p, key.sub); ok {
-					ev.RecordsDropped += st.RecordsDropped - base.RecordsDropped
-					ev.BuffersDropped += st.BuffersDropped - base.BuffersDropped
+					cl.RecordsDropped = st.RecordsDropped - base.RecordsDropped
+					cl.BuffersDropped = st.BuffersDropped - base.BuffersDropped
 				}
 			}
+		}
+		ev.RecordsLost += cl.RecordsLost
+		ev.PartialRecordsSkipped += cl.PartialRecordsSkipped
+		ev.RecordsDropped += cl.RecordsDropped
+		ev.BuffersDropped += cl.BuffersDropped
+		if cl.RecordsLost+cl.RecordsDropped+cl.BuffersDropped+cl.PartialRecordsSkipped > 0 {
+			ev.Channels = append(ev.Channels, cl)
 		}
 	case task.FirstOutput:
 		if ev.tails[a.Subtask] {
@@ -1083,6 +1098,7 @@ func (jm *JobMaster) Snapshot() Snapshot {
 	for _, f := range jm.failovers {
 		c := *f
 		c.awaiting, c.tails, c.baseline = nil, nil, nil
+		c.Channels = append([]ChannelLoss(nil), f.Channels...)
 		c.Restarted = append([]ident.Subtask(nil), f.Restarted...)
 		snap.Failovers = append(snap.Failovers, c)
 	}
