@@ -49,6 +49,11 @@ type CheckpointConfig struct {
 	// ApproximateLocalRecovery makes every pipelined edge reconnectable (PIPELINED_APPROXIMATE): a failed
 	// subtask restarts together with everything downstream of it while everything upstream keeps running,
 	// at the price of a counted loss of the records in flight. Same as WithFailover("approximate").
+	//
+	// Restarted subtasks restore the latest completed checkpoint (or start empty). A restarted source
+	// rewinds to its checkpointed position; everything downstream of it restarts from the same checkpoint,
+	// so keyed state sees each record once, but a sink that is not part of the checkpoint (print, a plain
+	// file) sees again what the restarted path had emitted since that checkpoint: those are duplicates.
 	ApproximateLocalRecovery bool
 }
 
