@@ -9,6 +9,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"unsafe"
 
 	"github.com/runnel-dev/runnel/codec"
 )
@@ -77,6 +78,9 @@ type heapBackend[K comparable] struct {
 	keys  []K
 	enc   []byte // scratch for encoding a new key
 	dec   K
+	// ints caches slots for 8-byte integer keys in a flat open-addressing table, in front of slots: the
+	// per-record lookup of the common int64 key then costs a multiply and a probe or two.
+	ints *intIndex
 }
 
 // NewHeap makes an empty heap (in-memory) backend.
@@ -92,6 +96,12 @@ func NewHeap[K comparable](o Options[K]) (KeyedBackend[K], error) {
 		slots: make(map[K]int32),
 	}
 	b.slotOf = b.slotOfEncoded
+	switch any(*new(K)).(type) {
+	case int64, uint64, int, uint:
+		if unsafe.Sizeof(*new(K)) == 8 {
+			b.ints = newIntIndex()
+		}
+	}
 	return b, nil
 }
 
@@ -100,6 +110,20 @@ func (b *heapBackend[K]) store() any { return &b.heapStore }
 // SetCurrentKey implements KeyedBackend. A key seen before costs one map lookup; a new key is encoded once
 // to check its key group.
 func (b *heapBackend[K]) SetCurrentKey(k K) {
+	if b.ints != nil {
+		x := *(*uint64)(unsafe.Pointer(&k))
+		if s, ok := b.ints.get(x); ok {
+			b.cur = s
+			return
+		}
+		s, ok := b.slots[k]
+		if !ok {
+			s = b.newSlot(k)
+		}
+		b.ints.put(x, s)
+		b.cur = s
+		return
+	}
 	s, ok := b.slots[k]
 	if !ok {
 		s = b.newSlot(k)
@@ -303,7 +327,7 @@ func (b *heapBackend[K]) Restore(snapshots []io.Reader) error {
 
 // Close implements KeyedBackend.
 func (b *heapBackend[K]) Close() error {
-	b.slots, b.keys, b.tables, b.pending = nil, nil, nil, nil
+	b.slots, b.keys, b.tables, b.pending, b.ints = nil, nil, nil, nil, nil
 	b.cur = -1
 	return nil
 }
@@ -734,4 +758,59 @@ func (c *mapCapture[MK, MV]) entries(slot int, emit func(mapKey, value []byte) e
 		}
 	}
 	return nil
+}
+
+// intIndex maps 8-byte integer keys to slots: open addressing with linear probing, at most half full. Slots
+// of keys never change, so it is only ever added to.
+type intIndex struct {
+	keys  []uint64
+	slots []int32 // slot+1; 0 marks an empty entry
+	mask  uint64
+	n     int
+}
+
+func newIntIndex() *intIndex {
+	const size = 64
+	return &intIndex{keys: make([]uint64, size), slots: make([]int32, size), mask: size - 1}
+}
+
+func (x *intIndex) home(k uint64) uint64 {
+	k ^= k >> 33
+	k *= 0xff51afd7ed558ccd
+	k ^= k >> 33
+	return k & x.mask
+}
+
+func (x *intIndex) get(k uint64) (int32, bool) {
+	for i := x.home(k); ; i = (i + 1) & x.mask {
+		s := x.slots[i]
+		if s == 0 {
+			return 0, false
+		}
+		if x.keys[i] == k {
+			return s - 1, true
+		}
+	}
+}
+
+func (x *intIndex) put(k uint64, slot int32) {
+	if 2*(x.n+1) > len(x.keys) {
+		old := *x
+		size := 2 * len(old.keys)
+		*x = intIndex{keys: make([]uint64, size), slots: make([]int32, size), mask: uint64(size - 1)}
+		for i, s := range old.slots {
+			if s != 0 {
+				x.put(old.keys[i], s-1)
+			}
+		}
+	}
+	i := x.home(k)
+	for ; x.slots[i] != 0; i = (i + 1) & x.mask {
+		if x.keys[i] == k {
+			x.slots[i] = slot + 1
+			return
+		}
+	}
+	x.keys[i], x.slots[i] = k, slot+1
+	x.n++
 }
