@@ -364,7 +364,7 @@ func (jm *JobMaster) Run(ctx context.Context) Snapshot {
 		case a := <-jm.acks:
 			jm.onAck(a)
 		case <-tick:
-			if jm.coord != nil {
+			if jm.coord != nil && jm.allRunning() {
 				jm.process(jm.coord.Tick(jm.now()))
 			}
 			if sp := jm.savepoint; sp != nil && sp.written == "" && sp.err == nil && time.Now().After(sp.deadline) {
@@ -462,6 +462,20 @@ func (jm *JobMaster) deployRegions(regions []scheduler.RegionID) {
 			}
 		}
 	}
+}
+
+// allRunning reports whether every subtask is running or finished. Checkpoints are triggered only then: a
+// subtask still connecting its inputs (a restarted consumer of an approximate partition, in particular)
+// would miss the barriers its producers send meanwhile, and every other task would wait for it in alignment.
+func (jm *JobMaster) allRunning() bool {
+	jm.mu.Lock()
+	defer jm.mu.Unlock()
+	for _, ex := range jm.execs {
+		if ex.state != task.Running && ex.state != task.Finished {
+			return false
+		}
+	}
+	return true
 }
 
 // now is the job master's clock for the pure state machines: milliseconds since the job started.
