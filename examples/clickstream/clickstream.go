@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"sync"
 
 	"github.com/spf13/pflag"
 
@@ -49,7 +48,7 @@ type Job struct {
 	EmitEvery int64
 	Rate      float64
 	fs        *pflag.FlagSet
-	sink      *totalsSink
+	sink      *run.LatestSink[int64, UserTotals]
 }
 
 // New registers the example's flags on fs (nil: none) and returns the job they configure.
@@ -107,7 +106,8 @@ func (j *Job) Build(env *runnel.Environment, opts run.Options) error {
 	totals := runnel.Process(runnel.KeyBy(clicks, func(c Click) int64 { return c.User }),
 		func() runnel.KeyedProcessFunction[int64, Click, UserTotals] { return &aggregate{every: every} }).
 		Name("aggregate").WithCodec(codec.MustStruct[UserTotals]())
-	j.sink = &totalsSink{latest: map[int64]UserTotals{}}
+	j.sink = run.NewLatestSink(func(t UserTotals) int64 { return t.User },
+		func(a, b UserTotals) bool { return a.Clicks >= b.Clicks })
 	totals.SinkTo(j.sink).Name("totals").SetParallelism(1)
 	return nil
 }
@@ -117,13 +117,7 @@ func (j *Job) Totals() map[int64]UserTotals {
 	if j.sink == nil {
 		return nil
 	}
-	j.sink.mu.Lock()
-	defer j.sink.mu.Unlock()
-	out := make(map[int64]UserTotals, len(j.sink.latest))
-	for k, v := range j.sink.latest {
-		out[k] = v
-	}
-	return out
+	return j.sink.Latest()
 }
 
 // Summary prints the number of users and clicks and the five most active users.
@@ -195,43 +189,3 @@ func (a *aggregate) totals(user, clicks int64, final bool) UserTotals {
 	})
 	return t
 }
-
-// totalsSink keeps the latest totals per user.
-type totalsSink struct {
-	mu     sync.Mutex
-	latest map[int64]UserTotals
-}
-
-func (s *totalsSink) CreateWriter(runnel.RuntimeContext) (runnel.SinkWriter[UserTotals], error) {
-	return &totalsWriter{s: s, buf: map[int64]UserTotals{}}, nil
-}
-
-type totalsWriter struct {
-	s   *totalsSink
-	buf map[int64]UserTotals
-	n   int
-}
-
-func (w *totalsWriter) Write(t UserTotals) error {
-	w.buf[t.User] = t
-	if w.n++; w.n >= 4096 {
-		w.publish()
-	}
-	return nil
-}
-
-// publish moves buffered totals to the sink, so a summary after cancellation sees recent ones.
-func (w *totalsWriter) publish() {
-	w.s.mu.Lock()
-	for k, v := range w.buf {
-		if old, ok := w.s.latest[k]; !ok || v.Clicks >= old.Clicks {
-			w.s.latest[k] = v
-		}
-	}
-	w.s.mu.Unlock()
-	clear(w.buf)
-	w.n = 0
-}
-
-func (w *totalsWriter) Flush() error { w.publish(); return nil }
-func (w *totalsWriter) Close() error { w.publish(); return nil }

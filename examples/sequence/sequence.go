@@ -52,7 +52,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"sync"
 
 	"github.com/spf13/pflag"
 
@@ -105,7 +104,7 @@ type Job struct {
 
 	fs   *pflag.FlagSet
 	gen  generator
-	sink *countersSink
+	sink *run.LatestSink[int64, Counters] // outlives the attempts of its writers
 }
 
 // Defaults of the example's flags.
@@ -206,7 +205,7 @@ func (j *Job) Build(env *runnel.Environment, opts run.Options) error {
 	counters := runnel.Process(runnel.KeyBy(mapped, func(r Record) int64 { return r.Key }),
 		func() runnel.KeyedProcessFunction[int64, Record, Counters] { return &check{every: every, gen: gen} }).
 		Name("check").WithCodec(codec.MustStruct[Counters]())
-	j.sink = &countersSink{latest: map[int64]Counters{}}
+	j.sink = run.NewLatestSink(func(c Counters) int64 { return c.Key }, newer)
 	counters.SinkTo(j.sink).Name("sink").SetParallelism(1)
 	return nil
 }
@@ -216,13 +215,7 @@ func (j *Job) Latest() map[int64]Counters {
 	if j.sink == nil {
 		return nil
 	}
-	j.sink.mu.Lock()
-	defer j.sink.mu.Unlock()
-	out := make(map[int64]Counters, len(j.sink.latest))
-	for k, v := range j.sink.latest {
-		out[k] = v
-	}
-	return out
+	return j.sink.Latest()
 }
 
 // Checker sums the latest counters over keys. When res says a bounded job FINISHED, keys the sink never
@@ -415,12 +408,6 @@ func (c *check) counters(k int64, s *KeyState, final bool) Counters {
 		Seen: s.Seen, Last: s.Last, Attempt: c.attempt, Final: final}
 }
 
-// countersSink keeps the latest counters per key. It outlives the attempts of its writers.
-type countersSink struct {
-	mu     sync.Mutex
-	latest map[int64]Counters
-}
-
 // newer reports whether a replaces b as a key's latest counters: a later attempt of the check subtask, or
 // the same attempt having seen at least as many records.
 func newer(a, b Counters) bool {
@@ -429,39 +416,3 @@ func newer(a, b Counters) bool {
 	}
 	return a.Seen >= b.Seen
 }
-
-func (s *countersSink) CreateWriter(runnel.RuntimeContext) (runnel.SinkWriter[Counters], error) {
-	return &countersWriter{s: s, buf: map[int64]Counters{}}, nil
-}
-
-type countersWriter struct {
-	s   *countersSink
-	buf map[int64]Counters
-	n   int
-}
-
-func (w *countersWriter) Write(c Counters) error {
-	if old, ok := w.buf[c.Key]; !ok || newer(c, old) {
-		w.buf[c.Key] = c
-	}
-	if w.n++; w.n >= 1024 {
-		w.publish()
-	}
-	return nil
-}
-
-// publish moves the buffered counters to the sink, so that a summary after cancellation sees recent ones.
-func (w *countersWriter) publish() {
-	w.s.mu.Lock()
-	for k, v := range w.buf {
-		if old, ok := w.s.latest[k]; !ok || newer(v, old) {
-			w.s.latest[k] = v
-		}
-	}
-	w.s.mu.Unlock()
-	clear(w.buf)
-	w.n = 0
-}
-
-func (w *countersWriter) Flush() error { w.publish(); return nil }
-func (w *countersWriter) Close() error { w.publish(); return nil }

@@ -565,7 +565,7 @@ func (jm *JobMaster) process(r checkpoint.Ready) {
 			}
 		}
 		if r.FailJob != nil {
-			jm.failJob(r.FailJob)
+			jm.fail(r.FailJob)
 		}
 		r = next
 	}
@@ -1004,9 +1004,6 @@ func (jm *JobMaster) onRunning(s ident.Subtask) {
 		}
 	}
 }
-
-// failJob fails the job from outside a task failure (too many failed checkpoints).
-func (jm *JobMaster) failJob(err error) { jm.fail(err) }
 
 // fail moves the job to FAILING and cancels every subtask that is still running. Restart strategies
 // plug in here.
