@@ -74,3 +74,48 @@ func TestWordCountSmoke(t *testing.T) {
 		})
 	}
 }
+
+// TestBufferTimeoutBoundsLatencyOfSlowSource pins that the buffer timeout, not the buffer size, bounds how
+// long a record of a slow (rate-limited) source waits before it crosses the network: the source spends most
+// of its time waiting for its next record, and a flush missed there held records until a buffer filled
+// (about 15 s at this rate; 30 ms stalls in the recovery benchmark).
+func TestBufferTimeoutBoundsLatencyOfSlowSource(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		tms  int
+	}{{"local", 1}, {"tcp", 2}} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := runnel.NewEnvironment(runnel.WithParallelism(1), runnel.WithTaskManagers(tc.tms),
+				runnel.WithChaining(false), runnel.WithBufferTimeout(5*time.Millisecond))
+			const want = 20
+			got := make(chan struct{})
+			n := 0
+			src := runnel.FromSource(env, connector.Generator(func(_ int, seq uint64) int64 { return int64(seq) },
+				connector.GeneratorOptions{RatePerSubtask: 200})).Name("slow")
+			runnel.Map(src, func(v int64) (int64, error) {
+				if n++; n == want {
+					close(got)
+				}
+				return v, nil
+			}).Name("count").SinkTo(connector.Discard[int64]())
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { _, err := env.Execute(ctx, "latency"); done <- err }()
+			start := time.Now()
+			select {
+			case <-got:
+				// 20 records at 200/s take 100 ms to produce; anything near a second means flushes are missed.
+				if d := time.Since(start); d > 3*time.Second {
+					t.Fatalf("%d records took %s to arrive", want, d)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%d records of a 200/s source did not cross a 5 ms buffer timeout in 10 s", want)
+			case err := <-done:
+				t.Fatalf("job ended early: %v", err)
+			}
+			cancel()
+			<-done
+		})
+	}
+}

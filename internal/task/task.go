@@ -632,6 +632,10 @@ func (r *run) sourceLoop() error {
 			case f := <-t.mail:
 				f(r)
 			case <-tick:
+				// The buffer timeout is measured here too: a rate-limited source spends most of its time
+				// in this wait, and a tick taken without flushing would hold its records until a buffer
+				// fills.
+				r.flushAll()
 				t.counters.Publish()
 			case <-t.cancel:
 				return errCanceled
