@@ -2,6 +2,7 @@ package runnel_test
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"strings"
 	"testing"
@@ -117,5 +118,55 @@ func TestBufferTimeoutBoundsLatencyOfSlowSource(t *testing.T) {
 			cancel()
 			<-done
 		})
+	}
+}
+
+// TestRecordsOfVaryingSizeCrossIntact sends records whose encoded sizes grow and shrink over a task
+// boundary, with buffers small enough that records outgrow the space left in a buffer (the writer's
+// in-place encoding then falls back to a copy) and large enough that one buffer carries more records than
+// one batch of the reader; every record must arrive intact and in order.
+func TestRecordsOfVaryingSizeCrossIntact(t *testing.T) {
+	text := func(seq uint64) string {
+		n := int(seq*37%301) + int(seq%5)*1000*int(seq%7/6) // mostly short, now and then a few thousand bytes
+		return strings.Repeat(string(rune('a'+seq%26)), n)
+	}
+	for _, tc := range []struct {
+		name    string
+		bufSize int
+		records uint64
+		short   bool
+	}{
+		{"small buffers", 256, 3000, false},
+		{"many per buffer", 32 << 10, 20000, true},
+	} {
+		for _, tms := range []int{1, 2} {
+			t.Run(fmt.Sprintf("%s/tms=%d", tc.name, tms), func(t *testing.T) {
+				env := runnel.NewEnvironment(runnel.WithParallelism(1), runnel.WithTaskManagers(tms),
+					runnel.WithChaining(false), runnel.WithBufferSize(tc.bufSize))
+				gen := func(_ int, seq uint64) string {
+					if tc.short {
+						return text(seq)[:min(2, len(text(seq)))]
+					}
+					return text(seq)
+				}
+				src := runnel.FromSource(env, connector.Generator(gen, connector.GeneratorOptions{RecordsPerSubtask: tc.records}))
+				sink := connector.NewCollect[string]()
+				runnel.Map(src, func(s string) (string, error) { return s, nil }).Name("pass").SinkTo(sink)
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				if _, err := env.Execute(ctx, "sizes"); err != nil {
+					t.Fatal(err)
+				}
+				got := sink.Records()
+				if uint64(len(got)) != tc.records {
+					t.Fatalf("got %d records, want %d", len(got), tc.records)
+				}
+				for i, s := range got {
+					if want := gen(0, uint64(i)); s != want {
+						t.Fatalf("record %d: got %d bytes %.10q, want %d bytes %.10q", i, len(s), s, len(want), want)
+					}
+				}
+			})
+		}
 	}
 }

@@ -441,3 +441,60 @@ func BenchmarkEmitDecode(b *testing.B) {
 		})
 	}
 }
+
+// TestRecordTargetInPlace pins the in-place encoding path: a record encoded into RecordTarget's bytes is
+// committed only while it fits the buffer and the size limit; otherwise nothing changes and EmitRecord takes
+// over, so the stream is the same as with EmitRecord alone.
+func TestRecordTargetInPlace(t *testing.T) {
+	h := newHarness(t, 64, 64, false)
+	h.p.opts.MaxRecordSize = 40
+	if err := h.attach(0, 64); err != nil {
+		t.Fatal(err)
+	}
+	if h.p.RecordTarget(0, 1) != nil {
+		t.Fatal("target without a current buffer")
+	}
+	var want [][]byte
+	emit := func(rec []byte) {
+		t.Helper()
+		want = append(want, rec)
+		if dst := h.p.RecordTarget(0, 8); dst != nil {
+			before := len(h.p.current[0].data)
+			if h.p.CommitRecord(0, append(dst, rec...)) {
+				return
+			}
+			if len(h.p.current[0].data) != before {
+				t.Fatal("a refused commit changed the buffer")
+			}
+		}
+		if err := h.p.EmitRecord(0, rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, n := range []int{8, 8, 3, 30, 8, 0, 8, 8, 39, 8} { // 30 and 39 outgrow a 64-byte buffer's rest
+		emit(record(i, n))
+	}
+	if dst := h.p.RecordTarget(0, 8); dst != nil && h.p.CommitRecord(0, append(dst, make([]byte, 41)...)) {
+		t.Fatal("a record over the maximum size was committed")
+	}
+	if err := h.p.EmitRecord(0, make([]byte, 41)); !errors.Is(err, ErrRecordTooLarge) {
+		t.Fatalf("oversized record: %v", err)
+	}
+	if err := h.p.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	if end, err := h.drain(); err != nil || !end {
+		t.Fatalf("drain: end=%v err=%v", end, err)
+	}
+	if len(h.got) != len(want) {
+		t.Fatalf("got %d records, want %d", len(h.got), len(want))
+	}
+	for i := range want {
+		if !bytes.Equal(h.got[i], want[i]) {
+			t.Fatalf("record %d: got %x, want %x", i, h.got[i], want[i])
+		}
+	}
+	if h.p.NextSequence(0) != uint64(len(want)) {
+		t.Fatalf("next sequence %d, want %d", h.p.NextSequence(0), len(want))
+	}
+}

@@ -190,6 +190,36 @@ func (p *ResultPartition) EmitRecord(sub int, rec []byte) error {
 	return err
 }
 
+// RecordTarget lets a producer encode a record straight into the current buffer of subpartition sub,
+// saving EmitRecord's copy: when that buffer has room for a length prefix and need more bytes it returns
+// its bytes extended by the prefix, for the caller to append the record to and hand to CommitRecord; else
+// nil, and the caller uses EmitRecord. Producer goroutine only.
+func (p *ResultPartition) RecordTarget(sub, need int) []byte {
+	b := p.current[sub]
+	if b == nil || lengthPrefixSize+need > b.freeBytes() {
+		return nil
+	}
+	return b.data[:len(b.data)+lengthPrefixSize]
+}
+
+// CommitRecord completes a record encoded into the bytes RecordTarget returned; data is those bytes as
+// extended by the encoder. It returns false, committing nothing, when the encoder outgrew the buffer or
+// the record is over the maximum record size; the record is then data[start:], start being the length of
+// RecordTarget's result, for EmitRecord (which also reports the size error).
+func (p *ResultPartition) CommitRecord(sub int, data []byte) bool {
+	b := p.current[sub]
+	start := len(b.data)
+	n := len(data) - start - lengthPrefixSize
+	if n < 0 || n > p.opts.MaxRecordSize || cap(data) != cap(b.data) || &data[0] != &b.data[0] {
+		return false
+	}
+	binary.LittleEndian.PutUint32(data[start:], uint32(n))
+	b.data = data
+	b.Starts++
+	p.nextSeq[sub]++
+	return true
+}
+
 // spill writes piece into the current buffer of sub and as many further buffers as needed; remaining is the
 // number of bytes of the record, piece included, still to be written.
 func (p *ResultPartition) spill(sub int, b *Buffer, piece []byte, remaining int) (*Buffer, int, error) {

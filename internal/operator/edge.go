@@ -56,6 +56,13 @@ func (s *EdgeSpec[T]) NewWriter(ctx *Context, p *network.ResultPartition, e *gra
 	return w, nil
 }
 
+// CollectBatch implements BatchCollector.
+func (w *writer[T]) CollectBatch(vs []T) {
+	for _, v := range vs {
+		w.Collect(v)
+	}
+}
+
 // Reader decodes the records of one network input.
 type Reader interface {
 	// ProcessBuffer decodes every record dec yields from its current buffer and hands it on; it returns
@@ -69,7 +76,7 @@ func (s *EdgeSpec[T]) NewReader(target any) (Reader, error) {
 	if !ok {
 		return nil, fmt.Errorf("edge reader: target %T does not accept %T", target, *new(T))
 	}
-	return &reader[T]{codec: s.Codec, target: t}, nil
+	return &reader[T]{codec: s.Codec, target: asBatch(t), batch: make([]T, maxBatch)}, nil
 }
 
 type writer[T any] struct {
@@ -85,20 +92,18 @@ type writer[T any] struct {
 	mask      uint64  // maxP-1 when maxP is a power of two, else 0
 	scratch   []byte
 	keyBuf    []byte
+	maxLen    int // the longest encoded record so far
 	flushEach bool
 	c         *task.Counters
 }
 
 func (w *writer[T]) Collect(v T) {
-	buf, err := w.codec.Append(w.scratch[:0], v)
-	if err != nil {
-		w.ctx.failf("serialize record for %s: %w", w.part.ID(), err)
-	}
-	w.scratch = buf
+	var ch int
 	switch w.pattern {
 	case graph.Broadcast:
+		buf := w.encode(v)
 		for i := 0; i < w.n; i++ {
-			w.emit(i, buf)
+			w.emitEncoded(i, buf)
 		}
 		return
 	case graph.Hash:
@@ -110,22 +115,54 @@ func (w *writer[T]) Collect(v T) {
 		} else {
 			kg = uint64(graph.KeyGroupOf(h, w.maxP))
 		}
-		w.emit(int(w.route[kg]), buf)
+		ch = int(w.route[kg])
 	case graph.Forward:
-		w.emit(0, buf)
 	default: // rebalance, rescale: round-robin over this producer's subpartitions
-		ch := w.rr
+		ch = w.rr
 		if w.rr++; w.rr == w.n {
 			w.rr = 0
 		}
-		w.emit(ch, buf)
 	}
+	// Encode straight into the channel's buffer when it surely has room for a record as long as the
+	// longest so far; the copy through scratch is for the first record, buffer ends and longer records.
+	if dst := w.part.RecordTarget(ch, w.maxLen); dst != nil && w.maxLen > 0 {
+		out, err := w.codec.Append(dst, v)
+		if err != nil {
+			w.ctx.failf("serialize record for %s: %w", w.part.ID(), err)
+		}
+		if w.part.CommitRecord(ch, out) {
+			w.counted(ch)
+			return
+		}
+		// The record outgrew the buffer (the encoder then moved it to new memory) or the size limit.
+		rec := out[len(dst):]
+		w.maxLen = len(rec)
+		w.scratch = append(w.scratch[:0], rec...)
+		w.emitEncoded(ch, w.scratch)
+		return
+	}
+	w.emitEncoded(ch, w.encode(v))
 }
 
-func (w *writer[T]) emit(ch int, buf []byte) {
+// encode serializes v into the writer's scratch space.
+func (w *writer[T]) encode(v T) []byte {
+	buf, err := w.codec.Append(w.scratch[:0], v)
+	if err != nil {
+		w.ctx.failf("serialize record for %s: %w", w.part.ID(), err)
+	}
+	w.scratch = buf
+	w.maxLen = max(w.maxLen, len(buf))
+	return buf
+}
+
+func (w *writer[T]) emitEncoded(ch int, buf []byte) {
 	if err := w.part.EmitRecord(ch, buf); err != nil {
 		task.Abort(err)
 	}
+	w.counted(ch)
+}
+
+func (w *writer[T]) counted(ch int) {
 	w.c.Out++
 	if w.flushEach {
 		w.part.Flush(ch)
@@ -134,24 +171,39 @@ func (w *writer[T]) emit(ch int, buf []byte) {
 
 type reader[T any] struct {
 	codec  codec.Codec[T]
-	target Collector[T]
-	v      T
+	target BatchCollector[T]
+	batch  []T // maxBatch records, decoded into in place
 }
 
+// ProcessBuffer decodes the buffer's records in batches and hands each batch on; the records decoded before
+// an error are handed on first.
 func (r *reader[T]) ProcessBuffer(dec *network.RecordDecoder) (int, error) {
 	n := 0
 	for {
-		rec, err := dec.Next()
-		if err != nil {
+		b := r.batch
+		k := 0
+		var err error
+		for k < len(b) {
+			rec, e := dec.Next()
+			if e != nil {
+				err = e
+				break
+			}
+			if rec == nil {
+				break
+			}
+			if e := r.codec.Decode(rec, &b[k]); e != nil {
+				err = fmt.Errorf("decode record %d: %w", dec.NextSeq()-1, e)
+				break
+			}
+			k++
+		}
+		if k > 0 {
+			r.target.CollectBatch(b[:k])
+			n += k
+		}
+		if err != nil || k < len(b) {
 			return n, err
 		}
-		if rec == nil {
-			return n, nil
-		}
-		if err := r.codec.Decode(rec, &r.v); err != nil {
-			return n, fmt.Errorf("decode record %d: %w", dec.NextSeq()-1, err)
-		}
-		n++
-		r.target.Collect(r.v)
 	}
 }

@@ -30,8 +30,15 @@ func (i *Injection) Arm() { i.armed.Store(true) }
 func (i *Injection) Fired() bool { return i.fired.Load() }
 
 type injector[T any] struct {
-	next Collector[T]
+	next BatchCollector[T]
 	inj  *Injection
+}
+
+// CollectBatch hands records on one at a time, so that the failure fires at its exact record.
+func (c *injector[T]) CollectBatch(vs []T) {
+	for _, v := range vs {
+		c.Collect(v)
+	}
 }
 
 func (c *injector[T]) Collect(v T) {
@@ -47,5 +54,5 @@ func wrapIn[T any](ctx *Context, c Collector[T]) Collector[T] {
 	if ctx.inj == nil {
 		return c
 	}
-	return &injector[T]{next: c, inj: ctx.inj}
+	return &injector[T]{next: asBatch(c), inj: ctx.inj}
 }

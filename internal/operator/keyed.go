@@ -99,7 +99,7 @@ func keyedBuilt[K comparable](b state.KeyedBackend[K]) Built {
 type keyedProcessOp[K comparable, In, Out any] struct {
 	key func(In) K
 	fn  KeyedProcessFunction[K, In, Out]
-	out Collector[Out]
+	out BatchCollector[Out]
 	kc  *keyedContext[K]
 }
 
@@ -107,6 +107,12 @@ func (o *keyedProcessOp[K, In, Out]) Collect(v In) {
 	o.kc.b.SetCurrentKey(o.key(v))
 	if err := o.fn.ProcessElement(o.kc, v, o.out); err != nil {
 		o.kc.fail(err)
+	}
+}
+
+func (o *keyedProcessOp[K, In, Out]) CollectBatch(vs []In) {
+	for _, v := range vs {
+		o.Collect(v)
 	}
 }
 
@@ -142,13 +148,28 @@ func (s *ReduceSpec[K, T]) Build(ctx *Context, downstream []any) (Built, error) 
 type reduceOp[K comparable, T any] struct {
 	key func(T) K
 	fn  func(acc, v T) (T, error)
-	out Collector[T]
+	out BatchCollector[T]
 	b   state.KeyedBackend[K]
 	acc state.ValueState[T]
 	ctx *Context
+	buf []T
 }
 
 func (o *reduceOp[K, T]) Collect(v T) {
+	o.out.Collect(o.reduce(v))
+}
+
+func (o *reduceOp[K, T]) CollectBatch(vs []T) {
+	buf := o.buf[:0]
+	for _, v := range vs {
+		buf = append(buf, o.reduce(v))
+	}
+	o.buf = buf
+	o.out.CollectBatch(buf)
+}
+
+// reduce folds v into its key's accumulator and returns the new accumulator.
+func (o *reduceOp[K, T]) reduce(v T) T {
 	o.b.SetCurrentKey(o.key(v))
 	if prev, ok := o.acc.Value(); ok {
 		var err error
@@ -157,5 +178,5 @@ func (o *reduceOp[K, T]) Collect(v T) {
 		}
 	}
 	o.acc.Update(v)
-	o.out.Collect(v)
+	return v
 }

@@ -69,14 +69,14 @@ func (c *Context) runtime() *task.Runtime      { return c.rt }
 func (c *Context) withBackend(b state.Backend) { c.backend = b }
 
 // combine turns the downstream outputs of a node into one collector.
-func combine[T any](c *Context, downstream []any) (Collector[T], error) {
-	outs := make([]Collector[T], len(downstream))
+func combine[T any](c *Context, downstream []any) (BatchCollector[T], error) {
+	outs := make([]BatchCollector[T], len(downstream))
 	for i, d := range downstream {
 		o, ok := d.(Collector[T])
 		if !ok {
 			return nil, fmt.Errorf("operator %q: downstream %d accepts %T, not Collector[%T]", c.operator, i, d, *new(T))
 		}
-		outs[i] = o
+		outs[i] = asBatch(o)
 	}
 	switch len(outs) {
 	case 0:
@@ -91,11 +91,19 @@ type discard[T any] struct{}
 
 func (discard[T]) Collect(T) {}
 
-type fanOut[T any] []Collector[T]
+func (discard[T]) CollectBatch([]T) {}
+
+type fanOut[T any] []BatchCollector[T]
 
 func (f fanOut[T]) Collect(v T) {
 	for _, o := range f {
 		o.Collect(v)
+	}
+}
+
+func (f fanOut[T]) CollectBatch(vs []T) {
+	for _, o := range f {
+		o.CollectBatch(vs)
 	}
 }
 
@@ -112,8 +120,9 @@ func (s *MapSpec[In, Out]) Build(ctx *Context, downstream []any) (Built, error) 
 
 type mapOp[In, Out any] struct {
 	fn  func(In) (Out, error)
-	out Collector[Out]
+	out BatchCollector[Out]
 	ctx *Context
+	buf []Out
 }
 
 func (o *mapOp[In, Out]) Collect(v In) {
@@ -122,6 +131,19 @@ func (o *mapOp[In, Out]) Collect(v In) {
 		o.ctx.fail(err)
 	}
 	o.out.Collect(r)
+}
+
+func (o *mapOp[In, Out]) CollectBatch(vs []In) {
+	buf := o.buf[:0]
+	for _, v := range vs {
+		r, err := o.fn(v)
+		if err != nil {
+			o.ctx.fail(err)
+		}
+		buf = append(buf, r)
+	}
+	o.buf = buf
+	o.out.CollectBatch(buf)
 }
 
 // FilterSpec keeps the records a predicate accepts.
@@ -137,8 +159,26 @@ func (s *FilterSpec[T]) Build(ctx *Context, downstream []any) (Built, error) {
 
 type filterOp[T any] struct {
 	fn  func(T) (bool, error)
-	out Collector[T]
+	out BatchCollector[T]
 	ctx *Context
+	buf []T
+}
+
+func (o *filterOp[T]) CollectBatch(vs []T) {
+	buf := o.buf[:0]
+	for _, v := range vs {
+		keep, err := o.fn(v)
+		if err != nil {
+			o.ctx.fail(err)
+		}
+		if keep {
+			buf = append(buf, v)
+		}
+	}
+	o.buf = buf
+	if len(buf) > 0 {
+		o.out.CollectBatch(buf)
+	}
 }
 
 func (o *filterOp[T]) Collect(v T) {
@@ -166,13 +206,21 @@ func (s *FlatMapSpec[In, Out]) Build(ctx *Context, downstream []any) (Built, err
 
 type flatMapOp[In, Out any] struct {
 	fn  func(In, Collector[Out]) error
-	out Collector[Out]
+	out BatchCollector[Out]
 	ctx *Context
 }
 
 func (o *flatMapOp[In, Out]) Collect(v In) {
 	if err := o.fn(v, o.out); err != nil {
 		o.ctx.fail(err)
+	}
+}
+
+func (o *flatMapOp[In, Out]) CollectBatch(vs []In) {
+	for _, v := range vs {
+		if err := o.fn(v, o.out); err != nil {
+			o.ctx.fail(err)
+		}
 	}
 }
 
@@ -196,7 +244,7 @@ func (s *SourceSpec[T]) Build(ctx *Context, downstream []any) (Built, error) {
 		return Built{}, err
 	}
 	d := &sourceDriver[T]{ctx: ctx, spec: s}
-	d.out = &countingCollector[T]{next: wrapIn[T](ctx, out), c: ctx.counters()}
+	d.out = &batcher[T]{next: &countingCollector[T]{next: asBatch(wrapIn[T](ctx, out)), c: ctx.counters()}}
 	return Built{
 		Source: d,
 		Open: func() error {
@@ -241,11 +289,12 @@ type sourceDriver[T any] struct {
 	ctx    *Context
 	spec   *SourceSpec[T]
 	reader SourceReader[T]
-	out    Collector[T]
+	out    *batcher[T]
 }
 
 func (d *sourceDriver[T]) Poll() (InputStatus, error) {
 	st, err := d.reader.PollNext(d.out)
+	d.out.flush()
 	if err != nil {
 		return st, fmt.Errorf("source %q: %w", d.ctx.operator, err)
 	}
@@ -255,13 +304,18 @@ func (d *sourceDriver[T]) Poll() (InputStatus, error) {
 func (d *sourceDriver[T]) Available() <-chan struct{} { return d.reader.Available() }
 
 type countingCollector[T any] struct {
-	next Collector[T]
+	next BatchCollector[T]
 	c    *task.Counters
 }
 
 func (o *countingCollector[T]) Collect(v T) {
 	o.c.In++
 	o.next.Collect(v)
+}
+
+func (o *countingCollector[T]) CollectBatch(vs []T) {
+	o.c.In += uint64(len(vs))
+	o.next.CollectBatch(vs)
 }
 
 // SinkSpec runs a Sink.
@@ -328,5 +382,15 @@ func (o *sinkOp[T]) Collect(v T) {
 	o.c.Out++
 	if err := o.w.Write(v); err != nil {
 		o.ctx.fail(err)
+	}
+}
+
+func (o *sinkOp[T]) CollectBatch(vs []T) {
+	w := o.w
+	for _, v := range vs {
+		o.c.Out++
+		if err := w.Write(v); err != nil {
+			o.ctx.fail(err)
+		}
 	}
 }

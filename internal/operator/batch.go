@@ -1,0 +1,52 @@
+package operator
+
+// BatchCollector is a Collector that also takes a run of records in one call. Every operator of a chain
+// implements it, so that a batch (the records of one network buffer, or of one source poll) crosses each
+// operator boundary with one interface call instead of one per record; the user's functions still see one
+// record at a time. CollectBatch(vs) must have the effect of Collect on each element in order, and must
+// neither modify vs nor keep it after returning.
+type BatchCollector[T any] interface {
+	Collector[T]
+	CollectBatch(vs []T)
+}
+
+// maxBatch bounds the batches the chain hands on: large enough to amortize the calls, small enough that a
+// batch of each operator stays in the L1 cache.
+const maxBatch = 256
+
+// asBatch returns c as a BatchCollector, wrapping a collector that only takes single records.
+func asBatch[T any](c Collector[T]) BatchCollector[T] {
+	if b, ok := c.(BatchCollector[T]); ok {
+		return b
+	}
+	return collectEach[T]{c}
+}
+
+type collectEach[T any] struct{ Collector[T] }
+
+func (c collectEach[T]) CollectBatch(vs []T) {
+	for _, v := range vs {
+		c.Collect(v)
+	}
+}
+
+// batcher gathers the records a source reader emits one by one into batches for the chain.
+type batcher[T any] struct {
+	buf  []T
+	next BatchCollector[T]
+}
+
+func (b *batcher[T]) Collect(v T) {
+	b.buf = append(b.buf, v)
+	if len(b.buf) == maxBatch {
+		b.flush()
+	}
+}
+
+// flush hands on what was gathered; the source driver calls it when a poll returns.
+func (b *batcher[T]) flush() {
+	if len(b.buf) > 0 {
+		b.next.CollectBatch(b.buf)
+		b.buf = b.buf[:0]
+	}
+}
