@@ -140,7 +140,7 @@ func (s *ReduceSpec[K, T]) Build(ctx *Context, downstream []any) (Built, error) 
 		return Built{}, fmt.Errorf("operator %q: %w", ctx.operator, err)
 	}
 	built := keyedBuilt(b)
-	built.Input = wrapIn[T](ctx, &reduceOp[K, T]{key: s.Key, fn: s.Fn, out: out, b: b, acc: acc, ctx: ctx})
+	built.Input = wrapIn[T](ctx, &reduceOp[K, T]{key: s.Key, fn: s.Fn, out: out, r: state.NewReducer(b, acc), ctx: ctx})
 	built.Close = b.Close
 	return built, nil
 }
@@ -149,8 +149,7 @@ type reduceOp[K comparable, T any] struct {
 	key func(T) K
 	fn  func(acc, v T) (T, error)
 	out BatchCollector[T]
-	b   state.KeyedBackend[K]
-	acc state.ValueState[T]
+	r   state.Reducer[K, T]
 	ctx *Context
 	buf []T
 }
@@ -170,13 +169,9 @@ func (o *reduceOp[K, T]) CollectBatch(vs []T) {
 
 // reduce folds v into its key's accumulator and returns the new accumulator.
 func (o *reduceOp[K, T]) reduce(v T) T {
-	o.b.SetCurrentKey(o.key(v))
-	if prev, ok := o.acc.Value(); ok {
-		var err error
-		if v, err = o.fn(prev, v); err != nil {
-			o.ctx.fail(err)
-		}
+	v, err := o.r.Reduce(o.key(v), v, o.fn)
+	if err != nil {
+		o.ctx.fail(err)
 	}
-	o.acc.Update(v)
 	return v
 }

@@ -365,3 +365,61 @@ func NewMap[MK comparable, MV any](b Backend, name string, mk codec.Codec[MK], m
 	}
 	return nil, fmt.Errorf("map state %q: unknown backend %T", name, b)
 }
+
+// Reducer folds records into a value state keyed by the record's key: the per-record step of a keyed
+// reduce. It has the effect of b.SetCurrentKey(k) followed by reading, combining and updating v, in one
+// call; the heap backend does it without going through the interfaces three times.
+type Reducer[K comparable, V any] interface {
+	// Reduce makes k current and stores fn(old, x), or x when k has no value yet; it returns what it
+	// stored. An error of fn leaves the value unchanged.
+	Reduce(k K, x V, fn func(acc, x V) (V, error)) (V, error)
+}
+
+// NewReducer returns the Reducer of value state v on backend b (v must have been made on b).
+func NewReducer[K comparable, V any](b KeyedBackend[K], v ValueState[V]) Reducer[K, V] {
+	if hb, ok := b.(*heapBackend[K]); ok {
+		if hv, ok := v.(*heapValue[V]); ok && hv.st == &hb.heapStore {
+			return &heapReducer[K, V]{b: hb, v: hv}
+		}
+	}
+	return &genericReducer[K, V]{b: b, v: v}
+}
+
+type genericReducer[K comparable, V any] struct {
+	b KeyedBackend[K]
+	v ValueState[V]
+}
+
+func (r *genericReducer[K, V]) Reduce(k K, x V, fn func(acc, x V) (V, error)) (V, error) {
+	r.b.SetCurrentKey(k)
+	if acc, ok := r.v.Value(); ok {
+		var err error
+		if x, err = fn(acc, x); err != nil {
+			return x, err
+		}
+	}
+	r.v.Update(x)
+	return x, nil
+}
+
+type heapReducer[K comparable, V any] struct {
+	b *heapBackend[K]
+	v *heapValue[V]
+}
+
+func (r *heapReducer[K, V]) Reduce(k K, x V, fn func(acc, x V) (V, error)) (V, error) {
+	r.b.SetCurrentKey(k)
+	v := r.v
+	slot := int(r.b.cur)
+	if slot < len(v.values) && v.present[slot] {
+		var err error
+		if x, err = fn(v.values[slot], x); err != nil {
+			return x, err
+		}
+	} else if slot >= len(v.values) {
+		v.grow(slot)
+	}
+	v.values[slot] = x
+	v.present[slot] = true
+	return x, nil
+}
