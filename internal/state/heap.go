@@ -761,17 +761,22 @@ func (c *mapCapture[MK, MV]) entries(slot int, emit func(mapKey, value []byte) e
 }
 
 // intIndex maps 8-byte integer keys to slots: open addressing with linear probing, at most half full. Slots
-// of keys never change, so it is only ever added to.
+// of keys never change, so it is only ever added to. A key and its slot share an entry, so a lookup
+// touches one cache line.
 type intIndex struct {
-	keys  []uint64
-	slots []int32 // slot+1; 0 marks an empty entry
-	mask  uint64
-	n     int
+	entries []intEntry
+	mask    uint64
+	n       int
+}
+
+type intEntry struct {
+	key  uint64
+	slot int32 // slot+1; 0 marks an empty entry
 }
 
 func newIntIndex() *intIndex {
 	const size = 64
-	return &intIndex{keys: make([]uint64, size), slots: make([]int32, size), mask: size - 1}
+	return &intIndex{entries: make([]intEntry, size), mask: size - 1}
 }
 
 func (x *intIndex) home(k uint64) uint64 {
@@ -783,34 +788,34 @@ func (x *intIndex) home(k uint64) uint64 {
 
 func (x *intIndex) get(k uint64) (int32, bool) {
 	for i := x.home(k); ; i = (i + 1) & x.mask {
-		s := x.slots[i]
-		if s == 0 {
-			return 0, false
+		e := &x.entries[i]
+		if e.key == k && e.slot != 0 {
+			return e.slot - 1, true
 		}
-		if x.keys[i] == k {
-			return s - 1, true
+		if e.slot == 0 {
+			return 0, false
 		}
 	}
 }
 
 func (x *intIndex) put(k uint64, slot int32) {
-	if 2*(x.n+1) > len(x.keys) {
-		old := *x
-		size := 2 * len(old.keys)
-		*x = intIndex{keys: make([]uint64, size), slots: make([]int32, size), mask: uint64(size - 1)}
-		for i, s := range old.slots {
-			if s != 0 {
-				x.put(old.keys[i], s-1)
+	if 2*(x.n+1) > len(x.entries) {
+		old := x.entries
+		size := 2 * len(old)
+		*x = intIndex{entries: make([]intEntry, size), mask: uint64(size - 1)}
+		for _, e := range old {
+			if e.slot != 0 {
+				x.put(e.key, e.slot-1)
 			}
 		}
 	}
 	i := x.home(k)
-	for ; x.slots[i] != 0; i = (i + 1) & x.mask {
-		if x.keys[i] == k {
-			x.slots[i] = slot + 1
+	for ; x.entries[i].slot != 0; i = (i + 1) & x.mask {
+		if x.entries[i].key == k {
+			x.entries[i].slot = slot + 1
 			return
 		}
 	}
-	x.keys[i], x.slots[i] = k, slot+1
+	x.entries[i] = intEntry{key: k, slot: slot + 1}
 	x.n++
 }
