@@ -33,6 +33,11 @@ import (
 // Collector receives the records a function emits.
 type Collector[T any] = operator.Collector[T]
 
+// BatchCollector is a Collector that also takes a run of records in one call. The collectors the engine
+// passes to source readers and functions are BatchCollectors; CollectBatch(vs) has the effect of Collect on
+// each record in order and does not keep vs.
+type BatchCollector[T any] = operator.BatchCollector[T]
+
 // RuntimeContext tells a function about the parallel instance it runs in.
 type RuntimeContext = operator.RuntimeContext
 
@@ -60,6 +65,9 @@ type Sink[T any] = operator.Sink[T]
 
 // SinkWriter writes the records of one sink subtask.
 type SinkWriter[T any] = operator.SinkWriter[T]
+
+// BatchWriter is a SinkWriter that also writes a run of records in one call (see operator.BatchWriter).
+type BatchWriter[T any] = operator.BatchWriter[T]
 
 // InputStatus is what a SourceReader says after a poll.
 type InputStatus = operator.InputStatus

@@ -122,6 +122,7 @@ type generatorReader[T any] struct {
 	start   time.Time
 	timer   *time.Timer
 	wake    chan struct{}
+	buf     []T // the records of one poll, for a BatchCollector
 }
 
 func (r *generatorReader[T]) PollNext(out runnel.Collector[T]) (runnel.InputStatus, error) {
@@ -143,9 +144,19 @@ func (r *generatorReader[T]) PollNext(out runnel.Collector[T]) (runnel.InputStat
 	if r.limit > 0 {
 		n = min(n, r.limit-r.seq)
 	}
-	for i := uint64(0); i < n; i++ {
-		out.Collect(r.fn(r.subtask, r.seq))
-		r.seq++
+	if bc, ok := out.(runnel.BatchCollector[T]); ok {
+		buf := r.buf[:0]
+		for i := uint64(0); i < n; i++ {
+			buf = append(buf, r.fn(r.subtask, r.seq))
+			r.seq++
+		}
+		r.buf = buf
+		bc.CollectBatch(buf)
+	} else {
+		for i := uint64(0); i < n; i++ {
+			out.Collect(r.fn(r.subtask, r.seq))
+			r.seq++
+		}
 	}
 	if r.limit > 0 && r.seq >= r.limit {
 		r.done = true
@@ -438,6 +449,15 @@ func (w *collectWriter[T]) Write(v T) error {
 	return nil
 }
 
+// WriteBatch implements runnel.BatchWriter.
+func (w *collectWriter[T]) WriteBatch(vs []T) error {
+	w.buf = append(w.buf, vs...)
+	if len(w.buf) >= 1024 {
+		w.flush()
+	}
+	return nil
+}
+
 func (w *collectWriter[T]) flush() {
 	w.c.mu.Lock()
 	w.c.records = append(w.c.records, w.buf...)
@@ -457,5 +477,8 @@ func (discard[T]) CreateWriter(runnel.RuntimeContext) (runnel.SinkWriter[T], err
 	return discard[T]{}, nil
 }
 func (discard[T]) Write(T) error { return nil }
-func (discard[T]) Flush() error  { return nil }
-func (discard[T]) Close() error  { return nil }
+
+// WriteBatch implements runnel.BatchWriter.
+func (discard[T]) WriteBatch([]T) error { return nil }
+func (discard[T]) Flush() error         { return nil }
+func (discard[T]) Close() error         { return nil }

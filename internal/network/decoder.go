@@ -120,6 +120,25 @@ func (d *RecordDecoder) SetBuffer(b *Buffer) (joined bool, err error) {
 // Next returns the next whole record of the current buffer, or nil when the buffer holds no more. The slice
 // is valid until the next call to Next or SetBuffer.
 func (d *RecordDecoder) Next() ([]byte, error) {
+	// The common case, small enough to be inlined into the reader's loop: a whole record that starts here.
+	if !d.inRecord && d.started < d.hdr.Starts {
+		pos := d.pos
+		if rest := len(d.payload) - pos; rest >= lengthPrefixSize {
+			n := int(binary.LittleEndian.Uint32(d.payload[pos:]))
+			if n <= d.maxRecordSize && n <= rest-lengthPrefixSize {
+				d.started++
+				d.nextSeq++
+				d.pos = pos + lengthPrefixSize + n
+				return d.payload[pos+lengthPrefixSize : d.pos : d.pos], nil
+			}
+		}
+	}
+	return d.next()
+}
+
+// next is Next for everything but the common case: record ends and continuations, the end of the buffer,
+// and the errors.
+func (d *RecordDecoder) next() ([]byte, error) {
 	if d.inRecord {
 		rec, err := d.continueRecord()
 		if rec != nil || err != nil {

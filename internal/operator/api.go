@@ -70,7 +70,9 @@ type Source[T any] interface {
 // SourceReader produces the records of one source subtask. Its methods are called from the task goroutine.
 type SourceReader[T any] interface {
 	// PollNext emits a batch of records (a few hundred to a few thousand is right; the task handles control
-	// messages between polls) and says whether more are available now, later, or never.
+	// messages between polls) and says whether more are available now, later, or never. The records it
+	// emits are handed on in batches, at the latest when it returns; out is also a BatchCollector, for a
+	// reader that has its records in a slice already.
 	PollNext(out Collector[T]) (InputStatus, error)
 	// Available returns a channel that is ready when a reader that said NothingAvailable has more. It is
 	// only consulted after NothingAvailable.
@@ -108,6 +110,14 @@ type SinkWriter[T any] interface {
 	Flush() error
 	// Close releases the writer's resources; it is always called, also after failures.
 	Close() error
+}
+
+// BatchWriter is a SinkWriter that also writes a run of records in one call; the engine then hands it the
+// records of a network buffer (or of a chained operator's batch) at once. WriteBatch must have the effect
+// of Write on each record in order, and must not keep vs after returning.
+type BatchWriter[T any] interface {
+	SinkWriter[T]
+	WriteBatch(vs []T) error
 }
 
 // KeyedBackend returns the keyed state backend behind a keyed context, for state constructors; nil when the

@@ -43,6 +43,12 @@ func (b *batcher[T]) Collect(v T) {
 	}
 }
 
+// CollectBatch hands vs on after what was gathered before it.
+func (b *batcher[T]) CollectBatch(vs []T) {
+	b.flush()
+	b.next.CollectBatch(vs)
+}
+
 // flush hands on what was gathered; the source driver calls it when a poll returns.
 func (b *batcher[T]) flush() {
 	if len(b.buf) > 0 {

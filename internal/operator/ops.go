@@ -334,6 +334,7 @@ func (s *SinkSpec[T]) Build(ctx *Context, downstream []any) (Built, error) {
 				return fmt.Errorf("sink %q: create writer: %w", ctx.operator, err)
 			}
 			op.w = w
+			op.bw, _ = w.(BatchWriter[T])
 			return nil
 		},
 		EndInput: func() error {
@@ -375,6 +376,7 @@ func (s *SinkSpec[T]) Build(ctx *Context, downstream []any) (Built, error) {
 type sinkOp[T any] struct {
 	ctx *Context
 	w   SinkWriter[T]
+	bw  BatchWriter[T] // w, when it takes batches
 	c   *task.Counters
 }
 
@@ -386,6 +388,13 @@ func (o *sinkOp[T]) Collect(v T) {
 }
 
 func (o *sinkOp[T]) CollectBatch(vs []T) {
+	if o.bw != nil {
+		o.c.Out += uint64(len(vs))
+		if err := o.bw.WriteBatch(vs); err != nil {
+			o.ctx.fail(err)
+		}
+		return
+	}
 	w := o.w
 	for _, v := range vs {
 		o.c.Out++

@@ -2,6 +2,7 @@ package state
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -873,5 +874,35 @@ func TestReducer(t *testing.T) {
 				t.Fatalf("after restore: %d, %v", got, err)
 			}
 		})
+	}
+}
+
+// BenchmarkReduce is the per-record state work of a keyed sum: 1024 int64 keys, half of them owned.
+func BenchmarkReduce(b *testing.B) {
+	kb, err := NewHeap(Options[int64]{MaxParallelism: 128, KeyGroupEnd: 63})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer kb.Close()
+	v, err := NewValue[int64](kb, "sum", nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var keys []int64
+	for k := range int64(1024) {
+		var enc [8]byte
+		binary.LittleEndian.PutUint64(enc[:], uint64(k))
+		if KeyGroup(enc[:], 128) < 64 {
+			keys = append(keys, k)
+		}
+	}
+	r := NewReducer[int64, int64](kb, v)
+	add := func(a, x int64) (int64, error) { return a + x, nil }
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		if _, err := r.Reduce(keys[i%len(keys)], 1, add); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
