@@ -200,6 +200,11 @@ func readMetadata(ctx context.Context, b Bucket, prefix string) (*CompletedCheck
 
 // load reads the metadata under prefix and verifies every blob it lists; wantID 0 accepts any id.
 func load(ctx context.Context, b Bucket, prefix string, wantID int64) (*CompletedCheckpoint, error) {
+	return loadFor(ctx, b, prefix, wantID, nil)
+}
+
+// loadFor is load verifying only the blobs of the subtasks for which only returns true (nil: all).
+func loadFor(ctx context.Context, b Bucket, prefix string, wantID int64, only func(ident.Subtask) bool) (*CompletedCheckpoint, error) {
 	cp, err := readMetadata(ctx, b, prefix)
 	if err != nil {
 		return nil, err
@@ -209,6 +214,9 @@ func load(ctx context.Context, b Bucket, prefix string, wantID int64) (*Complete
 			Detail: fmt.Sprintf("metadata is for checkpoint %d", cp.ID)}
 	}
 	for _, h := range cp.States {
+		if only != nil && !only(h.Attempt.Subtask) {
+			continue
+		}
 		for _, ref := range h.Blobs {
 			if _, _, err := readBlob(ctx, b, prefix, ref); err != nil {
 				return nil, err
@@ -318,8 +326,12 @@ func (s *Storage) NextID(ctx context.Context) (int64, error) {
 // read in full). It returns ErrNotFound if there is no chk-<id>/ directory, ErrIncomplete if the directory
 // has no _metadata, and a *CorruptError or *VersionError for damage.
 func (s *Storage) ReadCheckpoint(ctx context.Context, id int64) (*CompletedCheckpoint, error) {
+	return s.readCheckpointFor(ctx, id, nil)
+}
+
+func (s *Storage) readCheckpointFor(ctx context.Context, id int64, only func(ident.Subtask) bool) (*CompletedCheckpoint, error) {
 	dir := checkpointDir(id)
-	cp, err := load(ctx, s.b, dir, id)
+	cp, err := loadFor(ctx, s.b, dir, id, only)
 	if errors.Is(err, ErrNotFound) {
 		entries, lerr := s.b.List(ctx, dir)
 		if lerr != nil {
@@ -347,6 +359,13 @@ func (s *Storage) ReadCheckpoint(ctx context.Context, id int64) (*CompletedCheck
 // error (bucket unreachable, ctx done) stops the walk at once rather than falling back to an older
 // checkpoint.
 func (s *Storage) Latest(ctx context.Context) (*CompletedCheckpoint, []SkippedCheckpoint, error) {
+	return s.LatestFor(ctx, nil)
+}
+
+// LatestFor is Latest for a restart of some subtasks: of each checkpoint it verifies the metadata and the
+// blobs of the subtasks for which only returns true (nil: all), the state the restart will read. A failover
+// that restarts a few subtasks then reads a few subtasks' state, not the whole job's.
+func (s *Storage) LatestFor(ctx context.Context, only func(ident.Subtask) bool) (*CompletedCheckpoint, []SkippedCheckpoint, error) {
 	ids, err := s.IDs(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -355,7 +374,7 @@ func (s *Storage) Latest(ctx context.Context) (*CompletedCheckpoint, []SkippedCh
 	var damaged []error
 	for i := len(ids) - 1; i >= 0; i-- {
 		id := ids[i]
-		cp, err := s.ReadCheckpoint(ctx, id)
+		cp, err := s.readCheckpointFor(ctx, id, only)
 		switch {
 		case err == nil:
 			return cp, skipped, nil

@@ -728,3 +728,39 @@ func TestOpenLocations(t *testing.T) {
 		}
 	}
 }
+
+// TestLatestForVerifiesOnlyWhatIsRestored pins that a restart of some subtasks verifies their state and
+// no other: damage in the state of a subtask that keeps running does not send the restart to an older
+// checkpoint, damage in a restarted subtask's state does.
+func TestLatestForVerifiesOnlyWhatIsRestored(t *testing.T) {
+	ctx := context.Background()
+	b, _ := backends[0].open(t)
+	s := checkpoint.NewStorage(b, backends[0].name)
+	defer s.Close()
+	first := writeCheckpoint(t, s, 1)
+	second := writeCheckpoint(t, s, 2)
+	data := readAll(t, b, "chk-2/v0-0-a0-state") // the state of gen[0]
+	put(t, b, "chk-2/v0-0-a0-state", data[:len(data)-7])
+	for _, tc := range []struct {
+		name      string
+		restarted []ident.Subtask
+		want      *checkpoint.CompletedCheckpoint
+	}{
+		{"sink only", []ident.Subtask{{Vertex: 1, Index: 0}}, second},
+		{"gen[1] (inline state) and sink", []ident.Subtask{{Vertex: 0, Index: 1}, {Vertex: 1, Index: 0}}, second},
+		{"gen[0]", []ident.Subtask{{Vertex: 0, Index: 0}}, first},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, skipped, err := s.LatestFor(ctx, func(st ident.Subtask) bool { return slices.Contains(tc.restarted, st) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.ID != tc.want.ID {
+				t.Fatalf("restored checkpoint %d, want %d (skipped %v)", got.ID, tc.want.ID, skipped)
+			}
+		})
+	}
+	if got, _, err := s.Latest(ctx); err != nil || got.ID != first.ID {
+		t.Fatalf("Latest (all subtasks): %v, %v; want checkpoint 1", got, err)
+	}
+}

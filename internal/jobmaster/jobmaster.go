@@ -843,7 +843,7 @@ func (jm *JobMaster) maybeRestart() (time.Duration, bool) {
 	})
 	restore := jm.initial
 	if jm.coord != nil && jm.coord.LatestCompleted() != nil {
-		restore = jm.verifiedLatest()
+		restore = jm.verifiedLatest(p.subtasks)
 	}
 	var attempts []ident.Attempt
 	jm.mu.Lock()
@@ -883,12 +883,14 @@ func (jm *JobMaster) maybeRestart() (time.Duration, bool) {
 	return 0, false
 }
 
-// verifiedLatest returns the checkpoint to restore after a failure: the newest one in storage whose
-// metadata and state verify. Corrupt or truncated newer ones are logged and passed over, and the coordinator
-// is told, so that later failovers start from the same one.
-func (jm *JobMaster) verifiedLatest() *checkpoint.CompletedCheckpoint {
+// verifiedLatest returns the checkpoint to restore the restarted subtasks from after a failure: the newest
+// one in storage whose metadata and whose state of those subtasks verify (the state of subtasks that keep
+// running is not read: with approximate recovery a failover reads what it restores, not the whole job's
+// state). Corrupt or truncated newer ones are logged and passed over, and the coordinator is told, so that
+// later failovers start from the same one.
+func (jm *JobMaster) verifiedLatest(restarted map[ident.Subtask]bool) *checkpoint.CompletedCheckpoint {
 	latest := jm.coord.LatestCompleted()
-	cp, skipped, err := jm.cfg.Storage.Latest(jm.ctxNoCancel())
+	cp, skipped, err := jm.cfg.Storage.LatestFor(jm.ctxNoCancel(), func(s ident.Subtask) bool { return restarted[s] })
 	for _, sk := range skipped {
 		if !errors.Is(sk.Err, checkpoint.ErrIncomplete) {
 			jm.log.Error("checkpoint is damaged; restoring an older one", "checkpoint", sk.ID, "err", sk.Err)
