@@ -27,6 +27,16 @@
 // checker sees no loss; with approximate recovery its loss must equal the sum of the failovers'
 // records_lost.
 //
+// # The after-state scenario
+//
+// Config.Scenario ScenarioAfterState (CLI --scenario after-state) moves the failing map behind the keyed
+// state: generator -> keyBy(key) -> check -> map (identity) -> sink, check, map and sink joined by forward
+// edges, so path p is check[p] -> map[p] -> sink[p]. Approximate recovery then restarts map[1] and sink[1]
+// only, and check[1], whose state may be large (Config.Keys, Config.StateBytes of payload per key,
+// Config.StateBackend), keeps running; full and region failover restore all of it. The checker is upstream
+// of the failure here, so the sinks check instead: each keeps, per key and in checkpointed state, the
+// checker's Seen count of the last record it got, and counts the records missing between two it got.
+//
 // # Figures
 //
 //   - outage_ms, recovery_ms, records_lost, records_dropped, buffers_dropped, partial_records_skipped,
@@ -56,6 +66,7 @@ package recovery
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -84,6 +95,20 @@ const (
 	DefaultBufferTimeout      = 5 * time.Millisecond
 	DefaultTaskManagers       = 1
 )
+
+// Scenarios: where the failing map sits in the job.
+const (
+	// ScenarioBeforeShuffle is generator -> map -> keyBy -> check -> sink: the failing map feeds every check
+	// subtask, so approximate recovery restarts all of them (and their sinks), state included.
+	ScenarioBeforeShuffle = "before-shuffle"
+	// ScenarioAfterState is generator -> keyBy -> check -> map -> sink: the failing map is downstream of the
+	// keyed state, so approximate recovery restarts map[1] and sink[1] and the state keeps running, while full
+	// and region failover restore all of it.
+	ScenarioAfterState = "after-state"
+)
+
+// Scenarios lists the scenarios.
+var Scenarios = []string{ScenarioBeforeShuffle, ScenarioAfterState}
 
 // FailedSubtask is the map subtask that fails, and so the affected path.
 const FailedSubtask = 1
@@ -119,6 +144,13 @@ type Config struct {
 	BufferTimeout time.Duration
 	// TaskManagers of the in-process cluster.
 	TaskManagers int
+	// Scenario is ScenarioBeforeShuffle (default) or ScenarioAfterState.
+	Scenario string
+	// StateBytes adds a payload of this many bytes to every key's state in the check operator, to make the
+	// keyed state as large as a job's with real per-key data (0: the counters only, 32 bytes).
+	StateBytes int
+	// StateBackend is the keyed state backend, "memory" (default) or "pebble".
+	StateBackend string
 	// Logger is the engine's logger (default: warnings and errors to stderr).
 	Logger *slog.Logger
 }
@@ -148,6 +180,12 @@ func (c *Config) defaults() error {
 	if c.TaskManagers == 0 {
 		c.TaskManagers = DefaultTaskManagers
 	}
+	if c.Scenario == "" {
+		c.Scenario = ScenarioBeforeShuffle
+	}
+	if c.StateBackend == "" {
+		c.StateBackend = "memory"
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
@@ -166,6 +204,12 @@ func (c *Config) defaults() error {
 	if c.Rate < 0 {
 		errs = append(errs, fmt.Errorf("rate must not be negative, got %v", c.Rate))
 	}
+	if !slices.Contains(Scenarios, c.Scenario) {
+		errs = append(errs, fmt.Errorf("unknown scenario %q: use %s", c.Scenario, strings.Join(Scenarios, " or ")))
+	}
+	if c.StateBytes < 0 {
+		errs = append(errs, fmt.Errorf("state bytes must not be negative, got %d", c.StateBytes))
+	}
 	if c.Duration < 0 || c.FailAfter < 0 || c.CheckpointInterval < 0 || c.TaskManagers < 0 {
 		errs = append(errs, errors.New("durations and counts must not be negative"))
 	}
@@ -180,6 +224,9 @@ func (c *Config) defaults() error {
 type Result struct {
 	Engine                string  `json:"engine"`
 	Job                   string  `json:"job"`
+	Scenario              string  `json:"scenario"`
+	StateBytesPerKey      int     `json:"state_bytes_per_key"`
+	StateBackend          string  `json:"state_backend"`
 	Failover              string  `json:"failover"`
 	Parallelism           int     `json:"parallelism"`
 	Keys                  int     `json:"keys"`
@@ -255,11 +302,15 @@ type Checked struct {
 	Duplicated int64 // records at or below the highest seq so far
 	Seen       int64 // records of the key in the checker's state
 	Attempt    int64 // attempt of the check subtask
+	Path       int64 // the map subtask the record goes through
 }
 
-// KeyState is the check operator's keyed state.
+// KeyState is the check operator's keyed state. Payload stands for a key's real data (a profile, a
+// window's contents): written once per key and carried, it makes the state as large as Config.StateBytes
+// says.
 type KeyState struct {
 	Last, Lost, Duplicated, Seen int64
+	Payload                      []byte
 }
 
 // probes are the instruments of one run, shared by every subtask and attempt.
@@ -271,6 +322,9 @@ type probes struct {
 	mu     sync.Mutex
 	latest []Checked // per key, the newest counters the sinks got
 	seen   []bool
+
+	// sinkLost is, per sink subtask, the records its newest attempt found missing (ScenarioAfterState).
+	sinkLost []counter
 }
 
 func runOne(ctx context.Context, cfg Config, strategy string) (*Result, error) {
@@ -281,7 +335,7 @@ func runOne(ctx context.Context, cfg Config, strategy string) (*Result, error) {
 	capacity := p*int(cfg.Duration/minSilence)*11/10 + 1024
 	pr := &probes{p: p, emitted: make([]counter, p),
 		arrivals: newSilences(epoch, p, minSilence, capacity),
-		latest:   make([]Checked, keys), seen: make([]bool, keys)}
+		latest:   make([]Checked, keys), seen: make([]bool, keys), sinkLost: make([]counter, p)}
 
 	cc := runnel.CheckpointConfig{Interval: cfg.CheckpointInterval}
 	opts := []runnel.Option{
@@ -289,6 +343,7 @@ func runOne(ctx context.Context, cfg Config, strategy string) (*Result, error) {
 		runnel.WithBufferTimeout(cfg.BufferTimeout), runnel.WithLogger(cfg.Logger),
 		runnel.WithRestartStrategy("fixed-delay:attempts=10,delay=0s"),
 		runnel.WithFailureInjection(fmt.Sprintf("map[%d]@%s", FailedSubtask, cfg.FailAfter)),
+		runnel.WithStateBackend(cfg.StateBackend),
 	}
 	if strategy == "approximate" {
 		cc.ApproximateLocalRecovery = true
@@ -315,31 +370,45 @@ func runOne(ctx context.Context, cfg Config, strategy string) (*Result, error) {
 	return analyse(cfg, strategy, pr, res, samples, start, end)
 }
 
-// build adds the job to env.
+// build adds the job of the scenario to env.
 func build(env *runnel.Environment, pr *probes, cfg Config) {
 	p, m := cfg.Parallelism, cfg.Keys/cfg.Parallelism
-	rc := codec.MustStruct[Record]()
+	rc, cc := codec.MustStruct[Record](), codec.MustStruct[Checked]()
 	gen := func(s int, i uint64) Record {
 		pr.emitted[s].Add(1)
 		return Record{Key: int64(s) + int64(i%uint64(m))*int64(p), Seq: int64(i / uint64(m))}
 	}
 	src := runnel.FromSource(env, connector.Generator(gen, connector.GeneratorOptions{RatePerSubtask: cfg.Rate / float64(p)})).Name("generator").WithCodec(rc)
+	newCheck := func(byKey bool) func() runnel.KeyedProcessFunction[int64, Record, Checked] {
+		return func() runnel.KeyedProcessFunction[int64, Record, Checked] {
+			return &check{pathByKey: byKey, p: int64(p), payload: cfg.StateBytes}
+		}
+	}
+	if cfg.Scenario == ScenarioAfterState {
+		checked := runnel.Process(runnel.KeyBy(src, func(r Record) int64 { return r.Key }), newCheck(false)).Name("check").WithCodec(cc)
+		mapped := runnel.Map(checked.Forward(), func(c Checked) (Checked, error) { return c, nil }).Name("map").WithCodec(cc)
+		mapped.Forward().SinkTo(&timingSink{pr: pr, gaps: true}).Name("sink")
+		return
+	}
 	mapped := runnel.Map(src.Forward(), func(r Record) (Record, error) { return r, nil }).Name("map").WithCodec(rc)
-	checked := runnel.Process(runnel.KeyBy(mapped, func(r Record) int64 { return r.Key }),
-		func() runnel.KeyedProcessFunction[int64, Record, Checked] { return &check{} }).
-		Name("check").WithCodec(codec.MustStruct[Checked]())
+	checked := runnel.Process(runnel.KeyBy(mapped, func(r Record) int64 { return r.Key }), newCheck(true)).Name("check").WithCodec(cc)
 	checked.SinkTo(&timingSink{pr: pr}).Name("sink")
 }
 
 // check is the keyed sequence checker.
 type check struct {
 	runnel.KeyedProcessBase[int64, Checked]
-	state   runnel.ValueState[KeyState]
-	attempt int64
+	state     runnel.ValueState[KeyState]
+	attempt   int64
+	pathByKey bool  // the path is key % p (the generator and map the key went through), else this subtask
+	p         int64 // parallelism
+	subtask   int64
+	payload   int // bytes of payload per key
 }
 
 func (c *check) Open(ctx runnel.KeyedContext[int64]) error {
 	c.attempt = int64(ctx.Attempt())
+	c.subtask = int64(ctx.SubtaskIndex())
 	var err error
 	c.state, err = runnel.NewValueState(ctx, "seq", codec.MustStruct[KeyState]())
 	return err
@@ -349,6 +418,12 @@ func (c *check) ProcessElement(_ runnel.KeyedContext[int64], r Record, out runne
 	s, ok := c.state.Value()
 	if !ok {
 		s = KeyState{Last: -1}
+		if c.payload > 0 {
+			s.Payload = make([]byte, c.payload)
+			for i := range s.Payload {
+				s.Payload[i] = byte(r.Key) + byte(i)
+			}
+		}
 	}
 	s.Seen++
 	switch {
@@ -361,7 +436,11 @@ func (c *check) ProcessElement(_ runnel.KeyedContext[int64], r Record, out runne
 		s.Duplicated++
 	}
 	c.state.Update(s)
-	out.Collect(Checked{Key: r.Key, Seq: r.Seq, Lost: s.Lost, Duplicated: s.Duplicated, Seen: s.Seen, Attempt: c.attempt})
+	path := c.subtask
+	if c.pathByKey {
+		path = r.Key % c.p
+	}
+	out.Collect(Checked{Key: r.Key, Seq: r.Seq, Lost: s.Lost, Duplicated: s.Duplicated, Seen: s.Seen, Attempt: c.attempt, Path: path})
 	return nil
 }
 
@@ -374,12 +453,75 @@ func newer(a, b Checked) bool {
 	return a.Seen >= b.Seen
 }
 
-// timingSink times the arrival of every record per path and keeps the latest counters per key.
-type timingSink struct{ pr *probes }
+// timingSink times the arrival of every record per path and keeps the latest counters per key. With gaps
+// (ScenarioAfterState, where the checker is upstream of the failure) it is also a checker: it keeps per key
+// the checker's Seen count of the last record it got, in checkpointed state, and counts the records
+// missing between two it got (exact for every key that gets a record after the failure).
+type timingSink struct {
+	pr   *probes
+	gaps bool
+}
 
-func (s *timingSink) CreateWriter(runnel.RuntimeContext) (runnel.SinkWriter[Checked], error) {
+func (s *timingSink) CreateWriter(ctx runnel.RuntimeContext) (runnel.SinkWriter[Checked], error) {
 	k := len(s.pr.latest)
-	return &timingWriter{pr: s.pr, latest: make([]Checked, k), seen: make([]bool, k)}, nil
+	w := &timingWriter{pr: s.pr, latest: make([]Checked, k), seen: make([]bool, k)}
+	if !s.gaps {
+		return w, nil
+	}
+	g := &gapWriter{timingWriter: w, lastSeen: make(map[int64]int64), lost: &s.pr.sinkLost[ctx.SubtaskIndex()]}
+	g.lost.Store(0)
+	return g, nil
+}
+
+// gapWriter is the timing writer of ScenarioAfterState.
+type gapWriter struct {
+	*timingWriter
+	lastSeen map[int64]int64 // key -> Seen of its last record
+	gapLost  int64
+	lost     *counter // published: gapLost of the newest attempt
+}
+
+func (g *gapWriter) Write(c Checked) error {
+	if last, ok := g.lastSeen[c.Key]; ok && c.Seen > last+1 {
+		g.gapLost += c.Seen - last - 1
+		g.lost.Store(g.gapLost)
+	}
+	g.lastSeen[c.Key] = c.Seen
+	return g.timingWriter.Write(c)
+}
+
+// SnapshotState implements runnel.CheckpointedWriter: the records found missing, then key/seen pairs.
+func (g *gapWriter) SnapshotState(int64) ([]byte, error) {
+	b := binary.AppendVarint(nil, g.gapLost)
+	for k, v := range g.lastSeen {
+		b = binary.AppendVarint(b, k)
+		b = binary.AppendVarint(b, v)
+	}
+	return b, nil
+}
+
+// RestoreState implements runnel.CheckpointedWriter.
+func (g *gapWriter) RestoreState(b []byte) error {
+	lost, n := binary.Varint(b)
+	if n <= 0 {
+		return errors.New("sink: bad state")
+	}
+	b = b[n:]
+	for len(b) > 0 {
+		k, n1 := binary.Varint(b)
+		if n1 <= 0 {
+			return errors.New("sink: bad state")
+		}
+		v, n2 := binary.Varint(b[n1:])
+		if n2 <= 0 {
+			return errors.New("sink: bad state")
+		}
+		g.lastSeen[k] = v
+		b = b[n1+n2:]
+	}
+	g.gapLost = lost
+	g.lost.Store(lost)
+	return nil
 }
 
 // publishEvery is how many records a sink writer takes between two publications of its counters.
@@ -393,7 +535,7 @@ type timingWriter struct {
 }
 
 func (w *timingWriter) Write(c Checked) error {
-	w.pr.arrivals.observe(int(c.Key % int64(w.pr.p)))
+	w.pr.arrivals.observe(int(c.Path))
 	if k := c.Key; k >= 0 && k < int64(len(w.latest)) && (!w.seen[k] || newer(c, w.latest[k])) {
 		w.latest[k], w.seen[k] = c, true
 	}
@@ -421,6 +563,7 @@ func (w *timingWriter) Close() error { w.publish(); return nil }
 func analyse(cfg Config, strategy string, pr *probes, res *runnel.JobResult, samples []sample, start, end int64) (*Result, error) {
 	r := &Result{
 		Engine: "runnel", Job: "recovery", Failover: strategy, Parallelism: cfg.Parallelism, Keys: cfg.Keys,
+		Scenario: cfg.Scenario, StateBytesPerKey: cfg.StateBytes, StateBackend: cfg.StateBackend,
 		SourceRateRPS: int64(cfg.Rate), CheckpointIntervalMS: cfg.CheckpointInterval.Milliseconds(),
 		BufferTimeoutMS: cfg.BufferTimeout.Milliseconds(), FailAfterMS: cfg.FailAfter.Milliseconds(),
 		DurationMS: cfg.Duration.Milliseconds(), TaskManagers: cfg.TaskManagers, JobStatus: res.Status,
@@ -462,6 +605,9 @@ func analyse(cfg Config, strategy string, pr *probes, res *runnel.JobResult, sam
 		}
 	}
 	pr.mu.Unlock()
+	for i := range pr.sinkLost {
+		r.CheckerRecordsLost += pr.sinkLost[i].Load()
+	}
 
 	arrivals := pr.arrivals.finish(end)
 	r.SilencesDropped = pr.arrivals.dropped.Load()

@@ -77,6 +77,37 @@ func TestApproximateAndFull(t *testing.T) {
 	}
 }
 
+// TestAfterState runs the scenario where the failing map is downstream of the keyed state: approximate
+// recovery restarts map[1] and sink[1] only, and the sink-side checker sees exactly the loss the engine
+// reports; full failover restarts everything and loses nothing.
+func TestAfterState(t *testing.T) {
+	rs, err := Run(context.Background(), Config{
+		Failovers: []string{"approximate", "full"}, Duration: 2 * time.Second, FailAfter: 700 * time.Millisecond,
+		Rate: 40_000, Scenario: ScenarioAfterState, StateBytes: 64, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	approx, full := rs[0], rs[1]
+	for _, r := range rs {
+		t.Logf("%s: outage %d ms, sink gap %.1f ms, lost %d (checker %d), restarted %v", r.Failover, r.OutageMS, r.SinkGapMS, r.RecordsLost, r.CheckerRecordsLost, r.Restarted)
+		if r.Scenario != ScenarioAfterState || r.StateBytesPerKey != 64 || r.Failed != "map[1]" || !r.OutageRecovered {
+			t.Errorf("%s: scenario %q, %d state bytes, failed %q, recovered %v", r.Failover, r.Scenario, r.StateBytesPerKey, r.Failed, r.OutageRecovered)
+		}
+		if r.CheckerRecordsLost != int64(r.RecordsLost) || r.RecordsDuplicated != 0 {
+			t.Errorf("%s: the engine reports %d records lost, the sink-side checker saw %d (%d duplicated)", r.Failover, r.RecordsLost, r.CheckerRecordsLost, r.RecordsDuplicated)
+		}
+	}
+	got := slices.Clone(approx.Restarted)
+	slices.Sort(got)
+	if want := []string{"map[1]", "sink[1]"}; !slices.Equal(got, want) || approx.RecordsLost == 0 {
+		t.Errorf("approximate restarted %v (want %v), lost %d", approx.Restarted, want, approx.RecordsLost)
+	}
+	if full.RestartedSubtasks != 16 || full.RecordsLost != 0 {
+		t.Errorf("full: %d restarted, %d lost", full.RestartedSubtasks, full.RecordsLost)
+	}
+}
+
 func TestConfigErrors(t *testing.T) {
 	for _, c := range []Config{
 		{Failovers: []string{"partial"}},
@@ -84,6 +115,9 @@ func TestConfigErrors(t *testing.T) {
 		{Keys: 6},
 		{Rate: -1},
 		{Duration: time.Second, FailAfter: 2 * time.Second},
+		{Scenario: "sideways"},
+		{StateBytes: -1},
+		{StateBackend: "tape", Duration: time.Second, FailAfter: 500 * time.Millisecond},
 	} {
 		if _, err := Run(context.Background(), c); err == nil {
 			t.Errorf("%+v: no error", c)

@@ -97,7 +97,11 @@ func newRecoveryBenchCmd() *cobra.Command {
 		Long: `Runs generator -> map -> keyBy -> check -> sink (parallelism 4, one TaskManager, chaining off,
 checkpoints every 200 ms, fixed-delay restarts without delay) once per --failover strategy; map[1] fails
 --fail-after into each run. Prints a table, or with --json one JSON object per strategy per line (field
-names as in the Flink harness, bench/flink). See package bench/recovery for how each figure is measured.`,
+names as in the Flink harness, bench/flink). See package bench/recovery for how each figure is measured.
+
+--scenario after-state runs generator -> keyBy -> check -> map -> sink instead: the failing map is
+downstream of the keyed state (make it large with --keys, --state-bytes and --state-backend pebble), which
+approximate recovery leaves running and full or region failover restore.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cfg.Rate < 0 {
@@ -128,6 +132,10 @@ names as in the Flink harness, bench/flink). See package bench/recovery for how 
 	cmd.Flags().DurationVar(&cfg.FailAfter, "fail-after", recovery.DefaultFailAfter, "when map[1] fails, after the job started")
 	cmd.Flags().Float64Var(&cfg.Rate, "rate", recovery.DefaultRate, "records per second over all source subtasks (0: as fast as possible)")
 	cmd.Flags().IntVar(&cfg.Keys, "keys", recovery.DefaultKeys, "distinct keys (a multiple of the parallelism 4)")
+	cmd.Flags().DurationVar(&cfg.CheckpointInterval, "checkpoint-interval", recovery.DefaultCheckpointInterval, "checkpoint interval")
+	cmd.Flags().StringVar(&cfg.Scenario, "scenario", recovery.ScenarioBeforeShuffle, "where the failing map sits: before-shuffle (it feeds every check subtask) or after-state (downstream of the keyed state)")
+	cmd.Flags().IntVar(&cfg.StateBytes, "state-bytes", 0, "payload bytes per key in the check operator's state (0: 32 bytes of counters)")
+	cmd.Flags().StringVar(&cfg.StateBackend, "state-backend", "memory", "keyed state backend: memory or pebble")
 	cmd.Flags().DurationVar(&cfg.BufferTimeout, "buffer-timeout", recovery.DefaultBufferTimeout, "network buffer timeout: the resolution of the sink-side timings")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object per strategy per line")
 	return cmd
