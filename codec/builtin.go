@@ -52,6 +52,8 @@ type int64Codec struct{}
 
 func (int64Codec) fixedSize() int { return 8 }
 
+func (int64Codec) memoryCopy() bool { return hostLittleEndian && unalignedOK }
+
 func (int64Codec) Append(dst []byte, v int64) ([]byte, error) {
 	return binary.LittleEndian.AppendUint64(dst, uint64(v)), nil
 }
@@ -67,6 +69,8 @@ func (int64Codec) Decode(src []byte, v *int64) error {
 type int32Codec struct{}
 
 func (int32Codec) fixedSize() int { return 4 }
+
+func (int32Codec) memoryCopy() bool { return hostLittleEndian && unalignedOK }
 
 func (int32Codec) Append(dst []byte, v int32) ([]byte, error) {
 	return binary.LittleEndian.AppendUint32(dst, uint32(v)), nil
@@ -104,6 +108,8 @@ type uint64Codec struct{}
 
 func (uint64Codec) fixedSize() int { return 8 }
 
+func (uint64Codec) memoryCopy() bool { return hostLittleEndian && unalignedOK }
+
 func (uint64Codec) Append(dst []byte, v uint64) ([]byte, error) {
 	return binary.LittleEndian.AppendUint64(dst, v), nil
 }
@@ -119,6 +125,8 @@ func (uint64Codec) Decode(src []byte, v *uint64) error {
 type uint32Codec struct{}
 
 func (uint32Codec) fixedSize() int { return 4 }
+
+func (uint32Codec) memoryCopy() bool { return hostLittleEndian && unalignedOK }
 
 func (uint32Codec) Append(dst []byte, v uint32) ([]byte, error) {
 	return binary.LittleEndian.AppendUint32(dst, v), nil
@@ -136,6 +144,8 @@ type float64Codec struct{}
 
 func (float64Codec) fixedSize() int { return 8 }
 
+func (float64Codec) memoryCopy() bool { return hostLittleEndian && unalignedOK }
+
 func (float64Codec) Append(dst []byte, v float64) ([]byte, error) {
 	return binary.LittleEndian.AppendUint64(dst, math.Float64bits(v)), nil
 }
@@ -151,6 +161,8 @@ func (float64Codec) Decode(src []byte, v *float64) error {
 type float32Codec struct{}
 
 func (float32Codec) fixedSize() int { return 4 }
+
+func (float32Codec) memoryCopy() bool { return hostLittleEndian && unalignedOK }
 
 func (float32Codec) Append(dst []byte, v float32) ([]byte, error) {
 	return binary.LittleEndian.AppendUint32(dst, math.Float32bits(v)), nil

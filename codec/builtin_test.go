@@ -1,9 +1,11 @@
 package codec
 
 import (
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"math"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -123,5 +125,38 @@ func TestBytesDecodeCopies(t *testing.T) {
 	}
 	if prev[0] != 1 {
 		t.Errorf("Decode wrote into the old value's memory")
+	}
+}
+
+func TestIsMemoryCopy(t *testing.T) {
+	type flat struct{ A, B int64 }
+	type padded struct {
+		A int8
+		B int64
+	}
+	type withString struct {
+		A int64
+		S string
+	}
+	little := binary.NativeEndian.Uint16([]byte{1, 0}) == 1 && (runtime.GOARCH == "amd64" || runtime.GOARCH == "arm64")
+	for _, tc := range []struct {
+		name string
+		got  bool
+		want bool
+	}{
+		{"Int64", IsMemoryCopy(Int64()), little},
+		{"Uint32", IsMemoryCopy(Uint32()), little},
+		{"Float64", IsMemoryCopy(Float64()), little},
+		{"Bool (only 0 and 1 are valid)", IsMemoryCopy(Bool()), false},
+		{"Int (its size depends on the host)", IsMemoryCopy(Int()), false},
+		{"String", IsMemoryCopy(String()), false},
+		{"Struct of int64s", IsMemoryCopy(MustStruct[flat]()), little},
+		{"Struct with padding", IsMemoryCopy(MustStruct[padded]()), false},
+		{"Struct with a string", IsMemoryCopy(MustStruct[withString]()), false},
+		{"empty Struct", IsMemoryCopy(MustStruct[struct{}]()), false},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%s: IsMemoryCopy = %v, want %v", tc.name, tc.got, tc.want)
+		}
 	}
 }

@@ -31,8 +31,10 @@
 package codec
 
 import (
+	"encoding/binary"
 	"errors"
 	"strings"
+	"unsafe"
 )
 
 // Codec encodes and decodes values of type T. Implementations must be safe for concurrent use
@@ -98,3 +100,21 @@ func sizeOf(c any) int {
 	}
 	return -1
 }
+
+// memoryCopier is implemented by the codecs of this package whose encoding of a value can be its memory.
+type memoryCopier interface {
+	memoryCopy() bool
+}
+
+// IsMemoryCopy reports whether c encodes every T as the T's own memory, byte for byte, on this host, and
+// the host loads and stores such values at any offset: a Struct of fixed-size numeric fields without
+// padding, or a fixed-width integer or float, on a little-endian host such as amd64 or arm64. The engine
+// then moves records of T in and out of network buffers with one typed copy instead of calls to Append and
+// Decode; a record of another length than T's size is still malformed (Decode says why).
+func IsMemoryCopy[T any](c Codec[T]) bool {
+	m, ok := c.(memoryCopier)
+	return ok && m.memoryCopy() && unsafe.Sizeof(*new(T)) > 0
+}
+
+// hostLittleEndian says the host stores integers least significant byte first, as the encodings do.
+var hostLittleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1

@@ -30,6 +30,8 @@ func (p *plan) isFlat(size uintptr) bool {
 
 func (c *planCodec[T]) fixedSize() int { return c.plan.size }
 
+func (c *planCodec[T]) memoryCopy() bool { return c.flat && unalignedOK }
+
 func (c *planCodec[T]) Append(dst []byte, v T) ([]byte, error) {
 	if c.flat {
 		n, size := len(dst), int(unsafe.Sizeof(v))

@@ -2,6 +2,7 @@ package operator
 
 import (
 	"fmt"
+	"unsafe"
 
 	"github.com/runnel-dev/runnel/codec"
 	"github.com/runnel-dev/runnel/internal/graph"
@@ -35,6 +36,9 @@ func (s *EdgeSpec[T]) NewWriter(ctx *Context, p *network.ResultPartition, e *gra
 		ctx: ctx, codec: s.Codec, part: p, pattern: e.Pattern, n: p.NumSubpartitions(),
 		flushEach: ctx.runtime().FlushEveryRecord, c: ctx.counters(),
 		maxP: e.Target.MaxParallelism, downP: e.Target.Parallelism, hash: s.Hash,
+	}
+	if codec.IsMemoryCopy(s.Codec) {
+		w.flat = int(unsafe.Sizeof(*new(T)))
 	}
 	w.rr = producer % w.n
 	if e.Pattern == graph.Hash {
@@ -76,7 +80,11 @@ func (s *EdgeSpec[T]) NewReader(target any) (Reader, error) {
 	if !ok {
 		return nil, fmt.Errorf("edge reader: target %T does not accept %T", target, *new(T))
 	}
-	return &reader[T]{codec: s.Codec, target: asBatch(t), batch: make([]T, maxBatch)}, nil
+	r := &reader[T]{codec: s.Codec, target: asBatch(t), batch: make([]T, maxBatch)}
+	if codec.IsMemoryCopy(s.Codec) {
+		r.flat = int(unsafe.Sizeof(*new(T)))
+	}
+	return r, nil
 }
 
 type writer[T any] struct {
@@ -93,6 +101,7 @@ type writer[T any] struct {
 	scratch   []byte
 	keyBuf    []byte
 	maxLen    int // the longest encoded record so far
+	flat      int // the size of T when the codec's encoding is T's memory (codec.IsMemoryCopy), else 0
 	flushEach bool
 	c         *task.Counters
 }
@@ -121,6 +130,18 @@ func (w *writer[T]) Collect(v T) {
 		ch = w.rr
 		if w.rr++; w.rr == w.n {
 			w.rr = 0
+		}
+	}
+	if w.flat > 0 {
+		// The record is the value's memory: one typed store into the buffer.
+		if dst := w.part.RecordTarget(ch, w.flat); dst != nil {
+			n := len(dst)
+			dst = dst[:n+w.flat]
+			*(*T)(unsafe.Pointer(&dst[n])) = v
+			if w.part.CommitRecord(ch, dst) {
+				w.counted(ch)
+				return
+			}
 		}
 	}
 	// Encode straight into the channel's buffer when it surely has room for a record as long as the
@@ -173,6 +194,7 @@ type reader[T any] struct {
 	codec  codec.Codec[T]
 	target BatchCollector[T]
 	batch  []T // maxBatch records, decoded into in place
+	flat   int // the size of T when the codec's encoding is T's memory (codec.IsMemoryCopy), else 0
 }
 
 // ProcessBuffer decodes the buffer's records in batches and hands each batch on; the records decoded before
@@ -192,7 +214,9 @@ func (r *reader[T]) ProcessBuffer(dec *network.RecordDecoder) (int, error) {
 			if rec == nil {
 				break
 			}
-			if e := r.codec.Decode(rec, &b[k]); e != nil {
+			if r.flat > 0 && len(rec) == r.flat {
+				b[k] = *(*T)(unsafe.Pointer(&rec[0]))
+			} else if e := r.codec.Decode(rec, &b[k]); e != nil {
 				err = fmt.Errorf("decode record %d: %w", dec.NextSeq()-1, e)
 				break
 			}
