@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"sync"
 
 	"github.com/runnel-dev/runnel/internal/ident"
@@ -43,6 +44,9 @@ type TaskManager struct {
 	memory *network.NetworkMemory
 	server *network.Server
 	spill  string // spill directory of blocking partitions, removed at shutdown
+	// snapshotWriters bounds the checkpoint writers running at once to half the cores (at least one), so
+	// that writing large state leaves the tasks a core of their own.
+	snapshotWriters chan struct{}
 
 	mu       sync.Mutex
 	tasks    map[ident.Attempt]*task.Task
@@ -83,7 +87,8 @@ func NewTaskManager(cfg TaskManagerConfig) (*TaskManager, error) {
 		srv.Close()
 		return nil, fmt.Errorf("TaskManager %s: spill directory: %w", cfg.Name, err)
 	}
-	return &TaskManager{cfg: cfg, log: lg, pm: pm, memory: mem, server: srv, spill: spill, tasks: make(map[ident.Attempt]*task.Task)}, nil
+	return &TaskManager{cfg: cfg, log: lg, pm: pm, memory: mem, server: srv, spill: spill, tasks: make(map[ident.Attempt]*task.Task),
+		snapshotWriters: make(chan struct{}, max(1, runtime.GOMAXPROCS(0)/2))}, nil
 }
 
 // Name implements jobmaster.TaskManager.
@@ -105,7 +110,7 @@ func (tm *TaskManager) Memory() *network.NetworkMemory { return tm.memory }
 func (tm *TaskManager) Submit(cfg task.Config, report func(task.Update)) error {
 	env := task.Env{
 		Partitions: tm.pm, Memory: tm.memory, Logger: tm.log, Report: report,
-		ConnectRemote: tm.connectRemote, SpillDir: tm.spill,
+		ConnectRemote: tm.connectRemote, SpillDir: tm.spill, SnapshotWriters: tm.snapshotWriters,
 	}
 	t := task.New(cfg, env)
 	tm.mu.Lock()

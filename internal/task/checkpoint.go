@@ -102,6 +102,14 @@ func (r *run) performCheckpoint(id, ts int64, flags uint32) {
 	r.async.Add(1)
 	go func() {
 		defer r.async.Done()
+		if slots := r.t.env.SnapshotWriters; slots != nil {
+			select {
+			case slots <- struct{}{}:
+				defer func() { <-slots }()
+			case <-r.asyncCtx.Done():
+				return
+			}
+		}
 		var buf bytes.Buffer
 		if err := encodeStates(&buf, writers); err != nil {
 			cs.Decline(id, me, fmt.Errorf("serialize state of checkpoint %d: %w", id, err))

@@ -240,6 +240,11 @@ type Env struct {
 	SpillDir string
 	// Report receives every state change; it must not block for long.
 	Report func(Update)
+	// SnapshotWriters, if not nil, bounds the snapshot writers of the TaskManager's tasks that run at once
+	// (a slot is a value in the channel). Writing a large state is CPU work: left unbounded, every task's
+	// writer runs at the same time, and on a small machine they crowd out the tasks for tens or hundreds of
+	// milliseconds.
+	SnapshotWriters chan struct{}
 }
 
 // Task is one attempt of one subtask.
