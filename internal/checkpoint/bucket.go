@@ -25,7 +25,8 @@ import (
 // safe for concurrent use.
 type Bucket interface {
 	// Put stores data under key, replacing any object there. Readers see the old or the new object, never
-	// a mix (fileblob renames a temporary file into place; object stores replace objects atomically).
+	// a mix (fileblob renames a temporary file into place; object stores replace objects atomically). Put
+	// does not keep data after it returns: the caller may reuse its memory.
 	Put(ctx context.Context, key string, data []byte) error
 	// Get opens the object under key and returns its size. An absent key gives an error wrapping
 	// ErrNotFound.

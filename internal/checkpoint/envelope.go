@@ -91,6 +91,53 @@ func open(key string, magic [4]byte, obj []byte) ([]byte, uint32, error) {
 	return obj[envelopeHeader:end], want, nil
 }
 
+// Blob is a state blob being built: its payload is written after room for the envelope's header, so that
+// storing it seals it in place, without copying the payload. Its memory may be reused for the next blob.
+type Blob struct {
+	b []byte
+}
+
+// NewBlob starts an empty blob in reuse's memory (nil: new memory).
+func NewBlob(reuse []byte) *Blob {
+	var hdr [envelopeHeader]byte
+	return &Blob{b: append(reuse[:0], hdr[:]...)}
+}
+
+// Write appends p to the payload.
+func (b *Blob) Write(p []byte) (int, error) {
+	b.b = append(b.b, p...)
+	return len(p), nil
+}
+
+// WriteString appends s to the payload.
+func (b *Blob) WriteString(s string) (int, error) {
+	b.b = append(b.b, s...)
+	return len(s), nil
+}
+
+// Len returns the length of the payload.
+func (b *Blob) Len() int { return len(b.b) - envelopeHeader }
+
+// Payload returns the payload written so far; writing into it changes the blob.
+func (b *Blob) Payload() []byte { return b.b[envelopeHeader:] }
+
+// Memory returns the blob's memory for a later NewBlob; the blob must not be used after.
+func (b *Blob) Memory() []byte { return b.b[:0] }
+
+// sealInPlace turns b into a stored object, as seal would, and returns it and its checksum.
+func sealInPlace(magic [4]byte, b *Blob) ([]byte, uint32) {
+	out := b.b
+	n := len(out) - envelopeHeader
+	copy(out, magic[:])
+	binary.LittleEndian.PutUint16(out[4:], formatVersion)
+	binary.LittleEndian.PutUint16(out[6:], 0)
+	binary.LittleEndian.PutUint64(out[8:], uint64(n))
+	sum := checksum(out)
+	out = binary.LittleEndian.AppendUint32(out, sum)
+	b.b = out
+	return out, sum
+}
+
 // piece bounds the bytes one copy or checksum call handles. Those calls are assembly loops the Go scheduler
 // cannot preempt, and a garbage collection stops every goroutine before it starts: one call over a state
 // blob of tens of megabytes held every task of the process still for tens of milliseconds.

@@ -96,6 +96,14 @@ func validStateName(name string) error {
 // the attempt's StateHandle. name distinguishes several blobs of one attempt ("keyed", "operator"); ""
 // means "state". Writing the same name twice for one checkpoint replaces the first blob.
 func (s *Storage) WriteState(ctx context.Context, id int64, from ident.Attempt, name string, data []byte) (BlobRef, error) {
+	b := NewBlob(make([]byte, 0, envelopeOverhead+len(data)))
+	b.Write(data)
+	return s.WriteBlob(ctx, id, from, name, b)
+}
+
+// WriteBlob is WriteState for a payload built in a Blob: the blob is sealed in place, without a copy of the
+// payload. The blob's memory may be reused once WriteBlob returned.
+func (s *Storage) WriteBlob(ctx context.Context, id int64, from ident.Attempt, name string, blob *Blob) (BlobRef, error) {
 	if name == "" {
 		name = "state"
 	}
@@ -106,7 +114,7 @@ func (s *Storage) WriteState(ctx context.Context, id int64, from ident.Attempt, 
 		return BlobRef{}, fmt.Errorf("checkpoint %d: write state of %s: %w", id, from, err)
 	}
 	key := StateKey(from, name)
-	obj, sum := seal(magicState, data)
+	obj, sum := sealInPlace(magicState, blob)
 	if err := s.b.Put(ctx, checkpointDir(id)+key, obj); err != nil {
 		return BlobRef{}, fmt.Errorf("checkpoint %d: write state %q of %s to %s: %w", id, name, from, s.location, err)
 	}

@@ -1,7 +1,6 @@
 package task
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -23,7 +22,7 @@ type StateWriter struct {
 
 // StateStore is where tasks write and read their checkpointed state.
 type StateStore interface {
-	WriteState(ctx context.Context, id int64, from ident.Attempt, name string, data []byte) (checkpoint.BlobRef, error)
+	WriteBlob(ctx context.Context, id int64, from ident.Attempt, name string, blob *checkpoint.Blob) (checkpoint.BlobRef, error)
 	ReadState(ctx context.Context, id int64, ref checkpoint.BlobRef) ([]byte, error)
 }
 
@@ -110,12 +109,25 @@ func (r *run) performCheckpoint(id, ts int64, flags uint32) {
 				return
 			}
 		}
-		var buf bytes.Buffer
-		if err := encodeStates(&buf, writers); err != nil {
+		// The blob's memory is kept for the next checkpoint: a large state is then written without
+		// allocating it anew (and collecting it) every time.
+		var mem []byte
+		select {
+		case mem = <-r.snapMemory:
+		default:
+		}
+		blob := checkpoint.NewBlob(mem)
+		defer func() {
+			select {
+			case r.snapMemory <- blob.Memory():
+			default:
+			}
+		}()
+		if err := encodeStates(blob, writers); err != nil {
 			cs.Decline(id, me, fmt.Errorf("serialize state of checkpoint %d: %w", id, err))
 			return
 		}
-		ref, err := cs.Store.WriteState(r.asyncCtx, id, me, stateBlobName, buf.Bytes())
+		ref, err := cs.Store.WriteBlob(r.asyncCtx, id, me, stateBlobName, blob)
 		if err != nil {
 			if r.asyncCtx.Err() != nil {
 				// The task is failing or being cancelled: the job master aborts the checkpoint when it
@@ -130,22 +142,35 @@ func (r *run) performCheckpoint(id, ts int64, flags uint32) {
 }
 
 // encodeStates frames the operators' states into one blob: count, then per operator its name and its
-// bytes, each with a uvarint length.
-func encodeStates(w *bytes.Buffer, writers []StateWriter) error {
+// bytes, each with a uvarint length. An operator's bytes are written in place after a length of
+// binary.MaxVarintLen64 bytes, filled in afterwards as a padded uvarint (binary.Uvarint reads it like any
+// other), so that a large state is not copied once more.
+func encodeStates(w *checkpoint.Blob, writers []StateWriter) error {
 	var lb [binary.MaxVarintLen64]byte
 	w.Write(lb[:binary.PutUvarint(lb[:], uint64(len(writers)))])
-	var tmp bytes.Buffer
 	for _, sw := range writers {
-		tmp.Reset()
-		if err := sw.Write(&tmp); err != nil {
-			return fmt.Errorf("operator %q: %w", sw.Operator, err)
-		}
 		w.Write(lb[:binary.PutUvarint(lb[:], uint64(len(sw.Operator)))])
 		w.WriteString(sw.Operator)
-		w.Write(lb[:binary.PutUvarint(lb[:], uint64(tmp.Len()))])
-		w.Write(tmp.Bytes())
+		at := w.Len()
+		var pad [binary.MaxVarintLen64]byte
+		w.Write(pad[:])
+		if err := sw.Write(w); err != nil {
+			return fmt.Errorf("operator %q: %w", sw.Operator, err)
+		}
+		putPaddedUvarint(w.Payload()[at:at+binary.MaxVarintLen64], uint64(w.Len()-at-binary.MaxVarintLen64))
 	}
 	return nil
+}
+
+// putPaddedUvarint writes v into all of b (binary.MaxVarintLen64 bytes) as a uvarint with continuation
+// bytes to spare.
+func putPaddedUvarint(b []byte, v uint64) {
+	last := len(b) - 1
+	for i := range last {
+		b[i] = byte(v) | 0x80
+		v >>= 7
+	}
+	b[last] = byte(v)
 }
 
 // decodeStates is the inverse of encodeStates.

@@ -336,6 +336,7 @@ func (t *Task) canceled() bool {
 func (t *Task) Run() {
 	r := &run{t: t}
 	r.asyncCtx, r.stopAsync = context.WithCancel(context.Background())
+	r.snapMemory = make(chan []byte, 1)
 	err := r.execute()
 	if err != nil {
 		r.stopAsync()
@@ -386,6 +387,7 @@ type run struct {
 	joined     []bool
 	outputSeen bool
 	async      sync.WaitGroup // goroutines writing checkpoint state
+	snapMemory chan []byte    // memory of the last state blob, for the next one (capacity 1)
 	asyncCtx   context.Context
 	stopAsync  context.CancelFunc
 }
