@@ -146,12 +146,13 @@ func (s *ReduceSpec[K, T]) Build(ctx *Context, downstream []any) (Built, error) 
 }
 
 type reduceOp[K comparable, T any] struct {
-	key func(T) K
-	fn  func(acc, v T) (T, error)
-	out BatchCollector[T]
-	r   state.Reducer[K, T]
-	ctx *Context
-	buf []T
+	key  func(T) K
+	fn   func(acc, v T) (T, error)
+	out  BatchCollector[T]
+	r    state.Reducer[K, T]
+	ctx  *Context
+	buf  []T
+	keys []K
 }
 
 func (o *reduceOp[K, T]) Collect(v T) {
@@ -159,11 +160,16 @@ func (o *reduceOp[K, T]) Collect(v T) {
 }
 
 func (o *reduceOp[K, T]) CollectBatch(vs []T) {
-	buf := o.buf[:0]
+	keys := o.keys[:0]
 	for _, v := range vs {
-		buf = append(buf, o.reduce(v))
+		keys = append(keys, o.key(v))
 	}
+	o.keys = keys
+	buf, err := o.r.ReduceAll(keys, vs, o.fn, o.buf[:0])
 	o.buf = buf
+	if err != nil {
+		o.ctx.fail(err)
+	}
 	o.out.CollectBatch(buf)
 }
 

@@ -373,6 +373,9 @@ type Reducer[K comparable, V any] interface {
 	// Reduce makes k current and stores fn(old, x), or x when k has no value yet; it returns what it
 	// stored. An error of fn leaves the value unchanged.
 	Reduce(k K, x V, fn func(acc, x V) (V, error)) (V, error)
+	// ReduceAll reduces xs[i] under keys[i], in order, and appends what it stored to out. At an error of
+	// fn it stops and returns out with the results before it.
+	ReduceAll(keys []K, xs []V, fn func(acc, x V) (V, error), out []V) ([]V, error)
 }
 
 // NewReducer returns the Reducer of value state v on backend b (v must have been made on b).
@@ -402,6 +405,17 @@ func (r *genericReducer[K, V]) Reduce(k K, x V, fn func(acc, x V) (V, error)) (V
 	return x, nil
 }
 
+func (r *genericReducer[K, V]) ReduceAll(keys []K, xs []V, fn func(acc, x V) (V, error), out []V) ([]V, error) {
+	for i, x := range xs {
+		v, err := r.Reduce(keys[i], x, fn)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
 type heapReducer[K comparable, V any] struct {
 	b *heapBackend[K]
 	v *heapValue[V]
@@ -422,4 +436,25 @@ func (r *heapReducer[K, V]) Reduce(k K, x V, fn func(acc, x V) (V, error)) (V, e
 	v.values[slot] = x
 	v.present[slot] = true
 	return x, nil
+}
+
+func (r *heapReducer[K, V]) ReduceAll(keys []K, xs []V, fn func(acc, x V) (V, error), out []V) ([]V, error) {
+	b, v := r.b, r.v
+	keys = keys[:len(xs)]
+	for i, x := range xs {
+		b.SetCurrentKey(keys[i])
+		slot := int(b.cur)
+		if slot < len(v.values) && v.present[slot] {
+			var err error
+			if x, err = fn(v.values[slot], x); err != nil {
+				return out, err
+			}
+		} else if slot >= len(v.values) {
+			v.grow(slot)
+		}
+		v.values[slot] = x
+		v.present[slot] = true
+		out = append(out, x)
+	}
+	return out, nil
 }

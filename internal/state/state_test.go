@@ -906,3 +906,39 @@ func BenchmarkReduce(b *testing.B) {
 		}
 	}
 }
+
+// TestReduceAll checks the batch step against Reduce, on both backends, including a combine that fails in
+// the middle of a batch: the results before it are returned, the state after it untouched.
+func TestReduceAll(t *testing.T) {
+	errBad := errors.New("bad")
+	add := func(acc, x int64) (int64, error) {
+		if x < 0 {
+			return 0, errBad
+		}
+		return acc + x, nil
+	}
+	for _, bk := range backendKinds {
+		t.Run(bk.name, func(t *testing.T) {
+			b := open(t, bk.make, fullRange(8))
+			defer b.Close()
+			v, err := NewValue[int64](b, "sum", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := NewReducer[string, int64](b, v)
+			out, err := r.ReduceAll([]string{"a", "b", "a", "a", "c"}, []int64{1, 2, 3, 4, 5}, add, nil)
+			if err != nil || !slices.Equal(out, []int64{1, 2, 4, 8, 5}) {
+				t.Fatalf("ReduceAll: %v, %v", out, err)
+			}
+			out, err = r.ReduceAll([]string{"b", "a", "c"}, []int64{10, -1, 100}, add, out[:0])
+			if !errors.Is(err, errBad) || !slices.Equal(out, []int64{12}) {
+				t.Fatalf("ReduceAll with a failing combine: %v, %v", out, err)
+			}
+			for k, want := range map[string]int64{"a": 8, "b": 12, "c": 5} {
+				if got, err := r.Reduce(k, 0, add); err != nil || got != want {
+					t.Errorf("%s: %d, %v; want %d", k, got, err, want)
+				}
+			}
+		})
+	}
+}
