@@ -464,7 +464,7 @@ type timingSink struct {
 
 func (s *timingSink) CreateWriter(ctx runnel.RuntimeContext) (runnel.SinkWriter[Checked], error) {
 	k := len(s.pr.latest)
-	w := &timingWriter{pr: s.pr, latest: make([]Checked, k), seen: make([]bool, k)}
+	w := &timingWriter{pr: s.pr, latest: make([]Checked, k), seen: make([]bool, k), isDirty: make([]bool, k)}
 	if !s.gaps {
 		return w, nil
 	}
@@ -532,12 +532,21 @@ type timingWriter struct {
 	latest []Checked
 	seen   []bool
 	n      int
+	// dirty lists the keys updated since the last publication (marked in isDirty), so that publishing
+	// costs what changed, not the number of keys: with many keys a full scan under the probes' lock
+	// stalled every sink.
+	dirty   []int64
+	isDirty []bool
 }
 
 func (w *timingWriter) Write(c Checked) error {
 	w.pr.arrivals.observe(int(c.Path))
 	if k := c.Key; k >= 0 && k < int64(len(w.latest)) && (!w.seen[k] || newer(c, w.latest[k])) {
 		w.latest[k], w.seen[k] = c, true
+		if !w.isDirty[k] {
+			w.isDirty[k] = true
+			w.dirty = append(w.dirty, k)
+		}
 	}
 	if w.n++; w.n >= publishEvery {
 		w.publish()
@@ -549,11 +558,13 @@ func (w *timingWriter) publish() {
 	w.n = 0
 	w.pr.mu.Lock()
 	defer w.pr.mu.Unlock()
-	for k, c := range w.latest {
-		if w.seen[k] && (!w.pr.seen[k] || newer(c, w.pr.latest[k])) {
+	for _, k := range w.dirty {
+		w.isDirty[k] = false
+		if c := w.latest[k]; !w.pr.seen[k] || newer(c, w.pr.latest[k]) {
 			w.pr.latest[k], w.pr.seen[k] = c, true
 		}
 	}
+	w.dirty = w.dirty[:0]
 }
 
 func (w *timingWriter) Flush() error { w.publish(); return nil }
