@@ -31,8 +31,9 @@ func WriteTable(w io.Writer, rs []*Result) error {
 		if r.LoadAvg1m != nil {
 			load = fmt.Sprintf("%.2f", *r.LoadAvg1m)
 		}
-		fmt.Fprintf(w, "(parallelism %d, %d keys, %d records/s over all sources, checkpoints every %d ms, buffer timeout %d ms, "+
-			"%d TaskManager(s), map[%d] fails after %d ms of %d; %d cores, load %s)\n", r.Parallelism, r.Keys, r.SourceRateRPS,
+		fmt.Fprintf(w, "(scenario %s, parallelism %d, %d keys, %d payload bytes per key in %s state, %d records/s over all sources, "+
+			"checkpoints every %d ms, buffer timeout %d ms, %d TaskManager(s), map[%d] fails after %d ms of %d; %d cores, load %s)\n",
+			r.Scenario, r.Parallelism, r.Keys, r.StateBytesPerKey, r.StateBackend, r.SourceRateRPS,
 			r.CheckpointIntervalMS, r.BufferTimeoutMS, r.TaskManagers, FailedSubtask, r.FailAfterMS, r.DurationMS, r.Cores, load)
 	}
 	var full, approx *Result
