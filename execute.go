@@ -88,12 +88,14 @@ type CheckpointCounts struct {
 // restarted, the checkpoint their state came from (nil: none, they started empty), and the time from the
 // failure until every restarted subtask was running again.
 type FailoverResult struct {
-	Failed             string   `json:"failed"`
-	Cause              string   `json:"cause"`
-	Strategy           string   `json:"strategy"`
-	Restarted          []string `json:"restarted"`
-	CheckpointRestored *int64   `json:"checkpoint_restored"`
-	RecoveryMillis     int64    `json:"recovery_ms"`
+	Failed string `json:"failed"`
+	Cause  string `json:"cause"`
+	// FailedAt is when the job master learned of the failure; the durations below are measured from it.
+	FailedAt           time.Time `json:"failed_at"`
+	Strategy           string    `json:"strategy"`
+	Restarted          []string  `json:"restarted"`
+	CheckpointRestored *int64    `json:"checkpoint_restored"`
+	RecoveryMillis     int64     `json:"recovery_ms"`
 	// OutageMillis runs from the failure until the restarted tail subtasks emitted output again.
 	OutageMillis int64 `json:"outage_ms"`
 	// RecordsLost is the whole loss of the failover (records after the restored consumers' positions that
@@ -355,7 +357,7 @@ func resultOf(name string, s jobmaster.Snapshot) *JobResult {
 		return st.String()
 	}
 	for _, f := range s.Failovers {
-		fr := FailoverResult{Failed: subtaskName(f.Failed), Strategy: f.Strategy, CheckpointRestored: f.CheckpointRestored, Restarted: []string{}}
+		fr := FailoverResult{Failed: subtaskName(f.Failed), Strategy: f.Strategy, CheckpointRestored: f.CheckpointRestored, Restarted: []string{}, FailedAt: f.FailedAt}
 		if f.Cause != nil {
 			fr.Cause = f.Cause.Error()
 		}

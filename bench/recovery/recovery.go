@@ -54,11 +54,8 @@
 //     (outage being the longer of outage_ms and failure_to_recovery_ms). The sources count what they
 //     emit; a goroutine samples the counters every 10 ms. Replayed records count as emitted.
 //     upstream_throughput_ratio_1s is the same over the first second after the failure.
-//   - The failure's time is not in the engine's report (only durations measured from it are); it is taken
-//     as the call of Execute + FAIL_AFTER. The injection's timer starts inside Execute after the cluster
-//     is up and before the sources are deployed, and the failure fires at map[1]'s next record, so this
-//     is early by at most the sources' start-up delay (well under a millisecond here) plus the gap
-//     between two records at map[1] (about a millisecond at the default rate).
+//   - The failure's time is the engine's (the failover's failed_at, when the job master learned of it), so
+//     that a failure delayed by a stall of map[1] is timed where it happened.
 //   - BENCH_DEBUG=1 prints the sources' timeline and the sinks' silences around the failure to stderr.
 //
 // Time is measured in the process, with the monotonic clock, and nothing is allocated per record.
@@ -367,7 +364,7 @@ func runOne(ctx context.Context, cfg Config, strategy string) (*Result, error) {
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	return analyse(cfg, strategy, pr, res, samples, start, end)
+	return analyse(cfg, strategy, pr, res, samples, epoch, start, end)
 }
 
 // build adds the job of the scenario to env.
@@ -571,7 +568,7 @@ func (w *timingWriter) Flush() error { w.publish(); return nil }
 func (w *timingWriter) Close() error { w.publish(); return nil }
 
 // analyse turns the probes and the job result into the figures.
-func analyse(cfg Config, strategy string, pr *probes, res *runnel.JobResult, samples []sample, start, end int64) (*Result, error) {
+func analyse(cfg Config, strategy string, pr *probes, res *runnel.JobResult, samples []sample, epoch time.Time, start, end int64) (*Result, error) {
 	r := &Result{
 		Engine: "runnel", Job: "recovery", Failover: strategy, Parallelism: cfg.Parallelism, Keys: cfg.Keys,
 		Scenario: cfg.Scenario, StateBytesPerKey: cfg.StateBytes, StateBackend: cfg.StateBackend,
@@ -627,11 +624,15 @@ func analyse(cfg Config, strategy string, pr *probes, res *runnel.JobResult, sam
 		r.RunMS = ms(end - first)
 	}
 
-	// The failure: the injection is armed FailAfter after Execute set its timer, which it does after
-	// starting the cluster and before deploying the sources, and it fires at map[1]'s next record (they
-	// come about every millisecond). So this is the failure's time to within the sources' start-up delay
-	// (first - start, a fraction of a millisecond) plus a millisecond.
+	// The failure: the engine reports when it learned of it. Without that, it is the arming of the
+	// injection, FailAfter after Execute set its timer (after starting the cluster, before deploying the
+	// sources): the failure fires at map[1]'s next record, about a millisecond later unless map[1] stalls.
 	failAt := start + int64(cfg.FailAfter)
+	if !f.FailedAt.IsZero() {
+		// The engine's own time of the failure: when map[1] is stalled as the injection is armed (a
+		// checkpoint of a large state, say), the failure comes later than FailAfter.
+		failAt = int64(f.FailedAt.Sub(epoch))
+	}
 
 	// The affected path's outage at the sinks: its longest silence that ends after the failure and starts
 	// at most a few buffer timeouts after it (records already in flight may still arrive).
