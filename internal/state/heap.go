@@ -413,6 +413,22 @@ func (s *heapValue[V]) Update(v V) {
 	s.present[slot] = true
 }
 
+// fold stores fn(value, x) in slot, or x when slot has no value, and returns what it stored; an error of
+// fn leaves the slot as it was.
+func (s *heapValue[V]) fold(slot int, x V, fn func(acc, x V) (V, error)) (V, error) {
+	if slot < len(s.values) && s.present[slot] {
+		var err error
+		if x, err = fn(s.values[slot], x); err != nil {
+			return x, err
+		}
+	} else if slot >= len(s.values) {
+		s.grow(slot)
+	}
+	s.values[slot] = x
+	s.present[slot] = true
+	return x, nil
+}
+
 func (s *heapValue[V]) Clear() {
 	if slot := int(s.st.cur); slot >= 0 && slot < len(s.values) {
 		var zero V

@@ -423,19 +423,7 @@ type heapReducer[K comparable, V any] struct {
 
 func (r *heapReducer[K, V]) Reduce(k K, x V, fn func(acc, x V) (V, error)) (V, error) {
 	r.b.SetCurrentKey(k)
-	v := r.v
-	slot := int(r.b.cur)
-	if slot < len(v.values) && v.present[slot] {
-		var err error
-		if x, err = fn(v.values[slot], x); err != nil {
-			return x, err
-		}
-	} else if slot >= len(v.values) {
-		v.grow(slot)
-	}
-	v.values[slot] = x
-	v.present[slot] = true
-	return x, nil
+	return r.v.fold(int(r.b.cur), x, fn)
 }
 
 func (r *heapReducer[K, V]) ReduceAll(keys []K, xs []V, fn func(acc, x V) (V, error), out []V) ([]V, error) {
@@ -443,17 +431,10 @@ func (r *heapReducer[K, V]) ReduceAll(keys []K, xs []V, fn func(acc, x V) (V, er
 	keys = keys[:len(xs)]
 	for i, x := range xs {
 		b.SetCurrentKey(keys[i])
-		slot := int(b.cur)
-		if slot < len(v.values) && v.present[slot] {
-			var err error
-			if x, err = fn(v.values[slot], x); err != nil {
-				return out, err
-			}
-		} else if slot >= len(v.values) {
-			v.grow(slot)
+		x, err := v.fold(int(b.cur), x, fn)
+		if err != nil {
+			return out, err
 		}
-		v.values[slot] = x
-		v.present[slot] = true
 		out = append(out, x)
 	}
 	return out, nil
