@@ -1,0 +1,196 @@
+package jobmaster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/runnel-dev/runnel/internal/checkpoint"
+	"github.com/runnel-dev/runnel/internal/ident"
+)
+
+// savepointState follows the savepoint taken when the job is stopped.
+type savepointState struct {
+	id       int64
+	deadline time.Time
+	written  string
+	err      error
+}
+
+// ackMsg carries a task's answer to a checkpoint.
+type ackMsg struct {
+	id     int64
+	from   ident.Attempt
+	handle checkpoint.StateHandle
+	err    error // a decline
+}
+
+// startSavepoint triggers the savepoint of a stopping job; the job is cancelled once it is written (or
+// failed). It returns false when there is nothing to wait for.
+func (jm *JobMaster) startSavepoint() bool {
+	if jm.cfg.SavepointOnStop == "" || jm.coord == nil || jm.savepoint != nil {
+		return false
+	}
+	r, err := jm.coord.TriggerNow(jm.now())
+	sp := &savepointState{deadline: time.Now().Add(time.Minute)}
+	switch {
+	case err != nil:
+		sp.err = fmt.Errorf("savepoint: %w", err)
+	case len(r.Triggers) == 0:
+		sp.err = errors.New("savepoint: no checkpoint was triggered")
+	default:
+		sp.id = r.Triggers[0].ID
+	}
+	jm.mu.Lock()
+	jm.savepoint = sp
+	jm.mu.Unlock()
+	if sp.err != nil {
+		return false
+	}
+	jm.process(r)
+	return true
+}
+
+// setSavepoint changes the savepoint state under the lock that Snapshot reads it with.
+func (jm *JobMaster) setSavepoint(f func(*savepointState)) {
+	jm.mu.Lock()
+	f(jm.savepoint)
+	jm.mu.Unlock()
+}
+
+func (jm *JobMaster) startCoordinator(ctx context.Context) error {
+	var tasks []checkpoint.Task
+	for _, v := range jm.cfg.Job.Vertices {
+		for i := 0; i < v.Parallelism; i++ {
+			tasks = append(tasks, checkpoint.Task{Attempt: ident.Attempt{Subtask: ident.Subtask{Vertex: v.ID, Index: int32(i)}},
+				Name: v.Name, Source: v.IsSource()})
+		}
+	}
+	next, err := jm.cfg.Storage.NextID(ctx)
+	if err != nil {
+		return fmt.Errorf("checkpoint storage: %w", err)
+	}
+	c, err := checkpoint.NewCoordinator(*jm.cfg.Checkpoint, tasks, next)
+	if err != nil {
+		return err
+	}
+	jm.coord = c
+	counts := c.Counts()
+	jm.mu.Lock()
+	jm.counts = &counts
+	jm.mu.Unlock()
+	return nil
+}
+
+// process carries out what the checkpoint coordinator asked for, in the order it documents.
+func (jm *JobMaster) process(r checkpoint.Ready) {
+	for !r.Empty() {
+		next := checkpoint.Ready{}
+		for _, cp := range r.Persist {
+			err := jm.cfg.Storage.CommitMetadata(jm.ctxNoCancel(), cp)
+			if err != nil {
+				jm.log.Warn("persist checkpoint", "id", cp.ID, "err", err)
+			}
+			next = merge(next, jm.coord.Persisted(jm.now(), cp.ID, err))
+		}
+		for _, cp := range r.Completed {
+			jm.log.Debug("checkpoint completed", "id", cp.ID)
+			if sp := jm.savepoint; sp != nil && sp.id == cp.ID {
+				err := jm.cfg.Storage.WriteSavepoint(jm.ctxNoCancel(), jm.cfg.SavepointOnStop, cp)
+				jm.setSavepoint(func(sp *savepointState) {
+					if err != nil {
+						sp.err = fmt.Errorf("write savepoint %d to %s: %w", cp.ID, jm.cfg.SavepointOnStop, err)
+					} else {
+						sp.written = jm.cfg.SavepointOnStop
+					}
+				})
+				jm.log.Info("savepoint", "id", cp.ID, "dir", jm.cfg.SavepointOnStop, "err", err)
+				jm.cancelJob()
+			}
+			if _, err := jm.cfg.Storage.Retain(jm.ctxNoCancel(), jm.cfg.Checkpoint.Retained); err != nil {
+				jm.log.Warn("retain checkpoints", "err", err)
+			}
+		}
+		for _, ab := range r.Aborted {
+			jm.log.Debug("checkpoint aborted", "id", ab.ID, "reason", ab.Reason, "err", ab.Err)
+			if sp := jm.savepoint; sp != nil && sp.id == ab.ID && sp.err == nil {
+				jm.setSavepoint(func(sp *savepointState) {
+					sp.err = fmt.Errorf("savepoint %d aborted: %s: %v", ab.ID, ab.Reason, ab.Err)
+				})
+				jm.cancelJob()
+			}
+			_ = jm.cfg.Storage.Discard(jm.ctxNoCancel(), ab.ID)
+		}
+		for _, n := range r.Notifications {
+			if n.Kind == checkpoint.NotifyAbort {
+				if ex := jm.current(n.To); ex != nil {
+					ex.tm.AbortCheckpoint(n.To, n.CheckpointID)
+				}
+			}
+		}
+		for _, t := range r.Triggers {
+			jm.lastTriggered = max(jm.lastTriggered, t.ID)
+			var flags uint32
+			if t.Mode == checkpoint.AtLeastOnce {
+				flags = BarrierFlagAtLeastOnce
+			}
+			for _, target := range t.Targets {
+				ex := jm.current(target)
+				if ex == nil || !ex.tm.TriggerCheckpoint(target, t.ID, t.TimestampMillis, flags) {
+					next = merge(next, jm.coord.Decline(jm.now(), t.ID, target, checkpoint.ErrTaskNotReady))
+				}
+			}
+		}
+		if r.FailJob != nil {
+			jm.fail(r.FailJob)
+		}
+		r = next
+	}
+	counts := jm.coord.Counts()
+	jm.mu.Lock()
+	jm.counts = &counts
+	jm.mu.Unlock()
+}
+
+func merge(a, b checkpoint.Ready) checkpoint.Ready {
+	a.Persist = append(a.Persist, b.Persist...)
+	a.Completed = append(a.Completed, b.Completed...)
+	a.Aborted = append(a.Aborted, b.Aborted...)
+	a.Notifications = append(a.Notifications, b.Notifications...)
+	a.Triggers = append(a.Triggers, b.Triggers...)
+	a.Ignored = append(a.Ignored, b.Ignored...)
+	if a.FailJob == nil {
+		a.FailJob = b.FailJob
+	}
+	return a
+}
+
+// current returns the execution of attempt a if a is its current attempt.
+func (jm *JobMaster) current(a ident.Attempt) *execution {
+	jm.mu.Lock()
+	defer jm.mu.Unlock()
+	ex := jm.execs[a.Subtask]
+	if ex == nil || ex.attempt != a {
+		return nil
+	}
+	return ex
+}
+
+func (jm *JobMaster) onAck(a ackMsg) {
+	if jm.coord == nil {
+		return
+	}
+	if a.err != nil {
+		jm.process(jm.coord.Decline(jm.now(), a.id, a.from, a.err))
+		return
+	}
+	jm.process(jm.coord.Ack(jm.now(), a.id, a.from, a.handle))
+}
+
+func (jm *JobMaster) sendAck(m ackMsg) {
+	select {
+	case jm.acks <- m:
+	case <-jm.done:
+	}
+}

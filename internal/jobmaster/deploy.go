@@ -1,0 +1,156 @@
+package jobmaster
+
+import (
+	"fmt"
+
+	"github.com/runnel-dev/runnel/internal/checkpoint"
+	"github.com/runnel-dev/runnel/internal/graph"
+	"github.com/runnel-dev/runnel/internal/ident"
+	"github.com/runnel-dev/runnel/internal/scheduler"
+	"github.com/runnel-dev/runnel/internal/task"
+)
+
+// placeSubtask returns the TaskManager of subtask s: with slot sharing that of slot s.Index; without, the
+// subtasks fill the TaskManagers round-robin in vertex order.
+func (jm *JobMaster) placeSubtask(s ident.Subtask) TaskManager {
+	if !jm.cfg.NoSlotSharing {
+		return jm.placement(int(s.Index))
+	}
+	k := int(s.Index)
+	for _, v := range jm.cfg.Job.Vertices {
+		if v.ID == s.Vertex {
+			break
+		}
+		k += v.Parallelism
+	}
+	return jm.placement(k)
+}
+
+// placement returns the TaskManager of slot i.
+func (jm *JobMaster) placement(i int) TaskManager {
+	return jm.cfg.TaskManagers[i%len(jm.cfg.TaskManagers)]
+}
+
+// deployRegions deploys every not yet deployed subtask of the regions, restoring state from the latest
+// completed checkpoint (or the savepoint the job started from).
+func (jm *JobMaster) deployRegions(regions []scheduler.RegionID) {
+	restore := jm.initial
+	if jm.coord != nil && jm.coord.LatestCompleted() != nil {
+		restore = jm.coord.LatestCompleted()
+	}
+	for _, r := range regions {
+		for _, s := range jm.topo.Members(r) {
+			jm.mu.Lock()
+			ex := jm.execs[s]
+			fresh := ex.state == task.Created
+			first := ex.attempt.Number == 0
+			jm.mu.Unlock()
+			if !fresh {
+				continue
+			}
+			from := restore
+			if first && jm.coord == nil {
+				from = jm.initial
+			}
+			if err := jm.deploy(s, from); err != nil {
+				jm.fail(fmt.Errorf("deploy %s: %w", jm.name(s), err))
+				return
+			}
+		}
+	}
+}
+
+// allRunning reports whether every subtask is running or finished. Checkpoints are triggered only then: a
+// subtask still connecting its inputs (a restarted consumer of an approximate partition, in particular)
+// would miss the barriers its producers send meanwhile, and every other task would wait for it in alignment.
+func (jm *JobMaster) allRunning() bool {
+	jm.mu.Lock()
+	defer jm.mu.Unlock()
+	for _, ex := range jm.execs {
+		if ex.state != task.Running && ex.state != task.Finished {
+			return false
+		}
+	}
+	return true
+}
+
+// deploy builds the descriptor of the current attempt of s and submits it; restore is the checkpoint its
+// state comes from, if any.
+func (jm *JobMaster) deploy(s ident.Subtask, restore *checkpoint.CompletedCheckpoint) error {
+	jm.mu.Lock()
+	ex := jm.execs[s]
+	ex.state = task.Deploying
+	jm.mu.Unlock()
+	cfg, err := jm.descriptor(ex)
+	if err == nil && jm.cfg.Checkpoint != nil {
+		mode := jm.cfg.Checkpoint.Mode
+		cfg.Checkpoints = &task.CheckpointSetup{
+			Store:       jm.cfg.Storage,
+			AtLeastOnce: mode == checkpoint.AtLeastOnce,
+			Ack: func(id int64, from ident.Attempt, h checkpoint.StateHandle) {
+				jm.sendAck(ackMsg{id: id, from: from, handle: h})
+			},
+			Decline: func(id int64, from ident.Attempt, err error) {
+				jm.sendAck(ackMsg{id: id, from: from, err: err})
+			},
+		}
+	}
+	if err == nil && restore != nil {
+		if h, ok := restore.State(s); ok {
+			cfg.Restore = &task.RestoreSpec{CheckpointID: restore.ID, Handle: h}
+			if sp := jm.cfg.Savepoint; sp != nil && sp.Checkpoint.ID == restore.ID {
+				cfg.Restore.Read = sp.ReadState
+			}
+		}
+	}
+	if err == nil {
+		err = ex.tm.Submit(cfg, jm.report)
+	}
+	if err != nil {
+		jm.mu.Lock()
+		ex.state = task.Failed
+		jm.mu.Unlock()
+	}
+	return err
+}
+
+func (jm *JobMaster) descriptor(ex *execution) (task.Config, error) {
+	v := jm.cfg.Job.Vertex(ex.attempt.Vertex)
+	idx := int(ex.attempt.Index)
+	cfg := task.Config{
+		Info: task.Info{JobName: jm.cfg.Job.Name, VertexName: v.Name, Attempt: ex.attempt,
+			Parallelism: v.Parallelism, MaxParallelism: v.MaxParallelism, TaskManager: ex.tm.Name()},
+		Chain:               jm.cfg.ChainFor(v),
+		SkipCheckpointsUpTo: jm.lastTriggered,
+		BufferTimeout:       jm.cfg.BufferTimeout,
+		MaxRecordSize:       jm.cfg.MaxRecordSize,
+		CreditsPerChannel:   jm.cfg.CreditsPerChannel,
+		StateBackend:        jm.cfg.StateBackend,
+	}
+	for _, e := range v.Outputs {
+		cfg.Outputs = append(cfg.Outputs, task.OutputSpec{
+			Result: e.Result, Subpartitions: len(graph.ConsumersOf(e, idx)), Reconnectable: e.PartitionType.Reconnectable(),
+			Blocking: e.PartitionType == graph.Blocking,
+		})
+	}
+	jm.mu.Lock()
+	defer jm.mu.Unlock()
+	for _, e := range v.Inputs {
+		var in task.InputSpec
+		for _, p := range graph.ProducersOf(e, idx) {
+			prod := jm.execs[ident.Subtask{Vertex: e.Source.ID, Index: int32(p)}]
+			sub := graph.SubpartitionIndex(e, p, idx)
+			if sub < 0 {
+				return cfg, fmt.Errorf("edge %s -> %s: producer %d does not feed consumer %d", e.Source.Name, v.Name, p, idx)
+			}
+			in.Channels = append(in.Channels, task.ChannelSpec{
+				Partition:    ident.PartitionID{Result: e.Result, Producer: prod.attempt},
+				Subpartition: sub,
+				Local:        prod.tm == ex.tm,
+				Address:      prod.tm.DataAddress(),
+			})
+		}
+		cfg.Inputs = append(cfg.Inputs, in)
+	}
+	return cfg, nil
+}

@@ -1,0 +1,287 @@
+package jobmaster
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/runnel-dev/runnel/internal/checkpoint"
+	"github.com/runnel-dev/runnel/internal/graph"
+	"github.com/runnel-dev/runnel/internal/ident"
+	"github.com/runnel-dev/runnel/internal/network"
+	"github.com/runnel-dev/runnel/internal/task"
+)
+
+// Failover is one failover event: which subtask failed, what was restarted, from which checkpoint.
+type Failover struct {
+	Failed             ident.Subtask
+	Cause              error
+	Strategy           string
+	Restarted          []ident.Subtask
+	CheckpointRestored *int64
+	FailedAt           time.Time
+	// RecoveredAt is when every restarted subtask was running again (zero until then).
+	RecoveredAt time.Time
+	// OutputAt is when the last of the restarted tail subtasks (those with no restarted consumer) emitted
+	// its first record again: the end of the outage of the affected path.
+	OutputAt time.Time
+	// RecordsLost counts the records that affect no state: on each channel from a producer that kept
+	// running to a restarted consumer, those after the consumer's restored position and before the first
+	// record it received. RecordsDropped and BuffersDropped are the producers' view of the same loss (whole
+	// buffers dropped while no consumer was attached); PartialRecordsSkipped counts records whose start was
+	// dropped and whose rest the new consumer skipped.
+	RecordsLost, RecordsDropped, BuffersDropped, PartialRecordsSkipped uint64
+	// Channels breaks the loss down by channel (only channels that lost something).
+	Channels []ChannelLoss
+
+	awaiting map[ident.Subtask]bool
+	tails    map[ident.Subtask]bool
+	baseline map[channelKey]network.SubpartitionStats
+}
+
+// ChannelLoss is the loss of one channel in one failover: from a producer subtask to a restarted consumer.
+type ChannelLoss struct {
+	Producer, Consumer                                                 ident.Subtask
+	RecordsLost, RecordsDropped, BuffersDropped, PartialRecordsSkipped uint64
+}
+
+// channelKey names one subpartition of one partition.
+type channelKey struct {
+	p   ident.PartitionID
+	sub int
+}
+
+// restartPlan is a failover in progress: the subtasks being cancelled, to be redeployed as new attempts.
+type restartPlan struct {
+	subtasks  map[ident.Subtask]bool
+	notBefore time.Time
+	events    []*Failover
+}
+
+// onFailure asks the restart strategy whether to restart and the failover strategy what to restart, and
+// starts cancelling those subtasks; maybeRestart redeploys them once they stopped and the backoff passed.
+func (jm *JobMaster) onFailure(s ident.Subtask, cause error) {
+	now := time.Now()
+	err := fmt.Errorf("subtask %s failed: %w", jm.name(s), cause)
+	jm.restart.NotifyFailure(jm.now(), cause)
+	if !jm.restart.CanRestart() {
+		jm.fail(fmt.Errorf("%w (restart strategy %s gives up)", err, jm.cfg.Restart))
+		return
+	}
+	set := jm.failover.TasksToRestart(s)
+	ev := &Failover{Failed: s, Cause: cause, Strategy: jm.cfg.Failover.String(), Restarted: set, FailedAt: now,
+		awaiting: make(map[ident.Subtask]bool), tails: make(map[ident.Subtask]bool), baseline: make(map[channelKey]network.SubpartitionStats)}
+	jm.markLossBaseline(ev)
+	jm.log.Warn("subtask failed, restarting", "subtask", jm.name(s), "err", cause, "strategy", ev.Strategy,
+		"restart", len(set), "backoff_ms", jm.restart.BackoffMillis())
+	if jm.plan == nil {
+		jm.plan = &restartPlan{subtasks: make(map[ident.Subtask]bool)}
+	}
+	for _, r := range set {
+		jm.plan.subtasks[r] = true
+	}
+	jm.plan.events = append(jm.plan.events, ev)
+	if nb := now.Add(time.Duration(jm.restart.BackoffMillis()) * time.Millisecond); nb.After(jm.plan.notBefore) {
+		jm.plan.notBefore = nb
+	}
+	jm.mu.Lock()
+	jm.failovers = append(jm.failovers, ev)
+	var cancel []*execution
+	for r := range jm.plan.subtasks {
+		if ex := jm.execs[r]; !ex.state.Terminal() && ex.state != task.Created {
+			cancel = append(cancel, ex)
+		}
+	}
+	jm.mu.Unlock()
+	for _, ex := range cancel {
+		ex.tm.Cancel(ex.attempt)
+	}
+}
+
+// maybeRestart redeploys the subtasks of the restart plan once all of them stopped and the backoff passed.
+// It returns how long to wait when only the backoff holds it back.
+func (jm *JobMaster) maybeRestart() (time.Duration, bool) {
+	p := jm.plan
+	if p == nil {
+		return 0, false
+	}
+	jm.mu.Lock()
+	if jm.status != StatusRunning {
+		jm.mu.Unlock()
+		jm.plan = nil
+		return 0, false
+	}
+	for s := range p.subtasks {
+		// Subtasks never deployed (a region waiting for its blocking inputs) have nothing to stop.
+		if st := jm.execs[s].state; !st.Terminal() && st != task.Created {
+			jm.mu.Unlock()
+			return 0, false
+		}
+	}
+	jm.mu.Unlock()
+	if wait := time.Until(p.notBefore); wait > 0 {
+		return wait, true
+	}
+	jm.plan = nil
+	subtasks := make([]ident.Subtask, 0, len(p.subtasks))
+	for s := range p.subtasks {
+		subtasks = append(subtasks, s)
+	}
+	sort.Slice(subtasks, func(i, j int) bool {
+		if subtasks[i].Vertex != subtasks[j].Vertex {
+			return subtasks[i].Vertex < subtasks[j].Vertex
+		}
+		return subtasks[i].Index < subtasks[j].Index
+	})
+	restore := jm.initial
+	if jm.coord != nil && jm.coord.LatestCompleted() != nil {
+		restore = jm.verifiedLatest(p.subtasks)
+	}
+	var attempts []ident.Attempt
+	jm.mu.Lock()
+	for _, s := range subtasks {
+		ex := jm.execs[s]
+		if ex.state == task.Created {
+			continue // never ran: its first attempt is still to come
+		}
+		if ex.state == task.Finished {
+			// A finished producer keeps its partitions until now: its new attempt produces them again.
+			ex.tm.ReleasePartitions(ex.attempt)
+		}
+		ex.attempt.Number++
+		ex.state = task.Created
+		ex.in, ex.out = 0, 0
+		attempts = append(attempts, ex.attempt)
+	}
+	for _, ev := range p.events {
+		if restore != nil {
+			id := restore.ID
+			ev.CheckpointRestored = &id
+		}
+		for _, s := range subtasks {
+			ev.awaiting[s] = true
+		}
+	}
+	jm.mu.Unlock()
+	if jm.coord != nil {
+		r, err := jm.coord.TasksRestarted(jm.now(), attempts, errors.New("failover"))
+		if err != nil {
+			jm.fail(fmt.Errorf("restart: %w", err))
+			return 0, false
+		}
+		jm.process(r)
+	}
+	jm.deployRegions(jm.sched.OnRegionsRestarted(jm.topo.RegionsOf(subtasks)))
+	return 0, false
+}
+
+// verifiedLatest returns the checkpoint to restore the restarted subtasks from after a failure: the newest
+// one in storage whose metadata and whose state of those subtasks verify (the state of subtasks that keep
+// running is not read: with approximate recovery a failover reads what it restores, not the whole job's
+// state). Corrupt or truncated newer ones are logged and passed over, and the coordinator is told, so that
+// later failovers start from the same one.
+func (jm *JobMaster) verifiedLatest(restarted map[ident.Subtask]bool) *checkpoint.CompletedCheckpoint {
+	latest := jm.coord.LatestCompleted()
+	cp, skipped, err := jm.cfg.Storage.LatestFor(jm.ctxNoCancel(), func(s ident.Subtask) bool { return restarted[s] })
+	for _, sk := range skipped {
+		if !errors.Is(sk.Err, checkpoint.ErrIncomplete) {
+			jm.log.Error("checkpoint is damaged; restoring an older one", "checkpoint", sk.ID, "err", sk.Err)
+		}
+	}
+	if err != nil {
+		jm.log.Error("no valid checkpoint in storage; restoring the last completed one as recorded", "err", err)
+		return latest
+	}
+	if cp.ID != latest.ID {
+		jm.coord.Restored(cp)
+	}
+	return cp
+}
+
+// markLossBaseline records, for every channel from a producer that keeps running to a subtask that
+// restarts, the producer's counters now; what it drops from here on is this failover's loss. It also notes
+// the restarted tails, whose first output ends the outage.
+func (jm *JobMaster) markLossBaseline(ev *Failover) {
+	restarted := make(map[ident.Subtask]bool, len(ev.Restarted))
+	for _, r := range ev.Restarted {
+		restarted[r] = true
+	}
+	jm.mu.Lock()
+	defer jm.mu.Unlock()
+	for _, r := range ev.Restarted {
+		tail := true
+		for _, d := range jm.cfg.Job.Downstream(r) {
+			if restarted[d] {
+				tail = false
+			}
+		}
+		if tail {
+			ev.tails[r] = true
+		}
+		v := jm.cfg.Job.Vertex(r.Vertex)
+		for _, e := range v.Inputs {
+			for _, p := range graph.ProducersOf(e, int(r.Index)) {
+				prod := ident.Subtask{Vertex: e.Source.ID, Index: int32(p)}
+				if restarted[prod] {
+					continue
+				}
+				pex := jm.execs[prod]
+				key := channelKey{p: ident.PartitionID{Result: e.Result, Producer: pex.attempt}, sub: graph.SubpartitionIndex(e, p, int(r.Index))}
+				if st, ok := pex.tm.SubpartitionStats(key.p, key.sub); ok {
+					ev.baseline[key] = st
+				}
+			}
+		}
+	}
+}
+
+// onObservation adds what a restarted attempt saw to the failover that restarted it.
+func (jm *JobMaster) onObservation(a ident.Attempt, o *task.Observation) {
+	jm.mu.Lock()
+	defer jm.mu.Unlock()
+	var ev *Failover
+	for i := len(jm.failovers) - 1; i >= 0; i-- {
+		for _, r := range jm.failovers[i].Restarted {
+			if r == a.Subtask {
+				ev = jm.failovers[i]
+				break
+			}
+		}
+		if ev != nil {
+			break
+		}
+	}
+	if ev == nil || a.Number == 0 {
+		return
+	}
+	switch o.Kind {
+	case task.ChannelJoined:
+		cl := ChannelLoss{Producer: o.Channel.Partition.Producer.Subtask, Consumer: a.Subtask,
+			RecordsLost: o.Lost, PartialRecordsSkipped: o.PartialSkipped}
+		key := channelKey{p: o.Channel.Partition, sub: o.Channel.Subpartition}
+		if base, ok := ev.baseline[key]; ok {
+			delete(ev.baseline, key) // count each channel once
+			if ex := jm.execs[o.Channel.Partition.Producer.Subtask]; ex != nil {
+				if st, ok := ex.tm.SubpartitionStats(key.p, key.sub); ok {
+					cl.RecordsDropped = st.RecordsDropped - base.RecordsDropped
+					cl.BuffersDropped = st.BuffersDropped - base.BuffersDropped
+				}
+			}
+		}
+		ev.RecordsLost += cl.RecordsLost
+		ev.PartialRecordsSkipped += cl.PartialRecordsSkipped
+		ev.RecordsDropped += cl.RecordsDropped
+		ev.BuffersDropped += cl.BuffersDropped
+		if cl.RecordsLost+cl.RecordsDropped+cl.BuffersDropped+cl.PartialRecordsSkipped > 0 {
+			ev.Channels = append(ev.Channels, cl)
+		}
+	case task.FirstOutput:
+		if ev.tails[a.Subtask] {
+			delete(ev.tails, a.Subtask)
+			if o.At.After(ev.OutputAt) {
+				ev.OutputAt = o.At
+			}
+		}
+	}
+}
