@@ -56,7 +56,16 @@ type ServerOptions struct {
 	// WriteBufferBytes is the size of each connection's buffered writer (default
 	// DefaultServerWriteBufferBytes).
 	WriteBufferBytes int
+	// WriteTimeout bounds how long a write to a client may block (default DefaultServerWriteTimeout). The
+	// server only sends what the client granted credit for, so a write that blocks this long means a client
+	// that stopped reading without going away (a hung or stopped process, a dead peer the network has not
+	// noticed): the server closes the connection and releases its view, so that the producer is not held
+	// by it (a reconnectable partition then drops that subpartition's data until a new reader comes).
+	WriteTimeout time.Duration
 }
+
+// DefaultServerWriteTimeout is the default ServerOptions.WriteTimeout.
+const DefaultServerWriteTimeout = 30 * time.Second
 
 // Server serves the result partitions of one TaskManager's PartitionManager over TCP, one subpartition per
 // connection.
@@ -77,7 +86,7 @@ func NewServer(pm *PartitionManager, addr string, opts ServerOptions) (*Server, 
 	if pm == nil {
 		return nil, errors.New("network server: nil partition manager")
 	}
-	if opts.HandshakeTimeout < 0 || opts.WriteBufferBytes < 0 {
+	if opts.HandshakeTimeout < 0 || opts.WriteBufferBytes < 0 || opts.WriteTimeout < 0 {
 		return nil, fmt.Errorf("network server: negative option in %+v", opts)
 	}
 	if opts.HandshakeTimeout == 0 {
@@ -85,6 +94,9 @@ func NewServer(pm *PartitionManager, addr string, opts ServerOptions) (*Server, 
 	}
 	if opts.WriteBufferBytes == 0 {
 		opts.WriteBufferBytes = DefaultServerWriteBufferBytes
+	}
+	if opts.WriteTimeout == 0 {
+		opts.WriteTimeout = DefaultServerWriteTimeout
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -198,6 +210,28 @@ type serverConn struct {
 	// readErr is why the reader stopped (nil for a clean Close or EOF); written before done is closed.
 	readErr  error
 	quitOnce sync.Once
+	// deadlineMu orders the writer's deadlines with shutdown's, so that a write timeout set after shutdown
+	// does not extend its grace.
+	deadlineMu sync.Mutex
+	armedAt    time.Time // when the writer last set its deadline (writer goroutine only)
+}
+
+// armWriteDeadline gives the writes that follow the server's write timeout, unless shutdown gave them less.
+// A writer that streams without pause re-arms it every quarter of the timeout, so that only a write that
+// makes no progress for that long runs into it.
+func (c *serverConn) armWriteDeadline() {
+	now := time.Now()
+	if now.Sub(c.armedAt) < c.srv.opts.WriteTimeout/4 {
+		return
+	}
+	c.armedAt = now
+	c.deadlineMu.Lock()
+	defer c.deadlineMu.Unlock()
+	select {
+	case <-c.quit:
+	default:
+		_ = c.conn.SetWriteDeadline(now.Add(c.srv.opts.WriteTimeout))
+	}
 }
 
 // onAvailable is the view's listener: it wakes the writer without blocking.
@@ -212,8 +246,10 @@ func (c *serverConn) onAvailable() {
 // frame written within shutdownWriteGrace.
 func (c *serverConn) shutdown() {
 	c.quitOnce.Do(func() {
+		c.deadlineMu.Lock()
 		close(c.quit)
 		_ = c.conn.SetWriteDeadline(time.Now().Add(shutdownWriteGrace))
+		c.deadlineMu.Unlock()
 		_ = c.conn.SetReadDeadline(time.Now())
 	})
 }
@@ -474,6 +510,7 @@ func (c *serverConn) write() {
 
 // writeBuffer writes one Buffer frame into the buffered writer.
 func (c *serverConn) writeBuffer(b *Buffer) error {
+	c.armWriteDeadline()
 	c.hdr = appendFrameHeader(c.hdr[:0], frameBuffer, b.Len())
 	if _, err := c.bw.Write(c.hdr); err != nil {
 		return err

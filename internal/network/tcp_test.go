@@ -997,3 +997,85 @@ func benchTransport(b *testing.B, tcp bool) {
 func BenchmarkTCPChannel(b *testing.B) { benchTransport(b, true) }
 
 func BenchmarkLocalChannel(b *testing.B) { benchTransport(b, false) }
+
+// TestServerWriteTimeout pins that a client that stops reading without going away does not hold its
+// producer: the server's write blocks, times out, and the server closes the connection and releases the
+// view; the reconnectable partition then drops that subpartition's data instead of blocking the producer.
+func TestServerWriteTimeout(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	pm := NewPartitionManager()
+	srv, err := NewServer(pm, "127.0.0.1:0", ServerOptions{WriteTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	const bufSize = 32 << 10
+	pool := NewBufferPool("producer", bufSize, 8)
+	cancel := make(chan struct{}) // unblocks a held producer, should the test fail
+	p, err := NewResultPartition(testPID, PartitionOptions{Subpartitions: 1, Reconnectable: true, MaxRecordSize: 1 << 20}, pool, cancel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pm.Register(p); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Release()
+
+	// A client with plenty of credit that never reads what it asked for.
+	conn, err := net.Dial("tcp", srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	request := appendPartitionRequest(wirePreamble[:len(wirePreamble):len(wirePreamble)], partitionRequest{
+		partition: p.ID(), consumer: testConsumer, credit: 1 << 20, bufferSize: bufSize,
+	})
+	if _, err := conn.Write(request); err != nil {
+		t.Fatal(err)
+	}
+	sub := p.subs[0]
+	deadline := time.Now().Add(testWait)
+	for {
+		sub.mu.Lock()
+		attached := sub.view != nil
+		sub.mu.Unlock()
+		if attached {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the server never attached the client's view")
+		}
+		time.Sleep(time.Millisecond)
+	}
+
+	// Produce far more than the socket buffers hold: the server's write blocks, then times out.
+	rec := bytes.Repeat([]byte{1}, 1000)
+	start := time.Now()
+	produced := make(chan error, 1)
+	go func() {
+		for sub.Stats().BuffersDropped == 0 {
+			if err := p.EmitRecord(0, rec); err != nil {
+				produced <- err
+				return
+			}
+		}
+		produced <- nil
+	}()
+	select {
+	case err := <-produced:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(testWait):
+		close(cancel)
+		<-produced
+		t.Fatalf("the producer was held for %s by a client that does not read (%+v)", testWait, sub.Stats())
+	}
+	sub.mu.Lock()
+	attached := sub.view != nil
+	sub.mu.Unlock()
+	if attached {
+		t.Fatal("the view of the timed-out connection is still attached")
+	}
+	t.Logf("dropping after %s, %+v", time.Since(start).Round(time.Millisecond), sub.Stats())
+}
