@@ -8,10 +8,11 @@ package network
 //
 // Spill file format (one file per subpartition, created on the first buffer, in PartitionOptions.SpillDir):
 //
-//	repeated: length uint32 LE, then length bytes: one sealed buffer exactly as in memory (Buffer.Bytes)
+//	repeated: length uint32 LE, CRC-32C of the buffer uint32 LE, then length bytes: one sealed buffer
+//	exactly as in memory (Buffer.Bytes)
 //
-// the last frame being the end-of-partition event. A reader checks every length against the buffer size and
-// every header with DecodeHeader, and checks that the file ends right after end-of-partition, where the
+// the last frame being the end-of-partition event. A reader checks every length against the buffer size,
+// every buffer against its checksum and every header with DecodeHeader, and checks that the file ends right after end-of-partition, where the
 // producer said it would; anything else fails the view with ErrCorrupt, naming the file and the offset.
 //
 // A view of a blocking subpartition reads its file from the beginning in its own Poll (no goroutine), into
@@ -27,6 +28,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"os"
 	"sync"
@@ -40,8 +42,8 @@ const (
 	spillReadBufferBytes = 32 << 10
 	// maxSpillViewBuffers bounds the pool of buffers a view of a blocking subpartition reads into.
 	maxSpillViewBuffers = 16
-	// spillFrameHeaderSize is the length prefix of each buffer in a spill file.
-	spillFrameHeaderSize = 4
+	// spillFrameHeaderSize is the length and checksum in front of each buffer in a spill file.
+	spillFrameHeaderSize = 8
 )
 
 // notReadyError is the type of ErrPartitionNotReady: it unwraps to ErrPartitionNotFound, so that every path
@@ -113,6 +115,7 @@ func (s *Subpartition) spillLocked(b *Buffer, isEnd bool) error {
 	}
 	n := b.Len()
 	binary.LittleEndian.PutUint32(w.lenBuf[:], uint32(n))
+	binary.LittleEndian.PutUint32(w.lenBuf[4:], crc32.Checksum(b.Bytes(), spillCRC))
 	if _, err := w.w.Write(w.lenBuf[:]); err != nil {
 		return w.fail(s, err)
 	}
@@ -281,6 +284,9 @@ func (r *spillReader) readFrame(b *Buffer) (bool, error) {
 	if _, err := io.ReadFull(r.br, b.data); err != nil {
 		return false, r.readErr("buffer", err)
 	}
+	if want, got := binary.LittleEndian.Uint32(r.lenBuf[4:]), crc32.Checksum(b.data, spillCRC); got != want {
+		return false, r.corrupt("checksum mismatch: stored crc32c %08x, computed %08x", want, got)
+	}
 	h, err := DecodeHeader(b.data)
 	if err != nil {
 		return false, r.corrupt("%v", err)
@@ -374,3 +380,6 @@ func (v *View) spillState() error {
 	}
 	return nil
 }
+
+// spillCRC is the CRC-32C table of spill file checksums.
+var spillCRC = crc32.MakeTable(crc32.Castagnoli)

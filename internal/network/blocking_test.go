@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"hash/crc32"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -476,6 +477,17 @@ func TestBlockingCorruptSpillFile(t *testing.T) {
 		}, ErrCorrupt, "file ends without end of partition"},
 		{"bad header", func(t *testing.T, path string, data []byte, frames []int) {
 			data[frames[2]+spillFrameHeaderSize+1] = 0xff
+			rewrite(t, path, data)
+		}, ErrCorrupt, "checksum mismatch"},
+		{"flipped bit in a record", func(t *testing.T, path string, data []byte, frames []int) {
+			data[frames[3]-3] ^= 0x10 // the end of buffer 2, inside a record
+			rewrite(t, path, data)
+		}, ErrCorrupt, "buffer 2 at offset 144: checksum mismatch"},
+		{"bad header under a good checksum", func(t *testing.T, path string, data []byte, frames []int) {
+			at := frames[2] + spillFrameHeaderSize
+			n := int(binary.LittleEndian.Uint32(data[frames[2]:]))
+			data[at+1] = 0xff
+			binary.LittleEndian.PutUint32(data[frames[2]+4:], crc32.Checksum(data[at:at+n], spillCRC))
 			rewrite(t, path, data)
 		}, ErrCorrupt, "reserved header bytes are not zero"},
 		{"impossible length", func(t *testing.T, path string, data []byte, frames []int) {
