@@ -9,6 +9,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"sync"
 	"unsafe"
 
 	"github.com/runnel-dev/runnel/codec"
@@ -81,6 +82,20 @@ type heapBackend[K comparable] struct {
 	// ints caches slots for 8-byte integer keys in a flat open-addressing table, in front of slots: the
 	// per-record lookup of the common int64 key then costs a multiply and a probe or two.
 	ints *intIndex
+	// order is the canonical order of the keys as the last snapshot writer left it, for the next one.
+	order keyOrder
+}
+
+// keyOrder caches the canonical snapshot order (key group, then encoded key) of the first n keys. Keys are
+// only ever appended and never change, so a snapshot sorts only the keys added since the last one and merges
+// them in, instead of encoding, hashing and sorting every key each time. Snapshot writers (off the task
+// goroutine) share it under mu.
+type keyOrder struct {
+	mu    sync.Mutex
+	n     int       // keys covered
+	arena []byte    // uvarint(len) ‖ key, for every covered key
+	order []heapKey // the covered keys, sorted
+	spare []heapKey // the previous order's memory, reused by the next merge
 }
 
 // NewHeap makes an empty heap (in-memory) backend.
@@ -220,9 +235,9 @@ func (b *heapBackend[K]) Snapshot(checkpointID int64) (func(w io.Writer) error, 
 		states[i], sorted[i] = h.states[j], caps[j]
 	}
 	h.states = states
-	kc, maxP := b.kc, b.groups.maxP
+	kc, maxP, ord := b.kc, b.groups.maxP, &b.order
 	return func(w io.Writer) error {
-		return writeHeap(w, h, sorted, keys, kc, maxP)
+		return writeHeap(w, h, sorted, keys, kc, maxP, ord)
 	}, nil
 }
 
@@ -234,26 +249,13 @@ type heapKey struct {
 	n    int32 // length of that
 }
 
-func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, keys []K, kc codec.Codec[K], maxP int) error {
-	// Encode every key once, as uvarint(len) ‖ key: the bytes the canonical order sorts by.
-	var arena, enc []byte
-	order := make([]heapKey, 0, len(keys))
-	for i, k := range keys {
-		var err error
-		if enc, err = kc.Append(enc[:0], k); err != nil {
-			return fmt.Errorf("snapshot keyed state: encode key %v: %w", k, err)
-		}
-		at := len(arena)
-		arena = binary.AppendUvarint(arena, uint64(len(enc)))
-		arena = append(arena, enc...)
-		order = append(order, heapKey{slot: int32(i), kg: uint16(KeyGroup(enc, maxP)), at: int32(at), n: int32(len(arena) - at)})
+func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, keys []K, kc codec.Codec[K], maxP int, ord *keyOrder) error {
+	ord.mu.Lock()
+	defer ord.mu.Unlock()
+	if err := extendOrder(ord, keys, kc, maxP); err != nil {
+		return err
 	}
-	slices.SortFunc(order, func(a, b heapKey) int {
-		if c := cmp.Compare(a.kg, b.kg); c != 0 {
-			return c
-		}
-		return bytes.Compare(arena[a.at:a.at+a.n], arena[b.at:b.at+b.n])
-	})
+	arena, order := ord.arena, ord.order
 	sw := newSnapWriter(w, h)
 	for lo := 0; lo < len(order); {
 		hi := lo + 1
@@ -263,6 +265,9 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 		for si, c := range caps {
 			isMap := c.kind() == kindMap
 			for _, k := range order[lo:hi] {
+				if int(k.slot) >= len(keys) {
+					continue // added after this snapshot (a newer one extended the order first)
+				}
 				sortKey := arena[k.at : k.at+k.n]
 				_, ln := binary.Uvarint(sortKey)
 				key := sortKey[ln:]
@@ -277,6 +282,46 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 		lo = hi
 	}
 	return sw.finish()
+}
+
+// extendOrder adds keys[o.n:] to o: each is encoded once, as uvarint(len) ‖ key, the bytes the canonical
+// order sorts by; the new keys are sorted and merged with the old.
+func extendOrder[K comparable](o *keyOrder, keys []K, kc codec.Codec[K], maxP int) error {
+	if len(keys) <= o.n {
+		return nil
+	}
+	var enc []byte
+	added := make([]heapKey, 0, len(keys)-o.n)
+	for i := o.n; i < len(keys); i++ {
+		var err error
+		if enc, err = kc.Append(enc[:0], keys[i]); err != nil {
+			return fmt.Errorf("snapshot keyed state: encode key %v: %w", keys[i], err)
+		}
+		at := len(o.arena)
+		o.arena = binary.AppendUvarint(o.arena, uint64(len(enc)))
+		o.arena = append(o.arena, enc...)
+		added = append(added, heapKey{slot: int32(i), kg: uint16(KeyGroup(enc, maxP)), at: int32(at), n: int32(len(o.arena) - at)})
+	}
+	arena := o.arena
+	less := func(a, b heapKey) int {
+		if c := cmp.Compare(a.kg, b.kg); c != 0 {
+			return c
+		}
+		return bytes.Compare(arena[a.at:a.at+a.n], arena[b.at:b.at+b.n])
+	}
+	slices.SortFunc(added, less)
+	merged := slices.Grow(o.spare[:0], len(o.order)+len(added))
+	old := o.order
+	for len(old) > 0 && len(added) > 0 {
+		if less(old[0], added[0]) <= 0 {
+			merged, old = append(merged, old[0]), old[1:]
+		} else {
+			merged, added = append(merged, added[0]), added[1:]
+		}
+	}
+	merged = append(append(merged, old...), added...)
+	o.spare, o.order, o.n = o.order, merged, len(keys)
+	return nil
 }
 
 // Restore implements KeyedBackend. Entries of registered states are decoded into them; entries of other

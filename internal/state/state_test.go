@@ -942,3 +942,71 @@ func TestReduceAll(t *testing.T) {
 		})
 	}
 }
+
+// TestHeapSnapshotOrderIsIncremental pins the cached canonical order of heap snapshots: a backend that grew
+// over several snapshots writes the same bytes as a fresh one holding the same state, and a snapshot
+// captured before keys were added but written after a newer snapshot leaves those keys out.
+func TestHeapSnapshotOrderIsIncremental(t *testing.T) {
+	write := func(w func(io.Writer) error) []byte {
+		t.Helper()
+		var buf bytes.Buffer
+		if err := w(&buf); err != nil {
+			t.Fatal(err)
+		}
+		return buf.Bytes()
+	}
+	fill := func(b KeyedBackend[string], v ValueState[int64], keys []string) {
+		for _, k := range keys {
+			b.SetCurrentKey(k)
+			v.Update(int64(len(k)))
+		}
+	}
+	var all []string
+	for i := range 300 {
+		all = append(all, fmt.Sprintf("key-%d", (i*7919)%1000))
+	}
+	grown := open(t, NewHeap[string], fullRange(16))
+	defer grown.Close()
+	gv, err := NewValue[int64](grown, "v", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var early func(io.Writer) error
+	for round, chunk := range [][]string{all[:100], all[100:101], all[101:250], all[250:]} {
+		fill(grown, gv, chunk)
+		w, err := grown.Snapshot(7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if round == 1 {
+			early = w // written last, after later snapshots extended the order
+			continue
+		}
+		write(w)
+	}
+	last, err := grown.Snapshot(7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		keys []string
+		w    func(io.Writer) error
+	}{{all, last}, {all[:101], early}} {
+		fresh := open(t, NewHeap[string], fullRange(16))
+		fv, err := NewValue[int64](fresh, "v", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev := slices.Clone(tc.keys)
+		slices.Reverse(rev)
+		fill(fresh, fv, rev)
+		want, err := fresh.Snapshot(7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := write(tc.w), write(want); !bytes.Equal(got, want) {
+			t.Errorf("snapshot of %d keys: %d bytes differ from a fresh backend's %d", len(tc.keys), len(got), len(want))
+		}
+		fresh.Close()
+	}
+}
