@@ -219,41 +219,44 @@ func (c *Config) defaults() error {
 // Result holds the figures of one run. Field names follow the Flink harness (bench/flink) where the figure
 // is the same; times are milliseconds.
 type Result struct {
-	Engine                string  `json:"engine"`
-	Job                   string  `json:"job"`
-	Scenario              string  `json:"scenario"`
-	StateBytesPerKey      int     `json:"state_bytes_per_key"`
-	StateBackend          string  `json:"state_backend"`
-	Failover              string  `json:"failover"`
-	Parallelism           int     `json:"parallelism"`
-	Keys                  int     `json:"keys"`
-	SourceRateRPS         int64   `json:"source_rate_rps"`
-	CheckpointIntervalMS  int64   `json:"checkpoint_interval_ms"`
-	BufferTimeoutMS       int64   `json:"buffer_timeout_ms"`
-	FailAfterMS           int64   `json:"fail_after_ms"`
-	DurationMS            int64   `json:"duration_ms"`
-	TaskManagers          int     `json:"task_managers"`
-	JobStatus             string  `json:"job_status"`
-	Failovers             int     `json:"failovers"`
-	Failed                string  `json:"failed"`
-	OutageMS              int64   `json:"outage_ms"`
-	RecoveryMS            int64   `json:"recovery_ms"`
-	SinkGapMS             float64 `json:"sink_gap_ms"`
-	OutageRecovered       bool    `json:"outage_recovered"`
-	FailureToRecoveryMS   float64 `json:"failure_to_recovery_ms"`
-	UnaffectedMaxStallMS  float64 `json:"unaffected_paths_max_stall_ms"`
-	BaselineMaxStallMS    float64 `json:"baseline_max_stall_ms"`
-	SourceRPSBefore       int64   `json:"source_rps_before"`
-	SourceRPSDuring       int64   `json:"source_rps_during_recovery"`
-	UpstreamRatio         float64 `json:"upstream_throughput_ratio"`
-	UpstreamRatio1s       float64 `json:"upstream_throughput_ratio_1s"`
-	RecordsLost           uint64  `json:"records_lost"`
-	RecordsDropped        uint64  `json:"records_dropped"`
-	BuffersDropped        uint64  `json:"buffers_dropped"`
-	PartialRecordsSkipped uint64  `json:"partial_records_skipped"`
-	CheckerRecordsLost    int64   `json:"checker_records_lost"`
-	RecordsDuplicated     int64   `json:"records_duplicated"`
-	KeysChecked           int     `json:"keys_checked"`
+	Engine               string  `json:"engine"`
+	Job                  string  `json:"job"`
+	Scenario             string  `json:"scenario"`
+	StateBytesPerKey     int     `json:"state_bytes_per_key"`
+	StateBackend         string  `json:"state_backend"`
+	Failover             string  `json:"failover"`
+	Parallelism          int     `json:"parallelism"`
+	Keys                 int     `json:"keys"`
+	SourceRateRPS        int64   `json:"source_rate_rps"`
+	CheckpointIntervalMS int64   `json:"checkpoint_interval_ms"`
+	BufferTimeoutMS      int64   `json:"buffer_timeout_ms"`
+	FailAfterMS          int64   `json:"fail_after_ms"`
+	DurationMS           int64   `json:"duration_ms"`
+	TaskManagers         int     `json:"task_managers"`
+	JobStatus            string  `json:"job_status"`
+	Failovers            int     `json:"failovers"`
+	Failed               string  `json:"failed"`
+	OutageMS             int64   `json:"outage_ms"`
+	RecoveryMS           int64   `json:"recovery_ms"`
+	SinkGapMS            float64 `json:"sink_gap_ms"`
+	OutageRecovered      bool    `json:"outage_recovered"`
+	FailureToRecoveryMS  float64 `json:"failure_to_recovery_ms"`
+	// SinksFailureToOutputMS runs from the failure until every restarted sink subtask wrote a record again
+	// (the engine's outage_ms as the sinks see it; 0 when none wrote one).
+	SinksFailureToOutputMS float64 `json:"sinks_failure_to_output_ms"`
+	UnaffectedMaxStallMS   float64 `json:"unaffected_paths_max_stall_ms"`
+	BaselineMaxStallMS     float64 `json:"baseline_max_stall_ms"`
+	SourceRPSBefore        int64   `json:"source_rps_before"`
+	SourceRPSDuring        int64   `json:"source_rps_during_recovery"`
+	UpstreamRatio          float64 `json:"upstream_throughput_ratio"`
+	UpstreamRatio1s        float64 `json:"upstream_throughput_ratio_1s"`
+	RecordsLost            uint64  `json:"records_lost"`
+	RecordsDropped         uint64  `json:"records_dropped"`
+	BuffersDropped         uint64  `json:"buffers_dropped"`
+	PartialRecordsSkipped  uint64  `json:"partial_records_skipped"`
+	CheckerRecordsLost     int64   `json:"checker_records_lost"`
+	RecordsDuplicated      int64   `json:"records_duplicated"`
+	KeysChecked            int     `json:"keys_checked"`
 	// RecordsChecked is the number of records in the checker's state at the end (restored ones included,
 	// records processed by an attempt whose state was rolled back not).
 	RecordsChecked    int64    `json:"records_checked"`
@@ -322,6 +325,9 @@ type probes struct {
 
 	// sinkLost is, per sink subtask, the records its newest attempt found missing (ScenarioAfterState).
 	sinkLost []counter
+	// restartedOutput is, per sink subtask, when its newest restarted attempt wrote its first record (ns
+	// since the epoch; 0 before that).
+	restartedOutput []counter
 }
 
 func runOne(ctx context.Context, cfg Config, strategy string) (*Result, error) {
@@ -332,7 +338,8 @@ func runOne(ctx context.Context, cfg Config, strategy string) (*Result, error) {
 	capacity := p*int(cfg.Duration/minSilence)*11/10 + 1024
 	pr := &probes{p: p, emitted: make([]counter, p),
 		arrivals: newSilences(epoch, p, minSilence, capacity),
-		latest:   make([]Checked, keys), seen: make([]bool, keys), sinkLost: make([]counter, p)}
+		latest:   make([]Checked, keys), seen: make([]bool, keys), sinkLost: make([]counter, p),
+		restartedOutput: make([]counter, p)}
 
 	cc := runnel.CheckpointConfig{Interval: cfg.CheckpointInterval}
 	opts := []runnel.Option{
@@ -462,6 +469,10 @@ type timingSink struct {
 func (s *timingSink) CreateWriter(ctx runnel.RuntimeContext) (runnel.SinkWriter[Checked], error) {
 	k := len(s.pr.latest)
 	w := &timingWriter{pr: s.pr, latest: make([]Checked, k), seen: make([]bool, k), isDirty: make([]bool, k)}
+	if ctx.Attempt() > 0 {
+		w.firstOutput = &s.pr.restartedOutput[ctx.SubtaskIndex()]
+		w.firstOutput.Store(0)
+	}
 	if !s.gaps {
 		return w, nil
 	}
@@ -534,10 +545,17 @@ type timingWriter struct {
 	// stalled every sink.
 	dirty   []int64
 	isDirty []bool
+	// firstOutput, for a writer of a restarted sink attempt until it wrote its first record, is where it
+	// notes when it did.
+	firstOutput *counter
 }
 
 func (w *timingWriter) Write(c Checked) error {
 	w.pr.arrivals.observe(int(c.Path))
+	if w.firstOutput != nil {
+		w.firstOutput.Store(int64(time.Since(w.pr.arrivals.epoch)))
+		w.firstOutput = nil
+	}
 	if k := c.Key; k >= 0 && k < int64(len(w.latest)) && (!w.seen[k] || newer(c, w.latest[k])) {
 		w.latest[k], w.seen[k] = c, true
 		if !w.isDirty[k] {
@@ -643,6 +661,13 @@ func analyse(cfg Config, strategy string, pr *probes, res *runnel.JobResult, sam
 	}); ok {
 		r.SinkGapMS, r.OutageRecovered, r.FailureToRecoveryMS = ms(s.length()), !s.open, ms(s.to-failAt)
 		outageEnd = s.to
+	}
+	var lastFirst int64
+	for i := range pr.restartedOutput {
+		lastFirst = max(lastFirst, pr.restartedOutput[i].Load())
+	}
+	if lastFirst > failAt {
+		r.SinksFailureToOutputMS = ms(lastFirst - failAt)
 	}
 	if s, ok := longest(arrivals, func(s silence) bool {
 		return s.path != FailedSubtask && s.to > failAt && s.from < outageEnd

@@ -44,6 +44,12 @@ func TestApproximateAndFull(t *testing.T) {
 		if !r.OutageRecovered || r.SinkGapMS <= 0 || r.OutageMS < 0 || r.RecoveryMS < 0 || r.OutageMS > 1500 {
 			t.Errorf("%s: outage %d ms, sink gap %.1f ms, recovered %v", r.Failover, r.OutageMS, r.SinkGapMS, r.OutageRecovered)
 		}
+		// The engine times the end of the outage by the restarted tails' first output (noted after the
+		// buffer that held it), the sinks by their first write: the same event, seen from two sides, apart
+		// by the processing of a buffer at most (milliseconds under -race on a loaded machine).
+		if d := r.SinksFailureToOutputMS - float64(r.OutageMS); r.SinksFailureToOutputMS <= 0 || d < -15 || d > 15 {
+			t.Errorf("%s: the sinks saw output again %.1f ms after the failure, the engine %d ms", r.Failover, r.SinksFailureToOutputMS, r.OutageMS)
+		}
 		if r.SourceRPSBefore < rate/2 || r.SourceRPSBefore > rate*3/2 || r.UpstreamRatio <= 0 || r.UpstreamRatio > 2 {
 			t.Errorf("%s: sources emitted %d records/s before the failure (rate %d), ratio %.3f", r.Failover, r.SourceRPSBefore, rate, r.UpstreamRatio)
 		}
@@ -91,6 +97,9 @@ func TestAfterState(t *testing.T) {
 	approx, full := rs[0], rs[1]
 	for _, r := range rs {
 		t.Logf("%s: outage %d ms, sink gap %.1f ms, lost %d (checker %d), restarted %v", r.Failover, r.OutageMS, r.SinkGapMS, r.RecordsLost, r.CheckerRecordsLost, r.Restarted)
+		if r.SinksFailureToOutputMS <= 0 {
+			t.Errorf("%s: no restarted sink wrote a record of the affected path", r.Failover)
+		}
 		if r.Scenario != ScenarioAfterState || r.StateBytesPerKey != 64 || r.Failed != "map[1]" || !r.OutageRecovered {
 			t.Errorf("%s: scenario %q, %d state bytes, failed %q, recovered %v", r.Failover, r.Scenario, r.StateBytesPerKey, r.Failed, r.OutageRecovered)
 		}

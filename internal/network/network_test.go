@@ -498,3 +498,25 @@ func TestRecordTargetInPlace(t *testing.T) {
 		t.Fatalf("next sequence %d, want %d", h.p.NextSequence(0), len(want))
 	}
 }
+
+// TestReconnectRequestsFlush pins that a reader coming back to a reconnectable subpartition asks the
+// producer, once, to flush (so a restarted consumer does not wait for the buffer timeout), and that a first
+// reader does not.
+func TestReconnectRequestsFlush(t *testing.T) {
+	h := newHarness(t, 64, 16, true)
+	if err := h.attach(0, 4); err != nil {
+		t.Fatal(err)
+	}
+	if h.p.TakeFlushRequest() {
+		t.Fatal("a first reader asked for a flush")
+	}
+	if err := h.attach(1, 4); err != nil {
+		t.Fatal(err)
+	}
+	if !h.p.TakeFlushRequest() {
+		t.Fatal("a reconnected reader did not ask for a flush")
+	}
+	if h.p.TakeFlushRequest() {
+		t.Fatal("the flush request was not taken")
+	}
+}

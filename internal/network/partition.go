@@ -54,6 +54,15 @@ type ResultPartition struct {
 	onConsumed       func(*ResultPartition)
 	releaseMu        sync.Mutex
 	released         bool
+	// flushRequested is set when a reader reconnects to a reconnectable subpartition; the producer takes
+	// it between batches (TakeFlushRequest) and flushes.
+	flushRequested atomic.Bool
+}
+
+// TakeFlushRequest reports, once, whether a reader reconnected since the last call, in which case the
+// producer should flush its partly filled buffers now. Producer goroutine only; one atomic load.
+func (p *ResultPartition) TakeFlushRequest() bool {
+	return p.flushRequested.Load() && p.flushRequested.Swap(false)
 }
 
 // NewResultPartition makes a partition that takes its buffers from pool; blocking buffer requests abort when

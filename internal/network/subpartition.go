@@ -138,6 +138,11 @@ func (s *Subpartition) createView(owner ident.Attempt, credit int, listener func
 	}
 	s.view = v
 	s.lastView = owner
+	if s.hadView && s.partition.opts.Reconnectable {
+		// A reader came back: ask the producer to hand over its partly filled buffers now rather than at
+		// its next buffer timeout, so that the restarted path gets data again as soon as it can.
+		s.partition.flushRequested.Store(true)
+	}
 	s.hadView = true
 	s.stats.ViewsCreated++
 	notify := credit > 0 && (s.queue.len() > 0 || blocking)

@@ -624,6 +624,7 @@ func (r *run) sourceLoop() error {
 			return fmt.Errorf("source: %w", err)
 		}
 		r.checkOutput()
+		r.flushRequested()
 		if flushEach {
 			r.flushAll()
 		}
@@ -681,6 +682,7 @@ func (r *run) inputLoop() error {
 		if err != nil {
 			return err
 		}
+		r.flushRequested()
 		if flushEach {
 			r.flushAll()
 		}
@@ -757,11 +759,23 @@ func (r *run) join(idx int, firstSeq, partial uint64) {
 	r.t.observe(Observation{Kind: ChannelJoined, At: time.Now(), Channel: r.channels[idx], Lost: lost, PartialSkipped: partial})
 }
 
-// checkOutput reports the first record the attempt emitted.
+// checkOutput reports the first record the attempt emitted, and sends it on at once: a restarted task's
+// first records end an outage, and should not wait for the buffer timeout.
 func (r *run) checkOutput() {
 	if !r.outputSeen && r.t.counters.Out > 0 {
 		r.outputSeen = true
+		r.flushAll()
 		r.t.observe(Observation{Kind: FirstOutput, At: time.Now()})
+	}
+}
+
+// flushRequested flushes the outputs a reader reconnected to, so that a restarted consumer gets the records
+// waiting for it without the buffer timeout's delay.
+func (r *run) flushRequested() {
+	for _, p := range r.outputs {
+		if p.TakeFlushRequest() {
+			p.FlushAll()
+		}
 	}
 }
 
