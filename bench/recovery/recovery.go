@@ -46,6 +46,9 @@
 //     consecutive records of path 1 at any sink) that spans the failure: the longest such silence that
 //     ends after the failure and begins no later than max(20 ms, 4 buffer timeouts) after it. This is
 //     what the Flink harness calls outage_ms. failure_to_recovery_ms is the part of it after the failure.
+//     A silence also holds whatever stalled the path before the failure (with a large state, a
+//     checkpoint), so the targets use sinks_failure_to_output_ms instead: from the failure until every
+//     restarted sink subtask wrote its first record, the engine's outage_ms as the sinks see it.
 //   - unaffected_paths_max_stall_ms: the longest silence of the other paths during that gap;
 //     baseline_max_stall_ms: the longest silence of any path before the failure (after 500 ms of
 //     warm-up), the noise floor (about the buffer timeout).
