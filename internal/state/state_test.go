@@ -808,19 +808,25 @@ func BenchmarkSnapshot(b *testing.B) {
 	}
 }
 
+// newSumReducer opens a backend (closed when the test ends) with an int64 value state and its Reducer.
+func newSumReducer(t *testing.T, mk func(Options[string]) (KeyedBackend[string], error)) (KeyedBackend[string], ValueState[int64], Reducer[string, int64]) {
+	t.Helper()
+	b := open(t, mk, fullRange(8))
+	t.Cleanup(func() { b.Close() })
+	v, err := NewValue[int64](b, "sum", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, v, NewReducer[string, int64](b, v)
+}
+
 // TestReducer checks the fused reduce step against the three calls it stands for, on both backends (the
 // heap one takes its own path), including that a failing combine leaves the value as it was and that the
 // result survives a snapshot.
 func TestReducer(t *testing.T) {
 	for _, bk := range backendKinds {
 		t.Run(bk.name, func(t *testing.T) {
-			b := open(t, bk.make, fullRange(8))
-			defer b.Close()
-			v, err := NewValue[int64](b, "sum", nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			r := NewReducer[string, int64](b, v)
+			b, v, r := newSumReducer(t, bk.make)
 			if _, isHeap := r.(*heapReducer[string, int64]); isHeap != (bk.name == "heap") {
 				t.Fatalf("reducer %T on the %s backend", r, bk.name)
 			}
@@ -919,13 +925,7 @@ func TestReduceAll(t *testing.T) {
 	}
 	for _, bk := range backendKinds {
 		t.Run(bk.name, func(t *testing.T) {
-			b := open(t, bk.make, fullRange(8))
-			defer b.Close()
-			v, err := NewValue[int64](b, "sum", nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			r := NewReducer[string, int64](b, v)
+			_, _, r := newSumReducer(t, bk.make)
 			out, err := r.ReduceAll([]string{"a", "b", "a", "a", "c"}, []int64{1, 2, 3, 4, 5}, add, nil)
 			if err != nil || !slices.Equal(out, []int64{1, 2, 4, 8, 5}) {
 				t.Fatalf("ReduceAll: %v, %v", out, err)
