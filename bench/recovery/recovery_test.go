@@ -166,19 +166,47 @@ func TestSilences(t *testing.T) {
 }
 
 func TestNoAllocationPerRecord(t *testing.T) {
-	pr := &probes{p: 4, arrivals: newSilences(time.Now(), 4, time.Nanosecond, 16), latest: make([]Checked, 8), seen: make([]bool, 8)}
-	w, err := (&timingSink{pr: pr}).CreateWriter(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var i int64
-	if n := testing.AllocsPerRun(1000, func() {
-		i++
-		_ = w.Write(Checked{Key: i % 8, Seq: i, Seen: i})
-	}); n != 0 {
-		t.Errorf("%v allocations per record at the sink", n)
+	for _, tc := range []struct {
+		name    string
+		gaps    bool
+		attempt int
+	}{{"timing", false, 0}, {"timing, restarted attempt", false, 1}, {"timing and gaps", true, 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			pr := &probes{p: 4, arrivals: newSilences(time.Now(), 4, time.Nanosecond, 16), latest: make([]Checked, 8),
+				seen: make([]bool, 8), sinkLost: make([]counter, 4), restartedOutput: make([]counter, 4)}
+			w, err := (&timingSink{pr: pr, gaps: tc.gaps}).CreateWriter(sinkContext{subtask: 1, attempt: tc.attempt})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var i int64
+			for ; i < 8; i++ { // every key seen once: the gap checker's map has them all
+				_ = w.Write(Checked{Key: i, Seq: i, Seen: i})
+			}
+			if n := testing.AllocsPerRun(1000, func() {
+				i++
+				_ = w.Write(Checked{Key: i % 8, Seq: i, Seen: i})
+			}); n != 0 {
+				t.Errorf("%v allocations per record at the sink", n)
+			}
+			if got := pr.restartedOutput[1].Load() != 0; got != (tc.attempt > 0) {
+				t.Errorf("first output of attempt %d noted: %v", tc.attempt, got)
+			}
+		})
 	}
 }
+
+// sinkContext is the runtime context of a sink writer under test.
+type sinkContext struct{ subtask, attempt int }
+
+func (c sinkContext) JobName() string       { return "test" }
+func (c sinkContext) OperatorName() string  { return "sink" }
+func (c sinkContext) TaskName() string      { return "sink" }
+func (c sinkContext) SubtaskIndex() int     { return c.subtask }
+func (c sinkContext) Parallelism() int      { return 4 }
+func (c sinkContext) MaxParallelism() int   { return 128 }
+func (c sinkContext) Attempt() int          { return c.attempt }
+func (c sinkContext) Logger() *slog.Logger  { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+func (c sinkContext) Done() <-chan struct{} { return nil }
 
 func TestEmittedAt(t *testing.T) {
 	ss := []sample{{t: 10, n: 0}, {t: 20, n: 100}, {t: 40, n: 100}, {t: 50, n: 200}}
