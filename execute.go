@@ -96,7 +96,8 @@ type FailoverResult struct {
 	Restarted          []string  `json:"restarted"`
 	CheckpointRestored *int64    `json:"checkpoint_restored"`
 	RecoveryMillis     int64     `json:"recovery_ms"`
-	// OutageMillis runs from the failure until the restarted tail subtasks emitted output again.
+	// OutageMillis runs from the failure until the restarted tail subtasks emitted output again. Both
+	// durations are rounded up to whole milliseconds.
 	OutageMillis int64 `json:"outage_ms"`
 	// RecordsLost is the whole loss of the failover (records after the restored consumers' positions that
 	// they never received); the others are its parts as the producers saw them.
@@ -365,10 +366,10 @@ func resultOf(name string, s jobmaster.Snapshot) *JobResult {
 			fr.Restarted = append(fr.Restarted, subtaskName(st))
 		}
 		if !f.RecoveredAt.IsZero() {
-			fr.RecoveryMillis = f.RecoveredAt.Sub(f.FailedAt).Milliseconds()
+			fr.RecoveryMillis = ceilMillis(f.RecoveredAt.Sub(f.FailedAt))
 		}
 		if !f.OutputAt.IsZero() {
-			fr.OutageMillis = f.OutputAt.Sub(f.FailedAt).Milliseconds()
+			fr.OutageMillis = ceilMillis(f.OutputAt.Sub(f.FailedAt))
 		}
 		fr.RecordsLost, fr.RecordsDropped, fr.BuffersDropped, fr.PartialRecordsSkipped = f.RecordsLost, f.RecordsDropped, f.BuffersDropped, f.PartialRecordsSkipped
 		for _, c := range f.Channels {
@@ -405,4 +406,13 @@ func resultOf(name string, s jobmaster.Snapshot) *JobResult {
 		r.Vertices = append(r.Vertices, vr)
 	}
 	return r
+}
+
+// ceilMillis rounds d up to whole milliseconds: a recovery that took 0.3 ms is reported as 1 ms, not as 0,
+// which would read as "not measured", and a figure is never lower than what happened.
+func ceilMillis(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
