@@ -281,10 +281,10 @@ func (j *Job) Summary(w io.Writer, res *runnel.JobResult) error {
 // checkName is the name of the check operator.
 const checkName = "check"
 
-// CheckedLoss sums the records the failovers of res lost on the channels into the check operator: the loss
-// the checker can see. A failover that restarts the sink also loses some of check's counter reports on the
-// channels from check to the sink; those are not sequence records, and the sink's latest-counters-per-key
-// view makes up for them at the next report of each key.
+// CheckedLoss sums the records the failovers of res lost on the channels that carry sequence records (into
+// map and into check): the loss the checker can see. A failover that restarts the sink also loses some of
+// check's counter reports on the channels from check to the sink; those are not sequence records, and the
+// sink's latest-counters-per-key view makes up for them at the next report of each key.
 func CheckedLoss(res *runnel.JobResult) uint64 {
 	if res == nil {
 		return 0
@@ -292,7 +292,7 @@ func CheckedLoss(res *runnel.JobResult) uint64 {
 	var n uint64
 	for _, f := range res.Failovers {
 		for _, c := range f.Channels {
-			if strings.HasPrefix(c.To, checkName+"[") {
+			if !strings.HasPrefix(c.From, checkName+"[") {
 				n += c.RecordsLost
 			}
 		}

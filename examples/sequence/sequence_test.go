@@ -276,8 +276,12 @@ func TestApproximateLocalRecovery(t *testing.T) {
 			if c.Duplicated != 0 || c.OutOfOrder != 0 {
 				t.Fatalf("checker %+v: approximate recovery lost records but must not duplicate or reorder", c)
 			}
-			if uint64(c.Lost) != f.RecordsLost || c.Records+c.Lost != records {
-				t.Fatalf("checker %+v, failover reports %d lost", c, f.RecordsLost)
+			if uint64(c.Lost) != f.RecordsLost || c.Records+c.Lost != records || sequence.CheckedLoss(res) != f.RecordsLost {
+				t.Fatalf("checker %+v, failover reports %d lost (%d on sequence channels)", c, f.RecordsLost, sequence.CheckedLoss(res))
+			}
+			var out strings.Builder
+			if err := job.Summary(&out, res); err != nil || !strings.Contains(out.String(), "OK for approximate recovery") {
+				t.Fatalf("summary %q, %v", out.String(), err)
 			}
 			if f.RecordsLost == 0 || f.OutageMillis <= 0 {
 				t.Fatalf("failover %+v: expected a loss and an outage", f)
