@@ -1,0 +1,69 @@
+//go:build soak
+
+package sequence_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/runnel-dev/runnel"
+	"github.com/runnel-dev/runnel/examples/sequence"
+)
+
+// TestSoak runs the checker job many times with one failure injected at a random subtask and record count,
+// under every failover strategy, over local channels and TCP, and requires the checker's verdict each time:
+// exactly once for full and region failover, the reported loss exactly for approximate recovery. It is
+// behind the soak build tag (a few minutes):
+//
+//	go test -tags soak -run Soak -v ./examples/sequence
+//
+// SOAK_SEED picks another sequence of runs; SOAK_RUNS sets how many per strategy (default 12).
+func TestSoak(t *testing.T) {
+	seed := envInt(t, "SOAK_SEED", 1)
+	runs := envInt(t, "SOAK_RUNS", 12)
+	rng := rand.New(rand.NewPCG(uint64(seed), 7))
+	ops := []string{"source", "map", "check"}
+	for _, failover := range []string{"full", "region", "approximate"} {
+		for i := range runs {
+			op := fmt.Sprintf("%s[%d]@%d", ops[rng.IntN(len(ops))], rng.IntN(2), 2000+rng.IntN(30000))
+			tms := 1 + rng.IntN(2)
+			t.Run(fmt.Sprintf("%s/%d/%s/tms=%d", failover, i, op, tms), func(t *testing.T) {
+				const records = 40_000
+				job := sequence.New(nil)
+				job.Records, job.Keys, job.Rate = records, 16, 40_000
+				res := runJob(t, job, runnel.WithParallelism(2), runnel.WithChaining(false), runnel.WithTaskManagers(tms),
+					runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 50 * time.Millisecond}), runnel.WithFailover(failover),
+					runnel.WithFailureInjection(op), runnel.WithRestartStrategy("fixed-delay:attempts=3,delay=0s"))
+				var out strings.Builder
+				if err := job.Summary(&out, res); err != nil {
+					t.Fatal(err)
+				}
+				want := "OK: every record exactly once"
+				if failover == "approximate" && len(res.Failovers) > 0 {
+					want = "OK for approximate recovery"
+				}
+				if !strings.Contains(out.String(), want) {
+					t.Fatalf("%s (failovers %+v)", out.String(), res.Failovers)
+				}
+			})
+		}
+	}
+}
+
+func envInt(t *testing.T, name string, def int) int {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		t.Fatalf("%s=%q: want a non-negative integer", name, v)
+	}
+	return n
+}
