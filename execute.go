@@ -265,10 +265,12 @@ func (e *Environment) Execute(ctx context.Context, name string) (*JobResult, err
 		restored = info
 		defer sp.Close()
 		var vs []checkpoint.Vertex
+		sources := map[ident.VertexID]bool{}
 		for _, v := range jg.Vertices {
 			vs = append(vs, checkpoint.Vertex{ID: v.ID, Name: v.Name, Parallelism: int32(v.Parallelism)})
+			sources[v.ID] = v.IsSource()
 		}
-		if err := checkpoint.CompatibleVertices(sp.Checkpoint, vs); err != nil {
+		if err := checkpoint.CompatibleVertices(sp.Checkpoint, vs, func(v checkpoint.Vertex) bool { return sources[v.ID] }); err != nil {
 			return nil, fmt.Errorf("job %q: restore from savepoint %s: %w", name, rc.restoreFrom, err)
 		}
 		jmCfg.Savepoint = sp

@@ -2,7 +2,10 @@ package runnel_test
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"strings"
 	"testing"
@@ -335,4 +338,97 @@ func TestResumeFromRetainedCheckpointSkipsCorruptOne(t *testing.T) {
 			t.Fatalf("key %d = %d, want %d (all %v)", k, got[k], 2*per/keys, got)
 		}
 	}
+}
+
+// countingSink is a sink with checkpointed state that is not keyed: the number of records it wrote.
+type countingSink struct{}
+
+func (countingSink) CreateWriter(runnel.RuntimeContext) (runnel.SinkWriter[keyed], error) {
+	return &countingWriter{}, nil
+}
+
+type countingWriter struct{ n uint64 }
+
+func (w *countingWriter) Write(keyed) error { w.n++; return nil }
+func (w *countingWriter) Flush() error      { return nil }
+func (w *countingWriter) Close() error      { return nil }
+func (w *countingWriter) SnapshotState(int64) ([]byte, error) {
+	return binary.AppendUvarint(nil, w.n), nil
+}
+func (w *countingWriter) RestoreState(b []byte) error {
+	n, k := binary.Uvarint(b)
+	if k <= 0 {
+		return errors.New("bad count")
+	}
+	w.n = n
+	return nil
+}
+
+// TestRescaleFromSavepoint stops a keyed sum at parallelism 2 with a savepoint and resumes it at 3 and at
+// 1: each new subtask takes the keyed state of the old subtasks whose key groups overlap its own, and the
+// sums come out exact. A source cannot change its parallelism (its positions cannot be split), nor can an
+// operator with state that is not keyed; both are refused with the operator named.
+func TestRescaleFromSavepoint(t *testing.T) {
+	dir := t.TempDir() + "/sp"
+	const keys, perSubtask = 50, 4000
+	build := func(p int, sink runnel.Sink[keyed], opts ...runnel.Option) *runnel.Environment {
+		env := runnel.NewEnvironment(append([]runnel.Option{runnel.WithParallelism(p), runnel.WithLogger(quiet)}, opts...)...)
+		src := runnel.FromSource(env, connector.Generator(func(sub int, s uint64) keyed { return keyed{F0: int64(s*2+uint64(sub)) % keys, F1: 1} },
+			connector.GeneratorOptions{RecordsPerSubtask: perSubtask, RatePerSubtask: 8000})).Name("source").SetParallelism(2)
+		sums := runnel.Reduce(runnel.KeyBy(src.WithCodec(keyedCodec), func(v keyed) int64 { return v.F0 }),
+			func(a, b keyed) (keyed, error) { a.F1 += b.F1; return a, nil }).Name("sum").WithCodec(keyedCodec)
+		sums.SinkTo(sink).Name("sink")
+		return env
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	res, err := build(2, connector.Discard[keyed](), runnel.WithSavepointOnStop(dir)).Execute(ctx, "first")
+	if err != nil || res.Status != "CANCELED" || res.Savepoint != dir {
+		t.Fatalf("first run: %v, %+v", err, res)
+	}
+	want := map[int64]int64{}
+	for sub := uint64(0); sub < 2; sub++ {
+		for s := uint64(0); s < perSubtask; s++ {
+			want[int64(s*2+sub)%keys]++
+		}
+	}
+	for _, p := range []int{3, 1} {
+		t.Run(fmt.Sprintf("to %d", p), func(t *testing.T) {
+			sink := connector.NewCollect[keyed]()
+			res, err := build(p, sink, runnel.WithRestoreFrom(dir)).Execute(context.Background(), "rescaled")
+			if err != nil || res.Status != "FINISHED" {
+				t.Fatalf("rescaled run: %v, %+v", err, res)
+			}
+			if got := latest(sink.Records()); !maps.Equal(got, want) {
+				t.Fatalf("sums after rescaling to %d: %v, want %v", p, got, want)
+			}
+		})
+	}
+	t.Run("source", func(t *testing.T) {
+		env := runnel.NewEnvironment(runnel.WithParallelism(2), runnel.WithLogger(quiet), runnel.WithRestoreFrom(dir))
+		src := runnel.FromSource(env, connector.Generator(func(sub int, s uint64) keyed { return keyed{} },
+			connector.GeneratorOptions{RecordsPerSubtask: 1})).Name("source").SetParallelism(3)
+		runnel.Reduce(runnel.KeyBy(src.WithCodec(keyedCodec), func(v keyed) int64 { return v.F0 }),
+			func(a, b keyed) (keyed, error) { return a, nil }).Name("sum").WithCodec(keyedCodec).SinkTo(connector.Discard[keyed]()).Name("sink")
+		_, err := env.Execute(context.Background(), "rescaled source")
+		if err == nil || !strings.Contains(err.Error(), `"source" parallelism 2 in checkpoint, 3 in job (a source`) {
+			t.Fatalf("rescaled source: %v", err)
+		}
+	})
+	t.Run("state that is not keyed", func(t *testing.T) {
+		dir := t.TempDir() + "/sp"
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		if res, err := build(2, countingSink{}, runnel.WithSavepointOnStop(dir),
+			runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: time.Hour})).Execute(ctx, "first"); err != nil || res.Savepoint != dir {
+			t.Fatalf("first run: %v, %+v", err, res)
+		}
+		res, err := build(3, countingSink{}, runnel.WithRestoreFrom(dir)).Execute(context.Background(), "rescaled")
+		if err == nil {
+			err = errors.New(res.Error)
+		}
+		if !strings.Contains(err.Error(), `operator "sink" keeps state that is not keyed`) {
+			t.Fatalf("rescaled sink with state: %v (%+v)", err, res)
+		}
+	})
 }

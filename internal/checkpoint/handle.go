@@ -103,6 +103,16 @@ func (cp *CompletedCheckpoint) State(s ident.Subtask) (StateHandle, bool) {
 	return cp.States[i], true
 }
 
+// VertexByID returns the recorded vertex with the given id.
+func (cp *CompletedCheckpoint) VertexByID(id ident.VertexID) (Vertex, bool) {
+	for _, v := range cp.Vertices {
+		if v.ID == id {
+			return v, true
+		}
+	}
+	return Vertex{}, false
+}
+
 // Vertex returns the recorded vertex with the given name (the one with the lowest id if several share it).
 func (cp *CompletedCheckpoint) Vertex(name string) (Vertex, bool) {
 	for _, v := range cp.Vertices {
@@ -217,10 +227,11 @@ func Compatible(cp *CompletedCheckpoint, operators []string) error {
 	return e
 }
 
-// CompatibleVertices is Compatible plus a shape check: each vertex of the job must have the same id and
-// parallelism as the vertex of the same name in cp, because state is restored subtask by subtask
-// (redistribution by key group is not implemented yet).
-func CompatibleVertices(cp *CompletedCheckpoint, vertices []Vertex) error {
+// CompatibleVertices is Compatible plus a shape check: each vertex of the job must have the same id as
+// the vertex of the same name in cp, and the same parallelism where fixed says so (a source, whose
+// positions cannot be split). Other vertices may change parallelism: their keyed state is redistributed
+// by key group when restored, and state that is not keyed is refused then, naming the operator.
+func CompatibleVertices(cp *CompletedCheckpoint, vertices []Vertex, fixed func(Vertex) bool) error {
 	names := make([]string, len(vertices))
 	for i, v := range vertices {
 		names[i] = v.Name
@@ -247,8 +258,8 @@ func CompatibleVertices(cp *CompletedCheckpoint, vertices []Vertex) error {
 		}
 		old := olds[0]
 		byName[v.Name] = olds[1:]
-		if old.Parallelism != v.Parallelism {
-			e.Mismatched = append(e.Mismatched, fmt.Sprintf("%q parallelism %d in checkpoint, %d in job",
+		if old.Parallelism != v.Parallelism && fixed != nil && fixed(v) {
+			e.Mismatched = append(e.Mismatched, fmt.Sprintf("%q parallelism %d in checkpoint, %d in job (a source: its positions cannot be split, keep its parallelism)",
 				v.Name, old.Parallelism, v.Parallelism))
 		}
 		if old.ID != v.ID {

@@ -182,12 +182,17 @@ func TestCompatible(t *testing.T) {
 		t.Fatalf("duplicate operator: %v", err)
 	}
 
-	if err := CompatibleVertices(cp, []Vertex{{ID: 2, Name: "check", Parallelism: 1}, {ID: 0, Name: "Source: gen -> map", Parallelism: 2}}); err != nil {
+	isSource := func(v Vertex) bool { return strings.HasPrefix(v.Name, "Source") }
+	if err := CompatibleVertices(cp, []Vertex{{ID: 2, Name: "check", Parallelism: 1}, {ID: 0, Name: "Source: gen -> map", Parallelism: 2}}, isSource); err != nil {
 		t.Fatalf("same vertices: %v", err)
 	}
-	err = CompatibleVertices(cp, []Vertex{{ID: 0, Name: "Source: gen -> map", Parallelism: 4}, {ID: 1, Name: "check", Parallelism: 1}})
-	if !errors.As(err, &ie) || len(ie.Mismatched) != 2 || !strings.Contains(err.Error(), "parallelism 2 in checkpoint, 4 in job") {
+	err = CompatibleVertices(cp, []Vertex{{ID: 0, Name: "Source: gen -> map", Parallelism: 4}, {ID: 1, Name: "check", Parallelism: 1}}, isSource)
+	if !errors.As(err, &ie) || len(ie.Mismatched) != 2 || !strings.Contains(err.Error(), "parallelism 2 in checkpoint, 4 in job (a source") {
 		t.Fatalf("changed shape: %v", err)
+	}
+	// A vertex that is not a source may change its parallelism: its keyed state is redistributed.
+	if err := CompatibleVertices(cp, []Vertex{{ID: 2, Name: "check", Parallelism: 3}, {ID: 0, Name: "Source: gen -> map", Parallelism: 2}}, isSource); err != nil {
+		t.Fatalf("rescaled keyed vertex: %v", err)
 	}
 }
 

@@ -96,8 +96,8 @@ func (jm *JobMaster) deploy(s ident.Subtask, restore *checkpoint.CompletedCheckp
 		}
 	}
 	if err == nil && restore != nil {
-		if h, ok := restore.State(s); ok {
-			cfg.Restore = &task.RestoreSpec{CheckpointID: restore.ID, Handle: h}
+		cfg.Restore = jm.restoreSpec(s, restore)
+		if cfg.Restore != nil {
 			if sp := jm.cfg.Savepoint; sp != nil && sp.Checkpoint.ID == restore.ID {
 				cfg.Restore.Read = sp.ReadState
 			}
@@ -153,4 +153,32 @@ func (jm *JobMaster) descriptor(ex *execution) (task.Config, error) {
 		cfg.Inputs = append(cfg.Inputs, in)
 	}
 	return cfg, nil
+}
+
+// restoreSpec returns the state subtask s starts from in checkpoint cp (nil: none). When the vertex ran
+// with another parallelism in cp, the subtask takes the state of every old subtask whose key groups overlap
+// its own (rescaling): keyed state is filtered to its key groups as it is read, and the task refuses state
+// that is not keyed, which cannot be split.
+func (jm *JobMaster) restoreSpec(s ident.Subtask, cp *checkpoint.CompletedCheckpoint) *task.RestoreSpec {
+	v := jm.cfg.Job.Vertex(s.Vertex)
+	old, ok := cp.VertexByID(s.Vertex)
+	if !ok || v == nil || int(old.Parallelism) == v.Parallelism {
+		h, ok := cp.State(s)
+		if !ok {
+			return nil
+		}
+		return &task.RestoreSpec{CheckpointID: cp.ID, Handle: h}
+	}
+	start, end := graph.KeyGroupRange(int(s.Index), v.MaxParallelism, v.Parallelism)
+	spec := &task.RestoreSpec{CheckpointID: cp.ID, RescaledFrom: int(old.Parallelism)}
+	for i := range int(old.Parallelism) {
+		os, oe := graph.KeyGroupRange(i, v.MaxParallelism, int(old.Parallelism))
+		if oe < start || os > end {
+			continue
+		}
+		if h, ok := cp.State(ident.Subtask{Vertex: s.Vertex, Index: int32(i)}); ok {
+			spec.Parts = append(spec.Parts, h)
+		}
+	}
+	return spec
 }

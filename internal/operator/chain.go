@@ -176,6 +176,31 @@ func (c *chain) Restore(states map[string][]byte) error {
 	return nil
 }
 
+// RestoreRescaled implements task.Chain.
+func (c *chain) RestoreRescaled(parts map[string][][]byte) error {
+	known := make(map[string]bool, len(c.names))
+	for i, op := range c.ops {
+		known[c.names[i]] = true
+		ps, ok := parts[c.names[i]]
+		if !ok {
+			continue
+		}
+		if op.RestoreParts == nil {
+			return fmt.Errorf("operator %q keeps state that is not keyed (a source's position or a sink's state, say), "+
+				"which cannot be split over another parallelism: give it its old parallelism (SetParallelism)", c.names[i])
+		}
+		if err := op.RestoreParts(ps); err != nil {
+			return err
+		}
+	}
+	for name := range parts {
+		if !known[name] {
+			return fmt.Errorf("the checkpoint holds state for operator %q, which is not in this task (%v)", name, c.names)
+		}
+	}
+	return nil
+}
+
 // Close implements task.Chain: every operator is closed, errors are joined.
 func (c *chain) Close() error {
 	var errs []error

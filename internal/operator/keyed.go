@@ -93,6 +93,13 @@ func keyedBuilt[K comparable](b state.KeyedBackend[K]) Built {
 	return Built{
 		Snapshot: func(id int64) (func(io.Writer) error, error) { return b.Snapshot(id) },
 		Restore:  func(data []byte) error { return b.Restore([]io.Reader{bytes.NewReader(data)}) },
+		RestoreParts: func(parts [][]byte) error {
+			rs := make([]io.Reader, len(parts))
+			for i, p := range parts {
+				rs[i] = bytes.NewReader(p)
+			}
+			return b.Restore(rs)
+		},
 	}
 }
 

@@ -30,6 +30,9 @@ type Built struct {
 	// and Restore loads it; nil for stateless operators.
 	Snapshot func(id int64) (func(w io.Writer) error, error)
 	Restore  func(data []byte) error
+	// RestoreParts loads state written by several subtasks of another parallelism, keeping what belongs to
+	// this subtask; only keyed operators have it (nil: the state cannot be rescaled).
+	RestoreParts func(parts [][]byte) error
 }
 
 // SourceDriver is the non-generic face of a source reader.

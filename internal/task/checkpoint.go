@@ -41,6 +41,11 @@ type CheckpointSetup struct {
 type RestoreSpec struct {
 	CheckpointID int64
 	Handle       checkpoint.StateHandle
+	// RescaledFrom, when not zero, is the parallelism the vertex had in the checkpoint, and Parts replaces
+	// Handle: the states of the old subtasks whose key groups overlap this subtask's. Only keyed state can be
+	// restored so (each part is filtered to this subtask's key groups); other state cannot be split.
+	RescaledFrom int
+	Parts        []checkpoint.StateHandle
 	// Read reads the state blobs; nil means the checkpoint storage (a savepoint brings its own).
 	Read func(ctx context.Context, ref checkpoint.BlobRef) ([]byte, error)
 }
@@ -220,6 +225,9 @@ func (r *run) restore() (finished bool, err error) {
 			return cs.Store.ReadState(ctx, spec.CheckpointID, ref)
 		}
 	}
+	if spec.RescaledFrom > 0 {
+		return false, r.restoreRescaled(spec, read)
+	}
 	states := map[string][]byte{}
 	for _, ref := range spec.Handle.Blobs {
 		data, err := read(r.asyncCtx, ref)
@@ -253,6 +261,40 @@ func (r *run) restore() (finished bool, err error) {
 		return false, fmt.Errorf("restore from checkpoint %d: %w", spec.CheckpointID, err)
 	}
 	return false, nil
+}
+
+// restoreRescaled restores a subtask whose vertex had another parallelism in the checkpoint: every
+// operator's state is gathered from the overlapping old subtasks and handed to the chain as parts. The
+// input channels' consumed positions belong to the old channels and are dropped.
+func (r *run) restoreRescaled(spec *RestoreSpec, read func(context.Context, checkpoint.BlobRef) ([]byte, error)) error {
+	me := r.t.cfg.Info
+	parts := map[string][][]byte{}
+	for _, h := range spec.Parts {
+		if h.Finished {
+			return fmt.Errorf("restore from checkpoint %d: cannot rescale %s from parallelism %d to %d: subtask %d had finished",
+				spec.CheckpointID, me.Name(), spec.RescaledFrom, me.Parallelism, h.Attempt.Index)
+		}
+		for _, ref := range h.Blobs {
+			data, err := read(r.asyncCtx, ref)
+			if err != nil {
+				return fmt.Errorf("restore from checkpoint %d: %w", spec.CheckpointID, err)
+			}
+			m, err := decodeStates(data)
+			if err != nil {
+				return fmt.Errorf("restore from checkpoint %d: %w", spec.CheckpointID, err)
+			}
+			for k, v := range m {
+				if k != channelStateName {
+					parts[k] = append(parts[k], v)
+				}
+			}
+		}
+	}
+	if err := r.chain.RestoreRescaled(parts); err != nil {
+		return fmt.Errorf("restore from checkpoint %d, rescaling from parallelism %d to %d: %w",
+			spec.CheckpointID, spec.RescaledFrom, me.Parallelism, err)
+	}
+	return nil
 }
 
 // apply carries out what the barrier aligner decided, in the order the aligner documents.

@@ -85,6 +85,9 @@ type Chain interface {
 	Snapshot(id int64) ([]StateWriter, error)
 	// Restore loads operator states by operator name, after Open and before the first record.
 	Restore(states map[string][]byte) error
+	// RestoreRescaled is Restore for a vertex whose parallelism changed: each operator gets the states of
+	// several old subtasks, which only keyed state can take (filtered to the subtask's key groups).
+	RestoreRescaled(parts map[string][][]byte) error
 }
 
 // Failure is panicked by chain code to abort the task with an error (a user function's error, a codec
