@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -195,6 +197,9 @@ func (e *Environment) Execute(ctx context.Context, name string) (*JobResult, err
 		return nil, errors.New("Execute: an Environment runs one job; make a new Environment for another")
 	}
 	e.executed = true
+	if ln := e.cfg.MetricsListener; ln != nil {
+		defer ln.Close() // also when the job never starts; the metrics server closes it first otherwise
+	}
 	rc, err := e.cfg.recovery(name)
 	if err != nil {
 		return nil, fmt.Errorf("job %q: %w", name, err)
@@ -284,6 +289,24 @@ func (e *Environment) Execute(ctx context.Context, name string) (*JobResult, err
 			t := time.AfterFunc(inj.After, inj.Arm)
 			defer t.Stop()
 		}
+	}
+	if ln := e.cfg.MetricsListener; ln != nil || e.cfg.MetricsAddr != "" {
+		if ln == nil {
+			if ln, err = net.Listen("tcp", e.cfg.MetricsAddr); err != nil {
+				return nil, fmt.Errorf("job %q: WithMetrics: %w", name, err)
+			}
+		}
+		lg := e.cfg.Logger
+		if lg == nil {
+			lg = slog.Default()
+		}
+		lg.Info("metrics", "job", name, "url", "http://"+ln.Addr().String()+"/metrics")
+		ms := startMetrics(ln, name, func() *JobResult { return resultOf(name, jm.Snapshot()) })
+		defer func() {
+			if err := ms.stop(); err != nil {
+				lg.Warn("metrics server", "job", name, "err", err)
+			}
+		}()
 	}
 	var wg sync.WaitGroup
 	stopProgress := make(chan struct{})

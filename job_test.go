@@ -3,6 +3,9 @@ package runnel_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"sort"
 	"strings"
 	"testing"
@@ -168,5 +171,71 @@ func TestRecordsOfVaryingSizeCrossIntact(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestMetricsEndpoint scrapes a running job's Prometheus endpoint over real HTTP: the per-subtask record
+// counters grow, checkpoints and failovers are counted, and the server is gone once Execute returned.
+func TestMetricsEndpoint(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + ln.Addr().String() + "/metrics"
+	env := runnel.NewEnvironment(runnel.WithParallelism(2), runnel.WithChaining(false), runnel.WithMetricsListener(ln),
+		runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 20 * time.Millisecond, ApproximateLocalRecovery: true}),
+		runnel.WithFailureInjection("double[1]@2000"), runnel.WithRestartStrategy("fixed-delay:attempts=3,delay=0s"))
+	src := runnel.FromSource(env, connector.Generator(func(_ int, seq uint64) int64 { return int64(seq) },
+		connector.GeneratorOptions{RatePerSubtask: 20_000})).Name("numbers")
+	runnel.Map(src, func(v int64) (int64, error) { return 2 * v, nil }).Name("double").SinkTo(connector.Discard[int64]()).Name("sink")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { _, err := env.Execute(ctx, "metered"); done <- err }()
+
+	scrape := func() string {
+		resp, err := http.Get(url)
+		if err != nil {
+			return ""
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	want := []string{
+		`runnel_job_status{job="metered",status="RUNNING"} 1`,
+		`runnel_records_out_total{job="metered",subtask="0",vertex="numbers"}`,
+		`runnel_subtask_attempt{job="metered",subtask="1",vertex="double"} 1`,
+		`runnel_failovers_total{job="metered",strategy="approximate"} 1`,
+		`runnel_checkpoints_completed_total{job="metered"}`,
+		`runnel_records_lost_total{job="metered"}`,
+		"go_goroutines",
+	}
+	var body string
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		body = scrape()
+		missing := ""
+		for _, w := range want {
+			if !strings.Contains(body, w) {
+				missing = w
+				break
+			}
+		}
+		if missing == "" && !strings.Contains(body, `runnel_records_out_total{job="metered",subtask="0",vertex="numbers"} 0`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 10 s the metrics lack %q:\n%s", missing, body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	http.DefaultClient.CloseIdleConnections()
+	if _, err := http.Get(url); err == nil {
+		t.Fatal("the metrics server still answers after Execute returned")
 	}
 }

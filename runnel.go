@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"runtime"
 	"time"
 
@@ -106,6 +107,10 @@ type Config struct {
 	ExchangeMode       string
 	Scheduling         string
 	NoSlotSharing      bool
+	// MetricsAddr, if set, is where Execute serves the job's Prometheus metrics (/metrics); MetricsListener
+	// is the same on a listener the caller opened.
+	MetricsAddr     string
+	MetricsListener net.Listener
 }
 
 // Defaults of an Environment.

@@ -29,6 +29,7 @@ type runFlags struct {
 	taskManagers int
 	duration     time.Duration
 	noChaining   bool
+	metricsAddr  string
 	report       string
 	verbose      bool
 	progress     time.Duration
@@ -67,6 +68,7 @@ func newRunCmd() *cobra.Command {
 	pf.IntVar(&f.taskManagers, "taskmanagers", 1, "TaskManagers of the in-process cluster (tasks on different ones talk over TCP)")
 	pf.DurationVar(&f.duration, "duration", 0, "stop (cancel) the job after this long; 0 runs until bounded sources end")
 	pf.BoolVar(&f.noChaining, "no-chaining", false, "do not chain operators into tasks")
+	pf.StringVar(&f.metricsAddr, "metrics-addr", "", "serve the job's Prometheus metrics at http://ADDR/metrics while it runs (for example :9249)")
 	pf.StringVar(&f.report, "report", "", "write the job result as JSON to this file")
 	pf.BoolVar(&f.verbose, "verbose", false, "show the runtime's INFO logs")
 	pf.DurationVar(&f.progress, "progress-interval", time.Second, "how often to show progress")
@@ -221,6 +223,7 @@ func runExample(cmd *cobra.Command, name string, job examples.Job, f runFlags) e
 		runnel.WithChaining(!f.noChaining),
 		runnel.WithLogger(runtimeLog),
 		runnel.WithProgress(f.progress, prog.update),
+		runnel.WithMetrics(f.metricsAddr),
 	}, f.recoveryOptions()...)...)
 	if err := job.Build(env, examples.Options{Out: cmd.OutOrStdout(), Duration: f.duration}); err != nil {
 		return &exitError{code: 2, err: fmt.Errorf("%s: %w", name, err)}

@@ -1,0 +1,146 @@
+package runnel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// WithMetrics serves the job's metrics in the Prometheus text format at http://addr/metrics while Execute
+// runs (for example "127.0.0.1:9249" or ":9249").
+func WithMetrics(addr string) Option { return func(c *Config) { c.MetricsAddr = addr } }
+
+// WithMetricsListener is WithMetrics on a listener the caller opened; Execute serves on it while the job
+// runs and closes it when it returns.
+func WithMetricsListener(ln net.Listener) Option { return func(c *Config) { c.MetricsListener = ln } }
+
+// jobCollector reads the job's counters at every scrape; nothing is counted on the record path for it.
+type jobCollector struct {
+	name     string
+	snapshot func() *JobResult
+
+	up, uptime, recordsIn, recordsOut, attempt, running *prometheus.Desc
+	ckCompleted, ckFailed, ckAborted, ckLastID          *prometheus.Desc
+	failovers, recordsLost, lastOutage, lastRecovery    *prometheus.Desc
+}
+
+func newJobCollector(name string, snapshot func() *JobResult) *jobCollector {
+	job := prometheus.Labels{"job": name}
+	sub := []string{"vertex", "subtask"}
+	d := func(n, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc("runnel_"+n, help, labels, job)
+	}
+	return &jobCollector{name: name, snapshot: snapshot,
+		up:           d("job_status", "1 for the job's current status.", "status"),
+		uptime:       d("job_uptime_seconds", "Time since the job started."),
+		recordsIn:    d("records_in_total", "Records the subtask's current attempt took in (from 0 at each restart).", sub...),
+		recordsOut:   d("records_out_total", "Records the subtask's current attempt emitted (from 0 at each restart).", sub...),
+		attempt:      d("subtask_attempt", "The subtask's attempt number: how often it was restarted.", sub...),
+		running:      d("subtask_running", "1 while the subtask runs.", sub...),
+		ckCompleted:  d("checkpoints_completed_total", "Checkpoints completed."),
+		ckFailed:     d("checkpoints_failed_total", "Checkpoints that failed."),
+		ckAborted:    d("checkpoints_aborted_total", "Checkpoints aborted (by a failover or a stop)."),
+		ckLastID:     d("checkpoint_last_completed_id", "The id of the newest completed checkpoint."),
+		failovers:    d("failovers_total", "Failovers, by strategy.", "strategy"),
+		recordsLost:  d("records_lost_total", "Records lost by approximate local recovery, over all failovers."),
+		lastOutage:   d("failover_last_outage_seconds", "The outage of the newest failover: from the failure until the restarted path emitted again."),
+		lastRecovery: d("failover_last_recovery_seconds", "From the newest failure until every restarted subtask ran again."),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *jobCollector) Describe(ch chan<- *prometheus.Desc) { prometheus.DescribeByCollect(c, ch) }
+
+// Collect implements prometheus.Collector.
+func (c *jobCollector) Collect(ch chan<- prometheus.Metric) {
+	r := c.snapshot()
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	counter := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+	}
+	gauge(c.up, 1, r.Status)
+	gauge(c.uptime, float64(r.WallMillis)/1000)
+	for _, v := range r.Vertices {
+		for _, s := range v.Subtasks {
+			i := strconv.Itoa(s.Index)
+			counter(c.recordsIn, float64(s.RecordsIn), v.Name, i)
+			counter(c.recordsOut, float64(s.RecordsOut), v.Name, i)
+			gauge(c.attempt, float64(s.Attempt), v.Name, i)
+			run := 0.0
+			if s.State == "RUNNING" {
+				run = 1
+			}
+			gauge(c.running, run, v.Name, i)
+		}
+	}
+	if ck := r.Checkpoints; ck != nil {
+		counter(c.ckCompleted, float64(ck.Completed))
+		counter(c.ckFailed, float64(ck.Failed))
+		counter(c.ckAborted, float64(ck.Aborted))
+		gauge(c.ckLastID, float64(ck.LastCompletedID))
+	}
+	byStrategy := map[string]int{}
+	var lost uint64
+	for _, f := range r.Failovers {
+		byStrategy[f.Strategy]++
+		lost += f.RecordsLost
+	}
+	for s, n := range byStrategy {
+		counter(c.failovers, float64(n), s)
+	}
+	counter(c.recordsLost, float64(lost))
+	if n := len(r.Failovers); n > 0 {
+		f := r.Failovers[n-1]
+		gauge(c.lastOutage, float64(f.OutageMillis)/1000)
+		gauge(c.lastRecovery, float64(f.RecoveryMillis)/1000)
+	}
+}
+
+// metricsServer serves a job's metrics over HTTP until stopped.
+type metricsServer struct {
+	srv  *http.Server
+	done sync.WaitGroup
+	err  error
+}
+
+// startMetrics serves the job's metrics on ln; stop ends the server and waits for it.
+func startMetrics(ln net.Listener, name string, snapshot func() *JobResult) *metricsServer {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(newJobCollector(name, snapshot), collectors.NewGoCollector())
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	m := &metricsServer{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}
+	m.done.Add(1)
+	go func() {
+		defer m.done.Done()
+		if err := m.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			m.err = err
+		}
+	}()
+	return m
+}
+
+// stop shuts the server down, letting a scrape in progress finish for a moment, and waits for it.
+func (m *metricsServer) stop() error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := m.srv.Shutdown(ctx); err != nil {
+		m.srv.Close()
+	}
+	m.done.Wait()
+	if m.err != nil {
+		return fmt.Errorf("metrics server: %w", m.err)
+	}
+	return nil
+}
