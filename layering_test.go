@@ -26,6 +26,7 @@ func TestLayering(t *testing.T) {
 		"internal/cluster":    {"internal/ident", "internal/network", "internal/task"},
 		// Connectors and examples are built on the public API only, like a user's code.
 		"connector":            {"", "codec"},
+		"connector/kafka":      {""},
 		"examples/wordcount":   {"", "codec", "connector", "examples/internal/run"},
 		"examples/clickstream": {"", "codec", "connector", "examples/internal/run"},
 		"examples/sequence":    {"", "codec", "connector", "examples/internal/run"},

@@ -1,0 +1,212 @@
+package kafka_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/goleak"
+
+	"github.com/runnel-dev/runnel"
+	"github.com/runnel-dev/runnel/codec"
+	"github.com/runnel-dev/runnel/connector"
+	"github.com/runnel-dev/runnel/connector/kafka"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// cluster starts an in-process Kafka cluster (kfake speaks the real protocol over TCP) with the topics.
+func cluster(t *testing.T, partitions int32, topics ...string) []string {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, topics...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c.ListenAddrs()
+}
+
+// produce writes n records to topic: key i%keys and value i, both 8-byte big-endian, spread over the
+// partitions by key.
+func produce(t *testing.T, brokers []string, topic string, n, keys int) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for i := range n {
+		rec := &kgo.Record{Key: binary.BigEndian.AppendUint64(nil, uint64(i%keys)), Value: binary.BigEndian.AppendUint64(nil, uint64(i))}
+		cl.Produce(context.Background(), rec, func(_ *kgo.Record, err error) {
+			if err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := cl.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type kv = codec.Tuple2[int64, int64]
+
+func decode(r kafka.Record) (kv, error) {
+	if len(r.Key) != 8 || len(r.Value) != 8 {
+		return kv{}, fmt.Errorf("record of %d+%d bytes", len(r.Key), len(r.Value))
+	}
+	return kv{F0: int64(binary.BigEndian.Uint64(r.Key)), F1: int64(binary.BigEndian.Uint64(r.Value))}, nil
+}
+
+// TestSourceReadsEveryRecordOnce reads a 4-partition topic to its end with 2 and 3 subtasks (one of them
+// then reads two partitions, another one), over local and TCP channels.
+func TestSourceReadsEveryRecordOnce(t *testing.T) {
+	brokers := cluster(t, 4, "in")
+	const n = 20_000
+	produce(t, brokers, "in", n, 97)
+	for _, p := range []int{2, 3} {
+		t.Run(fmt.Sprint("parallelism ", p), func(t *testing.T) {
+			env := runnel.NewEnvironment(runnel.WithParallelism(p), runnel.WithTaskManagers(2), runnel.WithLogger(quiet))
+			src := runnel.FromSource(env, kafka.Source(kafka.SourceConfig{Brokers: brokers, Topic: "in", Bounded: true}, decode)).Name("kafka")
+			sink := connector.NewCollect[kv]()
+			src.Rebalance().SinkTo(sink).Name("collect")
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			res, err := env.Execute(ctx, "read")
+			if err != nil || res.Status != "FINISHED" {
+				t.Fatalf("%v, %+v", err, res)
+			}
+			seen := make([]int, n)
+			for _, r := range sink.Records() {
+				if r.F1 < 0 || r.F1 >= n || r.F0 != r.F1%97 {
+					t.Fatalf("record %+v", r)
+				}
+				seen[r.F1]++
+			}
+			for i, c := range seen {
+				if c != 1 {
+					t.Fatalf("record %d read %d times", i, c)
+				}
+			}
+		})
+	}
+}
+
+// TestSourceExactlyOnceUnderFailures sums a topic by key with checkpoints while the sum fails twice: the
+// source rewinds to its checkpointed offsets with the state, and the sums come out exact.
+func TestSourceExactlyOnceUnderFailures(t *testing.T) {
+	brokers := cluster(t, 3, "in")
+	const n, keys = 30_000, 13
+	produce(t, brokers, "in", n, keys)
+	env := runnel.NewEnvironment(runnel.WithParallelism(2), runnel.WithLogger(quiet),
+		runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 20 * time.Millisecond}),
+		runnel.WithFailureInjection("sum[0]@4000", "sum[1]@9000"), runnel.WithRestartStrategy("fixed-delay:attempts=5,delay=0s"))
+	src := runnel.FromSource(env, kafka.Source(kafka.SourceConfig{Brokers: brokers, Topic: "in", Bounded: true}, decode)).Name("kafka").WithCodec(codec.MustStruct[kv]())
+	sums := runnel.Reduce(runnel.KeyBy(src, func(v kv) int64 { return v.F0 }),
+		func(a, b kv) (kv, error) { a.F1 += b.F1; return a, nil }).Name("sum")
+	sink := connector.NewCollect[kv]()
+	sums.SinkTo(sink).Name("collect")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := env.Execute(ctx, "sum")
+	if err != nil || res.Status != "FINISHED" {
+		t.Fatalf("%v, %+v", err, res)
+	}
+	if len(res.Failovers) != 2 {
+		t.Fatalf("failovers %+v, want 2", res.Failovers)
+	}
+	want := map[int64]int64{}
+	for i := range int64(n) {
+		want[i%keys] += i
+	}
+	got := map[int64]int64{}
+	for _, r := range sink.Records() {
+		got[r.F0] = r.F1 // the running sums only grow: the last one a key got is its total
+	}
+	for k, w := range want {
+		if got[k] != w {
+			t.Fatalf("sum of key %d = %d, want %d", k, got[k], w)
+		}
+	}
+}
+
+// TestSinkWritesEveryRecord writes a bounded stream to a topic and reads it back.
+func TestSinkWritesEveryRecord(t *testing.T) {
+	brokers := cluster(t, 2, "out")
+	const n = 10_000
+	env := runnel.NewEnvironment(runnel.WithParallelism(2), runnel.WithLogger(quiet))
+	src := runnel.FromSource(env, connector.Generator(func(sub int, seq uint64) int64 { return int64(seq)*2 + int64(sub) },
+		connector.GeneratorOptions{TotalRecords: n}))
+	src.SinkTo(kafka.Sink(kafka.SinkConfig{Brokers: brokers, Topic: "out"}, func(v int64, key, value []byte) ([]byte, []byte, error) {
+		return binary.BigEndian.AppendUint64(key, uint64(v%7)), binary.BigEndian.AppendUint64(value, uint64(v)), nil
+	})).Name("kafka")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if res, err := env.Execute(ctx, "write"); err != nil || res.Status != "FINISHED" {
+		t.Fatalf("%v, %+v", err, res)
+	}
+	// Read the topic back with the source.
+	env2 := runnel.NewEnvironment(runnel.WithParallelism(1), runnel.WithLogger(quiet))
+	back := connector.NewCollect[kv]()
+	runnel.FromSource(env2, kafka.Source(kafka.SourceConfig{Brokers: brokers, Topic: "out", Bounded: true}, decode)).SinkTo(back)
+	if res, err := env2.Execute(ctx, "read back"); err != nil || res.Status != "FINISHED" {
+		t.Fatalf("%v, %+v", err, res)
+	}
+	seen := make([]int, n)
+	for _, r := range back.Records() {
+		if r.F0 != r.F1%7 {
+			t.Fatalf("record %+v", r)
+		}
+		seen[r.F1]++
+	}
+	for i, c := range seen {
+		if c != 1 {
+			t.Fatalf("value %d written %d times", i, c)
+		}
+	}
+}
+
+// TestBadConfigAndMissingTopic pins the errors a user sees for a source or sink that cannot work.
+func TestBadConfigAndMissingTopic(t *testing.T) {
+	brokers := cluster(t, 1, "in")
+	for _, tc := range []struct {
+		name string
+		src  kafka.SourceConfig
+		want string
+	}{
+		{"no brokers", kafka.SourceConfig{Topic: "in"}, "no brokers"},
+		{"no topic", kafka.SourceConfig{Brokers: brokers}, "no topic"},
+		{"missing topic", kafka.SourceConfig{Brokers: brokers, Topic: "nope", Bounded: true}, `topic "nope"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := runnel.NewEnvironment(runnel.WithLogger(quiet))
+			runnel.FromSource(env, kafka.Source(tc.src, decode)).SinkTo(connector.Discard[kv]())
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			res, err := env.Execute(ctx, "bad")
+			if err == nil {
+				err = errors.New(res.Error)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want %q", err, tc.want)
+			}
+		})
+	}
+	env := runnel.NewEnvironment(runnel.WithLogger(quiet))
+	runnel.FromSource(env, connector.Collection([]int64{1})).SinkTo(kafka.Sink(kafka.SinkConfig{Topic: "out"},
+		func(v int64, k, val []byte) ([]byte, []byte, error) { return k, val, nil }))
+	if _, err := env.Execute(context.Background(), "bad sink"); err == nil || !strings.Contains(err.Error(), "kafka sink: no brokers") {
+		t.Fatalf("sink without brokers: %v", err)
+	}
+}
