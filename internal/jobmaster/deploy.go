@@ -155,12 +155,16 @@ func (jm *JobMaster) descriptor(ex *execution) (task.Config, error) {
 	return cfg, nil
 }
 
-// restoreSpec returns the state subtask s starts from in checkpoint cp (nil: none). When the vertex ran
-// with another parallelism in cp, the subtask takes the state of every old subtask whose key groups overlap
-// its own (rescaling): keyed state is filtered to its key groups as it is read, and the task refuses state
-// that is not keyed, which cannot be split.
+// restoreSpec returns the state subtask s starts from in checkpoint cp (nil: none).
 func (jm *JobMaster) restoreSpec(s ident.Subtask, cp *checkpoint.CompletedCheckpoint) *task.RestoreSpec {
-	v := jm.cfg.Job.Vertex(s.Vertex)
+	return restoreSpecOf(jm.cfg.Job.Vertex(s.Vertex), s, cp)
+}
+
+// restoreSpecOf returns the state subtask s of vertex v starts from in checkpoint cp (nil: none). When the
+// vertex ran with another parallelism in cp, the subtask takes the state of every old subtask whose key
+// groups overlap its own (rescaling): keyed state is filtered to its key groups as it is read, and the task
+// refuses state that is not keyed, which cannot be split.
+func restoreSpecOf(v *graph.JobVertex, s ident.Subtask, cp *checkpoint.CompletedCheckpoint) *task.RestoreSpec {
 	old, ok := cp.VertexByID(s.Vertex)
 	if !ok || v == nil || int(old.Parallelism) == v.Parallelism {
 		h, ok := cp.State(s)
