@@ -184,6 +184,8 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"run", "sequence", "--restart-strategy", "sometimes"}, "--restart-strategy"},
 		{[]string{"run", "sequence", "--state-backend", "floppy"}, "--state-backend"},
 		{[]string{"run", "sequence", "--keys", "1", "--parallelism", "2"}, "--keys"},
+		{[]string{"run", "wordcount", "--metrics-addr", "no-port"}, "--metrics-addr"},
+		{[]string{"bench", "recovery", "--scenario", "sideways"}, "unknown scenario"},
 	} {
 		_, stderr, code := runCLI(t, tc.args...)
 		if code == 0 || !strings.Contains(stderr, tc.want) {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"net"
 	"os"
 	"os/signal"
 	"slices"
@@ -111,6 +112,11 @@ func (f runFlags) validate() error {
 	}
 	if f.duration < 0 {
 		errs = append(errs, fmt.Errorf("invalid --duration %s: must not be negative", f.duration))
+	}
+	if f.metricsAddr != "" {
+		if _, _, err := net.SplitHostPort(f.metricsAddr); err != nil {
+			errs = append(errs, fmt.Errorf("invalid --metrics-addr %q: want HOST:PORT or :PORT (%v)", f.metricsAddr, err))
+		}
 	}
 	if f.progress <= 0 {
 		errs = append(errs, fmt.Errorf("invalid --progress-interval %s: must be positive", f.progress))
