@@ -253,7 +253,15 @@ func (r *sourceReader[T]) PollNext(out runnel.Collector[T]) (runnel.InputStatus,
 			return runnel.EndOfInput, err
 		}
 	}
-	if r.cl == nil || r.finished() {
+	if r.cl == nil {
+		// More subtasks than partitions: this one has none. A bounded source is done; an unbounded one
+		// idles (and takes part in checkpoints) like a subtask whose partitions are quiet.
+		if r.src.cfg.Bounded {
+			return runnel.EndOfInput, nil
+		}
+		return runnel.NothingAvailable, nil
+	}
+	if r.finished() {
 		return runnel.EndOfInput, nil
 	}
 	r.mu.Lock()

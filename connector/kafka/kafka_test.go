@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -208,5 +209,40 @@ func TestBadConfigAndMissingTopic(t *testing.T) {
 		func(v int64, k, val []byte) ([]byte, []byte, error) { return k, val, nil }))
 	if _, err := env.Execute(context.Background(), "bad sink"); err == nil || !strings.Contains(err.Error(), "kafka sink: no brokers") {
 		t.Fatalf("sink without brokers: %v", err)
+	}
+}
+
+// TestIdleSubtaskWithoutPartitions runs an unbounded source with more subtasks than partitions: the subtask
+// without a partition idles instead of finishing, checkpoints complete, and the records all arrive.
+func TestIdleSubtaskWithoutPartitions(t *testing.T) {
+	brokers := cluster(t, 1, "in")
+	produce(t, brokers, "in", 500, 5)
+	env := runnel.NewEnvironment(runnel.WithParallelism(2), runnel.WithLogger(quiet),
+		runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 10 * time.Millisecond}))
+	var seen atomic.Int64 // the collect sink hands records over only in batches or at the end
+	src := runnel.FromSource(env, kafka.Source(kafka.SourceConfig{Brokers: brokers, Topic: "in"}, decode)).Name("kafka").
+		WithCodec(codec.MustStruct[kv]()).Rebalance()
+	runnel.Map(src, func(v kv) (kv, error) { seen.Add(1); return v, nil }).Name("count").SinkTo(connector.Discard[kv]()).Name("sink")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan *runnel.JobResult, 1)
+	go func() { res, _ := env.Execute(ctx, "idle"); done <- res }()
+	deadline := time.Now().Add(20 * time.Second)
+	for seen.Load() < 500 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 500 records after 20 s", seen.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond) // a few checkpoints
+	cancel()
+	res := <-done
+	if res == nil || res.Status != "CANCELED" || res.Checkpoints == nil || res.Checkpoints.Completed == 0 {
+		t.Fatalf("result %+v", res)
+	}
+	for _, s := range res.Vertex("kafka").Subtasks {
+		if s.State == "FINISHED" {
+			t.Fatalf("subtask %d of an unbounded source finished", s.Index)
+		}
 	}
 }
