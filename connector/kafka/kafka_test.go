@@ -63,6 +63,23 @@ func produce(t *testing.T, brokers []string, topic string, n, keys int) {
 
 type kv = codec.Tuple2[int64, int64]
 
+// checkEachOnce checks that recs hold every value 0..n-1 exactly once, each with the key value % keys.
+func checkEachOnce(t *testing.T, recs []kv, n, keys int64) {
+	t.Helper()
+	seen := make([]int, n)
+	for _, r := range recs {
+		if r.F1 < 0 || r.F1 >= n || r.F0 != r.F1%keys {
+			t.Fatalf("record %+v", r)
+		}
+		seen[r.F1]++
+	}
+	for i, c := range seen {
+		if c != 1 {
+			t.Fatalf("value %d seen %d times", i, c)
+		}
+	}
+}
+
 func decode(r kafka.Record) (kv, error) {
 	if len(r.Key) != 8 || len(r.Value) != 8 {
 		return kv{}, fmt.Errorf("record of %d+%d bytes", len(r.Key), len(r.Value))
@@ -88,18 +105,7 @@ func TestSourceReadsEveryRecordOnce(t *testing.T) {
 			if err != nil || res.Status != "FINISHED" {
 				t.Fatalf("%v, %+v", err, res)
 			}
-			seen := make([]int, n)
-			for _, r := range sink.Records() {
-				if r.F1 < 0 || r.F1 >= n || r.F0 != r.F1%97 {
-					t.Fatalf("record %+v", r)
-				}
-				seen[r.F1]++
-			}
-			for i, c := range seen {
-				if c != 1 {
-					t.Fatalf("record %d read %d times", i, c)
-				}
-			}
+			checkEachOnce(t, sink.Records(), n, 97)
 		})
 	}
 }
@@ -164,18 +170,7 @@ func TestSinkWritesEveryRecord(t *testing.T) {
 	if res, err := env2.Execute(ctx, "read back"); err != nil || res.Status != "FINISHED" {
 		t.Fatalf("%v, %+v", err, res)
 	}
-	seen := make([]int, n)
-	for _, r := range back.Records() {
-		if r.F0 != r.F1%7 {
-			t.Fatalf("record %+v", r)
-		}
-		seen[r.F1]++
-	}
-	for i, c := range seen {
-		if c != 1 {
-			t.Fatalf("value %d written %d times", i, c)
-		}
-	}
+	checkEachOnce(t, back.Records(), n, 7)
 }
 
 // TestBadConfigAndMissingTopic pins the errors a user sees for a source or sink that cannot work.

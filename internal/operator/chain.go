@@ -3,6 +3,7 @@ package operator
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/runnel-dev/runnel/internal/graph"
 	"github.com/runnel-dev/runnel/internal/network"
@@ -154,48 +155,37 @@ func (c *chain) Snapshot(id int64) ([]task.StateWriter, error) {
 
 // Restore implements task.Chain.
 func (c *chain) Restore(states map[string][]byte) error {
-	known := make(map[string]bool, len(c.names))
-	for i, op := range c.ops {
-		known[c.names[i]] = true
-		data, ok := states[c.names[i]]
-		if !ok {
-			continue
-		}
-		if op.Restore == nil {
+	return restoreEach(c, states, func(i int, data []byte) error {
+		if c.ops[i].Restore == nil {
 			return fmt.Errorf("the checkpoint holds state for operator %q, which keeps no state in this job", c.names[i])
 		}
-		if err := op.Restore(data); err != nil {
-			return err
-		}
-	}
-	for name := range states {
-		if !known[name] {
-			return fmt.Errorf("the checkpoint holds state for operator %q, which is not in this task (%v)", name, c.names)
-		}
-	}
-	return nil
+		return c.ops[i].Restore(data)
+	})
 }
 
 // RestoreRescaled implements task.Chain.
 func (c *chain) RestoreRescaled(parts map[string][][]byte) error {
-	known := make(map[string]bool, len(c.names))
-	for i, op := range c.ops {
-		known[c.names[i]] = true
-		ps, ok := parts[c.names[i]]
-		if !ok {
-			continue
-		}
-		if op.RestoreParts == nil {
+	return restoreEach(c, parts, func(i int, ps [][]byte) error {
+		if c.ops[i].RestoreParts == nil {
 			return fmt.Errorf("operator %q keeps state that is not keyed (a source's position or a sink's state, say), "+
 				"which cannot be split over another parallelism: give it its old parallelism (SetParallelism)", c.names[i])
 		}
-		if err := op.RestoreParts(ps); err != nil {
-			return err
+		return c.ops[i].RestoreParts(ps)
+	})
+}
+
+// restoreEach hands each operator of c its entry of states, and refuses entries for operators c lacks.
+func restoreEach[S any](c *chain, states map[string]S, restore func(i int, s S) error) error {
+	for name := range states {
+		if !slices.Contains(c.names, name) {
+			return fmt.Errorf("the checkpoint holds state for operator %q, which is not in this task (%v)", name, c.names)
 		}
 	}
-	for name := range parts {
-		if !known[name] {
-			return fmt.Errorf("the checkpoint holds state for operator %q, which is not in this task (%v)", name, c.names)
+	for i, name := range c.names {
+		if s, ok := states[name]; ok {
+			if err := restore(i, s); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
