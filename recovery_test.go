@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -431,4 +433,75 @@ func TestRescaleFromSavepoint(t *testing.T) {
 			t.Fatalf("rescaled sink with state: %v (%+v)", err, res)
 		}
 	})
+}
+
+// listeningSink records, per subtask, the checkpoints its writer snapshotted and those it heard complete.
+type listeningSink struct {
+	mu        sync.Mutex
+	snapshots map[int][]int64
+	completed map[int][]int64
+}
+
+func (s *listeningSink) CreateWriter(ctx runnel.RuntimeContext) (runnel.SinkWriter[int64], error) {
+	return &listeningWriter{s: s, sub: ctx.SubtaskIndex()}, nil
+}
+
+type listeningWriter struct {
+	s   *listeningSink
+	sub int
+}
+
+func (w *listeningWriter) Write(int64) error { return nil }
+func (w *listeningWriter) Flush() error      { return nil }
+func (w *listeningWriter) Close() error      { return nil }
+func (w *listeningWriter) SnapshotState(id int64) ([]byte, error) {
+	w.s.mu.Lock()
+	defer w.s.mu.Unlock()
+	w.s.snapshots[w.sub] = append(w.s.snapshots[w.sub], id)
+	return nil, nil
+}
+func (w *listeningWriter) RestoreState([]byte) error { return nil }
+func (w *listeningWriter) NotifyCheckpointComplete(id int64) error {
+	w.s.mu.Lock()
+	defer w.s.mu.Unlock()
+	w.s.completed[w.sub] = append(w.s.completed[w.sub], id)
+	return nil
+}
+
+// TestCheckpointCompleteNotifications pins that a sink writer implementing runnel.CheckpointListener hears
+// of completed checkpoints, in order, each after it snapshotted it, and never of one that did not complete.
+func TestCheckpointCompleteNotifications(t *testing.T) {
+	for _, tms := range []int{1, 2} {
+		t.Run(fmt.Sprint("taskmanagers ", tms), func(t *testing.T) {
+			sink := &listeningSink{snapshots: map[int][]int64{}, completed: map[int][]int64{}}
+			env := runnel.NewEnvironment(runnel.WithParallelism(2), runnel.WithTaskManagers(tms), runnel.WithLogger(quiet),
+				runnel.WithChaining(false), runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 15 * time.Millisecond}))
+			src := runnel.FromSource(env, connector.Generator(func(_ int, s uint64) int64 { return int64(s) },
+				connector.GeneratorOptions{RecordsPerSubtask: 3000, RatePerSubtask: 10_000}))
+			src.SinkTo(sink).Name("sink")
+			res, err := env.Execute(context.Background(), "notify")
+			if err != nil || res.Status != "FINISHED" {
+				t.Fatalf("%v, %+v", err, res)
+			}
+			sink.mu.Lock()
+			defer sink.mu.Unlock()
+			for sub := range 2 {
+				got := sink.completed[sub]
+				if len(got) == 0 {
+					t.Fatalf("subtask %d heard of no completed checkpoint (%d completed)", sub, res.Checkpoints.Completed)
+				}
+				for i, id := range got {
+					if i > 0 && id <= got[i-1] {
+						t.Fatalf("subtask %d: notifications out of order: %v", sub, got)
+					}
+					if !slices.Contains(sink.snapshots[sub], id) {
+						t.Fatalf("subtask %d heard checkpoint %d complete without having snapshotted it (%v)", sub, id, sink.snapshots[sub])
+					}
+					if id > res.Checkpoints.LastCompletedID {
+						t.Fatalf("subtask %d heard checkpoint %d complete; the last completed is %d", sub, id, res.Checkpoints.LastCompletedID)
+					}
+				}
+			}
+		})
+	}
 }

@@ -58,6 +58,10 @@ type SourceReader[T any] = operator.SourceReader[T]
 // CheckpointedReader is a SourceReader whose position can be checkpointed (see operator.CheckpointedReader).
 type CheckpointedReader = operator.CheckpointedReader
 
+// CheckpointListener is a SourceReader or SinkWriter told when a checkpoint is complete (see
+// operator.CheckpointListener).
+type CheckpointListener = operator.CheckpointListener
+
 // CheckpointedWriter is a SinkWriter whose state is checkpointed (see operator.CheckpointedWriter).
 type CheckpointedWriter = operator.CheckpointedWriter
 

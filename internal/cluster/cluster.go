@@ -164,6 +164,16 @@ func (tm *TaskManager) AbortCheckpoint(a ident.Attempt, id int64) {
 	}
 }
 
+// NotifyCheckpointComplete implements jobmaster.TaskManager.
+func (tm *TaskManager) NotifyCheckpointComplete(a ident.Attempt, id int64) {
+	tm.mu.Lock()
+	t := tm.tasks[a]
+	tm.mu.Unlock()
+	if t != nil {
+		t.NotifyCheckpointComplete(id)
+	}
+}
+
 // SubpartitionStats implements jobmaster.TaskManager.
 func (tm *TaskManager) SubpartitionStats(p ident.PartitionID, sub int) (network.SubpartitionStats, bool) {
 	rp, err := tm.pm.Lookup(p)

@@ -123,10 +123,15 @@ func (jm *JobMaster) process(r checkpoint.Ready) {
 			_ = jm.cfg.Storage.Discard(jm.ctxNoCancel(), ab.ID)
 		}
 		for _, n := range r.Notifications {
-			if n.Kind == checkpoint.NotifyAbort {
-				if ex := jm.current(n.To); ex != nil {
-					ex.tm.AbortCheckpoint(n.To, n.CheckpointID)
-				}
+			ex := jm.current(n.To)
+			if ex == nil {
+				continue
+			}
+			switch n.Kind {
+			case checkpoint.NotifyAbort:
+				ex.tm.AbortCheckpoint(n.To, n.CheckpointID)
+			case checkpoint.NotifyComplete:
+				ex.tm.NotifyCheckpointComplete(n.To, n.CheckpointID)
 			}
 		}
 		for _, t := range r.Triggers {

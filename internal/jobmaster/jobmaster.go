@@ -45,6 +45,8 @@ type TaskManager interface {
 	TriggerCheckpoint(a ident.Attempt, id, timestampMillis int64, flags uint32) bool
 	// AbortCheckpoint tells an attempt that checkpoint id was given up.
 	AbortCheckpoint(a ident.Attempt, id int64)
+	// NotifyCheckpointComplete tells an attempt that checkpoint id is complete and persisted.
+	NotifyCheckpointComplete(a ident.Attempt, id int64)
 	// ReleasePartitions releases the result partitions an attempt produced.
 	ReleasePartitions(a ident.Attempt)
 	// SubpartitionStats returns the counters of one subpartition of a partition it holds.

@@ -97,6 +97,15 @@ type CheckpointedWriter interface {
 	RestoreState(state []byte) error
 }
 
+// CheckpointListener is a SourceReader or SinkWriter that wants to hear when a checkpoint is complete and
+// persisted, on the task goroutine (Flink's notifyCheckpointComplete): a sink that staged what it wrote
+// for a checkpoint (a transaction, a part file) commits it here, a source may acknowledge what it read.
+// Notifications can be missed (a failover in between); a later one covers every earlier checkpoint, so
+// commit everything staged up to id. An error fails the task.
+type CheckpointListener interface {
+	NotifyCheckpointComplete(checkpointID int64) error
+}
+
 // Sink creates the writers of a sink, one per parallel subtask.
 type Sink[T any] interface {
 	CreateWriter(ctx RuntimeContext) (SinkWriter[T], error)

@@ -191,6 +191,18 @@ func restoreEach[S any](c *chain, states map[string]S, restore func(i int, s S) 
 	return nil
 }
 
+// NotifyCheckpointComplete implements task.Chain.
+func (c *chain) NotifyCheckpointComplete(id int64) error {
+	for _, op := range c.ops {
+		if op.CheckpointComplete != nil {
+			if err := op.CheckpointComplete(id); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // Close implements task.Chain: every operator is closed, errors are joined.
 func (c *chain) Close() error {
 	var errs []error

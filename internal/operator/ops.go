@@ -33,6 +33,8 @@ type Built struct {
 	// RestoreParts loads state written by several subtasks of another parallelism, keeping what belongs to
 	// this subtask; only keyed operators have it (nil: the state cannot be rescaled).
 	RestoreParts func(parts [][]byte) error
+	// CheckpointComplete hears that a checkpoint completed; nil when the operator does not care.
+	CheckpointComplete func(id int64) error
 }
 
 // SourceDriver is the non-generic face of a source reader.
@@ -285,6 +287,7 @@ func (s *SourceSpec[T]) Build(ctx *Context, downstream []any) (Built, error) {
 			}
 			return nil
 		},
+		CheckpointComplete: notifyComplete(ctx, "source", func() any { return d.reader }),
 	}, nil
 }
 
@@ -319,6 +322,19 @@ func (o *countingCollector[T]) Collect(v T) {
 func (o *countingCollector[T]) CollectBatch(vs []T) {
 	o.c.In += uint64(len(vs))
 	o.next.CollectBatch(vs)
+}
+
+// notifyComplete returns the CheckpointComplete hook of a reader or writer x that implements
+// CheckpointListener (looked up when the checkpoint completes, since x is made at Open).
+func notifyComplete(ctx *Context, what string, x func() any) func(int64) error {
+	return func(id int64) error {
+		if l, ok := x().(CheckpointListener); ok {
+			if err := l.NotifyCheckpointComplete(id); err != nil {
+				return fmt.Errorf("%s %q: checkpoint %d complete: %w", what, ctx.operator, id, err)
+			}
+		}
+		return nil
+	}
 }
 
 // SinkSpec runs a Sink.
@@ -373,6 +389,7 @@ func (s *SinkSpec[T]) Build(ctx *Context, downstream []any) (Built, error) {
 			}
 			return nil
 		},
+		CheckpointComplete: notifyComplete(ctx, "sink", func() any { return op.w }),
 	}, nil
 }
 

@@ -88,6 +88,8 @@ type Chain interface {
 	// RestoreRescaled is Restore for a vertex whose parallelism changed: each operator gets the states of
 	// several old subtasks, which only keyed state can take (filtered to the subtask's key groups).
 	RestoreRescaled(parts map[string][][]byte) error
+	// NotifyCheckpointComplete tells the operators that checkpoint id is complete (head first).
+	NotifyCheckpointComplete(id int64) error
 }
 
 // Failure is panicked by chain code to abort the task with an error (a user function's error, a codec
