@@ -1,8 +1,13 @@
 package runnel_test
 
 import (
+	"go/ast"
 	"go/build"
+	"go/parser"
+	"go/token"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -48,6 +53,67 @@ func TestLayering(t *testing.T) {
 			if !set[rel] {
 				t.Errorf("%s imports %s, which the layering does not allow", dir, imp)
 			}
+		}
+	}
+}
+
+// TestPureCores holds the pure decision packages to their rules (DESIGN.md: decisions are pure, I/O is at
+// the edge): they import only the listed packages, start no goroutine, and, where said, use no channel
+// and read no clock, so every behaviour is decided by the caller's events alone.
+func TestPureCores(t *testing.T) {
+	const mod = "github.com/runnel-dev/runnel/"
+	clock := []string{"time.Now", "time.Since", "time.Until", "time.Sleep", "time.After", "time.AfterFunc",
+		"time.Tick", "time.NewTimer", "time.NewTicker"}
+	for _, core := range []struct {
+		dir        string
+		imports    []string
+		noChannels bool
+		forbidden  []string
+	}{
+		{dir: "internal/barrier", imports: []string{"fmt", "slices", "strings"}, noChannels: true},
+		{dir: "internal/scheduler", imports: []string{"cmp", "errors", "fmt", "math", "slices", "strconv", "strings",
+			"time",                                                     // durations in RestartConfig only: the clock is forbidden below
+			mod + "internal/graph", mod + "internal/ident"}, forbidden: clock},
+	} {
+		files, err := filepath.Glob(filepath.Join(filepath.FromSlash(core.dir), "*.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fset := token.NewFileSet()
+		checked := 0
+		for _, name := range files {
+			if strings.HasSuffix(name, "_test.go") {
+				continue
+			}
+			f, err := parser.ParseFile(fset, name, nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checked++
+			for _, imp := range f.Imports {
+				path, _ := strconv.Unquote(imp.Path.Value)
+				if !slices.Contains(core.imports, path) {
+					t.Errorf("%s imports %q: %s may import only %v", fset.Position(imp.Pos()), path, core.dir, core.imports)
+				}
+			}
+			ast.Inspect(f, func(n ast.Node) bool {
+				switch n := n.(type) {
+				case *ast.GoStmt:
+					t.Errorf("%s starts a goroutine: %s is driven by its caller", fset.Position(n.Pos()), core.dir)
+				case *ast.ChanType, *ast.SelectStmt, *ast.SendStmt:
+					if core.noChannels {
+						t.Errorf("%s uses a channel: %s is driven by its caller", fset.Position(n.Pos()), core.dir)
+					}
+				case *ast.SelectorExpr:
+					if x, ok := n.X.(*ast.Ident); ok && slices.Contains(core.forbidden, x.Name+"."+n.Sel.Name) {
+						t.Errorf("%s uses %s.%s: time is passed in", fset.Position(n.Pos()), x.Name, n.Sel.Name)
+					}
+				}
+				return true
+			})
+		}
+		if checked == 0 {
+			t.Fatalf("%s: no source files checked", core.dir)
 		}
 	}
 }
