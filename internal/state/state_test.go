@@ -739,22 +739,33 @@ func TestHeapStateAllocatesNothingPerRecord(t *testing.T) {
 	}
 }
 
+// int64Backends are the backends the benchmarks run against.
+var int64Backends = []struct {
+	name string
+	make func(Options[int64]) (KeyedBackend[int64], error)
+}{{"heap", NewHeap[int64]}, {"pebble", NewPebble[int64]}}
+
+// benchValue opens a backend owning key groups [0, lastKG] of 128 (closed when the benchmark ends) with an
+// int64 value state.
+func benchValue(b *testing.B, mk func(Options[int64]) (KeyedBackend[int64], error), lastKG int) (KeyedBackend[int64], ValueState[int64]) {
+	b.Helper()
+	kb, err := mk(Options[int64]{MaxParallelism: 128, KeyGroupEnd: lastKG, Dir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { kb.Close() })
+	v, err := NewValue[int64](kb, "v", nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return kb, v
+}
+
 func BenchmarkValueUpdate(b *testing.B) {
 	const keys = 1024
-	for _, bk := range []struct {
-		name string
-		make func(Options[int64]) (KeyedBackend[int64], error)
-	}{{"heap", NewHeap[int64]}, {"pebble", NewPebble[int64]}} {
+	for _, bk := range int64Backends {
 		b.Run(bk.name, func(b *testing.B) {
-			kb, err := bk.make(Options[int64]{MaxParallelism: 128, KeyGroupEnd: 127, Dir: b.TempDir()})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer kb.Close()
-			v, err := NewValue[int64](kb, "count", nil)
-			if err != nil {
-				b.Fatal(err)
-			}
+			kb, v := benchValue(b, bk.make, 127)
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := range b.N {
@@ -770,20 +781,9 @@ func BenchmarkValueUpdate(b *testing.B) {
 // goroutine (write-ns/op) for 100,000 keys of value state.
 func BenchmarkSnapshot(b *testing.B) {
 	const keys = 100_000
-	for _, bk := range []struct {
-		name string
-		make func(Options[int64]) (KeyedBackend[int64], error)
-	}{{"heap", NewHeap[int64]}, {"pebble", NewPebble[int64]}} {
+	for _, bk := range int64Backends {
 		b.Run(bk.name, func(b *testing.B) {
-			kb, err := bk.make(Options[int64]{MaxParallelism: 128, KeyGroupEnd: 127, Dir: b.TempDir()})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer kb.Close()
-			v, err := NewValue[int64](kb, "count", nil)
-			if err != nil {
-				b.Fatal(err)
-			}
+			kb, v := benchValue(b, bk.make, 127)
 			for k := range int64(keys) {
 				kb.SetCurrentKey(k)
 				v.Update(k)
@@ -885,15 +885,7 @@ func TestReducer(t *testing.T) {
 
 // BenchmarkReduce is the per-record state work of a keyed sum: 1024 int64 keys, half of them owned.
 func BenchmarkReduce(b *testing.B) {
-	kb, err := NewHeap(Options[int64]{MaxParallelism: 128, KeyGroupEnd: 63})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer kb.Close()
-	v, err := NewValue[int64](kb, "sum", nil)
-	if err != nil {
-		b.Fatal(err)
-	}
+	kb, v := benchValue(b, NewHeap[int64], 63)
 	var keys []int64
 	for k := range int64(1024) {
 		var enc [8]byte
