@@ -629,32 +629,46 @@ func (r *run) sourceLoop() error {
 			return fmt.Errorf("source: %w", err)
 		}
 		r.checkOutput()
-		r.flushRequested()
-		if flushEach {
-			r.flushAll()
-		}
+		r.afterWork(flushEach)
 		switch st {
 		case EndOfInput:
 			return nil
 		case NothingAvailable:
 			// No flush here: a rate-limited source is idle between every few records, and flushing each
 			// time would send tiny buffers; the buffer timeout bounds the latency.
-			t.counters.Publish()
-			select {
-			case <-r.chain.SourceAvailable():
-			case f := <-t.mail:
-				f(r)
-			case <-tick:
-				// The buffer timeout is measured here too: a rate-limited source spends most of its time
-				// in this wait, and a tick taken without flushing would hold its records until a buffer
-				// fills.
-				r.flushAll()
-				t.counters.Publish()
-			case <-t.cancel:
-				return errCanceled
+			if err := r.idle(r.chain.SourceAvailable(), tick); err != nil {
+				return err
 			}
 		}
 	}
+}
+
+// afterWork follows a source poll or an input buffer: outputs a reader reconnected to are flushed, and
+// all of them without a buffer timeout.
+func (r *run) afterWork(flushEach bool) {
+	r.flushRequested()
+	if flushEach {
+		r.flushAll()
+	}
+}
+
+// idle waits for more work (wake), mail, the timer or cancellation. The buffer timeout is measured here
+// too: a task spends most of its time in this wait when its input is slow, and a tick taken without
+// flushing would hold its records until a buffer fills.
+func (r *run) idle(wake <-chan struct{}, tick <-chan time.Time) error {
+	t := r.t
+	t.counters.Publish()
+	select {
+	case <-wake:
+	case f := <-t.mail:
+		f(r)
+	case <-tick:
+		r.flushAll()
+		t.counters.Publish()
+	case <-t.cancel:
+		return errCanceled
+	}
+	return nil
 }
 
 func (r *run) inputLoop() error {
@@ -671,15 +685,8 @@ func (r *run) inputLoop() error {
 			return fmt.Errorf("input channel %d: %w", idx, err)
 		}
 		if buf == nil {
-			t.counters.Publish()
-			select {
-			case <-r.gate.Wake():
-			case f := <-t.mail:
-				f(r)
-			case <-tick:
-				r.flushAll()
-			case <-t.cancel:
-				return errCanceled
+			if err := r.idle(r.gate.Wake(), tick); err != nil {
+				return err
 			}
 			continue
 		}
@@ -687,10 +694,7 @@ func (r *run) inputLoop() error {
 		if err != nil {
 			return err
 		}
-		r.flushRequested()
-		if flushEach {
-			r.flushAll()
-		}
+		r.afterWork(flushEach)
 		if done {
 			return nil
 		}
