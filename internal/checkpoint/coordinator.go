@@ -259,6 +259,20 @@ type Ready struct {
 	FailJob error
 }
 
+// Merge returns r followed by o: the actions of both, in that order.
+func (r Ready) Merge(o Ready) Ready {
+	r.Persist = append(r.Persist, o.Persist...)
+	r.Completed = append(r.Completed, o.Completed...)
+	r.Aborted = append(r.Aborted, o.Aborted...)
+	r.Notifications = append(r.Notifications, o.Notifications...)
+	r.Triggers = append(r.Triggers, o.Triggers...)
+	r.Ignored = append(r.Ignored, o.Ignored...)
+	if r.FailJob == nil {
+		r.FailJob = o.FailJob
+	}
+	return r
+}
+
 // Empty reports whether there is nothing to do.
 func (r Ready) Empty() bool {
 	return len(r.Persist) == 0 && len(r.Completed) == 0 && len(r.Aborted) == 0 && len(r.Notifications) == 0 &&

@@ -55,7 +55,7 @@ func ack(now, id int64, from ...ident.Attempt) func(*testing.T, *Coordinator) Re
 	return func(_ *testing.T, c *Coordinator) Ready {
 		var rd Ready
 		for _, a := range from {
-			rd = merge(rd, c.Ack(now, id, a, StateHandle{Inline: []byte(a.String())}))
+			rd = rd.Merge(c.Ack(now, id, a, StateHandle{Inline: []byte(a.String())}))
 		}
 		return rd
 	}
@@ -99,19 +99,6 @@ func triggerNow(now int64) func(*testing.T, *Coordinator) Ready {
 
 func stop(now int64) func(*testing.T, *Coordinator) Ready {
 	return func(_ *testing.T, c *Coordinator) Ready { return c.Stop(now) }
-}
-
-func merge(a, b Ready) Ready {
-	a.Persist = append(a.Persist, b.Persist...)
-	a.Completed = append(a.Completed, b.Completed...)
-	a.Aborted = append(a.Aborted, b.Aborted...)
-	a.Notifications = append(a.Notifications, b.Notifications...)
-	a.Triggers = append(a.Triggers, b.Triggers...)
-	a.Ignored = append(a.Ignored, b.Ignored...)
-	if a.FailJob == nil {
-		a.FailJob = b.FailJob
-	}
-	return a
 }
 
 func attempts(as []ident.Attempt) string {

@@ -92,7 +92,7 @@ func (jm *JobMaster) process(r checkpoint.Ready) {
 			if err != nil {
 				jm.log.Warn("persist checkpoint", "id", cp.ID, "err", err)
 			}
-			next = merge(next, jm.coord.Persisted(jm.now(), cp.ID, err))
+			next = next.Merge(jm.coord.Persisted(jm.now(), cp.ID, err))
 		}
 		for _, cp := range r.Completed {
 			jm.log.Debug("checkpoint completed", "id", cp.ID)
@@ -143,7 +143,7 @@ func (jm *JobMaster) process(r checkpoint.Ready) {
 			for _, target := range t.Targets {
 				ex := jm.current(target)
 				if ex == nil || !ex.tm.TriggerCheckpoint(target, t.ID, t.TimestampMillis, flags) {
-					next = merge(next, jm.coord.Decline(jm.now(), t.ID, target, checkpoint.ErrTaskNotReady))
+					next = next.Merge(jm.coord.Decline(jm.now(), t.ID, target, checkpoint.ErrTaskNotReady))
 				}
 			}
 		}
@@ -156,19 +156,6 @@ func (jm *JobMaster) process(r checkpoint.Ready) {
 	jm.mu.Lock()
 	jm.counts = &counts
 	jm.mu.Unlock()
-}
-
-func merge(a, b checkpoint.Ready) checkpoint.Ready {
-	a.Persist = append(a.Persist, b.Persist...)
-	a.Completed = append(a.Completed, b.Completed...)
-	a.Aborted = append(a.Aborted, b.Aborted...)
-	a.Notifications = append(a.Notifications, b.Notifications...)
-	a.Triggers = append(a.Triggers, b.Triggers...)
-	a.Ignored = append(a.Ignored, b.Ignored...)
-	if a.FailJob == nil {
-		a.FailJob = b.FailJob
-	}
-	return a
 }
 
 // current returns the execution of attempt a if a is its current attempt.
