@@ -445,6 +445,18 @@ func (c *Coordinator) Restored(cp *CompletedCheckpoint) {
 	c.nextID = max(c.nextID, cp.ID+1)
 }
 
+// FallBackTo tells the coordinator that the checkpoints newer than cp cannot be restored (found damaged
+// in storage) and that cp is the restore point from now on: LatestCompleted returns it, even though it is
+// older, until a newer checkpoint completes. Ids keep rising above every id used, so a damaged checkpoint's
+// id is never reused.
+func (c *Coordinator) FallBackTo(cp *CompletedCheckpoint) {
+	if cp == nil {
+		return
+	}
+	c.latest = cp
+	c.nextID = max(c.nextID, cp.ID+1)
+}
+
 // InProgress returns the ids of the checkpoints in progress, ascending; Persisting ones included.
 func (c *Coordinator) InProgress() []int64 {
 	ids := make([]int64, 0, len(c.pending))

@@ -31,28 +31,28 @@ func (jm *JobMaster) placement(i int) TaskManager {
 	return jm.cfg.TaskManagers[i%len(jm.cfg.TaskManagers)]
 }
 
-// deployRegions deploys every not yet deployed subtask of the regions, restoring state from the latest
-// completed checkpoint (or the savepoint the job started from).
-func (jm *JobMaster) deployRegions(regions []scheduler.RegionID) {
-	restore := jm.initial
+// restorePoint is the checkpoint that subtasks deployed now restore: the latest completed one that is
+// known to be valid (see verifiedLatest), or the savepoint the job started from, or nil.
+func (jm *JobMaster) restorePoint() *checkpoint.CompletedCheckpoint {
 	if jm.coord != nil && jm.coord.LatestCompleted() != nil {
-		restore = jm.coord.LatestCompleted()
+		return jm.coord.LatestCompleted()
 	}
+	return jm.initial
+}
+
+// deployRegions deploys every not yet deployed subtask of the regions, restoring state from restore (a
+// failover passes the checkpoint it verified and reports; other deployments pass restorePoint()).
+func (jm *JobMaster) deployRegions(regions []scheduler.RegionID, restore *checkpoint.CompletedCheckpoint) {
 	for _, r := range regions {
 		for _, s := range jm.topo.Members(r) {
 			jm.mu.Lock()
 			ex := jm.execs[s]
 			fresh := ex.state == task.Created
-			first := ex.attempt.Number == 0
 			jm.mu.Unlock()
 			if !fresh {
 				continue
 			}
-			from := restore
-			if first && jm.coord == nil {
-				from = jm.initial
-			}
-			if err := jm.deploy(s, from); err != nil {
+			if err := jm.deploy(s, restore); err != nil {
 				jm.fail(fmt.Errorf("deploy %s: %w", jm.name(s), err))
 				return
 			}
@@ -95,6 +95,13 @@ func (jm *JobMaster) deploy(s ident.Subtask, restore *checkpoint.CompletedCheckp
 			},
 		}
 	}
+	if restore != nil {
+		id := restore.ID
+		ex.restoredFrom = &id
+	} else {
+		ex.restoredFrom = nil
+	}
+	ex.skipUpTo = cfg.SkipCheckpointsUpTo
 	if err == nil && restore != nil {
 		cfg.Restore = jm.restoreSpec(s, restore)
 		if cfg.Restore != nil {

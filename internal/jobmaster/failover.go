@@ -3,6 +3,7 @@ package jobmaster
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -15,7 +16,10 @@ import (
 
 // Failover is one failover event: which subtask failed, what was restarted, from which checkpoint.
 type Failover struct {
-	Failed             ident.Subtask
+	Failed ident.Subtask
+	// Global marks a failover of the job as a whole (Failed is then meaningless): checkpoints that kept
+	// failing past the tolerable number.
+	Global             bool
 	Cause              error
 	Strategy           string
 	Restarted          []ident.Subtask
@@ -62,18 +66,38 @@ type restartPlan struct {
 // onFailure asks the restart strategy whether to restart and the failover strategy what to restart, and
 // starts cancelling those subtasks; maybeRestart redeploys them once they stopped and the backoff passed.
 func (jm *JobMaster) onFailure(s ident.Subtask, cause error) {
+	jm.startFailover(&s, cause, jm.failover.TasksToRestart(s), jm.cfg.Failover.String())
+}
+
+// onGlobalFailure restarts the whole job from its latest checkpoint, through the restart strategy like
+// any other failure: the answer to a failure that belongs to no subtask (checkpoints failing past the
+// tolerable number, as in Flink).
+func (jm *JobMaster) onGlobalFailure(cause error) {
+	jm.startFailover(nil, cause, jm.cfg.Job.Subtasks(), "full")
+}
+
+// startFailover records a failover event of failed (nil: the job as a whole) and adds set to the restart
+// plan. A failure that arrives while an earlier failover is still stopping its subtasks joins that plan:
+// all of them are redeployed together, from one checkpoint.
+func (jm *JobMaster) startFailover(failed *ident.Subtask, cause error, set []ident.Subtask, strategy string) {
 	now := time.Now()
-	err := fmt.Errorf("subtask %s failed: %w", jm.name(s), cause)
+	what := "job"
+	if failed != nil {
+		what = "subtask " + jm.name(*failed)
+	}
+	err := fmt.Errorf("%s failed: %w", what, cause)
 	jm.restart.NotifyFailure(jm.now(), cause)
 	if !jm.restart.CanRestart() {
 		jm.fail(fmt.Errorf("%w (restart strategy %s gives up)", err, jm.cfg.Restart))
 		return
 	}
-	set := jm.failover.TasksToRestart(s)
-	ev := &Failover{Failed: s, Cause: cause, Strategy: jm.cfg.Failover.String(), Restarted: set, FailedAt: now,
+	ev := &Failover{Cause: cause, Strategy: strategy, Restarted: set, FailedAt: now, Global: failed == nil,
 		awaiting: make(map[ident.Subtask]bool), tails: make(map[ident.Subtask]bool), baseline: make(map[channelKey]network.SubpartitionStats)}
+	if failed != nil {
+		ev.Failed = *failed
+	}
 	jm.markLossBaseline(ev)
-	jm.log.Warn("subtask failed, restarting", "subtask", jm.name(s), "err", cause, "strategy", ev.Strategy,
+	jm.log.Warn("failure, restarting", "failed", what, "err", cause, "strategy", ev.Strategy,
 		"restart", len(set), "backoff_ms", jm.restart.BackoffMillis())
 	if jm.plan == nil {
 		jm.plan = &restartPlan{subtasks: make(map[ident.Subtask]bool)}
@@ -134,7 +158,8 @@ func (jm *JobMaster) maybeRestart() (time.Duration, bool) {
 		}
 		return subtasks[i].Index < subtasks[j].Index
 	})
-	restore := jm.initial
+	// The checkpoint verified here is the one the restarted subtasks restore and the one the report names.
+	restore := jm.restorePoint()
 	if jm.coord != nil && jm.coord.LatestCompleted() != nil {
 		restore = jm.verifiedLatest(p.subtasks)
 	}
@@ -152,6 +177,7 @@ func (jm *JobMaster) maybeRestart() (time.Duration, bool) {
 		ex.attempt.Number++
 		ex.state = task.Created
 		ex.in, ex.out = 0, 0
+		ex.createdBy = p.firstRestarting(s)
 		attempts = append(attempts, ex.attempt)
 	}
 	for _, ev := range p.events {
@@ -172,8 +198,20 @@ func (jm *JobMaster) maybeRestart() (time.Duration, bool) {
 		}
 		jm.process(r)
 	}
-	jm.deployRegions(jm.sched.OnRegionsRestarted(jm.topo.RegionsOf(subtasks)))
+	jm.deployRegions(jm.sched.OnRegionsRestarted(jm.topo.RegionsOf(subtasks)), restore)
 	return 0, false
+}
+
+// firstRestarting returns the earliest failover of the plan that restarts s: the failure that caused its
+// restart, which its new attempt's loss belongs to. Later failovers merged into the plan restart s too, but
+// cost nothing more on its channels.
+func (p *restartPlan) firstRestarting(s ident.Subtask) *Failover {
+	for _, ev := range p.events {
+		if slices.Contains(ev.Restarted, s) {
+			return ev
+		}
+	}
+	return nil
 }
 
 // verifiedLatest returns the checkpoint to restore the restarted subtasks from after a failure: the newest
@@ -194,7 +232,9 @@ func (jm *JobMaster) verifiedLatest(restarted map[ident.Subtask]bool) *checkpoin
 		return latest
 	}
 	if cp.ID != latest.ID {
-		jm.coord.Restored(cp)
+		// The newer ones are damaged: from now on this one is the restore point, for deployments of this
+		// failover and any later one until a newer checkpoint completes.
+		jm.coord.FallBackTo(cp)
 	}
 	return cp
 }

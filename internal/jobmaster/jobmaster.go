@@ -139,6 +139,13 @@ type execution struct {
 	tm      TaskManager
 	state   task.State
 	in, out uint64
+	// restoredFrom is the checkpoint the attempt restored (nil: none); skipUpTo the highest checkpoint id
+	// triggered before it was deployed, so every checkpoint above it holds this attempt's state.
+	restoredFrom *int64
+	skipUpTo     int64
+	// createdBy is the failover that deployed this attempt (nil for a first attempt): what the attempt
+	// observes as it rejoins its inputs is that failover's loss.
+	createdBy *Failover
 }
 
 // JobMaster runs one job.
@@ -268,7 +275,7 @@ func (jm *JobMaster) Run(ctx context.Context) Snapshot {
 		}
 	}
 	// Deploy the regions the scheduling strategy allows; consumers wait for their producers' partitions.
-	jm.deployRegions(jm.sched.Start())
+	jm.deployRegions(jm.sched.Start(), jm.restorePoint())
 	poll := time.NewTicker(200 * time.Millisecond)
 	defer poll.Stop()
 	var restartTimer *time.Timer
@@ -366,7 +373,7 @@ func (jm *JobMaster) onUpdate(u task.Update) {
 		if status == StatusRunning {
 			for _, e := range jm.cfg.Job.Vertex(u.Attempt.Vertex).Outputs {
 				if e.PartitionType == graph.Blocking {
-					jm.deployRegions(jm.sched.OnResultFinished(e.Result, u.Attempt.Subtask))
+					jm.deployRegions(jm.sched.OnResultFinished(e.Result, u.Attempt.Subtask), jm.restorePoint())
 				}
 			}
 		}
