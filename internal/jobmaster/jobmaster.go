@@ -440,11 +440,17 @@ func (jm *JobMaster) cancelJob() {
 	jm.checkDone()
 }
 
+// cancelAll cancels every subtask that has not stopped. One that was never deployed (a consumer waiting
+// for its blocking inputs, a restart waiting out its backoff) has no task to hear the cancellation and send
+// an update: it is CANCELED here, or the job would wait for it forever.
 func (jm *JobMaster) cancelAll() {
 	jm.mu.Lock()
 	var live []*execution
 	for _, ex := range jm.execs {
-		if !ex.state.Terminal() {
+		switch {
+		case ex.state == task.Created:
+			ex.state = task.Canceled
+		case !ex.state.Terminal():
 			live = append(live, ex)
 		}
 	}
