@@ -86,7 +86,8 @@ type CheckpointCounts struct {
 	LastCompletedID int64 `json:"last_completed_id"`
 }
 
-// FailoverResult is one failover: the subtask that failed ("VERTEX[i]"), the strategy, the subtasks
+// FailoverResult is one failover: the subtask that failed ("VERTEX[i]", or "job" for a failure of the job as a
+// whole, such as too many failed checkpoints in a row, which restarts every subtask), the strategy, the subtasks
 // restarted, the checkpoint their state came from (nil: none, they started empty), and the time from the
 // failure until every restarted subtask was running again.
 type FailoverResult struct {
@@ -384,6 +385,9 @@ func resultOf(name string, s jobmaster.Snapshot) *JobResult {
 	}
 	for _, f := range s.Failovers {
 		fr := FailoverResult{Failed: subtaskName(f.Failed), Strategy: f.Strategy, CheckpointRestored: f.CheckpointRestored, Restarted: []string{}, FailedAt: f.FailedAt}
+		if f.Global {
+			fr.Failed = "job"
+		}
 		if f.Cause != nil {
 			fr.Cause = f.Cause.Error()
 		}

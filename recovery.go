@@ -36,8 +36,10 @@ type CheckpointConfig struct {
 	MinPause time.Duration
 	// MaxConcurrent checkpoints in progress at once (default 1).
 	MaxConcurrent int
-	// TolerableFailed is the number of consecutive failed checkpoints tolerated before the job fails
-	// (default 0, as in Flink).
+	// TolerableFailed is the number of consecutive failed checkpoints tolerated (Flink's
+	// execution.checkpointing.tolerable-failed-checkpoints; default 0, as in Flink). One more is a failure
+	// of the job as a whole: the restart strategy decides whether it restarts, every task from the latest
+	// checkpoint, or fails.
 	TolerableFailed int
 	// Retained completed checkpoints kept in storage (default 2).
 	Retained int

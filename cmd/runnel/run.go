@@ -38,6 +38,7 @@ type runFlags struct {
 	// Recovery.
 	checkpointInterval time.Duration
 	checkpointMode     string
+	tolerableFailed    int
 	checkpointStorage  string
 	failover           string
 	restartStrategy    string
@@ -75,6 +76,7 @@ func newRunCmd() *cobra.Command {
 	pf.DurationVar(&f.progress, "progress-interval", time.Second, "how often to show progress")
 	pf.DurationVar(&f.checkpointInterval, "checkpoint-interval", 0, "take a checkpoint this often (0: checkpointing off)")
 	pf.StringVar(&f.checkpointMode, "checkpoint-mode", string(runnel.ExactlyOnce), "checkpoint mode: exactly-once (aligned barriers) or at-least-once")
+	pf.IntVar(&f.tolerableFailed, "tolerable-failed-checkpoints", 0, "consecutive failed checkpoints tolerated; one more fails the job over through its restart strategy (a full restart from the latest checkpoint)")
 	pf.StringVar(&f.checkpointStorage, "checkpoint-storage", "", "where checkpoints go: a directory, file://DIR, s3://BUCKET/PREFIX or mem:// (default: a temporary directory, removed afterwards)")
 	pf.StringVar(&f.failover, "failover", "region", "failover strategy: full (restart every task), region (restart the pipelined regions that must) or approximate (restart the failed subtask and everything downstream while upstream keeps running; the loss is counted)")
 	pf.StringVar(&f.restartStrategy, "restart-strategy", "", "restart strategy: none, fixed-delay:attempts=3,delay=1s, exponential-delay:initial=100ms,max=10s,multiplier=2,reset=1m,jitter=0.1\n"+
@@ -127,6 +129,9 @@ func (f runFlags) validate() error {
 	if f.checkpointStorage != "" && f.checkpointInterval == 0 {
 		errs = append(errs, errors.New("--checkpoint-storage is set but checkpointing is off: set --checkpoint-interval too"))
 	}
+	if f.tolerableFailed < 0 {
+		errs = append(errs, fmt.Errorf("invalid --tolerable-failed-checkpoints %d: must not be negative (0 fails over at the first failed checkpoint)", f.tolerableFailed))
+	}
 	switch runnel.CheckpointingMode(f.checkpointMode) {
 	case runnel.ExactlyOnce, runnel.AtLeastOnce:
 	default:
@@ -163,9 +168,10 @@ func (f runFlags) recoveryOptions() []runnel.Option {
 	}
 	if f.checkpointInterval > 0 {
 		opts = append(opts, runnel.WithCheckpointing(runnel.CheckpointConfig{
-			Interval: f.checkpointInterval,
-			Mode:     runnel.CheckpointingMode(f.checkpointMode),
-			Storage:  f.checkpointStorage,
+			Interval:        f.checkpointInterval,
+			Mode:            runnel.CheckpointingMode(f.checkpointMode),
+			Storage:         f.checkpointStorage,
+			TolerableFailed: f.tolerableFailed,
 		}))
 	}
 	if f.restartStrategy != "" {

@@ -148,7 +148,9 @@ func (jm *JobMaster) process(r checkpoint.Ready) {
 			}
 		}
 		if r.FailJob != nil {
-			jm.fail(r.FailJob)
+			// Too many checkpoints failed in a row: a failure of the job as a whole, which the restart
+			// strategy answers like any other (Flink's global failover), not the end of the job.
+			jm.onGlobalFailure(r.FailJob)
 		}
 		r = next
 	}

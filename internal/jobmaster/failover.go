@@ -86,6 +86,12 @@ func (jm *JobMaster) startFailover(failed *ident.Subtask, cause error, set []ide
 		what = "subtask " + jm.name(*failed)
 	}
 	err := fmt.Errorf("%s failed: %w", what, cause)
+	jm.mu.Lock()
+	running := jm.status == StatusRunning
+	jm.mu.Unlock()
+	if !running {
+		return // failing or cancelling already: nothing restarts
+	}
 	jm.restart.NotifyFailure(jm.now(), cause)
 	if !jm.restart.CanRestart() {
 		jm.fail(fmt.Errorf("%w (restart strategy %s gives up)", err, jm.cfg.Restart))
