@@ -5,8 +5,6 @@ package sequence_test
 import (
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -53,17 +51,4 @@ func TestSoak(t *testing.T) {
 			})
 		}
 	}
-}
-
-func envInt(t *testing.T, name string, def int) int {
-	t.Helper()
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 0 {
-		t.Fatalf("%s=%q: want a non-negative integer", name, v)
-	}
-	return n
 }

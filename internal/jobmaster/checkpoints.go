@@ -71,6 +71,7 @@ func (jm *JobMaster) startCoordinator(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("checkpoint storage: %w", err)
 	}
+	jm.firstCheckpointID = next
 	c, err := checkpoint.NewCoordinator(*jm.cfg.Checkpoint, tasks, next)
 	if err != nil {
 		return err
@@ -111,6 +112,7 @@ func (jm *JobMaster) process(r checkpoint.Ready) {
 			if _, err := jm.cfg.Storage.Retain(jm.ctxNoCancel(), jm.cfg.Checkpoint.Retained); err != nil {
 				jm.log.Warn("retain checkpoints", "err", err)
 			}
+			jm.pruneLedger(cp.ID)
 		}
 		for _, ab := range r.Aborted {
 			jm.log.Debug("checkpoint aborted", "id", ab.ID, "reason", ab.Reason, "err", ab.Err)
@@ -187,4 +189,24 @@ func (jm *JobMaster) sendAck(m ackMsg) {
 	case jm.acks <- m:
 	case <-jm.done:
 	}
+}
+
+// pruneLedger forgets the loss ledger's entries that no restore can roll back once checkpoint id
+// completed: a restore picks one of the retained checkpoints, so attempts whose state the oldest retained
+// one holds are final.
+func (jm *JobMaster) pruneLedger(id int64) {
+	jm.retainedIDs = append(jm.retainedIDs, id)
+	if n := max(jm.cfg.Checkpoint.Retained, 1); len(jm.retainedIDs) > n {
+		jm.retainedIDs = append(jm.retainedIDs[:0], jm.retainedIDs[len(jm.retainedIDs)-n:]...)
+	}
+	var floor int64
+	if len(jm.retainedIDs) == max(jm.cfg.Checkpoint.Retained, 1) {
+		floor = jm.retainedIDs[0]
+	}
+	jm.mu.Lock()
+	defer jm.mu.Unlock()
+	jm.ledger.prune(floor, func(a ident.Attempt) bool {
+		ex := jm.execs[a.Subtask]
+		return ex != nil && ex.attempt == a
+	})
 }

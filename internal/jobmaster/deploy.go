@@ -105,6 +105,7 @@ func (jm *JobMaster) deploy(s ident.Subtask, restore *checkpoint.CompletedCheckp
 	if err == nil && restore != nil {
 		cfg.Restore = jm.restoreSpec(s, restore)
 		if cfg.Restore != nil {
+			cfg.Restore.SameRun = jm.coord != nil && restore.ID >= jm.firstCheckpointID
 			if sp := jm.cfg.Savepoint; sp != nil && sp.Checkpoint.ID == restore.ID {
 				cfg.Restore.Read = sp.ReadState
 			}

@@ -282,34 +282,33 @@ func (jm *JobMaster) markLossBaseline(ev *Failover) {
 	}
 }
 
-// onObservation adds what a restarted attempt saw to the failover that restarted it.
+// onObservation adds what a restarted attempt saw to the failover that deployed it. A failover merged into
+// a plan that was still stopping subtasks restarts them too, but their new attempts belong to the first
+// one; an attempt that a later failover replaces reports nothing more once it is replaced (the job master
+// ignores updates of replaced attempts), and the ledger keeps the next attempt from counting again what
+// this one counted.
 func (jm *JobMaster) onObservation(a ident.Attempt, o *task.Observation) {
 	jm.mu.Lock()
 	defer jm.mu.Unlock()
-	var ev *Failover
-	for i := len(jm.failovers) - 1; i >= 0; i-- {
-		for _, r := range jm.failovers[i].Restarted {
-			if r == a.Subtask {
-				ev = jm.failovers[i]
-				break
-			}
-		}
-		if ev != nil {
-			break
-		}
-	}
-	if ev == nil || a.Number == 0 {
+	ex := jm.execs[a.Subtask]
+	if ex == nil || ex.attempt != a || ex.createdBy == nil {
 		return
 	}
+	ev := ex.createdBy
 	switch o.Kind {
 	case task.ChannelJoined:
-		cl := ChannelLoss{Producer: o.Channel.Partition.Producer.Subtask, Consumer: a.Subtask,
-			RecordsLost: o.Lost, PartialRecordsSkipped: o.PartialSkipped}
 		key := channelKey{p: o.Channel.Partition, sub: o.Channel.Subpartition}
+		lost, ok := jm.ledger.join(a, key, ex.restoredFrom, ex.skipUpTo, o.Lost)
+		if !ok {
+			jm.log.Warn("loss of a channel rolled back beyond its restored checkpoint; counted as 0",
+				"consumer", jm.name(a.Subtask), "channel", key.p, "gap", o.Lost)
+		}
+		cl := ChannelLoss{Producer: o.Channel.Partition.Producer.Subtask, Consumer: a.Subtask,
+			RecordsLost: lost, PartialRecordsSkipped: o.PartialSkipped}
 		if base, ok := ev.baseline[key]; ok {
 			delete(ev.baseline, key) // count each channel once
-			if ex := jm.execs[o.Channel.Partition.Producer.Subtask]; ex != nil {
-				if st, ok := ex.tm.SubpartitionStats(key.p, key.sub); ok {
+			if pex := jm.execs[o.Channel.Partition.Producer.Subtask]; pex != nil && pex.attempt == o.Channel.Partition.Producer {
+				if st, ok := pex.tm.SubpartitionStats(key.p, key.sub); ok {
 					cl.RecordsDropped = st.RecordsDropped - base.RecordsDropped
 					cl.BuffersDropped = st.BuffersDropped - base.BuffersDropped
 				}

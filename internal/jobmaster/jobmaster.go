@@ -168,6 +168,13 @@ type JobMaster struct {
 	// lastTriggered is the highest checkpoint id triggered so far: a restarted attempt ignores barriers up
 	// to it, which only its predecessor could have completed.
 	lastTriggered int64
+	// firstCheckpointID is the id of this run's first checkpoint: lower ones come from earlier runs.
+	firstCheckpointID int64
+	// ledger holds what restarted attempts reported lost on their channels, for later failovers of the
+	// same consumers (see lossLedger).
+	ledger lossLedger
+	// retainedIDs are the ids of the last Retained checkpoints completed in this run, oldest first.
+	retainedIDs []int64
 
 	mu        sync.Mutex
 	status    Status
@@ -273,6 +280,7 @@ func (jm *JobMaster) Run(ctx context.Context) Snapshot {
 		if jm.coord != nil {
 			jm.coord.Restored(jm.initial)
 		}
+		jm.firstCheckpointID = max(jm.firstCheckpointID, jm.initial.ID+1)
 	}
 	// Deploy the regions the scheduling strategy allows; consumers wait for their producers' partitions.
 	jm.deployRegions(jm.sched.Start(), jm.restorePoint())

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 
 	"github.com/runnel-dev/runnel/internal/barrier"
 	"github.com/runnel-dev/runnel/internal/checkpoint"
@@ -46,6 +47,10 @@ type RestoreSpec struct {
 	// restored so (each part is filtered to this subtask's key groups); other state cannot be split.
 	RescaledFrom int
 	Parts        []checkpoint.StateHandle
+	// SameRun says the checkpoint was taken in this run of the job (not a savepoint or a checkpoint of an
+	// earlier run): only then do the input channels' recorded positions belong to producer attempts that
+	// can still be read, and only then are they restored (they measure approximate recovery's loss).
+	SameRun bool
 	// Read reads the state blobs; nil means the checkpoint storage (a savepoint brings its own).
 	Read func(ctx context.Context, ref checkpoint.BlobRef) ([]byte, error)
 }
@@ -53,9 +58,17 @@ type RestoreSpec struct {
 // stateBlobName is the name of the one blob that holds all operator states of a subtask.
 const stateBlobName = "state"
 
-// channelStateName is the entry of the task's own state in the blob: how many records it had consumed on
-// each input channel. The NUL keeps it apart from operator names.
+// channelStateName is the entry of the task's own state in the blob written by earlier versions: how many
+// records it had consumed on each input channel, by channel index. The NUL keeps it apart from operator
+// names. It is still read (see restorePositions); channelPositionsName replaced it.
 const channelStateName = "\x00channels"
+
+// channelPositionsName is the entry of the task's own state in the blob: for each input channel, which
+// producer attempt and subpartition it read and how many records of that attempt's sequence it had
+// consumed. Sequence numbers count one producer attempt's records, so a position means something only for
+// the attempt it was read from: a restored channel whose producer is now another attempt (restarted since)
+// or another subtask (the job was rescaled) starts at 0 of the current producer's sequence.
+const channelPositionsName = "\x00channel-positions"
 
 // TriggerCheckpoint asks a source task to snapshot its state and send barriers downstream. It returns false
 // when the task cannot take mail anymore.
@@ -100,16 +113,15 @@ func (r *run) performCheckpoint(id, ts int64, flags uint32) {
 		return
 	}
 	if len(r.decoders) > 0 {
-		pos := make([]byte, 0, 8*len(r.decoders))
-		pos = binary.AppendUvarint(pos, uint64(len(r.decoders)))
+		seqs := make([]uint64, len(r.decoders))
 		for i, d := range r.decoders {
-			seq := r.restored[i]
+			seqs[i] = r.restored[i]
 			if d.Synced() {
-				seq = d.NextSeq()
+				seqs[i] = d.NextSeq()
 			}
-			pos = binary.AppendUvarint(pos, seq)
 		}
-		writers = append(writers, StateWriter{Operator: channelStateName, Write: func(w io.Writer) error { _, err := w.Write(pos); return err }})
+		pos := encodePositions(r.channels, seqs)
+		writers = append(writers, StateWriter{Operator: channelPositionsName, Write: func(w io.Writer) error { _, err := w.Write(pos); return err }})
 	}
 	ev := network.Event{Type: network.EventBarrier, CheckpointID: id, TimestampMillis: ts, Flags: flags}
 	for _, p := range r.outputs {
@@ -256,20 +268,8 @@ func (r *run) restore() (finished bool, err error) {
 			states[k] = v
 		}
 	}
-	if pos, ok := states[channelStateName]; ok {
-		delete(states, channelStateName)
-		n, k := binary.Uvarint(pos)
-		if k <= 0 || n != uint64(len(r.restored)) {
-			return false, fmt.Errorf("restore from checkpoint %d: the task had %d input channels, now %d", spec.CheckpointID, n, len(r.restored))
-		}
-		pos = pos[k:]
-		for i := range r.restored {
-			v, k := binary.Uvarint(pos)
-			if k <= 0 {
-				return false, fmt.Errorf("restore from checkpoint %d: malformed channel positions", spec.CheckpointID)
-			}
-			r.restored[i], pos = v, pos[k:]
-		}
+	if err := r.restorePositions(spec, states); err != nil {
+		return false, err
 	}
 	if err := r.chain.Restore(states); err != nil {
 		return false, fmt.Errorf("restore from checkpoint %d: %w", spec.CheckpointID, err)
@@ -298,7 +298,7 @@ func (r *run) restoreRescaled(spec *RestoreSpec, read func(context.Context, chec
 				return fmt.Errorf("restore from checkpoint %d: %w", spec.CheckpointID, err)
 			}
 			for k, v := range m {
-				if k != channelStateName {
+				if k != channelStateName && k != channelPositionsName {
 					parts[k] = append(parts[k], v)
 				}
 			}
@@ -330,4 +330,108 @@ func (r *run) apply(a barrier.Action) {
 	for _, ch := range a.Block {
 		r.gate.Block(ch)
 	}
+}
+
+// restorePositions sets the consumed position of every input channel from the task's own state in the
+// restored blob (and removes that state from the operators' map). A channel starts at 0 of its producer's
+// sequence unless the checkpoint was taken in this run of the job (spec.SameRun) and recorded this very
+// producer attempt and subpartition: after a savepoint, a restart of the producer or a rescaling, the
+// recorded positions count records of a sequence that no longer exists. The legacy entry, which did not
+// name the producers, is used only within one run and when the channels still line up one to one.
+func (r *run) restorePositions(spec *RestoreSpec, states map[string][]byte) error {
+	legacy, hasLegacy := states[channelStateName]
+	pos, has := states[channelPositionsName]
+	delete(states, channelStateName)
+	delete(states, channelPositionsName)
+	if !spec.SameRun {
+		return nil
+	}
+	if has {
+		recorded, err := decodePositions(pos)
+		if err != nil {
+			return fmt.Errorf("restore from checkpoint %d: %w", spec.CheckpointID, err)
+		}
+		for i, c := range r.channels {
+			if seq, ok := recorded[channelOf(c)]; ok {
+				r.restored[i] = seq
+			}
+		}
+		return nil
+	}
+	if hasLegacy {
+		n, k := binary.Uvarint(legacy)
+		if k <= 0 || n != uint64(len(r.restored)) {
+			return nil // the channels changed: start them fresh
+		}
+		legacy = legacy[k:]
+		for i := range r.restored {
+			v, k := binary.Uvarint(legacy)
+			if k <= 0 {
+				return fmt.Errorf("restore from checkpoint %d: malformed channel positions", spec.CheckpointID)
+			}
+			r.restored[i], legacy = v, legacy[k:]
+		}
+	}
+	return nil
+}
+
+// channelID names what a channel reads: one subpartition of one producer attempt's partition.
+type channelID struct {
+	partition    ident.PartitionID
+	subpartition int
+}
+
+func channelOf(c ChannelSpec) channelID {
+	return channelID{partition: c.Partition, subpartition: c.Subpartition}
+}
+
+// encodePositions writes, for each channel, its producer attempt, subpartition and consumed position:
+// count, then per channel result, vertex, index, attempt, subpartition, position (uvarints).
+func encodePositions(channels []ChannelSpec, seqs []uint64) []byte {
+	b := make([]byte, 0, 1+len(channels)*8)
+	b = binary.AppendUvarint(b, uint64(len(channels)))
+	for i, c := range channels {
+		p := c.Partition
+		for _, v := range []uint64{uint64(p.Result), uint64(p.Producer.Vertex), uint64(p.Producer.Index),
+			uint64(p.Producer.Number), uint64(c.Subpartition), seqs[i]} {
+			b = binary.AppendUvarint(b, v)
+		}
+	}
+	return b
+}
+
+// maxPositionChannels bounds the channels a positions entry may name, before anything is allocated for
+// them: far above any real task's inputs (parallelism is limited to 32768 per vertex).
+const maxPositionChannels = 1 << 20
+
+// decodePositions reads what encodePositions wrote.
+func decodePositions(b []byte) (map[channelID]uint64, error) {
+	bad := errors.New("malformed channel positions")
+	n, k := binary.Uvarint(b)
+	if k <= 0 || n > maxPositionChannels {
+		return nil, bad
+	}
+	b = b[k:]
+	out := make(map[channelID]uint64, n)
+	var f [6]uint64
+	for range n {
+		for j := range f {
+			v, k := binary.Uvarint(b)
+			if k <= 0 {
+				return nil, bad
+			}
+			f[j], b = v, b[k:]
+		}
+		if f[0] > math.MaxInt32 || f[1] > math.MaxInt32 || f[2] > math.MaxInt32 || f[3] > math.MaxInt32 || f[4] > math.MaxInt32 {
+			return nil, bad
+		}
+		id := channelID{partition: ident.PartitionID{Result: ident.ResultID(f[0]),
+			Producer: ident.Attempt{Subtask: ident.Subtask{Vertex: ident.VertexID(f[1]), Index: int32(f[2])}, Number: int32(f[3])}},
+			subpartition: int(f[4])}
+		out[id] = f[5]
+	}
+	if len(b) != 0 {
+		return nil, bad
+	}
+	return out, nil
 }
