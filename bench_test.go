@@ -14,11 +14,6 @@ type kv struct{ Key, Value int64 }
 
 var quiet = slog.New(slog.DiscardHandler)
 
-func gen(keys int64) runnel.Source[kv] {
-	return connector.Generator(func(sub int, s uint64) kv { return kv{Key: int64(s) % keys, Value: int64(s)} },
-		connector.GeneratorOptions{})
-}
-
 // runBench runs a job over b.N records and reports records/s and allocations per record.
 func runBench(b *testing.B, build func(env *runnel.Environment, src *runnel.Stream[kv])) {
 	env := runnel.NewEnvironment(runnel.WithParallelism(1), runnel.WithLogger(quiet))

@@ -57,9 +57,9 @@ func TestLayering(t *testing.T) {
 	}
 }
 
-// TestPureCores holds the pure decision packages to their rules (DESIGN.md: decisions are pure, I/O is at
-// the edge): they import only the listed packages, start no goroutine, and, where said, use no channel
-// and read no clock, so every behaviour is decided by the caller's events alone.
+// TestPureCores holds the pure decision packages to their rules (docs/architecture.md: decisions are
+// values, I/O is at the edge): they import only the listed packages, start no goroutine, and, where said,
+// use no channel and read no clock, so every behaviour is decided by the caller's events alone.
 func TestPureCores(t *testing.T) {
 	const mod = "github.com/runnel-dev/runnel/"
 	clock := []string{"time.Now", "time.Since", "time.Until", "time.Sleep", "time.After", "time.AfterFunc",

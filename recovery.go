@@ -87,8 +87,9 @@ func WithFailureInjection(specs ...string) Option {
 // checkpoint is taken, copied to dir as a self-contained savepoint, and then the job is cancelled.
 func WithSavepointOnStop(dir string) Option { return func(c *Config) { c.SavepointOnStop = dir } }
 
-// WithRestoreFrom starts the job from a savepoint (or a retained checkpoint directory chk-N). The job's
-// tasks must match the savepoint's: same operators, chaining and parallelism.
+// WithRestoreFrom starts the job from a savepoint, a retained checkpoint directory chk-N, or a checkpoint
+// storage directory (its newest valid checkpoint). The job's tasks must match the savepoint's: same
+// operators and chaining, sources at their old parallelism; operators with keyed state may change theirs.
 func WithRestoreFrom(dir string) Option { return func(c *Config) { c.RestoreFrom = dir } }
 
 // WithExchangeMode sets which network edges are pipelined and which blocking: "pipelined" (default,

@@ -8,7 +8,8 @@
 //	counts.SinkTo(connector.Print[WordCount]()).Name("print")
 //	result, err := env.Execute(ctx, "wordcount")
 //
-// The API follows Flink's DataStream API. Go methods cannot take type parameters, so the transformations
+// The API follows the shape of Flink's DataStream API, without all of it yet (no event time, windows or
+// timers; the README has a table). Go methods cannot take type parameters, so the transformations
 // that change the record type (Map, FlatMap, KeyBy, Reduce, Process) are functions, and those that keep it
 // (Filter, Name, SetParallelism, the partitionings) are methods.
 //

@@ -1,5 +1,6 @@
 // Package connector holds Runnel's built-in sources and sinks: a deterministic data generator, a collection
-// source, a line-based text file source and sink, a print sink, and a collect sink for tests.
+// source, a line-based text file source and sink, a print sink, a collect sink for tests, and a discard sink
+// for benchmarks.
 //
 // Connectors are written against the public runnel API only, like a user's own would be; they must not
 // import Runnel's internal packages.

@@ -4,6 +4,8 @@
 //	runnel examples                              list the examples
 //	runnel run wordcount --input F --output O    run an example (see runnel run EXAMPLE --help)
 //	runnel bench throughput [--json]             engine vs hand-written Go baseline
+//	runnel bench checkpoints [--interval D]      throughput with checkpoints, as a ratio to without
+//	runnel bench recovery                        one failure under full, region and approximate failover
 //
 // Every example takes the recovery flags of `runnel run`: checkpoints (--checkpoint-interval,
 // --checkpoint-mode, --checkpoint-storage), --failover, --restart-strategy, --state-backend, and

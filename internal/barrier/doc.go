@@ -7,9 +7,9 @@
 //
 // The task's mailbox loop owns one Aligner and makes every call from that one goroutine: OnBarrier,
 // OnCancelMarker and OnEndOfPartition for the in-band events it reads from input channel ch, OnAbort when
-// the job master aborts a checkpoint (OnAbortUpTo when it aborted all up to an id), and OnChannelReset when the producer behind ch was restarted and the
-// channel reconnected (approximate local recovery). Each call returns an Action. Carry out its fields in
-// this order, before reading the next buffer from any channel:
+// the job master aborts a checkpoint, and, once before the first record, OnAbortUpTo with the highest
+// checkpoint id triggered before the attempt was deployed. Each call returns an Action. Carry out its fields
+// in this order, before reading the next buffer from any channel:
 //
 //  1. Aborts, oldest first: abandon the checkpoint and forward a cancel marker for it on every output;
 //  2. Snapshot: snapshot the task's state, forward the barrier on every output, acknowledge;
@@ -50,7 +50,9 @@
 //     its previous attempt and will not come on every channel. A pending one among them is abandoned.
 //   - OnChannelReset abandons the pending checkpoint (AbortChannelReset) and unblocks everything: the new
 //     producer attempt will not send the pending barrier. A reset channel that had ended is live again, since
-//     the new attempt sends records, barriers and its own end of partition.
+//     the new attempt sends records, barriers and its own end of partition. The task does not call it today:
+//     every failover strategy restarts a restarted producer's consumers too (approximate recovery restarts
+//     everything downstream of the failure), so a running consumer never sees its producer replaced.
 //
 // So alignment never waits on a barrier that will not come: every way a barrier can go missing (a cancel
 // upstream, a newer checkpoint overtaking it, an abort by the job master, a restarted producer or consumer)
@@ -68,8 +70,8 @@
 // # What this package must not touch
 //
 // It imports nothing from Runnel and only pure parts of the standard library; it starts no goroutine, reads
-// no clock and does no I/O (a test in this package holds these rules). It does not read channels, buffer
-// records, take snapshots or send anything: the task does, as the returned Actions say. It knows
-// checkpoints only by id, timestamp and option flags, which it passes through untouched. An Aligner is not
-// safe for concurrent use.
+// no clock and does no I/O (TestPureCores, in the module root's layering_test.go, holds these rules). It
+// does not read channels, buffer records, take snapshots or send anything: the task does, as the returned
+// Actions say. It knows checkpoints only by id, timestamp and option flags, which it passes through
+// untouched. An Aligner is not safe for concurrent use.
 package barrier

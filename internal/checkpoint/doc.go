@@ -1,10 +1,11 @@
 // Package checkpoint owns Runnel's checkpoint bookkeeping and checkpoint storage:
 //
 //   - the checkpoint coordinator (Coordinator), a pure state machine in the style of etcd's raft library. It
-//     starts no goroutine, reads no clock and opens no socket: the job master feeds it events (Tick, Ack,
-//     Decline, TaskFailed, TasksRestarted, TaskFinished, Persisted, Stop), each stamped with the caller's
-//     time in milliseconds, and carries out the actions each call returns in a Ready (send triggers, persist
-//     a completed checkpoint, notify tasks, discard aborted data, fail the job);
+//     starts no goroutine, reads no clock and opens no socket: the job master feeds it events (Tick,
+//     TriggerNow, Ack, Decline, TaskFailed, TasksRestarted, TaskFinished, Persisted, Stop), each stamped with
+//     the caller's time in milliseconds, tells it which checkpoint the job was restored from (Restored), and
+//     carries out the actions each call returns in a Ready (send triggers, persist a completed checkpoint,
+//     notify tasks, discard aborted data, fail the job);
 //   - the description of completed checkpoints (CompletedCheckpoint, StateHandle, BlobRef) and the check that
 //     a checkpoint fits a job (Compatible);
 //   - checkpoint storage (Storage) on gocloud.dev/blob: local files (file:// or a plain path) by default,
@@ -16,8 +17,8 @@
 //
 // One goroutine of the job master owns the Coordinator and makes every call; each call returns a Ready
 // whose fields say, in order, what to do (see Ready). A checkpoint goes: Tick triggers it at the running
-// sources; tasks write their state with Storage.WriteState and acknowledge with the returned BlobRefs; the
-// last Ack hands the CompletedCheckpoint out in Ready.Persist; the caller commits it with
+// sources; tasks write their state with Storage.WriteBlob (or WriteState) and acknowledge with the returned
+// BlobRefs; the last Ack hands the CompletedCheckpoint out in Ready.Persist; the caller commits it with
 // Storage.CommitMetadata and reports back with Persisted, which completes it (Ready.Completed and
 // NotifyComplete for the tasks). Task failures and restarts (TaskFailed, TasksRestarted) abort what they
 // touch and move the fence to the new attempts; nothing from an older attempt is accepted afterwards.

@@ -196,7 +196,8 @@ func TestCompatible(t *testing.T) {
 	}
 }
 
-// The package holds its place in the layering of DESIGN.md: of Runnel's packages it may import ident only.
+// The package holds its place in the layering of docs/architecture.md: of Runnel's packages it may import
+// ident only.
 func TestImportsStayInLayer(t *testing.T) {
 	const module = "github.com/runnel-dev/runnel"
 	allowed := map[string]bool{

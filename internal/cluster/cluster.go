@@ -1,7 +1,8 @@
 // Package cluster wires the runtime into processes: a TaskManager (slots, network memory, partition
-// manager, TCP data server, the goroutines of its tasks) and the in-process MiniCluster (one job master and N
-// TaskManagers in one process). Tasks on the same TaskManager exchange data through local channels; tasks on
-// different TaskManagers over TCP on loopback, through the same interfaces.
+// manager, TCP data server, the goroutines of its tasks) and the in-process MiniCluster (N TaskManagers in
+// one process, which the public API's Execute runs a job master over). Tasks on the same TaskManager exchange
+// data through local channels; tasks on different TaskManagers over TCP on loopback, through the same
+// interfaces. Separate JobManager and TaskManager processes do not exist yet.
 //
 // Every goroutine started here has an owner that stops it: a TaskManager waits for its tasks and closes its
 // server on Shutdown; a MiniCluster shuts its TaskManagers down on Close.

@@ -1,13 +1,23 @@
 // Package jobmaster runs one job: it places subtasks in TaskManager slots, builds their deployment
-// descriptors, deploys them, follows their state changes, and ends the job as FINISHED when every subtask
-// finished, FAILED when a subtask failed (after cancelling the rest), or CANCELED when asked to stop.
+// descriptors, deploys them region by region as the scheduling strategy allows, follows their state changes,
+// coordinates checkpoints and savepoints, and recovers from failures: the restart strategy decides whether
+// and when, the failover strategy which subtasks, and the restarted subtasks are redeployed as new attempts
+// from the newest valid checkpoint. For approximate local recovery it also keeps the ledger of what each
+// failover lost, from the observations of the restarted tasks and the counters of their producers.
+//
+// The job ends FINISHED when every subtask finished and no restart is pending; FAILED when it cannot recover
+// (for example when the restart strategy gives up, or a deployment fails), after cancelling what still runs;
+// CANCELED when its context is cancelled, after the savepoint on stop if one was asked for.
 //
 // Placement follows Flink's slot sharing: subtask i of every vertex goes to slot i, and slots are spread over
 // the TaskManagers round-robin, so forward edges stay local and shuffles cross TaskManagers.
 //
-// The job master owns one goroutine, the one that calls Run. It talks to TaskManagers only through the
-// TaskManager interface, so the in-process mini-cluster and a remote TaskManager look the same to it. It must
-// not import the public runnel package or the cluster wiring.
+// The job master starts no goroutine: its state belongs to the goroutine that calls Run, whose event loop
+// drives the pure decision makers (checkpoint.Coordinator and the scheduler's strategies) and carries out
+// what they return. Tasks reach it through two bounded channels (updates and checkpoint acknowledgements),
+// whose senders wait rather than drop; a mutex guards what Snapshot reads from other goroutines. It talks to
+// TaskManagers only through the TaskManager interface, so the in-process mini-cluster and a remote
+// TaskManager look the same to it. It must not import the public runnel package or the cluster wiring.
 package jobmaster
 
 import (

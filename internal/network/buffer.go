@@ -137,17 +137,3 @@ func (b *Buffer) Recycle() {
 		b.pool.put(b)
 	}
 }
-
-// loadFrom fills a buffer with bytes received from the wire, validating the header.
-func (b *Buffer) loadFrom(frame []byte) error {
-	if len(frame) > cap(b.data) {
-		return fmt.Errorf("%w: frame of %d bytes exceeds buffer size %d", ErrCorrupt, len(frame), cap(b.data))
-	}
-	h, err := DecodeHeader(frame)
-	if err != nil {
-		return err
-	}
-	b.Header = h
-	b.data = append(b.data[:0], frame...)
-	return nil
-}

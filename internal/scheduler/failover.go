@@ -20,8 +20,10 @@ type FailoverStrategy interface {
 // PartitionAvailable reports whether the result partition of producer for result still exists and can be
 // consumed again (Flink's ResultPartitionAvailabilityChecker). Failover strategies ask it about partitions
 // that restarted subtasks consume from producers that are not restarted; when it says no, the producer must
-// run again to regenerate the partition and is restarted too. The job master answers from its partition
-// tracker. A nil PartitionAvailable treats every partition as available.
+// run again to regenerate the partition and is restarted too. A nil PartitionAvailable treats every partition
+// as available. The job master passes nil: it releases a producer's partitions only when that producer
+// fails, is cancelled or is restarted, and each of these restarts the producer too (or ends the job). No
+// partition tracker exists yet that could learn of a partition lost otherwise (a TaskManager that went away).
 type PartitionAvailable func(result ident.ResultID, producer ident.Subtask) bool
 
 // FailoverMode names a failover strategy.

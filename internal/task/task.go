@@ -1,7 +1,13 @@
 // Package task runs one subtask: it owns the lifecycle of an attempt (deploying → initializing → running →
-// finished | canceling → canceled | failed), creates its result partitions and input channels, and drives its
-// operator chain from a single goroutine, the mailbox loop, which takes records from the input gate (or polls
-// the source), control mails, and the output flush timer in turn.
+// finished, or canceled or failed from any of these; the Canceling state exists but is not reported, since a
+// cancel takes effect at the next mailbox step or blocking call), creates its result partitions and input
+// channels, and drives its operator chain from a single goroutine, the mailbox loop, which takes records
+// from the input gate (or polls the source), control mails, and the output flush timer in turn.
+//
+// It also takes the subtask's part in checkpoints: it feeds the in-band barriers, cancel markers and ends of
+// partition to a barrier.Aligner and carries out its actions, snapshots the chain on the task goroutine,
+// writes the state on a goroutine of its own and acknowledges, restores the state it is deployed with, and
+// reports what a restarted attempt observes on its channels (the loss of approximate recovery).
 //
 // The chain itself is typed code built by internal/operator behind the Chain interface; this package sees
 // bytes, buffers and events only. It must not import the public runnel package, the graph translation, the
