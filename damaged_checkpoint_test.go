@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,7 +24,9 @@ func TestFailoverPassesOverDamagedNewestCheckpoint(t *testing.T) {
 	dir := t.TempDir()
 	const keys, per, p = 7, 6000, 2
 	var fail atomic.Bool
-	env := runnel.NewEnvironment(runnel.WithParallelism(p), runnel.WithLogger(quiet),
+	var logs strings.Builder
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	env := runnel.NewEnvironment(runnel.WithParallelism(p), runnel.WithLogger(logger),
 		runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 300 * time.Millisecond, Retained: 3, Storage: dir}),
 		runnel.WithRestartStrategy("fixed-delay:attempts=3,delay=0s"))
 	src := runnel.FromSource(env, connector.Generator(func(sub int, s uint64) keyed { return keyed{F0: int64(s) % keys, F1: 1} },
@@ -71,6 +75,9 @@ func TestFailoverPassesOverDamagedNewestCheckpoint(t *testing.T) {
 	}
 	if f := res.Failovers[0]; f.CheckpointRestored == nil || *f.CheckpointRestored != 1 {
 		t.Fatalf("failover restored %v, want checkpoint 1 (2 is damaged): %+v", f.CheckpointRestored, f)
+	}
+	if !strings.Contains(logs.String(), "level=WARN msg=\"checkpoint is damaged; restoring an older one\" job=damaged-newest checkpoint=2") {
+		t.Fatalf("no WARN names the damaged checkpoint 2; logs:\n%s", logs.String())
 	}
 	got := latest(sink.Records())
 	for k := int64(0); k < keys; k++ {

@@ -227,14 +227,19 @@ func (p *restartPlan) firstRestarting(s ident.Subtask) *Failover {
 // later failovers start from the same one.
 func (jm *JobMaster) verifiedLatest(restarted map[ident.Subtask]bool) *checkpoint.CompletedCheckpoint {
 	latest := jm.coord.LatestCompleted()
+	if latest.ID < jm.firstCheckpointID {
+		// No checkpoint of this run completed yet: the restore point is the savepoint the job started from,
+		// which is not in this storage (and was verified when it was loaded).
+		return latest
+	}
 	cp, skipped, err := jm.cfg.Storage.LatestFor(jm.ctxNoCancel(), func(s ident.Subtask) bool { return restarted[s] })
 	for _, sk := range skipped {
 		if !errors.Is(sk.Err, checkpoint.ErrIncomplete) {
-			jm.log.Error("checkpoint is damaged; restoring an older one", "checkpoint", sk.ID, "err", sk.Err)
+			jm.log.Warn("checkpoint is damaged; restoring an older one", "checkpoint", sk.ID, "err", sk.Err)
 		}
 	}
 	if err != nil {
-		jm.log.Error("no valid checkpoint in storage; restoring the last completed one as recorded", "err", err)
+		jm.log.Warn("no valid checkpoint found in storage; restoring the last completed one as recorded", "checkpoint", latest.ID, "err", err)
 		return latest
 	}
 	if cp.ID != latest.ID {
