@@ -13,6 +13,9 @@ package network
 //
 // Whatever ends the connection (end of partition delivered, the client's Close or disconnect, a protocol
 // violation, the View or partition released, Server.Close), the View is released; the partition is not.
+// The one exception is a client that stopped reading without going away: its write times out
+// (ServerOptions.WriteTimeout) and the View is failed (View.Fail), which fails a pipelined partition with a
+// *ConsumerGoneError naming that client, so that its producer fails over instead of waiting for it forever.
 //
 // Closing. After end-of-partition or an Error frame the server half-closes (CloseWrite) and waits, at most
 // serverLinger, for the client to close, so that the last frames are not lost to a reset caused by unread
@@ -25,6 +28,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"time"
 )
@@ -59,9 +63,15 @@ type ServerOptions struct {
 	// WriteTimeout bounds how long a write to a client may block (default DefaultServerWriteTimeout). The
 	// server only sends what the client granted credit for, so a write that blocks this long means a client
 	// that stopped reading without going away (a hung or stopped process, a dead peer the network has not
-	// noticed): the server closes the connection and releases its view, so that the producer is not held
-	// by it (a reconnectable partition then drops that subpartition's data until a new reader comes).
+	// noticed): the server closes the connection and fails its view (View.Fail), so that the producer is
+	// not held by it: a reconnectable partition then drops that subpartition's data until a new reader
+	// comes; a pipelined one fails, and with it its producer task, with a *ConsumerGoneError.
 	WriteTimeout time.Duration
+	// SocketSendBufferBytes, when positive, sets the kernel send buffer (SO_SNDBUF) of every accepted
+	// connection, as Flink's taskmanager.network.netty.sendReceiveBufferSize does; 0 leaves the system's
+	// default and its autotuning. A smaller buffer holds less kernel memory per connection and makes a
+	// client that stopped reading run into WriteTimeout after less unread data.
+	SocketSendBufferBytes int
 }
 
 // DefaultServerWriteTimeout is the default ServerOptions.WriteTimeout.
@@ -86,7 +96,7 @@ func NewServer(pm *PartitionManager, addr string, opts ServerOptions) (*Server, 
 	if pm == nil {
 		return nil, errors.New("network server: nil partition manager")
 	}
-	if opts.HandshakeTimeout < 0 || opts.WriteBufferBytes < 0 || opts.WriteTimeout < 0 {
+	if opts.HandshakeTimeout < 0 || opts.WriteBufferBytes < 0 || opts.WriteTimeout < 0 || opts.SocketSendBufferBytes < 0 {
 		return nil, fmt.Errorf("network server: negative option in %+v", opts)
 	}
 	if opts.HandshakeTimeout == 0 {
@@ -166,6 +176,9 @@ func (s *Server) acceptLoop() {
 			continue
 		}
 		backoff = 0
+		if tc, ok := nc.(*net.TCPConn); ok && s.opts.SocketSendBufferBytes > 0 {
+			_ = tc.SetWriteBuffer(s.opts.SocketSendBufferBytes)
+		}
 		c := &serverConn{
 			srv:  s,
 			conn: nc,
@@ -269,9 +282,33 @@ func (c *serverConn) serve() {
 		defer close(readerDone)
 		c.read(rbuf, leftover)
 	}()
-	c.write()
+	if err := c.write(); err != nil {
+		if gone := c.consumerGone(err); gone != nil {
+			c.view.Fail(gone) // before the deferred Release, which is then a no-op
+		}
+	}
 	c.conn.Close()
 	<-readerDone
+}
+
+// consumerGone tells whether the write error err means the consumer stopped reading without going away,
+// and if so returns the *ConsumerGoneError that names it. Only a write that timed out while the server was
+// not shutting down says so: the server writes only against credit, and a consumer's reader always has a
+// buffer for every credit it granted, so a live consumer takes what it asked for. Any other write error
+// (reset, broken pipe) means the consumer closed its side: it ended and says so itself.
+func (c *serverConn) consumerGone(err error) error {
+	select {
+	case <-c.quit:
+		return nil // shutdown set a short deadline on purpose
+	default:
+	}
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		return nil
+	}
+	return &ConsumerGoneError{
+		Partition: c.req.partition, Subpartition: c.req.subpartition, Consumer: c.req.consumer,
+		Address: c.conn.RemoteAddr().String(), Idle: c.srv.opts.WriteTimeout, Cause: err,
+	}
 }
 
 // handshake reads the preamble and partition request, creates the view and replies. It returns the bytes
@@ -451,15 +488,16 @@ func (c *serverConn) consume(p []byte) error {
 	return nil
 }
 
-// write streams the view's buffers until the connection ends for any reason.
-func (c *serverConn) write() {
+// write streams the view's buffers until the connection ends for any reason. It returns the error of a
+// failed write to the socket, nil for every other end.
+func (c *serverConn) write() error {
 	for {
 		for {
 			b, err := c.view.Poll()
 			if err != nil {
 				// Partition released, or the view replaced by a newer attempt: tell the client why.
 				c.sendError(err)
-				return
+				return nil
 			}
 			if b == nil {
 				break
@@ -469,31 +507,32 @@ func (c *serverConn) write() {
 					c.req.partition, b.Len(), c.bufferSize, ErrCorrupt)
 				b.Recycle()
 				c.sendError(err)
-				return
+				return nil
 			}
 			end := isEndOfPartition(b)
 			werr := c.writeBuffer(b)
 			b.Recycle()
 			if werr != nil {
-				return
+				return werr
 			}
 			if end {
-				if c.bw.Flush() == nil {
-					c.linger(c.done)
+				if err := c.bw.Flush(); err != nil {
+					return err
 				}
-				return
+				c.linger(c.done)
+				return nil
 			}
 		}
 		if c.bw.Buffered() > 0 {
-			if c.bw.Flush() != nil {
-				return
+			if err := c.bw.Flush(); err != nil {
+				return err
 			}
 		}
 		select {
 		case <-c.wake:
 		case <-c.quit:
 			c.sendClose()
-			return
+			return nil
 		case <-c.done:
 			select {
 			case <-c.quit:
@@ -503,7 +542,7 @@ func (c *serverConn) write() {
 					c.sendError(c.readErr)
 				}
 			}
-			return
+			return nil
 		}
 	}
 }
