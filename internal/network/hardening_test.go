@@ -3,9 +3,11 @@ package network
 import (
 	"bytes"
 	"errors"
+	"log/slog"
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -229,6 +231,173 @@ func TestViewFail(t *testing.T) {
 			}
 			if got := p.Stats().BuffersDropped > 0; got != tc.wantDropCounts {
 				t.Errorf("drops counted %v, want %v: %+v", got, tc.wantDropCounts, p.Stats())
+			}
+		})
+	}
+}
+
+// syncBuffer is a log sink that the server's goroutines may write while the test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) lines(substr string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, l := range strings.Split(s.b.String(), "\n") {
+		if strings.Contains(l, substr) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// floodConn opens a raw connection that sends nothing.
+func floodConn(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// closedByServer reports whether the server closed conn (a read ends with EOF or a reset) by deadline.
+func closedByServer(conn net.Conn, deadline time.Time) bool {
+	_ = conn.SetReadDeadline(deadline)
+	var b [1]byte
+	_, err := conn.Read(b[:])
+	var ne net.Error
+	return err != nil && !(errors.As(err, &ne) && ne.Timeout())
+}
+
+// waitOpen waits until the server counts n open connections.
+func waitOpen(t *testing.T, srv *Server, n int) {
+	t.Helper()
+	deadline := time.Now().Add(testWait)
+	for srv.Stats().Open != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("server has %d open connections, want %d", srv.Stats().Open, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestServerConnectionLimits floods a data server with real connections that never send a request while a
+// real channel streams from it: past MaxConnections new connections are closed at once, one log line says
+// why however many there are, and the channel delivers every record throughout. Once the silent
+// connections have been silent for a tenth of the handshake timeout, a new real channel gets in: the oldest
+// silent one is closed to make room.
+func TestServerConnectionLimits(t *testing.T) {
+	const (
+		maxConns = 8
+		records  = 3000
+		extra    = 40
+	)
+	for _, tc := range []struct {
+		name             string
+		handshakeTimeout time.Duration
+		lateChannel      bool // open a second real channel once the flood fills the server
+	}{
+		{"refused past the limit", 30 * time.Second, false},
+		{"silent connections make room", 2 * time.Second, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Cleanup(func() { goleak.VerifyNone(t) }) // registered first, so it runs last
+			var logs syncBuffer
+			env := &testEnv{t: t, pm: NewPartitionManager()}
+			srv, err := NewServer(env.pm, "127.0.0.1:0", ServerOptions{
+				MaxConnections: maxConns, HandshakeTimeout: tc.handshakeTimeout,
+				Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			env.srv = srv
+			t.Cleanup(env.close)
+			// Two partitions, each with its own pool: one read from the start, one by the late channel.
+			p1, _ := env.partition(1, 256, 8, PartitionOptions{})
+			p2, _ := env.partition(2, 256, 8, PartitionOptions{})
+			sizes := sizesOf(records, 300)
+			first := newReader(t)
+			ch, err := env.open(p1.ID(), 0, testConsumer, 2, 256, first.notify)
+			if err != nil {
+				t.Fatal(err)
+			}
+			first.ch = ch
+			produced1, produced2 := produce(p1, sizes, true), produce(p2, sizes, true)
+			if err := first.readUntil(func() bool { return len(first.got) >= records/3 }); err != nil {
+				t.Fatal(err)
+			}
+
+			// Fill the server with silent connections, then open more.
+			for range maxConns - 1 {
+				floodConn(t, srv.Addr())
+			}
+			waitOpen(t, srv, maxConns)
+			second := newReader(t)
+			if tc.lateChannel {
+				time.Sleep(tc.handshakeTimeout / 10 * 3 / 2) // the silent ones age past a tenth of the timeout
+				ch, err := env.open(p2.ID(), 0, testConsumer, 2, 256, second.notify)
+				if err != nil {
+					t.Fatalf("a real channel was kept out by silent connections: %v", err)
+				}
+				second.ch = ch
+				if st := srv.Stats(); st.Evicted != 1 || st.Open != maxConns {
+					t.Fatalf("after the late channel: %+v, want 1 evicted and %d open", st, maxConns)
+				}
+				if got := logs.lines("to make room"); len(got) != 1 {
+					t.Errorf("log lines about closing to make room: %q, want one", got)
+				}
+			} else {
+				conns := make([]net.Conn, extra)
+				for i := range conns {
+					conns[i] = floodConn(t, srv.Addr())
+				}
+				refused, deadline := 0, time.Now().Add(testWait)
+				for _, c := range conns {
+					if closedByServer(c, deadline) {
+						refused++
+					}
+				}
+				if refused != extra {
+					t.Fatalf("%d of %d connections past the limit were closed", refused, extra)
+				}
+				if st := srv.Stats(); st.Refused != extra || st.Open != maxConns {
+					t.Fatalf("stats %+v, want %d refused and %d open", st, extra, maxConns)
+				}
+				got := logs.lines("refused a connection")
+				if len(got) != 1 || !strings.Contains(got[0], "ServerOptions.MaxConnections") {
+					t.Errorf("log lines about refusals: %q, want one naming the limit", got)
+				}
+			}
+
+			// The real channels deliver everything while the flood's connections stay open.
+			if err := first.readToEnd(); err != nil {
+				t.Fatal(err)
+			}
+			checkRecords(t, first.got, sizes)
+			wait(t, produced1)
+			if tc.lateChannel {
+				if err := second.readToEnd(); err != nil {
+					t.Fatal(err)
+				}
+				checkRecords(t, second.got, sizes)
+				wait(t, produced2)
+			} else {
+				p2.Release() // nobody reads it: let its producer go
+				if err := <-produced2; !errors.Is(err, ErrCanceled) && err != nil {
+					t.Logf("unread producer: %v", err)
+				}
 			}
 		})
 	}
