@@ -31,7 +31,10 @@ type TaskManagerConfig struct {
 	BufferSize         int
 	// DataAddress is where the TCP data server listens ("127.0.0.1:0" picks a port).
 	DataAddress string
-	Logger      *slog.Logger
+	// DataServer configures the TCP data server (connection limits, timeouts); zero values are the
+	// network package's defaults, and a nil Logger is the TaskManager's.
+	DataServer network.ServerOptions
+	Logger     *slog.Logger
 }
 
 // DefaultNetworkMemoryBytes is the default network memory of a TaskManager.
@@ -79,7 +82,11 @@ func NewTaskManager(cfg TaskManagerConfig) (*TaskManager, error) {
 	}
 	lg = lg.With("taskmanager", cfg.Name)
 	pm := network.NewPartitionManager()
-	srv, err := network.NewServer(pm, cfg.DataAddress, network.ServerOptions{})
+	so := cfg.DataServer
+	if so.Logger == nil {
+		so.Logger = lg
+	}
+	srv, err := network.NewServer(pm, cfg.DataAddress, so)
 	if err != nil {
 		return nil, fmt.Errorf("TaskManager %s: start data server: %w", cfg.Name, err)
 	}

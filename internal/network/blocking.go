@@ -73,8 +73,7 @@ type spillWriter struct {
 func (p *ResultPartition) enqueue(sub int, b *Buffer, isEnd bool) error {
 	s := p.subs[sub]
 	if s.spill == nil {
-		s.add(b, isEnd)
-		return nil
+		return s.add(b, isEnd)
 	}
 	s.mu.Lock()
 	err := s.spillLocked(b, isEnd)

@@ -16,7 +16,15 @@
 // A subpartition outlives its reader: releasing a View (the consumer went away) is distinct from releasing
 // the partition (producer finished or failed, or the job ended). For reconnectable (approximate) partitions a
 // newer consumer attempt may attach a new view later, the older one is released first, and while no view is
-// attached whole buffers are dropped and counted instead of blocking the producer.
+// attached whole buffers are dropped and counted instead of blocking the producer. A reader that is gone
+// without releasing its view (its TCP connection stopped taking data: the server's write timed out) is
+// failed instead (View.Fail): a reconnectable subpartition drops as above, a pipelined one fails its
+// partition with a *ConsumerGoneError that names the consumer, so that the producer fails over rather
+// than wait for it forever.
+//
+// The TCP data server bounds its connections (ServerOptions.MaxConnections, MaxConnectionsPerHost) and
+// the time a new connection may take to send its request (HandshakeTimeout); see tcp_server.go and the
+// admission decisions in admission.go.
 //
 // Blocking (BLOCKING, batch) partitions write their buffers to one spill file per subpartition instead of
 // queueing them, so their producer never waits for a consumer. They are consumable once the producer has

@@ -1,6 +1,12 @@
 package network
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/runnel-dev/runnel/internal/ident"
+)
 
 var (
 	// ErrCorrupt reports bytes that violate the framing: a bad header, a record that does not continue where
@@ -25,4 +31,48 @@ var (
 	ErrCanceled = errors.New("network: canceled")
 	// ErrInsufficientBuffers reports that a TaskManager's network memory cannot hold a task's buffer pools.
 	ErrInsufficientBuffers = errors.New("network: insufficient network buffers")
+	// ErrConsumerGone reports that the consumer of a pipelined subpartition went away without releasing it
+	// (it stopped reading, its connection still open), so that nothing written to the subpartition can be
+	// delivered anymore. It is matched by every *ConsumerGoneError.
+	ErrConsumerGone = errors.New("network: consumer gone")
 )
+
+// ConsumerGoneError says which consumer of which subpartition is gone, from where, and why. A pipelined
+// partition fails with it (see View.Fail): every later write of the producer returns it, so that the
+// producer task fails and the job fails over instead of waiting for a reader that will never come back.
+type ConsumerGoneError struct {
+	Partition    ident.PartitionID
+	Subpartition int
+	// Consumer is the consumer attempt that held the view.
+	Consumer ident.Attempt
+	// Address is the consumer's network address ("" for a reader on the same TaskManager).
+	Address string
+	// Idle, when non-zero, is how long the consumer took no data although it had credit for it.
+	Idle time.Duration
+	// Cause is the error that revealed the loss (the timed-out write), if any.
+	Cause error
+}
+
+func (e *ConsumerGoneError) Error() string {
+	from := ""
+	if e.Address != "" {
+		from = " at " + e.Address
+	}
+	why := "went away without releasing the subpartition"
+	if e.Idle > 0 {
+		why = fmt.Sprintf("stopped reading for %s without disconnecting", e.Idle)
+	}
+	msg := fmt.Sprintf("consumer %s%s of partition %s subpartition %d is gone: it %s", e.Consumer, from, e.Partition, e.Subpartition, why)
+	if e.Cause != nil {
+		msg += ": " + e.Cause.Error()
+	}
+	return msg
+}
+
+// Unwrap makes the error match ErrConsumerGone and its cause.
+func (e *ConsumerGoneError) Unwrap() []error {
+	if e.Cause == nil {
+		return []error{ErrConsumerGone}
+	}
+	return []error{ErrConsumerGone, e.Cause}
+}

@@ -57,6 +57,30 @@ type ResultPartition struct {
 	// flushRequested is set when a reader reconnects to a reconnectable subpartition; the producer takes
 	// it between batches (TakeFlushRequest) and flushes.
 	flushRequested atomic.Bool
+	// failed is closed when a subpartition failed because its consumer is gone (View.Fail); failure,
+	// written before, says why. From then on the producer's writes return failure: they are checked once
+	// per buffer, never per record.
+	failed   chan struct{}
+	failure  error
+	failOnce sync.Once
+}
+
+// fail makes the producer's writes return err from now on; the first failure stays.
+func (p *ResultPartition) fail(err error) {
+	p.failOnce.Do(func() {
+		p.failure = err
+		close(p.failed)
+	})
+}
+
+// Err returns why the partition failed (a *ConsumerGoneError), or nil.
+func (p *ResultPartition) Err() error {
+	select {
+	case <-p.failed:
+		return p.failure
+	default:
+		return nil
+	}
 }
 
 // TakeFlushRequest reports, once, whether a reader reconnected since the last call, in which case the
@@ -97,6 +121,7 @@ func NewResultPartition(id ident.PartitionID, opts PartitionOptions, pool *Buffe
 		subs:    make([]*Subpartition, opts.Subpartitions),
 		current: make([]*Buffer, opts.Subpartitions),
 		nextSeq: make([]uint64, opts.Subpartitions),
+		failed:  make(chan struct{}),
 	}
 	for i := range p.subs {
 		p.subs[i] = &Subpartition{partition: p, index: i}
@@ -260,13 +285,29 @@ func (p *ResultPartition) nextBuffer(sub int, full *Buffer, firstSeq uint64, con
 			return nil, err
 		}
 	}
-	b, err := p.pool.Request(p.cancel)
+	b, err := p.requestBuffer()
 	if err != nil {
-		return nil, fmt.Errorf("partition %s: %w", p.id, err)
+		return nil, err
 	}
 	b.reset(KindData, firstSeq)
 	b.Continuation = cont
 	p.current[sub] = b
+	return b, nil
+}
+
+// requestBuffer takes a buffer from the pool, waiting while there is none (backpressure), unless the task is
+// cancelled or the partition failed (then, or if it had failed before, it returns the failure).
+func (p *ResultPartition) requestBuffer() (*Buffer, error) {
+	if err := p.Err(); err != nil {
+		return nil, err
+	}
+	b, err := p.pool.request(p.cancel, p.failed)
+	if err != nil {
+		return nil, fmt.Errorf("partition %s: %w", p.id, err)
+	}
+	if b == nil {
+		return nil, p.Err()
+	}
 	return b, nil
 }
 
@@ -312,9 +353,9 @@ func (p *ResultPartition) AddEvent(sub int, e Event) error {
 	if err := p.flush(sub); err != nil {
 		return err
 	}
-	b, err := p.pool.Request(p.cancel)
+	b, err := p.requestBuffer()
 	if err != nil {
-		return fmt.Errorf("partition %s: send %s: %w", p.id, e.Type, err)
+		return fmt.Errorf("send %s: %w", e.Type, err)
 	}
 	b.reset(KindEvent, p.nextSeq[sub])
 	if b.freeBytes() < eventSize {

@@ -116,7 +116,11 @@ func (p *BufferPool) allocate() *Buffer {
 }
 
 // Request returns a buffer, blocking until one is recycled or cancel is closed.
-func (p *BufferPool) Request(cancel <-chan struct{}) (*Buffer, error) {
+func (p *BufferPool) Request(cancel <-chan struct{}) (*Buffer, error) { return p.request(cancel, nil) }
+
+// request is Request that also stops waiting when abandon is closed, returning neither a buffer nor an
+// error: the caller knows why it gave up (a result partition whose consumer is gone).
+func (p *BufferPool) request(cancel, abandon <-chan struct{}) (*Buffer, error) {
 	if b := p.TryRequest(); b != nil {
 		return b, nil
 	}
@@ -126,6 +130,8 @@ func (p *BufferPool) Request(cancel <-chan struct{}) (*Buffer, error) {
 		return b, nil
 	case <-cancel:
 		return nil, fmt.Errorf("request buffer from pool %s: %w", p.name, ErrCanceled)
+	case <-abandon:
+		return nil, nil
 	}
 }
 

@@ -40,8 +40,11 @@ type Subpartition struct {
 	eopQueued bool
 	consumed  bool // a view polled end-of-partition
 	released  bool
-	stats     SubpartitionStats
-	spill     *spillWriter // blocking partitions only
+	// failure is set when a pipelined subpartition's reader is gone for good (View.Fail): nobody can read
+	// what is written to it anymore, so writing to it is an error.
+	failure error
+	stats   SubpartitionStats
+	spill   *spillWriter // blocking partitions only
 }
 
 // Index returns the subpartition's index in its partition.
@@ -54,15 +57,21 @@ func (s *Subpartition) Stats() SubpartitionStats {
 	return s.stats
 }
 
-// add enqueues a sealed buffer, or drops it when a reconnectable subpartition's reader is gone.
-func (s *Subpartition) add(b *Buffer, isEnd bool) {
+// add enqueues a sealed buffer, or drops it when a reconnectable subpartition's reader is gone. It fails
+// (recycling b) when the subpartition failed because its pipelined reader is gone.
+func (s *Subpartition) add(b *Buffer, isEnd bool) error {
 	var notify func()
 	s.mu.Lock()
 	switch {
 	case s.released || s.consumed:
 		s.mu.Unlock()
 		b.Recycle()
-		return
+		return nil
+	case s.failure != nil:
+		err := s.failure
+		s.mu.Unlock()
+		b.Recycle()
+		return err
 	case s.view == nil && s.hadView && s.partition.opts.Reconnectable:
 		// The consumer went away; never block the producer on it. Whole buffers are dropped and counted.
 		s.stats.BuffersDropped++
@@ -74,7 +83,7 @@ func (s *Subpartition) add(b *Buffer, isEnd bool) {
 		}
 		s.mu.Unlock()
 		b.Recycle()
-		return
+		return nil
 	}
 	s.stats.BuffersAdded++
 	s.queue.push(b)
@@ -89,6 +98,7 @@ func (s *Subpartition) add(b *Buffer, isEnd bool) {
 	if notify != nil {
 		notify()
 	}
+	return nil
 }
 
 // createView attaches a reader. For reconnectable and blocking partitions a newer attempt of the consumer
@@ -310,6 +320,11 @@ func (v *View) AddCredit(n int) {
 
 // Release detaches the reader. It is distinct from releasing the partition: the producer keeps running and,
 // for a reconnectable partition, a newer attempt of the consumer may attach again.
+//
+// Release is the consumer's own word that it stops (its task ends, or it closed its connection): the job
+// master hears of that consumer's end from the consumer itself and cancels or restarts what depends on it,
+// so the producer of a pipelined partition is left alone (its queued buffers stay until then). A reader
+// that is gone without a word is detached with Fail instead.
 func (v *View) Release() {
 	s := v.sub
 	s.mu.Lock()
@@ -317,6 +332,36 @@ func (v *View) Release() {
 	s.mu.Unlock()
 	if v.spill != nil {
 		v.spill.close()
+	}
+}
+
+// Fail detaches a reader whose consumer is gone without releasing it (it stopped reading while its connection
+// stayed open); cause, a *ConsumerGoneError, names the consumer and says why.
+//
+// For a reconnectable partition it is Release: the producer drops and counts that subpartition's data until
+// a newer consumer attempt attaches. A pipelined subpartition cannot get another reader (ErrAlreadyConsumed)
+// and nothing tells the job master that this one is gone, so the producer would wait for buffers forever:
+// the subpartition fails instead. Its queued buffers go back to the pool, and from now on every write of
+// the producer to the partition returns cause, at once if it is waiting for a buffer, which fails the
+// producer task through its normal failure path. A subpartition whose end-of-partition was already read,
+// and a blocking one (its producer has finished), are only released.
+func (v *View) Fail(cause error) {
+	s := v.sub
+	s.mu.Lock()
+	fail := !v.released && !s.released && !s.consumed && v.spill == nil && !s.partition.opts.Reconnectable
+	s.releaseViewLocked(v)
+	if fail {
+		s.failure = cause
+		for b := s.queue.pop(); b != nil; b = s.queue.pop() {
+			b.Recycle()
+		}
+	}
+	s.mu.Unlock()
+	if v.spill != nil {
+		v.spill.close()
+	}
+	if fail {
+		s.partition.fail(cause)
 	}
 }
 

@@ -256,7 +256,7 @@ func (c *RemoteInputChannel) handshake(conn net.Conn, req partitionRequest) ([]b
 		}
 		if rerr != nil {
 			if errors.Is(rerr, io.EOF) {
-				return nil, fmt.Errorf("%w: server closed the connection during the handshake", ErrConnectionClosed)
+				return nil, fmt.Errorf("%w: server closed the connection during the handshake (a data server at its connection limit does so, and says why in its log)", ErrConnectionClosed)
 			}
 			return nil, fmt.Errorf("handshake: %w", rerr)
 		}

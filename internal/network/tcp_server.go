@@ -13,6 +13,15 @@ package network
 //
 // Whatever ends the connection (end of partition delivered, the client's Close or disconnect, a protocol
 // violation, the View or partition released, Server.Close), the View is released; the partition is not.
+// The one exception is a client that stopped reading without going away: its write times out
+// (ServerOptions.WriteTimeout) and the View is failed (View.Fail), which fails a pipelined partition with a
+// *ConsumerGoneError naming that client, so that its producer fails over instead of waiting for it forever.
+//
+// Admission. Every accepted connection counts against ServerOptions.MaxConnections (and
+// MaxConnectionsPerHost, if set) until it closes; past a limit the new connection is closed at once, or, if
+// a connection has sat silent in its handshake for a tenth of the HandshakeTimeout, that one is closed to
+// make room (admission.go). Refusals are logged at most once per 10 s, with the count of the others; a
+// connection that never completes its partition request is closed at its HandshakeTimeout.
 //
 // Closing. After end-of-partition or an Error frame the server half-closes (CloseWrite) and waits, at most
 // serverLinger, for the client to close, so that the last frames are not lost to a reset caused by unread
@@ -24,7 +33,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"time"
 )
@@ -36,6 +47,16 @@ const (
 	DefaultHandshakeTimeout = 10 * time.Second
 	// DefaultServerWriteBufferBytes is the size of the buffered writer of each server connection.
 	DefaultServerWriteBufferBytes = 64 << 10
+	// DefaultMaxConnections bounds the open connections of a data server. A TaskManager needs one per
+	// remote consumer channel of the subpartitions it produces: a few hundred for a job of parallelism 32
+	// with all-to-all shuffles over a handful of TaskManagers. 4096 leaves room for much more, and each
+	// connection costs a file descriptor, two goroutines and a 64 KiB write buffer (about 256 MiB of
+	// buffers at the limit), far below the file descriptors a process gets on Linux (Go raises the soft
+	// limit to the hard one).
+	DefaultMaxConnections = 4096
+	// refusalLogInterval is the least time between two log lines about refused (or closed to make room)
+	// connections; the lines in between are counted and reported with the next.
+	refusalLogInterval = 10 * time.Second
 )
 
 const (
@@ -59,9 +80,37 @@ type ServerOptions struct {
 	// WriteTimeout bounds how long a write to a client may block (default DefaultServerWriteTimeout). The
 	// server only sends what the client granted credit for, so a write that blocks this long means a client
 	// that stopped reading without going away (a hung or stopped process, a dead peer the network has not
-	// noticed): the server closes the connection and releases its view, so that the producer is not held
-	// by it (a reconnectable partition then drops that subpartition's data until a new reader comes).
+	// noticed): the server closes the connection and fails its view (View.Fail), so that the producer is
+	// not held by it: a reconnectable partition then drops that subpartition's data until a new reader
+	// comes; a pipelined one fails, and with it its producer task, with a *ConsumerGoneError.
 	WriteTimeout time.Duration
+	// SocketSendBufferBytes, when positive, sets the kernel send buffer (SO_SNDBUF) of every accepted
+	// connection, as Flink's taskmanager.network.netty.sendReceiveBufferSize does; 0 leaves the system's
+	// default and its autotuning. A smaller buffer holds less kernel memory per connection and makes a
+	// client that stopped reading run into WriteTimeout after less unread data.
+	SocketSendBufferBytes int
+	// MaxConnections bounds the open connections (default DefaultMaxConnections). Past it a new connection
+	// is closed at once, unless a connection has not sent its partition request for a tenth of the
+	// HandshakeTimeout: the oldest such one is closed instead, so that a flood of silent connections cannot
+	// keep the job's own channels out. Streaming connections are never closed to make room.
+	MaxConnections int
+	// MaxConnectionsPerHost, when positive, bounds the open connections from one remote IP address in the
+	// same way; 0 means no limit but MaxConnections. It is off by default because every TaskManager of a
+	// mini-cluster, and every host behind one NAT, shares one address.
+	MaxConnectionsPerHost int
+	// Logger receives the server's warnings (refused connections, at most one line per 10 s with the count
+	// of the others); nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// ServerStats counts what a Server did with the connections it accepted.
+type ServerStats struct {
+	// Open is the number of connections open now.
+	Open int
+	// Refused counts connections closed at once because the server was at a limit.
+	Refused uint64
+	// Evicted counts connections closed, silent in their handshake, to make room for a new one.
+	Evicted uint64
 }
 
 // DefaultServerWriteTimeout is the default ServerOptions.WriteTimeout.
@@ -74,11 +123,19 @@ type Server struct {
 	opts ServerOptions
 	ln   net.Listener
 
+	log *slog.Logger
+
 	quit   chan struct{} // closed by Close
 	mu     sync.Mutex
-	conns  map[*serverConn]struct{}
+	conns  map[uint64]*serverConn
 	closed bool
 	wg     sync.WaitGroup // accept loop and every connection goroutine
+	// Guarded by mu: which connections may stay (admission.go), the counts of those that may not, and the
+	// rate limits of the lines that report them.
+	adm                  *admission
+	nextID               uint64
+	stats                ServerStats
+	refusedLog, evictLog logLimiter
 }
 
 // NewServer listens on addr (for example "127.0.0.1:0") and serves pm's partitions until Close.
@@ -86,7 +143,8 @@ func NewServer(pm *PartitionManager, addr string, opts ServerOptions) (*Server, 
 	if pm == nil {
 		return nil, errors.New("network server: nil partition manager")
 	}
-	if opts.HandshakeTimeout < 0 || opts.WriteBufferBytes < 0 || opts.WriteTimeout < 0 {
+	if opts.HandshakeTimeout < 0 || opts.WriteBufferBytes < 0 || opts.WriteTimeout < 0 || opts.SocketSendBufferBytes < 0 ||
+		opts.MaxConnections < 0 || opts.MaxConnectionsPerHost < 0 {
 		return nil, fmt.Errorf("network server: negative option in %+v", opts)
 	}
 	if opts.HandshakeTimeout == 0 {
@@ -98,11 +156,21 @@ func NewServer(pm *PartitionManager, addr string, opts ServerOptions) (*Server, 
 	if opts.WriteTimeout == 0 {
 		opts.WriteTimeout = DefaultServerWriteTimeout
 	}
+	if opts.MaxConnections == 0 {
+		opts.MaxConnections = DefaultMaxConnections
+	}
+	lg := opts.Logger
+	if lg == nil {
+		lg = slog.Default()
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("network server: listen on %s: %w", addr, err)
 	}
-	s := &Server{pm: pm, opts: opts, ln: ln, quit: make(chan struct{}), conns: make(map[*serverConn]struct{})}
+	s := &Server{pm: pm, opts: opts, ln: ln, log: lg.With("data_server", ln.Addr().String()), quit: make(chan struct{}),
+		conns:      make(map[uint64]*serverConn),
+		adm:        newAdmission(opts.MaxConnections, opts.MaxConnectionsPerHost, opts.HandshakeTimeout/10),
+		refusedLog: logLimiter{every: refusalLogInterval}, evictLog: logLimiter{every: refusalLogInterval}}
 	s.wg.Add(1)
 	go s.acceptLoop()
 	return s, nil
@@ -123,7 +191,7 @@ func (s *Server) Close() error {
 	s.closed = true
 	close(s.quit)
 	conns := make([]*serverConn, 0, len(s.conns))
-	for c := range s.conns {
+	for _, c := range s.conns {
 		conns = append(conns, c)
 	}
 	s.mu.Unlock()
@@ -143,6 +211,15 @@ func (s *Server) activeConns() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.conns)
+}
+
+// Stats returns the server's connection counts.
+func (s *Server) Stats() ServerStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.stats
+	st.Open = s.adm.open()
+	return st
 }
 
 func (s *Server) acceptLoop() {
@@ -166,35 +243,95 @@ func (s *Server) acceptLoop() {
 			continue
 		}
 		backoff = 0
-		c := &serverConn{
-			srv:  s,
-			conn: nc,
-			wake: make(chan struct{}, 1),
-			quit: make(chan struct{}),
-			done: make(chan struct{}),
-		}
-		s.mu.Lock()
-		if s.closed {
-			s.mu.Unlock()
-			nc.Close()
+		if !s.admit(nc) {
 			return
 		}
-		s.conns[c] = struct{}{}
-		s.wg.Add(1)
-		s.mu.Unlock()
-		go c.serve()
 	}
+}
+
+// admit decides whether the server keeps the accepted connection nc, closing it (or, to make room for it, an
+// older connection silent in its handshake) past the limits, and starts serving it if it stays. It returns
+// false once the server is closed.
+func (s *Server) admit(nc net.Conn) bool {
+	now := time.Now()
+	host := nc.RemoteAddr().String()
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		nc.Close()
+		return false
+	}
+	s.nextID++
+	id := s.nextID
+	d := s.adm.accept(id, host, now)
+	var victim *serverConn
+	if d.evict != 0 {
+		victim = s.conns[d.evict]
+		delete(s.conns, d.evict)
+		s.stats.Evicted++
+		if ok, n := s.evictLog.allow(now); ok {
+			s.log.Warn("data server closed a connection that sent no partition request, to make room for a new one",
+				"limit", s.opts.MaxConnections, "open", s.adm.open(), "closed_before_unreported", n, "closed_total", s.stats.Evicted)
+		}
+	}
+	if !d.admit {
+		s.stats.Refused++
+		if ok, n := s.refusedLog.allow(now); ok {
+			s.log.Warn("data server refused a connection", "remote", nc.RemoteAddr().String(), "reason", d.reason,
+				"refused_before_unreported", n, "refused_total", s.stats.Refused)
+		}
+		s.mu.Unlock()
+		nc.Close()
+		if victim != nil {
+			victim.conn.Close()
+		}
+		return true
+	}
+	if tc, ok := nc.(*net.TCPConn); ok && s.opts.SocketSendBufferBytes > 0 {
+		_ = tc.SetWriteBuffer(s.opts.SocketSendBufferBytes)
+	}
+	c := &serverConn{
+		srv:  s,
+		id:   id,
+		conn: nc,
+		wake: make(chan struct{}, 1),
+		quit: make(chan struct{}),
+		done: make(chan struct{}),
+	}
+	s.conns[id] = c
+	s.wg.Add(1)
+	s.mu.Unlock()
+	if victim != nil {
+		// Its serve goroutine, reading the handshake or lingering after an error reply, fails and returns.
+		victim.conn.Close()
+	}
+	go c.serve()
+	return true
+}
+
+// streaming tells the admission that c has its view: it is no longer closed to make room.
+func (s *Server) streaming(c *serverConn) {
+	s.mu.Lock()
+	s.adm.streaming(c.id)
+	s.mu.Unlock()
 }
 
 func (s *Server) forget(c *serverConn) {
 	s.mu.Lock()
-	delete(s.conns, c)
+	if s.conns[c.id] == c {
+		delete(s.conns, c.id)
+	}
+	s.adm.closed(c.id) // a no-op for a connection closed to make room: it was forgotten then
 	s.mu.Unlock()
 }
 
 // serverConn is one client connection: one subpartition view streamed to one consumer attempt.
 type serverConn struct {
 	srv  *Server
+	id   uint64 // the connection's name in the server's admission
 	conn net.Conn
 	view *View
 	req  partitionRequest
@@ -263,15 +400,40 @@ func (c *serverConn) serve() {
 	if err != nil {
 		return
 	}
+	c.srv.streaming(c)
 	defer c.view.Release()
 	readerDone := make(chan struct{})
 	go func() {
 		defer close(readerDone)
 		c.read(rbuf, leftover)
 	}()
-	c.write()
+	if err := c.write(); err != nil {
+		if gone := c.consumerGone(err); gone != nil {
+			c.view.Fail(gone) // before the deferred Release, which is then a no-op
+		}
+	}
 	c.conn.Close()
 	<-readerDone
+}
+
+// consumerGone tells whether the write error err means the consumer stopped reading without going away,
+// and if so returns the *ConsumerGoneError that names it. Only a write that timed out while the server was
+// not shutting down says so: the server writes only against credit, and a consumer's reader always has a
+// buffer for every credit it granted, so a live consumer takes what it asked for. Any other write error
+// (reset, broken pipe) means the consumer closed its side: it ended and says so itself.
+func (c *serverConn) consumerGone(err error) error {
+	select {
+	case <-c.quit:
+		return nil // shutdown set a short deadline on purpose
+	default:
+	}
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		return nil
+	}
+	return &ConsumerGoneError{
+		Partition: c.req.partition, Subpartition: c.req.subpartition, Consumer: c.req.consumer,
+		Address: c.conn.RemoteAddr().String(), Idle: c.srv.opts.WriteTimeout, Cause: err,
+	}
 }
 
 // handshake reads the preamble and partition request, creates the view and replies. It returns the bytes
@@ -451,15 +613,16 @@ func (c *serverConn) consume(p []byte) error {
 	return nil
 }
 
-// write streams the view's buffers until the connection ends for any reason.
-func (c *serverConn) write() {
+// write streams the view's buffers until the connection ends for any reason. It returns the error of a
+// failed write to the socket, nil for every other end.
+func (c *serverConn) write() error {
 	for {
 		for {
 			b, err := c.view.Poll()
 			if err != nil {
 				// Partition released, or the view replaced by a newer attempt: tell the client why.
 				c.sendError(err)
-				return
+				return nil
 			}
 			if b == nil {
 				break
@@ -469,31 +632,32 @@ func (c *serverConn) write() {
 					c.req.partition, b.Len(), c.bufferSize, ErrCorrupt)
 				b.Recycle()
 				c.sendError(err)
-				return
+				return nil
 			}
 			end := isEndOfPartition(b)
 			werr := c.writeBuffer(b)
 			b.Recycle()
 			if werr != nil {
-				return
+				return werr
 			}
 			if end {
-				if c.bw.Flush() == nil {
-					c.linger(c.done)
+				if err := c.bw.Flush(); err != nil {
+					return err
 				}
-				return
+				c.linger(c.done)
+				return nil
 			}
 		}
 		if c.bw.Buffered() > 0 {
-			if c.bw.Flush() != nil {
-				return
+			if err := c.bw.Flush(); err != nil {
+				return err
 			}
 		}
 		select {
 		case <-c.wake:
 		case <-c.quit:
 			c.sendClose()
-			return
+			return nil
 		case <-c.done:
 			select {
 			case <-c.quit:
@@ -503,7 +667,7 @@ func (c *serverConn) write() {
 					c.sendError(c.readErr)
 				}
 			}
-			return
+			return nil
 		}
 	}
 }
