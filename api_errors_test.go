@@ -1,0 +1,63 @@
+package runnel_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/runnel-dev/runnel"
+	"github.com/runnel-dev/runnel/connector"
+)
+
+// here returns "file.go:line" of its caller, as the engine's error messages name the user's calls.
+func here() string {
+	_, file, line, _ := runtime.Caller(1)
+	return fmt.Sprintf("%s:%d", filepath.Base(file), line)
+}
+
+// TestMissingCodecNamesFileAndLine pins the README's promise for a record type without a codec on a network
+// edge: the error names the operator whose output crosses the network and the file:line of the API call
+// that built it, however the edge comes to cross a task boundary.
+func TestMissingCodecNamesFileAndLine(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		opts  []runnel.Option
+		build func(env *runnel.Environment) string
+	}{
+		{"rebalance", nil, func(env *runnel.Environment) string {
+			src := runnel.FromSource(env, connector.Collection(seq(3)))
+			m, at := runnel.Map(src, func(v int64) (unencodable, error) { return unencodable{}, nil }).Name("mk"), here()
+			m.Rebalance().SinkTo(connector.Discard[unencodable]())
+			return at
+		}},
+		{"no chaining", []runnel.Option{runnel.WithChaining(false)}, func(env *runnel.Environment) string {
+			src := runnel.FromSource(env, connector.Collection(seq(3)))
+			m, at := runnel.Map(src, func(v int64) (unencodable, error) { return unencodable{}, nil }).Name("mk"), here()
+			m.SinkTo(connector.Discard[unencodable]())
+			return at
+		}},
+		{"parallelism changes", nil, func(env *runnel.Environment) string {
+			src := runnel.FromSource(env, connector.Collection(seq(3)))
+			m, at := runnel.Map(src, func(v int64) (unencodable, error) { return unencodable{}, nil }).Name("mk"), here()
+			m.SinkTo(connector.Discard[unencodable]()).SetParallelism(2)
+			return at
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := runnel.NewEnvironment(tc.opts...)
+			at := tc.build(env)
+			_, err := env.Execute(context.Background(), "no codec")
+			if err == nil {
+				t.Fatal("the job ran without a codec on a network edge")
+			}
+			for _, want := range []string{`operator "mk"`, "needs a codec", "created at", at} {
+				if !strings.Contains(err.Error(), want) {
+					t.Fatalf("error %q does not contain %q", err, want)
+				}
+			}
+		})
+	}
+}
