@@ -61,3 +61,46 @@ func TestMissingCodecNamesFileAndLine(t *testing.T) {
 		})
 	}
 }
+
+// lateState declares its state in ProcessElement instead of Open.
+type lateState struct {
+	runnel.KeyedProcessBase[int64, int64]
+}
+
+func (lateState) ProcessElement(ctx runnel.KeyedContext[int64], v int64, out runnel.Collector[int64]) error {
+	total, err := runnel.NewValueState[int64](ctx, "total")
+	if err != nil {
+		return err
+	}
+	sum, _ := total.Value()
+	total.Update(sum + v)
+	out.Collect(sum + v)
+	return nil
+}
+
+// TestStateDeclaredOutsideOpen pins the message for keyed state declared in ProcessElement: it names the
+// state and the operator and says that state is declared in Open, at the first record (before, the first
+// record declared it and the second failed with "registered twice"), with either state backend.
+func TestStateDeclaredOutsideOpen(t *testing.T) {
+	for _, backend := range []string{"memory", "pebble"} {
+		t.Run(backend, func(t *testing.T) {
+			env := runnel.NewEnvironment(runnel.WithLogger(quiet), runnel.WithStateBackend(backend))
+			src := runnel.FromSource(env, connector.Collection(seq(10)))
+			sums := runnel.Process(runnel.KeyBy(src, func(v int64) int64 { return v % 2 }),
+				func() runnel.KeyedProcessFunction[int64, int64, int64] { return lateState{} }).Name("late")
+			sums.SinkTo(connector.Discard[int64]())
+			_, err := env.Execute(context.Background(), "late state")
+			if err == nil {
+				t.Fatal("the job ran with state declared in ProcessElement")
+			}
+			for _, want := range []string{`value state "total"`, `operator "late"`, "must be declared in Open"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Fatalf("error %q does not contain %q", err, want)
+				}
+			}
+			if strings.Contains(err.Error(), "twice") {
+				t.Fatalf("error %q blames a second declaration", err)
+			}
+		})
+	}
+}

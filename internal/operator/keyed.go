@@ -58,7 +58,12 @@ func (s *KeyedProcessSpec[K, In, Out]) Build(ctx *Context, downstream []any) (Bu
 	op := &keyedProcessOp[K, In, Out]{key: s.Key, fn: fn, out: out, kc: kc}
 	built := keyedBuilt(b)
 	built.Input = wrapIn[In](ctx, op)
-	built.Open = func() error { return fn.Open(kc) }
+	built.Open = func() error {
+		// Keyed state is declared in Open only: a constructor called later, per record, fails with a
+		// message that says so instead of "declared twice" at the second record.
+		defer b.SealDeclarations()
+		return fn.Open(kc)
+	}
 	built.EndInput = func() error { return fn.EndInput(kc, out) }
 	built.Close = func() error { return errors.Join(fn.Close(), b.Close()) }
 	return built, nil
@@ -68,7 +73,8 @@ func (s *KeyedProcessSpec[K, In, Out]) Build(ctx *Context, downstream []any) (Bu
 func newKeyedBackend[K comparable](ctx *Context, kc codec.Codec[K]) (state.KeyedBackend[K], error) {
 	info := ctx.rt.Info
 	start, end := state.KeyGroupRange(info.MaxParallelism, info.Parallelism, int(info.Attempt.Index))
-	opts := state.Options[K]{KeyCodec: kc, MaxParallelism: info.MaxParallelism, KeyGroupStart: start, KeyGroupEnd: end}
+	opts := state.Options[K]{KeyCodec: kc, MaxParallelism: info.MaxParallelism, KeyGroupStart: start, KeyGroupEnd: end,
+		Owner: ctx.operator}
 	var (
 		b   state.KeyedBackend[K]
 		err error
@@ -146,6 +152,7 @@ func (s *ReduceSpec[K, T]) Build(ctx *Context, downstream []any) (Built, error) 
 		b.Close()
 		return Built{}, fmt.Errorf("operator %q: %w", ctx.operator, err)
 	}
+	b.SealDeclarations()
 	built := keyedBuilt(b)
 	built.Input = wrapIn[T](ctx, &reduceOp[K, T]{key: s.Key, fn: s.Fn, out: out, r: state.NewReducer(b, acc), ctx: ctx})
 	built.Close = b.Close
