@@ -117,15 +117,21 @@ type keyedProcessOp[K comparable, In, Out any] struct {
 }
 
 func (o *keyedProcessOp[K, In, Out]) Collect(v In) {
-	o.kc.b.SetCurrentKey(o.key(v))
-	if err := o.fn.ProcessElement(o.kc, v, o.out); err != nil {
-		o.kc.fail(err)
-	}
+	defer o.kc.recoverPanic()
+	o.process(v)
 }
 
 func (o *keyedProcessOp[K, In, Out]) CollectBatch(vs []In) {
+	defer o.kc.recoverPanic()
 	for _, v := range vs {
-		o.Collect(v)
+		o.process(v)
+	}
+}
+
+func (o *keyedProcessOp[K, In, Out]) process(v In) {
+	o.kc.b.SetCurrentKey(o.key(v))
+	if err := o.fn.ProcessElement(o.kc, v, o.out); err != nil {
+		o.kc.fail(err)
 	}
 }
 
@@ -170,10 +176,12 @@ type reduceOp[K comparable, T any] struct {
 }
 
 func (o *reduceOp[K, T]) Collect(v T) {
+	defer o.ctx.recoverPanic()
 	o.out.Collect(o.reduce(v))
 }
 
 func (o *reduceOp[K, T]) CollectBatch(vs []T) {
+	defer o.ctx.recoverPanic()
 	keys := o.keys[:0]
 	for _, v := range vs {
 		keys = append(keys, o.key(v))

@@ -365,7 +365,14 @@ func (t *Task) Run() {
 	t.err = err
 	t.counters.Publish()
 	if err != nil {
-		t.log.Error("task failed", "err", err)
+		var pe *PanicError
+		if errors.As(err, &pe) {
+			// The stack is logged, not carried in the error: it is for whoever debugs the function, and
+			// would bury the job's error message.
+			t.log.Error("task failed", "err", err, "operator", pe.Operator, "stack", pe.Stack)
+		} else {
+			t.log.Error("task failed", "err", err)
+		}
 	}
 	t.setState(final, err)
 	close(t.done)
@@ -834,13 +841,26 @@ func panicError(p any) error {
 	return &PanicError{Value: p, Stack: string(debug.Stack())}
 }
 
-// PanicError is a panic in operator code, recovered by the task.
+// PanicError is a panic in operator code, recovered by the task. The operator layer fills in the operator
+// whose code panicked (a user function, mostly) and where the job created it; a panic it could not
+// attribute (in the task's own code) has neither. The task logs Stack at ERROR when it fails with one.
 type PanicError struct {
-	Value any
-	Stack string
+	// Operator names the operator, Origin is the file:line of the API call that built it; both may be empty.
+	Operator, Origin string
+	Value            any
+	Stack            string
 }
 
-func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v", e.Value) }
+func (e *PanicError) Error() string {
+	if e.Operator == "" {
+		return fmt.Sprintf("panic: %v", e.Value)
+	}
+	at := ""
+	if e.Origin != "" {
+		at = " (created at " + e.Origin + ")"
+	}
+	return fmt.Sprintf("operator %q%s panicked: %v", e.Operator, at, e.Value)
+}
 
 // Unwrap returns the panic value when it is an error (a state access that failed, for example).
 func (e *PanicError) Unwrap() error {
