@@ -263,7 +263,7 @@ type Task struct {
 	once     sync.Once
 	done     chan struct{}
 	counters Counters
-	mail     chan func(*run)
+	mb       *mailbox
 	err      error
 }
 
@@ -279,7 +279,7 @@ func New(cfg Config, env Env) *Task {
 	if lg == nil {
 		lg = slog.Default()
 	}
-	t := &Task{cfg: cfg, env: env, cancel: make(chan struct{}), done: make(chan struct{}), mail: make(chan func(*run), 64),
+	t := &Task{cfg: cfg, env: env, cancel: make(chan struct{}), done: make(chan struct{}), mb: newMailbox(),
 		log: lg.With("task", cfg.Info.Name())}
 	return t
 }
@@ -305,21 +305,6 @@ func (t *Task) Err() error {
 // Cancel asks the task to stop; it ends in Canceled unless it already finished or failed.
 func (t *Task) Cancel() {
 	t.once.Do(func() { close(t.cancel) })
-}
-
-// Mail runs f in the task goroutine between records. It returns false if the task is not accepting mail.
-func (t *Task) Mail(f func(*run)) bool {
-	select {
-	case <-t.done:
-		return false
-	default:
-	}
-	select {
-	case t.mail <- f:
-		return true
-	default:
-		return false // the mailbox is full: the caller treats the request as declined
-	}
 }
 
 func (t *Task) setState(s State, err error) {
@@ -375,6 +360,7 @@ func (t *Task) Run() {
 			t.log.Error("task failed", "err", err)
 		}
 	}
+	t.mb.close()
 	t.setState(final, err)
 	close(t.done)
 }
@@ -403,6 +389,9 @@ type run struct {
 	snapMemory chan []byte    // memory of the last state blob, for the next one (capacity 1)
 	asyncCtx   context.Context
 	stopAsync  context.CancelFunc
+	mail       mail // the mail being carried out (its memory is reused)
+	// completeHeard is the highest checkpoint completion the chain heard of.
+	completeHeard int64
 }
 
 func (r *run) execute() (err error) {
@@ -639,8 +628,8 @@ const publishInterval = 200 * time.Millisecond
 // handleMail runs what is pending in the mailbox and the timer without waiting.
 func (r *run) handleMail(tick <-chan time.Time) error {
 	select {
-	case f := <-r.t.mail:
-		f(r)
+	case <-r.t.mb.ready:
+		r.runMail()
 	case <-tick:
 		r.flushAll()
 		r.t.counters.Publish()
@@ -696,8 +685,8 @@ func (r *run) idle(wake <-chan struct{}, tick <-chan time.Time) error {
 	t.counters.Publish()
 	select {
 	case <-wake:
-	case f := <-t.mail:
-		f(r)
+	case <-t.mb.ready:
+		r.runMail()
 	case <-tick:
 		r.flushAll()
 		t.counters.Publish()
