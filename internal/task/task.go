@@ -209,6 +209,9 @@ type Update struct {
 	State       State
 	Err         error
 	Observation *Observation
+	// RecordsIn and RecordsOut are the attempt's final record counts, set with a terminal State: the
+	// TaskManager forgets an attempt once it ended, so the report carries what is left to know of it.
+	RecordsIn, RecordsOut uint64
 }
 
 // ObservationKind says what a task observed.
@@ -310,7 +313,11 @@ func (t *Task) Cancel() {
 func (t *Task) setState(s State, err error) {
 	t.state.Store(int32(s))
 	if t.env.Report != nil {
-		t.env.Report(Update{Attempt: t.cfg.Info.Attempt, State: s, Err: err})
+		u := Update{Attempt: t.cfg.Info.Attempt, State: s, Err: err}
+		if s.Terminal() {
+			u.RecordsIn, u.RecordsOut = t.counters.Snapshot()
+		}
+		t.env.Report(u)
 	}
 }
 
