@@ -171,7 +171,7 @@ func restoreSpecOf(v *graph.JobVertex, s ident.Subtask, cp *checkpoint.Completed
 		if !ok {
 			return nil
 		}
-		return &task.RestoreSpec{CheckpointID: cp.ID, Handle: h, InputsRescaled: v != nil && inputsRescaled(v, cp)}
+		return &task.RestoreSpec{CheckpointID: cp.ID, Handle: h}
 	}
 	start, end := graph.KeyGroupRange(int(s.Index), v.MaxParallelism, v.Parallelism)
 	spec := &task.RestoreSpec{CheckpointID: cp.ID, RescaledFrom: int(old.Parallelism)}
@@ -185,15 +185,4 @@ func restoreSpecOf(v *graph.JobVertex, s ident.Subtask, cp *checkpoint.Completed
 		}
 	}
 	return spec
-}
-
-// inputsRescaled reports whether a producer of v ran with another parallelism in cp (or not at all): v's
-// input channels are then not those whose positions cp holds.
-func inputsRescaled(v *graph.JobVertex, cp *checkpoint.CompletedCheckpoint) bool {
-	for _, e := range v.Inputs {
-		if old, ok := cp.VertexByID(e.Source.ID); !ok || int(old.Parallelism) != e.Source.Parallelism {
-			return true
-		}
-	}
-	return false
 }

@@ -46,9 +46,6 @@ type RestoreSpec struct {
 	// restored so (each part is filtered to this subtask's key groups); other state cannot be split.
 	RescaledFrom int
 	Parts        []checkpoint.StateHandle
-	// InputsRescaled says that a producer of this subtask ran with another parallelism in the checkpoint:
-	// the input channels are not those whose positions the checkpoint holds, and start fresh.
-	InputsRescaled bool
 	// Read reads the state blobs; nil means the checkpoint storage (a savepoint brings its own).
 	Read func(ctx context.Context, ref checkpoint.BlobRef) ([]byte, error)
 }
@@ -232,8 +229,17 @@ func (r *run) restore() (finished bool, err error) {
 	}
 	if pos, ok := states[channelStateName]; ok {
 		delete(states, channelStateName)
-		if err := r.restoreChannels(spec, pos); err != nil {
-			return false, fmt.Errorf("restore from checkpoint %d: %w", spec.CheckpointID, err)
+		n, k := binary.Uvarint(pos)
+		if k <= 0 || n != uint64(len(r.restored)) {
+			return false, fmt.Errorf("restore from checkpoint %d: the task had %d input channels, now %d", spec.CheckpointID, n, len(r.restored))
+		}
+		pos = pos[k:]
+		for i := range r.restored {
+			v, k := binary.Uvarint(pos)
+			if k <= 0 {
+				return false, fmt.Errorf("restore from checkpoint %d: malformed channel positions", spec.CheckpointID)
+			}
+			r.restored[i], pos = v, pos[k:]
 		}
 	}
 	if err := r.chain.Restore(states); err != nil {

@@ -10,7 +10,6 @@ package task
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -548,34 +547,6 @@ func (r *run) setupInputs() error {
 	r.ended = make([]bool, total)
 	r.restored = make([]uint64, total)
 	r.joined = make([]bool, total)
-	return nil
-}
-
-// restoreChannels sets the restored position of every input channel from pos, the channel state of the
-// checkpoint: how many records the subtask had consumed on each channel. The positions are kept only when
-// the channels are those of the checkpoint. After a rescale of a producer (spec.InputsRescaled) a channel
-// of the checkpoint may not exist anymore, or now carry another producer's or another key range's records:
-// every channel then starts fresh, at position 0, which is where every restored producer starts its
-// output anyway (Flink does the same for aligned checkpoints, which keep no in-flight data).
-func (r *run) restoreChannels(spec *RestoreSpec, pos []byte) error {
-	n, k := binary.Uvarint(pos)
-	switch {
-	case k <= 0:
-		return errors.New("malformed channel positions")
-	case spec.InputsRescaled:
-		clear(r.restored)
-		return nil
-	case n != uint64(len(r.restored)):
-		return fmt.Errorf("the task had %d input channels, now %d, yet none of its producers changed its parallelism", n, len(r.restored))
-	}
-	pos = pos[k:]
-	for i := range r.restored {
-		v, k := binary.Uvarint(pos)
-		if k <= 0 {
-			return errors.New("malformed channel positions")
-		}
-		r.restored[i], pos = v, pos[k:]
-	}
 	return nil
 }
 
