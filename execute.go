@@ -232,6 +232,9 @@ func (e *Environment) Execute(ctx context.Context, name string) (*JobResult, err
 		return nil, fmt.Errorf("job %q: %w", name, err)
 	}
 	defer mc.Close()
+	if clusterStarted != nil {
+		clusterStarted(mc)
+	}
 	tms := make([]jobmaster.TaskManager, len(mc.TMs))
 	for i, tm := range mc.TMs {
 		tms[i] = tm
@@ -347,6 +350,10 @@ func (e *Environment) Execute(ctx context.Context, name string) (*JobResult, err
 	}
 	return res, nil
 }
+
+// clusterStarted, when set (by tests, through export_test.go), is called with the mini-cluster of each job
+// Execute runs, before the job starts, so that a test can watch the cluster's tables.
+var clusterStarted func(*cluster.MiniCluster)
 
 // checkInjections makes sure every failure injection names an operator and subtask of the job.
 func checkInjections(jg *graph.JobGraph, injections []*operator.Injection) error {

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math/bits"
 	"path/filepath"
-	"strings"
+	"runtime"
 	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
@@ -51,7 +51,13 @@ type Stream[T any] struct {
 
 func newStream[T any](env *Environment, n *graph.StreamNode) *Stream[T] {
 	h := &codecHolder[T]{}
-	h.name = func() string { return fmt.Sprintf("operator %q (record type %T)", n.Name, *new(T)) }
+	h.name = func() string {
+		at := ""
+		if n.Origin != "" {
+			at = ", created at " + n.Origin
+		}
+		return fmt.Sprintf("operator %q (record type %T%s)", n.Name, *new(T), at)
+	}
 	return &Stream[T]{env: env, inputs: []input[T]{{node: n, codec: h}}}
 }
 
@@ -305,10 +311,17 @@ func (KeyedProcessBase[K, Out]) EndInput(KeyedContext[K], Collector[Out]) error 
 // Close does nothing.
 func (KeyedProcessBase[K, Out]) Close() error { return nil }
 
+// apiDir is the directory of the public API's source files, as the runtime reports file names (absolute,
+// or module-relative under -trimpath). Comparing with it, rather than with the directory's name, keeps
+// origin right in a checkout whose directory is not called "runnel".
+var apiDir = func() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Dir(file)
+}()
+
 func isAPIFile(file string) bool {
-	dir := filepath.Base(filepath.Dir(file))
 	base := filepath.Base(file)
-	return (dir == "runnel" || strings.HasSuffix(filepath.Dir(file), "runnel-dev/runnel")) &&
+	return filepath.Dir(file) == apiDir &&
 		(base == "stream.go" || base == "runnel.go" || base == "state.go" || base == "execute.go")
 }
 

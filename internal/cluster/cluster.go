@@ -52,7 +52,11 @@ type TaskManager struct {
 	// that writing large state leaves the tasks a core of their own.
 	snapshotWriters chan struct{}
 
-	mu       sync.Mutex
+	mu sync.Mutex
+	// tasks holds the attempts that run here, until their Run returns: at most one per slot-shared
+	// subtask deployed here, and the attempts being cancelled for a restart. An attempt that ended is
+	// forgotten (its final counters travel in its last task.Update), so a job that fails over again and
+	// again does not accumulate the attempts it replaced.
 	tasks    map[ident.Attempt]*task.Task
 	wg       sync.WaitGroup
 	shutdown bool
@@ -136,8 +140,18 @@ func (tm *TaskManager) Submit(cfg task.Config, report func(task.Update)) error {
 	go func() {
 		defer tm.wg.Done()
 		t.Run()
+		tm.mu.Lock()
+		delete(tm.tasks, cfg.Info.Attempt)
+		tm.mu.Unlock()
 	}()
 	return nil
+}
+
+// NumTasks returns how many task attempts the TaskManager holds: those that have not ended.
+func (tm *TaskManager) NumTasks() int {
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	return len(tm.tasks)
 }
 
 func (tm *TaskManager) connectRemote(ctx context.Context, spec task.ChannelSpec, owner ident.Attempt, pool *network.BufferPool, credits int, notify func()) (network.InputChannel, error) {
@@ -194,7 +208,8 @@ func (tm *TaskManager) SubpartitionStats(p ident.PartitionID, sub int) (network.
 // ReleasePartitions implements jobmaster.TaskManager.
 func (tm *TaskManager) ReleasePartitions(a ident.Attempt) { tm.pm.ReleaseProducedBy(a) }
 
-// Counters implements jobmaster.TaskManager.
+// Counters implements jobmaster.TaskManager; an attempt that ended is not known anymore (its final counts
+// came with its terminal update).
 func (tm *TaskManager) Counters(a ident.Attempt) (in, out uint64, ok bool) {
 	tm.mu.Lock()
 	t := tm.tasks[a]

@@ -49,7 +49,8 @@ type TaskManager interface {
 	Submit(cfg task.Config, report func(task.Update)) error
 	// Cancel asks a task attempt to stop.
 	Cancel(a ident.Attempt)
-	// Counters returns the published record counters of a running or finished attempt.
+	// Counters returns the published record counters of a running attempt; one that ended brings its final
+	// counters in its terminal update.
 	Counters(a ident.Attempt) (in, out uint64, ok bool)
 	// TriggerCheckpoint asks a source attempt to take checkpoint id; false if it cannot take the request.
 	TriggerCheckpoint(a ident.Attempt, id, timestampMillis int64, flags uint32) bool
@@ -375,9 +376,8 @@ func (jm *JobMaster) onUpdate(u task.Update) {
 	}
 	ex.state = u.State
 	if u.State.Terminal() {
-		if in, out, ok := ex.tm.Counters(ex.attempt); ok {
-			ex.in, ex.out = in, out
-		}
+		// The final counts come with the update: the TaskManager forgets an attempt once it ended.
+		ex.in, ex.out = u.RecordsIn, u.RecordsOut
 	}
 	status := jm.status
 	jm.mu.Unlock()

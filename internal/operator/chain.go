@@ -3,6 +3,7 @@ package operator
 import (
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 
 	"github.com/runnel-dev/runnel/internal/graph"
@@ -17,8 +18,9 @@ func ChainFactory(v *graph.JobVertex, injections []*Injection) task.ChainFactory
 }
 
 type chain struct {
-	names   []string // head first
-	ops     []Built  // head first
+	names   []string   // head first
+	ctxs    []*Context // head first
+	ops     []Built    // head first
 	readers []Reader
 	source  SourceDriver
 }
@@ -27,7 +29,7 @@ func buildChain(v *graph.JobVertex, rt *task.Runtime, injections []*Injection) (
 	if len(rt.Outputs) != len(v.Outputs) {
 		return nil, fmt.Errorf("vertex %q has %d outputs, task has %d partitions", v.Name, len(v.Outputs), len(rt.Outputs))
 	}
-	c := &chain{names: make([]string, len(v.Nodes)), ops: make([]Built, len(v.Nodes))}
+	c := &chain{names: make([]string, len(v.Nodes)), ctxs: make([]*Context, len(v.Nodes)), ops: make([]Built, len(v.Nodes))}
 	index := make(map[int]int, len(v.Nodes))
 	for i, n := range v.Nodes {
 		index[n.ID] = i
@@ -41,6 +43,8 @@ func buildChain(v *graph.JobVertex, rt *task.Runtime, injections []*Injection) (
 			return nil, fmt.Errorf("operator %q has no runtime implementation (%T)", n.Name, n.Payload)
 		}
 		ctx := NewContext(rt, n.Name)
+		ctx.origin = n.Origin
+		c.ctxs[i] = ctx
 		for _, inj := range injections {
 			if inj.Operator == n.Name && inj.Subtask == int(rt.Info.Attempt.Index) {
 				ctx.inj = inj
@@ -70,7 +74,8 @@ func buildChain(v *graph.JobVertex, rt *task.Runtime, injections []*Injection) (
 			}
 			downstream = append(downstream, w)
 		}
-		b, err := spec.Build(ctx, downstream)
+		var b Built
+		err := ctx.guard(func() (err error) { b, err = spec.Build(ctx, downstream); return err })
 		if err != nil {
 			return nil, err
 		}
@@ -100,7 +105,7 @@ func buildChain(v *graph.JobVertex, rt *task.Runtime, injections []*Injection) (
 func (c *chain) Open() error {
 	for i := len(c.ops) - 1; i >= 0; i-- {
 		if f := c.ops[i].Open; f != nil {
-			if err := f(); err != nil {
+			if err := c.ctxs[i].guard(f); err != nil {
 				return fmt.Errorf("open %q: %w", c.names[i], err)
 			}
 		}
@@ -127,7 +132,7 @@ func (c *chain) SourceAvailable() <-chan struct{} { return c.source.Available() 
 func (c *chain) EndInput() error {
 	for i, op := range c.ops {
 		if op.EndInput != nil {
-			if err := op.EndInput(); err != nil {
+			if err := c.ctxs[i].guard(op.EndInput); err != nil {
 				return fmt.Errorf("%q: %w", c.names[i], err)
 			}
 		}
@@ -142,7 +147,8 @@ func (c *chain) Snapshot(id int64) ([]task.StateWriter, error) {
 		if op.Snapshot == nil {
 			continue
 		}
-		w, err := op.Snapshot(id)
+		var w func(io.Writer) error
+		err := c.ctxs[i].guard(func() (err error) { w, err = op.Snapshot(id); return err })
 		if err != nil {
 			return nil, err
 		}
@@ -159,7 +165,7 @@ func (c *chain) Restore(states map[string][]byte) error {
 		if c.ops[i].Restore == nil {
 			return fmt.Errorf("the checkpoint holds state for operator %q, which keeps no state in this job", c.names[i])
 		}
-		return c.ops[i].Restore(data)
+		return c.ctxs[i].guard(func() error { return c.ops[i].Restore(data) })
 	})
 }
 
@@ -170,7 +176,7 @@ func (c *chain) RestoreRescaled(parts map[string][][]byte) error {
 			return fmt.Errorf("operator %q keeps state that is not keyed (a source's position or a sink's state, say), "+
 				"which cannot be split over another parallelism: give it its old parallelism (SetParallelism)", c.names[i])
 		}
-		return c.ops[i].RestoreParts(ps)
+		return c.ctxs[i].guard(func() error { return c.ops[i].RestoreParts(ps) })
 	})
 }
 
@@ -193,9 +199,9 @@ func restoreEach[S any](c *chain, states map[string]S, restore func(i int, s S) 
 
 // NotifyCheckpointComplete implements task.Chain.
 func (c *chain) NotifyCheckpointComplete(id int64) error {
-	for _, op := range c.ops {
+	for i, op := range c.ops {
 		if op.CheckpointComplete != nil {
-			if err := op.CheckpointComplete(id); err != nil {
+			if err := c.ctxs[i].guard(func() error { return op.CheckpointComplete(id) }); err != nil {
 				return err
 			}
 		}
@@ -208,7 +214,7 @@ func (c *chain) Close() error {
 	var errs []error
 	for i, op := range c.ops {
 		if op.Close != nil {
-			if err := op.Close(); err != nil {
+			if err := c.ctxs[i].guard(op.Close); err != nil {
 				errs = append(errs, fmt.Errorf("close %q: %w", c.names[i], err))
 			}
 		}

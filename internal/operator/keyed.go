@@ -58,7 +58,12 @@ func (s *KeyedProcessSpec[K, In, Out]) Build(ctx *Context, downstream []any) (Bu
 	op := &keyedProcessOp[K, In, Out]{key: s.Key, fn: fn, out: out, kc: kc}
 	built := keyedBuilt(b)
 	built.Input = wrapIn[In](ctx, op)
-	built.Open = func() error { return fn.Open(kc) }
+	built.Open = func() error {
+		// Keyed state is declared in Open only: a constructor called later, per record, fails with a
+		// message that says so instead of "declared twice" at the second record.
+		defer b.SealDeclarations()
+		return fn.Open(kc)
+	}
 	built.EndInput = func() error { return fn.EndInput(kc, out) }
 	built.Close = func() error { return errors.Join(fn.Close(), b.Close()) }
 	return built, nil
@@ -68,7 +73,8 @@ func (s *KeyedProcessSpec[K, In, Out]) Build(ctx *Context, downstream []any) (Bu
 func newKeyedBackend[K comparable](ctx *Context, kc codec.Codec[K]) (state.KeyedBackend[K], error) {
 	info := ctx.rt.Info
 	start, end := state.KeyGroupRange(info.MaxParallelism, info.Parallelism, int(info.Attempt.Index))
-	opts := state.Options[K]{KeyCodec: kc, MaxParallelism: info.MaxParallelism, KeyGroupStart: start, KeyGroupEnd: end}
+	opts := state.Options[K]{KeyCodec: kc, MaxParallelism: info.MaxParallelism, KeyGroupStart: start, KeyGroupEnd: end,
+		Owner: ctx.operator}
 	var (
 		b   state.KeyedBackend[K]
 		err error
@@ -111,15 +117,21 @@ type keyedProcessOp[K comparable, In, Out any] struct {
 }
 
 func (o *keyedProcessOp[K, In, Out]) Collect(v In) {
-	o.kc.b.SetCurrentKey(o.key(v))
-	if err := o.fn.ProcessElement(o.kc, v, o.out); err != nil {
-		o.kc.fail(err)
-	}
+	defer o.kc.recoverPanic()
+	o.process(v)
 }
 
 func (o *keyedProcessOp[K, In, Out]) CollectBatch(vs []In) {
+	defer o.kc.recoverPanic()
 	for _, v := range vs {
-		o.Collect(v)
+		o.process(v)
+	}
+}
+
+func (o *keyedProcessOp[K, In, Out]) process(v In) {
+	o.kc.b.SetCurrentKey(o.key(v))
+	if err := o.fn.ProcessElement(o.kc, v, o.out); err != nil {
+		o.kc.fail(err)
 	}
 }
 
@@ -146,6 +158,7 @@ func (s *ReduceSpec[K, T]) Build(ctx *Context, downstream []any) (Built, error) 
 		b.Close()
 		return Built{}, fmt.Errorf("operator %q: %w", ctx.operator, err)
 	}
+	b.SealDeclarations()
 	built := keyedBuilt(b)
 	built.Input = wrapIn[T](ctx, &reduceOp[K, T]{key: s.Key, fn: s.Fn, out: out, r: state.NewReducer(b, acc), ctx: ctx})
 	built.Close = b.Close
@@ -163,10 +176,12 @@ type reduceOp[K comparable, T any] struct {
 }
 
 func (o *reduceOp[K, T]) Collect(v T) {
+	defer o.ctx.recoverPanic()
 	o.out.Collect(o.reduce(v))
 }
 
 func (o *reduceOp[K, T]) CollectBatch(vs []T) {
+	defer o.ctx.recoverPanic()
 	keys := o.keys[:0]
 	for _, v := range vs {
 		keys = append(keys, o.key(v))

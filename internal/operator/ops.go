@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime/debug"
 
 	"github.com/runnel-dev/runnel/internal/state"
 	"github.com/runnel-dev/runnel/internal/task"
@@ -47,6 +48,7 @@ type SourceDriver interface {
 type Context struct {
 	rt       *task.Runtime
 	operator string
+	origin   string // file:line of the API call that built the operator, for errors
 	backend  state.Backend
 	logger   *slog.Logger
 	inj      *Injection
@@ -71,6 +73,44 @@ func (c *Context) counters() *task.Counters    { return c.rt.Counters }
 func (c *Context) fail(err error)              { task.Abort(fmt.Errorf("operator %q: %w", c.operator, err)) }
 func (c *Context) failf(f string, args ...any) { c.fail(fmt.Errorf(f, args...)) }
 func (c *Context) runtime() *task.Runtime      { return c.rt }
+
+// recoverPanic is deferred by every operator method that calls user code (a function, a reader, a writer,
+// a codec): it turns a panic into the task's failure with a *task.PanicError that names this operator,
+// where the job built it, and the stack of the panic. A *task.Failure passes through unchanged: it is an
+// error already raised (by this operator or one downstream of it in the chain), which must keep its cause
+// and its operator. Deferred once per call (per batch on the batch path), it costs no allocation and,
+// unless something panics, next to nothing.
+func (c *Context) recoverPanic() {
+	p := recover()
+	if p == nil {
+		return
+	}
+	if f, ok := p.(*task.Failure); ok {
+		panic(f)
+	}
+	panic(&task.Failure{Err: c.panicError(p)})
+}
+
+// panicError describes panic value p of this operator's code; called while panicking, so that the stack is
+// the panic's.
+func (c *Context) panicError(p any) *task.PanicError {
+	return &task.PanicError{Operator: c.operator, Origin: c.origin, Value: p, Stack: string(debug.Stack())}
+}
+
+// guard runs f, a lifecycle call of the operator (build, open, end of input, snapshot, close, ...), and
+// returns a panic in it as a *task.PanicError naming the operator; a *task.Failure unwinds on, as in
+// recoverPanic. An error rather than a panic, so that the chain still closes its other operators.
+func (c *Context) guard(f func() error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			if fl, ok := p.(*task.Failure); ok {
+				panic(fl)
+			}
+			err = c.panicError(p)
+		}
+	}()
+	return f()
+}
 func (c *Context) withBackend(b state.Backend) { c.backend = b }
 
 // combine turns the downstream outputs of a node into one collector.
@@ -131,6 +171,7 @@ type mapOp[In, Out any] struct {
 }
 
 func (o *mapOp[In, Out]) Collect(v In) {
+	defer o.ctx.recoverPanic()
 	r, err := o.fn(v)
 	if err != nil {
 		o.ctx.fail(err)
@@ -139,6 +180,7 @@ func (o *mapOp[In, Out]) Collect(v In) {
 }
 
 func (o *mapOp[In, Out]) CollectBatch(vs []In) {
+	defer o.ctx.recoverPanic()
 	buf := o.buf[:0]
 	for _, v := range vs {
 		r, err := o.fn(v)
@@ -170,6 +212,7 @@ type filterOp[T any] struct {
 }
 
 func (o *filterOp[T]) CollectBatch(vs []T) {
+	defer o.ctx.recoverPanic()
 	buf := o.buf[:0]
 	for _, v := range vs {
 		keep, err := o.fn(v)
@@ -187,6 +230,7 @@ func (o *filterOp[T]) CollectBatch(vs []T) {
 }
 
 func (o *filterOp[T]) Collect(v T) {
+	defer o.ctx.recoverPanic()
 	keep, err := o.fn(v)
 	if err != nil {
 		o.ctx.fail(err)
@@ -216,12 +260,14 @@ type flatMapOp[In, Out any] struct {
 }
 
 func (o *flatMapOp[In, Out]) Collect(v In) {
+	defer o.ctx.recoverPanic()
 	if err := o.fn(v, o.out); err != nil {
 		o.ctx.fail(err)
 	}
 }
 
 func (o *flatMapOp[In, Out]) CollectBatch(vs []In) {
+	defer o.ctx.recoverPanic()
 	for _, v := range vs {
 		if err := o.fn(v, o.out); err != nil {
 			o.ctx.fail(err)
@@ -299,6 +345,7 @@ type sourceDriver[T any] struct {
 }
 
 func (d *sourceDriver[T]) Poll() (InputStatus, error) {
+	defer d.ctx.recoverPanic()
 	st, err := d.reader.PollNext(d.out)
 	d.out.flush()
 	if err != nil {
@@ -401,6 +448,7 @@ type sinkOp[T any] struct {
 }
 
 func (o *sinkOp[T]) Collect(v T) {
+	defer o.ctx.recoverPanic()
 	o.c.Out++
 	if err := o.w.Write(v); err != nil {
 		o.ctx.fail(err)
@@ -408,6 +456,7 @@ func (o *sinkOp[T]) Collect(v T) {
 }
 
 func (o *sinkOp[T]) CollectBatch(vs []T) {
+	defer o.ctx.recoverPanic()
 	if o.bw != nil {
 		o.c.Out += uint64(len(vs))
 		if err := o.bw.WriteBatch(vs); err != nil {

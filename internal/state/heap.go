@@ -17,6 +17,7 @@ import (
 
 // heapStore is the non-generic part of the heap backend: the current slot and the registered states.
 type heapStore struct {
+	declarations
 	cur    int32 // slot of the current key, -1 before the first
 	groups keyGroups
 	tables map[string]heapTable
@@ -30,8 +31,9 @@ type heapStore struct {
 }
 
 func (st *heapStore) register(name string, t heapTable) error {
-	if _, dup := st.tables[name]; dup {
-		return fmt.Errorf("keyed state %q is registered twice in the same operator", name)
+	_, dup := st.tables[name]
+	if err := st.checkDeclare(t.kind(), name, dup); err != nil {
+		return err
 	}
 	if len(st.tables)+len(st.pending) >= maxStates {
 		return fmt.Errorf("keyed state %q: more than %d states in one operator", name, maxStates)
@@ -105,7 +107,7 @@ func NewHeap[K comparable](o Options[K]) (KeyedBackend[K], error) {
 		return nil, err
 	}
 	b := &heapBackend[K]{
-		heapStore: heapStore{cur: -1, groups: g, tables: make(map[string]heapTable),
+		heapStore: heapStore{declarations: declarations{owner: o.Owner}, cur: -1, groups: g, tables: make(map[string]heapTable),
 			pending: make(map[string]*rawTable), epoch: 1},
 		kc:    kc,
 		slots: make(map[K]int32),

@@ -29,6 +29,7 @@ type pebbleState struct {
 
 // pebbleStore is the non-generic part of the pebble backend.
 type pebbleStore struct {
+	declarations
 	db     *pebble.DB
 	dir    string
 	groups keyGroups
@@ -46,10 +47,11 @@ type pebbleStore struct {
 }
 
 func (st *pebbleStore) register(name string, k kind) (uint16, error) {
-	if s, ok := st.states[name]; ok {
-		if s.registered {
-			return 0, fmt.Errorf("keyed state %q is registered twice in the same operator", name)
-		}
+	s, ok := st.states[name]
+	if err := st.checkDeclare(k, name, ok && s.registered); err != nil {
+		return 0, err
+	}
+	if ok {
 		if s.kind != k {
 			return 0, fmt.Errorf("keyed state %q is registered as %s state but was restored as %s state", name, k, s.kind)
 		}
@@ -170,7 +172,7 @@ func NewPebble[K comparable](o Options[K]) (KeyedBackend[K], error) {
 		return nil, fmt.Errorf("pebble state backend: open %s: %w", dir, err)
 	}
 	return &pebbleBackend[K]{
-		pebbleStore: pebbleStore{db: db, dir: dir, groups: g, states: make(map[string]*pebbleState),
+		pebbleStore: pebbleStore{declarations: declarations{owner: o.Owner}, db: db, dir: dir, groups: g, states: make(map[string]*pebbleState),
 			pending: make(map[*pebble.Snapshot]struct{})},
 		kc: kc,
 	}, nil

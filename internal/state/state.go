@@ -45,7 +45,7 @@
 // handed to the state when it is registered, with a check that the kind (value, list, map) matches. States
 // that are never registered are carried into later snapshots unchanged, so no state is dropped because an
 // operator declares it late. The order the task uses is: build the backend, open the operators (they
-// register their state in Open), Restore, then process records. A failed Restore leaves the backend in an
+// register their state in Open, and SealDeclarations ends that), Restore, then process records. A failed Restore leaves the backend in an
 // unspecified state: Close it and start over.
 //
 // # Snapshot format (version 1)
@@ -150,6 +150,12 @@ type KeyedBackend[K comparable] interface {
 	// goroutine, concurrently with further records. Call write once; a pebble capture holds a pebble
 	// snapshot until write returns or the backend is closed.
 	Snapshot(checkpointID int64) (write func(w io.Writer) error, err error)
+	// SealDeclarations ends the phase in which states may be declared (an operator's Open): a state
+	// constructor called afterwards (from ProcessElement, say) fails with an error wrapping
+	// ErrDeclaredAfterOpen that names the state and the operator. Declaring state per record would
+	// register it again at every record, and a state first declared late would miss its restored entries'
+	// checks until then.
+	SealDeclarations()
 	// Restore loads the state in snapshots written by Snapshot of either backend, keeping only entries of
 	// key groups in this backend's range. See the package doc for the order of Restore and registration.
 	Restore(snapshots []io.Reader) error
@@ -168,6 +174,8 @@ type Options[K comparable] struct {
 	// KeyGroupStart and KeyGroupEnd are the inclusive range of key groups this subtask owns (KeyGroupRange
 	// computes it).
 	KeyGroupStart, KeyGroupEnd int
+	// Owner names the operator that owns the backend, for error messages; empty for none.
+	Owner string
 	// Dir is where the pebble backend makes its working directory (a fresh directory inside Dir, removed by
 	// Close); empty means the system's temporary directory. The heap backend ignores it.
 	Dir string
@@ -179,6 +187,41 @@ const MaxKeyGroups = 1 << 16
 // ErrCorruptSnapshot is wrapped by every error Restore returns for a snapshot whose bytes are damaged or
 // cut short.
 var ErrCorruptSnapshot = errors.New("state: corrupt snapshot")
+
+// ErrDeclaredAfterOpen is wrapped by the error a state constructor returns after SealDeclarations: keyed
+// state is declared in a keyed function's Open, not while it processes records.
+var ErrDeclaredAfterOpen = errors.New("keyed state must be declared in Open")
+
+// declarations is the part of a backend that decides whether a state may be declared now: before
+// SealDeclarations, and once per name.
+type declarations struct {
+	owner  string
+	sealed bool
+}
+
+// SealDeclarations implements KeyedBackend for both backends.
+func (d *declarations) SealDeclarations() { d.sealed = true }
+
+// in returns ` in operator "name"` for messages, or "" when the owner is unknown.
+func (d *declarations) in() string {
+	if d.owner == "" {
+		return ""
+	}
+	return fmt.Sprintf(" in operator %q", d.owner)
+}
+
+// checkDeclare returns the error for declaring state name of kind k now, or nil.
+func (d *declarations) checkDeclare(k kind, name string, declared bool) error {
+	switch {
+	case d.sealed:
+		return fmt.Errorf("%s state %q declared%s after Open (in ProcessElement or later): %w; "+
+			"declare it once in Open, keep the handle in a field, and use it while processing records",
+			k, name, d.in(), ErrDeclaredAfterOpen)
+	case declared:
+		return fmt.Errorf("keyed state %q is declared twice%s: every state needs a name of its own", name, d.in())
+	}
+	return nil
+}
 
 // ErrKeyGroupOutOfRange is wrapped by the *AccessError a backend panics with when a key's key group is
 // outside the backend's range.

@@ -70,35 +70,6 @@ const channelStateName = "\x00channels"
 // or another subtask (the job was rescaled) starts at 0 of the current producer's sequence.
 const channelPositionsName = "\x00channel-positions"
 
-// TriggerCheckpoint asks a source task to snapshot its state and send barriers downstream. It returns false
-// when the task cannot take mail anymore.
-func (t *Task) TriggerCheckpoint(id, timestampMillis int64, flags uint32) bool {
-	return t.Mail(func(r *run) { r.performCheckpoint(id, timestampMillis, flags) })
-}
-
-// AbortCheckpoint tells the task that the job master gave up on checkpoint id.
-func (t *Task) AbortCheckpoint(id int64) bool {
-	return t.Mail(func(r *run) {
-		if r.aligner != nil {
-			r.apply(r.aligner.OnAbort(id))
-		}
-	})
-}
-
-// NotifyCheckpointComplete tells the task that checkpoint id is complete and persisted; the chain's
-// operators hear of it on the task goroutine (a sink may then commit what it wrote up to that checkpoint).
-// An error fails the task. It returns false when the task cannot take mail anymore.
-func (t *Task) NotifyCheckpointComplete(id int64) bool {
-	return t.Mail(func(r *run) {
-		if r.chain == nil {
-			return
-		}
-		if err := r.chain.NotifyCheckpointComplete(id); err != nil {
-			Abort(fmt.Errorf("checkpoint %d complete: %w", id, err))
-		}
-	})
-}
-
 // performCheckpoint snapshots the chain, forwards the barrier and hands the writing of the state to a
 // goroutine the run owns.
 func (r *run) performCheckpoint(id, ts int64, flags uint32) {

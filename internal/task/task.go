@@ -214,6 +214,9 @@ type Update struct {
 	State       State
 	Err         error
 	Observation *Observation
+	// RecordsIn and RecordsOut are the attempt's final record counts, set with a terminal State: the
+	// TaskManager forgets an attempt once it ended, so the report carries what is left to know of it.
+	RecordsIn, RecordsOut uint64
 }
 
 // ObservationKind says what a task observed.
@@ -268,7 +271,7 @@ type Task struct {
 	once     sync.Once
 	done     chan struct{}
 	counters Counters
-	mail     chan func(*run)
+	mb       *mailbox
 	err      error
 }
 
@@ -284,7 +287,7 @@ func New(cfg Config, env Env) *Task {
 	if lg == nil {
 		lg = slog.Default()
 	}
-	t := &Task{cfg: cfg, env: env, cancel: make(chan struct{}), done: make(chan struct{}), mail: make(chan func(*run), 64),
+	t := &Task{cfg: cfg, env: env, cancel: make(chan struct{}), done: make(chan struct{}), mb: newMailbox(),
 		log: lg.With("task", cfg.Info.Name())}
 	return t
 }
@@ -312,25 +315,14 @@ func (t *Task) Cancel() {
 	t.once.Do(func() { close(t.cancel) })
 }
 
-// Mail runs f in the task goroutine between records. It returns false if the task is not accepting mail.
-func (t *Task) Mail(f func(*run)) bool {
-	select {
-	case <-t.done:
-		return false
-	default:
-	}
-	select {
-	case t.mail <- f:
-		return true
-	default:
-		return false // the mailbox is full: the caller treats the request as declined
-	}
-}
-
 func (t *Task) setState(s State, err error) {
 	t.state.Store(int32(s))
 	if t.env.Report != nil {
-		t.env.Report(Update{Attempt: t.cfg.Info.Attempt, State: s, Err: err})
+		u := Update{Attempt: t.cfg.Info.Attempt, State: s, Err: err}
+		if s.Terminal() {
+			u.RecordsIn, u.RecordsOut = t.counters.Snapshot()
+		}
+		t.env.Report(u)
 	}
 }
 
@@ -371,8 +363,16 @@ func (t *Task) Run() {
 	t.err = err
 	t.counters.Publish()
 	if err != nil {
-		t.log.Error("task failed", "err", err)
+		var pe *PanicError
+		if errors.As(err, &pe) {
+			// The stack is logged, not carried in the error: it is for whoever debugs the function, and
+			// would bury the job's error message.
+			t.log.Error("task failed", "err", err, "operator", pe.Operator, "stack", pe.Stack)
+		} else {
+			t.log.Error("task failed", "err", err)
+		}
 	}
+	t.mb.close()
 	t.setState(final, err)
 	close(t.done)
 }
@@ -401,6 +401,9 @@ type run struct {
 	snapMemory chan []byte    // memory of the last state blob, for the next one (capacity 1)
 	asyncCtx   context.Context
 	stopAsync  context.CancelFunc
+	mail       mail // the mail being carried out (its memory is reused)
+	// completeHeard is the highest checkpoint completion the chain heard of.
+	completeHeard int64
 }
 
 func (r *run) execute() (err error) {
@@ -609,8 +612,8 @@ const publishInterval = 200 * time.Millisecond
 // handleMail runs what is pending in the mailbox and the timer without waiting.
 func (r *run) handleMail(tick <-chan time.Time) error {
 	select {
-	case f := <-r.t.mail:
-		f(r)
+	case <-r.t.mb.ready:
+		r.runMail()
 	case <-tick:
 		r.flushAll()
 		r.t.counters.Publish()
@@ -666,8 +669,8 @@ func (r *run) idle(wake <-chan struct{}, tick <-chan time.Time) error {
 	t.counters.Publish()
 	select {
 	case <-wake:
-	case f := <-t.mail:
-		f(r)
+	case <-t.mb.ready:
+		r.runMail()
 	case <-tick:
 		r.flushAll()
 		t.counters.Publish()
@@ -840,13 +843,26 @@ func panicError(p any) error {
 	return &PanicError{Value: p, Stack: string(debug.Stack())}
 }
 
-// PanicError is a panic in operator code, recovered by the task.
+// PanicError is a panic in operator code, recovered by the task. The operator layer fills in the operator
+// whose code panicked (a user function, mostly) and where the job created it; a panic it could not
+// attribute (in the task's own code) has neither. The task logs Stack at ERROR when it fails with one.
 type PanicError struct {
-	Value any
-	Stack string
+	// Operator names the operator, Origin is the file:line of the API call that built it; both may be empty.
+	Operator, Origin string
+	Value            any
+	Stack            string
 }
 
-func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v", e.Value) }
+func (e *PanicError) Error() string {
+	if e.Operator == "" {
+		return fmt.Sprintf("panic: %v", e.Value)
+	}
+	at := ""
+	if e.Origin != "" {
+		at = " (created at " + e.Origin + ")"
+	}
+	return fmt.Sprintf("operator %q%s panicked: %v", e.Operator, at, e.Value)
+}
 
 // Unwrap returns the panic value when it is an error (a state access that failed, for example).
 func (e *PanicError) Unwrap() error {

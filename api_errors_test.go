@@ -1,0 +1,227 @@
+package runnel_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/runnel-dev/runnel"
+	"github.com/runnel-dev/runnel/connector"
+)
+
+// here returns "file.go:line" of its caller, as the engine's error messages name the user's calls.
+func here() string {
+	_, file, line, _ := runtime.Caller(1)
+	return fmt.Sprintf("%s:%d", filepath.Base(file), line)
+}
+
+// TestMissingCodecNamesFileAndLine pins the README's promise for a record type without a codec on a network
+// edge: the error names the operator whose output crosses the network and the file:line of the API call
+// that built it, however the edge comes to cross a task boundary.
+func TestMissingCodecNamesFileAndLine(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		opts  []runnel.Option
+		build func(env *runnel.Environment) string
+	}{
+		{"rebalance", nil, func(env *runnel.Environment) string {
+			src := runnel.FromSource(env, connector.Collection(seq(3)))
+			m, at := runnel.Map(src, func(v int64) (unencodable, error) { return unencodable{}, nil }).Name("mk"), here()
+			m.Rebalance().SinkTo(connector.Discard[unencodable]())
+			return at
+		}},
+		{"no chaining", []runnel.Option{runnel.WithChaining(false)}, func(env *runnel.Environment) string {
+			src := runnel.FromSource(env, connector.Collection(seq(3)))
+			m, at := runnel.Map(src, func(v int64) (unencodable, error) { return unencodable{}, nil }).Name("mk"), here()
+			m.SinkTo(connector.Discard[unencodable]())
+			return at
+		}},
+		{"parallelism changes", nil, func(env *runnel.Environment) string {
+			src := runnel.FromSource(env, connector.Collection(seq(3)))
+			m, at := runnel.Map(src, func(v int64) (unencodable, error) { return unencodable{}, nil }).Name("mk"), here()
+			m.SinkTo(connector.Discard[unencodable]()).SetParallelism(2)
+			return at
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := runnel.NewEnvironment(tc.opts...)
+			at := tc.build(env)
+			_, err := env.Execute(context.Background(), "no codec")
+			if err == nil {
+				t.Fatal("the job ran without a codec on a network edge")
+			}
+			for _, want := range []string{`operator "mk"`, "needs a codec", "created at", at} {
+				if !strings.Contains(err.Error(), want) {
+					t.Fatalf("error %q does not contain %q", err, want)
+				}
+			}
+		})
+	}
+}
+
+// lateState declares its state in ProcessElement instead of Open.
+type lateState struct {
+	runnel.KeyedProcessBase[int64, int64]
+}
+
+func (lateState) ProcessElement(ctx runnel.KeyedContext[int64], v int64, out runnel.Collector[int64]) error {
+	total, err := runnel.NewValueState[int64](ctx, "total")
+	if err != nil {
+		return err
+	}
+	sum, _ := total.Value()
+	total.Update(sum + v)
+	out.Collect(sum + v)
+	return nil
+}
+
+// TestStateDeclaredOutsideOpen pins the message for keyed state declared in ProcessElement: it names the
+// state and the operator and says that state is declared in Open, at the first record (before, the first
+// record declared it and the second failed with "registered twice"), with either state backend.
+func TestStateDeclaredOutsideOpen(t *testing.T) {
+	for _, backend := range []string{"memory", "pebble"} {
+		t.Run(backend, func(t *testing.T) {
+			env := runnel.NewEnvironment(runnel.WithLogger(quiet), runnel.WithStateBackend(backend))
+			src := runnel.FromSource(env, connector.Collection(seq(10)))
+			sums := runnel.Process(runnel.KeyBy(src, func(v int64) int64 { return v % 2 }),
+				func() runnel.KeyedProcessFunction[int64, int64, int64] { return lateState{} }).Name("late")
+			sums.SinkTo(connector.Discard[int64]())
+			_, err := env.Execute(context.Background(), "late state")
+			if err == nil {
+				t.Fatal("the job ran with state declared in ProcessElement")
+			}
+			for _, want := range []string{`value state "total"`, `operator "late"`, "must be declared in Open"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Fatalf("error %q does not contain %q", err, want)
+				}
+			}
+			if strings.Contains(err.Error(), "twice") {
+				t.Fatalf("error %q blames a second declaration", err)
+			}
+		})
+	}
+}
+
+// captureHandler is a slog handler that keeps every record, for tests that check what was logged.
+type captureHandler struct {
+	mu      *sync.Mutex
+	records *[]slog.Record
+	attrs   []slog.Attr
+}
+
+func newCaptureHandler() *captureHandler {
+	return &captureHandler{mu: &sync.Mutex{}, records: &[]slog.Record{}}
+}
+
+func (h *captureHandler) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h *captureHandler) Handle(_ context.Context, r slog.Record) error {
+	r = r.Clone()
+	r.AddAttrs(h.attrs...)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	*h.records = append(*h.records, r)
+	return nil
+}
+
+func (h *captureHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	c := *h
+	c.attrs = append(slices.Clone(h.attrs), as...)
+	return &c
+}
+
+func (h *captureHandler) WithGroup(string) slog.Handler { return h }
+
+// errorsWith returns the records logged at ERROR that have attribute key, with that attribute's value.
+func (h *captureHandler) errorsWith(key string) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for _, r := range *h.records {
+		if r.Level < slog.LevelError {
+			continue
+		}
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == key {
+				out = append(out, a.Value.String())
+			}
+			return true
+		})
+	}
+	return out
+}
+
+// TestPanicNamesOperator pins what a panic in a user function reports: the job's error names the operator
+// whose function panicked (not only the chain it runs in) and the file:line of the API call that built
+// it, and the task logs the panic's stack at ERROR. The panicking operator sits in the middle of a chain
+// of several, reached on the batch path (records of a source poll) and on the per-record path (records a
+// flat map emits one by one).
+func TestPanicNamesOperator(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		build func(env *runnel.Environment) string
+	}{
+		{"batch path", func(env *runnel.Environment) string {
+			src := runnel.FromSource(env, connector.Collection(seq(1000)))
+			parsed := runnel.Map(src, func(v int64) (int64, error) { return v * 2, nil }).Name("parse")
+			explode := func(v int64) (int64, error) {
+				if v == 600 {
+					panic("explode at 600")
+				}
+				return v, nil
+			}
+			boom, at := runnel.Map(parsed, explode).Name("explode"), here()
+			boom.Filter(func(v int64) (bool, error) { return v%3 == 0, nil }).Name("keep").SinkTo(connector.Discard[int64]()).Name("sink")
+			return at
+		}},
+		{"per-record path", func(env *runnel.Environment) string {
+			src := runnel.FromSource(env, connector.Collection(seq(1000)))
+			twice := runnel.FlatMap(src, func(v int64, out runnel.Collector[int64]) error {
+				out.Collect(v)
+				out.Collect(v + 1000)
+				return nil
+			}).Name("twice")
+			explode := func(v int64) (int64, error) {
+				if v == 1300 {
+					panic("explode at 1300")
+				}
+				return v, nil
+			}
+			boom, at := runnel.Map(twice, explode).Name("explode"), here()
+			boom.Filter(func(v int64) (bool, error) { return true, nil }).Name("keep").SinkTo(connector.Discard[int64]()).Name("sink")
+			return at
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			logs := newCaptureHandler()
+			env := runnel.NewEnvironment(runnel.WithLogger(slog.New(logs)))
+			at := tc.build(env)
+			res, err := env.Execute(context.Background(), "panic")
+			if err == nil {
+				t.Fatal("the job did not fail")
+			}
+			if len(res.Vertices) != 1 {
+				t.Fatalf("the operators were not chained into one task: %d vertices", len(res.Vertices))
+			}
+			for _, want := range []string{`operator "explode"`, "created at", at, "panicked: explode at"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Fatalf("error %q does not contain %q", err, want)
+				}
+			}
+			stacks := logs.errorsWith("stack")
+			if len(stacks) == 0 {
+				t.Fatal("no stack was logged at ERROR")
+			}
+			// The stack is the panic's: it runs through the user's function in this file.
+			if !strings.Contains(stacks[0], "api_errors_test.go") || !strings.Contains(stacks[0], "panic") {
+				t.Fatalf("the logged stack does not show the panicking function:\n%s", stacks[0])
+			}
+		})
+	}
+}

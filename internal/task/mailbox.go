@@ -1,0 +1,205 @@
+package task
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/runnel-dev/runnel/internal/barrier"
+	"github.com/runnel-dev/runnel/internal/checkpoint"
+)
+
+// The mailbox holds the work other goroutines give a task (the job master's checkpoint triggers, aborts
+// and completion notifications) until the mailbox loop runs it, between records. Nothing a task must hear
+// is dropped: each kind of mail has a bound, and what happens past it is stated.
+//
+//   - Completion notifications coalesce into the highest id: one slot. A completion covers every earlier
+//     checkpoint (the contract of CheckpointListener: commit everything staged up to the id), so the
+//     chain hears the highest id once, and never an id at or below one it heard.
+//   - Aborts are kept as a set of ids, ascending, at most maxPendingAborts: the checkpoint being aligned
+//     and as many ahead of it as the barrier aligner remembers. Past the bound the oldest id is folded into
+//     an abort-up-to mark, which the task hands the aligner as OnAbortUpTo, and which it logs. Folding can
+//     only give up more: a checkpoint below the mark that was still in progress (its own abort not yet
+//     sent) then loses this task's acknowledgement and does not complete; no checkpoint is ever made
+//     wrong. It takes maxPendingAborts aborts while the task runs no mail (a task stuck in a record).
+//   - Triggers (sources only) queue in order, at most maxPendingTriggers. An abort takes its checkpoint's
+//     trigger out of the queue, so that only checkpoints in progress wait, and the coordinator keeps at
+//     most checkpoint.MaxConcurrentLimit of those. Past the bound a trigger is refused: TriggerCheckpoint
+//     returns false, and the job master declines the checkpoint (counted, visible in the report).
+//
+// After the task ended, mail is refused (the methods return false).
+
+// maxPendingTriggers bounds the checkpoint triggers waiting in a task's mailbox.
+const maxPendingTriggers = checkpoint.MaxConcurrentLimit
+
+// maxPendingAborts bounds the checkpoint aborts waiting in a task's mailbox, beyond which the oldest are
+// folded into an abort-up-to mark.
+const maxPendingAborts = barrier.MaxAbortedIDs + 1
+
+// trigger is a checkpoint trigger waiting for the source's mailbox loop.
+type trigger struct {
+	id, timestampMillis int64
+	flags               uint32
+}
+
+// mail is what the mailbox holds, and what the loop takes out of it in one go.
+type mail struct {
+	abortUpTo    int64   // every checkpoint up to here is aborted; 0: none
+	folded       int     // aborts merged into abortUpTo since the last take
+	aborts       []int64 // ascending, each above abortUpTo
+	triggers     []trigger
+	completeUpTo int64 // the highest checkpoint completed; 0: none
+}
+
+func (m *mail) empty() bool {
+	return m.abortUpTo == 0 && len(m.aborts) == 0 && len(m.triggers) == 0 && m.completeUpTo == 0
+}
+
+// mailbox is the task's queue of mail; safe for any goroutine. The loop waits on ready.
+type mailbox struct {
+	mu      sync.Mutex
+	closed  bool
+	pending mail
+	ready   chan struct{} // capacity 1: a value means there is mail
+}
+
+func newMailbox() *mailbox { return &mailbox{ready: make(chan struct{}, 1)} }
+
+// signal wakes the loop; called with mu held after adding mail.
+func (mb *mailbox) signal() {
+	select {
+	case mb.ready <- struct{}{}:
+	default: // already signalled, not yet taken
+	}
+}
+
+// putTrigger queues a checkpoint trigger; false if the task ended or maxPendingTriggers are waiting.
+func (mb *mailbox) putTrigger(tr trigger) bool {
+	mb.mu.Lock()
+	defer mb.mu.Unlock()
+	if mb.closed || len(mb.pending.triggers) >= maxPendingTriggers {
+		return false
+	}
+	mb.pending.triggers = append(mb.pending.triggers, tr)
+	mb.signal()
+	return true
+}
+
+// putAbort queues the abort of checkpoint id; false if the task ended.
+func (mb *mailbox) putAbort(id int64) bool {
+	mb.mu.Lock()
+	defer mb.mu.Unlock()
+	if mb.closed {
+		return false
+	}
+	p := &mb.pending
+	// A trigger of the aborted checkpoint that the source has not taken yet is void.
+	p.triggers = slices.DeleteFunc(p.triggers, func(tr trigger) bool { return tr.id == id })
+	if id <= p.abortUpTo {
+		return true // covered by the mark already
+	}
+	i, found := slices.BinarySearch(p.aborts, id)
+	if !found {
+		p.aborts = slices.Insert(p.aborts, i, id)
+	}
+	if len(p.aborts) > maxPendingAborts {
+		p.abortUpTo = p.aborts[0]
+		p.folded++
+		p.aborts = slices.Delete(p.aborts, 0, 1)
+	}
+	mb.signal()
+	return true
+}
+
+// putComplete queues the completion of checkpoint id, merged with any waiting one; false if the task ended.
+func (mb *mailbox) putComplete(id int64) bool {
+	mb.mu.Lock()
+	defer mb.mu.Unlock()
+	if mb.closed {
+		return false
+	}
+	mb.pending.completeUpTo = max(mb.pending.completeUpTo, id)
+	mb.signal()
+	return true
+}
+
+// take moves the waiting mail into m (reusing m's memory) and empties the mailbox.
+func (mb *mailbox) take(m *mail) {
+	mb.mu.Lock()
+	defer mb.mu.Unlock()
+	p := &mb.pending
+	m.abortUpTo, m.folded, m.completeUpTo = p.abortUpTo, p.folded, p.completeUpTo
+	m.aborts = append(m.aborts[:0], p.aborts...)
+	m.triggers = append(m.triggers[:0], p.triggers...)
+	p.abortUpTo, p.folded, p.completeUpTo = 0, 0, 0
+	p.aborts, p.triggers = p.aborts[:0], p.triggers[:0]
+}
+
+// len returns how many entries wait: aborts, triggers, and the mark and completion slots when set.
+func (mb *mailbox) len() int {
+	mb.mu.Lock()
+	defer mb.mu.Unlock()
+	n := len(mb.pending.aborts) + len(mb.pending.triggers)
+	if mb.pending.abortUpTo > 0 {
+		n++
+	}
+	if mb.pending.completeUpTo > 0 {
+		n++
+	}
+	return n
+}
+
+// close refuses all further mail; what waits is dropped with the task that ended.
+func (mb *mailbox) close() {
+	mb.mu.Lock()
+	defer mb.mu.Unlock()
+	mb.closed = true
+	mb.pending = mail{}
+}
+
+// TriggerCheckpoint asks a source task to snapshot its state and send barriers downstream. It returns false
+// when the task cannot take the trigger: it ended, or maxPendingTriggers triggers wait already.
+func (t *Task) TriggerCheckpoint(id, timestampMillis int64, flags uint32) bool {
+	return t.mb.putTrigger(trigger{id: id, timestampMillis: timestampMillis, flags: flags})
+}
+
+// AbortCheckpoint tells the task that the job master gave up on checkpoint id. It returns false when the
+// task ended.
+func (t *Task) AbortCheckpoint(id int64) bool { return t.mb.putAbort(id) }
+
+// NotifyCheckpointComplete tells the task that checkpoint id is complete and persisted; the chain's
+// operators hear of it on the task goroutine (a sink may then commit what it wrote up to that checkpoint),
+// merged with other completions that arrive before the task gets to them. An error fails the task. It
+// returns false when the task ended.
+func (t *Task) NotifyCheckpointComplete(id int64) bool { return t.mb.putComplete(id) }
+
+// runMail carries out the waiting mail on the task goroutine: aborts first (the mark, then each id, oldest
+// first, as the aligner expects them), then triggers in order, then the completion.
+func (r *run) runMail() {
+	m := &r.mail
+	r.t.mb.take(m)
+	if m.empty() {
+		return
+	}
+	if m.abortUpTo > 0 {
+		r.t.log.Warn("checkpoint aborts merged: the task ran no mail while they arrived",
+			"aborted_up_to", m.abortUpTo, "merged", m.folded, "bound", maxPendingAborts)
+		if r.aligner != nil {
+			r.apply(r.aligner.OnAbortUpTo(m.abortUpTo))
+		}
+	}
+	for _, id := range m.aborts {
+		if r.aligner != nil {
+			r.apply(r.aligner.OnAbort(id))
+		}
+	}
+	for _, tr := range m.triggers {
+		r.performCheckpoint(tr.id, tr.timestampMillis, tr.flags)
+	}
+	if id := m.completeUpTo; id > r.completeHeard && r.chain != nil {
+		r.completeHeard = id
+		if err := r.chain.NotifyCheckpointComplete(id); err != nil {
+			Abort(fmt.Errorf("checkpoint %d complete: %w", id, err))
+		}
+	}
+}
