@@ -205,8 +205,5 @@ func (jm *JobMaster) pruneLedger(id int64) {
 	}
 	jm.mu.Lock()
 	defer jm.mu.Unlock()
-	jm.ledger.prune(floor, func(a ident.Attempt) bool {
-		ex := jm.execs[a.Subtask]
-		return ex != nil && ex.attempt == a
-	})
+	jm.ledger.prune(floor)
 }

@@ -180,6 +180,14 @@ func (jm *JobMaster) maybeRestart() (time.Duration, bool) {
 			// A finished producer keeps its partitions until now: its new attempt produces them again.
 			ex.tm.ReleasePartitions(ex.attempt)
 		}
+		// The new attempt restores restore: what earlier attempts counted as lost and this restore rolls
+		// back is counted again by this failover (see lossLedger).
+		var restoreID *int64
+		if restore != nil {
+			id := restore.ID
+			restoreID = &id
+		}
+		jm.ledger.rollBack(s, restoreID)
 		ex.attempt.Number++
 		ex.state = task.Created
 		ex.in, ex.out = 0, 0
@@ -289,9 +297,9 @@ func (jm *JobMaster) markLossBaseline(ev *Failover) {
 
 // onObservation adds what a restarted attempt saw to the failover that deployed it. A failover merged into
 // a plan that was still stopping subtasks restarts them too, but their new attempts belong to the first
-// one; an attempt that a later failover replaces reports nothing more once it is replaced (the job master
-// ignores updates of replaced attempts), and the ledger keeps the next attempt from counting again what
-// this one counted.
+// one. An attempt reports its joins before its end (one goroutine, one ordered channel), so none is lost to
+// the job master ignoring updates of replaced attempts; the ledger remembers the joins so that a later
+// failover that rolls the attempt back takes them out again (see lossLedger).
 func (jm *JobMaster) onObservation(a ident.Attempt, o *task.Observation) {
 	jm.mu.Lock()
 	defer jm.mu.Unlock()
@@ -303,13 +311,8 @@ func (jm *JobMaster) onObservation(a ident.Attempt, o *task.Observation) {
 	switch o.Kind {
 	case task.ChannelJoined:
 		key := channelKey{p: o.Channel.Partition, sub: o.Channel.Subpartition}
-		lost, ok := jm.ledger.join(a, key, ex.restoredFrom, ex.skipUpTo, o.Lost)
-		if !ok {
-			jm.log.Warn("loss of a channel rolled back beyond its restored checkpoint; counted as 0",
-				"consumer", jm.name(a.Subtask), "channel", key.p, "gap", o.Lost)
-		}
 		cl := ChannelLoss{Producer: o.Channel.Partition.Producer.Subtask, Consumer: a.Subtask,
-			RecordsLost: lost, PartialRecordsSkipped: o.PartialSkipped}
+			RecordsLost: o.Lost, PartialRecordsSkipped: o.PartialSkipped}
 		if base, ok := ev.baseline[key]; ok {
 			delete(ev.baseline, key) // count each channel once
 			if pex := jm.execs[o.Channel.Partition.Producer.Subtask]; pex != nil && pex.attempt == o.Channel.Partition.Producer {
@@ -319,13 +322,8 @@ func (jm *JobMaster) onObservation(a ident.Attempt, o *task.Observation) {
 				}
 			}
 		}
-		ev.RecordsLost += cl.RecordsLost
-		ev.PartialRecordsSkipped += cl.PartialRecordsSkipped
-		ev.RecordsDropped += cl.RecordsDropped
-		ev.BuffersDropped += cl.BuffersDropped
-		if cl.RecordsLost+cl.RecordsDropped+cl.BuffersDropped+cl.PartialRecordsSkipped > 0 {
-			ev.Channels = append(ev.Channels, cl)
-		}
+		ev.add(cl)
+		jm.ledger.join(a, ex.skipUpTo, ev, cl)
 	case task.FirstOutput:
 		if ev.tails[a.Subtask] {
 			delete(ev.tails, a.Subtask)

@@ -5,81 +5,84 @@ import "github.com/runnel-dev/runnel/internal/ident"
 // lossLedger makes approximate recovery's loss exact when failovers overlap.
 //
 // A restarted consumer attempt reports, for each channel from a producer that kept running, the records
-// between the position it restored and the first record it received (task.ChannelJoined). Alone, that is
-// the loss of its failover. But when the consumer fails again and its next attempt restores a checkpoint
-// that does not hold the previous attempt's state (the previous attempt was deployed after that
-// checkpoint was triggered), the next attempt's gap starts at the same restored position and so covers
-// what the previous attempt already reported: counting both would count those records twice. The ledger
-// keeps what each attempt counted per channel and subtracts, from a new attempt's gap, what the attempts
-// it rolls back counted. Summed over the failovers, the loss is then the gaps in the state that survives,
-// which is what a checker of that state sees.
+// between the position it restored and the first record it received (task.ChannelJoined): the loss of the
+// failover that deployed it, as a gap in the consumer's state. When the consumer fails again and its next
+// attempt restores a checkpoint that does not hold the previous attempt's state (the previous attempt was
+// deployed after that checkpoint was triggered), those gaps are rolled back with the state, and the later
+// failover counts the whole loss since that checkpoint afresh: on a channel whose producer kept running its
+// gap starts at the same restored position, so it covers the earlier gap; on a channel whose producer was
+// restarted too, what the earlier gap missed is either replayed (a rewound source) or counted upstream, on
+// the channels into the restarted producers. So the ledger keeps what each restarted attempt counted per
+// channel, and when a restore rolls an attempt back, it takes that attempt's counts out of the failover
+// that had reported them. Summed over the failovers, the loss is then the gaps in the state that survives,
+// which is what a checker of that state sees; each failover reports what it lost and no later failover
+// re-counted.
 //
 // It is a pure value: no clock, no goroutine. Its size is bounded by prune: an entry is kept only while a
-// restore could still roll its attempt back (no retained checkpoint holds its state yet) and while its
-// producer attempt is the current one (no consumer joins a replaced producer's channel again).
+// restore could still roll its attempt back (no retained checkpoint holds its state yet).
 type lossLedger struct {
-	entries map[ledgerKey][]ledgerEntry
+	entries map[ident.Subtask][]ledgerEntry
 }
 
-// ledgerKey is one channel as one consumer subtask reads it (the channel names the producer attempt).
-type ledgerKey struct {
-	consumer ident.Subtask
-	channel  channelKey
-}
-
-// ledgerEntry is what one consumer attempt counted on one channel.
+// ledgerEntry is what one restarted consumer attempt counted on one channel, and where it was reported.
 type ledgerEntry struct {
 	attempt int32
 	// skipUpTo is the highest checkpoint id triggered before the attempt was deployed: checkpoints above
 	// it hold this attempt's state, those up to it do not.
 	skipUpTo int64
-	counted  uint64
+	ev       *Failover
+	loss     ChannelLoss
 }
 
-// join records that consumer attempt a, which restored checkpoint restoredFrom (nil: none) and was
-// deployed when skipUpTo was the last checkpoint triggered, joined channel ch with a gap of gap records.
-// It returns the records to count for this join: the gap minus what earlier attempts of the consumer
-// counted on the channel and this restore rolled back. ok is false when the subtraction would go below
-// zero, which only a restore that skips over a checkpoint a rolled-back attempt's records were committed
-// to can cause (a damaged checkpoint passed over between overlapping failures); the count is then 0.
-func (l *lossLedger) join(a ident.Attempt, ch channelKey, restoredFrom *int64, skipUpTo int64, gap uint64) (count uint64, ok bool) {
+// join records that consumer attempt a, deployed by failover ev when skipUpTo was the last checkpoint
+// triggered, counted loss on one of its channels (already added to ev).
+func (l *lossLedger) join(a ident.Attempt, skipUpTo int64, ev *Failover, loss ChannelLoss) {
+	if loss.RecordsLost+loss.RecordsDropped+loss.BuffersDropped+loss.PartialRecordsSkipped == 0 {
+		return // nothing to take back
+	}
 	if l.entries == nil {
-		l.entries = make(map[ledgerKey][]ledgerEntry)
+		l.entries = make(map[ident.Subtask][]ledgerEntry)
 	}
-	key := ledgerKey{consumer: a.Subtask, channel: ch}
-	var rolledBack uint64
-	for _, e := range l.entries[key] {
-		if e.attempt < a.Number && (restoredFrom == nil || *restoredFrom <= e.skipUpTo) {
-			rolledBack += e.counted
+	l.entries[a.Subtask] = append(l.entries[a.Subtask], ledgerEntry{attempt: a.Number, skipUpTo: skipUpTo, ev: ev, loss: loss})
+}
+
+// rollBack is called when subtask s restarts from checkpoint restoredFrom (nil: none): the counts of its
+// attempts whose state that checkpoint does not hold leave the failovers that reported them.
+func (l *lossLedger) rollBack(s ident.Subtask, restoredFrom *int64) {
+	es := l.entries[s]
+	kept := es[:0]
+	for _, e := range es {
+		if restoredFrom != nil && *restoredFrom > e.skipUpTo {
+			kept = append(kept, e)
+			continue
 		}
+		e.ev.retract(e.loss)
 	}
-	count, ok = gap-rolledBack, gap >= rolledBack
-	if !ok {
-		count = 0
+	if len(kept) == 0 {
+		delete(l.entries, s)
+	} else {
+		l.entries[s] = kept
 	}
-	l.entries[key] = append(l.entries[key], ledgerEntry{attempt: a.Number, skipUpTo: skipUpTo, counted: count})
-	return count, ok
 }
 
 // prune forgets entries that no restore can roll back any more: those of attempts whose state every
 // checkpoint a restore may still choose holds (skipUpTo below floor, the oldest such checkpoint's id; 0:
-// no floor yet), and those of channels whose producer attempt current does not name any longer.
-func (l *lossLedger) prune(floor int64, current func(ident.Attempt) bool) {
-	for key, es := range l.entries {
-		if !current(key.channel.p.Producer) {
-			delete(l.entries, key)
-			continue
-		}
+// no floor yet).
+func (l *lossLedger) prune(floor int64) {
+	if floor == 0 {
+		return
+	}
+	for s, es := range l.entries {
 		kept := es[:0]
 		for _, e := range es {
-			if floor == 0 || e.skipUpTo >= floor {
+			if e.skipUpTo >= floor {
 				kept = append(kept, e)
 			}
 		}
 		if len(kept) == 0 {
-			delete(l.entries, key)
+			delete(l.entries, s)
 		} else {
-			l.entries[key] = kept
+			l.entries[s] = kept
 		}
 	}
 }
@@ -91,4 +94,39 @@ func (l *lossLedger) size() int {
 		n += len(es)
 	}
 	return n
+}
+
+// add counts one channel's loss in the failover.
+func (f *Failover) add(cl ChannelLoss) {
+	f.RecordsLost += cl.RecordsLost
+	f.PartialRecordsSkipped += cl.PartialRecordsSkipped
+	f.RecordsDropped += cl.RecordsDropped
+	f.BuffersDropped += cl.BuffersDropped
+	if cl.RecordsLost+cl.RecordsDropped+cl.BuffersDropped+cl.PartialRecordsSkipped > 0 {
+		f.Channels = append(f.Channels, cl)
+	}
+}
+
+// retract takes a channel's loss, counted by add, out of the failover again: a later failover rolled the
+// consumer back and counts that loss itself. The channel's entry goes when nothing is left of it.
+func (f *Failover) retract(cl ChannelLoss) {
+	f.RecordsLost -= cl.RecordsLost
+	f.PartialRecordsSkipped -= cl.PartialRecordsSkipped
+	f.RecordsDropped -= cl.RecordsDropped
+	f.BuffersDropped -= cl.BuffersDropped
+	for i := range f.Channels {
+		c := &f.Channels[i]
+		if c.Producer != cl.Producer || c.Consumer != cl.Consumer || c.RecordsLost < cl.RecordsLost ||
+			c.PartialRecordsSkipped < cl.PartialRecordsSkipped || c.RecordsDropped < cl.RecordsDropped || c.BuffersDropped < cl.BuffersDropped {
+			continue
+		}
+		c.RecordsLost -= cl.RecordsLost
+		c.PartialRecordsSkipped -= cl.PartialRecordsSkipped
+		c.RecordsDropped -= cl.RecordsDropped
+		c.BuffersDropped -= cl.BuffersDropped
+		if c.RecordsLost+c.RecordsDropped+c.BuffersDropped+c.PartialRecordsSkipped == 0 {
+			f.Channels = append(f.Channels[:i], f.Channels[i+1:]...)
+		}
+		return
+	}
 }

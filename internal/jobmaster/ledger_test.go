@@ -6,61 +6,76 @@ import (
 	"github.com/runnel-dev/runnel/internal/ident"
 )
 
+// TestLossLedger replays overlapping failovers of one consumer and checks what each failover reports in
+// the end: a restore that rolls an attempt back takes that attempt's counts out of the failover that
+// reported them, since the later failover counts the loss since the restored checkpoint afresh.
 func TestLossLedger(t *testing.T) {
 	consumer := ident.Subtask{Vertex: 2, Index: 1}
-	producer := ident.Attempt{Subtask: ident.Subtask{Vertex: 1, Index: 0}}
-	ch := channelKey{p: ident.PartitionID{Result: 1, Producer: producer}, sub: 1}
-	other := channelKey{p: ident.PartitionID{Result: 1, Producer: ident.Attempt{Subtask: ident.Subtask{Vertex: 1, Index: 1}}}, sub: 1}
+	p0 := ident.Subtask{Vertex: 1, Index: 0}
+	p1 := ident.Subtask{Vertex: 1, Index: 1}
 	cp := func(id int64) *int64 { return &id }
-	type join struct {
+	type step struct {
+		// restart: the consumer restarts into attempt, deployed by event ev after skipUpTo was triggered,
+		// restoring restored; then it joins its channels with the given losses.
 		attempt  int32
-		ch       channelKey
-		restored *int64
+		ev       int
 		skipUpTo int64
-		gap      uint64
-		want     uint64
-		wantOK   bool
+		restored *int64
+		joins    []ChannelLoss
+	}
+	loss := func(p ident.Subtask, lost uint64) ChannelLoss {
+		return ChannelLoss{Producer: p, Consumer: consumer, RecordsLost: lost}
 	}
 	for _, tc := range []struct {
 		name  string
-		joins []join
+		steps []step
+		want  []uint64 // records lost per event at the end
 	}{
-		{"one failover counts its gap", []join{{1, ch, cp(4), 5, 100, 100, true}}},
-		{"a second restart from the same checkpoint counts only what is new", []join{
-			{1, ch, cp(4), 5, 100, 100, true}, // gap [r, r+100)
-			{2, ch, cp(4), 5, 180, 80, true},  // gap [r, r+180) covers the first: 80 more
-			{3, ch, cp(4), 6, 250, 70, true},  // rolls back both: 250 - 180
-		}},
-		{"a checkpoint between the restarts holds the first attempt's count", []join{
-			{1, ch, cp(4), 5, 100, 100, true},
-			{2, ch, cp(7), 7, 30, 30, true}, // checkpoint 7 was taken by attempt 1 (7 > 5): nothing rolled back
-		}},
-		{"no checkpoint rolls back everything", []join{
-			{1, ch, nil, 0, 100, 100, true},
-			{2, ch, nil, 0, 150, 50, true},
-		}},
-		{"channels are counted apart", []join{
-			{1, ch, cp(4), 5, 100, 100, true},
-			{2, other, cp(4), 5, 40, 40, true},
-		}},
-		{"a restore that goes back past a committed count cannot go negative", []join{
-			{1, ch, cp(4), 5, 100, 100, true},
-			{2, ch, cp(4), 5, 150, 50, true},
-			{3, ch, cp(3), 8, 120, 0, false},
-		}},
+		{"one failover counts its gap", []step{{1, 0, 5, cp(4), []ChannelLoss{loss(p0, 100)}}}, []uint64{100}},
+		{"a second restart from the same checkpoint re-counts the whole gap", []step{
+			{1, 0, 5, cp(4), []ChannelLoss{loss(p0, 100), loss(p1, 7)}},
+			{2, 1, 5, cp(4), []ChannelLoss{loss(p0, 180)}}, // p1 was restarted too: its records replay or count upstream
+		}, []uint64{0, 180}},
+		{"three restarts from one checkpoint", []step{
+			{1, 0, 5, cp(4), []ChannelLoss{loss(p0, 100)}},
+			{2, 1, 5, cp(4), []ChannelLoss{loss(p0, 180)}},
+			{3, 2, 6, cp(4), []ChannelLoss{loss(p0, 250)}},
+		}, []uint64{0, 0, 250}},
+		{"a checkpoint between the restarts holds the first attempt's gap", []step{
+			{1, 0, 5, cp(4), []ChannelLoss{loss(p0, 100)}},
+			{2, 1, 7, cp(7), []ChannelLoss{loss(p0, 30)}}, // checkpoint 7 was taken by attempt 1 (7 > 5)
+		}, []uint64{100, 30}},
+		{"no checkpoint rolls everything back", []step{
+			{1, 0, 0, nil, []ChannelLoss{loss(p0, 100)}},
+			{2, 1, 0, nil, []ChannelLoss{loss(p0, 150)}},
+		}, []uint64{0, 150}},
+		{"a fallback to an older checkpoint rolls back what a newer one held", []step{
+			{1, 0, 5, cp(4), []ChannelLoss{loss(p0, 100)}},
+			{2, 1, 8, cp(7), []ChannelLoss{loss(p0, 30)}},
+			{3, 2, 9, cp(3), []ChannelLoss{loss(p0, 400)}},
+		}, []uint64{0, 0, 400}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var l lossLedger
-			var sum uint64
-			for i, j := range tc.joins {
-				got, ok := l.join(ident.Attempt{Subtask: consumer, Number: j.attempt}, j.ch, j.restored, j.skipUpTo, j.gap)
-				if got != j.want || ok != j.wantOK {
-					t.Fatalf("join %d: counted %d (ok %v), want %d (ok %v)", i, got, ok, j.want, j.wantOK)
-				}
-				sum += got
+			evs := make([]*Failover, len(tc.want))
+			for i := range evs {
+				evs[i] = &Failover{}
 			}
-			if last := tc.joins[len(tc.joins)-1]; last.wantOK && last.ch == ch && last.restored != nil && *last.restored == 4 && sum != last.gap {
-				t.Fatalf("counts sum to %d, want the surviving gap %d", sum, last.gap)
+			for _, st := range tc.steps {
+				l.rollBack(consumer, st.restored)
+				for _, j := range st.joins {
+					evs[st.ev].add(j)
+					l.join(ident.Attempt{Subtask: consumer, Number: st.attempt}, st.skipUpTo, evs[st.ev], j)
+				}
+			}
+			for i, ev := range evs {
+				var channels uint64
+				for _, c := range ev.Channels {
+					channels += c.RecordsLost
+				}
+				if ev.RecordsLost != tc.want[i] || channels != tc.want[i] {
+					t.Fatalf("event %d reports %d lost (%d over its channels %+v), want %d", i, ev.RecordsLost, channels, ev.Channels, tc.want[i])
+				}
 			}
 		})
 	}
@@ -68,29 +83,24 @@ func TestLossLedger(t *testing.T) {
 
 func TestLossLedgerPrune(t *testing.T) {
 	consumer := ident.Subtask{Vertex: 2, Index: 0}
-	p0 := ident.Attempt{Subtask: ident.Subtask{Vertex: 1, Index: 0}}
-	p1 := ident.Attempt{Subtask: ident.Subtask{Vertex: 1, Index: 0}, Number: 1}
-	ch0 := channelKey{p: ident.PartitionID{Result: 1, Producer: p0}}
-	ch1 := channelKey{p: ident.PartitionID{Result: 1, Producer: p1}}
+	ev := &Failover{}
 	var l lossLedger
-	id := int64(3)
-	l.join(ident.Attempt{Subtask: consumer, Number: 1}, ch0, &id, 3, 10)
-	l.join(ident.Attempt{Subtask: consumer, Number: 2}, ch0, &id, 9, 10)
-	l.join(ident.Attempt{Subtask: consumer, Number: 2}, ch1, &id, 9, 10)
-	current := func(a ident.Attempt) bool { return a == p1 || a == p0 }
-	l.prune(0, current)
-	if l.size() != 3 {
+	cl := ChannelLoss{Producer: ident.Subtask{Vertex: 1}, Consumer: consumer, RecordsLost: 10}
+	l.join(ident.Attempt{Subtask: consumer, Number: 1}, 3, ev, cl)
+	l.join(ident.Attempt{Subtask: consumer, Number: 2}, 9, ev, cl)
+	l.join(ident.Attempt{Subtask: consumer, Number: 2}, 9, ev, ChannelLoss{Producer: ident.Subtask{Vertex: 1}, Consumer: consumer})
+	if l.size() != 2 {
+		t.Fatalf("%d entries, want 2 (a join without loss has nothing to take back)", l.size())
+	}
+	l.prune(0)
+	if l.size() != 2 {
 		t.Fatalf("prune without a floor dropped entries: %d left", l.size())
 	}
-	l.prune(5, current) // every restorable checkpoint is above 5: attempt 1's count is final
-	if l.size() != 2 {
-		t.Fatalf("%d entries after pruning below 5, want 2", l.size())
-	}
-	l.prune(5, func(a ident.Attempt) bool { return a == p1 }) // producer attempt 0 was replaced
+	l.prune(5) // every restorable checkpoint is above 5: attempt 1's count is final
 	if l.size() != 1 {
-		t.Fatalf("%d entries after the producer was replaced, want 1", l.size())
+		t.Fatalf("%d entries after pruning below 5, want 1", l.size())
 	}
-	l.prune(10, current)
+	l.prune(10)
 	if l.size() != 0 {
 		t.Fatalf("%d entries left", l.size())
 	}
