@@ -2,7 +2,7 @@
 //
 //   - the checkpoint coordinator (Coordinator), a pure state machine in the style of etcd's raft library. It
 //     starts no goroutine, reads no clock and opens no socket: the job master feeds it events (Tick, Ack,
-//     Decline, TaskFailed, TasksRestarted, TaskFinished, Persisted, Stop), each stamped with the caller's
+//     Decline, TaskFailed, TasksRestarted, TaskInputEnded, TaskFinished, Persisted, Stop), each stamped with the caller's
 //     time in milliseconds, and carries out the actions each call returns in a Ready (send triggers, persist
 //     a completed checkpoint, notify tasks, discard aborted data, fail the job);
 //   - the description of completed checkpoints (CompletedCheckpoint, StateHandle, BlobRef) and the check that
@@ -21,6 +21,15 @@
 // Storage.CommitMetadata and reports back with Persisted, which completes it (Ready.Completed and
 // NotifyComplete for the tasks). Task failures and restarts (TaskFailed, TasksRestarted) abort what they
 // touch and move the fence to the new attempts; nothing from an older attempt is accepted afterwards.
+//
+// # Bounded inputs and the final checkpoint
+//
+// Checkpoints go on while some subtasks have finished (Flink's FLIP-147): a finished subtask is recorded
+// as finished (no state; a restore does not run it again), and triggers go to the running subtasks whose
+// upstream subtasks all finished, the new sources of what still runs. A subtask whose input ended reports
+// it (TaskInputEnded) and keeps running until a checkpoint it took part in after that completed; once every
+// subtask has ended its input or finished, the final checkpoint is triggered at once, so that what the last
+// records did is covered by a checkpoint whose completion every task hears before the job is FINISHED.
 //
 // # Storage layout and formats
 //
