@@ -31,6 +31,10 @@ type CheckpointSetup struct {
 	Store StateStore
 	// AtLeastOnce disables barrier alignment.
 	AtLeastOnce bool
+	// FinalCheckpoint makes the task, once its input ended, wait for a checkpoint it takes part in to
+	// complete before it finishes (see finish.go). Set it when checkpoints are triggered periodically: with
+	// none, the task would wait for ever.
+	FinalCheckpoint bool
 	// Ack reports a completed snapshot; Decline a snapshot the task could not take. Both may be called from
 	// any goroutine and must not block for long.
 	Ack     func(id int64, from ident.Attempt, h checkpoint.StateHandle)
@@ -57,15 +61,17 @@ const stateBlobName = "state"
 // each input channel. The NUL keeps it apart from operator names.
 const channelStateName = "\x00channels"
 
-// TriggerCheckpoint asks a source task to snapshot its state and send barriers downstream. It returns false
-// when the task cannot take mail anymore.
+// TriggerCheckpoint asks a task the job master triggers (a source, or a task whose upstream all finished) to
+// snapshot its state and send barriers downstream; a task with inputs does so once it has read them to
+// the end (see finish.go). It returns false when the task cannot take mail anymore.
 func (t *Task) TriggerCheckpoint(id, timestampMillis int64, flags uint32) bool {
-	return t.Mail(func(r *run) { r.performCheckpoint(id, timestampMillis, flags) })
+	return t.Mail(func(r *run) { r.triggered(id, timestampMillis, flags) })
 }
 
 // AbortCheckpoint tells the task that the job master gave up on checkpoint id.
 func (t *Task) AbortCheckpoint(id int64) bool {
 	return t.Mail(func(r *run) {
+		r.dropDeferredTrigger(id)
 		if r.aligner != nil {
 			r.apply(r.aligner.OnAbort(id))
 		}
@@ -83,6 +89,7 @@ func (t *Task) NotifyCheckpointComplete(id int64) bool {
 		if err := r.chain.NotifyCheckpointComplete(id); err != nil {
 			Abort(fmt.Errorf("checkpoint %d complete: %w", id, err))
 		}
+		r.checkpointCompleted(id) // after the operators heard it: a finishing task may now end
 	})
 }
 
@@ -98,6 +105,9 @@ func (r *run) performCheckpoint(id, ts int64, flags uint32) {
 	if err != nil {
 		cs.Decline(id, me, fmt.Errorf("snapshot: %w", err))
 		return
+	}
+	if w := r.snapshotTaken(id); w != nil {
+		writers = append(writers, *w)
 	}
 	if len(r.decoders) > 0 {
 		pos := make([]byte, 0, 8*len(r.decoders))
@@ -256,6 +266,10 @@ func (r *run) restore() (finished bool, err error) {
 			states[k] = v
 		}
 	}
+	if _, ok := states[inputEndedName]; ok {
+		delete(states, inputEndedName)
+		r.fin.restoredEnded = true
+	}
 	if pos, ok := states[channelStateName]; ok {
 		delete(states, channelStateName)
 		n, k := binary.Uvarint(pos)
@@ -296,6 +310,10 @@ func (r *run) restoreRescaled(spec *RestoreSpec, read func(context.Context, chec
 			m, err := decodeStates(data)
 			if err != nil {
 				return fmt.Errorf("restore from checkpoint %d: %w", spec.CheckpointID, err)
+			}
+			if _, ok := m[inputEndedName]; ok {
+				return fmt.Errorf("restore from checkpoint %d: cannot rescale %s from parallelism %d to %d: subtask %d: %w",
+					spec.CheckpointID, me.Name(), spec.RescaledFrom, me.Parallelism, h.Attempt.Index, errRescaleEnded)
 			}
 			for k, v := range m {
 				if k != channelStateName {
