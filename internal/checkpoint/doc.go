@@ -2,7 +2,7 @@
 //
 //   - the checkpoint coordinator (Coordinator), a pure state machine in the style of etcd's raft library. It
 //     starts no goroutine, reads no clock and opens no socket: the job master feeds it events (Tick, Ack,
-//     Decline, TaskFailed, TasksRestarted, TaskInputEnded, TaskFinished, Persisted, Stop), each stamped with the caller's
+//     Decline, TaskFailed, TasksRestarted, TaskFinished, Persisted, Stop), each stamped with the caller's
 //     time in milliseconds, and carries out the actions each call returns in a Ready (send triggers, persist
 //     a completed checkpoint, notify tasks, discard aborted data, fail the job);
 //   - the description of completed checkpoints (CompletedCheckpoint, StateHandle, BlobRef) and the check that

@@ -61,9 +61,11 @@ const stateBlobName = "state"
 // each input channel. The NUL keeps it apart from operator names.
 const channelStateName = "\x00channels"
 
-// TriggerCheckpoint asks a task the job master triggers (a source, or a task whose upstream all finished) to
-// snapshot its state and send barriers downstream; a task with inputs does so once it has read them to
-// the end (see finish.go). It returns false when the task cannot take mail anymore.
+// TriggerCheckpoint asks a source task to snapshot its state and send barriers downstream. It returns false
+// when the task cannot take mail anymore.
+//
+// Once tasks finish, the job master also triggers the tasks whose upstream all finished; one with inputs
+// takes the snapshot once it has read them to the end (see finish.go).
 func (t *Task) TriggerCheckpoint(id, timestampMillis int64, flags uint32) bool {
 	return t.Mail(func(r *run) { r.triggered(id, timestampMillis, flags) })
 }
@@ -263,12 +265,12 @@ func (r *run) restore() (finished bool, err error) {
 			return false, fmt.Errorf("restore from checkpoint %d: %w", spec.CheckpointID, err)
 		}
 		for k, v := range m {
+			if k == inputEndedName {
+				r.fin.restoredEnded = true // the input had ended: see finish.go
+				continue
+			}
 			states[k] = v
 		}
-	}
-	if _, ok := states[inputEndedName]; ok {
-		delete(states, inputEndedName)
-		r.fin.restoredEnded = true
 	}
 	if pos, ok := states[channelStateName]; ok {
 		delete(states, channelStateName)
