@@ -89,6 +89,9 @@ type twoPhaseSink[T comparable] struct {
 	codec codec.Codec[T]
 	// failFlush, when set, makes the first Flush (the sink's end of input) that finds it true fail, once.
 	failFlush *atomic.Bool
+	// failCommit, when set, makes the first commit of a checkpoint the writer snapshotted after its end of
+	// input that finds it true fail, once (the external system refused the final transaction's commit).
+	failCommit *atomic.Bool
 }
 
 func (s *twoPhaseSink[T]) CreateWriter(ctx runnel.RuntimeContext) (runnel.SinkWriter[T], error) {
@@ -105,6 +108,9 @@ type twoPhaseWriter[T comparable] struct {
 	sub    int
 	open   []T
 	staged []stagedTxn[T] // by ascending checkpoint id
+	ended  bool
+	// endSnap is the first checkpoint snapshotted after the end of input (0: none yet).
+	endSnap int64
 }
 
 func (w *twoPhaseWriter[T]) Write(v T) error { w.open = append(w.open, v); return nil }
@@ -113,6 +119,7 @@ func (w *twoPhaseWriter[T]) Flush() error {
 	if f := w.s.failFlush; f != nil && f.CompareAndSwap(true, false) {
 		return errors.New("injected failure at the end of input")
 	}
+	w.ended = true
 	return nil
 }
 
@@ -123,6 +130,9 @@ func (w *twoPhaseWriter[T]) txnID(checkpoint int64) string {
 }
 
 func (w *twoPhaseWriter[T]) SnapshotState(id int64) ([]byte, error) {
+	if w.ended && w.endSnap == 0 {
+		w.endSnap = id
+	}
 	w.staged = append(w.staged, stagedTxn[T]{checkpoint: id, records: w.open})
 	w.open = nil
 	b := binary.AppendUvarint(nil, uint64(len(w.staged)))
@@ -184,6 +194,9 @@ func (w *twoPhaseWriter[T]) RestoreState(b []byte) error {
 }
 
 func (w *twoPhaseWriter[T]) NotifyCheckpointComplete(id int64) error {
+	if f := w.s.failCommit; f != nil && w.endSnap > 0 && id >= w.endSnap && f.CompareAndSwap(true, false) {
+		return fmt.Errorf("injected failure: commit of checkpoint %d refused", id)
+	}
 	i := 0
 	for ; i < len(w.staged) && w.staged[i].checkpoint <= id; i++ {
 		w.s.store.commit(w.txnID(w.staged[i].checkpoint), w.staged[i].records)
@@ -213,7 +226,10 @@ func TestTwoPhaseCommitSinkCommitsEverythingOnce(t *testing.T) {
 		failover  string
 		inject    []string
 		failFlush bool
-		opts      []runnel.Option
+		// failCommit fails the sink's commit of the final checkpoint, after every input ended and the
+		// checkpoint completed: the restarted sources restore it and must not emit again.
+		failCommit bool
+		opts       []runnel.Option
 	}{
 		{name: "no failure, chained", failover: "region"},
 		{name: "no failure, tcp", failover: "region", opts: tcp},
@@ -224,6 +240,8 @@ func TestTwoPhaseCommitSinkCommitsEverythingOnce(t *testing.T) {
 		{name: "full, map at its last record", failover: "full", inject: []string{fmt.Sprintf("map[1]@%d", perSubtask)}, opts: tcp},
 		{name: "region, sink at its end of input", failover: "region", failFlush: true, opts: tcp},
 		{name: "full, sink at its end of input", failover: "full", failFlush: true, opts: tcp},
+		{name: "region, the final commit fails", failover: "region", failCommit: true, opts: tcp},
+		{name: "full, the final commit fails", failover: "full", failCommit: true, opts: tcp},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -232,6 +250,10 @@ func TestTwoPhaseCommitSinkCommitsEverythingOnce(t *testing.T) {
 			if tc.failFlush {
 				sink.failFlush = new(atomic.Bool)
 				sink.failFlush.Store(true)
+			}
+			if tc.failCommit {
+				sink.failCommit = new(atomic.Bool)
+				sink.failCommit.Store(true)
 			}
 			opts := append([]runnel.Option{runnel.WithParallelism(p), runnel.WithLogger(quiet),
 				runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 20 * time.Millisecond}),
@@ -246,11 +268,19 @@ func TestTwoPhaseCommitSinkCommitsEverythingOnce(t *testing.T) {
 			if err != nil || res.Status != "FINISHED" {
 				t.Fatalf("%v, %+v", err, res)
 			}
-			if failures := len(tc.inject); (failures > 0 || tc.failFlush) && len(res.Failovers) == 0 {
+			if failures := len(tc.inject); (failures > 0 || tc.failFlush || tc.failCommit) && len(res.Failovers) == 0 {
 				t.Fatalf("no failover happened: %+v", res)
 			}
 			if err := store.check(want); err != nil {
 				t.Fatalf("%v (checkpoints %+v, failovers %d)", err, res.Checkpoints, len(res.Failovers))
+			}
+			if tc.failCommit {
+				// The restarted sources restored a checkpoint taken after their end: no replay.
+				for _, st := range res.Vertex("source").Subtasks {
+					if st.Attempt == 0 || st.RecordsOut != 0 {
+						t.Errorf("source[%d]: attempt %d emitted %d records; want a restart that emits none", st.Index, st.Attempt, st.RecordsOut)
+					}
+				}
 			}
 		})
 	}
