@@ -84,18 +84,27 @@ type Task struct {
 	Attempt ident.Attempt
 	// Name is the vertex's name (its operator chain), recorded in the metadata for Compatible.
 	Name string
-	// Source marks the subtasks triggers go to; every subtask must acknowledge.
+	// Source marks a subtask without inputs. Triggers go to the running sources and, once some subtasks
+	// finished, to every running subtask whose Upstream all finished; every running subtask must
+	// acknowledge.
 	Source bool
+	// Upstream lists the subtasks that feed this one (its producers on every input edge). A source has
+	// none; every other subtask must list at least one.
+	Upstream []ident.Subtask
 }
 
-// Trigger asks the job master to start checkpoint ID at every target (the running sources).
+// Trigger asks the job master to start checkpoint ID at every target: the running subtasks whose upstream
+// subtasks all finished (the sources, and with some subtasks finished, the new sources of what still
+// runs). A target with inputs takes its snapshot once it has read the rest of its inputs (every channel
+// ended), as if the barrier had come after the last record of each.
 type Trigger struct {
 	ID int64
 	// TimestampMillis is the trigger time, carried by the barriers.
 	TimestampMillis int64
 	// Mode is carried by the barriers.
 	Mode Mode
-	// Targets are the current attempts of the running sources, in subtask order.
+	// Targets are the current attempts of the running subtasks whose upstream all finished, in subtask
+	// order.
 	Targets []ident.Attempt
 }
 
@@ -222,7 +231,7 @@ func (r IgnoreReason) String() string {
 // at debug level.
 type Ignored struct {
 	// Event is the coordinator method that was called ("ack", "decline", "persisted", "task-failed",
-	// "task-finished").
+	// "task-finished", "task-input-ended").
 	Event string
 	// ID is the checkpoint id the message named (0 for task events).
 	ID int64
@@ -315,6 +324,9 @@ const (
 type taskState struct {
 	Task
 	status taskStatus
+	// ended says that a running subtask's input has ended (TaskInputEnded): it emits nothing more and
+	// waits for a checkpoint it takes part in to complete before it finishes.
+	ended bool
 }
 
 type outcome uint8
@@ -351,9 +363,16 @@ type Coordinator struct {
 	lastCompletionMillis int64
 	hasCompletion        bool
 
-	// down and runningSources count subtasks by status (see setStatus).
-	down           int
-	runningSources int
+	// down, running and open count subtasks by status (see setStatus and setEnded): down ones, running
+	// ones, and running ones whose input has not ended.
+	down    int
+	running int
+	open    int
+	// allEnded is whether, at the last event, every subtask had ended its input or finished (and at least
+	// one was still running, none down); finalOwed is set when allEnded becomes true and cleared by the
+	// next trigger, the final checkpoint, which is due at once rather than after the interval.
+	allEnded  bool
+	finalOwed bool
 
 	pending           map[int64]*pending
 	history           map[int64]outcome
@@ -398,11 +417,24 @@ func NewCoordinator(cfg Config, tasks []Task, nextID int64) (*Coordinator, error
 		}
 		names[t.Attempt.Vertex] = t.Name
 		counts[t.Attempt.Vertex]++
-		c.tasks[t.Attempt.Subtask] = &taskState{Task: t}
-		if t.Source {
-			c.runningSources++
+		switch {
+		case t.Source && len(t.Upstream) > 0:
+			return nil, fmt.Errorf("checkpoint coordinator: source subtask %s lists %d upstream subtasks", t.Attempt.Subtask, len(t.Upstream))
+		case !t.Source && len(t.Upstream) == 0:
+			return nil, fmt.Errorf("checkpoint coordinator: subtask %s is not a source but lists no upstream subtasks", t.Attempt.Subtask)
 		}
+		t.Upstream = slices.Clone(t.Upstream)
+		c.tasks[t.Attempt.Subtask] = &taskState{Task: t}
+		c.running++
+		c.open++
 		c.order = append(c.order, t.Attempt.Subtask)
+	}
+	for _, sub := range c.order {
+		for _, up := range c.tasks[sub].Upstream {
+			if _, ok := c.tasks[up]; !ok || up == sub {
+				return nil, fmt.Errorf("checkpoint coordinator: subtask %s lists upstream %s, which is not another subtask of the job", sub, up)
+			}
+		}
 	}
 	slices.SortFunc(c.order, compareSubtask)
 	for id, p := range counts {
@@ -478,9 +510,10 @@ func (c *Coordinator) Attempt(s ident.Subtask) (ident.Attempt, bool) {
 
 // Tick advances time. The first call starts the schedule (the first periodic checkpoint is due one
 // interval later). Each call aborts checkpoints past their timeout, then triggers a checkpoint if one is
-// due: the interval has passed since the last trigger, fewer than MaxConcurrent are in progress, MinPause
-// has passed since the last completion (and, with a pause, none is in progress), no subtask is down, and at
-// least one source is running.
+// due: the interval has passed since the last trigger (or the final checkpoint is owed, see
+// TaskInputEnded), fewer than MaxConcurrent are in progress, MinPause has passed since the last completion
+// (and, with a pause, none is in progress; the final checkpoint does not wait for the pause), no subtask is
+// down, and at least one subtask is running.
 func (c *Coordinator) Tick(now int64) Ready {
 	var rd Ready
 	if !c.started {
@@ -519,12 +552,18 @@ func (c *Coordinator) NextDeadline() (int64, bool) {
 }
 
 // nextTrigger returns when the next periodic trigger is due, if one can happen before some event changes
-// the picture.
+// the picture. An owed final checkpoint is due at once (0).
 func (c *Coordinator) nextTrigger() (int64, bool) {
-	if !c.started || c.cfg.IntervalMillis == 0 || c.triggerBlocked() != nil {
+	if c.cfg.IntervalMillis == 0 || c.triggerBlocked() != nil {
 		return 0, false
 	}
 	if len(c.pending) >= c.cfg.MaxConcurrent || (c.cfg.MinPauseMillis > 0 && len(c.pending) > 0) {
+		return 0, false
+	}
+	if c.finalOwed {
+		return 0, true
+	}
+	if !c.started {
 		return 0, false
 	}
 	due := c.lastTriggerMillis + c.cfg.IntervalMillis
@@ -546,34 +585,102 @@ func (c *Coordinator) triggerBlocked() error {
 			}
 		}
 	}
-	if c.runningSources == 0 {
-		return errors.New("no source is running")
+	if c.running == 0 {
+		return errors.New("every subtask has finished")
 	}
 	return nil
 }
 
-// setStatus moves a subtask to status s, keeping the counters triggerBlocked reads in step.
+// setStatus moves a subtask to status s, keeping the counters triggerBlocked reads in step. A subtask that
+// leaves the running status forgets that its input had ended: a new attempt starts its input again.
 func (c *Coordinator) setStatus(st *taskState, s taskStatus) {
 	if st.status == s {
 		return
 	}
-	if st.status == statusDown {
+	switch st.status {
+	case statusDown:
 		c.down--
+	case statusRunning:
+		c.running--
+		if !st.ended {
+			c.open--
+		}
 	}
-	if st.status == statusRunning && st.Source {
-		c.runningSources--
-	}
-	st.status = s
-	if s == statusDown {
+	st.status, st.ended = s, false
+	switch s {
+	case statusDown:
 		c.down++
-	}
-	if s == statusRunning && st.Source {
-		c.runningSources++
+	case statusRunning:
+		c.running++
+		c.open++
 	}
 }
 
+// setEnded marks whether a running subtask's input has ended, keeping open in step.
+func (c *Coordinator) setEnded(st *taskState, ended bool) {
+	if st.status != statusRunning || st.ended == ended {
+		return
+	}
+	st.ended = ended
+	if ended {
+		c.open--
+	} else {
+		c.open++
+	}
+}
+
+// updateEnded recomputes allEnded after an event that changed statuses: when every subtask has ended its
+// input or finished, with some still running and none down, the final checkpoint becomes owed (with
+// periodic checkpoints on); it is no longer owed when that stops being true (a failure, a restart).
+func (c *Coordinator) updateEnded() {
+	now := c.down == 0 && c.open == 0 && c.running > 0
+	if now && !c.allEnded && c.cfg.IntervalMillis > 0 {
+		c.finalOwed = true
+	}
+	if !now {
+		c.finalOwed = false
+	}
+	c.allEnded = now
+}
+
+// maybeTriggerFinal triggers the owed final checkpoint if nothing holds it back (see nextTrigger): it
+// follows at once the event that made every input end, or that freed a slot for it.
+func (c *Coordinator) maybeTriggerFinal(now int64, rd *Ready) {
+	if !c.finalOwed {
+		return
+	}
+	if _, ok := c.nextTrigger(); ok {
+		c.started = true
+		c.trigger(now, rd)
+	}
+}
+
+// targets returns the current attempts of the running subtasks whose upstream subtasks all finished, in
+// subtask order.
+func (c *Coordinator) targets() []ident.Attempt {
+	var ts []ident.Attempt
+	for _, sub := range c.order {
+		st := c.tasks[sub]
+		if st.status != statusRunning {
+			continue
+		}
+		target := true
+		for _, up := range st.Upstream {
+			if c.tasks[up].status != statusFinished {
+				target = false
+				break
+			}
+		}
+		if target {
+			ts = append(ts, st.Attempt)
+		}
+	}
+	return ts
+}
+
 // TriggerNow triggers a checkpoint at once, regardless of interval, pause and MaxConcurrent (for a
-// savepoint or a test). It fails if a subtask is down, no source is running, or the coordinator is stopped.
+// savepoint or a test). It fails if a subtask is down, every subtask finished, or the coordinator is
+// stopped.
 func (c *Coordinator) TriggerNow(now int64) (Ready, error) {
 	var rd Ready
 	if err := c.triggerBlocked(); err != nil {
@@ -584,25 +691,26 @@ func (c *Coordinator) TriggerNow(now int64) (Ready, error) {
 	return rd, nil
 }
 
+// trigger starts a checkpoint at the targets; every running subtask must acknowledge it, finished ones
+// are recorded as finished. Any trigger pays the owed final checkpoint: every subtask takes it after its
+// input ended.
 func (c *Coordinator) trigger(now int64, rd *Ready) {
 	id := c.nextID
 	c.nextID++
 	c.lastTriggerMillis = now
+	c.finalOwed = false
 	p := &pending{
 		id:            id,
 		triggerMillis: now,
 		waiting:       make(map[ident.Subtask]ident.Attempt, len(c.order)),
 		acks:          make(map[ident.Subtask]StateHandle, len(c.order)),
 	}
-	t := Trigger{ID: id, TimestampMillis: now, Mode: c.cfg.Mode}
+	t := Trigger{ID: id, TimestampMillis: now, Mode: c.cfg.Mode, Targets: c.targets()}
 	for _, sub := range c.order {
 		st := c.tasks[sub]
 		switch st.status {
 		case statusRunning:
 			p.waiting[sub] = st.Attempt
-			if st.Source {
-				t.Targets = append(t.Targets, st.Attempt)
-			}
 		case statusFinished:
 			p.acks[sub] = StateHandle{Attempt: st.Attempt, Finished: true}
 		}
@@ -646,6 +754,7 @@ func (c *Coordinator) Decline(now, id int64, from ident.Attempt, reason error) R
 		why = AbortTaskNotReady
 	}
 	c.abort(&rd, p, why, fmt.Errorf("checkpoint %d declined by %s: %w", id, from, reason))
+	c.maybeTriggerFinal(now, &rd) // the abort may have freed the slot an owed final checkpoint waits for
 	return rd
 }
 
@@ -689,6 +798,7 @@ func (c *Coordinator) Persisted(now, id int64, err error) Ready {
 			c.abort(&rd, q, AbortSubsumed, fmt.Errorf("checkpoint %d subsumed by completed checkpoint %d", q.id, id))
 		}
 	}
+	c.maybeTriggerFinal(now, &rd)
 	return rd
 }
 
@@ -706,6 +816,7 @@ func (c *Coordinator) TaskFailed(now int64, attempt ident.Attempt, reason error)
 		return rd
 	}
 	c.setStatus(st, statusDown)
+	c.updateEnded()
 	for _, p := range c.sortedPending() {
 		if p.persisting == nil && p.involves(attempt.Subtask) {
 			c.abort(&rd, p, AbortTaskFailed, fmt.Errorf("checkpoint %d aborted: %s failed%s", p.id, attempt, because(reason)))
@@ -740,8 +851,12 @@ func (c *Coordinator) TasksRestarted(now int64, attempts []ident.Attempt, reason
 	for _, a := range attempts {
 		st := c.tasks[a.Subtask]
 		st.Attempt = a
+		if st.status == statusRunning {
+			c.setEnded(st, false) // the new attempt reads its input again
+		}
 		c.setStatus(st, statusRunning)
 	}
+	c.updateEnded()
 	for _, p := range c.sortedPending() {
 		if p.persisting != nil {
 			continue
@@ -757,10 +872,39 @@ func (c *Coordinator) TasksRestarted(now int64, attempts []ident.Attempt, reason
 	return rd, nil
 }
 
-// TaskFinished reports that the current attempt of a subtask finished (its bounded input is done).
-// Checkpoints in progress stop waiting for it and record it as finished (unless it already acknowledged),
-// which may complete them; later checkpoints record it as finished. Once no source is running, no
-// checkpoint is triggered.
+// TaskInputEnded reports that the input of the current attempt of a running subtask has ended: it will
+// emit nothing more, and waits, before it finishes, until a checkpoint it took part in since then has
+// completed (Flink's final checkpoint, FLIP-147). Once every subtask has ended its input or finished, the
+// final checkpoint is triggered at once, by this call (or by the event that frees a slot for it, or the
+// next Tick), without waiting for the interval; if it does not complete, the next one follows the periodic
+// schedule, and so on while subtasks run (each failure counts towards Config.TolerableFailed). With
+// periodic checkpoints off (IntervalMillis 0) no final checkpoint is triggered: tasks must not wait for one.
+// Reports from other attempts or from subtasks that are not running are ignored.
+func (c *Coordinator) TaskInputEnded(now int64, attempt ident.Attempt) Ready {
+	var rd Ready
+	st, ok := c.tasks[attempt.Subtask]
+	switch {
+	case !ok:
+		c.ignore(&rd, Ignored{Event: "task-input-ended", From: attempt, Reason: IgnoreUnknownTask})
+		return rd
+	case st.Attempt != attempt:
+		c.ignore(&rd, Ignored{Event: "task-input-ended", From: attempt, Reason: IgnoreNotCurrentAttempt})
+		return rd
+	case st.status != statusRunning:
+		c.ignore(&rd, Ignored{Event: "task-input-ended", From: attempt, Reason: IgnoreNotExpected})
+		return rd
+	}
+	c.setEnded(st, true)
+	c.updateEnded()
+	c.maybeTriggerFinal(now, &rd)
+	return rd
+}
+
+// TaskFinished reports that the current attempt of a subtask finished (its bounded input is done, and a
+// checkpoint covering its end completed, or checkpoints were off for it). Checkpoints in progress stop
+// waiting for it and record it as finished (unless it already acknowledged), which may complete them;
+// later checkpoints record it as finished, and are triggered at the running subtasks whose upstream all
+// finished. Once every subtask finished, no checkpoint is triggered.
 func (c *Coordinator) TaskFinished(now int64, attempt ident.Attempt) Ready {
 	var rd Ready
 	st, ok := c.tasks[attempt.Subtask]
@@ -773,6 +917,7 @@ func (c *Coordinator) TaskFinished(now int64, attempt ident.Attempt) Ready {
 		return rd
 	}
 	c.setStatus(st, statusFinished)
+	c.updateEnded()
 	for _, p := range c.sortedPending() {
 		if _, waiting := p.waiting[attempt.Subtask]; waiting && p.persisting == nil {
 			delete(p.waiting, attempt.Subtask)
@@ -781,6 +926,7 @@ func (c *Coordinator) TaskFinished(now int64, attempt ident.Attempt) Ready {
 			c.maybeComplete(&rd, p)
 		}
 	}
+	c.maybeTriggerFinal(now, &rd)
 	return rd
 }
 

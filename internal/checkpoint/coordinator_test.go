@@ -11,7 +11,8 @@ import (
 	"github.com/runnel-dev/runnel/internal/ident"
 )
 
-// The test job: two sources (v0), two maps (v1), one sink (v2).
+// The test job: two sources (v0), two maps (v1) each fed by its source (forward), one sink (v2) fed by
+// both maps.
 func att(v ident.VertexID, i, n int32) ident.Attempt {
 	return ident.Attempt{Subtask: ident.Subtask{Vertex: v, Index: i}, Number: n}
 }
@@ -25,11 +26,11 @@ var (
 
 func testTasks() []Task {
 	return []Task{
-		{Attempt: sink0, Name: "sink"}, // order does not matter
+		{Attempt: sink0, Name: "sink", Upstream: []ident.Subtask{map0.Subtask, map1.Subtask}}, // order does not matter
 		{Attempt: src0, Name: "gen", Source: true},
 		{Attempt: src1, Name: "gen", Source: true},
-		{Attempt: map0, Name: "map"},
-		{Attempt: map1, Name: "map"},
+		{Attempt: map0, Name: "map", Upstream: []ident.Subtask{src0.Subtask}},
+		{Attempt: map1, Name: "map", Upstream: []ident.Subtask{src1.Subtask}},
 	}
 }
 
@@ -83,8 +84,24 @@ func restarted(now int64, as ...ident.Attempt) func(*testing.T, *Coordinator) Re
 	}
 }
 
-func finished(now int64, a ident.Attempt) func(*testing.T, *Coordinator) Ready {
-	return func(_ *testing.T, c *Coordinator) Ready { return c.TaskFinished(now, a) }
+func finished(now int64, as ...ident.Attempt) func(*testing.T, *Coordinator) Ready {
+	return func(_ *testing.T, c *Coordinator) Ready {
+		var rd Ready
+		for _, a := range as {
+			rd = rd.Merge(c.TaskFinished(now, a))
+		}
+		return rd
+	}
+}
+
+func inputEnded(now int64, as ...ident.Attempt) func(*testing.T, *Coordinator) Ready {
+	return func(_ *testing.T, c *Coordinator) Ready {
+		var rd Ready
+		for _, a := range as {
+			rd = rd.Merge(c.TaskInputEnded(now, a))
+		}
+		return rd
+	}
 }
 
 func triggerNow(now int64) func(*testing.T, *Coordinator) Ready {
@@ -457,7 +474,8 @@ func TestCoordinator(t *testing.T) {
 				{persisted(1110, 1, nil), lines(
 					"completed 1",
 					"notify complete 1 -> v0[1]#0 v1[0]#0 v1[1]#0 v2[0]#0")},
-				{tick(2000), "trigger 2 @2000 exactly_once -> v0[1]#0"},
+				// map0, whose only upstream finished, is a new source of what still runs.
+				{tick(2000), "trigger 2 @2000 exactly_once -> v0[1]#0 v1[0]#0"},
 				{ack(2010, 2, src0), "ignore ack 2 from v0[0]#0: subtask not part of the checkpoint"},
 				{ack(2010, 2, src1, map0, map1), ""},
 				// The sink finishes before the barrier reaches it: the checkpoint completes without it.
@@ -469,14 +487,148 @@ func TestCoordinator(t *testing.T) {
 			want: Counts{Completed: 2, LastCompletedID: 2},
 		},
 		{
-			name: "no trigger once every source finished",
+			name: "checkpoints go on at the new sources once the sources finished",
 			steps: [][]step{{
 				{tick(0), ""},
 				{finished(10, src0), ""},
-				{finished(20, src1), ""},
+				{tick(1000), "trigger 1 @1000 exactly_once -> v0[1]#0 v1[0]#0"},
+				{finished(1010, src1), ""},
+				{ack(1020, 1, map0, map1, sink0), "persist 1 @1000 [v0[0]#0:finished v0[1]#0:finished v1[0]#0 v1[1]#0 v2[0]#0]"},
+				{persisted(1030, 1, nil), lines(
+					"completed 1",
+					"notify complete 1 -> v1[0]#0 v1[1]#0 v2[0]#0")},
+				{finished(1500, map0), ""},
+				// The sink waits for map1 still: it is no target yet.
+				{tick(2000), "trigger 2 @2000 exactly_once -> v1[1]#0"},
+				{finished(2010, map1), ""},
+				{ack(2020, 2, sink0), lines(
+					"persist 2 @2000 [v0[0]#0:finished v0[1]#0:finished v1[0]#0:finished v1[1]#0:finished v2[0]#0]")},
+				{persisted(2030, 2, nil), lines(
+					"completed 2",
+					"notify complete 2 -> v2[0]#0")},
+				{tick(3000), "trigger 3 @3000 exactly_once -> v2[0]#0"},
+				{finished(3010, sink0), "persist 3 @3000 [v0[0]#0:finished v0[1]#0:finished v1[0]#0:finished v1[1]#0:finished v2[0]#0:finished]"},
+				{persisted(3020, 3, nil), "completed 3"},
 				{tick(5000), ""},
-				{triggerNow(5000), "trigger-now: trigger checkpoint: no source is running"},
-				{finished(20, src1), ""},
+				{triggerNow(5000), "trigger-now: trigger checkpoint: every subtask has finished"},
+				{finished(5010, sink0), ""}, // a repeated report changes nothing
+			}},
+			want: Counts{Completed: 3, LastCompletedID: 3},
+		},
+		{
+			name: "final checkpoint at once when every input ended",
+			steps: [][]step{
+				append([]step{
+					{tick(0), ""},
+					{tick(1000), "trigger 1 @1000 exactly_once -> v0[0]#0 v0[1]#0"}},
+					completeAll(1000, 1100, 1, all...)...),
+				{
+					{inputEnded(1200, src0, src1, map0, map1), ""},
+					{tick(1250), ""},
+					{inputEnded(1300, sink0), "trigger 2 @1300 exactly_once -> v0[0]#0 v0[1]#0"},
+					// Input-ended sources stay the targets until they finish.
+					{ack(1310, 2, all...), "persist 2 @1300 [v0[0]#0 v0[1]#0 v1[0]#0 v1[1]#0 v2[0]#0]"},
+					{persisted(1320, 2, nil), lines(
+						"completed 2",
+						"notify complete 2 -> v0[0]#0 v0[1]#0 v1[0]#0 v1[1]#0 v2[0]#0")},
+					{finished(1330, all...), ""},
+					{tick(5000), ""},
+				},
+			},
+			want: Counts{Completed: 2, LastCompletedID: 2},
+		},
+		{
+			name: "final checkpoint waits for the one in progress, then goes at once",
+			steps: [][]step{{
+				{tick(0), ""},
+				{tick(1000), "trigger 1 @1000 exactly_once -> v0[0]#0 v0[1]#0"},
+				{inputEnded(1010, all...), ""}, // one checkpoint at a time
+				{ack(1020, 1, all...), "persist 1 @1000 [v0[0]#0 v0[1]#0 v1[0]#0 v1[1]#0 v2[0]#0]"},
+				{persisted(1030, 1, nil), lines(
+					"completed 1",
+					"notify complete 1 -> v0[0]#0 v0[1]#0 v1[0]#0 v1[1]#0 v2[0]#0",
+					"trigger 2 @1030 exactly_once -> v0[0]#0 v0[1]#0")},
+				{tick(1040), ""}, // owed once
+			}},
+			want: Counts{Completed: 1, LastCompletedID: 1},
+		},
+		{
+			name: "final checkpoint freed by a decline",
+			steps: [][]step{{
+				{tick(0), ""},
+				{tick(1000), "trigger 1 @1000 exactly_once -> v0[0]#0 v0[1]#0"},
+				{inputEnded(1010, all...), ""},
+				{decline(1020, 1, src0, ErrTaskNotReady), lines(
+					"abort 1 task not ready",
+					"notify abort 1 -> v0[0]#0 v0[1]#0 v1[0]#0 v1[1]#0 v2[0]#0",
+					"trigger 2 @1020 exactly_once -> v0[0]#0 v0[1]#0")},
+			}},
+			want: Counts{Aborted: 1},
+		},
+		{
+			name: "final checkpoint ignores the pause, not the one in progress",
+			cfg:  func(c *Config) { c.MinPauseMillis = 5000 },
+			steps: [][]step{
+				append([]step{
+					{tick(0), ""},
+					{tick(1000), "trigger 1 @1000 exactly_once -> v0[0]#0 v0[1]#0"}},
+					completeAll(1000, 1100, 1, all...)...),
+				{
+					{inputEnded(1200, all...), "trigger 2 @1200 exactly_once -> v0[0]#0 v0[1]#0"},
+				},
+			},
+			want: Counts{Completed: 1, LastCompletedID: 1},
+		},
+		{
+			name: "a failed final checkpoint is retried on the periodic schedule",
+			steps: [][]step{{
+				{tick(0), ""},
+				{inputEnded(500, all...), "trigger 1 @500 exactly_once -> v0[0]#0 v0[1]#0"},
+				{decline(510, 1, map1, errDisk), lines(
+					"abort 1 declined",
+					"notify abort 1 -> v0[0]#0 v0[1]#0 v1[0]#0 v1[1]#0 v2[0]#0")},
+				{tick(1000), ""},
+				{tick(1499), ""},
+				{tick(1500), "trigger 2 @1500 exactly_once -> v0[0]#0 v0[1]#0"},
+				{ack(1600, 2, all...), "persist 2 @1500 [v0[0]#0 v0[1]#0 v1[0]#0 v1[1]#0 v2[0]#0]"},
+			}},
+			want: Counts{Failed: 1},
+		},
+		{
+			name: "a restart after every input ended owes a new final checkpoint",
+			steps: [][]step{{
+				{tick(0), ""},
+				{inputEnded(100, all...), "trigger 1 @100 exactly_once -> v0[0]#0 v0[1]#0"},
+				{failed(110, sink0), lines(
+					"abort 1 task failed",
+					"notify abort 1 -> v0[0]#0 v0[1]#0 v1[0]#0 v1[1]#0")},
+				{inputEnded(120, sink0), "ignore task-input-ended 0 from v2[0]#0: subtask not part of the checkpoint"},
+				{restarted(130, map1b, sink0b), ""},
+				{inputEnded(140, map1b), ""},
+				{inputEnded(150, sink0), "ignore task-input-ended 0 from v2[0]#0: not the current attempt"},
+				{tick(160), ""},
+				{inputEnded(170, sink0b), "trigger 2 @170 exactly_once -> v0[0]#0 v0[1]#0"},
+			}},
+			want: Counts{Aborted: 1},
+		},
+		{
+			name: "a finished subtask completes the final checkpoint in its place",
+			steps: [][]step{{
+				{tick(0), ""},
+				{inputEnded(100, all...), "trigger 1 @100 exactly_once -> v0[0]#0 v0[1]#0"},
+				{ack(110, 1, src0, src1, map0, map1), ""},
+				{finished(120, sink0), "persist 1 @100 [v0[0]#0 v0[1]#0 v1[0]#0 v1[1]#0 v2[0]#0:finished]"},
+				{inputEnded(140, sink0), "ignore task-input-ended 0 from v2[0]#0: subtask not part of the checkpoint"},
+			}},
+		},
+		{
+			name: "no final checkpoint with periodic checkpoints off",
+			cfg:  func(c *Config) { c.IntervalMillis = 0 },
+			steps: [][]step{{
+				{tick(0), ""},
+				{inputEnded(100, all...), ""},
+				{tick(100_000), ""},
+				{triggerNow(100_001), "trigger 1 @100001 exactly_once -> v0[0]#0 v0[1]#0"},
 			}},
 		},
 		{
@@ -573,11 +725,16 @@ func TestNewCoordinatorRejectsBadTasks(t *testing.T) {
 		want  string
 	}{
 		{"no tasks", nil, "no tasks"},
-		{"duplicate", []Task{{Attempt: src0, Name: "gen"}, {Attempt: att(0, 0, 1), Name: "gen"}}, "twice"},
-		{"no name", []Task{{Attempt: src0}}, "no vertex name"},
-		{"two names", []Task{{Attempt: src0, Name: "gen"}, {Attempt: src1, Name: "other"}}, "named both"},
-		{"gap in indices", []Task{{Attempt: src0, Name: "gen"}, {Attempt: att(0, 2, 0), Name: "gen"}}, "no index 1"},
-		{"negative attempt", []Task{{Attempt: att(0, 0, -1), Name: "gen"}}, "invalid attempt"},
+		{"duplicate", []Task{{Attempt: src0, Name: "gen", Source: true}, {Attempt: att(0, 0, 1), Name: "gen", Source: true}}, "twice"},
+		{"no name", []Task{{Attempt: src0, Source: true}}, "no vertex name"},
+		{"two names", []Task{{Attempt: src0, Name: "gen", Source: true}, {Attempt: src1, Name: "other", Source: true}}, "named both"},
+		{"gap in indices", []Task{{Attempt: src0, Name: "gen", Source: true}, {Attempt: att(0, 2, 0), Name: "gen", Source: true}}, "no index 1"},
+		{"negative attempt", []Task{{Attempt: att(0, 0, -1), Name: "gen", Source: true}}, "invalid attempt"},
+		{"no upstream", []Task{{Attempt: src0, Name: "gen", Source: true}, {Attempt: map0, Name: "map"}}, "lists no upstream"},
+		{"source with upstream", []Task{{Attempt: src0, Name: "gen", Source: true, Upstream: []ident.Subtask{map0.Subtask}},
+			{Attempt: map0, Name: "map", Upstream: []ident.Subtask{src0.Subtask}}}, "source subtask v0[0] lists 1 upstream"},
+		{"unknown upstream", []Task{{Attempt: src0, Name: "gen", Source: true}, {Attempt: map0, Name: "map", Upstream: []ident.Subtask{att(7, 0, 0).Subtask}}}, "not another subtask"},
+		{"own upstream", []Task{{Attempt: src0, Name: "gen", Source: true}, {Attempt: map0, Name: "map", Upstream: []ident.Subtask{map0.Subtask}}}, "not another subtask"},
 	}
 	for _, tc := range cases {
 		_, err := NewCoordinator(testConfig(), tc.tasks, 1)
@@ -788,17 +945,28 @@ func TestCountsJSON(t *testing.T) {
 // acks only waits for live attempts.
 func checkInvariants(t *testing.T, c *Coordinator, step int) {
 	t.Helper()
-	down, sources := 0, 0
+	down, running, open := 0, 0, 0
 	for _, st := range c.tasks {
-		if st.status == statusDown {
+		switch {
+		case st.status == statusDown:
 			down++
-		}
-		if st.status == statusRunning && st.Source {
-			sources++
+		case st.status == statusRunning:
+			running++
+			if !st.ended {
+				open++
+			}
+		case st.ended:
+			t.Fatalf("step %d: %s is %d and still marked as ended", step, st.Attempt, st.status)
 		}
 	}
-	if down != c.down || sources != c.runningSources {
-		t.Fatalf("step %d: counters down=%d sources=%d, recount %d and %d", step, c.down, c.runningSources, down, sources)
+	if down != c.down || running != c.running || open != c.open {
+		t.Fatalf("step %d: counters down=%d running=%d open=%d, recount %d, %d and %d", step, c.down, c.running, c.open, down, running, open)
+	}
+	if all := down == 0 && open == 0 && running > 0; all != c.allEnded || (c.finalOwed && !all) {
+		t.Fatalf("step %d: allEnded=%v finalOwed=%v, but recount says %v", step, c.allEnded, c.finalOwed, all)
+	}
+	if _, ok := c.nextTrigger(); c.finalOwed && ok {
+		t.Fatalf("step %d: the final checkpoint is owed and nothing holds it back, but it was not triggered", step)
 	}
 	for id, p := range c.pending {
 		if p.persisting != nil {
@@ -822,7 +990,7 @@ func checkInvariants(t *testing.T, c *Coordinator, step int) {
 }
 
 // TestRandomEvents drives the coordinator with seeded random event sequences (acks, declines, late
-// messages, failures, restarts, finishes, persist results, ticks) and checks after every event that the
+// messages, failures, restarts, ended inputs, finishes, persist results, ticks) and checks after every event that the
 // invariants hold and that every triggered checkpoint is accounted for exactly once.
 func TestRandomEvents(t *testing.T) {
 	for seed := uint64(1); seed <= 200; seed++ {
@@ -889,6 +1057,8 @@ func TestRandomEvents(t *testing.T) {
 				}
 			case r < 913:
 				rd = c.TaskFinished(now, a)
+			case r < 930:
+				rd = c.TaskInputEnded(now, a)
 			default:
 				if len(persist) > 0 {
 					i := rng.IntN(len(persist))

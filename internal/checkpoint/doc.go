@@ -23,6 +23,15 @@
 // NotifyComplete for the tasks). Task failures and restarts (TaskFailed, TasksRestarted) abort what they
 // touch and move the fence to the new attempts; nothing from an older attempt is accepted afterwards.
 //
+// # Bounded inputs and the final checkpoint
+//
+// Checkpoints go on while some subtasks have finished (Flink's FLIP-147): a finished subtask is recorded
+// as finished (no state; a restore does not run it again), and triggers go to the running subtasks whose
+// upstream subtasks all finished, the new sources of what still runs. A subtask whose input ended reports
+// it (TaskInputEnded) and keeps running until a checkpoint it took part in after that completed; once every
+// subtask has ended its input or finished, the final checkpoint is triggered at once, so that what the last
+// records did is covered by a checkpoint whose completion every task hears before the job is FINISHED.
+//
 // # Storage layout and formats
 //
 // Under a job's base location every checkpoint has a "directory" chk-<id>/ holding one object per state blob

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/runnel-dev/runnel/internal/checkpoint"
+	"github.com/runnel-dev/runnel/internal/graph"
 	"github.com/runnel-dev/runnel/internal/ident"
 )
 
@@ -63,8 +64,14 @@ func (jm *JobMaster) startCoordinator(ctx context.Context) error {
 	var tasks []checkpoint.Task
 	for _, v := range jm.cfg.Job.Vertices {
 		for i := 0; i < v.Parallelism; i++ {
+			var up []ident.Subtask
+			for _, e := range v.Inputs {
+				for _, p := range graph.ProducersOf(e, i) {
+					up = append(up, ident.Subtask{Vertex: e.Source.ID, Index: int32(p)})
+				}
+			}
 			tasks = append(tasks, checkpoint.Task{Attempt: ident.Attempt{Subtask: ident.Subtask{Vertex: v.ID, Index: int32(i)}},
-				Name: v.Name, Source: v.IsSource()})
+				Name: v.Name, Source: v.IsSource(), Upstream: up})
 		}
 	}
 	next, err := jm.cfg.Storage.NextID(ctx)
@@ -171,6 +178,15 @@ func (jm *JobMaster) current(a ident.Attempt) *execution {
 		return nil
 	}
 	return ex
+}
+
+// onInputEnded tells the coordinator that attempt a's input ended: it waits for a checkpoint covering its
+// end, and once every input ended the final checkpoint is triggered at once (by what process carries out).
+func (jm *JobMaster) onInputEnded(a ident.Attempt) {
+	if jm.coord == nil {
+		return
+	}
+	jm.process(jm.coord.TaskInputEnded(jm.now(), a))
 }
 
 func (jm *JobMaster) onAck(a ackMsg) {

@@ -87,6 +87,9 @@ func (jm *JobMaster) deploy(s ident.Subtask, restore *checkpoint.CompletedCheckp
 		cfg.Checkpoints = &task.CheckpointSetup{
 			Store:       jm.cfg.Storage,
 			AtLeastOnce: mode == checkpoint.AtLeastOnce,
+			// With periodic checkpoints a task whose input ended waits for one covering its end (the
+			// coordinator triggers it at once when every input ended); without, nothing would come.
+			FinalCheckpoint: jm.cfg.Checkpoint.IntervalMillis > 0,
 			Ack: func(id int64, from ident.Attempt, h checkpoint.StateHandle) {
 				jm.sendAck(ackMsg{id: id, from: from, handle: h})
 			},

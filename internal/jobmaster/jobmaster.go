@@ -371,6 +371,10 @@ func (jm *JobMaster) onUpdate(u task.Update) {
 	}
 	if o := u.Observation; o != nil {
 		jm.mu.Unlock()
+		if o.Kind == task.InputEnded {
+			jm.onInputEnded(u.Attempt)
+			return
+		}
 		jm.onObservation(u.Attempt, o)
 		return
 	}

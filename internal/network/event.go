@@ -15,6 +15,11 @@ const (
 	EventBarrier EventType = 2
 	// EventCancelCheckpoint tells consumers to abandon alignment for a checkpoint.
 	EventCancelCheckpoint EventType = 3
+	// EventEndOfData says the producer will send no more records on this subpartition, though it still
+	// sends barriers and cancel markers, and its end of partition later: its input ended and it waits for
+	// a checkpoint that covers its end before it finishes (Flink's EndOfData, FLIP-147). A consumer that
+	// has it (or an end of partition) on every channel ends its own input.
+	EventEndOfData EventType = 4
 )
 
 func (t EventType) String() string {
@@ -25,6 +30,8 @@ func (t EventType) String() string {
 		return "barrier"
 	case EventCancelCheckpoint:
 		return "cancel-checkpoint"
+	case EventEndOfData:
+		return "end-of-data"
 	}
 	return fmt.Sprintf("event(%d)", uint8(t))
 }
@@ -62,7 +69,7 @@ func DecodeEvent(b []byte) (Event, error) {
 		Flags:           binary.LittleEndian.Uint32(b[17:]),
 	}
 	switch e.Type {
-	case EventEndOfPartition, EventBarrier, EventCancelCheckpoint:
+	case EventEndOfPartition, EventBarrier, EventCancelCheckpoint, EventEndOfData:
 	default:
 		return Event{}, fmt.Errorf("%w: unknown event type %d", ErrCorrupt, b[0])
 	}

@@ -32,6 +32,10 @@ type CheckpointSetup struct {
 	Store StateStore
 	// AtLeastOnce disables barrier alignment.
 	AtLeastOnce bool
+	// FinalCheckpoint makes the task, once its input ended, wait for a checkpoint it takes part in to
+	// complete before it finishes (see finish.go). Set it when checkpoints are triggered periodically: with
+	// none, the task would wait for ever.
+	FinalCheckpoint bool
 	// Ack reports a completed snapshot; Decline a snapshot the task could not take. Both may be called from
 	// any goroutine and must not block for long.
 	Ack     func(id int64, from ident.Attempt, h checkpoint.StateHandle)
@@ -82,6 +86,9 @@ func (r *run) performCheckpoint(id, ts int64, flags uint32) {
 	if err != nil {
 		cs.Decline(id, me, fmt.Errorf("snapshot: %w", err))
 		return
+	}
+	if w := r.snapshotTaken(id); w != nil {
+		writers = append(writers, *w)
 	}
 	if len(r.decoders) > 0 {
 		seqs := make([]uint64, len(r.decoders))
@@ -236,6 +243,10 @@ func (r *run) restore() (finished bool, err error) {
 			return false, fmt.Errorf("restore from checkpoint %d: %w", spec.CheckpointID, err)
 		}
 		for k, v := range m {
+			if k == inputEndedName {
+				r.fin.restoredEnded = true // the input had ended: see finish.go
+				continue
+			}
 			states[k] = v
 		}
 	}
@@ -267,6 +278,10 @@ func (r *run) restoreRescaled(spec *RestoreSpec, read func(context.Context, chec
 			m, err := decodeStates(data)
 			if err != nil {
 				return fmt.Errorf("restore from checkpoint %d: %w", spec.CheckpointID, err)
+			}
+			if _, ok := m[inputEndedName]; ok {
+				return fmt.Errorf("restore from checkpoint %d: cannot rescale %s from parallelism %d to %d: subtask %d: %w",
+					spec.CheckpointID, me.Name(), spec.RescaledFrom, me.Parallelism, h.Attempt.Index, errRescaleEnded)
 			}
 			for k, v := range m {
 				if k != channelStateName && k != channelPositionsName {

@@ -22,7 +22,7 @@ import (
 //     only give up more: a checkpoint below the mark that was still in progress (its own abort not yet
 //     sent) then loses this task's acknowledgement and does not complete; no checkpoint is ever made
 //     wrong. It takes maxPendingAborts aborts while the task runs no mail (a task stuck in a record).
-//   - Triggers (sources only) queue in order, at most maxPendingTriggers. An abort takes its checkpoint's
+//   - Triggers (sources, and tasks whose upstream finished) queue in order, at most maxPendingTriggers. An abort takes its checkpoint's
 //     trigger out of the queue, so that only checkpoints in progress wait, and the coordinator keeps at
 //     most checkpoint.MaxConcurrentLimit of those. Past the bound a trigger is refused: TriggerCheckpoint
 //     returns false, and the job master declines the checkpoint (counted, visible in the report).
@@ -61,6 +61,9 @@ type mailbox struct {
 	closed  bool
 	pending mail
 	ready   chan struct{} // capacity 1: a value means there is mail
+	// taken and carried count the takes of mail and those the loop finished carrying out, so that tests
+	// can wait until what they sent has run.
+	taken, carried uint64
 }
 
 func newMailbox() *mailbox { return &mailbox{ready: make(chan struct{}, 1)} }
@@ -128,6 +131,9 @@ func (mb *mailbox) take(m *mail) {
 	mb.mu.Lock()
 	defer mb.mu.Unlock()
 	p := &mb.pending
+	if !p.empty() {
+		mb.taken++
+	}
 	m.abortUpTo, m.folded, m.completeUpTo = p.abortUpTo, p.folded, p.completeUpTo
 	m.aborts = append(m.aborts[:0], p.aborts...)
 	m.triggers = append(m.triggers[:0], p.triggers...)
@@ -147,6 +153,20 @@ func (mb *mailbox) len() int {
 		n++
 	}
 	return n
+}
+
+// carriedOut notes that the loop finished carrying out the mail it took.
+func (mb *mailbox) carriedOut() {
+	mb.mu.Lock()
+	mb.carried++
+	mb.mu.Unlock()
+}
+
+// idle reports whether no mail waits and everything taken was carried out.
+func (mb *mailbox) idle() bool {
+	mb.mu.Lock()
+	defer mb.mu.Unlock()
+	return mb.pending.empty() && mb.taken == mb.carried
 }
 
 // close refuses all further mail; what waits is dropped with the task that ended.
@@ -181,25 +201,31 @@ func (r *run) runMail() {
 	if m.empty() {
 		return
 	}
+	defer r.t.mb.carriedOut()
 	if m.abortUpTo > 0 {
 		r.t.log.Warn("checkpoint aborts merged: the task ran no mail while they arrived",
 			"aborted_up_to", m.abortUpTo, "merged", m.folded, "bound", maxPendingAborts)
+		r.dropDeferredTriggersUpTo(m.abortUpTo)
 		if r.aligner != nil {
 			r.apply(r.aligner.OnAbortUpTo(m.abortUpTo))
 		}
 	}
 	for _, id := range m.aborts {
+		r.dropDeferredTrigger(id)
 		if r.aligner != nil {
 			r.apply(r.aligner.OnAbort(id))
 		}
 	}
 	for _, tr := range m.triggers {
-		r.performCheckpoint(tr.id, tr.timestampMillis, tr.flags)
+		// A task with inputs whose upstream finished is triggered directly; it snapshots once it has read
+		// its inputs to the end (finish.go).
+		r.triggered(tr.id, tr.timestampMillis, tr.flags)
 	}
 	if id := m.completeUpTo; id > r.completeHeard && r.chain != nil {
 		r.completeHeard = id
 		if err := r.chain.NotifyCheckpointComplete(id); err != nil {
 			Abort(fmt.Errorf("checkpoint %d complete: %w", id, err))
 		}
+		r.checkpointCompleted(id) // after the operators heard it: a finishing task may now end
 	}
 }

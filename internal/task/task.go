@@ -229,6 +229,9 @@ const (
 	ChannelJoined ObservationKind = iota + 1
 	// FirstOutput: the attempt emitted (or, a sink, wrote) its first record.
 	FirstOutput
+	// InputEnded: the attempt's input ended and its operators heard EndInput; it waits for a checkpoint
+	// that covers its end before it finishes (see finish.go).
+	InputEnded
 )
 
 // Observation is a fact a running task reports to the job master.
@@ -404,6 +407,7 @@ type run struct {
 	mail       mail // the mail being carried out (its memory is reused)
 	// completeHeard is the highest checkpoint completion the chain heard of.
 	completeHeard int64
+	fin        finishing // end of input and the final checkpoint (finish.go)
 }
 
 func (r *run) execute() (err error) {
@@ -450,18 +454,25 @@ func (r *run) execute() (err error) {
 		}
 	}
 	t.setState(Running, nil)
+	// A subtask that had finished at the restored checkpoint ends right away: its output was complete. One
+	// whose input had ended there emits nothing and does not end its input again, but waits like any other
+	// for a checkpoint that covers its end.
 	if !finished {
-		// A subtask that had finished at the restored checkpoint ends right away: its output was complete.
-		if chain.IsSource() {
-			err = r.sourceLoop()
-		} else {
-			err = r.inputLoop()
+		if !r.fin.restoredEnded {
+			if chain.IsSource() {
+				err = r.sourceLoop()
+			} else {
+				err = r.inputLoop()
+			}
+			if err != nil {
+				return err
+			}
+			if err := chain.EndInput(); err != nil {
+				return fmt.Errorf("end of input: %w", err)
+			}
 		}
-		if err != nil {
+		if err := r.finishInput(); err != nil {
 			return err
-		}
-		if err := chain.EndInput(); err != nil {
-			return fmt.Errorf("end of input: %w", err)
 		}
 	}
 	for _, p := range r.outputs {
@@ -710,7 +721,8 @@ func (r *run) inputLoop() error {
 	}
 }
 
-// processBuffer handles one buffer of channel idx and recycles it. It returns true once every channel ended.
+// processBuffer handles one buffer of channel idx and recycles it. It returns true once every channel
+// delivered end of data or end of partition (no more records: the input ended).
 func (r *run) processBuffer(idx int, buf *network.Buffer) (bool, error) {
 	defer r.gate.Recycle(idx, buf)
 	if !r.joined[idx] && buf.Kind == network.KindEvent {
@@ -729,11 +741,19 @@ func (r *run) processBuffer(idx int, buf *network.Buffer) (bool, error) {
 			if !r.ended[idx] {
 				r.ended[idx] = true
 				r.endedCount++
+				r.endData(idx)
 				if r.aligner != nil {
 					r.apply(r.aligner.OnEndOfPartition(idx))
 				}
 			}
-			return r.endedCount == len(r.ended), nil
+			return r.inputDone(), nil
+		case network.EventEndOfData:
+			// The channel still carries barriers and its end of partition; only its records are over.
+			if r.decoders[idx].InRecord() {
+				return false, fmt.Errorf("input channel %d: %w: end of data inside a record", idx, network.ErrCorrupt)
+			}
+			r.endData(idx)
+			return r.inputDone(), nil
 		case network.EventBarrier:
 			if r.aligner == nil {
 				return false, fmt.Errorf("input channel %d: barrier of checkpoint %d, but checkpointing is off for this task", idx, ev.CheckpointID)
@@ -748,6 +768,9 @@ func (r *run) processBuffer(idx int, buf *network.Buffer) (bool, error) {
 		default:
 			return false, fmt.Errorf("input channel %d: unexpected %s event", idx, ev.Type)
 		}
+	}
+	if err := r.checkRecordsAllowed(idx); err != nil {
+		return false, err
 	}
 	dec := r.decoders[idx]
 	joined, err := dec.SetBuffer(buf)
