@@ -407,7 +407,7 @@ type run struct {
 	mail       mail // the mail being carried out (its memory is reused)
 	// completeHeard is the highest checkpoint completion the chain heard of.
 	completeHeard int64
-	fin        finishing // end of input and the final checkpoint (finish.go)
+	fin           finishing // end of input and the final checkpoint (finish.go)
 }
 
 func (r *run) execute() (err error) {
