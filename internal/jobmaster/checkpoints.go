@@ -222,4 +222,5 @@ func (jm *JobMaster) pruneLedger(id int64) {
 	jm.mu.Lock()
 	defer jm.mu.Unlock()
 	jm.ledger.prune(floor)
+	jm.trimFailovers()
 }

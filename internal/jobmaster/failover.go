@@ -10,7 +10,6 @@ import (
 	"github.com/runnel-dev/runnel/internal/checkpoint"
 	"github.com/runnel-dev/runnel/internal/graph"
 	"github.com/runnel-dev/runnel/internal/ident"
-	"github.com/runnel-dev/runnel/internal/network"
 	"github.com/runnel-dev/runnel/internal/task"
 )
 
@@ -41,7 +40,7 @@ type Failover struct {
 
 	awaiting map[ident.Subtask]bool
 	tails    map[ident.Subtask]bool
-	baseline map[channelKey]network.SubpartitionStats
+	baseline map[channelKey]lossBaseline
 }
 
 // ChannelLoss is the loss of one channel in one failover: from a producer subtask to a restarted consumer.
@@ -98,7 +97,7 @@ func (jm *JobMaster) startFailover(failed *ident.Subtask, cause error, set []ide
 		return
 	}
 	ev := &Failover{Cause: cause, Strategy: strategy, Restarted: set, FailedAt: now, Global: failed == nil,
-		awaiting: make(map[ident.Subtask]bool), tails: make(map[ident.Subtask]bool), baseline: make(map[channelKey]network.SubpartitionStats)}
+		awaiting: make(map[ident.Subtask]bool), tails: make(map[ident.Subtask]bool), baseline: make(map[channelKey]lossBaseline)}
 	if failed != nil {
 		ev.Failed = *failed
 	}
@@ -288,7 +287,7 @@ func (jm *JobMaster) markLossBaseline(ev *Failover) {
 				pex := jm.execs[prod]
 				key := channelKey{p: ident.PartitionID{Result: e.Result, Producer: pex.attempt}, sub: graph.SubpartitionIndex(e, p, int(r.Index))}
 				if st, ok := pex.tm.SubpartitionStats(key.p, key.sub); ok {
-					ev.baseline[key] = st
+					ev.baseline[key] = lossBaseline{stats: st, consumer: r}
 				}
 			}
 		}
@@ -317,8 +316,8 @@ func (jm *JobMaster) onObservation(a ident.Attempt, o *task.Observation) {
 			delete(ev.baseline, key) // count each channel once
 			if pex := jm.execs[o.Channel.Partition.Producer.Subtask]; pex != nil && pex.attempt == o.Channel.Partition.Producer {
 				if st, ok := pex.tm.SubpartitionStats(key.p, key.sub); ok {
-					cl.RecordsDropped = st.RecordsDropped - base.RecordsDropped
-					cl.BuffersDropped = st.BuffersDropped - base.BuffersDropped
+					cl.RecordsDropped = st.RecordsDropped - base.stats.RecordsDropped
+					cl.BuffersDropped = st.BuffersDropped - base.stats.BuffersDropped
 				}
 			}
 		}

@@ -140,6 +140,8 @@ type Snapshot struct {
 	// Checkpoints counts checkpoints (nil when checkpointing is off).
 	Checkpoints *checkpoint.Counts
 	Failovers   []Failover
+	// FailoverTotals sums every failover, including those no longer listed (see MaxFailoverHistory).
+	FailoverTotals FailoverTotals
 	// Savepoint is the directory of the savepoint written on stop; SavepointErr says why none was.
 	Savepoint    string
 	SavepointErr error
@@ -186,6 +188,8 @@ type JobMaster struct {
 	ledger lossLedger
 	// retainedIDs are the ids of the last Retained checkpoints completed in this run, oldest first.
 	retainedIDs []int64
+	// folded sums the failover events dropped from failovers past MaxFailoverHistory.
+	folded FailoverTotals
 
 	mu        sync.Mutex
 	status    Status
@@ -547,6 +551,7 @@ func (jm *JobMaster) Snapshot() Snapshot {
 		c.Restarted = append([]ident.Subtask(nil), f.Restarted...)
 		snap.Failovers = append(snap.Failovers, c)
 	}
+	snap.FailoverTotals = jm.totals()
 	switch snap.Status {
 	case statusFailing, statusCanceling:
 		snap.Status = StatusRunning

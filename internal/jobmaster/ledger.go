@@ -87,6 +87,17 @@ func (l *lossLedger) prune(floor int64) {
 	}
 }
 
+// events returns the failovers that entries refer to: a restore may still take counts out of them.
+func (l *lossLedger) events() map[*Failover]bool {
+	m := make(map[*Failover]bool)
+	for _, es := range l.entries {
+		for _, e := range es {
+			m[e.ev] = true
+		}
+	}
+	return m
+}
+
 // size returns the number of entries, for tests of its bound.
 func (l *lossLedger) size() int {
 	n := 0
