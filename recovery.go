@@ -65,9 +65,11 @@ func WithCheckpointing(c CheckpointConfig) Option { return func(cfg *Config) { c
 func WithFailover(strategy string) Option { return func(c *Config) { c.Failover = strategy } }
 
 // WithRestartStrategy sets the restart strategy from a spec: "none", "fixed-delay:attempts=3,delay=1s",
-// "exponential-delay:initial=100ms,max=10s,multiplier=2,reset=1m,jitter=0.1" or
-// "failure-rate:max-failures=3,interval=1m,delay=1s". Default: none without checkpointing, and
-// exponential-delay:initial=100ms,max=10s,multiplier=2,reset=1m,jitter=0.1 with it.
+// "exponential-delay:initial=100ms,max=10s,multiplier=2,reset=1m,jitter=0.1,immediate=1" or
+// "failure-rate:max-failures=3,interval=1m,delay=1s". Default: none without checkpointing, and with it
+// DefaultRestartWithCheckpoints, whose first restart of a failure is immediate: a job that fails now and
+// then is back at once (under approximate recovery every millisecond before the restart is data lost),
+// and only failures that follow each other within a minute back off, from 100 ms doubling to 10 s.
 func WithRestartStrategy(spec string) Option { return func(c *Config) { c.RestartStrategy = spec } }
 
 // WithStateBackend selects where keyed state lives: "memory" (default) or "pebble" (on disk).
@@ -99,8 +101,10 @@ func WithExchangeMode(mode string) Option { return func(c *Config) { c.ExchangeM
 // blocking inputs are consumable) or "eager" (everything at once).
 func WithScheduling(mode string) Option { return func(c *Config) { c.Scheduling = mode } }
 
-// defaultRestartWithCheckpoints is the restart strategy of a checkpointed job without an explicit one.
-const defaultRestartWithCheckpoints = "exponential-delay:initial=100ms,max=10s,multiplier=2,reset=1m,jitter=0.1"
+// DefaultRestartWithCheckpoints is the restart strategy of a checkpointed job without an explicit one: the
+// first failure after a quiet minute restarts at once (immediate=1), the next ones back off from 100 ms,
+// doubling up to 10 s, with 10% jitter.
+const DefaultRestartWithCheckpoints = "exponential-delay:initial=100ms,max=10s,multiplier=2,reset=1m,jitter=0.1,immediate=1"
 
 // recoveryConfig is the validated form of the recovery options.
 type recoveryConfig struct {
@@ -183,7 +187,7 @@ func (c *Config) recovery(job string) (*recoveryConfig, error) {
 	if spec == "" {
 		spec = "none"
 		if cp.Interval > 0 {
-			spec = defaultRestartWithCheckpoints
+			spec = DefaultRestartWithCheckpoints
 		}
 	}
 	if r, err := scheduler.ParseRestartStrategy(spec); err != nil {
