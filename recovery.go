@@ -77,8 +77,11 @@ func WithStateBackend(name string) Option { return func(c *Config) { c.StateBack
 
 // WithFailureInjection makes tasks fail on purpose, for tests and demos. Each spec is
 // "OPERATOR[SUBTASK]@WHEN", where WHEN is a duration since the job started ("2s") or a record count
-// ("5000": after that many records reached that subtask of the operator, over all its attempts). The task holding the operator
-// fails once, at that point.
+// ("5000": after that many records reached that subtask of the operator, over all its attempts). The task
+// holding the operator fails once per spec, at that point. Every spec fires, also several for one subtask:
+// "map[0]@1000" and "map[0]@5000" fail the first attempt at the 1000th record and a later one at the
+// 5000th; specs due at the same time fire in the order given, one per attempt (the next at the first
+// record of the restarted attempt).
 func WithFailureInjection(specs ...string) Option {
 	return func(c *Config) { c.FailureInjections = append(c.FailureInjections, specs...) }
 }

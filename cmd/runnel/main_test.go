@@ -318,3 +318,51 @@ func TestRunFailureWithoutRestartFails(t *testing.T) {
 		t.Fatalf("%v %s", err, b)
 	}
 }
+
+// TestRunRepeatedInjectionsAllFire gives one subtask several --inject-failure specs: each of them fires, in
+// the order of its trigger, each failing one attempt of the subtask.
+func TestRunRepeatedInjectionsAllFire(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		specs []string
+		want  []string // the specs named by the failovers' causes, in order
+	}{
+		{"two record counts", []string{"map[0]@5000", "map[0]@1000"}, []string{"map[0]@1000", "map[0]@5000"}},
+		{"the same spec twice", []string{"check[1]@2000", "check[1]@2000"}, []string{"check[1]@2000", "check[1]@2000"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			report := filepath.Join(t.TempDir(), "r.json")
+			args := []string{"run", "sequence", "--records", "20000", "--keys", "8", "--rate", "20000",
+				"--checkpoint-interval", "20ms", "--restart-strategy", "fixed-delay:attempts=3,delay=0s", "--report", report}
+			for _, s := range tc.specs {
+				args = append(args, "--inject-failure", s)
+			}
+			out, stderr, code := runCLI(t, args...)
+			if code != 0 || !strings.Contains(out, "lost 0, duplicated 0, out of order 0: OK") {
+				t.Fatalf("exit %d:\n%s\n%s", code, out, stderr)
+			}
+			b, err := os.ReadFile(report)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var r struct {
+				Failovers []struct {
+					Failed string `json:"failed"`
+					Cause  string `json:"cause"`
+				} `json:"failovers"`
+			}
+			if err := json.Unmarshal(b, &r); err != nil {
+				t.Fatal(err)
+			}
+			if len(r.Failovers) != len(tc.want) {
+				t.Fatalf("%d failovers, want %d: %s", len(r.Failovers), len(tc.want), b)
+			}
+			for i, f := range r.Failovers {
+				op := strings.Split(tc.want[i], "[")[0]
+				if !strings.HasSuffix(f.Cause, "injected failure "+tc.want[i]) || !strings.Contains(f.Failed, op) {
+					t.Errorf("failover %d: %s (cause %q), want injected failure %s", i, f.Failed, f.Cause, tc.want[i])
+				}
+			}
+		})
+	}
+}

@@ -43,7 +43,7 @@ func buildChain(v *graph.JobVertex, rt *task.Runtime, injections []*Injection) (
 		ctx := NewContext(rt, n.Name)
 		for _, inj := range injections {
 			if inj.Operator == n.Name && inj.Subtask == int(rt.Info.Attempt.Index) {
-				ctx.inj = inj
+				ctx.injs = append(ctx.injs, inj)
 			}
 		}
 		var downstream []any

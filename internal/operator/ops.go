@@ -49,7 +49,7 @@ type Context struct {
 	operator string
 	backend  state.Backend
 	logger   *slog.Logger
-	inj      *Injection
+	injs     []*Injection // the failure injections of this operator and subtask, in the order given
 }
 
 // NewContext makes the context of operator name within the subtask described by rt.
