@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 var binary string
@@ -32,7 +33,14 @@ func TestMain(m *testing.M) {
 
 func runCLI(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	return runCLIIn(t, "", args...)
+}
+
+// runCLIIn runs the command in directory dir ("": the test's).
+func runCLIIn(t *testing.T, dir string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
 	cmd := exec.Command(binary, args...)
+	cmd.Dir = dir
 	var o, e strings.Builder
 	cmd.Stdout, cmd.Stderr = &o, &e
 	err := cmd.Run()
@@ -361,6 +369,61 @@ func TestRunRepeatedInjectionsAllFire(t *testing.T) {
 				op := strings.Split(tc.want[i], "[")[0]
 				if !strings.HasSuffix(f.Cause, "injected failure "+tc.want[i]) || !strings.Contains(f.Failed, op) {
 					t.Errorf("failover %d: %s (cause %q), want injected failure %s", i, f.Failed, f.Cause, tc.want[i])
+				}
+			}
+		})
+	}
+}
+
+// TestMistakesFailAtStart gives paths that cannot work: each is refused before the job runs (an unbounded
+// run that would otherwise last --duration ends at once), with exit code 2 and a message naming the flag
+// and the path, and nothing is created where it should not be.
+func TestMistakesFailAtStart(t *testing.T) {
+	tmp := t.TempDir()
+	file := filepath.Join(tmp, "plain-file")
+	if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	unbounded := []string{"run", "sequence", "--duration", "10s"}
+	for _, tc := range []struct {
+		name      string
+		args      []string
+		want      []string
+		notExists string // a path the run must not create
+	}{
+		{"restore from a missing directory", append(unbounded, "--from-savepoint", filepath.Join(tmp, "nosuch-sp")),
+			[]string{"--from-savepoint", `directory "` + filepath.Join(tmp, "nosuch-sp") + `" does not exist`}, filepath.Join(tmp, "nosuch-sp")},
+		{"checkpoint storage file:// without a path", append(unbounded, "--checkpoint-interval", "50ms", "--checkpoint-storage", "file://"),
+			[]string{"--checkpoint-storage", `"file://" names no directory`}, ""},
+		{"report in a missing directory", append(unbounded, "--report", filepath.Join(tmp, "nosuch", "r.json")),
+			[]string{"--report", filepath.Join(tmp, "nosuch", "r.json"), "does not exist"}, ""},
+		{"report is a directory", append(unbounded, "--report", tmp), []string{"--report", tmp, "is a directory"}, ""},
+		{"savepoint under a file", append(unbounded, "--savepoint-on-stop", filepath.Join(file, "sp")),
+			[]string{"--savepoint-on-stop", filepath.Join(file, "sp")}, ""},
+		{"output in a missing directory", []string{"run", "wordcount", "--output", filepath.Join(tmp, "nosuch", "o.txt")},
+			[]string{"--output", filepath.Join(tmp, "nosuch", "o.txt"), "does not exist"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cwd := t.TempDir()
+			start := time.Now()
+			_, stderr, code := runCLIIn(t, cwd, tc.args...)
+			if took := time.Since(start); took > 5*time.Second {
+				t.Errorf("refused only after %s: the job ran", took)
+			}
+			if code != 2 {
+				t.Errorf("exit %d, want 2", code)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(stderr, w) {
+					t.Errorf("stderr does not name %q:\n%s", w, stderr)
+				}
+			}
+			if entries, _ := os.ReadDir(cwd); len(entries) != 0 {
+				t.Errorf("the run wrote into its current directory: %v", entries)
+			}
+			if tc.notExists != "" {
+				if _, err := os.Stat(tc.notExists); err == nil {
+					t.Errorf("%s was created", tc.notExists)
 				}
 			}
 		})

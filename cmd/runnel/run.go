@@ -200,6 +200,7 @@ var optionFlags = strings.NewReplacer(
 	"WithFailureInjection", "--inject-failure",
 	"WithExchangeMode", "--exchange-mode",
 	"WithScheduling", "--scheduling",
+	"WithSavepointOnStop", "--savepoint-on-stop",
 	"restore from savepoint", "--from-savepoint",
 	"savepoint on stop", "--savepoint-on-stop",
 )
@@ -213,6 +214,12 @@ func (e flagError) Unwrap() error { return e.err }
 func runExample(cmd *cobra.Command, name string, job examples.Job, f runFlags) error {
 	if err := f.validate(); err != nil {
 		return &exitError{code: 2, err: err}
+	}
+	if f.report != "" {
+		// The report is written after the run: a path that cannot take it is a mistake to tell now.
+		if err := examples.CheckWritableFile(f.report); err != nil {
+			return &exitError{code: 2, err: fmt.Errorf("invalid --report: %w", err)}
+		}
 	}
 	stderr := cmd.ErrOrStderr()
 	level := slog.LevelWarn
