@@ -170,11 +170,21 @@ func TestRunNoChainingAndDuration(t *testing.T) {
 	}
 }
 
+// TestBadFlags: every usage error, whether cobra finds it (parsing) or the command does (validation), exits
+// with code 2 and names what is wrong.
 func TestBadFlags(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
+		{[]string{"nosuch"}, `unknown command "nosuch"`},
+		{[]string{"run", "wordcount", "--parallelism", "two"}, "--parallelism"},
+		{[]string{"run", "wordcount", "--parallelism"}, "--parallelism"},
+		{[]string{"run", "sequence", "--duration", "soon"}, "--duration"},
+		{[]string{"run", "sequence", "stray"}, `unknown command "stray"`},
+		{[]string{"examples", "stray"}, `unknown command "stray"`},
+		{[]string{"bench", "throughput", "--records", "-5"}, "--records"},
+		{[]string{"bench", "throughput", "--keys", "0"}, "--keys"},
 		{[]string{"run", "wordcount", "--parallelism", "0"}, "--parallelism"},
 		{[]string{"run", "wordcount", "--taskmanagers", "-1"}, "--taskmanagers"},
 		{[]string{"run", "wordcount", "--input", "/does/not/exist"}, "--input"},
@@ -196,8 +206,8 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"bench", "recovery", "--scenario", "sideways"}, "unknown scenario"},
 	} {
 		_, stderr, code := runCLI(t, tc.args...)
-		if code == 0 || !strings.Contains(stderr, tc.want) {
-			t.Errorf("%v: exit %d, stderr %q, want non-zero and %q", tc.args, code, stderr, tc.want)
+		if code != 2 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q, want 2 and %q", tc.args, code, stderr, tc.want)
 		}
 	}
 }
@@ -314,7 +324,7 @@ func TestRunFailureWithoutRestartFails(t *testing.T) {
 	report := filepath.Join(t.TempDir(), "r.json")
 	_, stderr, code := runCLI(t, "run", "sequence", "--records", "20000", "--keys", "4", "--inject-failure", "check[1]@100",
 		"--report", report)
-	if code == 0 || !strings.Contains(stderr, "FAILED") || !strings.Contains(stderr, "injected failure") {
+	if code != 1 || !strings.Contains(stderr, "FAILED") || !strings.Contains(stderr, "injected failure") {
 		t.Fatalf("exit %d:\n%s", code, stderr)
 	}
 	var r struct {

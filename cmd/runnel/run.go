@@ -61,7 +61,7 @@ func newRunCmd() *cobra.Command {
 			if len(args) == 0 {
 				return cmd.Help()
 			}
-			return fmt.Errorf("unknown example %q (runnel examples lists them)", args[0])
+			return usageError(fmt.Errorf("unknown example %q (runnel examples lists them)", args[0]))
 		},
 	}
 	pf := run.PersistentFlags()
@@ -213,12 +213,12 @@ func (e flagError) Unwrap() error { return e.err }
 
 func runExample(cmd *cobra.Command, name string, job examples.Job, f runFlags) error {
 	if err := f.validate(); err != nil {
-		return &exitError{code: 2, err: err}
+		return usageError(err)
 	}
 	if f.report != "" {
 		// The report is written after the run: a path that cannot take it is a mistake to tell now.
 		if err := examples.CheckWritableFile(f.report); err != nil {
-			return &exitError{code: 2, err: fmt.Errorf("invalid --report: %w", err)}
+			return usageError(fmt.Errorf("invalid --report: %w", err))
 		}
 	}
 	stderr := cmd.ErrOrStderr()
@@ -240,10 +240,10 @@ func runExample(cmd *cobra.Command, name string, job examples.Job, f runFlags) e
 		runnel.WithMetrics(f.metricsAddr),
 	}, f.recoveryOptions()...)...)
 	if err := job.Build(env, examples.Options{Out: cmd.OutOrStdout(), Duration: f.duration}); err != nil {
-		return &exitError{code: 2, err: fmt.Errorf("%s: %w", name, err)}
+		return usageError(fmt.Errorf("%s: %w", name, err))
 	}
 	if err := env.Err(); err != nil {
-		return &exitError{code: 2, err: fmt.Errorf("%s: %w", name, err)}
+		return usageError(fmt.Errorf("%s: %w", name, err))
 	}
 
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
@@ -266,7 +266,7 @@ func runExample(cmd *cobra.Command, name string, job examples.Job, f runFlags) e
 	}
 	res, err := env.Execute(ctx, name)
 	if res == nil { // the job did not start: a configuration mistake
-		return &exitError{code: 2, err: flagError{err}}
+		return usageError(flagError{err})
 	}
 	if f.report != "" {
 		var extra map[string]any
