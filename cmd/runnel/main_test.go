@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -435,6 +438,87 @@ func TestMistakesFailAtStart(t *testing.T) {
 				if _, err := os.Stat(tc.notExists); err == nil {
 					t.Errorf("%s was created", tc.notExists)
 				}
+			}
+		})
+	}
+}
+
+// TestSignalStopsCleanly sends SIGINT or SIGTERM to a running job: both stop it the same way, with the
+// savepoint asked for, the temporary checkpoint and spill directories removed, and the signal's exit code.
+func TestSignalStopsCleanly(t *testing.T) {
+	for _, tc := range []struct {
+		sig  syscall.Signal
+		name string
+		code int
+	}{
+		{syscall.SIGINT, "SIGINT", 130},
+		{syscall.SIGTERM, "SIGTERM", 143},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tmp := t.TempDir() // the run's TMPDIR: where its temporary directories go
+			sp := filepath.Join(t.TempDir(), "sp")
+			cmd := exec.Command(binary, "run", "sequence", "--records", "0", "--rate", "20000", "--checkpoint-interval", "20ms",
+				"--progress-interval", "50ms", "--savepoint-on-stop", sp)
+			cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+			stderr, err := cmd.StderrPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			// Wait until a checkpoint completed (the job runs, and its temporary directories exist), keep
+			// draining stderr after that.
+			running := make(chan struct{})
+			var log strings.Builder
+			drained := make(chan struct{})
+			go func() {
+				defer close(drained)
+				sc := bufio.NewScanner(stderr)
+				once := sync.Once{}
+				for sc.Scan() {
+					line := sc.Text()
+					log.WriteString(line + "\n")
+					if strings.Contains(line, "msg=progress") && strings.Contains(line, "status=RUNNING") && !strings.Contains(line, "checkpoints=0") {
+						once.Do(func() { close(running) })
+					}
+				}
+			}()
+			select {
+			case <-running:
+			case <-drained:
+				cmd.Wait()
+				t.Fatalf("the job ended before it ran a checkpoint:\n%s", log.String())
+			case <-time.After(30 * time.Second):
+				cmd.Process.Kill()
+				<-drained
+				cmd.Wait()
+				t.Fatalf("no checkpoint within 30s:\n%s", log.String())
+			}
+			if entries, _ := os.ReadDir(tmp); len(entries) == 0 {
+				t.Fatal("the running job made no temporary directories: the test would prove nothing")
+			}
+			if err := cmd.Process.Signal(tc.sig); err != nil {
+				t.Fatal(err)
+			}
+			<-drained
+			err = cmd.Wait()
+			code := 0
+			if ee, ok := err.(*exec.ExitError); ok {
+				code = ee.ExitCode()
+			}
+			if code != tc.code || !strings.Contains(log.String(), "CANCELED") || !strings.Contains(log.String(), "stopped by "+tc.name) {
+				t.Fatalf("exit %d (%v), want %d:\n%s", code, err, tc.code, log.String())
+			}
+			if _, err := os.Stat(filepath.Join(sp, "_metadata")); err != nil {
+				t.Errorf("no savepoint: %v\n%s", err, log.String())
+			}
+			if entries, _ := os.ReadDir(tmp); len(entries) != 0 {
+				var names []string
+				for _, e := range entries {
+					names = append(names, e.Name())
+				}
+				t.Errorf("left in the temporary directory: %v", names)
 			}
 		})
 	}
