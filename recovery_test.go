@@ -221,6 +221,7 @@ func TestBadRecoveryConfig(t *testing.T) {
 		{runnel.WithFailureInjection("map"), "WithFailureInjection"},
 		{runnel.WithFailureInjection("nosuch[0]@10"), `no operator is named "nosuch"`},
 		{runnel.WithFailureInjection("source[5]@10"), "parallelism"},
+		{runnel.WithTaskManagers(runnel.MaxTaskManagers + 1), "WithTaskManagers: between 1 and 1024 TaskManagers"},
 	}
 	for _, tc := range cases {
 		env := runnel.NewEnvironment(tc.opt, runnel.WithLogger(quiet))

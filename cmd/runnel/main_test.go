@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -42,7 +43,10 @@ func runCLI(t *testing.T, args ...string) (stdout, stderr string, code int) {
 // runCLIIn runs the command in directory dir ("": the test's).
 func runCLIIn(t *testing.T, dir string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	cmd := exec.Command(binary, args...)
+	// A bound, so that a command that hangs fails the test instead of stalling the suite.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, args...)
 	cmd.Dir = dir
 	var o, e strings.Builder
 	cmd.Stdout, cmd.Stderr = &o, &e
@@ -188,6 +192,11 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"examples", "stray"}, `unknown command "stray"`},
 		{[]string{"bench", "throughput", "--records", "-5"}, "--records"},
 		{[]string{"bench", "throughput", "--keys", "0"}, "--keys"},
+		{[]string{"run", "sequence", "--taskmanagers", "100000"}, "invalid --taskmanagers 100000: must be between 1 and 1024"},
+		{[]string{"run", "sequence", "--max-parallelism", "0"}, "invalid --max-parallelism 0: must be between 1 and 32768"},
+		{[]string{"run", "sequence", "--max-parallelism", "40000"}, "invalid --max-parallelism 40000"},
+		{[]string{"run", "sequence", "--keys", "8", "--parallelism", "3", "--max-parallelism", "2"},
+			"parallelism 3 exceeds max parallelism 2 (the number of key groups); raise --max-parallelism"},
 		{[]string{"run", "wordcount", "--parallelism", "0"}, "--parallelism"},
 		{[]string{"run", "wordcount", "--taskmanagers", "-1"}, "--taskmanagers"},
 		{[]string{"run", "wordcount", "--input", "/does/not/exist"}, "--input"},
@@ -521,5 +530,13 @@ func TestSignalStopsCleanly(t *testing.T) {
 				t.Errorf("left in the temporary directory: %v", names)
 			}
 		})
+	}
+}
+
+// TestMaxParallelismFlag: --max-parallelism sets the key groups, so a parallelism up to it runs.
+func TestMaxParallelismFlag(t *testing.T) {
+	out, stderr, code := runCLI(t, "run", "sequence", "--records", "3000", "--keys", "8", "--parallelism", "3", "--max-parallelism", "3")
+	if code != 0 || !strings.Contains(out, "checker: 3000 records (of 3000) over 8 keys; lost 0, duplicated 0, out of order 0: OK") {
+		t.Fatalf("exit %d:\n%s\n%s", code, out, stderr)
 	}
 }

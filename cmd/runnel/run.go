@@ -28,14 +28,15 @@ import (
 
 // runFlags are the flags common to every example.
 type runFlags struct {
-	parallelism  int
-	taskManagers int
-	duration     time.Duration
-	noChaining   bool
-	metricsAddr  string
-	report       string
-	verbose      bool
-	progress     time.Duration
+	parallelism    int
+	maxParallelism int
+	taskManagers   int
+	duration       time.Duration
+	noChaining     bool
+	metricsAddr    string
+	report         string
+	verbose        bool
+	progress       time.Duration
 
 	// Recovery.
 	checkpointInterval time.Duration
@@ -68,6 +69,8 @@ func newRunCmd() *cobra.Command {
 	}
 	pf := run.PersistentFlags()
 	pf.IntVar(&f.parallelism, "parallelism", 2, "default parallelism of the job's operators")
+	pf.IntVar(&f.maxParallelism, "max-parallelism", runnel.DefaultMaxParallelism, "key groups of keyed state: the most any operator's parallelism may be, now or when rescaled from a savepoint\n"+
+		"(1 to 32768; a savepoint is restored only with the max parallelism it was taken with)")
 	pf.IntVar(&f.taskManagers, "taskmanagers", 1, "TaskManagers of the in-process cluster (tasks on different ones talk over TCP)")
 	pf.DurationVar(&f.duration, "duration", 0, "stop (cancel) the job after this long; 0 runs until bounded sources end")
 	pf.BoolVar(&f.noChaining, "no-chaining", false, "do not chain operators into tasks")
@@ -110,8 +113,11 @@ func (f runFlags) validate() error {
 	if f.parallelism < 1 {
 		errs = append(errs, fmt.Errorf("invalid --parallelism %d: must be at least 1", f.parallelism))
 	}
-	if f.taskManagers < 1 {
-		errs = append(errs, fmt.Errorf("invalid --taskmanagers %d: must be at least 1", f.taskManagers))
+	if f.maxParallelism < 1 || f.maxParallelism > runnel.MaxParallelismLimit {
+		errs = append(errs, fmt.Errorf("invalid --max-parallelism %d: must be between 1 and %d", f.maxParallelism, runnel.MaxParallelismLimit))
+	}
+	if f.taskManagers < 1 || f.taskManagers > runnel.MaxTaskManagers {
+		errs = append(errs, fmt.Errorf("invalid --taskmanagers %d: must be between 1 and %d", f.taskManagers, runnel.MaxTaskManagers))
 	}
 	if f.duration < 0 {
 		errs = append(errs, fmt.Errorf("invalid --duration %s: must not be negative", f.duration))
@@ -192,6 +198,8 @@ func (f runFlags) recoveryOptions() []runnel.Option {
 // no operator, a state backend that is not available) names the flag.
 var optionFlags = strings.NewReplacer(
 	"WithParallelism:", "--parallelism:",
+	"WithMaxParallelism:", "--max-parallelism:",
+	"; raise max parallelism", "; raise --max-parallelism",
 	"WithTaskManagers:", "--taskmanagers:",
 	"CheckpointConfig.Interval:", "--checkpoint-interval:",
 	"CheckpointConfig.Mode:", "--checkpoint-mode:",
@@ -235,6 +243,7 @@ func runExample(cmd *cobra.Command, name string, job examples.Job, f runFlags) e
 	prog := newProgress(stderr, interactive, cliLog)
 	env := runnel.NewEnvironment(append([]runnel.Option{
 		runnel.WithParallelism(f.parallelism),
+		runnel.WithMaxParallelism(f.maxParallelism),
 		runnel.WithTaskManagers(f.taskManagers),
 		runnel.WithChaining(!f.noChaining),
 		runnel.WithLogger(runtimeLog),
