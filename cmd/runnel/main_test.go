@@ -540,3 +540,26 @@ func TestMaxParallelismFlag(t *testing.T) {
 		t.Fatalf("exit %d:\n%s\n%s", code, out, stderr)
 	}
 }
+
+// TestRunStoppedShortIsIncomplete stops a bounded sequence run by --duration long before its input ends:
+// the verdict says it is incomplete (not a violation), in the summary and in the report.
+func TestRunStoppedShortIsIncomplete(t *testing.T) {
+	report := filepath.Join(t.TempDir(), "r.json")
+	out, stderr, code := runCLI(t, "run", "sequence", "--records", "1000000", "--rate", "2000", "--duration", "400ms", "--report", report)
+	if code != 0 || !strings.Contains(out, "lost 0, duplicated 0, out of order 0: INCOMPLETE: stopped before the end of the input (job CANCELED)") ||
+		strings.Contains(out, "VIOLATION") {
+		t.Fatalf("exit %d:\n%s\n%s", code, out, stderr)
+	}
+	b, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r struct {
+		Checker struct {
+			Verdict string `json:"verdict"`
+		} `json:"checker"`
+	}
+	if err := json.Unmarshal(b, &r); err != nil || r.Checker.Verdict != "INCOMPLETE" {
+		t.Fatalf("%v: %s", err, b)
+	}
+}
