@@ -563,3 +563,21 @@ func TestRunStoppedShortIsIncomplete(t *testing.T) {
 		t.Fatalf("%v: %s", err, b)
 	}
 }
+
+// TestRunHelp: the help tells the restart default and the exit codes.
+func TestRunHelp(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"run", "--help"}, []string{"SIGTERM stops the job cleanly", "Exit codes: 0 done, 1 the job failed, 2 a usage error"}},
+		{[]string{"run", "sequence", "--help"}, []string{"the first restart of a failure is immediate", "immediate=1", "--max-parallelism"}},
+	} {
+		out, _, code := runCLI(t, tc.args...)
+		for _, want := range tc.want {
+			if code != 0 || !strings.Contains(out, want) {
+				t.Errorf("%v: exit %d, help lacks %q:\n%s", tc.args, code, want, out)
+			}
+		}
+	}
+}

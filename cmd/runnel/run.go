@@ -58,7 +58,9 @@ func newRunCmd() *cobra.Command {
 		Use:   "run EXAMPLE [flags]",
 		Short: "Run a bundled example job in an in-process cluster",
 		Long: "Run a bundled example job in an in-process cluster (a JobManager and --taskmanagers TaskManagers).\n" +
-			"Live progress goes to stderr: a refreshing status block on a terminal, log lines otherwise.",
+			"Live progress goes to stderr: a refreshing status block on a terminal, log lines otherwise.\n" +
+			"Ctrl-C (SIGINT) or SIGTERM stops the job cleanly (with --savepoint-on-stop, after a savepoint); a second one exits at once.\n" +
+			"Exit codes: 0 done, 1 the job failed, 2 a usage error (nothing ran), 130 / 143 stopped by SIGINT / SIGTERM.",
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
@@ -82,11 +84,14 @@ func newRunCmd() *cobra.Command {
 	pf.StringVar(&f.checkpointMode, "checkpoint-mode", string(runnel.ExactlyOnce), "checkpoint mode: exactly-once (aligned barriers) or at-least-once")
 	pf.StringVar(&f.checkpointStorage, "checkpoint-storage", "", "where checkpoints go: a directory, file://DIR, s3://BUCKET/PREFIX or mem:// (default: a temporary directory, removed afterwards)")
 	pf.StringVar(&f.failover, "failover", "region", "failover strategy: full (restart every task), region (restart the pipelined regions that must) or approximate (restart the failed subtask and everything downstream while upstream keeps running; the loss is counted)")
-	pf.StringVar(&f.restartStrategy, "restart-strategy", "", "restart strategy: none, fixed-delay:attempts=3,delay=1s, exponential-delay:initial=100ms,max=10s,multiplier=2,reset=1m,jitter=0.1\n"+
-		"or failure-rate:max-failures=3,interval=1m,delay=1s (default: none without checkpointing, exponential-delay with it)")
+	pf.StringVar(&f.restartStrategy, "restart-strategy", "", "restart strategy: none, fixed-delay:attempts=3,delay=1s, exponential-delay:initial=100ms,max=10s,multiplier=2,reset=1m,jitter=0.1,immediate=1\n"+
+		"or failure-rate:max-failures=3,interval=1m,delay=1s. Default: none without checkpointing; with it\n"+
+		runnel.DefaultRestartWithCheckpoints+":\n"+
+		"the first restart of a failure is immediate, and only failures within a minute of each other back off (100ms doubling to 10s)")
 	pf.StringVar(&f.stateBackend, "state-backend", "memory", "where keyed state lives: memory or pebble (on disk)")
-	pf.StringVar(&f.savepointOnStop, "savepoint-on-stop", "", "write a savepoint to this directory when the job is stopped (--duration or Ctrl-C)")
-	pf.StringVar(&f.fromSavepoint, "from-savepoint", "", "start from a savepoint directory, or from the newest valid checkpoint of a checkpoint storage directory")
+	pf.StringVar(&f.savepointOnStop, "savepoint-on-stop", "", "write a savepoint to this directory when the job is stopped (--duration, Ctrl-C or SIGTERM); checked before the job runs")
+	pf.StringVar(&f.fromSavepoint, "from-savepoint", "", "start from a savepoint directory, or from the newest valid checkpoint of a checkpoint storage directory (which must exist;\n"+
+		"damaged newer checkpoints are passed over with a WARN)")
 	pf.StringVar(&f.exchangeMode, "exchange-mode", "pipelined", "pipelined, blocking (bounded jobs: every shuffle spilled, each task its own failover region) or forward-pipelined")
 	pf.StringVar(&f.scheduling, "scheduling", "pipelined-region", "pipelined-region or eager")
 	pf.StringArrayVar(&f.injectFailures, "inject-failure", nil, "make a task fail once, on purpose: OPERATOR[SUBTASK]@WHEN, WHEN a duration since the start (2s)\n"+
