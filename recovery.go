@@ -87,11 +87,16 @@ func WithFailureInjection(specs ...string) Option {
 }
 
 // WithSavepointOnStop writes a savepoint to dir when the job is stopped (its context cancelled): a
-// checkpoint is taken, copied to dir as a self-contained savepoint, and then the job is cancelled.
+// checkpoint is taken, copied to dir as a self-contained savepoint, and then the job is cancelled. Execute
+// checks dir before the job starts (creating a local directory): one that cannot be written, or that
+// already holds a savepoint, fails Execute at once rather than the stop after the whole run.
 func WithSavepointOnStop(dir string) Option { return func(c *Config) { c.SavepointOnStop = dir } }
 
-// WithRestoreFrom starts the job from a savepoint (or a retained checkpoint directory chk-N). The job's
-// tasks must match the savepoint's: same operators, chaining and parallelism.
+// WithRestoreFrom starts the job from a savepoint (or a retained checkpoint directory chk-N), or from the
+// newest valid checkpoint of a checkpoint storage directory; newer checkpoints that are damaged are passed
+// over, listed in JobResult.RestoredFrom and logged at WARN. dir must exist: nothing is created, and a
+// missing directory fails Execute with an error naming it. The job's tasks must match the savepoint's:
+// same operators and chaining; operators with keyed state may change their parallelism.
 func WithRestoreFrom(dir string) Option { return func(c *Config) { c.RestoreFrom = dir } }
 
 // WithExchangeMode sets which network edges are pipelined and which blocking: "pipelined" (default,
