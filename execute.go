@@ -47,8 +47,10 @@ type RestoreResult struct {
 }
 
 // openRestore opens a savepoint directory, or, for a checkpoint storage directory, its newest valid
-// retained checkpoint (corrupt or truncated newer ones are reported and passed over).
-func openRestore(ctx context.Context, dir string) (*checkpoint.Savepoint, *RestoreResult, error) {
+// retained checkpoint. Newer checkpoints it passes over are listed in the result and logged: a damaged one
+// (corrupt, truncated, of an unknown format) at WARN, one that was never committed at INFO. Nothing is
+// created: a directory that does not exist is an error naming it.
+func openRestore(ctx context.Context, dir string, lg *slog.Logger) (*checkpoint.Savepoint, *RestoreResult, error) {
 	info := &RestoreResult{Location: dir, Skipped: []string{}}
 	sp, err := checkpoint.ReadSavepoint(ctx, dir)
 	if err == nil {
@@ -58,14 +60,23 @@ func openRestore(ctx context.Context, dir string) (*checkpoint.Savepoint, *Resto
 	if !errors.Is(err, checkpoint.ErrNotFound) {
 		return nil, nil, err
 	}
-	st, oerr := checkpoint.Open(ctx, dir)
+	st, oerr := checkpoint.OpenExisting(ctx, dir)
 	if oerr != nil {
-		return nil, nil, err
+		return nil, nil, oerr
 	}
 	defer st.Close()
 	cp, skipped, lerr := st.Latest(ctx)
 	for _, sk := range skipped {
 		info.Skipped = append(info.Skipped, fmt.Sprintf("chk-%d: %v", sk.ID, sk.Err))
+		attrs := []any{"location", dir, "skipped", fmt.Sprintf("chk-%d", sk.ID), "problem", sk.Err.Error()}
+		if cp != nil {
+			attrs = append(attrs, "restoring", fmt.Sprintf("chk-%d", cp.ID))
+		}
+		if errors.Is(sk.Err, checkpoint.ErrIncomplete) {
+			lg.Info("restore: passing over a checkpoint that was never committed", attrs...)
+		} else {
+			lg.Warn("restore: passing over a damaged checkpoint", attrs...)
+		}
 	}
 	if lerr != nil {
 		return nil, nil, fmt.Errorf("no savepoint here, and no valid retained checkpoint: %w", lerr)
@@ -212,6 +223,12 @@ func (e *Environment) Execute(ctx context.Context, name string) (*JobResult, err
 	if err != nil {
 		return nil, fmt.Errorf("job %q: %w", name, err)
 	}
+	if rc.savepointDir != "" {
+		// Checked now rather than when the job stops, after the whole run.
+		if err := checkpoint.CheckSavepointTarget(ctx, rc.savepointDir); err != nil {
+			return nil, fmt.Errorf("job %q: WithSavepointOnStop: %w", name, err)
+		}
+	}
 	maxP := 0
 	for _, v := range jg.Vertices {
 		if e.cfg.NoSlotSharing {
@@ -267,7 +284,11 @@ func (e *Environment) Execute(ctx context.Context, name string) (*JobResult, err
 	jmCfg.SavepointOnStop = rc.savepointDir
 	var restored *RestoreResult
 	if rc.restoreFrom != "" {
-		sp, info, err := openRestore(ctx, rc.restoreFrom)
+		lg := e.cfg.Logger
+		if lg == nil {
+			lg = slog.Default()
+		}
+		sp, info, err := openRestore(ctx, rc.restoreFrom, lg)
 		if err != nil {
 			return nil, fmt.Errorf("job %q: restore from savepoint %s: %w", name, rc.restoreFrom, err)
 		}

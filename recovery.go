@@ -67,9 +67,11 @@ func WithCheckpointing(c CheckpointConfig) Option { return func(cfg *Config) { c
 func WithFailover(strategy string) Option { return func(c *Config) { c.Failover = strategy } }
 
 // WithRestartStrategy sets the restart strategy from a spec: "none", "fixed-delay:attempts=3,delay=1s",
-// "exponential-delay:initial=100ms,max=10s,multiplier=2,reset=1m,jitter=0.1" or
-// "failure-rate:max-failures=3,interval=1m,delay=1s". Default: none without checkpointing, and
-// exponential-delay:initial=100ms,max=10s,multiplier=2,reset=1m,jitter=0.1 with it.
+// "exponential-delay:initial=100ms,max=10s,multiplier=2,reset=1m,jitter=0.1,immediate=1" or
+// "failure-rate:max-failures=3,interval=1m,delay=1s". Default: none without checkpointing, and with it
+// DefaultRestartWithCheckpoints, whose first restart of a failure is immediate: a job that fails now and
+// then is back at once (under approximate recovery every millisecond before the restart is data lost),
+// and only failures that follow each other within a minute back off, from 100 ms doubling to 10 s.
 func WithRestartStrategy(spec string) Option { return func(c *Config) { c.RestartStrategy = spec } }
 
 // WithStateBackend selects where keyed state lives: "memory" (default) or "pebble" (on disk).
@@ -77,19 +79,26 @@ func WithStateBackend(name string) Option { return func(c *Config) { c.StateBack
 
 // WithFailureInjection makes tasks fail on purpose, for tests and demos. Each spec is
 // "OPERATOR[SUBTASK]@WHEN", where WHEN is a duration since the job started ("2s") or a record count
-// ("5000": after that many records reached that subtask of the operator, over all its attempts). The task holding the operator
-// fails once, at that point.
+// ("5000": after that many records reached that subtask of the operator, over all its attempts). The task
+// holding the operator fails once per spec, at that point. Every spec fires, also several for one subtask:
+// "map[0]@1000" and "map[0]@5000" fail the first attempt at the 1000th record and a later one at the
+// 5000th; specs due at the same time fire in the order given, one per attempt (the next at the first
+// record of the restarted attempt).
 func WithFailureInjection(specs ...string) Option {
 	return func(c *Config) { c.FailureInjections = append(c.FailureInjections, specs...) }
 }
 
 // WithSavepointOnStop writes a savepoint to dir when the job is stopped (its context cancelled): a
-// checkpoint is taken, copied to dir as a self-contained savepoint, and then the job is cancelled.
+// checkpoint is taken, copied to dir as a self-contained savepoint, and then the job is cancelled. Execute
+// checks dir before the job starts (creating a local directory): one that cannot be written, or that
+// already holds a savepoint, fails Execute at once rather than the stop after the whole run.
 func WithSavepointOnStop(dir string) Option { return func(c *Config) { c.SavepointOnStop = dir } }
 
 // WithRestoreFrom starts the job from a savepoint, a retained checkpoint directory chk-N, or a checkpoint
-// storage directory (its newest valid checkpoint). The job's tasks must match the savepoint's: same
-// operators and chaining, sources at their old parallelism; operators with keyed state may change theirs.
+// storage directory (its newest valid checkpoint; newer damaged ones are passed over, listed in
+// JobResult.RestoredFrom and logged at WARN). dir must exist: nothing is created, and a missing directory
+// fails Execute with an error naming it. The job's tasks must match the savepoint's: same operators and
+// chaining, sources at their old parallelism; operators with keyed state may change theirs.
 func WithRestoreFrom(dir string) Option { return func(c *Config) { c.RestoreFrom = dir } }
 
 // WithExchangeMode sets which network edges are pipelined and which blocking: "pipelined" (default,
@@ -102,8 +111,10 @@ func WithExchangeMode(mode string) Option { return func(c *Config) { c.ExchangeM
 // blocking inputs are consumable) or "eager" (everything at once).
 func WithScheduling(mode string) Option { return func(c *Config) { c.Scheduling = mode } }
 
-// defaultRestartWithCheckpoints is the restart strategy of a checkpointed job without an explicit one.
-const defaultRestartWithCheckpoints = "exponential-delay:initial=100ms,max=10s,multiplier=2,reset=1m,jitter=0.1"
+// DefaultRestartWithCheckpoints is the restart strategy of a checkpointed job without an explicit one: the
+// first failure after a quiet minute restarts at once (immediate=1), the next ones back off from 100 ms,
+// doubling up to 10 s, with 10% jitter.
+const DefaultRestartWithCheckpoints = "exponential-delay:initial=100ms,max=10s,multiplier=2,reset=1m,jitter=0.1,immediate=1"
 
 // recoveryConfig is the validated form of the recovery options.
 type recoveryConfig struct {
@@ -186,7 +197,7 @@ func (c *Config) recovery(job string) (*recoveryConfig, error) {
 	if spec == "" {
 		spec = "none"
 		if cp.Interval > 0 {
-			spec = defaultRestartWithCheckpoints
+			spec = DefaultRestartWithCheckpoints
 		}
 	}
 	if r, err := scheduler.ParseRestartStrategy(spec); err != nil {

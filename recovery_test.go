@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"os"
 	"slices"
@@ -220,6 +221,7 @@ func TestBadRecoveryConfig(t *testing.T) {
 		{runnel.WithFailureInjection("map"), "WithFailureInjection"},
 		{runnel.WithFailureInjection("nosuch[0]@10"), `no operator is named "nosuch"`},
 		{runnel.WithFailureInjection("source[5]@10"), "parallelism"},
+		{runnel.WithTaskManagers(runnel.MaxTaskManagers + 1), "WithTaskManagers: between 1 and 1024 TaskManagers"},
 	}
 	for _, tc := range cases {
 		env := runnel.NewEnvironment(tc.opt, runnel.WithLogger(quiet))
@@ -325,7 +327,8 @@ func TestResumeFromRetainedCheckpointSkipsCorruptOne(t *testing.T) {
 	if !damaged {
 		t.Fatalf("no state blob in %s", newest)
 	}
-	env2, sink := build(0, runnel.WithRestoreFrom(dir))
+	var logs lockedBuffer
+	env2, sink := build(0, runnel.WithRestoreFrom(dir), runnel.WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 	res2, err := env2.Execute(context.Background(), "second")
 	if err != nil {
 		t.Fatal(err)
@@ -333,6 +336,17 @@ func TestResumeFromRetainedCheckpointSkipsCorruptOne(t *testing.T) {
 	if r := res2.RestoredFrom; r == nil || r.CheckpointID >= res.Checkpoints.LastCompletedID || len(r.Skipped) == 0 ||
 		!strings.Contains(strings.Join(r.Skipped, " "), fmt.Sprintf("chk-%d", res.Checkpoints.LastCompletedID)) {
 		t.Fatalf("restored from %+v, newest was %d", res2.RestoredFrom, res.Checkpoints.LastCompletedID)
+	}
+	// The fallback is logged at WARN, naming the damaged checkpoint, its problem and the one restored.
+	warned := false
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, "level=WARN") && strings.Contains(line, fmt.Sprintf("skipped=chk-%d ", res.Checkpoints.LastCompletedID)) &&
+			strings.Contains(line, "checksum mismatch") && strings.Contains(line, fmt.Sprintf("restoring=chk-%d", res2.RestoredFrom.CheckpointID)) {
+			warned = true
+		}
+	}
+	if !warned {
+		t.Fatalf("no WARN about chk-%d:\n%s", res.Checkpoints.LastCompletedID, logs.String())
 	}
 	got := latest(sink.Records())
 	for k := int64(0); k < keys; k++ {
@@ -504,4 +518,22 @@ func TestCheckpointCompleteNotifications(t *testing.T) {
 			}
 		})
 	}
+}
+
+// lockedBuffer is a strings.Builder that several goroutines (a logger's) may write at once.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -125,6 +125,17 @@ const (
 	DefaultBufferTimeout  = 100 * time.Millisecond
 )
 
+// Limits of an Environment's settings; a value past one is refused when the job is submitted.
+const (
+	// MaxParallelismLimit is the largest max parallelism (number of key groups), as in Flink.
+	MaxParallelismLimit = 1 << 15
+	// MaxTaskManagers is the most TaskManagers an in-process cluster starts. Each holds a listening
+	// socket, a spill directory and its goroutines, and binding thousands of sockets to ephemeral ports
+	// costs the kernel more per socket the more are bound, so that startup grows faster than linearly:
+	// past this many a cluster in one process helps no test or demo, it only starts slowly.
+	MaxTaskManagers = 1024
+)
+
 // Option changes a Config.
 type Option func(*Config)
 
@@ -174,8 +185,8 @@ func (c *Config) validate() error {
 	if c.Parallelism < 1 {
 		errs = append(errs, fmt.Errorf("WithParallelism: parallelism must be at least 1, got %d", c.Parallelism))
 	}
-	if c.MaxParallelism < 1 || c.MaxParallelism > 1<<15 {
-		errs = append(errs, fmt.Errorf("WithMaxParallelism: must be between 1 and 32768, got %d", c.MaxParallelism))
+	if c.MaxParallelism < 1 || c.MaxParallelism > MaxParallelismLimit {
+		errs = append(errs, fmt.Errorf("WithMaxParallelism: must be between 1 and %d, got %d", MaxParallelismLimit, c.MaxParallelism))
 	}
 	if c.BufferSize < network.MinBufferSize {
 		errs = append(errs, fmt.Errorf("WithBufferSize: buffers must be at least %d bytes, got %d", network.MinBufferSize, c.BufferSize))
@@ -183,8 +194,8 @@ func (c *Config) validate() error {
 	if c.MaxRecordSize < 1 {
 		errs = append(errs, fmt.Errorf("WithMaxRecordSize: must be at least 1 byte, got %d", c.MaxRecordSize))
 	}
-	if c.TaskManagers < 1 {
-		errs = append(errs, fmt.Errorf("WithTaskManagers: at least 1 TaskManager is needed, got %d", c.TaskManagers))
+	if c.TaskManagers < 1 || c.TaskManagers > MaxTaskManagers {
+		errs = append(errs, fmt.Errorf("WithTaskManagers: between 1 and %d TaskManagers (MaxTaskManagers), got %d", MaxTaskManagers, c.TaskManagers))
 	}
 	if c.SlotsPerTM < 0 {
 		errs = append(errs, fmt.Errorf("WithSlotsPerTaskManager: must not be negative, got %d", c.SlotsPerTM))

@@ -18,6 +18,10 @@ import (
 // Options are the settings of a run that an example may need while building its job.
 type Options = run.Options
 
+// CheckWritableFile reports whether a file can be written at path when a run ends, without changing
+// anything there (see run.CheckWritableFile); the command checks its output files with it before a job runs.
+func CheckWritableFile(path string) error { return run.CheckWritableFile(path) }
+
 // Job is one configured run of an example: its flags have been parsed into it.
 type Job interface {
 	// Build adds the example's operators to env.

@@ -280,7 +280,7 @@ type Result struct {
 // Run runs the job once per strategy of cfg.Failovers, one after the other.
 func Run(ctx context.Context, cfg Config) ([]*Result, error) {
 	if err := cfg.defaults(); err != nil {
-		return nil, fmt.Errorf("recovery bench: %w", err)
+		return nil, fmt.Errorf("recovery bench: %w", configError{err})
 	}
 	var out []*Result
 	for _, f := range cfg.Failovers {
@@ -760,3 +760,13 @@ func debugTimeline(w io.Writer, strategy string, samples []sample, arrivals []si
 		}
 	}
 }
+
+// ErrConfig is what the errors of Run caused by a mistake in its Config (found before anything runs) match
+// with errors.Is; a command reports them as usage errors.
+var ErrConfig = errors.New("invalid recovery bench configuration")
+
+type configError struct{ err error }
+
+func (e configError) Error() string        { return e.err.Error() }
+func (e configError) Unwrap() error        { return e.err }
+func (e configError) Is(target error) bool { return target == ErrConfig }

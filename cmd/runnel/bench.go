@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -21,10 +22,10 @@ func newBenchCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cfg.Records < 1 {
-				return fmt.Errorf("invalid --records %d: must be at least 1", cfg.Records)
+				return usageError(fmt.Errorf("invalid --records %d: must be at least 1", cfg.Records))
 			}
 			if cfg.Keys < 1 {
-				return fmt.Errorf("invalid --keys %d: must be at least 1", cfg.Keys)
+				return usageError(fmt.Errorf("invalid --keys %d: must be at least 1", cfg.Keys))
 			}
 			res, err := throughput.Run(cmd.Context(), cfg)
 			if err != nil {
@@ -60,10 +61,10 @@ func newCheckpointBenchCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cfg.Records < 1 {
-				return fmt.Errorf("invalid --records %d: must be at least 1", cfg.Records)
+				return usageError(fmt.Errorf("invalid --records %d: must be at least 1", cfg.Records))
 			}
 			if interval <= 0 {
-				return fmt.Errorf("invalid --interval %s: must be positive", interval)
+				return usageError(fmt.Errorf("invalid --interval %s: must be positive", interval))
 			}
 			res, err := throughput.RunCheckpointOverhead(cmd.Context(), cfg, interval)
 			if err != nil {
@@ -105,12 +106,15 @@ approximate recovery leaves running and full or region failover restore.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cfg.Rate < 0 {
-				return fmt.Errorf("invalid --rate %v: must not be negative", cfg.Rate)
+				return usageError(fmt.Errorf("invalid --rate %v: must not be negative", cfg.Rate))
 			}
 			if cfg.Duration <= 0 || cfg.FailAfter <= 0 || cfg.FailAfter >= cfg.Duration {
-				return fmt.Errorf("invalid --fail-after %s with --duration %s: both must be positive and the failure must come first", cfg.FailAfter, cfg.Duration)
+				return usageError(fmt.Errorf("invalid --fail-after %s with --duration %s: both must be positive and the failure must come first", cfg.FailAfter, cfg.Duration))
 			}
 			res, err := recovery.Run(cmd.Context(), cfg)
+			if errors.Is(err, recovery.ErrConfig) {
+				return usageError(err)
+			}
 			if err != nil {
 				return err
 			}

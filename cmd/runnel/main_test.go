@@ -1,12 +1,18 @@
 package main
 
 import (
+	"bufio"
+	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 )
 
 var binary string
@@ -32,7 +38,17 @@ func TestMain(m *testing.M) {
 
 func runCLI(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	cmd := exec.Command(binary, args...)
+	return runCLIIn(t, "", args...)
+}
+
+// runCLIIn runs the command in directory dir ("": the test's).
+func runCLIIn(t *testing.T, dir string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	// A bound, so that a command that hangs fails the test instead of stalling the suite.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd.Dir = dir
 	var o, e strings.Builder
 	cmd.Stdout, cmd.Stderr = &o, &e
 	err := cmd.Run()
@@ -162,11 +178,26 @@ func TestRunNoChainingAndDuration(t *testing.T) {
 	}
 }
 
+// TestBadFlags: every usage error, whether cobra finds it (parsing) or the command does (validation), exits
+// with code 2 and names what is wrong.
 func TestBadFlags(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
+		{[]string{"nosuch"}, `unknown command "nosuch"`},
+		{[]string{"run", "wordcount", "--parallelism", "two"}, "--parallelism"},
+		{[]string{"run", "wordcount", "--parallelism"}, "--parallelism"},
+		{[]string{"run", "sequence", "--duration", "soon"}, "--duration"},
+		{[]string{"run", "sequence", "stray"}, `unknown command "stray"`},
+		{[]string{"examples", "stray"}, `unknown command "stray"`},
+		{[]string{"bench", "throughput", "--records", "-5"}, "--records"},
+		{[]string{"bench", "throughput", "--keys", "0"}, "--keys"},
+		{[]string{"run", "sequence", "--taskmanagers", "100000"}, "invalid --taskmanagers 100000: must be between 1 and 1024"},
+		{[]string{"run", "sequence", "--max-parallelism", "0"}, "invalid --max-parallelism 0: must be between 1 and 32768"},
+		{[]string{"run", "sequence", "--max-parallelism", "40000"}, "invalid --max-parallelism 40000"},
+		{[]string{"run", "sequence", "--keys", "8", "--parallelism", "3", "--max-parallelism", "2"},
+			"parallelism 3 exceeds max parallelism 2 (the number of key groups); raise --max-parallelism"},
 		{[]string{"run", "wordcount", "--parallelism", "0"}, "--parallelism"},
 		{[]string{"run", "wordcount", "--taskmanagers", "-1"}, "--taskmanagers"},
 		{[]string{"run", "wordcount", "--input", "/does/not/exist"}, "--input"},
@@ -188,8 +219,8 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"bench", "recovery", "--scenario", "sideways"}, "unknown scenario"},
 	} {
 		_, stderr, code := runCLI(t, tc.args...)
-		if code == 0 || !strings.Contains(stderr, tc.want) {
-			t.Errorf("%v: exit %d, stderr %q, want non-zero and %q", tc.args, code, stderr, tc.want)
+		if code != 2 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q, want 2 and %q", tc.args, code, stderr, tc.want)
 		}
 	}
 }
@@ -306,7 +337,7 @@ func TestRunFailureWithoutRestartFails(t *testing.T) {
 	report := filepath.Join(t.TempDir(), "r.json")
 	_, stderr, code := runCLI(t, "run", "sequence", "--records", "20000", "--keys", "4", "--inject-failure", "check[1]@100",
 		"--report", report)
-	if code == 0 || !strings.Contains(stderr, "FAILED") || !strings.Contains(stderr, "injected failure") {
+	if code != 1 || !strings.Contains(stderr, "FAILED") || !strings.Contains(stderr, "injected failure") {
 		t.Fatalf("exit %d:\n%s", code, stderr)
 	}
 	var r struct {
@@ -316,5 +347,256 @@ func TestRunFailureWithoutRestartFails(t *testing.T) {
 	b, _ := os.ReadFile(report)
 	if err := json.Unmarshal(b, &r); err != nil || r.Status != "FAILED" || r.Checker == nil {
 		t.Fatalf("%v %s", err, b)
+	}
+}
+
+// TestRunRepeatedInjectionsAllFire gives one subtask several --inject-failure specs: each of them fires, in
+// the order of its trigger, each failing one attempt of the subtask. (Specs due at the same record, which
+// fire in back-to-back attempts, are covered by the operator package's test: in a whole job the second
+// failure would overlap the first failover, which is a different subject.)
+func TestRunRepeatedInjectionsAllFire(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		specs []string
+		want  []string // the specs named by the failovers' causes, in order for each subtask
+	}{
+		{"two record counts", []string{"map[0]@5000", "map[0]@1000"}, []string{"map[0]@1000", "map[0]@5000"}},
+		{"two subtasks, two each", []string{"check[1]@2500", "map[1]@1500", "check[1]@1000", "map[1]@8000"},
+			[]string{"check[1]@1000", "check[1]@2500", "map[1]@1500", "map[1]@8000"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			report := filepath.Join(t.TempDir(), "r.json")
+			args := []string{"run", "sequence", "--records", "20000", "--keys", "8", "--rate", "20000",
+				"--checkpoint-interval", "20ms", "--restart-strategy", "fixed-delay:attempts=10,delay=0s", "--report", report}
+			for _, s := range tc.specs {
+				args = append(args, "--inject-failure", s)
+			}
+			out, stderr, code := runCLI(t, args...)
+			if code != 0 || !strings.Contains(out, "lost 0, duplicated 0, out of order 0: OK") {
+				t.Fatalf("exit %d:\n%s\n%s", code, out, stderr)
+			}
+			b, err := os.ReadFile(report)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var r struct {
+				Failovers []struct {
+					Failed string `json:"failed"`
+					Cause  string `json:"cause"`
+				} `json:"failovers"`
+			}
+			if err := json.Unmarshal(b, &r); err != nil {
+				t.Fatal(err)
+			}
+			if len(r.Failovers) != len(tc.want) {
+				t.Fatalf("%d failovers, want %d: %s\n%s", len(r.Failovers), len(tc.want), b, stderr)
+			}
+			// Failures of different subtasks may come in either order; each subtask's come in its order.
+			fired := map[string][]string{} // subtask spec prefix ("map[1]") -> specs, in the order they fired
+			for _, f := range r.Failovers {
+				_, spec, ok := strings.Cut(f.Cause, "injected failure ")
+				if !ok {
+					t.Fatalf("failover %+v was not injected", f)
+				}
+				sub := spec[:strings.Index(spec, "@")]
+				if op := sub[:strings.Index(sub, "[")]; !strings.Contains(f.Failed, op) {
+					t.Errorf("failover of %s caused by %s", f.Failed, spec)
+				}
+				fired[sub] = append(fired[sub], spec)
+			}
+			want := map[string][]string{}
+			for _, spec := range tc.want {
+				sub := spec[:strings.Index(spec, "@")]
+				want[sub] = append(want[sub], spec)
+			}
+			if fmt.Sprint(fired) != fmt.Sprint(want) {
+				t.Fatalf("fired %v, want %v", fired, want)
+			}
+		})
+	}
+}
+
+// TestMistakesFailAtStart gives paths that cannot work: each is refused before the job runs (an unbounded
+// run that would otherwise last --duration ends at once), with exit code 2 and a message naming the flag
+// and the path, and nothing is created where it should not be.
+func TestMistakesFailAtStart(t *testing.T) {
+	tmp := t.TempDir()
+	file := filepath.Join(tmp, "plain-file")
+	if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	unbounded := []string{"run", "sequence", "--duration", "10s"}
+	for _, tc := range []struct {
+		name      string
+		args      []string
+		want      []string
+		notExists string // a path the run must not create
+	}{
+		{"restore from a missing directory", append(unbounded, "--from-savepoint", filepath.Join(tmp, "nosuch-sp")),
+			[]string{"--from-savepoint", `directory "` + filepath.Join(tmp, "nosuch-sp") + `" does not exist`}, filepath.Join(tmp, "nosuch-sp")},
+		{"checkpoint storage file:// without a path", append(unbounded, "--checkpoint-interval", "50ms", "--checkpoint-storage", "file://"),
+			[]string{"--checkpoint-storage", `"file://" names no directory`}, ""},
+		{"report in a missing directory", append(unbounded, "--report", filepath.Join(tmp, "nosuch", "r.json")),
+			[]string{"--report", filepath.Join(tmp, "nosuch", "r.json"), "does not exist"}, ""},
+		{"report is a directory", append(unbounded, "--report", tmp), []string{"--report", tmp, "is a directory"}, ""},
+		{"savepoint under a file", append(unbounded, "--savepoint-on-stop", filepath.Join(file, "sp")),
+			[]string{"--savepoint-on-stop", filepath.Join(file, "sp")}, ""},
+		{"output in a missing directory", []string{"run", "wordcount", "--output", filepath.Join(tmp, "nosuch", "o.txt")},
+			[]string{"--output", filepath.Join(tmp, "nosuch", "o.txt"), "does not exist"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cwd := t.TempDir()
+			start := time.Now()
+			_, stderr, code := runCLIIn(t, cwd, tc.args...)
+			if took := time.Since(start); took > 5*time.Second {
+				t.Errorf("refused only after %s: the job ran", took)
+			}
+			if code != 2 {
+				t.Errorf("exit %d, want 2", code)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(stderr, w) {
+					t.Errorf("stderr does not name %q:\n%s", w, stderr)
+				}
+			}
+			if entries, _ := os.ReadDir(cwd); len(entries) != 0 {
+				t.Errorf("the run wrote into its current directory: %v", entries)
+			}
+			if tc.notExists != "" {
+				if _, err := os.Stat(tc.notExists); err == nil {
+					t.Errorf("%s was created", tc.notExists)
+				}
+			}
+		})
+	}
+}
+
+// TestSignalStopsCleanly sends SIGINT or SIGTERM to a running job: both stop it the same way, with the
+// savepoint asked for, the temporary checkpoint and spill directories removed, and the signal's exit code.
+func TestSignalStopsCleanly(t *testing.T) {
+	for _, tc := range []struct {
+		sig  syscall.Signal
+		name string
+		code int
+	}{
+		{syscall.SIGINT, "SIGINT", 130},
+		{syscall.SIGTERM, "SIGTERM", 143},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tmp := t.TempDir() // the run's TMPDIR: where its temporary directories go
+			sp := filepath.Join(t.TempDir(), "sp")
+			cmd := exec.Command(binary, "run", "sequence", "--records", "0", "--rate", "20000", "--checkpoint-interval", "20ms",
+				"--progress-interval", "50ms", "--savepoint-on-stop", sp)
+			cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+			stderr, err := cmd.StderrPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			// Wait until a checkpoint completed (the job runs, and its temporary directories exist), keep
+			// draining stderr after that.
+			running := make(chan struct{})
+			var log strings.Builder
+			drained := make(chan struct{})
+			go func() {
+				defer close(drained)
+				sc := bufio.NewScanner(stderr)
+				once := sync.Once{}
+				for sc.Scan() {
+					line := sc.Text()
+					log.WriteString(line + "\n")
+					if strings.Contains(line, "msg=progress") && strings.Contains(line, "status=RUNNING") && !strings.Contains(line, "checkpoints=0") {
+						once.Do(func() { close(running) })
+					}
+				}
+			}()
+			select {
+			case <-running:
+			case <-drained:
+				cmd.Wait()
+				t.Fatalf("the job ended before it ran a checkpoint:\n%s", log.String())
+			case <-time.After(30 * time.Second):
+				cmd.Process.Kill()
+				<-drained
+				cmd.Wait()
+				t.Fatalf("no checkpoint within 30s:\n%s", log.String())
+			}
+			if entries, _ := os.ReadDir(tmp); len(entries) == 0 {
+				t.Fatal("the running job made no temporary directories: the test would prove nothing")
+			}
+			if err := cmd.Process.Signal(tc.sig); err != nil {
+				t.Fatal(err)
+			}
+			<-drained
+			err = cmd.Wait()
+			code := 0
+			if ee, ok := err.(*exec.ExitError); ok {
+				code = ee.ExitCode()
+			}
+			if code != tc.code || !strings.Contains(log.String(), "CANCELED") || !strings.Contains(log.String(), "stopped by "+tc.name) {
+				t.Fatalf("exit %d (%v), want %d:\n%s", code, err, tc.code, log.String())
+			}
+			if _, err := os.Stat(filepath.Join(sp, "_metadata")); err != nil {
+				t.Errorf("no savepoint: %v\n%s", err, log.String())
+			}
+			if entries, _ := os.ReadDir(tmp); len(entries) != 0 {
+				var names []string
+				for _, e := range entries {
+					names = append(names, e.Name())
+				}
+				t.Errorf("left in the temporary directory: %v", names)
+			}
+		})
+	}
+}
+
+// TestMaxParallelismFlag: --max-parallelism sets the key groups, so a parallelism up to it runs.
+func TestMaxParallelismFlag(t *testing.T) {
+	out, stderr, code := runCLI(t, "run", "sequence", "--records", "3000", "--keys", "8", "--parallelism", "3", "--max-parallelism", "3")
+	if code != 0 || !strings.Contains(out, "checker: 3000 records (of 3000) over 8 keys; lost 0, duplicated 0, out of order 0: OK") {
+		t.Fatalf("exit %d:\n%s\n%s", code, out, stderr)
+	}
+}
+
+// TestRunStoppedShortIsIncomplete stops a bounded sequence run by --duration long before its input ends:
+// the verdict says it is incomplete (not a violation), in the summary and in the report.
+func TestRunStoppedShortIsIncomplete(t *testing.T) {
+	report := filepath.Join(t.TempDir(), "r.json")
+	out, stderr, code := runCLI(t, "run", "sequence", "--records", "1000000", "--rate", "2000", "--duration", "400ms", "--report", report)
+	if code != 0 || !strings.Contains(out, "lost 0, duplicated 0, out of order 0: INCOMPLETE: stopped before the end of the input (job CANCELED)") ||
+		strings.Contains(out, "VIOLATION") {
+		t.Fatalf("exit %d:\n%s\n%s", code, out, stderr)
+	}
+	b, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r struct {
+		Checker struct {
+			Verdict string `json:"verdict"`
+		} `json:"checker"`
+	}
+	if err := json.Unmarshal(b, &r); err != nil || r.Checker.Verdict != "INCOMPLETE" {
+		t.Fatalf("%v: %s", err, b)
+	}
+}
+
+// TestRunHelp: the help tells the restart default and the exit codes.
+func TestRunHelp(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"run", "--help"}, []string{"SIGTERM stops the job cleanly", "Exit codes: 0 done, 1 the job failed, 2 a usage error"}},
+		{[]string{"run", "sequence", "--help"}, []string{"the first restart of a failure is immediate", "immediate=1", "--max-parallelism"}},
+	} {
+		out, _, code := runCLI(t, tc.args...)
+		for _, want := range tc.want {
+			if code != 0 || !strings.Contains(out, want) {
+				t.Errorf("%v: exit %d, help lacks %q:\n%s", tc.args, code, want, out)
+			}
+		}
 	}
 }

@@ -14,6 +14,8 @@ import (
 	"os/signal"
 	"slices"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -26,14 +28,15 @@ import (
 
 // runFlags are the flags common to every example.
 type runFlags struct {
-	parallelism  int
-	taskManagers int
-	duration     time.Duration
-	noChaining   bool
-	metricsAddr  string
-	report       string
-	verbose      bool
-	progress     time.Duration
+	parallelism    int
+	maxParallelism int
+	taskManagers   int
+	duration       time.Duration
+	noChaining     bool
+	metricsAddr    string
+	report         string
+	verbose        bool
+	progress       time.Duration
 
 	// Recovery.
 	checkpointInterval time.Duration
@@ -56,17 +59,21 @@ func newRunCmd() *cobra.Command {
 		Use:   "run EXAMPLE [flags]",
 		Short: "Run a bundled example job in an in-process cluster",
 		Long: "Run a bundled example job in an in-process cluster (a JobManager and --taskmanagers TaskManagers).\n" +
-			"Live progress goes to stderr: a refreshing status block on a terminal, log lines otherwise.",
+			"Live progress goes to stderr: a refreshing status block on a terminal, log lines otherwise.\n" +
+			"Ctrl-C (SIGINT) or SIGTERM stops the job cleanly (with --savepoint-on-stop, after a savepoint); a second one exits at once.\n" +
+			"Exit codes: 0 done, 1 the job failed, 2 a usage error (nothing ran), 130 / 143 stopped by SIGINT / SIGTERM.",
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return cmd.Help()
 			}
-			return fmt.Errorf("unknown example %q (runnel examples lists them)", args[0])
+			return usageError(fmt.Errorf("unknown example %q (runnel examples lists them)", args[0]))
 		},
 	}
 	pf := run.PersistentFlags()
 	pf.IntVar(&f.parallelism, "parallelism", 2, "default parallelism of the job's operators")
+	pf.IntVar(&f.maxParallelism, "max-parallelism", runnel.DefaultMaxParallelism, "key groups of keyed state: the most any operator's parallelism may be, now or when rescaled from a savepoint\n"+
+		"(1 to 32768; a savepoint is restored only with the max parallelism it was taken with)")
 	pf.IntVar(&f.taskManagers, "taskmanagers", 1, "TaskManagers of the in-process cluster (tasks on different ones talk over TCP)")
 	pf.DurationVar(&f.duration, "duration", 0, "stop (cancel) the job after this long; 0 runs until bounded sources end")
 	pf.BoolVar(&f.noChaining, "no-chaining", false, "do not chain operators into tasks")
@@ -79,15 +86,19 @@ func newRunCmd() *cobra.Command {
 	pf.IntVar(&f.tolerableFailed, "tolerable-failed-checkpoints", 0, "consecutive failed checkpoints tolerated; one more fails the job over through its restart strategy (a full restart from the latest checkpoint)")
 	pf.StringVar(&f.checkpointStorage, "checkpoint-storage", "", "where checkpoints go: a directory, file://DIR, s3://BUCKET/PREFIX or mem:// (default: a temporary directory, removed afterwards)")
 	pf.StringVar(&f.failover, "failover", "region", "failover strategy: full (restart every task), region (restart the pipelined regions that must) or approximate (restart the failed subtask and everything downstream while upstream keeps running; the loss is counted)")
-	pf.StringVar(&f.restartStrategy, "restart-strategy", "", "restart strategy: none, fixed-delay:attempts=3,delay=1s, exponential-delay:initial=100ms,max=10s,multiplier=2,reset=1m,jitter=0.1\n"+
-		"or failure-rate:max-failures=3,interval=1m,delay=1s (default: none without checkpointing, exponential-delay with it)")
+	pf.StringVar(&f.restartStrategy, "restart-strategy", "", "restart strategy: none, fixed-delay:attempts=3,delay=1s, exponential-delay:initial=100ms,max=10s,multiplier=2,reset=1m,jitter=0.1,immediate=1\n"+
+		"or failure-rate:max-failures=3,interval=1m,delay=1s. Default: none without checkpointing; with it\n"+
+		runnel.DefaultRestartWithCheckpoints+":\n"+
+		"the first restart of a failure is immediate, and only failures within a minute of each other back off (100ms doubling to 10s)")
 	pf.StringVar(&f.stateBackend, "state-backend", "memory", "where keyed state lives: memory or pebble (on disk)")
-	pf.StringVar(&f.savepointOnStop, "savepoint-on-stop", "", "write a savepoint to this directory when the job is stopped (--duration or Ctrl-C)")
-	pf.StringVar(&f.fromSavepoint, "from-savepoint", "", "start from a savepoint directory, or from the newest valid checkpoint of a checkpoint storage directory")
+	pf.StringVar(&f.savepointOnStop, "savepoint-on-stop", "", "write a savepoint to this directory when the job is stopped (--duration, Ctrl-C or SIGTERM); checked before the job runs")
+	pf.StringVar(&f.fromSavepoint, "from-savepoint", "", "start from a savepoint directory, or from the newest valid checkpoint of a checkpoint storage directory (which must exist;\n"+
+		"damaged newer checkpoints are passed over with a WARN)")
 	pf.StringVar(&f.exchangeMode, "exchange-mode", "pipelined", "pipelined, blocking (bounded jobs: every shuffle spilled, each task its own failover region) or forward-pipelined")
 	pf.StringVar(&f.scheduling, "scheduling", "pipelined-region", "pipelined-region or eager")
 	pf.StringArrayVar(&f.injectFailures, "inject-failure", nil, "make a task fail once, on purpose: OPERATOR[SUBTASK]@WHEN, WHEN a duration since the start (2s)\n"+
-		"or a record count (5000: after that many records reached the subtask); repeatable")
+		"or a record count (5000: after that many records reached the subtask, over all its attempts); repeatable: every spec fires once,\n"+
+		"also several for one subtask (map[0]@1000 and map[0]@5000 fail it twice; specs due together fire one per attempt, in the order given)")
 	for _, ex := range examples.All() {
 		ex := ex
 		c := &cobra.Command{
@@ -109,8 +120,11 @@ func (f runFlags) validate() error {
 	if f.parallelism < 1 {
 		errs = append(errs, fmt.Errorf("invalid --parallelism %d: must be at least 1", f.parallelism))
 	}
-	if f.taskManagers < 1 {
-		errs = append(errs, fmt.Errorf("invalid --taskmanagers %d: must be at least 1", f.taskManagers))
+	if f.maxParallelism < 1 || f.maxParallelism > runnel.MaxParallelismLimit {
+		errs = append(errs, fmt.Errorf("invalid --max-parallelism %d: must be between 1 and %d", f.maxParallelism, runnel.MaxParallelismLimit))
+	}
+	if f.taskManagers < 1 || f.taskManagers > runnel.MaxTaskManagers {
+		errs = append(errs, fmt.Errorf("invalid --taskmanagers %d: must be between 1 and %d", f.taskManagers, runnel.MaxTaskManagers))
 	}
 	if f.duration < 0 {
 		errs = append(errs, fmt.Errorf("invalid --duration %s: must not be negative", f.duration))
@@ -195,6 +209,8 @@ func (f runFlags) recoveryOptions() []runnel.Option {
 // no operator, a state backend that is not available) names the flag.
 var optionFlags = strings.NewReplacer(
 	"WithParallelism:", "--parallelism:",
+	"WithMaxParallelism:", "--max-parallelism:",
+	"; raise max parallelism", "; raise --max-parallelism",
 	"WithTaskManagers:", "--taskmanagers:",
 	"CheckpointConfig.Interval:", "--checkpoint-interval:",
 	"CheckpointConfig.Mode:", "--checkpoint-mode:",
@@ -205,6 +221,7 @@ var optionFlags = strings.NewReplacer(
 	"WithFailureInjection", "--inject-failure",
 	"WithExchangeMode", "--exchange-mode",
 	"WithScheduling", "--scheduling",
+	"WithSavepointOnStop", "--savepoint-on-stop",
 	"restore from savepoint", "--from-savepoint",
 	"savepoint on stop", "--savepoint-on-stop",
 )
@@ -217,7 +234,13 @@ func (e flagError) Unwrap() error { return e.err }
 
 func runExample(cmd *cobra.Command, name string, job examples.Job, f runFlags) error {
 	if err := f.validate(); err != nil {
-		return &exitError{code: 2, err: err}
+		return usageError(err)
+	}
+	if f.report != "" {
+		// The report is written after the run: a path that cannot take it is a mistake to tell now.
+		if err := examples.CheckWritableFile(f.report); err != nil {
+			return usageError(fmt.Errorf("invalid --report: %w", err))
+		}
 	}
 	stderr := cmd.ErrOrStderr()
 	level := slog.LevelWarn
@@ -231,6 +254,7 @@ func runExample(cmd *cobra.Command, name string, job examples.Job, f runFlags) e
 	prog := newProgress(stderr, interactive, cliLog)
 	env := runnel.NewEnvironment(append([]runnel.Option{
 		runnel.WithParallelism(f.parallelism),
+		runnel.WithMaxParallelism(f.maxParallelism),
 		runnel.WithTaskManagers(f.taskManagers),
 		runnel.WithChaining(!f.noChaining),
 		runnel.WithLogger(runtimeLog),
@@ -238,14 +262,16 @@ func runExample(cmd *cobra.Command, name string, job examples.Job, f runFlags) e
 		runnel.WithMetrics(f.metricsAddr),
 	}, f.recoveryOptions()...)...)
 	if err := job.Build(env, examples.Options{Out: cmd.OutOrStdout(), Duration: f.duration}); err != nil {
-		return &exitError{code: 2, err: fmt.Errorf("%s: %w", name, err)}
+		return usageError(fmt.Errorf("%s: %w", name, err))
 	}
 	if err := env.Err(); err != nil {
-		return &exitError{code: 2, err: fmt.Errorf("%s: %w", name, err)}
+		return usageError(fmt.Errorf("%s: %w", name, err))
 	}
 
-	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
-	defer stop()
+	ctx, cancel := context.WithCancel(cmd.Context())
+	defer cancel()
+	signals := stopOnSignals(cancel, stderr)
+	defer signals.stop()
 	if f.duration > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, f.duration)
@@ -264,7 +290,7 @@ func runExample(cmd *cobra.Command, name string, job examples.Job, f runFlags) e
 	}
 	res, err := env.Execute(ctx, name)
 	if res == nil { // the job did not start: a configuration mistake
-		return &exitError{code: 2, err: flagError{err}}
+		return usageError(flagError{err})
 	}
 	if f.report != "" {
 		var extra map[string]any
@@ -287,11 +313,71 @@ func runExample(cmd *cobra.Command, name string, job examples.Job, f runFlags) e
 	case res.Status == "CANCELED" && f.duration > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded):
 		fmt.Fprintf(stderr, "job %s ran for --duration %s and was stopped (CANCELED)\n", name, f.duration)
 	case res.Status == "CANCELED":
-		return &exitError{code: 130, err: fmt.Errorf("job %s CANCELED after %s (interrupted)", name, wall(res))}
+		if sig := signals.stop(); sig != nil {
+			return &exitError{code: signalExitCode(sig), err: fmt.Errorf("job %s CANCELED after %s (stopped by %s)", name, wall(res), signalName(sig))}
+		}
+		return &exitError{code: exitFailed, err: fmt.Errorf("job %s CANCELED after %s", name, wall(res))}
 	default:
 		fmt.Fprintf(stderr, "job %s %s in %s%s\n", name, res.Status, wall(res), recoverySummary(res))
 	}
 	return nil
+}
+
+// signalStop cancels a job on the first SIGINT (Ctrl-C) or SIGTERM, so that both stop it the same way:
+// the job is cancelled (with a savepoint first if one was asked for) and Execute removes its temporary
+// checkpoint and spill directories before the command exits. A second signal is left to its default action
+// and ends the process at once.
+type signalStop struct {
+	ch   chan os.Signal
+	quit chan struct{}
+	done chan struct{}
+	sig  os.Signal // the signal that stopped the job; read after done is closed
+	once sync.Once
+}
+
+func stopOnSignals(cancel context.CancelFunc, stderr io.Writer) *signalStop {
+	s := &signalStop{ch: make(chan os.Signal, 1), quit: make(chan struct{}), done: make(chan struct{})}
+	signal.Notify(s.ch, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		defer close(s.done)
+		select {
+		case sig := <-s.ch:
+			signal.Stop(s.ch) // the next one takes the default action
+			s.sig = sig
+			fmt.Fprintf(stderr, "runnel: %s: stopping the job (send it again to exit at once)\n", signalName(sig))
+			cancel()
+		case <-s.quit:
+		}
+	}()
+	return s
+}
+
+// stop stops listening and returns the signal that stopped the job, or nil. It may be called more than once.
+func (s *signalStop) stop() os.Signal {
+	s.once.Do(func() {
+		signal.Stop(s.ch)
+		close(s.quit)
+	})
+	<-s.done
+	return s.sig
+}
+
+// signalExitCode is the shell's code for a process ended by sig: 128 + its number (130 SIGINT, 143 SIGTERM).
+func signalExitCode(sig os.Signal) int {
+	if n, ok := sig.(syscall.Signal); ok {
+		return 128 + int(n)
+	}
+	return exitFailed
+}
+
+func signalName(sig os.Signal) string {
+	switch sig {
+	case os.Interrupt:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	}
+	return sig.String()
 }
 
 // recoverySummary says how many checkpoints completed and failovers happened, if any.

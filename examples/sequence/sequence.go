@@ -42,10 +42,21 @@
 // check subtask's attempt and the number of records the key has seen, so replays after a restore (which
 // re-emit older counters from a newer attempt) are idempotent. The run's report gains, at top level,
 //
-//	"checker": {"records": N, "lost": N, "duplicated": N, "out_of_order": N, "keys": N, "expected_records": N}
+//	"checker": {"records": N, "lost": N, "duplicated": N, "out_of_order": N, "keys": N, "expected_records": N,
+//	            "verdict": "OK"}
 //
 // summed over keys (expected_records is 0 for unbounded runs). Under exactly-once recovery a bounded run
 // ends with records == expected_records == --records and no anomaly.
+//
+// # Verdict
+//
+// A run that ended by itself (FINISHED) is judged in full: OK when every expected record arrived exactly
+// once and in order; OK_APPROXIMATE when nothing was duplicated or reordered and the records missing are
+// exactly those the approximate failovers reported lost; VIOLATION otherwise. A run stopped before the end
+// of its input (by --duration, a signal, or a failure) cannot be judged on what it never sent: its verdict
+// is INCOMPLETE when what was checked so far is clean (no gap, duplicate or reorder; under approximate
+// recovery no more gaps than the failovers reported lost), and VIOLATION when it is not: an anomaly seen
+// is one whether or not the run went on.
 package sequence
 
 import (
@@ -83,12 +94,58 @@ type Counters struct {
 
 // Checker is the report's "checker" object: counters summed over keys.
 type Checker struct {
-	Records         int64 `json:"records"`
-	Lost            int64 `json:"lost"`
-	Duplicated      int64 `json:"duplicated"`
-	OutOfOrder      int64 `json:"out_of_order"`
-	Keys            int   `json:"keys"`
-	ExpectedRecords int64 `json:"expected_records"`
+	Records         int64   `json:"records"`
+	Lost            int64   `json:"lost"`
+	Duplicated      int64   `json:"duplicated"`
+	OutOfOrder      int64   `json:"out_of_order"`
+	Keys            int     `json:"keys"`
+	ExpectedRecords int64   `json:"expected_records"`
+	Verdict         Verdict `json:"verdict"`
+}
+
+// Verdict is the checker's judgement of a run (see the package doc).
+type Verdict string
+
+// Verdicts.
+const (
+	// VerdictOK: the run ended by itself and every expected record arrived exactly once, in order.
+	VerdictOK Verdict = "OK"
+	// VerdictApproximateOK: the run ended by itself; nothing was duplicated or reordered, and the records
+	// missing are exactly those the approximate failovers reported lost.
+	VerdictApproximateOK Verdict = "OK_APPROXIMATE"
+	// VerdictIncomplete: the run stopped before the end of its input, and what was checked so far is clean.
+	VerdictIncomplete Verdict = "INCOMPLETE"
+	// VerdictViolation: records were lost (beyond the reported loss), duplicated or reordered.
+	VerdictViolation Verdict = "VIOLATION"
+)
+
+// Judge returns the verdict on counters c of a run that ended with res (nil: a run not known to have
+// ended). It reads c's counters, not its Verdict.
+func Judge(c Checker, res *runnel.JobResult) Verdict {
+	clean := c.Duplicated == 0 && c.OutOfOrder == 0
+	reported := CheckedLoss(res)
+	approximate := false
+	if res != nil {
+		for _, f := range res.Failovers {
+			approximate = approximate || f.Strategy == "approximate"
+		}
+	}
+	if res != nil && res.Status == "FINISHED" && c.ExpectedRecords > 0 {
+		switch {
+		case clean && c.Lost == 0 && c.Records == c.ExpectedRecords:
+			return VerdictOK
+		case approximate && clean && uint64(c.Lost) == reported && c.Records+c.Lost == c.ExpectedRecords:
+			return VerdictApproximateOK
+		}
+		return VerdictViolation
+	}
+	// Stopped before the end of the input (or unbounded): what is missing at the end was never sent, but a
+	// gap before the latest record of a key is a loss. Under approximate recovery a gap may be part of the
+	// reported loss, which the checker may not have seen all of yet.
+	if clean && (c.Lost == 0 || approximate && uint64(c.Lost) <= reported) {
+		return VerdictIncomplete
+	}
+	return VerdictViolation
 }
 
 // OK reports whether the checker saw no anomaly and, for a bounded run, exactly the expected records.
@@ -241,6 +298,7 @@ func (j *Job) Checker(res *runnel.JobResult) Checker {
 			}
 		}
 	}
+	c.Verdict = Judge(c, res)
 	return c
 }
 
@@ -252,22 +310,28 @@ func (j *Job) ReportFields(res *runnel.JobResult) map[string]any {
 // Summary prints the checker's totals and the verdict.
 func (j *Job) Summary(w io.Writer, res *runnel.JobResult) error {
 	c := j.Checker(res)
-	verdict := "OK: every record exactly once, in order"
 	reported := CheckedLoss(res)
-	approximate := false
-	if res != nil {
-		for _, f := range res.Failovers {
-			approximate = approximate || f.Strategy == "approximate"
-		}
-	}
-	switch {
-	case approximate && c.Duplicated == 0 && c.OutOfOrder == 0 && uint64(c.Lost) == reported &&
-		res.Status == "FINISHED" && c.Records+c.Lost == c.ExpectedRecords:
+	var verdict string
+	switch c.Verdict {
+	case VerdictOK:
+		verdict = "OK: every record exactly once, in order"
+	case VerdictApproximateOK:
 		verdict = fmt.Sprintf("OK for approximate recovery: the loss is exactly the %d records the failovers reported, nothing duplicated or reordered", reported)
-	case !c.OK():
+	case VerdictIncomplete:
+		status := "unknown"
+		if res != nil {
+			status = res.Status
+		}
+		verdict = fmt.Sprintf("INCOMPLETE: stopped before the end of the input (job %s); %d records checked, no loss, duplicates or reorders seen so far", status, c.Records)
+		if c.Lost > 0 {
+			verdict = fmt.Sprintf("INCOMPLETE: stopped before the end of the input (job %s); %d records checked, the %d lost within the %d the failovers reported, no duplicates or reorders seen so far",
+				status, c.Records, c.Lost, reported)
+		}
+	default:
 		verdict = "VIOLATION"
-	case c.ExpectedRecords == 0 || res == nil || res.Status != "FINISHED":
-		verdict = "no anomaly so far (the run did not end by itself, so the counts are the latest the sink saw)"
+		if res == nil || res.Status != "FINISHED" {
+			verdict = "VIOLATION (seen before the run stopped short of the end of its input)"
+		}
 	}
 	exp := "unbounded"
 	if c.ExpectedRecords > 0 {

@@ -122,7 +122,7 @@ func runJob(t *testing.T, job *sequence.Job, opts ...runnel.Option) *runnel.JobR
 func checkExact(t *testing.T, job *sequence.Job, res *runnel.JobResult, records uint64, keys, p int) {
 	t.Helper()
 	c := job.Checker(res)
-	want := sequence.Checker{Records: int64(records), Keys: keys, ExpectedRecords: int64(records)}
+	want := sequence.Checker{Records: int64(records), Keys: keys, ExpectedRecords: int64(records), Verdict: sequence.VerdictOK}
 	if c != want || !c.OK() {
 		t.Fatalf("checker %+v, want %+v", c, want)
 	}
@@ -290,5 +290,40 @@ func TestApproximateLocalRecovery(t *testing.T) {
 				t.Fatalf("checkpoints %+v", res.Checkpoints)
 			}
 		})
+	}
+}
+
+// TestJudge covers the verdicts: a run that ended is judged in full, a run stopped short only on what it
+// checked, and an anomaly is a violation either way.
+func TestJudge(t *testing.T) {
+	approx := func(status string, lost uint64) *runnel.JobResult {
+		return &runnel.JobResult{Status: status, Failovers: []runnel.FailoverResult{{Strategy: "approximate", RecordsLost: lost,
+			Channels: []runnel.ChannelLossResult{{From: "map[0]", To: "check[1]", RecordsLost: lost}}}}}
+	}
+	finished := &runnel.JobResult{Status: "FINISHED"}
+	canceled := &runnel.JobResult{Status: "CANCELED"}
+	for _, tc := range []struct {
+		name string
+		c    sequence.Checker
+		res  *runnel.JobResult
+		want sequence.Verdict
+	}{
+		{"finished exact", sequence.Checker{Records: 100, ExpectedRecords: 100}, finished, sequence.VerdictOK},
+		{"finished short", sequence.Checker{Records: 90, Lost: 10, ExpectedRecords: 100}, finished, sequence.VerdictViolation},
+		{"finished duplicated", sequence.Checker{Records: 100, Duplicated: 1, ExpectedRecords: 100}, finished, sequence.VerdictViolation},
+		{"finished approximate, loss as reported", sequence.Checker{Records: 93, Lost: 7, ExpectedRecords: 100}, approx("FINISHED", 7), sequence.VerdictApproximateOK},
+		{"finished approximate, loss beyond the report", sequence.Checker{Records: 92, Lost: 8, ExpectedRecords: 100}, approx("FINISHED", 7), sequence.VerdictViolation},
+		{"stopped by --duration, clean", sequence.Checker{Records: 4000, ExpectedRecords: 1_000_000}, canceled, sequence.VerdictIncomplete},
+		{"stopped, unbounded, clean", sequence.Checker{Records: 4000}, canceled, sequence.VerdictIncomplete},
+		{"stopped with a gap", sequence.Checker{Records: 4000, Lost: 1, ExpectedRecords: 1_000_000}, canceled, sequence.VerdictViolation},
+		{"stopped with a reorder", sequence.Checker{Records: 4000, OutOfOrder: 1, ExpectedRecords: 1_000_000}, canceled, sequence.VerdictViolation},
+		{"stopped approximate, part of the reported loss seen", sequence.Checker{Records: 4000, Lost: 3}, approx("CANCELED", 7), sequence.VerdictIncomplete},
+		{"stopped approximate, more lost than reported", sequence.Checker{Records: 4000, Lost: 8}, approx("CANCELED", 7), sequence.VerdictViolation},
+		{"failed, clean so far", sequence.Checker{Records: 10, ExpectedRecords: 100}, &runnel.JobResult{Status: "FAILED"}, sequence.VerdictIncomplete},
+		{"no result", sequence.Checker{Records: 10, ExpectedRecords: 100}, nil, sequence.VerdictIncomplete},
+	} {
+		if got := sequence.Judge(tc.c, tc.res); got != tc.want {
+			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
+		}
 	}
 }

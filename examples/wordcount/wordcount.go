@@ -80,6 +80,12 @@ func (j *Job) Build(env *runnel.Environment, opts run.Options) error {
 			return GeneratedLine(seq*uint64(p) + uint64(subtask))
 		}, connector.GeneratorOptions{TotalRecords: uint64(j.Lines)}))
 	}
+	if j.Output != "" {
+		// The output is written when the input ends: a path that cannot be written is better told now.
+		if err := run.CheckWritableFile(j.Output); err != nil {
+			return fmt.Errorf("--output: %w", err)
+		}
+	}
 	lines = lines.Name("source")
 	words := runnel.FlatMap(lines, Tokenize).Name("tokenize")
 	counts := runnel.Process(runnel.KeyBy(words, func(w string) string { return w }),

@@ -175,6 +175,11 @@ func openBucket(ctx context.Context, location string, create bool) (Bucket, erro
 		dir := u.Path
 		switch u.Host {
 		case "", "localhost":
+			if dir == "" {
+				// "file://" names no directory; taking it for the current one would scatter checkpoints
+				// wherever the command happens to run.
+				return nil, fmt.Errorf("checkpoint location %q names no directory: write file:///absolute/dir, file://./relative/dir or a plain path", location)
+			}
 		case ".":
 			dir = "." + dir
 		default:
@@ -206,7 +211,7 @@ func openLocal(dir string, create bool) (Bucket, error) {
 	}
 	if !create {
 		if _, err := os.Stat(abs); errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("directory %q: %w", abs, ErrNotFound)
+			return nil, missingDirError{dir: abs}
 		}
 	}
 	b, err := fileblob.OpenBucket(abs, &fileblob.Options{
@@ -221,3 +226,9 @@ func openLocal(dir string, create bool) (Bucket, error) {
 	}
 	return &blobBucket{b: b, dir: abs}, nil
 }
+
+// missingDirError is a local directory that was to be read and does not exist; it is an ErrNotFound.
+type missingDirError struct{ dir string }
+
+func (e missingDirError) Error() string { return fmt.Sprintf("directory %q does not exist", e.dir) }
+func (e missingDirError) Unwrap() error { return ErrNotFound }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 )
 
 // Savepoint is a completed checkpoint opened from a directory of its own: a savepoint written by
@@ -40,6 +41,35 @@ func (s *Storage) WriteSavepoint(ctx context.Context, dir string, cp *CompletedC
 		err = fmt.Errorf("write savepoint of checkpoint %d to %s: close: %w", cp.ID, dir, cerr)
 	}
 	return err
+}
+
+// CheckSavepointTarget makes sure that WriteSavepoint into dir can succeed later: the location opens (a
+// local directory is created, as WriteSavepoint would), holds no savepoint yet, and takes a write (a probe
+// object is written and deleted again). A job that will write a savepoint when it stops runs this before it
+// starts, so that a target it cannot use is reported at once instead of after the whole run.
+func CheckSavepointTarget(ctx context.Context, dir string) error {
+	b, err := OpenBucket(ctx, dir)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	r, _, err := b.Get(ctx, metadataKey)
+	switch {
+	case err == nil:
+		r.Close()
+		return fmt.Errorf("%s already holds a savepoint (a %s), which would not be overwritten: %w", dir, metadataKey, ErrExists)
+	case !errors.Is(err, ErrNotFound):
+		return fmt.Errorf("%s: %w", dir, err)
+	}
+	// A random name, so that two jobs checking the same target at once do not delete each other's probe.
+	probe := fmt.Sprintf("_probe-%016x", rand.Uint64())
+	if err := b.Put(ctx, probe, nil); err != nil {
+		return fmt.Errorf("%s is not writable: %w", dir, err)
+	}
+	if err := b.Delete(ctx, probe); err != nil {
+		return fmt.Errorf("%s: delete the probe object %s: %w", dir, probe, err)
+	}
+	return nil
 }
 
 // WriteSavepointTo is WriteSavepoint into an open bucket; dst stays open.

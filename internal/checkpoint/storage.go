@@ -44,6 +44,17 @@ func Open(ctx context.Context, location string) (*Storage, error) {
 	return NewStorage(b, location), nil
 }
 
+// OpenExisting opens the checkpoint storage at location like Open, but never creates it: a local directory
+// that does not exist is an error that names it and wraps ErrNotFound. Restoring opens storage this way, so
+// that a mistyped directory is reported instead of created empty.
+func OpenExisting(ctx context.Context, location string) (*Storage, error) {
+	b, err := openBucket(ctx, location, false)
+	if err != nil {
+		return nil, err
+	}
+	return NewStorage(b, location), nil
+}
+
 // NewStorage returns a Storage on b; location only names it in messages. The Storage owns b.
 func NewStorage(b Bucket, location string) *Storage { return &Storage{b: b, location: location} }
 

@@ -729,6 +729,133 @@ func TestOpenLocations(t *testing.T) {
 	}
 }
 
+// TestOpenRefusesFileURLWithoutDirectory: a file URL that names no directory is refused, by every way in,
+// and nothing is written into the current directory.
+func TestOpenRefusesFileURLWithoutDirectory(t *testing.T) {
+	ctx := context.Background()
+	cwd := t.TempDir()
+	t.Chdir(cwd)
+	open := map[string]func(string) error{
+		"Open":         func(loc string) error { s, err := checkpoint.Open(ctx, loc); closeIf(s, err); return err },
+		"OpenExisting": func(loc string) error { s, err := checkpoint.OpenExisting(ctx, loc); closeIf(s, err); return err },
+		"OpenBucket": func(loc string) error {
+			b, err := checkpoint.OpenBucket(ctx, loc)
+			if err == nil {
+				b.Close()
+			}
+			return err
+		},
+	}
+	for _, loc := range []string{"file://", "file://localhost"} {
+		for name, f := range open {
+			err := f(loc)
+			if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("checkpoint location %q names no directory", loc)) {
+				t.Errorf("%s(%q): %v", name, loc, err)
+			}
+		}
+	}
+	if entries, _ := os.ReadDir(cwd); len(entries) != 0 {
+		t.Fatalf("the current directory got %v", entries)
+	}
+}
+
+func closeIf(s *checkpoint.Storage, err error) {
+	if err == nil {
+		s.Close()
+	}
+}
+
+// TestOpenExistingDoesNotCreate: reading a location (OpenExisting, ReadSavepoint) never creates a local
+// directory; a missing one is ErrNotFound, named in the error. Open, which writes, creates it.
+func TestOpenExistingDoesNotCreate(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		loc  func(dir string) string
+	}{
+		{"path", func(dir string) string { return dir }},
+		{"file URL", func(dir string) string { return "file://" + dir }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(root, tc.name, "nosuch")
+			_, err := checkpoint.OpenExisting(ctx, tc.loc(dir))
+			if !errors.Is(err, checkpoint.ErrNotFound) || !strings.Contains(err.Error(), fmt.Sprintf("directory %q does not exist", dir)) {
+				t.Fatalf("OpenExisting: %v", err)
+			}
+			if _, err := checkpoint.ReadSavepoint(ctx, tc.loc(dir)); !errors.Is(err, checkpoint.ErrNotFound) || !strings.Contains(err.Error(), "does not exist") {
+				t.Fatalf("ReadSavepoint: %v", err)
+			}
+			if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("%s was created: %v", dir, err)
+			}
+			s, err := checkpoint.Open(ctx, tc.loc(dir))
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.Close()
+			s, err = checkpoint.OpenExisting(ctx, tc.loc(dir))
+			if err != nil {
+				t.Fatalf("OpenExisting after Open: %v", err)
+			}
+			s.Close()
+		})
+	}
+}
+
+// TestCheckSavepointTarget: a savepoint target that WriteSavepoint could not use is refused up front, and
+// a usable one is left as it was found (apart from being created).
+func TestCheckSavepointTarget(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	file := filepath.Join(root, "plain-file")
+	if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	taken := filepath.Join(root, "taken")
+	src, err := checkpoint.Open(ctx, filepath.Join(root, "storage"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	if err := src.WriteSavepoint(ctx, taken, writeCheckpoint(t, src, 1)); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		dir  string
+		want string // error substring; empty: usable
+	}{
+		{filepath.Join(root, "new", "sp"), ""},
+		{"file://" + filepath.Join(root, "new2"), ""},
+		{"mem://", ""},
+		{taken, "already holds a savepoint"},
+		{filepath.Join(file, "sp"), "plain-file"},
+		{"file://", "names no directory"},
+	} {
+		err := checkpoint.CheckSavepointTarget(ctx, tc.dir)
+		if tc.want == "" {
+			if err != nil {
+				t.Errorf("%s: %v", tc.dir, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want it to contain %q", tc.dir, err, tc.want)
+		}
+	}
+	if !errors.Is(checkpoint.CheckSavepointTarget(ctx, taken), checkpoint.ErrExists) {
+		t.Error("a taken target is not ErrExists")
+	}
+	// The probe is gone; WriteSavepoint then works.
+	dir := filepath.Join(root, "new", "sp")
+	if entries, err := os.ReadDir(dir); err != nil || len(entries) != 0 {
+		t.Fatalf("%s after the check: %v %v", dir, entries, err)
+	}
+	if err := src.WriteSavepoint(ctx, dir, writeCheckpoint(t, src, 2)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestLatestForVerifiesOnlyWhatIsRestored pins that a restart of some subtasks verifies their state and
 // no other: damage in the state of a subtask that keeps running does not send the restart to an older
 // checkpoint, damage in a restarted subtask's state does.

@@ -47,7 +47,7 @@ func buildChain(v *graph.JobVertex, rt *task.Runtime, injections []*Injection) (
 		c.ctxs[i] = ctx
 		for _, inj := range injections {
 			if inj.Operator == n.Name && inj.Subtask == int(rt.Info.Attempt.Index) {
-				ctx.inj = inj
+				ctx.injs = append(ctx.injs, inj)
 			}
 		}
 		var downstream []any

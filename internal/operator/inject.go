@@ -11,6 +11,14 @@ import (
 // Injection makes one subtask of one operator fail once, on purpose: after AfterRecords records reached it
 // (counted over all its attempts, replayed records included), or at the first record after the job ran for
 // After. It is shared by every attempt of the subtask, so it fires once per job, not once per attempt.
+//
+// Several injections may name the same subtask; each of them fires, once. They are independent triggers
+// over the same count of records: the subtask fails at the first record at which an injection is due, and
+// since one record fails an attempt at most once, injections due at the same record (or already due when an
+// earlier one fired) fire in the order they were given, one per attempt, at the first record of each
+// following attempt. So "map[0]@1000" and "map[0]@5000" fail attempt 0 at the 1000th record and a later
+// attempt at the 5000th (counted from the start, over all attempts), and the same spec given twice fails
+// the subtask twice.
 type Injection struct {
 	Operator     string
 	Subtask      int
@@ -29,9 +37,23 @@ func (i *Injection) Arm() { i.armed.Store(true) }
 // Fired reports whether the injection has fired.
 func (i *Injection) Fired() bool { return i.fired.Load() }
 
+// observe counts one record that reached the subtask and reports whether the injection is due (and has not
+// fired yet).
+func (i *Injection) observe() bool {
+	if i.fired.Load() {
+		return false
+	}
+	if i.AfterRecords > 0 {
+		return i.seen.Add(1) >= i.AfterRecords
+	}
+	return i.armed.Load()
+}
+
+// injector fails the subtask when one of its injections is due. It holds every injection of one subtask of
+// one operator, in the order they were given.
 type injector[T any] struct {
 	next BatchCollector[T]
-	inj  *Injection
+	injs []*Injection
 }
 
 // CollectBatch hands records on one at a time, so that the failure fires at its exact record.
@@ -42,17 +64,24 @@ func (c *injector[T]) CollectBatch(vs []T) {
 }
 
 func (c *injector[T]) Collect(v T) {
-	if !c.inj.fired.Load() && (c.inj.AfterRecords > 0 && c.inj.seen.Add(1) >= c.inj.AfterRecords || c.inj.armed.Load()) &&
-		c.inj.fired.CompareAndSwap(false, true) {
-		task.Abort(fmt.Errorf("injected failure %s", c.inj.Spec))
+	// Every injection counts the record before any of them fires, so that all of them count the same
+	// records: the one that fires at this record does not hide it from the others.
+	var due *Injection
+	for _, inj := range c.injs {
+		if inj.observe() && due == nil {
+			due = inj
+		}
+	}
+	if due != nil && due.fired.CompareAndSwap(false, true) {
+		task.Abort(fmt.Errorf("injected failure %s", due.Spec))
 	}
 	c.next.Collect(v)
 }
 
-// wrapIn puts the context's failure injection, if any, in front of an operator's input.
+// wrapIn puts the context's failure injections, if any, in front of an operator's input.
 func wrapIn[T any](ctx *Context, c Collector[T]) Collector[T] {
-	if ctx.inj == nil {
+	if len(ctx.injs) == 0 {
 		return c
 	}
-	return &injector[T]{next: asBatch(c), inj: ctx.inj}
+	return &injector[T]{next: asBatch(c), injs: ctx.injs}
 }

@@ -51,7 +51,7 @@ type Context struct {
 	origin   string // file:line of the API call that built the operator, for errors
 	backend  state.Backend
 	logger   *slog.Logger
-	inj      *Injection
+	injs     []*Injection // the failure injections of this operator and subtask, in the order given
 }
 
 // NewContext makes the context of operator name within the subtask described by rt.

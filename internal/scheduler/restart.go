@@ -45,7 +45,9 @@ const (
 	// ExponentialDelayRestart restarts after a backoff that starts at InitialBackoff and is multiplied by
 	// Multiplier after each failure up to MaxBackoff, with ±Jitter of randomness. A failure at least
 	// ResetThreshold after the previous one resets the backoff (and the attempt count) to the start.
-	// Attempts, when not 0, limits the restarts between resets.
+	// Attempts, when not 0, limits the restarts between resets. The first Immediate restarts after a reset
+	// (the first failures of a burst) wait no time at all; the backoff applies from the next failure on, so
+	// that a job that fails now and then recovers at once and only one that keeps failing is slowed down.
 	ExponentialDelayRestart
 	// FailureRateRestart restarts after Delay as long as at most MaxFailures failures fall within any
 	// Interval; the failure that makes it MaxFailures+1 fails the job.
@@ -74,7 +76,7 @@ func (k RestartKind) keys() []string {
 	case FixedDelayRestart:
 		return []string{"attempts", "delay"}
 	case ExponentialDelayRestart:
-		return []string{"initial", "max", "multiplier", "reset", "jitter", "attempts"}
+		return []string{"initial", "max", "multiplier", "reset", "jitter", "attempts", "immediate"}
 	case FailureRateRestart:
 		return []string{"max-failures", "interval", "delay"}
 	}
@@ -107,11 +109,16 @@ type RestartConfig struct {
 	MaxFailures int
 	// Interval (spec key "interval"): failure-rate's window, more than 0.
 	Interval time.Duration
+	// Immediate (spec key "immediate"): exponential-delay's restarts after a reset (the first failure, and a
+	// failure at least ResetThreshold after the previous one) that happen at once, without backoff; the
+	// failure after them waits InitialBackoff, and the backoff grows from there. 0 (Flink's behaviour)
+	// backs off from the first failure on.
+	Immediate int
 }
 
 // DefaultRestartConfig returns the configuration of kind with Flink's defaults: fixed-delay attempts=1,
-// delay=1s; exponential-delay initial=1s, max=1m, multiplier=1.5, reset=1h, jitter=0.1, attempts unlimited;
-// failure-rate max-failures=1, interval=1m, delay=1s.
+// delay=1s; exponential-delay initial=1s, max=1m, multiplier=1.5, reset=1h, jitter=0.1, attempts unlimited,
+// immediate=0; failure-rate max-failures=1, interval=1m, delay=1s.
 func DefaultRestartConfig(kind RestartKind) RestartConfig {
 	c := RestartConfig{Kind: kind}
 	switch kind {
@@ -160,6 +167,8 @@ func (c RestartConfig) value(key string) string {
 		return strconv.Itoa(c.MaxFailures)
 	case "interval":
 		return formatDuration(c.Interval)
+	case "immediate":
+		return strconv.Itoa(c.Immediate)
 	}
 	return ""
 }
@@ -210,6 +219,9 @@ func (c RestartConfig) Validate() error {
 		if c.Attempts < 0 {
 			return bad("attempts must not be negative, got %d (0 means unlimited)", c.Attempts)
 		}
+		if c.Immediate < 0 {
+			return bad("immediate must not be negative, got %d (0 backs off from the first failure on)", c.Immediate)
+		}
 	case FailureRateRestart:
 		if c.MaxFailures < 1 {
 			return bad("max-failures must be at least 1, got %d (use \"none\" to disable restarts)", c.MaxFailures)
@@ -233,6 +245,7 @@ func (c RestartConfig) Validate() error {
 //	none
 //	fixed-delay:attempts=3,delay=1s
 //	exponential-delay:initial=100ms,max=10s,multiplier=2,reset=1m,jitter=0.1,attempts=10
+//	exponential-delay:immediate=1,initial=100ms,max=10s   (first restart of a burst at once)
 //	failure-rate:max-failures=3,interval=1m,delay=1s
 //
 // Flink's spellings "off", "disable", "fixeddelay", "exponentialdelay" and "failurerate" are accepted too.
@@ -337,6 +350,8 @@ func (c *RestartConfig) set(key, val string) error {
 		return integer(&c.MaxFailures)
 	case "interval":
 		return duration(&c.Interval)
+	case "immediate":
+		return integer(&c.Immediate)
 	}
 	return fmt.Errorf("unknown key %q", key)
 }
@@ -361,7 +376,7 @@ func NewRestartStrategy(cfg RestartConfig, random Random) (RestartStrategy, erro
 			initialMillis: float64(cfg.InitialBackoff) / float64(time.Millisecond),
 			maxMillis:     float64(cfg.MaxBackoff) / float64(time.Millisecond),
 			multiplier:    cfg.Multiplier, jitter: cfg.Jitter, resetMillis: cfg.ResetThreshold.Milliseconds(),
-			maxAttempts: cfg.Attempts, random: random,
+			maxAttempts: cfg.Attempts, immediate: cfg.Immediate, random: random,
 		}
 	case FailureRateRestart:
 		s = &failureRate{maxFailures: cfg.MaxFailures, intervalMillis: cfg.Interval.Milliseconds(), delayMillis: cfg.Delay.Milliseconds()}
@@ -412,13 +427,15 @@ type exponentialDelay struct {
 	multiplier, jitter       float64
 	resetMillis              int64
 	maxAttempts              int // 0: unlimited
+	immediate                int // restarts after a reset without backoff
 	random                   Random
 
 	seen       bool
 	lastMillis int64
-	baseMillis float64 // backoff before jitter
+	baseMillis float64 // backoff before jitter of the latest backed-off failure
 	backoff    int64
 	attempts   int // failures since the last reset, this one included
+	burst      int // failures since the last reset, this one included, counted up to immediate+2
 }
 
 func (x *exponentialDelay) NotifyFailure(nowMillis int64, _ error) {
@@ -426,14 +443,27 @@ func (x *exponentialDelay) NotifyFailure(nowMillis int64, _ error) {
 		nowMillis = x.lastMillis
 	}
 	if !x.seen || nowMillis-x.lastMillis >= x.resetMillis {
-		x.baseMillis, x.attempts = x.initialMillis, 1
+		x.attempts, x.burst = 1, 1
 	} else {
-		x.baseMillis = math.Min(x.baseMillis*x.multiplier, x.maxMillis)
 		if x.attempts <= x.maxAttempts { // count up to one past the limit; unlimited needs no count
 			x.attempts++
 		}
+		if x.burst <= x.immediate+1 { // saturate: past the first backed-off failure the count no longer matters
+			x.burst++
+		}
 	}
 	x.seen, x.lastMillis = true, nowMillis
+	switch {
+	case x.burst <= x.immediate:
+		// One of the first failures of a burst: restart at once. No jitter is drawn: there is nothing to
+		// spread.
+		x.backoff = 0
+		return
+	case x.burst == x.immediate+1:
+		x.baseMillis = x.initialMillis
+	default:
+		x.baseMillis = math.Min(x.baseMillis*x.multiplier, x.maxMillis)
+	}
 	b := x.baseMillis
 	if x.jitter > 0 {
 		b += x.baseMillis * x.jitter * (2*x.random.Float64() - 1)

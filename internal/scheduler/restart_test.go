@@ -34,6 +34,11 @@ func TestParseRestartStrategy(t *testing.T) {
 		{spec: "exponential-delay", want: exp(time.Second, time.Minute, 1.5, time.Hour, 0.1, 0)},
 		{spec: "exponential-delay:initial=100ms,max=10s,multiplier=2,reset=1m,jitter=0.1", want: exp(100*time.Millisecond, 10*time.Second, 2, time.Minute, 0.1, 0)},
 		{spec: "exponential-delay:initial=100ms,max=10s,jitter=0,attempts=5", want: exp(100*time.Millisecond, 10*time.Second, 1.5, time.Hour, 0, 5)},
+		{spec: "exponential-delay:immediate=2,initial=100ms", want: func() RestartConfig {
+			c := exp(100*time.Millisecond, time.Minute, 1.5, time.Hour, 0.1, 0)
+			c.Immediate = 2
+			return c
+		}()},
 		{spec: "failure-rate", want: rate(1, time.Minute, time.Second)},
 		{spec: "failure-rate:max-failures=3,interval=1m,delay=1s", want: rate(3, time.Minute, time.Second)},
 		{spec: "failurerate:interval=30s", want: rate(1, 30*time.Second, time.Second)},
@@ -52,7 +57,9 @@ func TestParseRestartStrategy(t *testing.T) {
 		{spec: "fixed-delay:delay=5", err: `delay="5" is not a duration: write a number with a unit, such as 500ms, 1s or 2m`},
 		{spec: "fixed-delay:attempts=0", err: `restart strategy fixed-delay: attempts must be at least 1, got 0 (use "none" to disable restarts)`},
 		{spec: "fixed-delay:delay=-1s", err: `delay must not be negative, got -1s`},
-		{spec: "exponential-delay:max=10s,min=1s", err: `unknown key "min": valid keys are initial, max, multiplier, reset, jitter, attempts`},
+		{spec: "exponential-delay:max=10s,min=1s", err: `unknown key "min": valid keys are initial, max, multiplier, reset, jitter, attempts, immediate`},
+		{spec: "exponential-delay:immediate=-1", err: `immediate must not be negative, got -1 (0 backs off from the first failure on)`},
+		{spec: "exponential-delay:immediate=yes", err: `immediate="yes" is not a whole number`},
 		{spec: "exponential-delay:initial=0s", err: `initial must be more than 0, got 0s`},
 		{spec: "exponential-delay:initial=2m", err: `max (1m0s) must be at least initial (2m0s)`},
 		{spec: "exponential-delay:multiplier=0.5", err: `multiplier must be a finite number of at least 1, got 0.5`},
@@ -99,7 +106,7 @@ func TestRestartConfigString(t *testing.T) {
 	}{
 		{DefaultRestartConfig(NoRestart), "none"},
 		{DefaultRestartConfig(FixedDelayRestart), "fixed-delay:attempts=1,delay=1s"},
-		{DefaultRestartConfig(ExponentialDelayRestart), "exponential-delay:initial=1s,max=1m,multiplier=1.5,reset=1h,jitter=0.1,attempts=0"},
+		{DefaultRestartConfig(ExponentialDelayRestart), "exponential-delay:initial=1s,max=1m,multiplier=1.5,reset=1h,jitter=0.1,attempts=0,immediate=0"},
 		{DefaultRestartConfig(FailureRateRestart), "failure-rate:max-failures=1,interval=1m,delay=1s"},
 		{RestartConfig{Kind: FixedDelayRestart, Attempts: 2, Delay: 1500 * time.Millisecond}, "fixed-delay:attempts=2,delay=1500ms"},
 		{RestartConfig{Kind: FixedDelayRestart, Attempts: 2, Delay: 1500 * time.Microsecond}, "fixed-delay:attempts=2,delay=1.5ms"},
@@ -232,6 +239,21 @@ func TestRestartStrategies(t *testing.T) {
 		}},
 		{"exponential time going backwards does not reset", "exponential-delay:initial=100ms,max=1s,multiplier=2,reset=1s,jitter=0", nil, []step{
 			{5000, boom, true, 100}, {0, boom, true, 200}, {5999, boom, true, 400}, {6999, boom, true, 100},
+		}},
+		{"exponential immediate first restart, then backoff, reset makes it immediate again", "exponential-delay:immediate=1,initial=100ms,max=1s,multiplier=2,reset=1m,jitter=0", nil, []step{
+			{0, boom, true, 0},
+			{10, boom, true, 100},
+			{20, boom, true, 200},
+			{30, boom, true, 400},
+			{60_029, boom, true, 800}, // 59999 ms since the last failure: still the same burst
+			{120_029, boom, true, 0},  // 60000 ms: a new burst restarts at once
+			{120_030, boom, true, 100},
+		}},
+		{"exponential several immediate restarts count as attempts", "exponential-delay:immediate=2,initial=1s,max=1m,multiplier=2,reset=10s,jitter=0,attempts=3", nil, []step{
+			{0, boom, true, 0}, {1, boom, true, 0}, {2, boom, true, 1000}, {3, boom, false, 2000}, {20_000, boom, true, 0},
+		}},
+		{"exponential immediate restarts draw no jitter", "exponential-delay:immediate=1,initial=100ms,max=1s,multiplier=2,reset=1m,jitter=0.5", []float64{1 - 1e-9, 0}, []step{
+			{0, boom, true, 0}, {1, boom, true, 150}, {2, boom, true, 100},
 		}},
 		{"exponential non-recoverable", "exponential-delay:initial=100ms,max=1s,multiplier=2,reset=1s,jitter=0", nil, []step{
 			{0, boom, true, 100}, {1, fatal, false, 200}, {2, nil, true, 400},

@@ -1,0 +1,99 @@
+package operator
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/runnel-dev/runnel/internal/task"
+)
+
+type countCollector struct{ n int }
+
+func (c *countCollector) Collect(int) { c.n++ }
+
+// TestInjectionsOfOneSubtaskAllFire feeds records through the injector of one subtask that has several
+// injections, as its attempts would: a fired injection ends the attempt (the record is not passed on), and
+// the next attempt goes on counting. Every injection fires once, in the order of its trigger; injections
+// due together fire in successive attempts, in the order given.
+func TestInjectionsOfOneSubtaskAllFire(t *testing.T) {
+	type fire struct {
+		record int // 1-based number of the record, over all attempts, at which it fired
+		spec   string
+	}
+	cases := []struct {
+		name    string
+		specs   []*Injection
+		armAt   int // Arm the time-based injections before this record (0: never)
+		records int
+		want    []fire
+	}{
+		{"one", []*Injection{{AfterRecords: 3, Spec: "a@3"}}, 0, 10, []fire{{3, "a@3"}}},
+		{"two in order", []*Injection{{AfterRecords: 1000, Spec: "a@1000"}, {AfterRecords: 5000, Spec: "a@5000"}}, 0, 6000,
+			[]fire{{1000, "a@1000"}, {5000, "a@5000"}}},
+		{"two given in reverse order fire by trigger", []*Injection{{AfterRecords: 5000, Spec: "a@5000"}, {AfterRecords: 1000, Spec: "a@1000"}}, 0, 6000,
+			[]fire{{1000, "a@1000"}, {5000, "a@5000"}}},
+		{"the same spec twice fails twice", []*Injection{{AfterRecords: 7, Spec: "a@7"}, {AfterRecords: 7, Spec: "a@7'"}}, 0, 20,
+			[]fire{{7, "a@7"}, {8, "a@7'"}}},
+		{"time-based armed together fire in successive attempts", []*Injection{{After: time.Second, Spec: "a@1s"}, {After: 2 * time.Second, Spec: "a@2s"}}, 5, 20,
+			[]fire{{5, "a@1s"}, {6, "a@2s"}}},
+		{"time and count", []*Injection{{After: time.Second, Spec: "a@1s"}, {AfterRecords: 4, Spec: "a@4"}}, 4, 20,
+			[]fire{{4, "a@1s"}, {5, "a@4"}}},
+		{"never armed never fires", []*Injection{{After: time.Second, Spec: "a@1s"}}, 0, 20, nil},
+		{"not reached never fires", []*Injection{{AfterRecords: 21, Spec: "a@21"}}, 0, 20, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			next := &countCollector{}
+			c := wrapIn[int](&Context{injs: tc.specs}, next)
+			var got []fire
+			for r := 1; r <= tc.records; r++ {
+				if r == tc.armAt {
+					for _, inj := range tc.specs {
+						if inj.After > 0 {
+							inj.Arm()
+						}
+					}
+				}
+				func() {
+					defer func() {
+						if p := recover(); p != nil {
+							var f *task.Failure
+							if err, ok := p.(error); !ok || !errors.As(err, &f) {
+								panic(p)
+							}
+							got = append(got, fire{r, f.Err.Error()})
+						}
+					}()
+					c.Collect(r)
+				}()
+			}
+			var want []fire
+			for _, w := range tc.want {
+				want = append(want, fire{w.record, "injected failure " + w.spec})
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("fired %v, want %v", got, want)
+			}
+			if next.n != tc.records-len(want) {
+				t.Fatalf("%d records passed on, want %d", next.n, tc.records-len(want))
+			}
+			for _, inj := range tc.specs {
+				fired := slices.ContainsFunc(want, func(f fire) bool { return f.spec == fmt.Sprintf("injected failure %s", inj.Spec) })
+				if inj.Fired() != fired {
+					t.Errorf("%s: Fired() = %v", inj.Spec, inj.Fired())
+				}
+			}
+		})
+	}
+}
+
+// TestNoInjectionNoWrapper keeps the record path of an operator without injections free of the injector.
+func TestNoInjectionNoWrapper(t *testing.T) {
+	next := &countCollector{}
+	if c := wrapIn[int](&Context{}, next); c != Collector[int](next) {
+		t.Fatalf("wrapped: %T", c)
+	}
+}
