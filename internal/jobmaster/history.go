@@ -13,7 +13,7 @@ const MaxFailoverHistory = 1000
 // FailoverTotals sums every failover of the job, those still listed and those folded away.
 type FailoverTotals struct {
 	// Failovers counts them all; Omitted those no longer listed in detail.
-	Failovers, Omitted int
+	Failovers, Omitted                                                 int
 	RecordsLost, RecordsDropped, BuffersDropped, PartialRecordsSkipped uint64
 	// Edges breaks the loss down by edge of the job graph (producer vertex to consumer vertex), in order of
 	// first loss: bounded by the number of edges.
@@ -81,7 +81,9 @@ func (jm *JobMaster) settle(ev *Failover) {
 }
 
 // settled reports whether a failover holds nothing but its report.
-func (ev *Failover) settled() bool { return ev.awaiting == nil && ev.tails == nil && ev.baseline == nil }
+func (ev *Failover) settled() bool {
+	return ev.awaiting == nil && ev.tails == nil && ev.baseline == nil
+}
 
 // trimFailovers settles the failover events and folds the oldest settled ones past MaxFailoverHistory into
 // the totals. An event the loss ledger still refers to is kept: a later restore may take counts out of it.
