@@ -30,8 +30,10 @@ type JobResult struct {
 	Vertices   []VertexResult `json:"vertices"`
 	// Checkpoints is present when checkpointing is on.
 	Checkpoints *CheckpointCounts `json:"checkpoints,omitempty"`
-	// Failovers lists the failover events, oldest first.
+	// Failovers lists the failover events, oldest first: the last 1000 of them (FailoverTotals counts all).
 	Failovers []FailoverResult `json:"failovers"`
+	// FailoverTotals sums every failover of the run, those the list omits included.
+	FailoverTotals FailoverTotals `json:"failover_totals"`
 	// Savepoint is the directory of the savepoint written when the job was stopped.
 	Savepoint string `json:"savepoint,omitempty"`
 	// RestoredFrom says which savepoint or retained checkpoint the job started from.
@@ -126,6 +128,29 @@ type FailoverResult struct {
 // ChannelLossResult is the loss of one channel in one failover, from a producer subtask ("VERTEX[i]") that
 // kept running (or was restarted) to a restarted consumer.
 type ChannelLossResult struct {
+	From                  string `json:"from"`
+	To                    string `json:"to"`
+	RecordsLost           uint64 `json:"records_lost"`
+	RecordsDropped        uint64 `json:"records_dropped"`
+	BuffersDropped        uint64 `json:"buffers_dropped"`
+	PartialRecordsSkipped uint64 `json:"partial_records_skipped"`
+}
+
+// FailoverTotals sums every failover of a run. Failovers counts them; Omitted those no longer listed in
+// JobResult.Failovers, which keeps the last 1000 so that a long job's memory stays flat. Edges breaks the
+// loss down by edge of the job graph (tasks, by name), over all failovers.
+type FailoverTotals struct {
+	Failovers             int              `json:"failovers"`
+	Omitted               int              `json:"omitted"`
+	RecordsLost           uint64           `json:"records_lost"`
+	RecordsDropped        uint64           `json:"records_dropped"`
+	BuffersDropped        uint64           `json:"buffers_dropped"`
+	PartialRecordsSkipped uint64           `json:"partial_records_skipped"`
+	Edges                 []EdgeLossResult `json:"edges"`
+}
+
+// EdgeLossResult is the loss on the channels from one task to another, over all failovers.
+type EdgeLossResult struct {
 	From                  string `json:"from"`
 	To                    string `json:"to"`
 	RecordsLost           uint64 `json:"records_lost"`
@@ -410,6 +435,23 @@ func resultOf(name string, s jobmaster.Snapshot) *JobResult {
 			}
 		}
 		return st.String()
+	}
+	t := s.FailoverTotals
+	r.FailoverTotals = FailoverTotals{Failovers: t.Failovers, Omitted: t.Omitted, RecordsLost: t.RecordsLost,
+		RecordsDropped: t.RecordsDropped, BuffersDropped: t.BuffersDropped, PartialRecordsSkipped: t.PartialRecordsSkipped,
+		Edges: []EdgeLossResult{}}
+	vertexName := func(id ident.VertexID) string {
+		for _, vs := range s.Vertices {
+			if vs.Vertex.ID == id {
+				return vs.Vertex.Name
+			}
+		}
+		return fmt.Sprintf("v%d", id)
+	}
+	for _, e := range t.Edges {
+		r.FailoverTotals.Edges = append(r.FailoverTotals.Edges, EdgeLossResult{From: vertexName(e.Producer), To: vertexName(e.Consumer),
+			RecordsLost: e.RecordsLost, RecordsDropped: e.RecordsDropped, BuffersDropped: e.BuffersDropped,
+			PartialRecordsSkipped: e.PartialRecordsSkipped})
 	}
 	for _, f := range s.Failovers {
 		fr := FailoverResult{Failed: subtaskName(f.Failed), Strategy: f.Strategy, CheckpointRestored: f.CheckpointRestored, Restarted: []string{}, FailedAt: f.FailedAt}

@@ -63,7 +63,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strings"
 
 	"github.com/spf13/pflag"
 
@@ -345,7 +344,7 @@ func (j *Job) Summary(w io.Writer, res *runnel.JobResult) error {
 // checkName is the name of the check operator.
 const checkName = "check"
 
-// CheckedLoss sums the records the failovers of res lost on the channels that carry sequence records (into
+// CheckedLoss sums the records all failovers of res lost (FailoverTotals, by edge) on the edges that carry sequence records (into
 // map and into check): the loss the checker can see. A failover that restarts the sink also loses some of
 // check's counter reports on the channels from check to the sink; those are not sequence records, and the
 // sink's latest-counters-per-key view makes up for them at the next report of each key.
@@ -354,11 +353,9 @@ func CheckedLoss(res *runnel.JobResult) uint64 {
 		return 0
 	}
 	var n uint64
-	for _, f := range res.Failovers {
-		for _, c := range f.Channels {
-			if !strings.HasPrefix(c.From, checkName+"[") {
-				n += c.RecordsLost
-			}
+	for _, e := range res.FailoverTotals.Edges {
+		if e.From != checkName {
+			n += e.RecordsLost
 		}
 	}
 	return n
