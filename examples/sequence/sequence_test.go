@@ -298,7 +298,9 @@ func TestApproximateLocalRecovery(t *testing.T) {
 func TestJudge(t *testing.T) {
 	approx := func(status string, lost uint64) *runnel.JobResult {
 		return &runnel.JobResult{Status: status, Failovers: []runnel.FailoverResult{{Strategy: "approximate", RecordsLost: lost,
-			Channels: []runnel.ChannelLossResult{{From: "map[0]", To: "check[1]", RecordsLost: lost}}}}}
+			Channels: []runnel.ChannelLossResult{{From: "map[0]", To: "check[1]", RecordsLost: lost}}}},
+			FailoverTotals: runnel.FailoverTotals{Failovers: 1, RecordsLost: lost,
+				Edges: []runnel.EdgeLossResult{{From: "map", To: "check", RecordsLost: lost}}}}
 	}
 	finished := &runnel.JobResult{Status: "FINISHED"}
 	canceled := &runnel.JobResult{Status: "CANCELED"}
