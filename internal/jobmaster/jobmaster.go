@@ -325,6 +325,9 @@ func (jm *JobMaster) Run(ctx context.Context) Snapshot {
 			}
 		case <-poll.C:
 			jm.refreshCounters()
+			jm.mu.Lock()
+			jm.trimFailovers() // also when no checkpoint completes to do it
+			jm.mu.Unlock()
 		case <-restartC:
 			restartC = nil
 		}
