@@ -189,8 +189,10 @@ func TestApproximateChain(t *testing.T) {
 			if got := attempts(res); fmt.Sprint(got) != fmt.Sprint(want) {
 				t.Fatalf("attempts %v, want %v", got, want)
 			}
+			// The failure strikes at record 4000 of 12000: output goes on past it if less than the 8000 after
+			// it is lost (the loss itself depends on the outage, which a loaded machine stretches).
 			lost, dup := sink.missing(0, per)
-			if dup != 0 || uint64(lost) != sumLost(res) || lost == 0 || lost > per/2 {
+			if dup != 0 || uint64(lost) != sumLost(res) || lost == 0 || lost >= per-4000 {
 				t.Fatalf("sink misses %d and duplicates %d of subtask 0's records; the failover reports %+v", lost, dup, res.Failovers[0])
 			}
 			if lost1, dup1 := sink.missing(1, per); lost1 != 0 || dup1 != 0 {
