@@ -74,7 +74,9 @@ func (jm *JobMaster) startCoordinator(ctx context.Context) error {
 				Name: v.Name, Source: v.IsSource(), Upstream: up})
 		}
 	}
-	next, err := jm.cfg.Storage.NextID(ctx)
+	sctx, cancel := context.WithTimeout(ctx, jm.cfg.StorageTimeout)
+	next, err := jm.cfg.Storage.NextID(sctx)
+	cancel()
 	if err != nil {
 		return fmt.Errorf("checkpoint storage: %w", err)
 	}
@@ -96,7 +98,9 @@ func (jm *JobMaster) process(r checkpoint.Ready) {
 	for !r.Empty() {
 		next := checkpoint.Ready{}
 		for _, cp := range r.Persist {
-			err := jm.cfg.Storage.CommitMetadata(jm.ctxNoCancel(), cp)
+			ctx, cancel := jm.storageCtx()
+			err := jm.cfg.Storage.CommitMetadata(ctx, cp)
+			cancel()
 			if err != nil {
 				jm.log.Warn("persist checkpoint", "id", cp.ID, "err", err)
 			}
@@ -105,7 +109,9 @@ func (jm *JobMaster) process(r checkpoint.Ready) {
 		for _, cp := range r.Completed {
 			jm.log.Debug("checkpoint completed", "id", cp.ID)
 			if sp := jm.savepoint; sp != nil && sp.id == cp.ID {
-				err := jm.cfg.Storage.WriteSavepoint(jm.ctxNoCancel(), jm.cfg.SavepointOnStop, cp)
+				ctx, cancel := jm.storageCtx()
+				err := jm.cfg.Storage.WriteSavepoint(ctx, jm.cfg.SavepointOnStop, cp)
+				cancel()
 				jm.setSavepoint(func(sp *savepointState) {
 					if err != nil {
 						sp.err = fmt.Errorf("write savepoint %d to %s: %w", cp.ID, jm.cfg.SavepointOnStop, err)
@@ -116,9 +122,11 @@ func (jm *JobMaster) process(r checkpoint.Ready) {
 				jm.log.Info("savepoint", "id", cp.ID, "dir", jm.cfg.SavepointOnStop, "err", err)
 				jm.cancelJob()
 			}
-			if _, err := jm.cfg.Storage.Retain(jm.ctxNoCancel(), jm.cfg.Checkpoint.Retained); err != nil {
+			ctx, cancel := jm.storageCtx()
+			if _, err := jm.cfg.Storage.Retain(ctx, jm.cfg.Checkpoint.Retained); err != nil {
 				jm.log.Warn("retain checkpoints", "err", err)
 			}
+			cancel()
 			jm.pruneLedger(cp.ID)
 		}
 		for _, ab := range r.Aborted {
@@ -129,7 +137,11 @@ func (jm *JobMaster) process(r checkpoint.Ready) {
 				})
 				jm.cancelJob()
 			}
-			_ = jm.cfg.Storage.Discard(jm.ctxNoCancel(), ab.ID)
+			ctx, cancel := jm.storageCtx()
+			if err := jm.cfg.Storage.Discard(ctx, ab.ID); err != nil {
+				jm.log.Debug("discard aborted checkpoint", "id", ab.ID, "err", err)
+			}
+			cancel()
 		}
 		for _, n := range r.Notifications {
 			ex := jm.current(n.To)

@@ -239,7 +239,9 @@ func (jm *JobMaster) verifiedLatest(restarted map[ident.Subtask]bool) *checkpoin
 		// which is not in this storage (and was verified when it was loaded).
 		return latest
 	}
-	cp, skipped, err := jm.cfg.Storage.LatestFor(jm.ctxNoCancel(), func(s ident.Subtask) bool { return restarted[s] })
+	ctx, cancel := jm.storageCtx()
+	cp, skipped, err := jm.cfg.Storage.LatestFor(ctx, func(s ident.Subtask) bool { return restarted[s] })
+	cancel()
 	for _, sk := range skipped {
 		if !errors.Is(sk.Err, checkpoint.ErrIncomplete) {
 			jm.log.Warn("checkpoint is damaged; restoring an older one", "checkpoint", sk.ID, "err", sk.Err)

@@ -110,7 +110,15 @@ type Config struct {
 	// SavepointOnStop, when set, is the directory where a savepoint is written when the job is cancelled
 	// (ctx done), before its tasks are cancelled.
 	SavepointOnStop string
+	// StorageTimeout bounds every call the job master makes to the checkpoint storage (commit a checkpoint's
+	// metadata, write a savepoint, retain, discard, find the newest valid checkpoint): a store that stops
+	// answering fails the call (a failed checkpoint, a warning) instead of stopping the job master's loop.
+	// Default DefaultStorageTimeout.
+	StorageTimeout time.Duration
 }
+
+// DefaultStorageTimeout is the default bound of one checkpoint storage call of the job master.
+const DefaultStorageTimeout = time.Minute
 
 // SubtaskStatus describes one subtask in a snapshot.
 type SubtaskStatus struct {
@@ -259,6 +267,9 @@ func New(cfg Config) (*JobMaster, error) {
 		return nil, fmt.Errorf("job master: %w", err)
 	}
 	jm.restart = rs
+	if cfg.StorageTimeout <= 0 {
+		cfg.StorageTimeout = DefaultStorageTimeout
+	}
 	if cfg.Checkpoint != nil && cfg.Storage == nil {
 		return nil, errors.New("job master: checkpointing needs a storage")
 	}
@@ -349,8 +360,11 @@ func (jm *JobMaster) Run(ctx context.Context) Snapshot {
 	return jm.Snapshot()
 }
 
-// ctxNoCancel is the context for storage work that must finish even though the job's context is done.
-func (jm *JobMaster) ctxNoCancel() context.Context { return context.WithoutCancel(jm.ctx) }
+// storageCtx is the context of one storage call: not cancelled with the job's context (a savepoint or the
+// last checkpoint must still be written when the job is being stopped), but bounded by StorageTimeout.
+func (jm *JobMaster) storageCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(jm.ctx), jm.cfg.StorageTimeout)
+}
 
 // now is the job master's clock for the pure state machines: milliseconds since the job started.
 func (jm *JobMaster) now() int64 { return time.Since(jm.started).Milliseconds() }

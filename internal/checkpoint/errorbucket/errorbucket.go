@@ -58,6 +58,9 @@ type Fault struct {
 	// Torn makes a failing Put store the first half of the data before it fails, as a crash in the middle
 	// of a non-atomic write would.
 	Torn bool
+	// Hang makes a matching operation block until its context is done, and then fail with the context's
+	// error: a store that stopped answering.
+	Hang bool
 }
 
 type fault struct {
@@ -127,6 +130,9 @@ func (b *Bucket) check(op Op, key string) (*Fault, error) {
 // Put implements checkpoint.Bucket.
 func (b *Bucket) Put(ctx context.Context, key string, data []byte) error {
 	f, err := b.check(OpPut, key)
+	if f != nil && f.Hang {
+		return hang(ctx, err)
+	}
 	if err != nil {
 		if f.Torn {
 			if perr := b.inner.Put(ctx, key, data[:len(data)/2]); perr != nil {
@@ -140,7 +146,10 @@ func (b *Bucket) Put(ctx context.Context, key string, data []byte) error {
 
 // Get implements checkpoint.Bucket.
 func (b *Bucket) Get(ctx context.Context, key string) (io.ReadCloser, int64, error) {
-	if _, err := b.check(OpGet, key); err != nil {
+	if f, err := b.check(OpGet, key); err != nil {
+		if f.Hang {
+			return nil, 0, hang(ctx, err)
+		}
 		return nil, 0, err
 	}
 	return b.inner.Get(ctx, key)
@@ -148,7 +157,10 @@ func (b *Bucket) Get(ctx context.Context, key string) (io.ReadCloser, int64, err
 
 // List implements checkpoint.Bucket.
 func (b *Bucket) List(ctx context.Context, prefix string) ([]checkpoint.Entry, error) {
-	if _, err := b.check(OpList, prefix); err != nil {
+	if f, err := b.check(OpList, prefix); err != nil {
+		if f.Hang {
+			return nil, hang(ctx, err)
+		}
 		return nil, err
 	}
 	return b.inner.List(ctx, prefix)
@@ -156,10 +168,19 @@ func (b *Bucket) List(ctx context.Context, prefix string) ([]checkpoint.Entry, e
 
 // Delete implements checkpoint.Bucket.
 func (b *Bucket) Delete(ctx context.Context, key string) error {
-	if _, err := b.check(OpDelete, key); err != nil {
+	if f, err := b.check(OpDelete, key); err != nil {
+		if f.Hang {
+			return hang(ctx, err)
+		}
 		return err
 	}
 	return b.inner.Delete(ctx, key)
+}
+
+// hang blocks until ctx is done and returns its error, wrapped with the operation's.
+func hang(ctx context.Context, err error) error {
+	<-ctx.Done()
+	return fmt.Errorf("%w (hung until: %w)", err, ctx.Err())
 }
 
 // Close implements checkpoint.Bucket.
