@@ -168,7 +168,8 @@ func (jm *JobMaster) maybeRestart() (time.Duration, bool) {
 	if jm.coord != nil && jm.coord.LatestCompleted() != nil {
 		restore = jm.verifiedLatest(p.subtasks)
 	}
-	var attempts []ident.Attempt
+	var attempts, releaseAttempts []ident.Attempt
+	var release []*execution
 	jm.mu.Lock()
 	for _, s := range subtasks {
 		ex := jm.execs[s]
@@ -177,7 +178,8 @@ func (jm *JobMaster) maybeRestart() (time.Duration, bool) {
 		}
 		if ex.state == task.Finished {
 			// A finished producer keeps its partitions until now: its new attempt produces them again.
-			ex.tm.ReleasePartitions(ex.attempt)
+			release = append(release, ex)
+			releaseAttempts = append(releaseAttempts, ex.attempt)
 		}
 		// The new attempt restores restore: what earlier attempts counted as lost and this restore rolls
 		// back is counted again by this failover (see lossLedger).
@@ -203,6 +205,9 @@ func (jm *JobMaster) maybeRestart() (time.Duration, bool) {
 		}
 	}
 	jm.mu.Unlock()
+	for i, ex := range release {
+		ex.tm.ReleasePartitions(releaseAttempts[i])
+	}
 	if jm.coord != nil {
 		r, err := jm.coord.TasksRestarted(jm.now(), attempts, errors.New("failover"))
 		if err != nil {
@@ -267,8 +272,8 @@ func (jm *JobMaster) markLossBaseline(ev *Failover) {
 	for _, r := range ev.Restarted {
 		restarted[r] = true
 	}
-	jm.mu.Lock()
-	defer jm.mu.Unlock()
+	// Only reads of the executions, on the goroutine that alone writes them, and writes to ev, which nobody
+	// else sees yet: no lock, so that the TaskManagers are called without it.
 	for _, r := range ev.Restarted {
 		tail := true
 		for _, d := range jm.cfg.Job.Downstream(r) {
@@ -302,8 +307,8 @@ func (jm *JobMaster) markLossBaseline(ev *Failover) {
 // the job master ignoring updates of replaced attempts; the ledger remembers the joins so that a later
 // failover that rolls the attempt back takes them out again (see lossLedger).
 func (jm *JobMaster) onObservation(a ident.Attempt, o *task.Observation) {
-	jm.mu.Lock()
-	defer jm.mu.Unlock()
+	// The executions are read without the lock (this goroutine alone writes them); the failover's figures,
+	// which Snapshot reads, are written under it; the TaskManager is asked with no lock held.
 	ex := jm.execs[a.Subtask]
 	if ex == nil || ex.attempt != a || ex.createdBy == nil {
 		return
@@ -323,14 +328,18 @@ func (jm *JobMaster) onObservation(a ident.Attempt, o *task.Observation) {
 				}
 			}
 		}
+		jm.mu.Lock()
 		ev.add(cl)
 		jm.ledger.join(a, ex.skipUpTo, ev, cl)
+		jm.mu.Unlock()
 	case task.FirstOutput:
+		jm.mu.Lock()
 		if ev.tails[a.Subtask] {
 			delete(ev.tails, a.Subtask)
 			if o.At.After(ev.OutputAt) {
 				ev.OutputAt = o.At
 			}
 		}
+		jm.mu.Unlock()
 	}
 }

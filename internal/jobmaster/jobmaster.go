@@ -199,6 +199,9 @@ type JobMaster struct {
 	// folded sums the failover events dropped from failovers past MaxFailoverHistory.
 	folded FailoverTotals
 
+	// mu guards what Snapshot reads from other goroutines. Run's goroutine is the only writer of these
+	// fields: it reads them without the lock, takes the lock only to write, and never calls a TaskManager
+	// or the storage while holding it.
 	mu        sync.Mutex
 	status    Status
 	err       error
@@ -539,12 +542,15 @@ func (jm *JobMaster) terminal() bool {
 	return jm.status == StatusFinished || jm.status == StatusFailed || jm.status == StatusCanceled
 }
 
+// refreshCounters reads the record counters of the current attempts. Run's goroutine alone writes the
+// executions, so it reads them without the lock, asks the TaskManagers with no lock held, and takes the lock
+// only to store what they said.
 func (jm *JobMaster) refreshCounters() {
-	jm.mu.Lock()
-	defer jm.mu.Unlock()
 	for _, ex := range jm.execs {
 		if in, out, ok := ex.tm.Counters(ex.attempt); ok {
+			jm.mu.Lock()
 			ex.in, ex.out = in, out
+			jm.mu.Unlock()
 		}
 	}
 }
