@@ -160,8 +160,8 @@ func (h *captureHandler) errorsWith(key string) []string {
 // TestPanicNamesOperator pins what a panic in a user function reports: the job's error names the operator
 // whose function panicked (not only the chain it runs in) and the file:line of the API call that built
 // it, and the task logs the panic's stack at ERROR. The panicking operator sits in the middle of a chain
-// of several, reached on the batch path (records of a source poll) and on the per-record path (records a
-// flat map emits one by one).
+// of several, reached on the batch path (records of a source poll), behind a flat map, and as a flat map
+// that panics after the operators behind it ran.
 func TestPanicNamesOperator(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -180,7 +180,7 @@ func TestPanicNamesOperator(t *testing.T) {
 			boom.Filter(func(v int64) (bool, error) { return v%3 == 0, nil }).Name("keep").SinkTo(connector.Discard[int64]()).Name("sink")
 			return at
 		}},
-		{"per-record path", func(env *runnel.Environment) string {
+		{"behind a flat map", func(env *runnel.Environment) string {
 			src := runnel.FromSource(env, connector.Collection(seq(1000)))
 			twice := runnel.FlatMap(src, func(v int64, out runnel.Collector[int64]) error {
 				out.Collect(v)
@@ -195,6 +195,24 @@ func TestPanicNamesOperator(t *testing.T) {
 			}
 			boom, at := runnel.Map(twice, explode).Name("explode"), here()
 			boom.Filter(func(v int64) (bool, error) { return true, nil }).Name("keep").SinkTo(connector.Discard[int64]()).Name("sink")
+			return at
+		}},
+		// The flat map panics after its output filled a batch that the operators behind it took: the panic
+		// is still the flat map's.
+		{"after emitting downstream", func(env *runnel.Environment) string {
+			src := runnel.FromSource(env, connector.Collection(seq(10)))
+			explode := func(v int64, out runnel.Collector[int64]) error {
+				for i := range int64(1000) {
+					out.Collect(v*1000 + i)
+				}
+				if v == 7 {
+					panic("explode at 7")
+				}
+				return nil
+			}
+			boom, at := runnel.FlatMap(src, explode).Name("explode"), here()
+			runnel.Map(boom, func(v int64) (int64, error) { return v, nil }).Name("after").
+				Filter(func(v int64) (bool, error) { return true, nil }).Name("keep").SinkTo(connector.Discard[int64]()).Name("sink")
 			return at
 		}},
 	} {

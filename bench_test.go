@@ -34,6 +34,15 @@ func BenchmarkChainedMap(b *testing.B) {
 	})
 }
 
+// BenchmarkChainedFlatMap measures source -> flatMap -> map -> sink fused into one task: a function that
+// emits through a Collector, and the operators behind it.
+func BenchmarkChainedFlatMap(b *testing.B) {
+	runBench(b, func(env *runnel.Environment, src *runnel.Stream[kv]) {
+		f := runnel.FlatMap(src, func(v kv, out runnel.Collector[kv]) error { out.Collect(v); return nil })
+		runnel.Map(f, func(v kv) (kv, error) { v.Value++; return v, nil }).SinkTo(connector.Discard[kv]())
+	})
+}
+
 // BenchmarkKeyedReduce measures source -> keyBy -> reduce -> sink: one local network shuffle with
 // serialization, key hashing and keyed state.
 func BenchmarkKeyedReduce(b *testing.B) {

@@ -30,7 +30,8 @@ func (c collectEach[T]) CollectBatch(vs []T) {
 	}
 }
 
-// batcher gathers the records a source reader emits one by one into batches for the chain.
+// batcher gathers the records a source reader, a flat map or a process function emits one by one into
+// batches for the chain (at most maxBatch; its owner flushes the rest when its call returns).
 type batcher[T any] struct {
 	buf  []T
 	next BatchCollector[T]

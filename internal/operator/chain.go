@@ -43,7 +43,9 @@ func buildChain(v *graph.JobVertex, rt *task.Runtime, injections []*Injection) (
 			return nil, fmt.Errorf("operator %q has no runtime implementation (%T)", n.Name, n.Payload)
 		}
 		ctx := NewContext(rt, n.Name)
-		ctx.origin = n.Origin
+		ctx.ref.Origin = n.Origin
+		rt.Operators = append(rt.Operators, ctx.ref)
+		ctx.mark = int32(len(rt.Operators))
 		c.ctxs[i] = ctx
 		for _, inj := range injections {
 			if inj.Operator == n.Name && inj.Subtask == int(rt.Info.Attempt.Index) {

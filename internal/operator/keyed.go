@@ -55,7 +55,8 @@ func (s *KeyedProcessSpec[K, In, Out]) Build(ctx *Context, downstream []any) (Bu
 		b.Close()
 		return Built{}, fmt.Errorf("operator %q: process function factory returned nil", ctx.operator)
 	}
-	op := &keyedProcessOp[K, In, Out]{key: s.Key, fn: fn, out: out, kc: kc}
+	batch := &batcher[Out]{next: out}
+	op := &keyedProcessOp[K, In, Out]{key: s.Key, fn: fn, out: batch, batch: batch, kc: kc}
 	built := keyedBuilt(b)
 	built.Input = wrapIn[In](ctx, op)
 	built.Open = func() error {
@@ -112,20 +113,36 @@ func keyedBuilt[K comparable](b state.KeyedBackend[K]) Built {
 type keyedProcessOp[K comparable, In, Out any] struct {
 	key func(In) K
 	fn  KeyedProcessFunction[K, In, Out]
-	out BatchCollector[Out]
-	kc  *keyedContext[K]
+	// out gathers what the function emits into batches for downstream, as for a flat map.
+	out   Collector[Out]
+	batch *batcher[Out]
+	kc    *keyedContext[K]
 }
 
 func (o *keyedProcessOp[K, In, Out]) Collect(v In) {
-	defer o.kc.recoverPanic()
+	prev := o.kc.enter()
+	o.collect(v)
+	o.kc.leave(prev)
+}
+
+// collect is Collect between enter and leave.
+func (o *keyedProcessOp[K, In, Out]) collect(v In) {
 	o.process(v)
+	o.batch.flush()
 }
 
 func (o *keyedProcessOp[K, In, Out]) CollectBatch(vs []In) {
-	defer o.kc.recoverPanic()
+	prev := o.kc.enter()
+	o.collectBatch(vs)
+	o.kc.leave(prev)
+}
+
+// collectBatch is CollectBatch between enter and leave.
+func (o *keyedProcessOp[K, In, Out]) collectBatch(vs []In) {
 	for _, v := range vs {
 		o.process(v)
 	}
+	o.batch.flush()
 }
 
 func (o *keyedProcessOp[K, In, Out]) process(v In) {
@@ -176,12 +193,24 @@ type reduceOp[K comparable, T any] struct {
 }
 
 func (o *reduceOp[K, T]) Collect(v T) {
-	defer o.ctx.recoverPanic()
+	prev := o.ctx.enter()
+	o.collect(v)
+	o.ctx.leave(prev)
+}
+
+// collect is Collect between enter and leave.
+func (o *reduceOp[K, T]) collect(v T) {
 	o.out.Collect(o.reduce(v))
 }
 
 func (o *reduceOp[K, T]) CollectBatch(vs []T) {
-	defer o.ctx.recoverPanic()
+	prev := o.ctx.enter()
+	o.collectBatch(vs)
+	o.ctx.leave(prev)
+}
+
+// collectBatch is CollectBatch between enter and leave.
+func (o *reduceOp[K, T]) collectBatch(vs []T) {
 	keys := o.keys[:0]
 	for _, v := range vs {
 		keys = append(keys, o.key(v))

@@ -48,7 +48,8 @@ type SourceDriver interface {
 type Context struct {
 	rt       *task.Runtime
 	operator string
-	origin   string // file:line of the API call that built the operator, for errors
+	ref      task.OperatorRef // name and file:line of the API call that built the operator, for errors
+	mark     int32            // the value of task.Runtime.Running that names this operator (see enter)
 	backend  state.Backend
 	logger   *slog.Logger
 	injs     []*Injection // the failure injections of this operator and subtask, in the order given
@@ -56,7 +57,7 @@ type Context struct {
 
 // NewContext makes the context of operator name within the subtask described by rt.
 func NewContext(rt *task.Runtime, name string) *Context {
-	return &Context{rt: rt, operator: name, logger: rt.Logger.With("operator", name)}
+	return &Context{rt: rt, operator: name, ref: task.OperatorRef{Name: name}, logger: rt.Logger.With("operator", name)}
 }
 
 func (c *Context) JobName() string             { return c.rt.Info.JobName }
@@ -74,32 +75,28 @@ func (c *Context) fail(err error)              { task.Abort(fmt.Errorf("operator
 func (c *Context) failf(f string, args ...any) { c.fail(fmt.Errorf(f, args...)) }
 func (c *Context) runtime() *task.Runtime      { return c.rt }
 
-// recoverPanic is deferred by every operator method that calls user code (a function, a reader, a writer,
-// a codec): it turns a panic into the task's failure with a *task.PanicError that names this operator,
-// where the job built it, and the stack of the panic. A *task.Failure passes through unchanged: it is an
-// error already raised (by this operator or one downstream of it in the chain), which must keep its cause
-// and its operator. Deferred once per call (per batch on the batch path), it costs no allocation and,
-// unless something panics, next to nothing.
-func (c *Context) recoverPanic() {
-	p := recover()
-	if p == nil {
-		return
-	}
-	if f, ok := p.(*task.Failure); ok {
-		panic(f)
-	}
-	panic(&task.Failure{Err: c.panicError(p)})
+// enter marks this operator as the one whose code runs (task.Runtime.Running) and returns the mark it
+// replaces, which leave puts back. Every record path that calls user code (a function, a reader, a
+// writer, a codec) is bracketed so: a panic skips the leave, and the task, which recovers it, names the
+// operator that panicked. No defer on the record path: it would cost more than the call it guards.
+func (c *Context) enter() int32 {
+	prev := c.rt.Running
+	c.rt.Running = c.mark
+	return prev
 }
+
+// leave puts back the mark enter replaced.
+func (c *Context) leave(prev int32) { c.rt.Running = prev }
 
 // panicError describes panic value p of this operator's code; called while panicking, so that the stack is
 // the panic's.
 func (c *Context) panicError(p any) *task.PanicError {
-	return &task.PanicError{Operator: c.operator, Origin: c.origin, Value: p, Stack: string(debug.Stack())}
+	return &task.PanicError{Operator: c.ref.Name, Origin: c.ref.Origin, Value: p, Stack: string(debug.Stack())}
 }
 
 // guard runs f, a lifecycle call of the operator (build, open, end of input, snapshot, close, ...), and
 // returns a panic in it as a *task.PanicError naming the operator; a *task.Failure unwinds on, as in
-// recoverPanic. An error rather than a panic, so that the chain still closes its other operators.
+// the task. An error rather than a panic, so that the chain still closes its other operators.
 func (c *Context) guard(f func() error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -111,6 +108,7 @@ func (c *Context) guard(f func() error) (err error) {
 	}()
 	return f()
 }
+
 func (c *Context) withBackend(b state.Backend) { c.backend = b }
 
 // combine turns the downstream outputs of a node into one collector.
@@ -171,7 +169,13 @@ type mapOp[In, Out any] struct {
 }
 
 func (o *mapOp[In, Out]) Collect(v In) {
-	defer o.ctx.recoverPanic()
+	prev := o.ctx.enter()
+	o.collect(v)
+	o.ctx.leave(prev)
+}
+
+// collect is Collect between enter and leave.
+func (o *mapOp[In, Out]) collect(v In) {
 	r, err := o.fn(v)
 	if err != nil {
 		o.ctx.fail(err)
@@ -180,7 +184,13 @@ func (o *mapOp[In, Out]) Collect(v In) {
 }
 
 func (o *mapOp[In, Out]) CollectBatch(vs []In) {
-	defer o.ctx.recoverPanic()
+	prev := o.ctx.enter()
+	o.collectBatch(vs)
+	o.ctx.leave(prev)
+}
+
+// collectBatch is CollectBatch between enter and leave.
+func (o *mapOp[In, Out]) collectBatch(vs []In) {
 	buf := o.buf[:0]
 	for _, v := range vs {
 		r, err := o.fn(v)
@@ -212,7 +222,13 @@ type filterOp[T any] struct {
 }
 
 func (o *filterOp[T]) CollectBatch(vs []T) {
-	defer o.ctx.recoverPanic()
+	prev := o.ctx.enter()
+	o.collectBatch(vs)
+	o.ctx.leave(prev)
+}
+
+// collectBatch is CollectBatch between enter and leave.
+func (o *filterOp[T]) collectBatch(vs []T) {
 	buf := o.buf[:0]
 	for _, v := range vs {
 		keep, err := o.fn(v)
@@ -230,7 +246,13 @@ func (o *filterOp[T]) CollectBatch(vs []T) {
 }
 
 func (o *filterOp[T]) Collect(v T) {
-	defer o.ctx.recoverPanic()
+	prev := o.ctx.enter()
+	o.collect(v)
+	o.ctx.leave(prev)
+}
+
+// collect is Collect between enter and leave.
+func (o *filterOp[T]) collect(v T) {
 	keep, err := o.fn(v)
 	if err != nil {
 		o.ctx.fail(err)
@@ -250,29 +272,52 @@ func (s *FlatMapSpec[In, Out]) Build(ctx *Context, downstream []any) (Built, err
 	if err != nil {
 		return Built{}, err
 	}
-	return Built{Input: wrapIn[In](ctx, &flatMapOp[In, Out]{fn: s.Fn, out: out, ctx: ctx})}, nil
+	return Built{Input: wrapIn[In](ctx, newFlatMapOp[In, Out](s.Fn, out, ctx))}, nil
 }
 
 type flatMapOp[In, Out any] struct {
-	fn  func(In, Collector[Out]) error
-	out BatchCollector[Out]
-	ctx *Context
+	fn func(In, Collector[Out]) error
+	// out gathers what the function emits and hands it downstream in batches (at most maxBatch, and at the
+	// end of each call): downstream operators then take the batch path, one call per batch rather than one
+	// per record. It is the Collector the function takes, converted once, not at every call.
+	out   Collector[Out]
+	batch *batcher[Out]
+	ctx   *Context
+}
+
+func newFlatMapOp[In, Out any](fn func(In, Collector[Out]) error, downstream BatchCollector[Out], ctx *Context) *flatMapOp[In, Out] {
+	b := &batcher[Out]{next: downstream}
+	return &flatMapOp[In, Out]{fn: fn, out: b, batch: b, ctx: ctx}
 }
 
 func (o *flatMapOp[In, Out]) Collect(v In) {
-	defer o.ctx.recoverPanic()
+	prev := o.ctx.enter()
+	o.collect(v)
+	o.ctx.leave(prev)
+}
+
+// collect is Collect between enter and leave.
+func (o *flatMapOp[In, Out]) collect(v In) {
 	if err := o.fn(v, o.out); err != nil {
 		o.ctx.fail(err)
 	}
+	o.batch.flush()
 }
 
 func (o *flatMapOp[In, Out]) CollectBatch(vs []In) {
-	defer o.ctx.recoverPanic()
+	prev := o.ctx.enter()
+	o.collectBatch(vs)
+	o.ctx.leave(prev)
+}
+
+// collectBatch is CollectBatch between enter and leave.
+func (o *flatMapOp[In, Out]) collectBatch(vs []In) {
 	for _, v := range vs {
 		if err := o.fn(v, o.out); err != nil {
 			o.ctx.fail(err)
 		}
 	}
+	o.batch.flush()
 }
 
 // Identity forwards records unchanged (the target of Union and explicit partitioning).
@@ -345,7 +390,14 @@ type sourceDriver[T any] struct {
 }
 
 func (d *sourceDriver[T]) Poll() (InputStatus, error) {
-	defer d.ctx.recoverPanic()
+	prev := d.ctx.enter()
+	st, err := d.poll()
+	d.ctx.leave(prev)
+	return st, err
+}
+
+// poll is Poll between enter and leave.
+func (d *sourceDriver[T]) poll() (InputStatus, error) {
 	st, err := d.reader.PollNext(d.out)
 	d.out.flush()
 	if err != nil {
@@ -448,7 +500,13 @@ type sinkOp[T any] struct {
 }
 
 func (o *sinkOp[T]) Collect(v T) {
-	defer o.ctx.recoverPanic()
+	prev := o.ctx.enter()
+	o.collect(v)
+	o.ctx.leave(prev)
+}
+
+// collect is Collect between enter and leave.
+func (o *sinkOp[T]) collect(v T) {
 	o.c.Out++
 	if err := o.w.Write(v); err != nil {
 		o.ctx.fail(err)
@@ -456,7 +514,13 @@ func (o *sinkOp[T]) Collect(v T) {
 }
 
 func (o *sinkOp[T]) CollectBatch(vs []T) {
-	defer o.ctx.recoverPanic()
+	prev := o.ctx.enter()
+	o.collectBatch(vs)
+	o.ctx.leave(prev)
+}
+
+// collectBatch is CollectBatch between enter and leave.
+func (o *sinkOp[T]) collectBatch(vs []T) {
 	if o.bw != nil {
 		o.c.Out += uint64(len(vs))
 		if err := o.bw.WriteBatch(vs); err != nil {
