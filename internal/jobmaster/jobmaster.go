@@ -52,7 +52,8 @@ type TaskManager interface {
 	// Counters returns the published record counters of a running attempt; one that ended brings its final
 	// counters in its terminal update.
 	Counters(a ident.Attempt) (in, out uint64, ok bool)
-	// TriggerCheckpoint asks a source attempt to take checkpoint id; false if it cannot take the request.
+	// TriggerCheckpoint asks an attempt to take checkpoint id (a source, or once tasks finished, a task whose
+	// upstream all finished); false if it cannot take the request.
 	TriggerCheckpoint(a ident.Attempt, id, timestampMillis int64, flags uint32) bool
 	// AbortCheckpoint tells an attempt that checkpoint id was given up.
 	AbortCheckpoint(a ident.Attempt, id int64)

@@ -203,12 +203,12 @@ func (r *run) runDeferredTriggers() {
 	}
 }
 
-// dropDeferredTrigger forgets a deferred trigger of an aborted checkpoint.
 // dropDeferredTriggersUpTo drops the deferred triggers of checkpoints up to id (an abort-up-to mark).
 func (r *run) dropDeferredTriggersUpTo(id int64) {
 	r.fin.deferred = slices.DeleteFunc(r.fin.deferred, func(d deferredTrigger) bool { return d.id <= id })
 }
 
+// dropDeferredTrigger forgets a deferred trigger of an aborted checkpoint.
 func (r *run) dropDeferredTrigger(id int64) {
 	for i, d := range r.fin.deferred {
 		if d.id == id {

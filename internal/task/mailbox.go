@@ -177,7 +177,8 @@ func (mb *mailbox) close() {
 	mb.pending = mail{}
 }
 
-// TriggerCheckpoint asks a source task to snapshot its state and send barriers downstream. It returns false
+// TriggerCheckpoint asks a source task (or, once tasks finished, one whose upstream all finished: see
+// finish.go) to snapshot its state and send barriers downstream. It returns false
 // when the task cannot take the trigger: it ended, or maxPendingTriggers triggers wait already.
 func (t *Task) TriggerCheckpoint(id, timestampMillis int64, flags uint32) bool {
 	return t.mb.putTrigger(trigger{id: id, timestampMillis: timestampMillis, flags: flags})
