@@ -111,3 +111,61 @@ func damageStateBlobs(chk string) (int, error) {
 	})
 	return n, err
 }
+
+// TestFailoverWithEveryCheckpointDamagedFailsTheJob damages the state of every retained checkpoint before a
+// failure: no restart can restore a valid state, so the job fails at once, saying so, instead of restarting
+// from a damaged checkpoint again and again under the default (unlimited) restart strategy.
+func TestFailoverWithEveryCheckpointDamagedFailsTheJob(t *testing.T) {
+	dir := t.TempDir()
+	var fail atomic.Bool
+	env := runnel.NewEnvironment(runnel.WithParallelism(2), runnel.WithLogger(quiet),
+		runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 300 * time.Millisecond, Retained: 3, Storage: dir}))
+	src := runnel.FromSource(env, connector.Generator(func(sub int, s uint64) keyed { return keyed{F0: int64(s) % 5, F1: 1} },
+		connector.GeneratorOptions{RecordsPerSubtask: 20000, RatePerSubtask: 5000})).Name("source")
+	m := runnel.Map(src, func(v keyed) (keyed, error) {
+		if fail.CompareAndSwap(true, false) {
+			return v, errors.New("failure after every checkpoint was damaged")
+		}
+		return v, nil
+	}).Name("map").WithCodec(keyedCodec)
+	runnel.Reduce(runnel.KeyBy(m, func(v keyed) int64 { return v.F0 }),
+		func(a, b keyed) (keyed, error) { a.F1 += b.F1; return a, nil }).Name("sum").WithCodec(keyedCodec).
+		SinkTo(connector.Discard[keyed]()).Name("sink")
+	damaged := make(chan error, 1)
+	go func() {
+		deadline := time.Now().Add(20 * time.Second)
+		for time.Now().Before(deadline) {
+			if _, err := os.Stat(filepath.Join(dir, "chk-2", "_metadata")); err == nil {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		total := 0
+		for _, chk := range []string{"chk-1", "chk-2"} {
+			n, err := damageStateBlobs(filepath.Join(dir, chk))
+			if err != nil {
+				damaged <- err
+				return
+			}
+			total += n
+		}
+		if total == 0 {
+			damaged <- errors.New("no state blob damaged")
+			return
+		}
+		fail.Store(true)
+		damaged <- nil
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := env.Execute(ctx, "all-damaged")
+	if derr := <-damaged; derr != nil {
+		t.Fatal(derr)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("the job kept restarting from damaged checkpoints: %+v", res.Failovers)
+	}
+	if err == nil || res.Status != "FAILED" || !strings.Contains(err.Error(), "no valid checkpoint to restore") {
+		t.Fatalf("status %s, error %v: want FAILED for want of a valid checkpoint", res.Status, err)
+	}
+}

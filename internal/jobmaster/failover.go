@@ -166,7 +166,11 @@ func (jm *JobMaster) maybeRestart() (time.Duration, bool) {
 	// The checkpoint verified here is the one the restarted subtasks restore and the one the report names.
 	restore := jm.restorePoint()
 	if jm.coord != nil && jm.coord.LatestCompleted() != nil {
-		restore = jm.verifiedLatest(p.subtasks)
+		var err error
+		if restore, err = jm.verifiedLatest(p.subtasks); err != nil {
+			jm.fail(fmt.Errorf("restart: %w", err))
+			return 0, false
+		}
 	}
 	var attempts, releaseAttempts []ident.Attempt
 	var release []*execution
@@ -235,14 +239,17 @@ func (p *restartPlan) firstRestarting(s ident.Subtask) *Failover {
 // verifiedLatest returns the checkpoint to restore the restarted subtasks from after a failure: the newest
 // one in storage whose metadata and whose state of those subtasks verify (the state of subtasks that keep
 // running is not read: with approximate recovery a failover reads what it restores, not the whole job's
-// state). Corrupt or truncated newer ones are logged and passed over, and the coordinator is told, so that
-// later failovers start from the same one.
-func (jm *JobMaster) verifiedLatest(restarted map[ident.Subtask]bool) *checkpoint.CompletedCheckpoint {
+// state). Damaged newer ones are logged at WARN and passed over, and the coordinator falls back to the one
+// found, so that later failovers and deployments start from it too. When every retained checkpoint is
+// damaged there is nothing valid to restore and no restart can succeed: that is an error, which fails the
+// job. When the storage cannot be read (unreachable, say), the last completed checkpoint as recorded is
+// restored: the restart strategy decides again if reading its state fails too.
+func (jm *JobMaster) verifiedLatest(restarted map[ident.Subtask]bool) (*checkpoint.CompletedCheckpoint, error) {
 	latest := jm.coord.LatestCompleted()
 	if latest.ID < jm.firstCheckpointID {
 		// No checkpoint of this run completed yet: the restore point is the savepoint the job started from,
 		// which is not in this storage (and was verified when it was loaded).
-		return latest
+		return latest, nil
 	}
 	ctx, cancel := jm.storageCtx()
 	cp, skipped, err := jm.cfg.Storage.LatestFor(ctx, func(s ident.Subtask) bool { return restarted[s] })
@@ -252,16 +259,20 @@ func (jm *JobMaster) verifiedLatest(restarted map[ident.Subtask]bool) *checkpoin
 			jm.log.Warn("checkpoint is damaged; restoring an older one", "checkpoint", sk.ID, "err", sk.Err)
 		}
 	}
-	if err != nil {
+	switch {
+	case err == nil:
+	case errors.Is(err, checkpoint.ErrCorrupt), errors.Is(err, checkpoint.ErrUnsupportedVersion):
+		return nil, fmt.Errorf("no valid checkpoint to restore: %w", err)
+	default:
 		jm.log.Warn("no valid checkpoint found in storage; restoring the last completed one as recorded", "checkpoint", latest.ID, "err", err)
-		return latest
+		return latest, nil
 	}
 	if cp.ID != latest.ID {
 		// The newer ones are damaged: from now on this one is the restore point, for deployments of this
 		// failover and any later one until a newer checkpoint completes.
 		jm.coord.FallBackTo(cp)
 	}
-	return cp
+	return cp, nil
 }
 
 // markLossBaseline records, for every channel from a producer that keeps running to a subtask that
