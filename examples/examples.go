@@ -33,6 +33,12 @@ type Summarizer interface {
 	Summary(w io.Writer, res *runnel.JobResult) error
 }
 
+// Verifier is implemented by jobs that check their own results: Verify returns an error when the run's
+// results are wrong, and the command then exits as for a failed job (1), so that scripts and CI notice.
+type Verifier interface {
+	Verify(res *runnel.JobResult) error
+}
+
 // Reporter is implemented by jobs that add fields to the run's `--report` JSON: each entry becomes a
 // top-level field next to the engine's JobResult fields (which keep their names; an entry named like one of
 // them is dropped). It is called once, after the job ended.

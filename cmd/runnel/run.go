@@ -320,6 +320,11 @@ func runExample(cmd *cobra.Command, name string, job examples.Job, f runFlags) e
 	default:
 		fmt.Fprintf(stderr, "job %s %s in %s%s\n", name, res.Status, wall(res), recoverySummary(res))
 	}
+	if v, ok := job.(examples.Verifier); ok {
+		if verr := v.Verify(res); verr != nil {
+			return &exitError{code: exitFailed, err: fmt.Errorf("job %s: %w", name, verr)}
+		}
+	}
 	return nil
 }
 

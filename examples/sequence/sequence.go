@@ -306,6 +306,19 @@ func (j *Job) ReportFields(res *runnel.JobResult) map[string]any {
 	return map[string]any{"checker": j.Checker(res)}
 }
 
+// Verify returns an error when the checker's verdict is a VIOLATION: a record lost beyond the reported
+// loss, duplicated or reordered.
+func (j *Job) Verify(res *runnel.JobResult) error { return verify(j.Checker(res), res) }
+
+// verify is Verify for the checker's figures c.
+func verify(c Checker, res *runnel.JobResult) error {
+	if c.Verdict != VerdictViolation {
+		return nil
+	}
+	return fmt.Errorf("checker: VIOLATION: %d records of %d, lost %d (the failovers reported %d), duplicated %d, out of order %d",
+		c.Records, c.ExpectedRecords, c.Lost, CheckedLoss(res), c.Duplicated, c.OutOfOrder)
+}
+
 // Summary prints the checker's totals and the verdict.
 func (j *Job) Summary(w io.Writer, res *runnel.JobResult) error {
 	c := j.Checker(res)
