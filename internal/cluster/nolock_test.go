@@ -30,7 +30,7 @@ type reentrantTM struct {
 	mu         sync.Mutex
 	underLock  []string
 	calls      int
-	watchdogMs time.Duration
+	watchdog time.Duration
 }
 
 func (r *reentrantTM) probe(method string) {
@@ -45,7 +45,7 @@ func (r *reentrantTM) probe(method string) {
 	r.mu.Unlock()
 	select {
 	case <-done:
-	case <-time.After(r.watchdogMs):
+	case <-time.After(r.watchdog):
 		r.mu.Lock()
 		r.underLock = append(r.underLock, method)
 		r.mu.Unlock()
@@ -118,7 +118,7 @@ func TestJobMasterCallsTaskManagersWithoutItsLock(t *testing.T) {
 		jmMu sync.Mutex
 		jmp  *jobmaster.JobMaster
 	)
-	tm := &reentrantTM{TaskManager: real, watchdogMs: 2 * time.Second, jm: func() *jobmaster.JobMaster {
+	tm := &reentrantTM{TaskManager: real, watchdog: 2 * time.Second, jm: func() *jobmaster.JobMaster {
 		jmMu.Lock()
 		defer jmMu.Unlock()
 		return jmp
