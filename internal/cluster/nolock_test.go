@@ -27,10 +27,10 @@ type reentrantTM struct {
 	*cluster.TaskManager
 	jm func() *jobmaster.JobMaster
 
-	mu         sync.Mutex
-	underLock  []string
-	calls      int
-	watchdog time.Duration
+	mu        sync.Mutex
+	underLock []string
+	calls     int
+	watchdog  time.Duration
 }
 
 func (r *reentrantTM) probe(method string) {
