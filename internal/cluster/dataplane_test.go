@@ -31,6 +31,20 @@ import (
 	"github.com/runnel-dev/runnel/internal/task"
 )
 
+// sourceToSink builds the job graph of a source and a sink at parallelism 1, joined by an edge of pattern.
+func sourceToSink(t *testing.T, name string, pattern graph.Pattern, opts graph.JobGraphOptions) *graph.JobGraph {
+	t.Helper()
+	sg := &graph.StreamGraph{JobName: name, Nodes: []*graph.StreamNode{
+		{ID: 1, Name: "source", Kind: graph.SourceNode, Parallelism: 1, MaxParallelism: 1},
+		{ID: 2, Name: "sink", Kind: graph.SinkNode, Parallelism: 1, MaxParallelism: 1},
+	}, Edges: []*graph.StreamEdge{{Source: 1, Target: 2, Pattern: pattern}}}
+	jg, err := graph.BuildJobGraph(sg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return jg
+}
+
 // sequenceSource emits 8-byte sequence numbers from 0, total of them, or without end if total is 0. If gate
 // is set, it stops at gateAt until gate is closed.
 type sequenceSource struct {
@@ -314,14 +328,7 @@ func TestJobSurvivesMisbehavingDataPlanePeers(t *testing.T) {
 				}
 			}
 			disturbed := make(chan struct{}) // closed once the disturbance is in place
-			sg := &graph.StreamGraph{JobName: "dataplane", Nodes: []*graph.StreamNode{
-				{ID: 1, Name: "source", Kind: graph.SourceNode, Parallelism: 1, MaxParallelism: 1},
-				{ID: 2, Name: "sink", Kind: graph.SinkNode, Parallelism: 1, MaxParallelism: 1},
-			}, Edges: []*graph.StreamEdge{{Source: 1, Target: 2, Pattern: graph.Forward}}}
-			jg, err := graph.BuildJobGraph(sg, graph.JobGraphOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			jg := sourceToSink(t, "dataplane", graph.Forward, graph.JobGraphOptions{})
 			restart, err := scheduler.ParseRestartStrategy("fixed-delay:attempts=1,delay=0s")
 			if err != nil {
 				t.Fatal(err)

@@ -123,14 +123,7 @@ func TestJobMasterCallsTaskManagersWithoutItsLock(t *testing.T) {
 		defer jmMu.Unlock()
 		return jmp
 	}}
-	sg := &graph.StreamGraph{JobName: "no-lock", Nodes: []*graph.StreamNode{
-		{ID: 1, Name: "source", Kind: graph.SourceNode, Parallelism: 1, MaxParallelism: 1},
-		{ID: 2, Name: "sink", Kind: graph.SinkNode, Parallelism: 1, MaxParallelism: 1},
-	}, Edges: []*graph.StreamEdge{{Source: 1, Target: 2, Pattern: graph.Rebalance}}}
-	jg, err := graph.BuildJobGraph(sg, graph.JobGraphOptions{PipelinedType: graph.PipelinedApproximate})
-	if err != nil {
-		t.Fatal(err)
-	}
+	jg := sourceToSink(t, "no-lock", graph.Rebalance, graph.JobGraphOptions{PipelinedType: graph.PipelinedApproximate})
 	cc := checkpoint.DefaultConfig()
 	cc.IntervalMillis = 10
 	restart, err := scheduler.ParseRestartStrategy("fixed-delay:attempts=2,delay=0s")

@@ -30,14 +30,7 @@ func TestStorageThatStopsAnsweringFailsTheCallNotTheJobMaster(t *testing.T) {
 	eb := errorbucket.Wrap(checkpoint.BlobBucket(memblob.OpenBucket(nil)))
 	eb.Inject(errorbucket.Fault{Ops: errorbucket.OpPut, KeyContains: "_metadata", Hang: true, Times: 2})
 	storage := checkpoint.NewStorage(eb, "mem://hanging")
-	sg := &graph.StreamGraph{JobName: "hanging-storage", Nodes: []*graph.StreamNode{
-		{ID: 1, Name: "source", Kind: graph.SourceNode, Parallelism: 1, MaxParallelism: 1},
-		{ID: 2, Name: "sink", Kind: graph.SinkNode, Parallelism: 1, MaxParallelism: 1},
-	}, Edges: []*graph.StreamEdge{{Source: 1, Target: 2, Pattern: graph.Forward}}}
-	jg, err := graph.BuildJobGraph(sg, graph.JobGraphOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	jg := sourceToSink(t, "hanging-storage", graph.Forward, graph.JobGraphOptions{})
 	cc := checkpoint.DefaultConfig()
 	cc.IntervalMillis, cc.TolerableFailed = 20, 10
 	jm, err := jobmaster.New(jobmaster.Config{
