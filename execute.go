@@ -15,6 +15,7 @@ import (
 	"github.com/runnel-dev/runnel/internal/cluster"
 	"github.com/runnel-dev/runnel/internal/graph"
 	"github.com/runnel-dev/runnel/internal/ident"
+	"github.com/runnel-dev/runnel/internal/jobcore"
 	"github.com/runnel-dev/runnel/internal/jobmaster"
 	"github.com/runnel-dev/runnel/internal/operator"
 	"github.com/runnel-dev/runnel/internal/task"
@@ -384,10 +385,10 @@ func (e *Environment) Execute(ctx context.Context, name string) (*JobResult, err
 	if e.cfg.Progress != nil {
 		e.cfg.Progress(res)
 	}
-	if snap.Status == jobmaster.StatusFailed {
+	if snap.Status == jobcore.StatusFailed {
 		return res, fmt.Errorf("job %q failed: %w", name, snap.Err)
 	}
-	if rc.savepointDir != "" && snap.Status == jobmaster.StatusCanceled && snap.Savepoint == "" {
+	if rc.savepointDir != "" && snap.Status == jobcore.StatusCanceled && snap.Savepoint == "" {
 		err := snap.SavepointErr
 		if err == nil {
 			err = errors.New("no savepoint was taken")
@@ -423,7 +424,7 @@ func checkInjections(jg *graph.JobGraph, injections []*operator.Injection) error
 	return errors.Join(errs...)
 }
 
-func resultOf(name string, s jobmaster.Snapshot) *JobResult {
+func resultOf(name string, s jobcore.Snapshot) *JobResult {
 	r := &JobResult{Job: name, Status: string(s.Status), Failovers: []FailoverResult{}, Savepoint: s.Savepoint}
 	if c := s.Checkpoints; c != nil {
 		r.Checkpoints = &CheckpointCounts{Completed: c.Completed, Failed: c.Failed, Aborted: c.Aborted, LastCompletedID: c.LastCompletedID}

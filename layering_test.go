@@ -27,7 +27,8 @@ func TestLayering(t *testing.T) {
 		"internal/scheduler":  {"internal/graph", "internal/ident"},
 		"internal/task":       {"internal/barrier", "internal/checkpoint", "internal/ident", "internal/network"},
 		"internal/operator":   {"codec", "internal/graph", "internal/ident", "internal/network", "internal/state", "internal/task"},
-		"internal/jobmaster":  {"internal/checkpoint", "internal/graph", "internal/ident", "internal/network", "internal/scheduler", "internal/task"},
+		"internal/jobcore":    {"internal/checkpoint", "internal/graph", "internal/ident", "internal/scheduler", "internal/task"},
+		"internal/jobmaster":  {"internal/checkpoint", "internal/graph", "internal/ident", "internal/jobcore", "internal/network", "internal/scheduler", "internal/task"},
 		"internal/cluster":    {"internal/ident", "internal/network", "internal/task"},
 		// Connectors and examples are built on the public API only, like a user's code.
 		"connector":            {"", "codec"},
@@ -74,6 +75,11 @@ func TestPureCores(t *testing.T) {
 		{dir: "internal/scheduler", imports: []string{"cmp", "errors", "fmt", "math", "slices", "strconv", "strings",
 			"time",                                                     // durations in RestartConfig only: the clock is forbidden below
 			mod + "internal/graph", mod + "internal/ident"}, forbidden: clock},
+		// The job master's decisions: no lock (sync is not in the list), no channel, no clock; time.Time
+		// appears only as report fields computed from the job's start, which the driver passes in.
+		{dir: "internal/jobcore", imports: []string{"cmp", "errors", "fmt", "math", "math/rand/v2", "slices", "sort", "strings", "time",
+			mod + "internal/checkpoint", mod + "internal/graph", mod + "internal/ident", mod + "internal/scheduler", mod + "internal/task"},
+			noChannels: true, forbidden: clock},
 	} {
 		files, err := filepath.Glob(filepath.Join(filepath.FromSlash(core.dir), "*.go"))
 		if err != nil {

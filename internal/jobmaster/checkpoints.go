@@ -9,6 +9,7 @@ import (
 	"github.com/runnel-dev/runnel/internal/checkpoint"
 	"github.com/runnel-dev/runnel/internal/graph"
 	"github.com/runnel-dev/runnel/internal/ident"
+	"github.com/runnel-dev/runnel/internal/jobcore"
 )
 
 // savepointState follows the savepoint taken when the job is stopped.
@@ -233,6 +234,21 @@ func (jm *JobMaster) pruneLedger(id int64) {
 	}
 	jm.mu.Lock()
 	defer jm.mu.Unlock()
-	jm.ledger.prune(floor)
+	jm.ledger.Prune(floor)
 	jm.trimFailovers()
+}
+
+// trimFailovers settles the failover events and bounds their list (jobcore.History.Trim), except while a
+// restart plan holds events whose attempts are not deployed yet. Called with the lock held.
+func (jm *JobMaster) trimFailovers() {
+	if jm.plan != nil {
+		return
+	}
+	jm.history.Trim(func(s ident.Subtask) (jobcore.CurrentAttempt, bool) {
+		ex := jm.execs[s]
+		if ex == nil {
+			return jobcore.CurrentAttempt{}, false
+		}
+		return jobcore.CurrentAttempt{Attempt: ex.attempt, CreatedBy: ex.createdBy, Terminal: ex.state.Terminal()}, true
+	}, &jm.ledger)
 }

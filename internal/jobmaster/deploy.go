@@ -6,6 +6,7 @@ import (
 	"github.com/runnel-dev/runnel/internal/checkpoint"
 	"github.com/runnel-dev/runnel/internal/graph"
 	"github.com/runnel-dev/runnel/internal/ident"
+	"github.com/runnel-dev/runnel/internal/jobcore"
 	"github.com/runnel-dev/runnel/internal/scheduler"
 	"github.com/runnel-dev/runnel/internal/task"
 )
@@ -168,32 +169,5 @@ func (jm *JobMaster) descriptor(ex *execution) (task.Config, error) {
 
 // restoreSpec returns the state subtask s starts from in checkpoint cp (nil: none).
 func (jm *JobMaster) restoreSpec(s ident.Subtask, cp *checkpoint.CompletedCheckpoint) *task.RestoreSpec {
-	return restoreSpecOf(jm.cfg.Job.Vertex(s.Vertex), s, cp)
-}
-
-// restoreSpecOf returns the state subtask s of vertex v starts from in checkpoint cp (nil: none). When the
-// vertex ran with another parallelism in cp, the subtask takes the state of every old subtask whose key
-// groups overlap its own (rescaling): keyed state is filtered to its key groups as it is read, and the task
-// refuses state that is not keyed, which cannot be split.
-func restoreSpecOf(v *graph.JobVertex, s ident.Subtask, cp *checkpoint.CompletedCheckpoint) *task.RestoreSpec {
-	old, ok := cp.VertexByID(s.Vertex)
-	if !ok || v == nil || int(old.Parallelism) == v.Parallelism {
-		h, ok := cp.State(s)
-		if !ok {
-			return nil
-		}
-		return &task.RestoreSpec{CheckpointID: cp.ID, Handle: h}
-	}
-	start, end := graph.KeyGroupRange(int(s.Index), v.MaxParallelism, v.Parallelism)
-	spec := &task.RestoreSpec{CheckpointID: cp.ID, RescaledFrom: int(old.Parallelism)}
-	for i := range int(old.Parallelism) {
-		os, oe := graph.KeyGroupRange(i, v.MaxParallelism, int(old.Parallelism))
-		if oe < start || os > end {
-			continue
-		}
-		if h, ok := cp.State(ident.Subtask{Vertex: s.Vertex, Index: int32(i)}); ok {
-			spec.Parts = append(spec.Parts, h)
-		}
-	}
-	return spec
+	return jobcore.RestoreSpecOf(jm.cfg.Job.Vertex(s.Vertex), s, cp)
 }

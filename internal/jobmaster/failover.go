@@ -10,56 +10,15 @@ import (
 	"github.com/runnel-dev/runnel/internal/checkpoint"
 	"github.com/runnel-dev/runnel/internal/graph"
 	"github.com/runnel-dev/runnel/internal/ident"
+	"github.com/runnel-dev/runnel/internal/jobcore"
 	"github.com/runnel-dev/runnel/internal/task"
 )
-
-// Failover is one failover event: which subtask failed, what was restarted, from which checkpoint.
-type Failover struct {
-	Failed ident.Subtask
-	// Global marks a failover of the job as a whole (Failed is then meaningless): checkpoints that kept
-	// failing past the tolerable number.
-	Global             bool
-	Cause              error
-	Strategy           string
-	Restarted          []ident.Subtask
-	CheckpointRestored *int64
-	FailedAt           time.Time
-	// RecoveredAt is when every restarted subtask was running again (zero until then).
-	RecoveredAt time.Time
-	// OutputAt is when the last of the restarted tail subtasks (those with no restarted consumer) emitted
-	// its first record again: the end of the outage of the affected path.
-	OutputAt time.Time
-	// RecordsLost counts the records that affect no state: on each channel from a producer that kept
-	// running to a restarted consumer, those after the consumer's restored position and before the first
-	// record it received. RecordsDropped and BuffersDropped are the producers' view of the same loss (whole
-	// buffers dropped while no consumer was attached); PartialRecordsSkipped counts records whose start was
-	// dropped and whose rest the new consumer skipped.
-	RecordsLost, RecordsDropped, BuffersDropped, PartialRecordsSkipped uint64
-	// Channels breaks the loss down by channel (only channels that lost something).
-	Channels []ChannelLoss
-
-	awaiting map[ident.Subtask]bool
-	tails    map[ident.Subtask]bool
-	baseline map[channelKey]lossBaseline
-}
-
-// ChannelLoss is the loss of one channel in one failover: from a producer subtask to a restarted consumer.
-type ChannelLoss struct {
-	Producer, Consumer                                                 ident.Subtask
-	RecordsLost, RecordsDropped, BuffersDropped, PartialRecordsSkipped uint64
-}
-
-// channelKey names one subpartition of one partition.
-type channelKey struct {
-	p   ident.PartitionID
-	sub int
-}
 
 // restartPlan is a failover in progress: the subtasks being cancelled, to be redeployed as new attempts.
 type restartPlan struct {
 	subtasks  map[ident.Subtask]bool
 	notBefore time.Time
-	events    []*Failover
+	events    []*jobcore.Failover
 }
 
 // onFailure asks the restart strategy whether to restart and the failover strategy what to restart, and
@@ -96,11 +55,7 @@ func (jm *JobMaster) startFailover(failed *ident.Subtask, cause error, set []ide
 		jm.fail(fmt.Errorf("%w (restart strategy %s gives up)", err, jm.cfg.Restart))
 		return
 	}
-	ev := &Failover{Cause: cause, Strategy: strategy, Restarted: set, FailedAt: now, Global: failed == nil,
-		awaiting: make(map[ident.Subtask]bool), tails: make(map[ident.Subtask]bool), baseline: make(map[channelKey]lossBaseline)}
-	if failed != nil {
-		ev.Failed = *failed
-	}
+	ev := jobcore.NewFailover(failed, cause, strategy, set, now)
 	jm.markLossBaseline(ev)
 	jm.log.Warn("failure, restarting", "failed", what, "err", cause, "strategy", ev.Strategy,
 		"restart", len(set), "backoff_ms", jm.restart.BackoffMillis())
@@ -115,7 +70,7 @@ func (jm *JobMaster) startFailover(failed *ident.Subtask, cause error, set []ide
 		jm.plan.notBefore = nb
 	}
 	jm.mu.Lock()
-	jm.failovers = append(jm.failovers, ev)
+	jm.history.Add(ev)
 	var cancel []*execution
 	for r := range jm.plan.subtasks {
 		if ex := jm.execs[r]; !ex.state.Terminal() && ex.state != task.Created {
@@ -192,7 +147,7 @@ func (jm *JobMaster) maybeRestart() (time.Duration, bool) {
 			id := restore.ID
 			restoreID = &id
 		}
-		jm.ledger.rollBack(s, restoreID)
+		jm.ledger.RollBack(s, restoreID)
 		ex.attempt.Number++
 		ex.state = task.Created
 		ex.in, ex.out = 0, 0
@@ -205,7 +160,7 @@ func (jm *JobMaster) maybeRestart() (time.Duration, bool) {
 			ev.CheckpointRestored = &id
 		}
 		for _, s := range subtasks {
-			ev.awaiting[s] = true
+			ev.Await(s)
 		}
 	}
 	jm.mu.Unlock()
@@ -227,7 +182,7 @@ func (jm *JobMaster) maybeRestart() (time.Duration, bool) {
 // firstRestarting returns the earliest failover of the plan that restarts s: the failure that caused its
 // restart, which its new attempt's loss belongs to. Later failovers merged into the plan restart s too, but
 // cost nothing more on its channels.
-func (p *restartPlan) firstRestarting(s ident.Subtask) *Failover {
+func (p *restartPlan) firstRestarting(s ident.Subtask) *jobcore.Failover {
 	for _, ev := range p.events {
 		if slices.Contains(ev.Restarted, s) {
 			return ev
@@ -278,7 +233,7 @@ func (jm *JobMaster) verifiedLatest(restarted map[ident.Subtask]bool) (*checkpoi
 // markLossBaseline records, for every channel from a producer that keeps running to a subtask that
 // restarts, the producer's counters now; what it drops from here on is this failover's loss. It also notes
 // the restarted tails, whose first output ends the outage.
-func (jm *JobMaster) markLossBaseline(ev *Failover) {
+func (jm *JobMaster) markLossBaseline(ev *jobcore.Failover) {
 	restarted := make(map[ident.Subtask]bool, len(ev.Restarted))
 	for _, r := range ev.Restarted {
 		restarted[r] = true
@@ -293,7 +248,7 @@ func (jm *JobMaster) markLossBaseline(ev *Failover) {
 			}
 		}
 		if tail {
-			ev.tails[r] = true
+			ev.MarkTail(r)
 		}
 		v := jm.cfg.Job.Vertex(r.Vertex)
 		for _, e := range v.Inputs {
@@ -303,9 +258,9 @@ func (jm *JobMaster) markLossBaseline(ev *Failover) {
 					continue
 				}
 				pex := jm.execs[prod]
-				key := channelKey{p: ident.PartitionID{Result: e.Result, Producer: pex.attempt}, sub: graph.SubpartitionIndex(e, p, int(r.Index))}
-				if st, ok := pex.tm.SubpartitionStats(key.p, key.sub); ok {
-					ev.baseline[key] = lossBaseline{stats: st, consumer: r}
+				key := jobcore.Channel{Partition: ident.PartitionID{Result: e.Result, Producer: pex.attempt}, Subpartition: graph.SubpartitionIndex(e, p, int(r.Index))}
+				if st, ok := pex.tm.SubpartitionStats(key.Partition, key.Subpartition); ok {
+					ev.SetBaseline(key, r, jobcore.SubpartitionCounters{RecordsDropped: st.RecordsDropped, BuffersDropped: st.BuffersDropped})
 				}
 			}
 		}
@@ -327,30 +282,24 @@ func (jm *JobMaster) onObservation(a ident.Attempt, o *task.Observation) {
 	ev := ex.createdBy
 	switch o.Kind {
 	case task.ChannelJoined:
-		key := channelKey{p: o.Channel.Partition, sub: o.Channel.Subpartition}
-		cl := ChannelLoss{Producer: o.Channel.Partition.Producer.Subtask, Consumer: a.Subtask,
+		key := jobcore.Channel{Partition: o.Channel.Partition, Subpartition: o.Channel.Subpartition}
+		cl := jobcore.ChannelLoss{Producer: o.Channel.Partition.Producer.Subtask, Consumer: a.Subtask,
 			RecordsLost: o.Lost, PartialRecordsSkipped: o.PartialSkipped}
-		if base, ok := ev.baseline[key]; ok {
-			delete(ev.baseline, key) // count each channel once
+		if base, ok := ev.TakeBaseline(key); ok { // each channel is counted once
 			if pex := jm.execs[o.Channel.Partition.Producer.Subtask]; pex != nil && pex.attempt == o.Channel.Partition.Producer {
-				if st, ok := pex.tm.SubpartitionStats(key.p, key.sub); ok {
-					cl.RecordsDropped = st.RecordsDropped - base.stats.RecordsDropped
-					cl.BuffersDropped = st.BuffersDropped - base.stats.BuffersDropped
+				if st, ok := pex.tm.SubpartitionStats(key.Partition, key.Subpartition); ok {
+					cl.RecordsDropped = st.RecordsDropped - base.RecordsDropped
+					cl.BuffersDropped = st.BuffersDropped - base.BuffersDropped
 				}
 			}
 		}
 		jm.mu.Lock()
-		ev.add(cl)
-		jm.ledger.join(a, ex.skipUpTo, ev, cl)
+		ev.Add(cl)
+		jm.ledger.Join(a, ex.skipUpTo, ev, cl)
 		jm.mu.Unlock()
 	case task.FirstOutput:
 		jm.mu.Lock()
-		if ev.tails[a.Subtask] {
-			delete(ev.tails, a.Subtask)
-			if o.At.After(ev.OutputAt) {
-				ev.OutputAt = o.At
-			}
-		}
+		ev.FirstOutput(a.Subtask, o.At)
 		jm.mu.Unlock()
 	}
 }

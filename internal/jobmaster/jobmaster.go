@@ -32,6 +32,7 @@ import (
 	"github.com/runnel-dev/runnel/internal/checkpoint"
 	"github.com/runnel-dev/runnel/internal/graph"
 	"github.com/runnel-dev/runnel/internal/ident"
+	"github.com/runnel-dev/runnel/internal/jobcore"
 	"github.com/runnel-dev/runnel/internal/network"
 	"github.com/runnel-dev/runnel/internal/scheduler"
 	"github.com/runnel-dev/runnel/internal/task"
@@ -68,18 +69,20 @@ type TaskManager interface {
 // BarrierFlagAtLeastOnce marks the barriers of an at-least-once checkpoint.
 const BarrierFlagAtLeastOnce uint32 = 1
 
-// Status is the state of a job.
-type Status string
+// Status and Snapshot are jobcore's, where the decisions about them move (docs/cluster.md §7); the names
+// stay here for the callers of Run until the driver replaces this loop.
+type (
+	Status   = jobcore.Status
+	Snapshot = jobcore.Snapshot
+)
 
-// Job statuses, as they appear in reports.
+// Job statuses, as jobcore defines them.
 const (
-	StatusCreated   Status = "CREATED"
-	StatusRunning   Status = "RUNNING"
-	StatusFinished  Status = "FINISHED"
-	StatusCanceled  Status = "CANCELED"
-	StatusFailed    Status = "FAILED"
-	statusFailing   Status = "FAILING"
-	statusCanceling Status = "CANCELING"
+	StatusCreated  = jobcore.StatusCreated
+	StatusRunning  = jobcore.StatusRunning
+	StatusFinished = jobcore.StatusFinished
+	StatusCanceled = jobcore.StatusCanceled
+	StatusFailed   = jobcore.StatusFailed
 )
 
 // Config configures a job master.
@@ -121,41 +124,6 @@ type Config struct {
 // DefaultStorageTimeout is the default bound of one checkpoint storage call of the job master.
 const DefaultStorageTimeout = time.Minute
 
-// SubtaskStatus describes one subtask in a snapshot.
-type SubtaskStatus struct {
-	Index       int
-	Attempt     int
-	TaskManager string
-	State       task.State
-	RecordsIn   uint64
-	RecordsOut  uint64
-}
-
-// VertexStatus describes one vertex in a snapshot.
-type VertexStatus struct {
-	Vertex     *graph.JobVertex
-	Subtasks   []SubtaskStatus
-	RecordsIn  uint64
-	RecordsOut uint64
-}
-
-// Snapshot is the observable state of the job at one moment.
-type Snapshot struct {
-	Status   Status
-	Err      error
-	Vertices []VertexStatus
-	Started  time.Time
-	Ended    time.Time
-	// Checkpoints counts checkpoints (nil when checkpointing is off).
-	Checkpoints *checkpoint.Counts
-	Failovers   []Failover
-	// FailoverTotals sums every failover, including those no longer listed (see MaxFailoverHistory).
-	FailoverTotals FailoverTotals
-	// Savepoint is the directory of the savepoint written on stop; SavepointErr says why none was.
-	Savepoint    string
-	SavepointErr error
-}
-
 type execution struct {
 	attempt ident.Attempt
 	tm      TaskManager
@@ -167,7 +135,7 @@ type execution struct {
 	skipUpTo     int64
 	// createdBy is the failover that deployed this attempt (nil for a first attempt): what the attempt
 	// observes as it rejoins its inputs is that failover's loss.
-	createdBy *Failover
+	createdBy *jobcore.Failover
 }
 
 // JobMaster runs one job.
@@ -194,11 +162,9 @@ type JobMaster struct {
 	firstCheckpointID int64
 	// ledger holds what restarted attempts reported lost on their channels, for later failovers of the
 	// same consumers (see lossLedger).
-	ledger lossLedger
+	ledger jobcore.LossLedger
 	// retainedIDs are the ids of the last Retained checkpoints completed in this run, oldest first.
 	retainedIDs []int64
-	// folded sums the failover events dropped from failovers past MaxFailoverHistory.
-	folded FailoverTotals
 
 	// mu guards what Snapshot reads from other goroutines. Run's goroutine is the only writer of these
 	// fields: it reads them without the lock, takes the lock only to write, and never calls a TaskManager
@@ -209,7 +175,7 @@ type JobMaster struct {
 	execs     map[ident.Subtask]*execution
 	started   time.Time
 	ended     time.Time
-	failovers []*Failover
+	history   jobcore.History
 	counts    *checkpoint.Counts
 	savepoint *savepointState
 }
@@ -448,13 +414,9 @@ func (jm *JobMaster) onUpdate(u task.Update) {
 func (jm *JobMaster) onRunning(s ident.Subtask) {
 	jm.mu.Lock()
 	defer jm.mu.Unlock()
-	for _, ev := range jm.failovers {
-		if ev.awaiting[s] {
-			delete(ev.awaiting, s)
-			if len(ev.awaiting) == 0 && ev.RecoveredAt.IsZero() {
-				ev.RecoveredAt = time.Now()
-			}
-		}
+	now := time.Now()
+	for _, ev := range jm.history.Events() {
+		ev.Running(s, now)
 	}
 }
 
@@ -466,7 +428,7 @@ func (jm *JobMaster) fail(err error) {
 		jm.mu.Unlock()
 		return
 	}
-	jm.status = statusFailing
+	jm.status = jobcore.StatusFailing
 	jm.err = err
 	jm.mu.Unlock()
 	jm.log.Error("job failing", "err", err)
@@ -480,7 +442,7 @@ func (jm *JobMaster) cancelJob() {
 		jm.mu.Unlock()
 		return
 	}
-	jm.status = statusCanceling
+	jm.status = jobcore.StatusCanceling
 	jm.mu.Unlock()
 	jm.log.Info("job canceling")
 	jm.cancelAll()
@@ -526,9 +488,9 @@ func (jm *JobMaster) checkDone() {
 			return
 		}
 		jm.status = StatusFinished
-	case statusFailing:
+	case jobcore.StatusFailing:
 		jm.status = StatusFailed
-	case statusCanceling:
+	case jobcore.StatusCanceling:
 		jm.status = StatusCanceled
 	default:
 		return
@@ -568,26 +530,22 @@ func (jm *JobMaster) Snapshot() Snapshot {
 	if sp := jm.savepoint; sp != nil {
 		snap.Savepoint, snap.SavepointErr = sp.written, sp.err
 	}
-	for _, f := range jm.failovers {
-		c := *f
-		c.awaiting, c.tails, c.baseline = nil, nil, nil
-		c.Channels = append([]ChannelLoss(nil), f.Channels...)
-		c.Restarted = append([]ident.Subtask(nil), f.Restarted...)
-		snap.Failovers = append(snap.Failovers, c)
+	for _, f := range jm.history.Events() {
+		snap.Failovers = append(snap.Failovers, f.Report())
 	}
-	snap.FailoverTotals = jm.totals()
+	snap.FailoverTotals = jm.history.Totals()
 	switch snap.Status {
-	case statusFailing, statusCanceling:
+	case jobcore.StatusFailing, jobcore.StatusCanceling:
 		snap.Status = StatusRunning
 	}
 	for _, v := range jm.cfg.Job.Vertices {
-		vs := VertexStatus{Vertex: v}
+		vs := jobcore.VertexStatus{Vertex: v}
 		for i := 0; i < v.Parallelism; i++ {
 			ex := jm.execs[ident.Subtask{Vertex: v.ID, Index: int32(i)}]
-			st := SubtaskStatus{Index: i, TaskManager: jm.placeSubtask(ident.Subtask{Vertex: v.ID, Index: int32(i)}).Name(), State: task.Created}
+			st := jobcore.SubtaskStatus{Index: i, TaskManager: jm.placeSubtask(ident.Subtask{Vertex: v.ID, Index: int32(i)}).Name(), State: task.Created}
 			if ex != nil {
 				in, out := ex.in, ex.out
-				st = SubtaskStatus{Index: i, Attempt: int(ex.attempt.Number), TaskManager: ex.tm.Name(), State: ex.state, RecordsIn: in, RecordsOut: out}
+				st = jobcore.SubtaskStatus{Index: i, Attempt: int(ex.attempt.Number), TaskManager: ex.tm.Name(), State: ex.state, RecordsIn: in, RecordsOut: out}
 			}
 			vs.RecordsIn += st.RecordsIn
 			vs.RecordsOut += st.RecordsOut

@@ -1,8 +1,8 @@
-package jobmaster
+package jobcore
 
 import "github.com/runnel-dev/runnel/internal/ident"
 
-// lossLedger makes approximate recovery's loss exact when failovers overlap.
+// LossLedger makes approximate recovery's loss exact when failovers overlap.
 //
 // A restarted consumer attempt reports, for each channel from a producer that kept running, the records
 // between the position it restored and the first record it received (task.ChannelJoined): the loss of the
@@ -18,9 +18,9 @@ import "github.com/runnel-dev/runnel/internal/ident"
 // which is what a checker of that state sees; each failover reports what it lost and no later failover
 // re-counted.
 //
-// It is a pure value: no clock, no goroutine. Its size is bounded by prune: an entry is kept only while a
+// It is a pure value: no clock, no goroutine. Its size is bounded by Prune: an entry is kept only while a
 // restore could still roll its attempt back (no retained checkpoint holds its state yet).
-type lossLedger struct {
+type LossLedger struct {
 	entries map[ident.Subtask][]ledgerEntry
 }
 
@@ -34,9 +34,9 @@ type ledgerEntry struct {
 	loss     ChannelLoss
 }
 
-// join records that consumer attempt a, deployed by failover ev when skipUpTo was the last checkpoint
-// triggered, counted loss on one of its channels (already added to ev).
-func (l *lossLedger) join(a ident.Attempt, skipUpTo int64, ev *Failover, loss ChannelLoss) {
+// Join records that consumer attempt a, deployed by failover ev when skipUpTo was the last checkpoint
+// triggered, counted loss on one of its channels (already added to ev with Add).
+func (l *LossLedger) Join(a ident.Attempt, skipUpTo int64, ev *Failover, loss ChannelLoss) {
 	if loss.RecordsLost+loss.RecordsDropped+loss.BuffersDropped+loss.PartialRecordsSkipped == 0 {
 		return // nothing to take back
 	}
@@ -46,9 +46,9 @@ func (l *lossLedger) join(a ident.Attempt, skipUpTo int64, ev *Failover, loss Ch
 	l.entries[a.Subtask] = append(l.entries[a.Subtask], ledgerEntry{attempt: a.Number, skipUpTo: skipUpTo, ev: ev, loss: loss})
 }
 
-// rollBack is called when subtask s restarts from checkpoint restoredFrom (nil: none): the counts of its
+// RollBack is called when subtask s restarts from checkpoint restoredFrom (nil: none): the counts of its
 // attempts whose state that checkpoint does not hold leave the failovers that reported them.
-func (l *lossLedger) rollBack(s ident.Subtask, restoredFrom *int64) {
+func (l *LossLedger) RollBack(s ident.Subtask, restoredFrom *int64) {
 	es := l.entries[s]
 	kept := es[:0]
 	for _, e := range es {
@@ -65,10 +65,10 @@ func (l *lossLedger) rollBack(s ident.Subtask, restoredFrom *int64) {
 	}
 }
 
-// prune forgets entries that no restore can roll back any more: those of attempts whose state every
+// Prune forgets entries that no restore can roll back any more: those of attempts whose state every
 // checkpoint a restore may still choose holds (skipUpTo below floor, the oldest such checkpoint's id; 0:
 // no floor yet).
-func (l *lossLedger) prune(floor int64) {
+func (l *LossLedger) Prune(floor int64) {
 	if floor == 0 {
 		return
 	}
@@ -88,7 +88,7 @@ func (l *lossLedger) prune(floor int64) {
 }
 
 // events returns the failovers that entries refer to: a restore may still take counts out of them.
-func (l *lossLedger) events() map[*Failover]bool {
+func (l *LossLedger) events() map[*Failover]bool {
 	m := make(map[*Failover]bool)
 	for _, es := range l.entries {
 		for _, e := range es {
@@ -99,45 +99,10 @@ func (l *lossLedger) events() map[*Failover]bool {
 }
 
 // size returns the number of entries, for tests of its bound.
-func (l *lossLedger) size() int {
+func (l *LossLedger) size() int {
 	n := 0
 	for _, es := range l.entries {
 		n += len(es)
 	}
 	return n
-}
-
-// add counts one channel's loss in the failover.
-func (f *Failover) add(cl ChannelLoss) {
-	f.RecordsLost += cl.RecordsLost
-	f.PartialRecordsSkipped += cl.PartialRecordsSkipped
-	f.RecordsDropped += cl.RecordsDropped
-	f.BuffersDropped += cl.BuffersDropped
-	if cl.RecordsLost+cl.RecordsDropped+cl.BuffersDropped+cl.PartialRecordsSkipped > 0 {
-		f.Channels = append(f.Channels, cl)
-	}
-}
-
-// retract takes a channel's loss, counted by add, out of the failover again: a later failover rolled the
-// consumer back and counts that loss itself. The channel's entry goes when nothing is left of it.
-func (f *Failover) retract(cl ChannelLoss) {
-	f.RecordsLost -= cl.RecordsLost
-	f.PartialRecordsSkipped -= cl.PartialRecordsSkipped
-	f.RecordsDropped -= cl.RecordsDropped
-	f.BuffersDropped -= cl.BuffersDropped
-	for i := range f.Channels {
-		c := &f.Channels[i]
-		if c.Producer != cl.Producer || c.Consumer != cl.Consumer || c.RecordsLost < cl.RecordsLost ||
-			c.PartialRecordsSkipped < cl.PartialRecordsSkipped || c.RecordsDropped < cl.RecordsDropped || c.BuffersDropped < cl.BuffersDropped {
-			continue
-		}
-		c.RecordsLost -= cl.RecordsLost
-		c.PartialRecordsSkipped -= cl.PartialRecordsSkipped
-		c.RecordsDropped -= cl.RecordsDropped
-		c.BuffersDropped -= cl.BuffersDropped
-		if c.RecordsLost+c.RecordsDropped+c.BuffersDropped+c.PartialRecordsSkipped == 0 {
-			f.Channels = append(f.Channels[:i], f.Channels[i+1:]...)
-		}
-		return
-	}
 }

@@ -1,9 +1,6 @@
-package jobmaster
+package jobcore
 
-import (
-	"github.com/runnel-dev/runnel/internal/ident"
-	"github.com/runnel-dev/runnel/internal/network"
-)
+import "github.com/runnel-dev/runnel/internal/ident"
 
 // MaxFailoverHistory bounds the failover events a job master keeps in detail (Flink bounds its exception
 // history the same way). Past it the oldest settled events are folded into the totals of FailoverTotals,
@@ -46,26 +43,46 @@ func (t *FailoverTotals) addChannel(c ChannelLoss) {
 		RecordsDropped: c.RecordsDropped, BuffersDropped: c.BuffersDropped, PartialRecordsSkipped: c.PartialRecordsSkipped})
 }
 
-// lossBaseline is a producer's subpartition counters when a failover began, and the restarted consumer of
-// that subpartition.
-type lossBaseline struct {
-	stats    network.SubpartitionStats
-	consumer ident.Subtask
+// CurrentAttempt is what the history needs to know of a subtask's current attempt to settle a failover.
+type CurrentAttempt struct {
+	Attempt ident.Attempt
+	// CreatedBy is the failover that deployed the attempt (nil: a first attempt).
+	CreatedBy *Failover
+	// Terminal says the attempt ended.
+	Terminal bool
 }
+
+// Current returns the current attempt of subtask s (false: not a subtask of the job).
+type Current func(s ident.Subtask) (CurrentAttempt, bool)
+
+// History is the failover events of a job, oldest first, and the totals of those folded away past
+// MaxFailoverHistory.
+type History struct {
+	events []*Failover
+	// folded sums the failover events dropped from events past MaxFailoverHistory.
+	folded FailoverTotals
+}
+
+// Add appends a new failover event.
+func (h *History) Add(ev *Failover) { h.events = append(h.events, ev) }
+
+// Events returns the events listed in detail, oldest first. The slice is the history's own: read it only.
+func (h *History) Events() []*Failover { return h.events }
 
 // settle drops what the failover keeps only until its restarted attempts have rejoined and emitted: the
 // baselines of channels that no attempt it deployed can join any more (the producer or the consumer was
 // replaced since, or the consumer ended), and its waiting sets once empty. A settled failover holds its
-// report only. Called with the job master's lock held.
-func (jm *JobMaster) settle(ev *Failover) {
+// report only.
+func settle(ev *Failover, current Current) {
 	for key, b := range ev.baseline {
-		pex, cex := jm.execs[key.p.Producer.Subtask], jm.execs[b.consumer]
-		if pex == nil || pex.attempt != key.p.Producer || cex == nil || cex.createdBy != ev || cex.state.Terminal() {
+		pex, pok := current(key.Partition.Producer.Subtask)
+		cex, cok := current(b.consumer)
+		if !pok || pex.Attempt != key.Partition.Producer || !cok || cex.CreatedBy != ev || cex.Terminal {
 			delete(ev.baseline, key)
 		}
 	}
 	for s := range ev.tails {
-		if ex := jm.execs[s]; ex == nil || ex.createdBy != ev || ex.state.Terminal() {
+		if ex, ok := current(s); !ok || ex.CreatedBy != ev || ex.Terminal {
 			delete(ev.tails, s)
 		}
 	}
@@ -81,58 +98,53 @@ func (jm *JobMaster) settle(ev *Failover) {
 }
 
 // settled reports whether a failover holds nothing but its report.
-func (ev *Failover) settled() bool {
-	return ev.awaiting == nil && ev.tails == nil && ev.baseline == nil
+func (f *Failover) settled() bool {
+	return f.awaiting == nil && f.tails == nil && f.baseline == nil
 }
 
-// trimFailovers settles the failover events and folds the oldest settled ones past MaxFailoverHistory into
-// the totals. An event the loss ledger still refers to is kept: a later restore may take counts out of it.
-// Called with the job master's lock held.
-func (jm *JobMaster) trimFailovers() {
-	if jm.plan != nil {
-		return // events of the plan are not deployed yet
-	}
-	for _, ev := range jm.failovers {
+// Trim settles the failover events and folds the oldest settled ones past MaxFailoverHistory into the
+// totals. An event the loss ledger still refers to is kept: a later restore may take counts out of it. The
+// caller must not trim while a restart plan holds events not yet deployed: their attempts do not exist yet,
+// so settling would drop what they are still to report.
+func (h *History) Trim(current Current, ledger *LossLedger) {
+	for _, ev := range h.events {
 		if !ev.settled() {
-			jm.settle(ev)
+			settle(ev, current)
 		}
 	}
-	excess := len(jm.failovers) - MaxFailoverHistory
+	excess := len(h.events) - MaxFailoverHistory
 	if excess <= 0 {
 		return
 	}
-	referenced := jm.ledger.events()
-	kept := jm.failovers[:0]
-	for _, ev := range jm.failovers {
+	referenced := ledger.events()
+	kept := h.events[:0]
+	for _, ev := range h.events {
 		if excess > 0 && ev.settled() && !referenced[ev] {
 			excess--
-			jm.folded.Omitted++
+			h.folded.Omitted++
 			for _, c := range ev.Channels {
-				jm.folded.addChannel(c)
+				h.folded.addChannel(c)
 			}
 			continue
 		}
 		kept = append(kept, ev)
 	}
-	clear(jm.failovers[len(kept):])
-	jm.failovers = kept
+	clear(h.events[len(kept):])
+	h.events = kept
 }
 
-// totals sums every failover of the job: the folded ones and those listed. Called with the lock held.
-func (jm *JobMaster) totals() FailoverTotals {
-	t := FailoverTotals{Omitted: jm.folded.Omitted, Failovers: jm.folded.Omitted + len(jm.failovers),
-		RecordsLost: jm.folded.RecordsLost, RecordsDropped: jm.folded.RecordsDropped,
-		BuffersDropped: jm.folded.BuffersDropped, PartialRecordsSkipped: jm.folded.PartialRecordsSkipped,
-		Edges: append([]EdgeLoss(nil), jm.folded.Edges...)}
+// Totals sums every failover of the job: the folded ones and those listed.
+func (h *History) Totals() FailoverTotals {
+	t := FailoverTotals{Omitted: h.folded.Omitted, Failovers: h.folded.Omitted + len(h.events),
+		Edges: append([]EdgeLoss(nil), h.folded.Edges...)}
 	// The channels hold all of a failover's loss.
-	t.RecordsLost, t.RecordsDropped, t.BuffersDropped, t.PartialRecordsSkipped = 0, 0, 0, 0
 	for _, e := range t.Edges {
 		t.RecordsLost += e.RecordsLost
 		t.RecordsDropped += e.RecordsDropped
 		t.BuffersDropped += e.BuffersDropped
 		t.PartialRecordsSkipped += e.PartialRecordsSkipped
 	}
-	for _, ev := range jm.failovers {
+	for _, ev := range h.events {
 		for _, c := range ev.Channels {
 			t.addChannel(c)
 		}

@@ -1,4 +1,4 @@
-package jobmaster
+package jobcore
 
 import (
 	"fmt"
@@ -22,7 +22,7 @@ func TestRestoreSpecRescales(t *testing.T) {
 			}
 			v := &graph.JobVertex{ID: 3, Name: "sum", Parallelism: tc.to, MaxParallelism: maxP}
 			for i := range tc.to {
-				spec := restoreSpecOf(v, ident.Subtask{Vertex: 3, Index: int32(i)}, cp)
+				spec := RestoreSpecOf(v, ident.Subtask{Vertex: 3, Index: int32(i)}, cp)
 				if spec == nil || spec.CheckpointID != 9 {
 					t.Fatalf("subtask %d: spec %+v", i, spec)
 				}

@@ -1,4 +1,4 @@
-package jobmaster
+package jobcore
 
 import (
 	"testing"
@@ -56,16 +56,16 @@ func TestLossLedger(t *testing.T) {
 		}, []uint64{0, 0, 400}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var l lossLedger
+			var l LossLedger
 			evs := make([]*Failover, len(tc.want))
 			for i := range evs {
 				evs[i] = &Failover{}
 			}
 			for _, st := range tc.steps {
-				l.rollBack(consumer, st.restored)
+				l.RollBack(consumer, st.restored)
 				for _, j := range st.joins {
-					evs[st.ev].add(j)
-					l.join(ident.Attempt{Subtask: consumer, Number: st.attempt}, st.skipUpTo, evs[st.ev], j)
+					evs[st.ev].Add(j)
+					l.Join(ident.Attempt{Subtask: consumer, Number: st.attempt}, st.skipUpTo, evs[st.ev], j)
 				}
 			}
 			for i, ev := range evs {
@@ -84,23 +84,23 @@ func TestLossLedger(t *testing.T) {
 func TestLossLedgerPrune(t *testing.T) {
 	consumer := ident.Subtask{Vertex: 2, Index: 0}
 	ev := &Failover{}
-	var l lossLedger
+	var l LossLedger
 	cl := ChannelLoss{Producer: ident.Subtask{Vertex: 1}, Consumer: consumer, RecordsLost: 10}
-	l.join(ident.Attempt{Subtask: consumer, Number: 1}, 3, ev, cl)
-	l.join(ident.Attempt{Subtask: consumer, Number: 2}, 9, ev, cl)
-	l.join(ident.Attempt{Subtask: consumer, Number: 2}, 9, ev, ChannelLoss{Producer: ident.Subtask{Vertex: 1}, Consumer: consumer})
+	l.Join(ident.Attempt{Subtask: consumer, Number: 1}, 3, ev, cl)
+	l.Join(ident.Attempt{Subtask: consumer, Number: 2}, 9, ev, cl)
+	l.Join(ident.Attempt{Subtask: consumer, Number: 2}, 9, ev, ChannelLoss{Producer: ident.Subtask{Vertex: 1}, Consumer: consumer})
 	if l.size() != 2 {
 		t.Fatalf("%d entries, want 2 (a join without loss has nothing to take back)", l.size())
 	}
-	l.prune(0)
+	l.Prune(0)
 	if l.size() != 2 {
 		t.Fatalf("prune without a floor dropped entries: %d left", l.size())
 	}
-	l.prune(5) // every restorable checkpoint is above 5: attempt 1's count is final
+	l.Prune(5) // every restorable checkpoint is above 5: attempt 1's count is final
 	if l.size() != 1 {
 		t.Fatalf("%d entries after pruning below 5, want 1", l.size())
 	}
-	l.prune(10)
+	l.Prune(10)
 	if l.size() != 0 {
 		t.Fatalf("%d entries left", l.size())
 	}

@@ -1,0 +1,508 @@
+package jobcore
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/runnel-dev/runnel/internal/checkpoint"
+	"github.com/runnel-dev/runnel/internal/graph"
+	"github.com/runnel-dev/runnel/internal/ident"
+	"github.com/runnel-dev/runnel/internal/scheduler"
+	"github.com/runnel-dev/runnel/internal/task"
+)
+
+// Config configures a Core: the job and how it runs, without the parts that belong to a process (the
+// TaskManagers, the operator chains, the storage and the logger stay with the driver).
+type Config struct {
+	Job               *graph.JobGraph
+	BufferTimeout     time.Duration
+	MaxRecordSize     int
+	CreditsPerChannel int
+	// StateBackend names where keyed state lives: "memory" or "pebble".
+	StateBackend string
+	// Failover picks the subtasks to restart after a failure; Restart decides whether and when.
+	Failover scheduler.FailoverMode
+	Restart  scheduler.RestartConfig
+	// Scheduling is eager or pipelined-region (the default).
+	Scheduling scheduler.SchedulingMode
+	// NoSlotSharing gives every subtask a logical slot of its own, in vertex order, instead of slot sharing
+	// (subtask i of every vertex in logical slot i).
+	NoSlotSharing bool
+	// Checkpoint must be nil: checkpoints and savepoints come into the core in the next step of
+	// docs/cluster.md §7, and New refuses a configuration with them rather than run without them.
+	Checkpoint *checkpoint.Config
+	// Seed seeds the restart strategy's jitter, so that a run replays exactly.
+	Seed uint64
+	// SlotWaitTimeout bounds how long a deployment or restart waits for slots before the job fails
+	// (default DefaultSlotWaitTimeout).
+	SlotWaitTimeout time.Duration
+}
+
+// DefaultSlotWaitTimeout is how long a job waits for slots by default.
+const DefaultSlotWaitTimeout = 5 * time.Minute
+
+// execution is the current attempt of one subtask.
+type execution struct {
+	attempt ident.Attempt
+	state   task.State
+	in, out uint64
+	// slot is the subtask's logical slot; tm the TaskManager the attempt was deployed to (0: not deployed).
+	slot int
+	tm   TaskManagerID
+	// skipUpTo is the highest checkpoint id triggered before the attempt was deployed (0 until checkpoints
+	// are in the core).
+	skipUpTo int64
+	// createdBy is the failover that deployed this attempt (nil for a first attempt): what the attempt
+	// observes as it rejoins its inputs is that failover's loss.
+	createdBy *Failover
+}
+
+// taskManager is what the core knows of a TaskManager that granted it slots.
+type taskManager struct {
+	name, dataAddress string
+	setupSent, setUp  bool
+	lost              bool
+	lostReason        string
+}
+
+// restartPlan is a failover in progress: the subtasks being cancelled, to be redeployed as new attempts.
+type restartPlan struct {
+	subtasks  map[ident.Subtask]bool
+	notBefore time.Duration
+	events    []*Failover
+	// suspects are TaskManagers a failure named as an unreachable peer: the plan waits until each is
+	// known alive or lost, so that no restart lands on a dead TaskManager.
+	suspects map[TaskManagerID]bool
+}
+
+// pendingSample is a SampleSubpartitions sent and not yet answered: the baseline of a failover, or the
+// second sample of a channel a restarted attempt joined.
+type pendingSample struct {
+	to TaskManagerID
+	ev *Failover
+	// consumers maps each sampled channel to its restarted consumer (a baseline).
+	consumers map[Channel]ident.Subtask
+	// join, when set, is the loss of the channel waiting for the sample.
+	join     *pendingJoin
+	channels []Channel
+}
+
+// pendingJoin is a channel's loss waiting for its producer's counters.
+type pendingJoin struct {
+	attempt  ident.Attempt
+	skipUpTo int64
+	loss     ChannelLoss
+}
+
+// Core is the job master of one job as a state machine. Step feeds it events; Ready returns what it asks
+// for; Advance says that was carried out. Only one goroutine may use a Core.
+type Core struct {
+	cfg      Config
+	topo     *scheduler.Topology
+	sched    scheduler.SchedulingStrategy
+	failover scheduler.FailoverStrategy
+	restart  scheduler.RestartStrategy
+
+	now       time.Duration
+	started   time.Time
+	ended     time.Time
+	status    Status
+	err       error
+	execs     map[ident.Subtask]*execution
+	subtasks  []ident.Subtask // in vertex, then index order
+	slotCount int
+	// slots binds logical slot i to a granted slot (nil: unbound); slotLost says why an unbound slot lost
+	// its binding, for the waiting sentence.
+	slots    []*Slot
+	slotLost []string
+	tms      map[TaskManagerID]*taskManager
+	// scheduled are subtasks the scheduling strategy released that wait for their slot (or a producer's).
+	scheduled map[ident.Subtask]bool
+	// slotWaitSince is when the job began to wait for slots (0 with waiting false).
+	slotWaitSince time.Duration
+	waitingSlots  bool
+	waiting       string
+
+	plan    *restartPlan
+	history History
+	ledger  LossLedger
+	samples map[uint64]*pendingSample
+	token   uint64
+
+	ready      Ready
+	readyTaken bool
+}
+
+// New validates cfg and makes the core of its job; Step(Start) starts it.
+func New(cfg Config) (*Core, error) {
+	if cfg.Job == nil || len(cfg.Job.Vertices) == 0 {
+		return nil, errors.New("job core: empty job graph")
+	}
+	if cfg.Checkpoint != nil {
+		return nil, errors.New("job core: checkpointing is not in the core yet (docs/cluster.md §7, step 3)")
+	}
+	if cfg.Failover == 0 {
+		cfg.Failover = scheduler.RegionFailover
+	}
+	if cfg.Scheduling == 0 {
+		cfg.Scheduling = scheduler.PipelinedRegionScheduling
+	}
+	if cfg.Restart.Kind == 0 {
+		cfg.Restart = scheduler.DefaultRestartConfig(scheduler.NoRestart)
+	}
+	if cfg.SlotWaitTimeout <= 0 {
+		cfg.SlotWaitTimeout = DefaultSlotWaitTimeout
+	}
+	c := &Core{cfg: cfg, status: StatusCreated, execs: make(map[ident.Subtask]*execution),
+		tms: make(map[TaskManagerID]*taskManager), scheduled: make(map[ident.Subtask]bool),
+		samples: make(map[uint64]*pendingSample)}
+	c.topo = scheduler.ComputeRegions(cfg.Job)
+	var err error
+	if c.failover, err = scheduler.NewFailoverStrategy(cfg.Failover, c.topo, c.partitionAvailable); err != nil {
+		return nil, fmt.Errorf("job core: %w", err)
+	}
+	if c.sched, err = scheduler.NewSchedulingStrategy(cfg.Scheduling, c.topo); err != nil {
+		return nil, fmt.Errorf("job core: %w", err)
+	}
+	if c.restart, err = scheduler.NewRestartStrategy(cfg.Restart, rand.New(rand.NewPCG(cfg.Seed, 1))); err != nil {
+		return nil, fmt.Errorf("job core: %w", err)
+	}
+	c.subtasks = cfg.Job.Subtasks()
+	for _, s := range c.subtasks {
+		slot := c.logicalSlot(s)
+		c.slotCount = max(c.slotCount, slot+1)
+		c.execs[s] = &execution{attempt: ident.Attempt{Subtask: s}, state: task.Created, slot: slot}
+	}
+	c.slots = make([]*Slot, c.slotCount)
+	c.slotLost = make([]string, c.slotCount)
+	return c, nil
+}
+
+// logicalSlot is today's placement rule: with slot sharing subtask i of every vertex shares logical slot i;
+// without, the subtasks take one logical slot each, in vertex order.
+func (c *Core) logicalSlot(s ident.Subtask) int {
+	if !c.cfg.NoSlotSharing {
+		return int(s.Index)
+	}
+	k := int(s.Index)
+	for _, v := range c.cfg.Job.Vertices {
+		if v.ID == s.Vertex {
+			break
+		}
+		k += v.Parallelism
+	}
+	return k
+}
+
+// Step feeds one event that happened at now (time since the job started; it never goes back). It returns
+// an error only for an event the core cannot take (a driver bug), never for a failure of the job.
+func (c *Core) Step(now time.Duration, ev Event) error {
+	if c.readyTaken {
+		return errors.New("job core: Step between Ready and Advance")
+	}
+	if now < c.now {
+		return fmt.Errorf("job core: time went back from %v to %v: %w", c.now, now, errMalformed)
+	}
+	c.now = now
+	if _, ok := ev.(Start); !ok && c.status == StatusCreated {
+		if _, cancel := ev.(Cancel); !cancel {
+			return fmt.Errorf("job core: %T before Start: %w", ev, errMalformed)
+		}
+	}
+	switch e := ev.(type) {
+	case Start:
+		return c.onStart(e)
+	case SlotsGranted:
+		c.onSlotsGranted(e)
+	case JobSetUp:
+		c.onJobSetUp(e)
+	case TaskManagerLost:
+		c.onTaskManagerLost(e)
+	case TaskManagerAlive:
+		c.onTaskManagerAlive(e)
+	case TaskUpdate:
+		c.onTaskUpdate(e)
+	case Observation:
+		c.onObservation(e)
+	case Counters:
+		c.onCounters(e)
+	case SubpartitionsSampled:
+		c.onSampled(e)
+	case Tick:
+		if c.plan == nil {
+			c.history.Trim(c.currentAttempt, &c.ledger)
+		}
+	case Cancel:
+		c.cancelJob()
+	default:
+		return fmt.Errorf("job core: unknown event %T: %w", ev, errMalformed)
+	}
+	c.maybeRestart()
+	c.checkSlotWait()
+	return nil
+}
+
+// HasReady reports whether the core asks for anything.
+func (c *Core) HasReady() bool { return !c.ready.empty() }
+
+// Ready returns everything asked since the last Advance, in order. The caller carries it out and then
+// calls Advance, with no Step in between.
+func (c *Core) Ready() Ready {
+	c.readyTaken = true
+	return c.ready
+}
+
+// Advance says the caller carried out the last Ready.
+func (c *Core) Advance() {
+	c.readyTaken = false
+	c.ready = Ready{}
+}
+
+// NextDeadline returns the earliest time at which a Tick may do something: the end of a restart's backoff
+// or of the wait for slots. False: no deadline.
+func (c *Core) NextDeadline() (time.Duration, bool) {
+	var d time.Duration
+	ok := false
+	take := func(t time.Duration) {
+		if !ok || t < d {
+			d, ok = t, true
+		}
+	}
+	if c.status.Terminal() {
+		return 0, false
+	}
+	if c.plan != nil && c.plan.notBefore > c.now {
+		take(c.plan.notBefore)
+	}
+	if c.waitingSlots {
+		take(c.slotWaitSince + c.cfg.SlotWaitTimeout)
+	}
+	return d, ok
+}
+
+// Status returns the job's status (FAILING and CANCELING included, unlike the Snapshot's).
+func (c *Core) Status() Status { return c.status }
+
+func (c *Core) wall(d time.Duration) time.Time { return c.started.Add(d) }
+
+func (c *Core) log(level LogLevel, msg string, attrs ...any) {
+	c.ready.Logs = append(c.ready.Logs, LogEntry{Level: level, Message: msg, Attrs: attrs})
+}
+
+func (c *Core) send(to TaskManagerID, body MessageBody) {
+	if tm := c.tms[to]; tm == nil || tm.lost {
+		return // nothing reaches a lost TaskManager, and nothing is needed: its tasks are gone
+	}
+	c.ready.Messages = append(c.ready.Messages, Message{To: to, Body: body})
+}
+
+func (c *Core) name(s ident.Subtask) string {
+	v := c.cfg.Job.Vertex(s.Vertex)
+	return fmt.Sprintf("%s[%d]", v.Name, s.Index)
+}
+
+func (c *Core) current(a ident.Attempt) *execution {
+	ex := c.execs[a.Subtask]
+	if ex == nil || ex.attempt != a {
+		return nil
+	}
+	return ex
+}
+
+// currentAttempt answers History.Trim.
+func (c *Core) currentAttempt(s ident.Subtask) (CurrentAttempt, bool) {
+	ex := c.execs[s]
+	if ex == nil {
+		return CurrentAttempt{}, false
+	}
+	return CurrentAttempt{Attempt: ex.attempt, CreatedBy: ex.createdBy, Terminal: ex.state.Terminal()}, true
+}
+
+// partitionAvailable tells the failover strategies whether a producer's partition can be read again: not
+// when it was on a TaskManager that is lost.
+func (c *Core) partitionAvailable(_ ident.ResultID, producer ident.Subtask) bool {
+	ex := c.execs[producer]
+	if ex == nil || ex.tm == 0 {
+		return true
+	}
+	return !c.tms[ex.tm].lost
+}
+
+func (c *Core) onStart(e Start) error {
+	if c.status != StatusCreated {
+		return fmt.Errorf("job core: Start in status %s: %w", c.status, errMalformed)
+	}
+	c.started = e.Wall
+	c.status = StatusRunning
+	c.ready.Changed = true
+	c.log(LogInfo, "job started", "vertices", len(c.cfg.Job.Vertices), "subtasks", len(c.execs))
+	c.ready.Slots = append(c.ready.Slots, SlotChange{Request: c.slotCount})
+	c.startSlotWait()
+	for _, r := range c.sched.Start() {
+		for _, s := range c.topo.Members(r) {
+			c.scheduled[s] = true
+		}
+	}
+	c.deployScheduled()
+	return nil
+}
+
+func (c *Core) startSlotWait() {
+	if !c.waitingSlots {
+		c.waitingSlots, c.slotWaitSince = true, c.now
+	}
+}
+
+// onSlotsGranted binds the unbound logical slots, in order, to the granted slots, and sets the job up on
+// TaskManagers new to it. Slots beyond what is unbound go back.
+func (c *Core) onSlotsGranted(e SlotsGranted) {
+	var extra []Slot
+	for _, g := range e.Slots {
+		i := slices.Index(c.slots, nil)
+		tm := c.tms[g.TaskManager]
+		if i < 0 || c.status != StatusRunning || (tm != nil && tm.lost) {
+			extra = append(extra, g)
+			continue
+		}
+		g := g
+		c.slots[i] = &g
+		if tm == nil {
+			tm = &taskManager{name: g.Name, dataAddress: g.DataAddress}
+			c.tms[g.TaskManager] = tm
+		}
+		if !tm.setupSent {
+			tm.setupSent = true
+			c.send(g.TaskManager, SetupJob{})
+		}
+	}
+	if len(extra) > 0 {
+		c.ready.Slots = append(c.ready.Slots, SlotChange{Release: extra})
+	}
+	c.deployScheduled()
+}
+
+func (c *Core) onJobSetUp(e JobSetUp) {
+	tm := c.tms[e.TaskManager]
+	if tm == nil || tm.lost {
+		return
+	}
+	if e.Err != nil {
+		// Job setup fails the same way on a new attempt (a build that differs, storage not shared): the
+		// job cannot run there. Returning the slots to the pool with that TaskManager excluded is the
+		// cluster's answer (step 8); until then the job fails, saying why.
+		c.fail(fmt.Errorf("TaskManager %s cannot run the job: %w", tm.name, e.Err))
+		return
+	}
+	tm.setUp = true
+	c.deployScheduled()
+}
+
+// usable reports whether logical slot i is bound to a TaskManager that has the job set up.
+func (c *Core) usable(i int) (TaskManagerID, bool) {
+	g := c.slots[i]
+	if g == nil {
+		return 0, false
+	}
+	tm := c.tms[g.TaskManager]
+	return g.TaskManager, tm != nil && tm.setUp && !tm.lost
+}
+
+// deployable reports whether s can be deployed now: its slot is usable and every producer it reads from
+// has a bound slot, so that the descriptor can say where each partition is.
+func (c *Core) deployable(s ident.Subtask) bool {
+	if _, ok := c.usable(c.execs[s].slot); !ok {
+		return false
+	}
+	for _, e := range c.cfg.Job.Vertex(s.Vertex).Inputs {
+		for _, p := range graph.ProducersOf(e, int(s.Index)) {
+			if c.slots[c.execs[ident.Subtask{Vertex: e.Source.ID, Index: int32(p)}].slot] == nil {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// deployScheduled deploys the released subtasks that can be, in subtask order, once nothing waits for a
+// slot: the first deployment waits for every slot, so that attempts start together as today.
+func (c *Core) deployScheduled() {
+	if c.status != StatusRunning || len(c.scheduled) == 0 {
+		return
+	}
+	if c.plan != nil {
+		return // a restart redeploys these with its own, together
+	}
+	for i := range c.slots {
+		if _, ok := c.usable(i); !ok {
+			c.startSlotWait()
+			c.setWaiting(c.slotsMissing(c.subtasks, "deployment"))
+			return
+		}
+	}
+	c.waitingSlots = false
+	c.setWaiting("")
+	for _, s := range c.subtasks {
+		if c.scheduled[s] && c.deployable(s) {
+			delete(c.scheduled, s)
+			if ex := c.execs[s]; ex.state == task.Created {
+				c.deploy(ex)
+			}
+		}
+	}
+}
+
+// release marks every not yet deployed subtask of regions for deployment and deploys what can be.
+func (c *Core) release(regions []scheduler.RegionID) {
+	for _, r := range regions {
+		for _, s := range c.topo.Members(r) {
+			if c.execs[s].state == task.Created {
+				c.scheduled[s] = true
+			}
+		}
+	}
+	c.deployScheduled()
+}
+
+// deploy sends the descriptor of the current attempt of ex to its slot's TaskManager.
+func (c *Core) deploy(ex *execution) {
+	to, _ := c.usable(ex.slot)
+	ex.tm = to
+	ex.state = task.Deploying
+	c.ready.Changed = true
+	c.send(to, Deploy{Deployment: c.descriptor(ex)})
+}
+
+// descriptor builds the deployment of ex's attempt: outputs by edge, inputs by channel with where each
+// producer's partition is served (local when it shares the TaskManager).
+func (c *Core) descriptor(ex *execution) Deployment {
+	v := c.cfg.Job.Vertex(ex.attempt.Vertex)
+	idx := int(ex.attempt.Index)
+	d := Deployment{
+		Info: task.Info{JobName: c.cfg.Job.Name, VertexName: v.Name, Attempt: ex.attempt, Parallelism: v.Parallelism,
+			MaxParallelism: v.MaxParallelism, TaskManager: c.tms[ex.tm].name},
+		BufferTimeout: c.cfg.BufferTimeout, MaxRecordSize: c.cfg.MaxRecordSize, CreditsPerChannel: c.cfg.CreditsPerChannel,
+		StateBackend: c.cfg.StateBackend, SkipCheckpointsUpTo: ex.skipUpTo,
+	}
+	for _, e := range v.Outputs {
+		d.Outputs = append(d.Outputs, task.OutputSpec{Result: e.Result, Subpartitions: len(graph.ConsumersOf(e, idx)),
+			Reconnectable: e.PartitionType.Reconnectable(), Blocking: e.PartitionType == graph.Blocking})
+	}
+	for _, e := range v.Inputs {
+		var in task.InputSpec
+		for _, p := range graph.ProducersOf(e, idx) {
+			prod := c.execs[ident.Subtask{Vertex: e.Source.ID, Index: int32(p)}]
+			g := c.slots[prod.slot]
+			in.Channels = append(in.Channels, task.ChannelSpec{
+				Partition:    ident.PartitionID{Result: e.Result, Producer: prod.attempt},
+				Subpartition: graph.SubpartitionIndex(e, p, idx),
+				Local:        g.TaskManager == ex.tm,
+				Address:      g.DataAddress,
+			})
+		}
+		d.Inputs = append(d.Inputs, in)
+	}
+	return d
+}

@@ -1,0 +1,149 @@
+package jobcore
+
+import (
+	"errors"
+	"time"
+
+	"github.com/runnel-dev/runnel/internal/ident"
+	"github.com/runnel-dev/runnel/internal/scheduler"
+	"github.com/runnel-dev/runnel/internal/task"
+)
+
+// Event is what the driver feeds the core with Step: one of the types below.
+type Event interface{ isEvent() }
+
+// TaskManagerID names one registration of a TaskManager: a TaskManager that registers again is a new id.
+type TaskManagerID uint64
+
+// Start starts the job. Wall is the wall-clock time of the start, used only to date reports: the core
+// computes every other time as Wall plus the Duration of the event.
+type Start struct{ Wall time.Time }
+
+// Slot is one physical slot granted to the job.
+type Slot struct {
+	TaskManager TaskManagerID
+	// Name ("tm-1") and DataAddress (where its partitions are served) of the TaskManager.
+	Name, DataAddress string
+	Number            int
+}
+
+// SlotsGranted gives the job slots it asked for with a SlotChange request, in the order to bind them.
+type SlotsGranted struct{ Slots []Slot }
+
+// JobSetUp answers a SetupJob message: Err says why the TaskManager cannot run the job.
+type JobSetUp struct {
+	TaskManager TaskManagerID
+	Err         error
+}
+
+// TaskManagerLost says a TaskManager will not be heard from again: its tasks are gone.
+type TaskManagerLost struct {
+	TaskManager TaskManagerID
+	// Reason is for people: "control stream closed", "no heartbeat for 1.5s".
+	Reason string
+}
+
+// TaskManagerAlive answers a Probe: the TaskManager is there.
+type TaskManagerAlive struct{ TaskManager TaskManagerID }
+
+// FailureKind says where a task failure arose.
+type FailureKind uint8
+
+// Failure kinds.
+const (
+	// FailureTask: the task itself failed while running.
+	FailureTask FailureKind = iota
+	// FailureDeploy: the TaskManager refused the deployment (shut down, duplicate attempt, job not set up).
+	FailureDeploy
+)
+
+// Failure is a task failure as data, as it crosses a process boundary.
+type Failure struct {
+	Message string
+	Kind    FailureKind
+	// NonRecoverable: no restart can fix it (scheduler.ErrNonRecoverable on the side it arose).
+	NonRecoverable bool
+	// PeerDataAddress names the data address of a TaskManager the task lost its connection to ("" none).
+	PeerDataAddress string
+}
+
+// failureError is a Failure as an error: its text, and scheduler.ErrNonRecoverable when it is one.
+type failureError struct{ f Failure }
+
+func (e failureError) Error() string { return e.f.Message }
+
+func (e failureError) Is(target error) bool {
+	return e.f.NonRecoverable && target == scheduler.ErrNonRecoverable
+}
+
+// Err returns the failure as an error (nil for a nil failure).
+func (f *Failure) Err() error {
+	if f == nil {
+		return nil
+	}
+	return failureError{*f}
+}
+
+// TaskUpdate reports a state change of a task attempt. RecordsIn and RecordsOut are its final counts,
+// with a terminal State.
+type TaskUpdate struct {
+	Attempt               ident.Attempt
+	State                 task.State
+	Failure               *Failure
+	RecordsIn, RecordsOut uint64
+}
+
+// Observation is a fact a running attempt reports (task.Observation), At being the time it happened as a
+// Duration since the job started.
+type Observation struct {
+	Attempt        ident.Attempt
+	Kind           task.ObservationKind
+	Channel        Channel
+	Lost           uint64
+	PartialSkipped uint64
+	At             time.Duration
+}
+
+// AttemptCounters are the record counters of one running attempt.
+type AttemptCounters struct {
+	Attempt ident.Attempt
+	In, Out uint64
+}
+
+// Counters carries the record counters of the attempts running on one TaskManager.
+type Counters struct{ Counts []AttemptCounters }
+
+// ChannelCounters are one channel's counters in a SubpartitionsSampled.
+type ChannelCounters struct {
+	Channel  Channel
+	Counters SubpartitionCounters
+}
+
+// SubpartitionsSampled answers a SampleSubpartitions message. Missing says the TaskManager does not hold
+// the partitions (the producer was replaced, or the TaskManager lost): their counters count as unknown.
+type SubpartitionsSampled struct {
+	Token   uint64
+	Samples []ChannelCounters
+	Missing bool
+}
+
+// Tick tells the core that time passed: a restart's backoff or a slot-wait deadline may be due.
+type Tick struct{}
+
+// Cancel cancels the job.
+type Cancel struct{}
+
+func (Start) isEvent()                {}
+func (SlotsGranted) isEvent()         {}
+func (JobSetUp) isEvent()             {}
+func (TaskManagerLost) isEvent()      {}
+func (TaskManagerAlive) isEvent()     {}
+func (TaskUpdate) isEvent()           {}
+func (Observation) isEvent()          {}
+func (Counters) isEvent()             {}
+func (SubpartitionsSampled) isEvent() {}
+func (Tick) isEvent()                 {}
+func (Cancel) isEvent()               {}
+
+// errMalformed marks an event the core cannot take: a bug of the driver, not a failure of the job.
+var errMalformed = errors.New("malformed event")

@@ -1,0 +1,246 @@
+package jobcore
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/runnel-dev/runnel/internal/graph"
+	"github.com/runnel-dev/runnel/internal/task"
+)
+
+func (c *Core) onTaskUpdate(u TaskUpdate) {
+	ex := c.current(u.Attempt)
+	if ex == nil || ex.state.Terminal() {
+		c.log(LogDebug, "ignoring update from a replaced attempt", "attempt", u.Attempt, "state", u.State)
+		return
+	}
+	ex.state = u.State
+	c.ready.Changed = true
+	if u.State.Terminal() {
+		// The final counts come with the update: the TaskManager forgets an attempt once it ended.
+		ex.in, ex.out = u.RecordsIn, u.RecordsOut
+	}
+	switch u.State {
+	case task.Running:
+		for _, ev := range c.history.Events() {
+			ev.Running(u.Attempt.Subtask, c.wall(c.now))
+		}
+	case task.Finished:
+		if c.status == StatusRunning {
+			for _, e := range c.cfg.Job.Vertex(u.Attempt.Vertex).Outputs {
+				if e.PartitionType == graph.Blocking {
+					c.release(c.sched.OnResultFinished(e.Result, u.Attempt.Subtask))
+				}
+			}
+		}
+	case task.Failed:
+		c.onFailed(ex, u.Failure)
+	}
+	if u.State == task.Failed || u.State == task.Canceled {
+		// Released only now, after the failover cancelled its consumers: they must not wait on its data,
+		// and must not report its disappearance as failures of their own.
+		c.send(ex.tm, ReleasePartitions{Attempt: u.Attempt})
+	}
+	if u.State.Terminal() {
+		// Also after a failure: a second failing subtask may be the last one to stop.
+		c.checkDone()
+	}
+}
+
+// onFailed answers a failed attempt: a refused deployment fails the job (it would be refused again); a
+// failure naming an unreachable peer makes that peer a suspect; any other starts a failover, unless the
+// attempt was being cancelled for one already.
+func (c *Core) onFailed(ex *execution, f *Failure) {
+	if c.status != StatusRunning {
+		return
+	}
+	s := ex.attempt.Subtask
+	cause := f.Err()
+	if cause == nil {
+		cause = fmt.Errorf("failed without a reason")
+	}
+	if f != nil && f.Kind == FailureDeploy {
+		c.fail(fmt.Errorf("deploy %s: %w", c.name(s), cause))
+		return
+	}
+	if c.plan != nil && c.plan.subtasks[s] {
+		return
+	}
+	c.startFailover(&s, nil, "", cause, c.failover.TasksToRestart(s), c.cfg.Failover.String())
+	if f != nil && f.PeerDataAddress != "" && c.plan != nil {
+		for id, tm := range c.tms {
+			if tm.dataAddress == f.PeerDataAddress && !tm.lost && !c.plan.suspects[id] {
+				c.plan.suspects[id] = true
+				c.send(id, Probe{})
+			}
+		}
+	}
+}
+
+func (c *Core) onCounters(e Counters) {
+	for _, n := range e.Counts {
+		if ex := c.current(n.Attempt); ex != nil && !ex.state.Terminal() {
+			ex.in, ex.out = n.In, n.Out
+		}
+	}
+}
+
+// fail moves the job to FAILING and cancels every subtask that is still running.
+func (c *Core) fail(err error) {
+	if c.status != StatusRunning {
+		return
+	}
+	c.status = StatusFailing
+	c.err = err
+	c.ready.Changed = true
+	c.log(LogError, "job failing", "err", err)
+	c.cancelAll()
+	c.checkDone()
+}
+
+// cancelJob cancels the job in any state: before Start it ends at once; while running, what runs is
+// cancelled; while failing or cancelling already, nothing more is to do.
+func (c *Core) cancelJob() {
+	switch c.status {
+	case StatusCreated:
+		c.status = StatusRunning // so that checkDone ends it, every subtask being cancelled below
+		fallthrough
+	case StatusRunning:
+		c.status = StatusCanceling
+		c.ready.Changed = true
+		c.log(LogInfo, "job canceling")
+		c.cancelAll()
+		c.checkDone()
+	}
+}
+
+// cancelAll cancels every subtask that has not stopped. One that was never deployed (a consumer waiting
+// for its blocking inputs, a restart waiting out its backoff or for a slot) has no task to hear the
+// cancellation and send an update: it is CANCELED here, or the job would wait for it forever.
+func (c *Core) cancelAll() {
+	c.plan = nil
+	c.waitingSlots, c.waiting = false, ""
+	clear(c.scheduled)
+	for _, s := range c.subtasks {
+		switch ex := c.execs[s]; {
+		case ex.state == task.Created:
+			ex.state = task.Canceled
+		case !ex.state.Terminal():
+			c.send(ex.tm, CancelTask{Attempt: ex.attempt})
+		}
+	}
+}
+
+// checkDone ends the job when every subtask is in a terminal state: FINISHED when all finished and no
+// restart is pending, FAILED or CANCELED when the job was failing or cancelling.
+func (c *Core) checkDone() {
+	for _, ex := range c.execs {
+		if !ex.state.Terminal() {
+			return
+		}
+		if c.status == StatusRunning && ex.state != task.Finished {
+			return // stopped for a restart
+		}
+	}
+	switch c.status {
+	case StatusRunning:
+		if c.plan != nil {
+			return
+		}
+		c.status = StatusFinished
+	case StatusFailing:
+		c.status = StatusFailed
+	case StatusCanceling:
+		c.status = StatusCanceled
+	default:
+		return
+	}
+	c.ended = c.wall(c.now)
+	c.ready.Changed = true
+	c.waitingSlots, c.waiting = false, ""
+	c.log(LogInfo, "job ended", "status", c.status, "wall", c.now)
+}
+
+// onObservation adds what a restarted attempt saw to the failover that deployed it. A channel it joined
+// is measured against its producer's counters: a second sample, whose answer completes the loss.
+func (c *Core) onObservation(o Observation) {
+	ex := c.current(o.Attempt)
+	if ex == nil || ex.createdBy == nil {
+		return
+	}
+	ev := ex.createdBy
+	switch o.Kind {
+	case task.ChannelJoined:
+		cl := ChannelLoss{Producer: o.Channel.Partition.Producer.Subtask, Consumer: o.Attempt.Subtask,
+			RecordsLost: o.Lost, PartialRecordsSkipped: o.PartialSkipped}
+		join := &pendingJoin{attempt: o.Attempt, skipUpTo: ex.skipUpTo, loss: cl}
+		pex := c.current(o.Channel.Partition.Producer)
+		if !c.hasBaseline(ev, o.Channel) || pex == nil || pex.tm == 0 || c.tms[pex.tm].lost {
+			ev.TakeBaseline(o.Channel)
+			c.joined(ev, join) // no baseline or no producer to ask: the dropped counts are unknown, 0
+			return
+		}
+		// The baseline's sample, if still unanswered, went to the same TaskManager earlier: it is answered
+		// first, so the baseline is there when this one answers.
+		c.token++
+		c.samples[c.token] = &pendingSample{to: pex.tm, ev: ev, join: join, channels: []Channel{o.Channel}}
+		c.send(pex.tm, SampleSubpartitions{Token: c.token, Channels: []Channel{o.Channel}})
+	case task.FirstOutput:
+		ev.FirstOutput(o.Attempt.Subtask, c.wall(o.At))
+	}
+}
+
+// joined counts a channel's loss in its failover and in the ledger.
+func (c *Core) joined(ev *Failover, j *pendingJoin) {
+	ev.Add(j.loss)
+	c.ledger.Join(j.attempt, j.skipUpTo, ev, j.loss)
+	c.ready.Changed = true
+}
+
+func (c *Core) onSampled(e SubpartitionsSampled) {
+	p := c.samples[e.Token]
+	if p == nil {
+		c.log(LogDebug, "ignoring an unknown sample", "token", e.Token)
+		return
+	}
+	delete(c.samples, e.Token)
+	c.resolveSample(p, e)
+}
+
+// resolveSample completes a baseline or a join with the sample's answer (Missing: the counters are unknown,
+// so a baseline is not taken and a join's dropped counts are 0).
+func (c *Core) resolveSample(p *pendingSample, e SubpartitionsSampled) {
+	got := make(map[Channel]SubpartitionCounters, len(e.Samples))
+	if !e.Missing {
+		for _, s := range e.Samples {
+			got[s.Channel] = s.Counters
+		}
+	}
+	if j := p.join; j != nil {
+		base, ok := p.ev.TakeBaseline(p.channels[0]) // each channel is counted once
+		if now, got := got[p.channels[0]]; ok && got {
+			j.loss.RecordsDropped = now.RecordsDropped - base.RecordsDropped
+			j.loss.BuffersDropped = now.BuffersDropped - base.BuffersDropped
+		}
+		c.joined(p.ev, j)
+		return
+	}
+	for _, ch := range p.channels {
+		if n, ok := got[ch]; ok {
+			p.ev.SetBaseline(ch, p.consumers[ch], n)
+		}
+	}
+}
+
+// hasBaseline reports whether failover ev has, or is waiting for, the baseline of channel ch.
+func (c *Core) hasBaseline(ev *Failover, ch Channel) bool {
+	if _, ok := ev.baseline[ch]; ok {
+		return true
+	}
+	for _, p := range c.samples {
+		if p.ev == ev && p.join == nil && slices.Contains(p.channels, ch) {
+			return true
+		}
+	}
+	return false
+}

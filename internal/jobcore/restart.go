@@ -1,0 +1,352 @@
+package jobcore
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/runnel-dev/runnel/internal/graph"
+	"github.com/runnel-dev/runnel/internal/ident"
+	"github.com/runnel-dev/runnel/internal/task"
+)
+
+// startFailover records a failover event and adds set to the restart plan: failed is the subtask that
+// failed (the lowest of failedSubtasks when a TaskManager's loss failed several; nil: the job as a whole).
+// A failure that arrives while an earlier failover is still stopping its subtasks joins that plan: all of
+// them are redeployed together. The restart strategy hears of the failure once, whatever its size.
+func (c *Core) startFailover(failed *ident.Subtask, failedSubtasks []ident.Subtask, tmName string, cause error, set []ident.Subtask, strategy string) {
+	if c.status != StatusRunning {
+		return // failing or cancelling already: nothing restarts
+	}
+	what := "job"
+	switch {
+	case tmName != "":
+		what = "TaskManager " + tmName
+	case failed != nil:
+		what = "subtask " + c.name(*failed)
+	}
+	c.restart.NotifyFailure(c.now.Milliseconds(), cause)
+	if !c.restart.CanRestart() {
+		c.fail(fmt.Errorf("%s failed: %w (restart strategy %s gives up)", what, cause, c.cfg.Restart))
+		return
+	}
+	ev := NewFailover(failed, cause, strategy, set, c.wall(c.now))
+	ev.FailedSubtasks, ev.TaskManager = failedSubtasks, tmName
+	backoff := time.Duration(c.restart.BackoffMillis()) * time.Millisecond
+	c.log(LogWarn, "failure, restarting", "failed", what, "err", cause, "strategy", strategy,
+		"restart", len(set), "backoff_ms", backoff.Milliseconds())
+	c.markLossBaseline(ev)
+	if c.plan == nil {
+		c.plan = &restartPlan{subtasks: make(map[ident.Subtask]bool), suspects: make(map[TaskManagerID]bool)}
+	}
+	var cancel []*execution
+	for _, r := range set {
+		if c.plan.subtasks[r] {
+			continue // being cancelled for an earlier failover of the plan already
+		}
+		c.plan.subtasks[r] = true
+		if ex := c.execs[r]; !ex.state.Terminal() && ex.state != task.Created {
+			cancel = append(cancel, ex)
+		}
+	}
+	c.plan.events = append(c.plan.events, ev)
+	c.plan.notBefore = max(c.plan.notBefore, c.now+backoff)
+	c.history.Add(ev)
+	c.ready.Changed = true
+	for _, ex := range cancel {
+		c.send(ex.tm, CancelTask{Attempt: ex.attempt})
+	}
+}
+
+// markLossBaseline asks, for every channel from a producer that keeps running to a subtask that restarts,
+// the producer's counters now (one sample per TaskManager): what it drops from then on is this failover's
+// loss. It also notes the restarted tails, whose first output ends the outage.
+func (c *Core) markLossBaseline(ev *Failover) {
+	restarted := make(map[ident.Subtask]bool, len(ev.Restarted))
+	for _, r := range ev.Restarted {
+		restarted[r] = true
+	}
+	var order []TaskManagerID
+	byTM := make(map[TaskManagerID]*pendingSample)
+	for _, r := range ev.Restarted {
+		tail := true
+		for _, d := range c.cfg.Job.Downstream(r) {
+			if restarted[d] {
+				tail = false
+			}
+		}
+		if tail {
+			ev.MarkTail(r)
+		}
+		for _, e := range c.cfg.Job.Vertex(r.Vertex).Inputs {
+			for _, p := range graph.ProducersOf(e, int(r.Index)) {
+				prod := ident.Subtask{Vertex: e.Source.ID, Index: int32(p)}
+				pex := c.execs[prod]
+				if restarted[prod] || pex.tm == 0 || c.tms[pex.tm].lost {
+					continue
+				}
+				ch := Channel{Partition: ident.PartitionID{Result: e.Result, Producer: pex.attempt}, Subpartition: graph.SubpartitionIndex(e, p, int(r.Index))}
+				ps := byTM[pex.tm]
+				if ps == nil {
+					ps = &pendingSample{to: pex.tm, ev: ev, consumers: make(map[Channel]ident.Subtask)}
+					byTM[pex.tm] = ps
+					order = append(order, pex.tm)
+				}
+				ps.channels = append(ps.channels, ch)
+				ps.consumers[ch] = r
+			}
+		}
+	}
+	for _, tm := range order {
+		ps := byTM[tm]
+		c.token++
+		c.samples[c.token] = ps
+		c.send(tm, SampleSubpartitions{Token: c.token, Channels: ps.channels})
+	}
+}
+
+// maybeRestart redeploys the subtasks of the restart plan once all of them stopped, the backoff passed, no
+// suspect TaskManager is unknown, and every one of them has a usable slot.
+func (c *Core) maybeRestart() {
+	p := c.plan
+	if p == nil {
+		return
+	}
+	if c.status != StatusRunning {
+		c.plan = nil
+		return
+	}
+	subtasks := make([]ident.Subtask, 0, len(p.subtasks))
+	for _, s := range c.subtasks {
+		if p.subtasks[s] {
+			subtasks = append(subtasks, s)
+		}
+	}
+	for _, s := range subtasks {
+		// Subtasks never deployed (a region waiting for its blocking inputs) have nothing to stop.
+		if st := c.execs[s].state; !st.Terminal() && st != task.Created {
+			return
+		}
+	}
+	if c.now < p.notBefore {
+		return
+	}
+	if len(p.suspects) > 0 {
+		var names []string
+		for id := range p.suspects {
+			names = append(names, c.tms[id].name)
+		}
+		slices.Sort(names)
+		c.setWaiting("restart waits for: suspect " + strings.Join(names, ", suspect "))
+		return
+	}
+	if w := c.slotsMissing(subtasks, "restart"); w != "" {
+		c.startSlotWait()
+		c.setWaiting(w)
+		return
+	}
+	c.plan = nil
+	c.waitingSlots = false
+	c.setWaiting("")
+	for _, s := range subtasks {
+		ex := c.execs[s]
+		if ex.state == task.Created {
+			continue // never ran: its first attempt is still to come
+		}
+		if ex.state == task.Finished {
+			// A finished producer keeps its partitions until now: its new attempt produces them again.
+			c.send(ex.tm, ReleasePartitions{Attempt: ex.attempt})
+		}
+		// Without checkpoints the new attempt restores nothing: whatever earlier attempts counted as lost
+		// is rolled back with their state and counted again by this failover (see LossLedger).
+		c.ledger.RollBack(s, nil)
+		ex.attempt.Number++
+		ex.state = task.Created
+		ex.in, ex.out = 0, 0
+		ex.tm = 0
+		ex.createdBy = p.firstRestarting(s)
+	}
+	for _, ev := range p.events {
+		for _, s := range subtasks {
+			ev.Await(s)
+		}
+	}
+	c.ready.Changed = true
+	c.release(c.sched.OnRegionsRestarted(c.topo.RegionsOf(subtasks)))
+}
+
+// firstRestarting returns the earliest failover of the plan that restarts s: the failure that caused its
+// restart, which its new attempt's loss belongs to. Later failovers merged into the plan restart s too, but
+// cost nothing more on its channels.
+func (p *restartPlan) firstRestarting(s ident.Subtask) *Failover {
+	for _, ev := range p.events {
+		if slices.Contains(ev.Restarted, s) {
+			return ev
+		}
+	}
+	return nil
+}
+
+// slotsMissing returns the sentence saying what the subtasks' deployment (what: "restart", "deployment")
+// waits for, or "" when every logical slot they need is bound to a TaskManager that has the job set up.
+func (c *Core) slotsMissing(subtasks []ident.Subtask, what string) string {
+	missing := map[int]bool{}
+	var setup []string
+	for _, s := range subtasks {
+		i := c.execs[s].slot
+		if c.slots[i] == nil {
+			missing[i] = true
+		} else if _, ok := c.usable(i); !ok && !slices.Contains(setup, c.slots[i].Name) {
+			setup = append(setup, c.slots[i].Name)
+		}
+	}
+	if len(missing) == 0 {
+		if len(setup) == 0 {
+			return ""
+		}
+		slices.Sort(setup)
+		return fmt.Sprintf("%s waits for the job's setup on %s", what, strings.Join(setup, ", "))
+	}
+	var why []string
+	for i := range missing {
+		if r := c.slotLost[i]; r != "" && !slices.Contains(why, r) {
+			why = append(why, r)
+		}
+	}
+	slices.Sort(why)
+	plural := "s"
+	if len(missing) == 1 {
+		plural = ""
+	}
+	w := fmt.Sprintf("%s waits for %d slot%s", what, len(missing), plural)
+	if len(why) > 0 {
+		w += ": " + strings.Join(why, "; ")
+	}
+	return w
+}
+
+func (c *Core) setWaiting(w string) {
+	if w != c.waiting {
+		c.waiting = w
+		c.ready.Changed = true
+	}
+}
+
+// checkSlotWait fails the job when it has waited for slots longer than SlotWaitTimeout.
+func (c *Core) checkSlotWait() {
+	if !c.waitingSlots || c.status != StatusRunning || c.now < c.slotWaitSince+c.cfg.SlotWaitTimeout {
+		return
+	}
+	w := c.waiting
+	if w == "" {
+		w = c.slotsMissing(c.subtasks, "deployment")
+	}
+	c.fail(fmt.Errorf("%s, for %v: add TaskManagers or slots", w, c.cfg.SlotWaitTimeout))
+}
+
+// onTaskManagerLost fails, in one failover event, every attempt the TaskManager ran (nothing will report
+// them) and every finished one whose blocking partition it held while a consumer still needs it; unbinds its
+// slots and asks for as many; answers the samples sent to it as missing.
+func (c *Core) onTaskManagerLost(e TaskManagerLost) {
+	tm := c.tms[e.TaskManager]
+	if tm == nil || tm.lost {
+		return
+	}
+	tm.lost, tm.lostReason = true, e.Reason
+	c.ready.Changed = true
+	c.log(LogWarn, "TaskManager lost", "taskmanager", tm.name, "reason", e.Reason)
+	tokens := make([]uint64, 0)
+	for t, p := range c.samples {
+		if p.to == e.TaskManager {
+			tokens = append(tokens, t)
+		}
+	}
+	slices.Sort(tokens)
+	for _, t := range tokens {
+		p := c.samples[t]
+		delete(c.samples, t)
+		c.resolveSample(p, SubpartitionsSampled{Token: t, Missing: true})
+	}
+	unbound := 0
+	for i, g := range c.slots {
+		if g != nil && g.TaskManager == e.TaskManager {
+			c.slots[i] = nil
+			c.slotLost[i] = fmt.Sprintf("TaskManager %s lost (%s)", tm.name, e.Reason)
+			unbound++
+		}
+	}
+	if c.plan != nil {
+		delete(c.plan.suspects, e.TaskManager)
+	}
+	var failed []ident.Subtask
+	for _, s := range c.subtasks {
+		ex := c.execs[s]
+		if ex.tm != e.TaskManager {
+			continue
+		}
+		switch {
+		case ex.state == task.Created || (ex.state.Terminal() && !c.blockingNeeded(ex)):
+			continue
+		case c.status != StatusRunning:
+			ex.state = task.Canceled // being cancelled with the job: it ended with its TaskManager
+			continue
+		}
+		ex.state = task.Failed
+		if c.plan == nil || !c.plan.subtasks[s] {
+			failed = append(failed, s)
+		}
+	}
+	if c.status == StatusRunning && unbound > 0 {
+		c.ready.Slots = append(c.ready.Slots, SlotChange{Request: unbound})
+	}
+	if len(failed) > 0 {
+		var set []ident.Subtask
+		for _, f := range failed {
+			for _, r := range c.failover.TasksToRestart(f) {
+				if !slices.Contains(set, r) {
+					set = append(set, r)
+				}
+			}
+		}
+		slices.SortFunc(set, compareSubtasks)
+		cause := fmt.Errorf("TaskManager %s lost: %s", tm.name, e.Reason)
+		c.startFailover(&failed[0], failed, tm.name, cause, set, c.cfg.Failover.String())
+	}
+	c.checkDone()
+}
+
+// blockingNeeded reports whether a finished attempt's blocking partition is still to be read: a consumer
+// has not finished.
+func (c *Core) blockingNeeded(ex *execution) bool {
+	if ex.state != task.Finished {
+		return false
+	}
+	for _, e := range c.cfg.Job.Vertex(ex.attempt.Vertex).Outputs {
+		if e.PartitionType != graph.Blocking {
+			continue
+		}
+		for _, k := range graph.ConsumersOf(e, int(ex.attempt.Index)) {
+			if c.execs[ident.Subtask{Vertex: e.Target.ID, Index: int32(k)}].state != task.Finished {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (c *Core) onTaskManagerAlive(e TaskManagerAlive) {
+	if c.plan != nil {
+		delete(c.plan.suspects, e.TaskManager)
+	}
+	if c.waiting != "" && strings.HasPrefix(c.waiting, "restart waits for: suspect") {
+		c.setWaiting("")
+	}
+}
+
+func compareSubtasks(a, b ident.Subtask) int {
+	if a.Vertex != b.Vertex {
+		return int(a.Vertex) - int(b.Vertex)
+	}
+	return int(a.Index) - int(b.Index)
+}

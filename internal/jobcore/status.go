@@ -1,0 +1,69 @@
+package jobcore
+
+import (
+	"time"
+
+	"github.com/runnel-dev/runnel/internal/checkpoint"
+	"github.com/runnel-dev/runnel/internal/graph"
+	"github.com/runnel-dev/runnel/internal/task"
+)
+
+// Status is the state of a job.
+type Status string
+
+// Job statuses, as they appear in reports. A job goes CREATED → RUNNING → FINISHED, or from RUNNING through
+// FAILING to FAILED or through CANCELING to CANCELED.
+const (
+	StatusCreated  Status = "CREATED"
+	StatusRunning  Status = "RUNNING"
+	StatusFinished Status = "FINISHED"
+	StatusCanceled Status = "CANCELED"
+	StatusFailed   Status = "FAILED"
+	// StatusFailing and StatusCanceling are the job master's own: its tasks are being cancelled after a
+	// failure it cannot recover from, or on request. A Snapshot shows them as RUNNING, since reports know
+	// only the other five.
+	StatusFailing   Status = "FAILING"
+	StatusCanceling Status = "CANCELING"
+)
+
+// Terminal reports whether the job has ended.
+func (s Status) Terminal() bool {
+	return s == StatusFinished || s == StatusFailed || s == StatusCanceled
+}
+
+// SubtaskStatus describes one subtask in a snapshot.
+type SubtaskStatus struct {
+	Index       int
+	Attempt     int
+	TaskManager string
+	State       task.State
+	RecordsIn   uint64
+	RecordsOut  uint64
+}
+
+// VertexStatus describes one vertex in a snapshot.
+type VertexStatus struct {
+	Vertex     *graph.JobVertex
+	Subtasks   []SubtaskStatus
+	RecordsIn  uint64
+	RecordsOut uint64
+}
+
+// Snapshot is the observable state of the job at one moment.
+type Snapshot struct {
+	Status   Status
+	Err      error
+	Vertices []VertexStatus
+	Started  time.Time
+	Ended    time.Time
+	// Checkpoints counts checkpoints (nil when checkpointing is off).
+	Checkpoints *checkpoint.Counts
+	Failovers   []Failover
+	// FailoverTotals sums every failover, including those no longer listed (see MaxFailoverHistory).
+	FailoverTotals FailoverTotals
+	// Savepoint is the directory of the savepoint written on stop; SavepointErr says why none was.
+	Savepoint    string
+	SavepointErr error
+	// Waiting, when not empty, says what a restart waits for (a slot, a TaskManager's liveness).
+	Waiting string
+}
