@@ -816,7 +816,7 @@ func TestServerRejectsBadClients(t *testing.T) {
 		{"credit before request", func([]byte) []byte { return cat(wirePreamble[:], appendAddCredit(nil, 1)) }, "unexpected frame type AddCredit"},
 		{"oversized request", func([]byte) []byte {
 			return cat(wirePreamble[:], appendFrameHeader(nil, framePartitionRequest, 1<<30))
-		}, "PartitionRequest frame of 1073741824 bytes, want 40"},
+		}, "PartitionRequest frame of 1073741824 bytes, want 88"},
 		{"oversized credit", func(req []byte) []byte { return cat(req, appendFrameHeader(nil, frameAddCredit, 1<<31)) }, "AddCredit frame of 2147483648 bytes, want 4"},
 		{"buffer from client", func(req []byte) []byte { return cat(req, appendFrameHeader(nil, frameBuffer, 30)) }, "unexpected frame type Buffer"},
 	}
