@@ -190,7 +190,9 @@ func TestBadCredentialsDoNotFenceTheConsumer(t *testing.T) {
 		start := time.Now()
 		_, err := env.dial(pid, in.sub, in.attempt, in.job, in.credential)
 		if !errors.Is(err, ErrBadCredential) || !strings.Contains(err.Error(), "partition request refused: bad credential") {
-			t.Fatalf("intruder %q: got %v, want ErrBadCredential", in.name, err)
+			// Not fatal: what an admitted intruder does to the real consumer is checked below.
+			t.Errorf("intruder %q: got %v, want ErrBadCredential", in.name, err)
+			continue
 		}
 		if d := time.Since(start); d > time.Second {
 			t.Fatalf("intruder %q was refused after %v: retried instead of refused at once", in.name, d)

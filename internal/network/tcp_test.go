@@ -23,19 +23,31 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // testWait bounds every wait of these tests for something that should happen promptly.
 const testWait = 5 * time.Second
 
-// channelFactories are the transports every scenario runs over: one data path, two ways to reach it.
+// channelFactories are the transports every scenario runs over: one data path, three ways to reach it.
 var channelFactories = []struct {
-	name string
-	tcp  bool
+	name     string
+	tcp, tls bool
 }{
-	{"local", false},
-	{"tcp", true},
+	{"local", false, false},
+	{"tcp", true, false},
+	{"mtls", true, true}, // TCP with mutual TLS (a CA made for the test) and credentials checked
 }
 
-// forEachTransport runs scenario once over local channels and once over TCP channels.
+// forEachTransport runs scenario once over local channels, once over TCP channels, and once over TCP
+// channels with mutual TLS and credentials.
 func forEachTransport(t *testing.T, scenario func(t *testing.T, env *testEnv)) {
 	for _, f := range channelFactories {
-		t.Run(f.name, func(t *testing.T) { scenario(t, newTestEnv(t, f.tcp)) })
+		t.Run(f.name, func(t *testing.T) {
+			if !f.tls {
+				scenario(t, newTestEnv(t, f.tcp))
+				return
+			}
+			ca := newTestCA(t, "runnel test CA")
+			so, do := ca.serverOptions(t), ca.dialOptions(t)
+			so.Admit = func(r PartitionRequest) (*PartitionManager, error) { return nil, r.VerifyCredential(testSecret) }
+			do.Job = testJob
+			scenario(t, newTestEnvWith(t, so, do))
+		})
 	}
 }
 
@@ -47,18 +59,29 @@ type testEnv struct {
 	srv   *Server
 	chans []InputChannel
 	pools []*BufferPool // consumer-side pools of TCP channels
+	// dial is the base of the options TCP channels are opened with; with a Job set, each channel presents
+	// the credential issued with testSecret for it.
+	dial DialOptions
 }
 
 func newTestEnv(t *testing.T, tcp bool) *testEnv {
-	e := &testEnv{t: t, pm: NewPartitionManager()}
 	if tcp {
-		t.Cleanup(func() { goleak.VerifyNone(t) }) // registered first, so it runs last
-		srv, err := NewServer(e.pm, "127.0.0.1:0", ServerOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.srv = srv
+		return newTestEnvWith(t, ServerOptions{}, DialOptions{})
 	}
+	e := &testEnv{t: t, pm: NewPartitionManager()}
+	t.Cleanup(e.close)
+	return e
+}
+
+// newTestEnvWith makes a TCP environment whose server has options so and whose channels dial with do.
+func newTestEnvWith(t *testing.T, so ServerOptions, do DialOptions) *testEnv {
+	e := &testEnv{t: t, pm: NewPartitionManager(), dial: do}
+	t.Cleanup(func() { goleak.VerifyNone(t) }) // registered first, so it runs last
+	srv, err := NewServer(e.pm, "127.0.0.1:0", so)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv = srv
 	t.Cleanup(e.close)
 	return e
 }
@@ -114,13 +137,23 @@ func (e *testEnv) open(pid ident.PartitionID, sub int, owner ident.Attempt, cred
 		return ch, nil
 	}
 	pool := NewBufferPool("consumer "+owner.String(), bufSize, max(credits, 1))
-	ch, err := DialRemoteChannel(context.Background(), e.srv.Addr(), pid, sub, owner, pool, credits, notify, DialOptions{})
+	ch, err := DialRemoteChannel(context.Background(), e.srv.Addr(), pid, sub, owner, pool, credits, notify, e.dialOptions(pid, sub, owner))
 	if err != nil {
 		return nil, err
 	}
 	e.chans = append(e.chans, ch)
 	e.pools = append(e.pools, pool)
 	return ch, nil
+}
+
+// dialOptions returns the options a TCP channel of this environment dials with: e.dial and, if it names a
+// job, the credential issued with testSecret for the channel.
+func (e *testEnv) dialOptions(pid ident.PartitionID, sub int, owner ident.Attempt) DialOptions {
+	opts := e.dial
+	if opts.Job != ([JobIDSize]byte{}) {
+		opts.Credential = PartitionCredential(testSecret, opts.Job, pid, sub, owner)
+	}
+	return opts
 }
 
 // waitIdle waits until the server has no connection left, so every producer buffer it held is recycled.
