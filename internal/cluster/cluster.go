@@ -31,10 +31,15 @@ type TaskManagerConfig struct {
 	BufferSize         int
 	// DataAddress is where the TCP data server listens ("127.0.0.1:0" picks a port).
 	DataAddress string
-	// DataServer configures the TCP data server (connection limits, timeouts); zero values are the
-	// network package's defaults, and a nil Logger is the TaskManager's.
+	// DataServer configures the TCP data server (connection limits, timeouts, TLS, the admission of
+	// partition requests); zero values are the network package's defaults, and a nil Logger is the
+	// TaskManager's.
 	DataServer network.ServerOptions
-	Logger     *slog.Logger
+	// DataDial configures the channels this TaskManager's tasks open to other TaskManagers' data servers
+	// (TLS, timeouts); zero values are the network package's defaults. Its Job and Credential are left
+	// zero here: they belong to each channel, and come with it once the job master issues credentials.
+	DataDial network.DialOptions
+	Logger   *slog.Logger
 }
 
 // DefaultNetworkMemoryBytes is the default network memory of a TaskManager.
@@ -155,7 +160,7 @@ func (tm *TaskManager) NumTasks() int {
 }
 
 func (tm *TaskManager) connectRemote(ctx context.Context, spec task.ChannelSpec, owner ident.Attempt, pool *network.BufferPool, credits int, notify func()) (network.InputChannel, error) {
-	return network.DialRemoteChannel(ctx, spec.Address, spec.Partition, spec.Subpartition, owner, pool, credits, notify, network.DialOptions{})
+	return network.DialRemoteChannel(ctx, spec.Address, spec.Partition, spec.Subpartition, owner, pool, credits, notify, tm.cfg.DataDial)
 }
 
 // Cancel implements jobmaster.TaskManager.

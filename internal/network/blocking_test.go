@@ -164,8 +164,12 @@ func TestBlockingConsumableOnlyAfterFinish(t *testing.T) {
 			}
 		} else {
 			pool := NewBufferPool("consumer", 64, 1)
-			_, err := DialRemoteChannel(context.Background(), env.srv.Addr(), p.ID(), 0, testConsumer, pool, 1, nil,
-				DialOptions{Timeout: 50 * time.Millisecond})
+			opts := env.dialOptions(p.ID(), 0, testConsumer)
+			opts.Timeout = 50 * time.Millisecond
+			if opts.TLS != nil {
+				opts.Timeout = time.Second // a TLS handshake under -race on a loaded machine takes tens of ms
+			}
+			_, err := DialRemoteChannel(context.Background(), env.srv.Addr(), p.ID(), 0, testConsumer, pool, 1, nil, opts)
 			if !errors.Is(err, ErrPartitionNotReady) || !errors.Is(err, ErrPartitionNotFound) || !strings.Contains(err.Error(), "gave up after") {
 				t.Fatalf("got %v, want a retried ErrPartitionNotReady", err)
 			}

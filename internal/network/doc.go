@@ -24,7 +24,9 @@
 //
 // The TCP data server bounds its connections (ServerOptions.MaxConnections, MaxConnectionsPerHost) and
 // the time a new connection may take to send its request (HandshakeTimeout); see tcp_server.go and the
-// admission decisions in admission.go.
+// admission decisions in admission.go. It admits a partition request only if ServerOptions.Admit does
+// (credentials: an HMAC of the request under the job's secret, credential.go), asked before any view is
+// touched, and may run every connection over mutual TLS 1.3 (ServerOptions.TLS, DialOptions.TLS).
 //
 // Blocking (BLOCKING, batch) partitions write their buffers to one spill file per subpartition instead of
 // queueing them, so their producer never waits for a consumer. They are consumable once the producer has

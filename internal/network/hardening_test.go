@@ -296,7 +296,8 @@ func waitOpen(t *testing.T, srv *Server, n int) {
 // real channel streams from it: past MaxConnections new connections are closed at once, one log line says
 // why however many there are, and the channel delivers every record throughout. Once the silent
 // connections have been silent for a tenth of the handshake timeout, a new real channel gets in: the oldest
-// silent one is closed to make room.
+// silent one is closed to make room. With TLS the same holds: admission comes before the TLS handshake, so
+// silent connections count (and make room) whether or not they would ever speak TLS.
 func TestServerConnectionLimits(t *testing.T) {
 	const (
 		maxConns = 8
@@ -307,18 +308,25 @@ func TestServerConnectionLimits(t *testing.T) {
 		name             string
 		handshakeTimeout time.Duration
 		lateChannel      bool // open a second real channel once the flood fills the server
+		tls              bool // mutual TLS
 	}{
-		{"refused past the limit", 30 * time.Second, false},
-		{"silent connections make room", 2 * time.Second, true},
+		{"refused past the limit", 30 * time.Second, false, false},
+		{"silent connections make room", 2 * time.Second, true, false},
+		{"tls refused past the limit", 30 * time.Second, false, true},
+		{"tls silent connections make room", 2 * time.Second, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Cleanup(func() { goleak.VerifyNone(t) }) // registered first, so it runs last
 			var logs syncBuffer
 			env := &testEnv{t: t, pm: NewPartitionManager()}
-			srv, err := NewServer(env.pm, "127.0.0.1:0", ServerOptions{
-				MaxConnections: maxConns, HandshakeTimeout: tc.handshakeTimeout,
-				Logger: slog.New(slog.NewTextHandler(&logs, nil)),
-			})
+			var so ServerOptions
+			if tc.tls {
+				ca := newTestCA(t, "cluster CA")
+				so, env.dial = ca.serverOptions(t), ca.dialOptions(t)
+			}
+			so.MaxConnections, so.HandshakeTimeout = maxConns, tc.handshakeTimeout
+			so.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+			srv, err := NewServer(env.pm, "127.0.0.1:0", so)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -19,9 +19,15 @@ package network
 // partition whose producer has not finished (ErrPartitionNotReady, which wraps ErrPartitionNotFound), is
 // requested again with exponential backoff; every other refusal is returned at once, wrapping the matching
 // sentinel error.
+//
+// Security. The request carries DialOptions.Job and .Credential (see credential.go); a server that refuses
+// them answers ErrBadCredential, which is not retried. With DialOptions.TLS the connection is TLS 1.3, the
+// server's certificate verified against the config's RootCAs for the dialed host (or ServerName), and the
+// handshake is part of the HandshakeTimeout of each attempt.
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -64,6 +70,15 @@ type DialOptions struct {
 	HandshakeTimeout time.Duration
 	// ReadBufferBytes sizes the channel's socket read buffer (default DefaultClientReadBufferBytes).
 	ReadBufferBytes int
+	// Job and Credential go into the partition request: the job the consumer belongs to and the
+	// credential the job master issued for this channel (PartitionCredential). A server without
+	// ServerOptions.Admit ignores them; zero values are what a job without credentials sends.
+	Job        [JobIDSize]byte
+	Credential [CredentialSize]byte
+	// TLS, if set, makes the connection TLS (1.3 at least, whatever the config says): the config's
+	// RootCAs verify the server, its Certificates are presented to a server that asks for one, and an
+	// empty ServerName is the host of the dialed address. The config is cloned.
+	TLS *tls.Config
 }
 
 func (o DialOptions) withDefaults() (DialOptions, error) {
@@ -88,6 +103,14 @@ func (o DialOptions) withDefaults() (DialOptions, error) {
 	if o.ReadBufferBytes == 0 {
 		o.ReadBufferBytes = DefaultClientReadBufferBytes
 	}
+	if o.TLS != nil {
+		if o.TLS.MaxVersion != 0 && o.TLS.MaxVersion < tls.VersionTLS13 {
+			return o, fmt.Errorf("dial options: TLS config allows at most version %s; the data plane requires TLS 1.3",
+				tls.VersionName(o.TLS.MaxVersion))
+		}
+		o.TLS = o.TLS.Clone()
+		o.TLS.MinVersion = tls.VersionTLS13
+	}
 	return o, nil
 }
 
@@ -100,7 +123,11 @@ type RemoteInputChannel struct {
 	owner  ident.Attempt
 	pool   *BufferPool
 	notify func()
-	conn   net.Conn
+	// raw is the socket, closed to stop the channel; conn is what frames go over: raw itself, or the
+	// *tls.Conn over it. Closing raw rather than conn skips TLS's close_notify, which could block for
+	// seconds on a server that stopped reading; the Close frame already says goodbye.
+	raw  net.Conn
+	conn net.Conn
 
 	// reader-owned
 	dec      *frameDecoder
@@ -159,14 +186,26 @@ func DialRemoteChannel(ctx context.Context, addr string, pid ident.PartitionID, 
 		readerDone: make(chan struct{}),
 		writerDone: make(chan struct{}),
 	}
-	req := partitionRequest{partition: pid, subpartition: sub, consumer: owner, credit: credits, bufferSize: pool.Size()}
+	req := partitionRequest{partition: pid, subpartition: sub, consumer: owner, credit: credits, bufferSize: pool.Size(),
+		job: opts.Job, credential: opts.Credential}
+	var tlsConfig *tls.Config
+	if opts.TLS != nil {
+		tlsConfig = opts.TLS
+		if tlsConfig.ServerName == "" && !tlsConfig.InsecureSkipVerify {
+			host, _, err := net.SplitHostPort(addr)
+			if err != nil {
+				return nil, fmt.Errorf("%s: TLS server name from the address: %w", what, err)
+			}
+			tlsConfig.ServerName = host // the clone made by withDefaults: the caller's config is untouched
+		}
+	}
 
 	dialCtx, cancel := context.WithTimeout(ctx, opts.Timeout)
 	defer cancel()
 	backoff := opts.InitialBackoff
 	var lastErr error
 	for attempt := 1; ; attempt++ {
-		leftover, err := c.connect(dialCtx, req, opts.HandshakeTimeout)
+		leftover, err := c.connect(dialCtx, req, opts.HandshakeTimeout, tlsConfig)
 		if err == nil {
 			go c.read(leftover)
 			go c.announceCredits()
@@ -197,26 +236,38 @@ func DialRemoteChannel(ctx context.Context, addr string, pid ident.PartitionID, 
 	}
 }
 
-// connect makes one connection attempt and handshake. On success c.conn and c.dec are set and the bytes
-// received after the reply are returned.
-func (c *RemoteInputChannel) connect(ctx context.Context, req partitionRequest, handshakeTimeout time.Duration) ([]byte, error) {
+// connect makes one connection attempt and handshake (TLS first if tlsConfig is set). On success c.raw,
+// c.conn and c.dec are set and the bytes received after the reply are returned.
+func (c *RemoteInputChannel) connect(ctx context.Context, req partitionRequest, handshakeTimeout time.Duration, tlsConfig *tls.Config) ([]byte, error) {
 	hctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
 	defer cancel()
 	var d net.Dialer
-	conn, err := d.DialContext(hctx, "tcp", c.addr)
+	raw, err := d.DialContext(hctx, "tcp", c.addr)
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
-	stop := context.AfterFunc(hctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
-	leftover, err := c.handshake(conn, req)
+	// The deadline in the past interrupts whichever read or write the handshake is in, TLS's included.
+	stop := context.AfterFunc(hctx, func() { _ = raw.SetDeadline(time.Unix(1, 0)) })
+	conn := raw
+	if tlsConfig != nil {
+		tc := tls.Client(raw, tlsConfig)
+		if err = tc.Handshake(); err != nil {
+			err = fmt.Errorf("TLS handshake: %w", err)
+		}
+		conn = tc
+	}
+	var leftover []byte
+	if err == nil {
+		leftover, err = c.handshake(conn, req)
+	}
 	if !stop() && err == nil {
 		err = fmt.Errorf("handshake: %w", context.Cause(hctx))
 	}
 	if err != nil {
-		conn.Close()
+		raw.Close()
 		return nil, err
 	}
-	c.conn = conn
+	c.raw, c.conn = raw, conn
 	return leftover, nil
 }
 
@@ -304,7 +355,7 @@ func (c *RemoteInputChannel) Release() {
 	c.releaseOnce.Do(func() {
 		close(c.done)
 		<-c.writerDone
-		c.conn.Close()
+		c.raw.Close()
 		<-c.readerDone
 		c.mu.Lock()
 		c.released = true
@@ -364,7 +415,7 @@ func (c *RemoteInputChannel) read(leftover []byte) {
 		}
 	}
 	// Let the server stop lingering; the credit writer finds the connection closed.
-	c.conn.Close()
+	c.raw.Close()
 	if c.pending != nil {
 		c.pending.Recycle()
 		c.pending = nil

@@ -23,12 +23,21 @@ package network
 // make room (admission.go). Refusals are logged at most once per 10 s, with the count of the others; a
 // connection that never completes its partition request is closed at its HandshakeTimeout.
 //
+// Security (credential.go). With ServerOptions.TLS, an admitted connection first completes a TLS handshake
+// (TLS 1.3, the client's certificate verified if the config asks for one) inside the same HandshakeTimeout,
+// so a client that cannot authenticate never gets a frame decoded. With ServerOptions.Admit, every partition
+// request is shown to Admit before any partition is looked up or any view created or replaced: a refused
+// request cannot fence out the consumer that holds a view, nor learn which partitions exist. Refusals are
+// answered with an Error frame that says only "partition request refused: bad credential" and logged at
+// most once per 10 s, like refused connections.
+//
 // Closing. After end-of-partition or an Error frame the server half-closes (CloseWrite) and waits, at most
 // serverLinger, for the client to close, so that the last frames are not lost to a reset caused by unread
 // credit announcements. On Server.Close each connection gets a best-effort Close frame.
 
 import (
 	"bufio"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -101,6 +110,20 @@ type ServerOptions struct {
 	// Logger receives the server's warnings (refused connections, at most one line per 10 s with the count
 	// of the others); nil means slog.Default().
 	Logger *slog.Logger
+	// Admit, if set, decides about every partition request before the server looks at any partition. It
+	// returns the PartitionManager that holds the requested partition (nil: the server's own), or an error
+	// to refuse the request: the client then gets ErrBadCredential, and the error goes to the log, or,
+	// for an error wrapping ErrPartitionNotFound (a job not set up here yet), the client gets that and asks
+	// again as for a producer not deployed yet. Admit runs on the connection's goroutine, once per request;
+	// PartitionRequest.VerifyCredential is the check it is meant to make. Nil admits every request without
+	// looking at its credential.
+	Admit func(PartitionRequest) (*PartitionManager, error)
+	// TLS, if set, makes every connection TLS: the server performs the handshake right after admitting the
+	// connection, within HandshakeTimeout, and accepts no TLS version below 1.3 whatever the config says.
+	// It must hold a certificate; set ClientAuth to tls.RequireAndVerifyClientCert and ClientCAs to the
+	// cluster's CA to admit only clients with a certificate from it. The config is cloned: later changes to
+	// it have no effect.
+	TLS *tls.Config
 }
 
 // ServerStats counts what a Server did with the connections it accepted.
@@ -111,6 +134,10 @@ type ServerStats struct {
 	Refused uint64
 	// Evicted counts connections closed, silent in their handshake, to make room for a new one.
 	Evicted uint64
+	// BadCredentials counts partition requests refused by ServerOptions.Admit.
+	BadCredentials uint64
+	// FailedTLSHandshakes counts connections closed because their TLS handshake failed or timed out.
+	FailedTLSHandshakes uint64
 }
 
 // DefaultServerWriteTimeout is the default ServerOptions.WriteTimeout.
@@ -132,10 +159,10 @@ type Server struct {
 	wg     sync.WaitGroup // accept loop and every connection goroutine
 	// Guarded by mu: which connections may stay (admission.go), the counts of those that may not, and the
 	// rate limits of the lines that report them.
-	adm                  *admission
-	nextID               uint64
-	stats                ServerStats
-	refusedLog, evictLog logLimiter
+	adm                                   *admission
+	nextID                                uint64
+	stats                                 ServerStats
+	refusedLog, evictLog, credLog, tlsLog logLimiter
 }
 
 // NewServer listens on addr (for example "127.0.0.1:0") and serves pm's partitions until Close.
@@ -159,6 +186,13 @@ func NewServer(pm *PartitionManager, addr string, opts ServerOptions) (*Server, 
 	if opts.MaxConnections == 0 {
 		opts.MaxConnections = DefaultMaxConnections
 	}
+	if opts.TLS != nil {
+		cfg, err := serverTLSConfig(opts.TLS)
+		if err != nil {
+			return nil, fmt.Errorf("network server on %s: %w", addr, err)
+		}
+		opts.TLS = cfg
+	}
 	lg := opts.Logger
 	if lg == nil {
 		lg = slog.Default()
@@ -170,10 +204,49 @@ func NewServer(pm *PartitionManager, addr string, opts ServerOptions) (*Server, 
 	s := &Server{pm: pm, opts: opts, ln: ln, log: lg.With("data_server", ln.Addr().String()), quit: make(chan struct{}),
 		conns:      make(map[uint64]*serverConn),
 		adm:        newAdmission(opts.MaxConnections, opts.MaxConnectionsPerHost, opts.HandshakeTimeout/10),
-		refusedLog: logLimiter{every: refusalLogInterval}, evictLog: logLimiter{every: refusalLogInterval}}
+		refusedLog: logLimiter{every: refusalLogInterval}, evictLog: logLimiter{every: refusalLogInterval},
+		credLog: logLimiter{every: refusalLogInterval}, tlsLog: logLimiter{every: refusalLogInterval}}
 	s.wg.Add(1)
 	go s.acceptLoop()
 	return s, nil
+}
+
+// serverTLSConfig checks a server's TLS config and returns the copy the server uses.
+func serverTLSConfig(cfg *tls.Config) (*tls.Config, error) {
+	if len(cfg.Certificates) == 0 && cfg.GetCertificate == nil && cfg.GetConfigForClient == nil {
+		return nil, errors.New("TLS config without a certificate (Certificates, GetCertificate or GetConfigForClient)")
+	}
+	if cfg.MaxVersion != 0 && cfg.MaxVersion < tls.VersionTLS13 {
+		return nil, fmt.Errorf("TLS config allows at most version %s; the data plane requires TLS 1.3", tls.VersionName(cfg.MaxVersion))
+	}
+	cfg = cfg.Clone()
+	cfg.MinVersion = tls.VersionTLS13
+	return cfg, nil
+}
+
+// refusedCredential counts and logs (rate-limited) a partition request Admit refused for why.
+func (s *Server) refusedCredential(c *serverConn, why error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stats.BadCredentials++
+	if ok, n := s.credLog.allow(time.Now()); ok {
+		s.log.Warn("data server refused a partition request", "remote", c.conn.RemoteAddr().String(), "reason", why.Error(),
+			"refused_before_unreported", n, "refused_total", s.stats.BadCredentials)
+	}
+}
+
+// failedTLS counts and logs (rate-limited) a connection whose TLS handshake failed.
+func (s *Server) failedTLS(c *serverConn, why error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conns[c.id] != c {
+		return // closed to make room, which was counted and logged then
+	}
+	s.stats.FailedTLSHandshakes++
+	if ok, n := s.tlsLog.allow(time.Now()); ok {
+		s.log.Warn("data server closed a connection whose TLS handshake failed", "remote", c.conn.RemoteAddr().String(),
+			"reason", why.Error(), "failed_before_unreported", n, "failed_total", s.stats.FailedTLSHandshakes)
+	}
 }
 
 // Addr returns the address the server listens on.
@@ -294,12 +367,13 @@ func (s *Server) admit(nc net.Conn) bool {
 		_ = tc.SetWriteBuffer(s.opts.SocketSendBufferBytes)
 	}
 	c := &serverConn{
-		srv:  s,
-		id:   id,
-		conn: nc,
-		wake: make(chan struct{}, 1),
-		quit: make(chan struct{}),
-		done: make(chan struct{}),
+		srv:    s,
+		id:     id,
+		conn:   nc,
+		stream: nc,
+		wake:   make(chan struct{}, 1),
+		quit:   make(chan struct{}),
+		done:   make(chan struct{}),
 	}
 	s.conns[id] = c
 	s.wg.Add(1)
@@ -330,11 +404,16 @@ func (s *Server) forget(c *serverConn) {
 
 // serverConn is one client connection: one subpartition view streamed to one consumer attempt.
 type serverConn struct {
-	srv  *Server
-	id   uint64 // the connection's name in the server's admission
+	srv *Server
+	id  uint64 // the connection's name in the server's admission
+	// conn is the accepted socket: other goroutines close it and set its deadlines (which a TLS
+	// connection on top of it obeys too), so it never changes.
 	conn net.Conn
-	view *View
-	req  partitionRequest
+	// stream is what frames are read from and written to: conn itself, or with TLS the *tls.Conn over it
+	// once its handshake is done. Only the connection's own goroutines use it.
+	stream net.Conn
+	view   *View
+	req    partitionRequest
 	// bufferSize is the largest Buffer frame announced to the client.
 	bufferSize int
 	dec        *frameDecoder
@@ -439,11 +518,25 @@ func (c *serverConn) consumerGone(err error) error {
 // handshake reads the preamble and partition request, creates the view and replies. It returns the bytes
 // received after the request. On failure it has replied (if it could) and the connection is to be closed.
 func (c *serverConn) handshake(rbuf []byte) ([]byte, error) {
-	_ = c.conn.SetReadDeadline(time.Now().Add(c.srv.opts.HandshakeTimeout))
+	// The deadline covers writes too, for the TLS handshake's; the writer arms its own before streaming.
+	_ = c.conn.SetDeadline(time.Now().Add(c.srv.opts.HandshakeTimeout))
 	select {
 	case <-c.quit: // Server.Close ran before the deadline was set
 		return nil, fmt.Errorf("network server: shutting down")
 	default:
+	}
+	if cfg := c.srv.opts.TLS; cfg != nil {
+		tc := tls.Server(c.conn, cfg)
+		if err := tc.Handshake(); err != nil {
+			err = fmt.Errorf("network server: TLS handshake with %s: %w", c.conn.RemoteAddr(), err)
+			select {
+			case <-c.quit:
+			default:
+				c.srv.failedTLS(c, err)
+			}
+			return nil, err
+		}
+		c.stream = tc
 	}
 	c.dec = newFrameDecoder(true, serverHandshakeFrames, 0)
 	var (
@@ -452,7 +545,7 @@ func (c *serverConn) handshake(rbuf []byte) ([]byte, error) {
 		got  bool
 	)
 	for !got {
-		n, err := c.conn.Read(rbuf)
+		n, err := c.stream.Read(rbuf)
 		p := rbuf[:n]
 		for len(p) > 0 && !got {
 			k, fr, ok, derr := c.dec.decode(p)
@@ -471,8 +564,9 @@ func (c *serverConn) handshake(rbuf []byte) ([]byte, error) {
 	}
 	c.req = parsePartitionRequest(f.payload)
 	_ = c.conn.SetReadDeadline(time.Time{})
+	c.armWriteDeadline() // the writer's own deadline replaces the handshake's
 	c.dec.allowed = serverStreamFrames
-	c.bw = bufio.NewWriterSize(c.conn, c.srv.opts.WriteBufferBytes)
+	c.bw = bufio.NewWriterSize(c.stream, c.srv.opts.WriteBufferBytes)
 	c.hdr = make([]byte, 0, frameHeaderSize)
 
 	view, bufferSize, err := c.createView()
@@ -490,10 +584,15 @@ func (c *serverConn) handshake(rbuf []byte) ([]byte, error) {
 	return rest, nil
 }
 
-// createView validates the request and attaches the consumer's view. It returns the producer's buffer size.
+// createView admits the request, validates it and attaches the consumer's view. It returns the producer's
+// buffer size.
 func (c *serverConn) createView() (*View, int, error) {
 	r := c.req
-	p, err := c.srv.pm.Lookup(r.partition)
+	pm, err := c.admitRequest()
+	if err != nil {
+		return nil, 0, err
+	}
+	p, err := pm.Lookup(r.partition)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -516,11 +615,36 @@ func (c *serverConn) createView() (*View, int, error) {
 	return v, bufferSize, nil
 }
 
+// admitRequest asks ServerOptions.Admit about the request, before anything looks at a partition, and
+// returns the PartitionManager to serve it from. A refusal comes back as ErrBadCredential alone, so that the
+// Error frame says nothing of why; the reason is logged.
+func (c *serverConn) admitRequest() (*PartitionManager, error) {
+	admit := c.srv.opts.Admit
+	if admit == nil {
+		return c.srv.pm, nil
+	}
+	r := c.req
+	pm, err := admit(PartitionRequest{
+		Job: r.job, Partition: r.partition, Subpartition: r.subpartition, Consumer: r.consumer,
+		Credential: r.credential, Remote: c.conn.RemoteAddr().String(),
+	})
+	switch {
+	case err != nil && errors.Is(err, ErrPartitionNotFound):
+		return nil, err
+	case err != nil:
+		c.srv.refusedCredential(c, err)
+		return nil, ErrBadCredential
+	case pm == nil:
+		return c.srv.pm, nil
+	}
+	return pm, nil
+}
+
 // replyError sends an Error frame for err, then lingers until the client closes.
 func (c *serverConn) replyError(err error) {
 	w := c.bw
 	if w == nil {
-		w = bufio.NewWriterSize(c.conn, frameHeaderSize+maxControlPayload)
+		w = bufio.NewWriterSize(c.stream, frameHeaderSize+maxControlPayload)
 	}
 	_ = c.conn.SetWriteDeadline(time.Now().Add(serverLinger))
 	if _, werr := w.Write(appendErrorFrame(nil, codeOf(err), err.Error())); werr != nil {
@@ -536,6 +660,9 @@ func (c *serverConn) replyError(err error) {
 // non-nil the reader goroutine is draining the connection and signals by closing done; otherwise linger
 // drains it itself.
 func (c *serverConn) linger(done <-chan struct{}) {
+	if tc, ok := c.stream.(*tls.Conn); ok {
+		_ = tc.CloseWrite() // close_notify: the client's TLS layer reports a clean end, not a truncation
+	}
 	if tc, ok := c.conn.(*net.TCPConn); ok {
 		_ = tc.CloseWrite()
 	}
@@ -559,7 +686,7 @@ func (c *serverConn) linger(done <-chan struct{}) {
 	}
 	var scratch [256]byte
 	for {
-		if _, err := c.conn.Read(scratch[:]); err != nil {
+		if _, err := c.stream.Read(scratch[:]); err != nil {
 			return
 		}
 	}
@@ -569,7 +696,7 @@ func (c *serverConn) linger(done <-chan struct{}) {
 func (c *serverConn) read(rbuf, leftover []byte) {
 	err := c.consume(leftover)
 	for err == nil {
-		n, rerr := c.conn.Read(rbuf)
+		n, rerr := c.stream.Read(rbuf)
 		if n > 0 {
 			err = c.consume(rbuf[:n])
 		}

@@ -22,12 +22,17 @@ package network
 //
 //	PartitionRequest  result i32, producer vertex i32, producer index i32, producer attempt i32,
 //	                  subpartition u32, consumer vertex i32, consumer index i32, consumer attempt i32,
-//	                  initial credit u32, consumer buffer size u32                              (40 bytes)
+//	                  initial credit u32, consumer buffer size u32,
+//	                  job id (16 bytes), credential (32 bytes, see credential.go)               (88 bytes)
 //	RequestOK         producer buffer size u32: the largest Buffer frame the server will send   (4 bytes)
 //	Error             code u8, then a UTF-8 message of at most maxErrorMessageBytes              (1..513 bytes)
 //	Buffer            one network buffer exactly as in memory, header and payload (Buffer.Bytes) (20..buffer size)
 //	AddCredit         credits u32: the consumer can take that many more buffers                  (4 bytes)
 //	Close             empty                                                                      (0 bytes)
+//
+// Versions. Version 2 added the job id and the credential to the PartitionRequest (version 1 had the 40
+// bytes before them); nothing else changed. A server answers a preamble of any other version with an Error
+// frame naming both versions, whose layout every version shares, and closes.
 //
 // The length of a frame is checked against the maximum for its type before anything is allocated or copied:
 // control frames have fixed or small sizes, Buffer frames at most the buffer size negotiated by the request
@@ -59,8 +64,8 @@ var (
 	ErrInvalidRequest = errors.New("network: invalid partition request")
 )
 
-// protocolVersion is the version of the wire format spoken by this package.
-const protocolVersion = 1
+// protocolVersion is the version of the wire format spoken by this package (see Versions above).
+const protocolVersion = 2
 
 // preambleSize is the length of the fixed bytes a client sends right after connecting.
 const preambleSize = 8
@@ -128,9 +133,11 @@ var (
 
 // Payload sizes of the control frames.
 const (
-	partitionRequestSize = 40
-	requestOKSize        = 4
-	addCreditSize        = 4
+	partitionRequestSize = 88
+	// requestIntsSize is the part of a PartitionRequest before the job id: ten 32-bit integers.
+	requestIntsSize = 40
+	requestOKSize   = 4
+	addCreditSize   = 4
 	// maxErrorMessageBytes bounds the message of an Error frame; longer messages are cut.
 	maxErrorMessageBytes = 512
 	// maxControlPayload is the largest payload of any frame other than Buffer.
@@ -156,6 +163,7 @@ const (
 	codeProtocol          errorCode = 8
 	codeCorrupt           errorCode = 9
 	codePartitionNotReady errorCode = 10
+	codeBadCredential     errorCode = 11
 )
 
 // codeSentinels maps error codes to the sentinel errors they stand for, in the order codeOf tries them.
@@ -172,6 +180,7 @@ var codeSentinels = []struct {
 	{codeInvalidRequest, ErrInvalidRequest},
 	{codeProtocol, ErrProtocol},
 	{codeCorrupt, ErrCorrupt},
+	{codeBadCredential, ErrBadCredential},
 }
 
 // codeOf classifies err for an Error frame.
@@ -209,6 +218,8 @@ type partitionRequest struct {
 	consumer     ident.Attempt
 	credit       int
 	bufferSize   int
+	job          [JobIDSize]byte
+	credential   [CredentialSize]byte
 }
 
 // appendFrameHeader appends the type and length of a frame.
@@ -229,13 +240,14 @@ func appendPartitionRequest(dst []byte, r partitionRequest) []byte {
 	} {
 		dst = binary.LittleEndian.AppendUint32(dst, v)
 	}
-	return dst
+	dst = append(dst, r.job[:]...)
+	return append(dst, r.credential[:]...)
 }
 
 // parsePartitionRequest decodes the payload of a PartitionRequest frame (its length was checked).
 func parsePartitionRequest(p []byte) partitionRequest {
 	u := func(i int) uint32 { return binary.LittleEndian.Uint32(p[4*i:]) }
-	return partitionRequest{
+	r := partitionRequest{
 		partition: ident.PartitionID{
 			Result: ident.ResultID(int32(u(0))),
 			Producer: ident.Attempt{
@@ -251,6 +263,9 @@ func parsePartitionRequest(p []byte) partitionRequest {
 		credit:     int(u(8)),
 		bufferSize: int(u(9)),
 	}
+	copy(r.job[:], p[requestIntsSize:])
+	copy(r.credential[:], p[requestIntsSize+JobIDSize:])
+	return r
 }
 
 // appendRequestOK appends a RequestOK frame announcing the largest Buffer frame the server will send.
@@ -367,7 +382,8 @@ func (d *frameDecoder) decode(p []byte) (n int, f frame, ok bool, err error) {
 			n++
 			if d.have == preambleSize {
 				if d.pre != wirePreamble {
-					return n, frame{}, false, d.fail(nil, "unsupported protocol version %d (reserved % x), this server speaks version %d",
+					// Named both ways, so that whoever reads it on either side knows which build is behind.
+					return n, frame{}, false, d.fail(nil, "unsupported protocol version %d (reserved % x), this server speaks version %d: the client runs another Runnel version",
 						binary.LittleEndian.Uint16(d.pre[4:]), d.pre[6:], protocolVersion)
 				}
 				d.offset += preambleSize

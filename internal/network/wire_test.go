@@ -37,6 +37,8 @@ func validStream() (stream []byte, frames []frame) {
 		consumer:     ident.Attempt{Subtask: ident.Subtask{Vertex: 4, Index: 5}, Number: 9},
 		credit:       2,
 		bufferSize:   wireTestMaxBuffer,
+		job:          [JobIDSize]byte{1, 2, 3},
+		credential:   [CredentialSize]byte{0: 0xc1, 31: 0xc2},
 	}
 	n := len(stream)
 	stream = appendPartitionRequest(stream, req)
@@ -146,6 +148,8 @@ func TestPartitionRequestRoundTrip(t *testing.T) {
 			partition:    ident.PartitionID{Result: -1, Producer: ident.Attempt{Subtask: ident.Subtask{Vertex: 1 << 30, Index: -7}, Number: 3}},
 			subpartition: 1<<31 - 1, consumer: ident.Attempt{Subtask: ident.Subtask{Vertex: -2, Index: 9}, Number: 1 << 20},
 			credit: 12, bufferSize: DefaultBufferSize,
+			job:        [JobIDSize]byte{0: 0xff, 15: 0x01},
+			credential: PartitionCredential([]byte("secret"), [JobIDSize]byte{0: 0xff, 15: 0x01}, testPID, 3, testConsumer),
 		},
 	} {
 		b := appendPartitionRequest(nil, r)
@@ -160,7 +164,7 @@ func TestPartitionRequestRoundTrip(t *testing.T) {
 
 func TestErrorFrames(t *testing.T) {
 	for _, sentinel := range []error{ErrPartitionNotFound, ErrPartitionNotReady, ErrPartitionReleased, ErrStaleAttempt,
-		ErrAlreadyConsumed, ErrViewReleased, ErrInvalidRequest, ErrProtocol, ErrCorrupt} {
+		ErrAlreadyConsumed, ErrViewReleased, ErrInvalidRequest, ErrProtocol, ErrCorrupt, ErrBadCredential} {
 		err := fmt.Errorf("subpartition r1@v0[0]#0/0: %w", sentinel)
 		b := appendErrorFrame(nil, codeOf(err), err.Error())
 		frames, derr := decodeChunks(false, b)
@@ -200,15 +204,17 @@ func TestFrameDecoderRejects(t *testing.T) {
 	}{
 		{"not a runnel client", true, allFrames, []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"), `bad preamble "GET / HTTP/1.1\r\nHost: x\r\n\r\n"`},
 		{"magic cut short", true, allFrames, []byte("RNDX"), `bad preamble "RNDX"`},
-		{"newer version", true, allFrames, []byte{'R', 'N', 'D', 'P', 2, 0, 0, 0}, "unsupported protocol version 2"},
-		{"reserved bytes", true, allFrames, []byte{'R', 'N', 'D', 'P', 1, 0, 0, 1}, "reserved 00 01"},
+		{"version 1", true, allFrames, []byte{'R', 'N', 'D', 'P', 1, 0, 0, 0}, "unsupported protocol version 1 (reserved 00 00), this server speaks version 2"},
+		{"newer version", true, allFrames, []byte{'R', 'N', 'D', 'P', 3, 0, 0, 0}, "unsupported protocol version 3"},
+		{"reserved bytes", true, allFrames, []byte{'R', 'N', 'D', 'P', 2, 0, 0, 1}, "reserved 00 01"},
 		{"unknown type", true, allFrames, cat(pre, []byte{0x7f, 1, 2, 3, 4, 5}), "unexpected frame type frame(127) at stream offset 8 (bytes 7f 01 02 03 04 05)"},
 		{"type zero", false, allFrames, []byte{0}, "unexpected frame type frame(0)"},
 		{"not allowed now", false, serverStreamFrames, hdr(frameBuffer, 30), "unexpected frame type Buffer"},
 		{"buffer over the negotiated size", false, allFrames, hdr(frameBuffer, wireTestMaxBuffer+1), "Buffer frame of 257 bytes, want 20 to 256"},
 		{"buffer of 4 GiB", false, allFrames, hdr(frameBuffer, 1<<32-1), "Buffer frame of 4294967295 bytes"},
 		{"buffer shorter than its header", false, allFrames, hdr(frameBuffer, HeaderSize-1), "Buffer frame of 19 bytes"},
-		{"request too long", true, allFrames, cat(pre, hdr(framePartitionRequest, 1000)), "PartitionRequest frame of 1000 bytes, want 40"},
+		{"request too long", true, allFrames, cat(pre, hdr(framePartitionRequest, 1000)), "PartitionRequest frame of 1000 bytes, want 88"},
+		{"version 1 request", true, allFrames, cat(pre, hdr(framePartitionRequest, 40)), "PartitionRequest frame of 40 bytes, want 88"},
 		{"credit too long", false, allFrames, cat(appendAddCredit(nil, 1), hdr(frameAddCredit, 5)), "AddCredit frame of 5 bytes, want 4 at stream offset 9"},
 		{"close with payload", false, allFrames, hdr(frameClose, 1), "Close frame of 1 bytes, want 0"},
 		{"empty error", false, allFrames, hdr(frameError, 0), "Error frame of 0 bytes, want 1 to 513"},
@@ -252,6 +258,12 @@ func FuzzFrameDecoder(f *testing.F) {
 	f.Add([]byte("GET / HTTP/1.1\r\n"), true, uint16(1))
 	f.Add(appendFrameHeader(nil, frameBuffer, 1<<31), false, uint16(2))
 	f.Add(append(appendFrameHeader(nil, frameBuffer, 30), make([]byte, 30)...), false, uint16(7))
+	// A version-1 client: its preamble, then its 40-byte request.
+	v1 := append([]byte{'R', 'N', 'D', 'P', 1, 0, 0, 0}, appendFrameHeader(nil, framePartitionRequest, requestIntsSize)...)
+	f.Add(append(v1, make([]byte, requestIntsSize)...), true, uint16(9))
+	// A version-2 request alone, cut where version 1 ended it.
+	req := appendPartitionRequest(nil, partitionRequest{partition: testPID, consumer: testConsumer, credit: 1, bufferSize: 64})
+	f.Add(req, false, uint16(frameHeaderSize+requestIntsSize))
 	f.Fuzz(func(t *testing.T, data []byte, preamble bool, split uint16) {
 		whole, wholeErr := decodeChunks(preamble, data)
 		check := func(how string, got []frame, err error) {
