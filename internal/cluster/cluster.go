@@ -65,6 +65,9 @@ type TaskManager struct {
 	tasks    map[ident.Attempt]*task.Task
 	wg       sync.WaitGroup
 	shutdown bool
+	// secrets holds the partition credential secret of each job set up here (SetupJob), by job id; its
+	// bound is the jobs this TaskManager serves (ReleaseJob forgets them).
+	secrets map[[network.JobIDSize]byte][]byte
 }
 
 // NewTaskManager starts a TaskManager and its data server.
@@ -91,9 +94,15 @@ func NewTaskManager(cfg TaskManagerConfig) (*TaskManager, error) {
 	}
 	lg = lg.With("taskmanager", cfg.Name)
 	pm := network.NewPartitionManager()
+	tm := &TaskManager{cfg: cfg, log: lg, pm: pm, memory: mem, tasks: make(map[ident.Attempt]*task.Task),
+		secrets:         make(map[[network.JobIDSize]byte][]byte),
+		snapshotWriters: make(chan struct{}, max(1, runtime.GOMAXPROCS(0)/2))}
 	so := cfg.DataServer
 	if so.Logger == nil {
 		so.Logger = lg
+	}
+	if so.Admit == nil {
+		so.Admit = tm.admit
 	}
 	srv, err := network.NewServer(pm, cfg.DataAddress, so)
 	if err != nil {
@@ -104,8 +113,29 @@ func NewTaskManager(cfg TaskManagerConfig) (*TaskManager, error) {
 		srv.Close()
 		return nil, fmt.Errorf("TaskManager %s: spill directory: %w", cfg.Name, err)
 	}
-	return &TaskManager{cfg: cfg, log: lg, pm: pm, memory: mem, server: srv, spill: spill, tasks: make(map[ident.Attempt]*task.Task),
-		snapshotWriters: make(chan struct{}, max(1, runtime.GOMAXPROCS(0)/2))}, nil
+	tm.server, tm.spill = srv, spill
+	return tm, nil
+}
+
+// SetupJob implements jobmaster.TaskManager: from now on the data server serves the job's partitions to
+// consumers that present the credential made with secret.
+func (tm *TaskManager) SetupJob(job [network.JobIDSize]byte, secret []byte) {
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	tm.secrets[job] = append([]byte(nil), secret...)
+}
+
+// admit is the data server's check of a partition request: the job must be set up here and the
+// credential must be the one its job master issued to that consumer attempt for that subpartition. A job
+// not set up (yet) is "not found", which the consumer retries; a wrong credential is refused for good.
+func (tm *TaskManager) admit(r network.PartitionRequest) (*network.PartitionManager, error) {
+	tm.mu.Lock()
+	secret, ok := tm.secrets[r.Job]
+	tm.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("job %x is not set up on TaskManager %s: %w", r.Job[:4], tm.cfg.Name, network.ErrPartitionNotFound)
+	}
+	return nil, r.VerifyCredential(secret)
 }
 
 // Name implements jobmaster.TaskManager.
@@ -160,7 +190,9 @@ func (tm *TaskManager) NumTasks() int {
 }
 
 func (tm *TaskManager) connectRemote(ctx context.Context, spec task.ChannelSpec, owner ident.Attempt, pool *network.BufferPool, credits int, notify func()) (network.InputChannel, error) {
-	return network.DialRemoteChannel(ctx, spec.Address, spec.Partition, spec.Subpartition, owner, pool, credits, notify, tm.cfg.DataDial)
+	opts := tm.cfg.DataDial
+	opts.Job, opts.Credential = spec.Job, spec.Credential
+	return network.DialRemoteChannel(ctx, spec.Address, spec.Partition, spec.Subpartition, owner, pool, credits, notify, opts)
 }
 
 // Cancel implements jobmaster.TaskManager.
@@ -226,9 +258,12 @@ func (tm *TaskManager) Counters(a ident.Attempt) (in, out uint64, ok bool) {
 	return in, out, true
 }
 
-// ReleaseJob forgets finished tasks and releases all partitions (the job ended).
+// ReleaseJob releases all partitions and forgets the jobs' credential secrets (the job ended).
 func (tm *TaskManager) ReleaseJob() {
 	tm.pm.ReleaseAll()
+	tm.mu.Lock()
+	clear(tm.secrets)
+	tm.mu.Unlock()
 }
 
 // Shutdown cancels all tasks, waits for them, releases all partitions and stops the data server.

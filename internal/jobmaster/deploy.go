@@ -6,6 +6,7 @@ import (
 	"github.com/runnel-dev/runnel/internal/checkpoint"
 	"github.com/runnel-dev/runnel/internal/graph"
 	"github.com/runnel-dev/runnel/internal/ident"
+	"github.com/runnel-dev/runnel/internal/network"
 	"github.com/runnel-dev/runnel/internal/jobcore"
 	"github.com/runnel-dev/runnel/internal/scheduler"
 	"github.com/runnel-dev/runnel/internal/task"
@@ -155,12 +156,18 @@ func (jm *JobMaster) descriptor(ex *execution) (task.Config, error) {
 			if sub < 0 {
 				return cfg, fmt.Errorf("edge %s -> %s: producer %d does not feed consumer %d", e.Source.Name, v.Name, p, idx)
 			}
-			in.Channels = append(in.Channels, task.ChannelSpec{
+			spec := task.ChannelSpec{
 				Partition:    ident.PartitionID{Result: e.Result, Producer: prod.attempt},
 				Subpartition: sub,
 				Local:        prod.tm == ex.tm,
 				Address:      prod.tm.DataAddress(),
-			})
+			}
+			if !spec.Local {
+				// For this consumer attempt only: a later attempt, or anyone claiming to be one, needs its own.
+				spec.Job = jm.jobID
+				spec.Credential = network.PartitionCredential(jm.secret, jm.jobID, spec.Partition, sub, ex.attempt)
+			}
+			in.Channels = append(in.Channels, spec)
 		}
 		cfg.Inputs = append(cfg.Inputs, in)
 	}

@@ -22,6 +22,7 @@ package jobmaster
 
 import (
 	"context"
+	cryptorand "crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -60,6 +61,10 @@ type TaskManager interface {
 	AbortCheckpoint(a ident.Attempt, id int64)
 	// NotifyCheckpointComplete tells an attempt that checkpoint id is complete and persisted.
 	NotifyCheckpointComplete(a ident.Attempt, id int64)
+	// SetupJob tells the TaskManager the job's id and the secret its partition credentials are made with,
+	// before anything of the job is deployed there: its data server serves a partition of the job only to a
+	// consumer that presents the credential the job master issued (network.PartitionCredential).
+	SetupJob(job [network.JobIDSize]byte, secret []byte)
 	// ReleasePartitions releases the result partitions an attempt produced.
 	ReleasePartitions(a ident.Attempt)
 	// SubpartitionStats returns the counters of one subpartition of a partition it holds.
@@ -158,6 +163,10 @@ type JobMaster struct {
 	// lastTriggered is the highest checkpoint id triggered so far: a restarted attempt ignores barriers up
 	// to it, which only its predecessor could have completed.
 	lastTriggered int64
+	// jobID and secret identify this run of the job on the data plane: every remote channel's partition
+	// request carries a credential made from them for its consumer attempt (see descriptor).
+	jobID  [network.JobIDSize]byte
+	secret []byte
 	// firstCheckpointID is the id of this run's first checkpoint: lower ones come from earlier runs.
 	firstCheckpointID int64
 	// ledger holds what restarted attempts reported lost on their channels, for later failovers of the
@@ -237,6 +246,14 @@ func New(cfg Config) (*JobMaster, error) {
 		return nil, fmt.Errorf("job master: %w", err)
 	}
 	jm.restart = rs
+	// The secret never leaves the process but to the TaskManagers (SetupJob); the job id is not secret.
+	jm.secret = make([]byte, 32)
+	if _, err := cryptorand.Read(jm.secret); err != nil {
+		return nil, fmt.Errorf("job master: partition credential secret: %w", err)
+	}
+	if _, err := cryptorand.Read(jm.jobID[:]); err != nil {
+		return nil, fmt.Errorf("job master: job id: %w", err)
+	}
 	if cfg.StorageTimeout <= 0 {
 		cfg.StorageTimeout = DefaultStorageTimeout
 	}
@@ -277,6 +294,9 @@ func (jm *JobMaster) Run(ctx context.Context) Snapshot {
 			jm.coord.Restored(jm.initial)
 		}
 		jm.firstCheckpointID = max(jm.firstCheckpointID, jm.initial.ID+1)
+	}
+	for _, tm := range jm.cfg.TaskManagers {
+		tm.SetupJob(jm.jobID, jm.secret)
 	}
 	// Deploy the regions the scheduling strategy allows; consumers wait for their producers' partitions.
 	jm.deployRegions(jm.sched.Start(), jm.restorePoint())
@@ -517,6 +537,9 @@ func (jm *JobMaster) refreshCounters() {
 		}
 	}
 }
+
+// JobID returns the id of this run of the job on the data plane.
+func (jm *JobMaster) JobID() [network.JobIDSize]byte { return jm.jobID }
 
 // Snapshot returns the job's current observable state. Safe from any goroutine.
 func (jm *JobMaster) Snapshot() Snapshot {

@@ -195,6 +195,11 @@ type ChannelSpec struct {
 	// Local channels read from this TaskManager's partition manager; others connect to Address.
 	Local   bool
 	Address string
+	// Job and Credential go into a remote channel's partition request: the job the consumer belongs to and
+	// what the job master issued to this consumer attempt for this subpartition (network.PartitionCredential),
+	// which the producer's TaskManager checks before it serves anything.
+	Job        [network.JobIDSize]byte
+	Credential [network.CredentialSize]byte
 }
 
 // InputSpec lists the channels of one input edge, in channel order.
