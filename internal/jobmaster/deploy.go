@@ -6,8 +6,8 @@ import (
 	"github.com/runnel-dev/runnel/internal/checkpoint"
 	"github.com/runnel-dev/runnel/internal/graph"
 	"github.com/runnel-dev/runnel/internal/ident"
-	"github.com/runnel-dev/runnel/internal/network"
 	"github.com/runnel-dev/runnel/internal/jobcore"
+	"github.com/runnel-dev/runnel/internal/network"
 	"github.com/runnel-dev/runnel/internal/scheduler"
 	"github.com/runnel-dev/runnel/internal/task"
 )
