@@ -100,7 +100,9 @@ type restartPlan struct {
 }
 
 // restoreChoice is the checkpoint a restart restores (cp nil: none).
-type restoreChoice struct{ cp *checkpoint.CompletedCheckpoint }
+type restoreChoice struct {
+	cp *checkpoint.CompletedCheckpoint
+}
 
 // pendingSample is a SampleSubpartitions sent and not yet answered: the baseline of a failover, or the
 // second sample of a channel a restarted attempt joined.
