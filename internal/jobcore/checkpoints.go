@@ -61,9 +61,16 @@ func (c *Core) allRunning() bool {
 	return true
 }
 
-// tickCoordinator lets the coordinator time out and trigger checkpoints, while every subtask runs.
+// ticking reports whether the coordinator is to be ticked: while the job runs, every subtask runs, and no
+// restart is in progress (the subtasks a plan is cancelling still run, but would only abort what a
+// trigger started).
+func (c *Core) ticking() bool {
+	return c.coord != nil && c.status == StatusRunning && c.plan == nil && c.allRunning()
+}
+
+// tickCoordinator lets the coordinator time out and trigger checkpoints, when ticking.
 func (c *Core) tickCoordinator() {
-	if c.coord != nil && c.status == StatusRunning && c.allRunning() {
+	if c.ticking() {
 		c.carryOut(c.coord.Tick(c.ms()))
 	}
 }

@@ -334,7 +334,7 @@ func (c *Core) NextDeadline() (time.Duration, bool) {
 	if c.waitingSlots {
 		take(c.slotWaitSince + c.cfg.SlotWaitTimeout)
 	}
-	if c.coord != nil && c.status == StatusRunning && c.allRunning() {
+	if c.ticking() {
 		if ms, due := c.coord.NextDeadline(); due {
 			take(time.Duration(ms) * time.Millisecond)
 		}
