@@ -3,18 +3,25 @@ package jobcore
 import (
 	"time"
 
+	"github.com/runnel-dev/runnel/internal/checkpoint"
 	"github.com/runnel-dev/runnel/internal/ident"
 	"github.com/runnel-dev/runnel/internal/task"
 )
 
 // Ready is what the core asks the driver to do, in the order asked since the last Advance. The driver
-// carries it out so: messages are enqueued per TaskManager in order (each TaskManager gets its own in that
-// order, or its session is lost; across TaskManagers nothing is ordered and nothing relies on an order),
-// slot changes go to the slot pool, then the logs are written. The core never puts into one Ready a
-// command that depends on the result of another command of the same Ready: it waits for the event that
-// answers the first (JobSetUp before the first Deploy to a TaskManager, a sample's answer before the loss
-// it measures is counted).
+// carries it out so: storage ops are queued, in order, on the job's one storage worker, each answered by
+// one StorageDone (a deadline passed is an error result); messages are enqueued per TaskManager in order
+// (each TaskManager gets its own in that order, or its session is lost; across TaskManagers nothing is
+// ordered and nothing relies on an order); slot changes go to the slot pool; then the logs are written.
+//
+// The core never puts into one Ready a command that depends on the result of another command of the same
+// Ready: it waits for the event that answers the first. So a checkpoint's CommitMetadata succeeds before
+// any NotifyCheckpointComplete of it and before it becomes the restore point; a VerifyLatest answers before
+// any Deploy of the attempts it restores; a WriteSavepoint answers before the CancelTask messages of the
+// stop that asked for it; NextID answers before the first Deploy and TriggerCheckpoint; JobSetUp comes
+// before the first Deploy to a TaskManager; a sample's answer comes before the loss it measures is counted.
 type Ready struct {
+	Storage  []StorageOp
 	Messages []Message
 	Slots    []SlotChange
 	Logs     []LogEntry
@@ -24,7 +31,7 @@ type Ready struct {
 
 // empty reports whether there is nothing to do.
 func (r *Ready) empty() bool {
-	return len(r.Messages) == 0 && len(r.Slots) == 0 && len(r.Logs) == 0 && !r.Changed
+	return len(r.Storage) == 0 && len(r.Messages) == 0 && len(r.Slots) == 0 && len(r.Logs) == 0 && !r.Changed
 }
 
 // Message is one message to one TaskManager.
@@ -58,12 +65,85 @@ type SampleSubpartitions struct {
 // Probe asks whether a TaskManager is alive; TaskManagerAlive or TaskManagerLost answers it.
 type Probe struct{}
 
-func (SetupJob) isMessage()            {}
-func (Deploy) isMessage()              {}
-func (CancelTask) isMessage()          {}
-func (ReleasePartitions) isMessage()   {}
-func (SampleSubpartitions) isMessage() {}
-func (Probe) isMessage()               {}
+// TriggerCheckpoint asks an attempt to start checkpoint ID: a source, or a task whose upstream subtasks
+// all finished. A TaskManager that cannot deliver it (the attempt is gone, its mailbox is full) answers
+// with a CheckpointDecline with NotReady set.
+type TriggerCheckpoint struct {
+	Attempt         ident.Attempt
+	ID              int64
+	TimestampMillis int64
+	// Mode is carried by the barriers (at-least-once barriers are not aligned).
+	Mode checkpoint.Mode
+}
+
+// AbortCheckpoint tells an attempt that checkpoint ID was given up: it drops its alignment and snapshot.
+type AbortCheckpoint struct {
+	Attempt ident.Attempt
+	ID      int64
+}
+
+// NotifyCheckpointComplete tells an attempt that checkpoint ID is committed: sinks may commit what they
+// staged for it, and a task whose input ended may finish.
+type NotifyCheckpointComplete struct {
+	Attempt ident.Attempt
+	ID      int64
+}
+
+func (SetupJob) isMessage()                 {}
+func (Deploy) isMessage()                   {}
+func (CancelTask) isMessage()               {}
+func (ReleasePartitions) isMessage()        {}
+func (SampleSubpartitions) isMessage()      {}
+func (Probe) isMessage()                    {}
+func (TriggerCheckpoint) isMessage()        {}
+func (AbortCheckpoint) isMessage()          {}
+func (NotifyCheckpointComplete) isMessage() {}
+
+// StorageOp is one call of the job's checkpoint storage. The driver runs the ops of a job one at a time,
+// in order, each under a deadline, and answers each with a StorageDone naming its ID.
+type StorageOp struct {
+	ID      uint64
+	Request StorageRequest
+	// Deadline, when not zero, is the time since the job's start by which the op must be answered (the
+	// savepoint's deadline for its write); zero leaves the deadline to the driver's default for the kind.
+	Deadline time.Duration
+}
+
+// StorageRequest is one of the storage requests below.
+type StorageRequest interface{ isStorageRequest() }
+
+// NextID asks for the id the job's first checkpoint takes: one above every checkpoint directory in the
+// storage (checkpoint.Storage.NextID). The answer carries it in StorageDone.NextID.
+type NextID struct{}
+
+// CommitMetadata commits a checkpoint every subtask acknowledged (checkpoint.Storage.CommitMetadata).
+type CommitMetadata struct {
+	Checkpoint *checkpoint.CompletedCheckpoint
+}
+
+// VerifyLatest asks for the newest checkpoint whose metadata and whose state of Subtasks verify
+// (checkpoint.Storage.LatestFor): what a restart of those subtasks restores. The answer carries it, with
+// the checkpoints passed over, in StorageDone.Checkpoint and StorageDone.Skipped.
+type VerifyLatest struct{ Subtasks []ident.Subtask }
+
+// WriteSavepoint copies a completed checkpoint to the directory Dir (checkpoint.Storage.WriteSavepoint).
+type WriteSavepoint struct {
+	Dir        string
+	Checkpoint *checkpoint.CompletedCheckpoint
+}
+
+// Retain keeps the newest N committed checkpoints and deletes older ones (checkpoint.Storage.Retain).
+type Retain struct{ N int }
+
+// Discard deletes the data of an aborted checkpoint (checkpoint.Storage.Discard); best effort.
+type Discard struct{ CheckpointID int64 }
+
+func (NextID) isStorageRequest()         {}
+func (CommitMetadata) isStorageRequest() {}
+func (VerifyLatest) isStorageRequest()   {}
+func (WriteSavepoint) isStorageRequest() {}
+func (Retain) isStorageRequest()         {}
+func (Discard) isStorageRequest()        {}
 
 // Deployment is a task deployment descriptor as data: what task.Config holds but the parts the
 // TaskManager fills in from its own build of the job (the operator chain, the checkpoint storage and the
@@ -77,8 +157,22 @@ type Deployment struct {
 	CreditsPerChannel   int
 	StateBackend        string
 	SkipCheckpointsUpTo int64
-	// Restore is the state the attempt starts from (nil: none; always nil until checkpoints are in the core).
+	// Checkpoints is nil when checkpointing is off.
+	Checkpoints *CheckpointSettings
+	// Restore is the state the attempt starts from (nil: none). Its Read is left nil: for a restore from
+	// the savepoint the job started from (Restore.CheckpointID is that of Config.Savepoint), the driver
+	// reads through the savepoint it opened.
 	Restore *task.RestoreSpec
+}
+
+// CheckpointSettings are the checkpoint settings a task needs (task.CheckpointSetup without the storage
+// and the acknowledgement callbacks, which the TaskManager supplies).
+type CheckpointSettings struct {
+	// AtLeastOnce disables barrier alignment.
+	AtLeastOnce bool
+	// FinalCheckpoint makes a task whose input ended wait for a checkpoint covering its end before it
+	// finishes: set with periodic checkpoints, since without them none would come.
+	FinalCheckpoint bool
 }
 
 // SlotChange asks the slot pool for Request more slots, or gives Release back.

@@ -31,9 +31,19 @@ type Config struct {
 	// NoSlotSharing gives every subtask a logical slot of its own, in vertex order, instead of slot sharing
 	// (subtask i of every vertex in logical slot i).
 	NoSlotSharing bool
-	// Checkpoint must be nil: checkpoints and savepoints come into the core in the next step of
-	// docs/cluster.md §7, and New refuses a configuration with them rather than run without them.
+	// Checkpoint turns checkpointing on (nil: off). The core then asks the storage for the first id
+	// before it deploys anything.
 	Checkpoint *checkpoint.Config
+	// Savepoint, when set, is the state the job starts from, found at SavepointLocation (for reports): a
+	// checkpoint of another run, verified when it was read.
+	Savepoint         *checkpoint.CompletedCheckpoint
+	SavepointLocation string
+	// SavepointOnStop is where a Stop without a directory of its own writes its savepoint ("": a Stop
+	// without a directory cancels at once).
+	SavepointOnStop string
+	// SavepointTimeout bounds a stop's savepoint, from the Stop to its write (default
+	// DefaultSavepointTimeout); past it the job is cancelled without one.
+	SavepointTimeout time.Duration
 	// Seed seeds the restart strategy's jitter, so that a run replays exactly.
 	Seed uint64
 	// SlotWaitTimeout bounds how long a deployment or restart waits for slots before the job fails
@@ -44,6 +54,9 @@ type Config struct {
 // DefaultSlotWaitTimeout is how long a job waits for slots by default.
 const DefaultSlotWaitTimeout = 5 * time.Minute
 
+// DefaultSavepointTimeout is how long a stop waits for its savepoint by default.
+const DefaultSavepointTimeout = time.Minute
+
 // execution is the current attempt of one subtask.
 type execution struct {
 	attempt ident.Attempt
@@ -52,9 +65,13 @@ type execution struct {
 	// slot is the subtask's logical slot; tm the TaskManager the attempt was deployed to (0: not deployed).
 	slot int
 	tm   TaskManagerID
-	// skipUpTo is the highest checkpoint id triggered before the attempt was deployed (0 until checkpoints
-	// are in the core).
+	// skipUpTo is the highest checkpoint id triggered before the attempt was deployed: it ignores their
+	// barriers, which only its predecessor could have completed.
 	skipUpTo int64
+	// restoredFrom is the checkpoint the deployed attempt restores (nil: none); restore, set by a restart
+	// until the attempt is deployed, is the one its failover verified and reports.
+	restoredFrom *checkpoint.CompletedCheckpoint
+	restore      *restoreChoice
 	// createdBy is the failover that deployed this attempt (nil for a first attempt): what the attempt
 	// observes as it rejoins its inputs is that failover's loss.
 	createdBy *Failover
@@ -76,6 +93,15 @@ type restartPlan struct {
 	// suspects are TaskManagers a failure named as an unreachable peer: the plan waits until each is
 	// known alive or lost, so that no restart lands on a dead TaskManager.
 	suspects map[TaskManagerID]bool
+	// verify is the VerifyLatest op in flight for the plan (0: none); verified its answer. A failure or a
+	// TaskManager loss while it is out widens the plan and clears both: the answer is then stale.
+	verify   uint64
+	verified *restoreChoice
+}
+
+// restoreChoice is the checkpoint a restart restores (cp nil: none).
+type restoreChoice struct {
+	cp *checkpoint.CompletedCheckpoint
 }
 
 // pendingSample is a SampleSubpartitions sent and not yet answered: the baseline of a failover, or the
@@ -132,6 +158,20 @@ type Core struct {
 	samples map[uint64]*pendingSample
 	token   uint64
 
+	// Checkpointing. coord is created when NextID answers; firstCheckpointID is this run's first id (lower
+	// ones are earlier runs'); lastTriggered the highest id triggered; initial the savepoint the job
+	// started from; retainedIDs the last Retained checkpoints completed in this run, oldest first.
+	coord             *checkpoint.Coordinator
+	firstCheckpointID int64
+	lastTriggered     int64
+	initial           *checkpoint.CompletedCheckpoint
+	retainedIDs       []int64
+	savepoint         *savepointState
+	// ops are the storage ops sent and not yet answered; queued those held back past maxStorageOps.
+	ops    map[uint64]StorageRequest
+	queued []StorageOp
+	opSeq  uint64
+
 	ready      Ready
 	readyTaken bool
 }
@@ -142,7 +182,12 @@ func New(cfg Config) (*Core, error) {
 		return nil, errors.New("job core: empty job graph")
 	}
 	if cfg.Checkpoint != nil {
-		return nil, errors.New("job core: checkpointing is not in the core yet (docs/cluster.md §7, step 3)")
+		if err := cfg.Checkpoint.Validate(); err != nil {
+			return nil, fmt.Errorf("job core: %w", err)
+		}
+	}
+	if cfg.SavepointTimeout <= 0 {
+		cfg.SavepointTimeout = DefaultSavepointTimeout
 	}
 	if cfg.Failover == 0 {
 		cfg.Failover = scheduler.RegionFailover
@@ -158,7 +203,7 @@ func New(cfg Config) (*Core, error) {
 	}
 	c := &Core{cfg: cfg, status: StatusCreated, execs: make(map[ident.Subtask]*execution),
 		tms: make(map[TaskManagerID]*taskManager), scheduled: make(map[ident.Subtask]bool),
-		samples: make(map[uint64]*pendingSample)}
+		samples: make(map[uint64]*pendingSample), ops: make(map[uint64]StorageRequest), initial: cfg.Savepoint}
 	c.topo = scheduler.ComputeRegions(cfg.Job)
 	var err error
 	if c.failover, err = scheduler.NewFailoverStrategy(cfg.Failover, c.topo, c.partitionAvailable); err != nil {
@@ -231,12 +276,20 @@ func (c *Core) Step(now time.Duration, ev Event) error {
 		c.onCounters(e)
 	case SubpartitionsSampled:
 		c.onSampled(e)
-	case Tick:
-		if c.plan == nil {
-			c.history.Trim(c.currentAttempt, &c.ledger)
+	case CheckpointAck:
+		if c.coord != nil {
+			c.carryOut(c.coord.Ack(c.ms(), e.ID, e.Attempt, e.Handle))
 		}
+	case CheckpointDecline:
+		c.onDecline(e)
+	case StorageDone:
+		c.onStorageDone(e)
+	case Tick:
+		c.onTick()
 	case Cancel:
 		c.cancelJob()
+	case Stop:
+		c.onStop(e)
 	default:
 		return fmt.Errorf("job core: unknown event %T: %w", ev, errMalformed)
 	}
@@ -261,8 +314,9 @@ func (c *Core) Advance() {
 	c.ready = Ready{}
 }
 
-// NextDeadline returns the earliest time at which a Tick may do something: the end of a restart's backoff
-// or of the wait for slots. False: no deadline.
+// NextDeadline returns the earliest time at which a Tick may do something: a checkpoint's trigger or
+// timeout (while every subtask runs), the end of a restart's backoff, of the wait for slots or of a
+// savepoint's time. False: no deadline.
 func (c *Core) NextDeadline() (time.Duration, bool) {
 	var d time.Duration
 	ok := false
@@ -279,6 +333,14 @@ func (c *Core) NextDeadline() (time.Duration, bool) {
 	}
 	if c.waitingSlots {
 		take(c.slotWaitSince + c.cfg.SlotWaitTimeout)
+	}
+	if c.ticking() {
+		if ms, due := c.coord.NextDeadline(); due {
+			take(time.Duration(ms) * time.Millisecond)
+		}
+	}
+	if sp := c.savepoint; sp != nil && sp.pending() && !sp.writing {
+		take(sp.deadline)
 	}
 	return d, ok
 }
@@ -340,6 +402,11 @@ func (c *Core) onStart(e Start) error {
 	c.ready.Changed = true
 	c.log(LogInfo, "job started", "vertices", len(c.cfg.Job.Vertices), "subtasks", len(c.execs))
 	c.ready.Slots = append(c.ready.Slots, SlotChange{Request: c.slotCount})
+	if c.cfg.Checkpoint != nil {
+		// Checkpoint ids continue above what the storage holds: nothing is deployed or triggered before
+		// the answer, which creates the coordinator.
+		c.storage(NextID{}, 0)
+	}
 	c.startSlotWait()
 	for _, r := range c.sched.Start() {
 		for _, s := range c.topo.Members(r) {
@@ -444,6 +511,9 @@ func (c *Core) deployScheduled() {
 	}
 	c.waitingSlots = false
 	c.setWaiting("")
+	if c.cfg.Checkpoint != nil && c.coord == nil {
+		return // NextID has not answered yet
+	}
 	for _, s := range c.subtasks {
 		if c.scheduled[s] && c.deployable(s) {
 			delete(c.scheduled, s)
@@ -466,11 +536,17 @@ func (c *Core) release(regions []scheduler.RegionID) {
 	c.deployScheduled()
 }
 
-// deploy sends the descriptor of the current attempt of ex to its slot's TaskManager.
+// deploy sends the descriptor of the current attempt of ex to its slot's TaskManager. It restores the
+// checkpoint its restart verified, or, for a first attempt, the restore point.
 func (c *Core) deploy(ex *execution) {
 	to, _ := c.usable(ex.slot)
 	ex.tm = to
 	ex.state = task.Deploying
+	ex.skipUpTo = c.lastTriggered
+	ex.restoredFrom = c.restorePoint()
+	if ex.restore != nil {
+		ex.restoredFrom, ex.restore = ex.restore.cp, nil
+	}
 	c.ready.Changed = true
 	c.send(to, Deploy{Deployment: c.descriptor(ex)})
 }
@@ -485,6 +561,15 @@ func (c *Core) descriptor(ex *execution) Deployment {
 			MaxParallelism: v.MaxParallelism, TaskManager: c.tms[ex.tm].name},
 		BufferTimeout: c.cfg.BufferTimeout, MaxRecordSize: c.cfg.MaxRecordSize, CreditsPerChannel: c.cfg.CreditsPerChannel,
 		StateBackend: c.cfg.StateBackend, SkipCheckpointsUpTo: ex.skipUpTo,
+	}
+	if cc := c.cfg.Checkpoint; cc != nil {
+		d.Checkpoints = &CheckpointSettings{AtLeastOnce: cc.Mode == checkpoint.AtLeastOnce, FinalCheckpoint: cc.IntervalMillis > 0}
+	}
+	if cp := ex.restoredFrom; cp != nil {
+		if d.Restore = RestoreSpecOf(v, ex.attempt.Subtask, cp); d.Restore != nil {
+			// Channel positions belong to producer attempts of this run only.
+			d.Restore.SameRun = c.coord != nil && cp.ID >= c.firstCheckpointID
+		}
 	}
 	for _, e := range v.Outputs {
 		d.Outputs = append(d.Outputs, task.OutputSpec{Result: e.Result, Subpartitions: len(graph.ConsumersOf(e, idx)),

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cockroachdb/datadriven"
 
+	"github.com/runnel-dev/runnel/internal/checkpoint"
 	"github.com/runnel-dev/runnel/internal/graph"
 	"github.com/runnel-dev/runnel/internal/ident"
 	"github.com/runnel-dev/runnel/internal/scheduler"
@@ -22,14 +23,22 @@ import (
 // order (messages by TaskManager, slot changes, logs), then the failovers, status, waiting sentence and
 // deadline that changed. Regenerate with -rewrite and review the diff like code.
 //
-// The job is given as "job" with options (failover=, restart=, scheduling=, slot-sharing=off) and one
-// vertex a line: "NAME p=N [PATTERN[/blocking] SOURCE]...". Events (each may end with t=DURATION, the
-// time since the start): start TM slots=N..., grant TM slots=N, setup-ok TM, setup-fail TM err=...,
-// update ATTEMPT STATE [err=...] [peer=TM] [kind=deploy] [nonrecoverable], running|canceled|finished
-// ATTEMPT... (or "all": every deployed attempt), observe ATTEMPT joined from=ATTEMPT sub=N lost=N |
-// first-output, sampled token=N (CHANNEL dropped=R/B)... | missing, counters ATTEMPT in=N out=N, lose TM
-// reason=..., alive TM, tick, cancel, print executions|deployment ATTEMPT. ATTEMPT is "map[0]#1", or
-// "map[0]" for the current attempt; CHANNEL is "r1@map[0]#0/1".
+// The job is given as "job" with options (failover=, restart=, scheduling=, slot-sharing=off, slot-wait=;
+// checkpointing with checkpoint-interval= and retained=, tolerable=, max-concurrent=, min-pause=,
+// checkpoint-timeout=, mode=at-least-once, savepoint-on-stop=DIR, savepoint-timeout=, and savepoint=ID to
+// start from a savepoint holding every subtask) and one vertex a line: "NAME p=N [PATTERN[/blocking]
+// SOURCE]...". Events (each may end with t=DURATION, the time since the start): start TM slots=N...
+// [next=ID] (answers NextID, grants, sets up, and runs everything), grant TM slots=N, setup-ok TM,
+// setup-fail TM err=..., update ATTEMPT STATE [err=...] [peer=TM] [kind=deploy] [nonrecoverable],
+// running|canceled|finished ATTEMPT... (or "all": every deployed attempt), observe ATTEMPT joined
+// from=ATTEMPT sub=N lost=N | first-output | input-ended, sampled token=N (CHANNEL dropped=R/B)... |
+// missing, counters ATTEMPT in=N out=N, lose TM reason=..., alive TM, tick, cancel, stop [dir=DIR],
+// checkpoint ID (a tick that must trigger it, every running attempt acks, the commit succeeds), ack
+// ATTEMPT|all id=ID, decline ATTEMPT id=ID [err=...] [not-ready], storage op=N [err=...] [corrupt]
+// [next=ID] [checkpoint=ID] [skipped="ID: TEXT; ID: TEXT"], print executions|deployment ATTEMPT|checkpoints.
+// ATTEMPT is "map[0]#1", or "map[0]" for the current attempt; CHANNEL is "r1@map[0]#0/1". Storage ops
+// print as "storage#N KIND ..."; a skipped checkpoint or an error marked corrupt is damage
+// (checkpoint.ErrCorrupt), one whose text starts with "incomplete" is checkpoint.ErrIncomplete.
 func TestScripts(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
 		h := &harness{t: t}
@@ -77,7 +86,27 @@ type harness struct {
 	status    string
 	waiting   string
 	deadline  string
+	counts    string
+	savepoint string
 	slotNo    map[TaskManagerID]int
+	// committed are the checkpoints the core asked to commit, by id: what a verification can name.
+	committed map[int64]*checkpoint.CompletedCheckpoint
+}
+
+// damage is a storage error as a script writes it: its text, wrapping ErrCorrupt or ErrIncomplete.
+type damage struct {
+	text string
+	kind error
+}
+
+func (d damage) Error() string        { return d.text }
+func (d damage) Is(target error) bool { return target == d.kind }
+
+func damageOf(text string) error {
+	if strings.HasPrefix(text, "incomplete") {
+		return damage{text, checkpoint.ErrIncomplete}
+	}
+	return damage{text, checkpoint.ErrCorrupt}
 }
 
 // fields splits a line at spaces, keeping "quoted values" whole (the quotes are removed).
@@ -194,6 +223,54 @@ func (h *harness) job(lines []string) string {
 		}
 	}
 	cfg.NoSlotSharing = opts["slot-sharing"] == "off"
+	if v, ok := opts["checkpoint-interval"]; ok {
+		cc := checkpoint.DefaultConfig()
+		cfg.Checkpoint = &cc
+		ms := func(v string) int64 {
+			d, perr := time.ParseDuration(v)
+			if perr != nil && err == nil {
+				err = perr
+			}
+			return d.Milliseconds()
+		}
+		num := func(v string) int {
+			n, perr := strconv.Atoi(v)
+			if perr != nil && err == nil {
+				err = perr
+			}
+			return n
+		}
+		cc.IntervalMillis = ms(v)
+		if v, ok := opts["retained"]; ok {
+			cc.Retained = num(v)
+		}
+		if v, ok := opts["tolerable"]; ok {
+			cc.TolerableFailed = num(v)
+		}
+		if v, ok := opts["max-concurrent"]; ok {
+			cc.MaxConcurrent = num(v)
+		}
+		if v, ok := opts["min-pause"]; ok {
+			cc.MinPauseMillis = ms(v)
+		}
+		if v, ok := opts["checkpoint-timeout"]; ok {
+			cc.TimeoutMillis = ms(v)
+		}
+		if opts["mode"] == "at-least-once" {
+			cc.Mode = checkpoint.AtLeastOnce
+		}
+		if v, ok := opts["savepoint-timeout"]; ok {
+			d, perr := time.ParseDuration(v)
+			if perr != nil && err == nil {
+				err = perr
+			}
+			cfg.SavepointTimeout = d
+		}
+		cfg.SavepointOnStop = opts["savepoint-on-stop"]
+		if err != nil {
+			return "error: " + err.Error() + "\n"
+		}
+	}
 	gopts := graph.JobGraphOptions{PipelinedType: graph.PipelinedBounded}
 	if cfg.Failover == scheduler.ApproximateFailover {
 		gopts.PipelinedType = graph.PipelinedApproximate
@@ -211,12 +288,27 @@ func (h *harness) job(lines []string) string {
 	h.core = nil
 	cfg.Job = jg
 	h.jg = jg
+	if v, ok := opts["savepoint"]; ok {
+		id, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return "error: " + err.Error() + "\n"
+		}
+		sp := &checkpoint.CompletedCheckpoint{ID: id}
+		for _, vx := range jg.Vertices {
+			sp.Vertices = append(sp.Vertices, checkpoint.Vertex{ID: vx.ID, Name: vx.Name, Parallelism: int32(vx.Parallelism)})
+		}
+		for _, s := range jg.Subtasks() {
+			sp.States = append(sp.States, checkpoint.StateHandle{Attempt: ident.Attempt{Subtask: s}})
+		}
+		cfg.Savepoint, cfg.SavepointLocation = sp, "savepoint-"+v
+	}
 	h.ids, h.names, h.addr, h.slotNo = map[string]TaskManagerID{}, map[TaskManagerID]string{}, map[string]TaskManagerID{}, map[TaskManagerID]int{}
 	if h.core, err = New(cfg); err != nil {
 		return "error: " + err.Error() + "\n"
 	}
 	h.now = 0
-	h.failovers, h.status, h.waiting, h.deadline = nil, "", "", ""
+	h.failovers, h.status, h.waiting, h.deadline, h.counts, h.savepoint = nil, "", "", "", "", ""
+	h.committed = map[int64]*checkpoint.CompletedCheckpoint{}
 	if err := h.core.Step(0, Start{Wall: time.Unix(0, 0)}); err != nil {
 		return "error: " + err.Error() + "\n"
 	}
@@ -288,7 +380,41 @@ func (h *harness) fmtChannel(ch Channel) string {
 	return fmt.Sprintf("r%d@%s/%d", ch.Partition.Result, h.fmtAttempt(ch.Partition.Producer), ch.Subpartition)
 }
 
-func (h *harness) step(ev Event) error { return h.core.Step(h.now, ev) }
+// step steps one event and notes the checkpoints the core asks to commit.
+func (h *harness) step(ev Event) error {
+	err := h.core.Step(h.now, ev)
+	for _, op := range h.core.ready.Storage {
+		if cm, ok := op.Request.(CommitMetadata); ok {
+			h.committed[cm.Checkpoint.ID] = cm.Checkpoint
+		}
+	}
+	return err
+}
+
+// pendingOp returns the id of the oldest unanswered storage op that match selects.
+func (h *harness) pendingOp(match func(StorageRequest) bool) (uint64, bool) {
+	for id := uint64(1); id <= h.core.opSeq; id++ {
+		if r, out := h.core.ops[id]; out && match(r) {
+			return id, true
+		}
+	}
+	return 0, false
+}
+
+// ackAll acknowledges checkpoint id from every attempt the block sent its trigger to, and from every
+// other running attempt: the barrier reached them all.
+func (h *harness) ackAll(id int64) error {
+	for _, s := range h.core.subtasks {
+		ex := h.core.execs[s]
+		if ex.state != task.Running {
+			continue
+		}
+		if err := h.step(CheckpointAck{ID: id, Attempt: ex.attempt}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 func (h *harness) event(line string) ([]string, error) {
 	pos, kv := args(fields(line))
@@ -342,6 +468,12 @@ func (h *harness) event(line string) ([]string, error) {
 			return nil, err
 		}
 		if cmd == "start" {
+			if op, ok := h.pendingOp(func(r StorageRequest) bool { _, ok := r.(NextID); return ok }); ok {
+				next, _ := strconv.ParseInt(kv["next"], 10, 64)
+				if err := h.step(StorageDone{Op: op, NextID: max(next, 1)}); err != nil {
+					return nil, err
+				}
+			}
 			for _, w := range want {
 				if err := h.step(JobSetUp{TaskManager: h.tm(w.name)}); err != nil {
 					return nil, err
@@ -414,6 +546,8 @@ func (h *harness) event(line string) ([]string, error) {
 			o.Channel = Channel{Partition: ident.PartitionID{Result: res, Producer: from}, Subpartition: sub}
 		case "first-output":
 			o.Kind = task.FirstOutput
+		case "input-ended":
+			o.Kind = task.InputEnded
 		default:
 			return nil, fmt.Errorf("bad observation %q", pos[1])
 		}
@@ -453,6 +587,77 @@ func (h *harness) event(line string) ([]string, error) {
 		return nil, h.step(Tick{})
 	case "cancel":
 		return nil, h.step(Cancel{})
+	case "stop":
+		return nil, h.step(Stop{Dir: kv["dir"]})
+	case "checkpoint":
+		id, err := strconv.ParseInt(pos[0], 10, 64)
+		if err != nil {
+			return nil, err
+		}
+		if err := h.step(Tick{}); err != nil {
+			return nil, err
+		}
+		if h.core.lastTriggered < id {
+			return nil, fmt.Errorf("checkpoint %d was not triggered (last %d)", id, h.core.lastTriggered)
+		}
+		if err := h.ackAll(id); err != nil {
+			return nil, err
+		}
+		op, ok := h.pendingOp(func(r StorageRequest) bool { cm, ok := r.(CommitMetadata); return ok && cm.Checkpoint.ID == id })
+		if !ok {
+			return nil, fmt.Errorf("checkpoint %d is not being committed", id)
+		}
+		return nil, h.step(StorageDone{Op: op})
+	case "ack":
+		id, _ := strconv.ParseInt(kv["id"], 10, 64)
+		if pos[0] == "all" {
+			return nil, h.ackAll(id)
+		}
+		a, err := h.attempt(pos[0])
+		if err != nil {
+			return nil, err
+		}
+		return nil, h.step(CheckpointAck{ID: id, Attempt: a})
+	case "decline":
+		id, _ := strconv.ParseInt(kv["id"], 10, 64)
+		a, err := h.attempt(pos[0])
+		if err != nil {
+			return nil, err
+		}
+		ev := CheckpointDecline{ID: id, Attempt: a, NotReady: slices.Contains(pos, "not-ready")}
+		if e, ok := kv["err"]; ok {
+			ev.Err = errors.New(e)
+		}
+		return nil, h.step(ev)
+	case "storage":
+		op, _ := strconv.ParseUint(kv["op"], 10, 64)
+		ev := StorageDone{Op: op}
+		if e, ok := kv["err"]; ok {
+			ev.Err = errors.New(e)
+			if slices.Contains(pos, "corrupt") {
+				ev.Err = damageOf(e)
+			}
+		}
+		if v, ok := kv["next"]; ok {
+			ev.NextID, _ = strconv.ParseInt(v, 10, 64)
+		}
+		if v, ok := kv["checkpoint"]; ok {
+			id, _ := strconv.ParseInt(v, 10, 64)
+			if ev.Checkpoint = h.committed[id]; ev.Checkpoint == nil {
+				return nil, fmt.Errorf("checkpoint %d was never committed", id)
+			}
+		}
+		if v, ok := kv["skipped"]; ok {
+			for _, sk := range strings.Split(v, ";") {
+				idText, text, _ := strings.Cut(strings.TrimSpace(sk), ": ")
+				id, err := strconv.ParseInt(idText, 10, 64)
+				if err != nil {
+					return nil, fmt.Errorf("bad skipped %q", sk)
+				}
+				ev.Skipped = append(ev.Skipped, checkpoint.SkippedCheckpoint{ID: id, Err: damageOf(text)})
+			}
+		}
+		return nil, h.step(ev)
 	case "print":
 		return h.print(pos)
 	default:
@@ -525,7 +730,17 @@ func (h *harness) print(what []string) ([]string, error) {
 				out = append(out, fmt.Sprintf("  input %d: %s %s", i, h.fmtChannel(Channel{Partition: ch.Partition, Subpartition: ch.Subpartition}), where))
 			}
 		}
+		if r := d.Restore; r != nil {
+			out = append(out, fmt.Sprintf("  restore chk-%d same-run=%t", r.CheckpointID, r.SameRun))
+		}
 		return out, nil
+	case "checkpoints":
+		if h.core.coord == nil {
+			return []string{"no coordinator"}, nil
+		}
+		st := h.core.coord.Stats()
+		return []string{fmt.Sprintf("completed=%d failed=%d aborted=%d in_progress=%d consecutive_failed=%d latest=%s",
+			st.Completed, st.Failed, st.Aborted, st.InProgress, st.ConsecutiveFailed, h.fmtRestore(h.core.restorePoint()))}, nil
 	}
 	return nil, fmt.Errorf("cannot print %q", what[0])
 }
@@ -536,16 +751,21 @@ func (h *harness) flush() []string {
 	r := c.Ready()
 	defer c.Advance()
 	var out []string
+	for _, op := range r.Storage {
+		out = append(out, fmt.Sprintf("storage#%d %s", op.ID, h.fmtStorage(op)))
+	}
 	msgs := slices.Clone(r.Messages)
 	slices.SortStableFunc(msgs, func(a, b Message) int { return strings.Compare(h.names[a.To], h.names[b.To]) })
 	// One line per run of messages of one kind to one TaskManager; a run of deployments notes which
 	// failover created each group of attempts.
 	type item struct {
-		to    TaskManagerID
-		kind  string
-		text  string
-		group *Failover
+		to     TaskManagerID
+		kind   string
+		text   string
+		group  *Failover
+		suffix string // after the last of a run with the same suffix
 	}
+	showRestore := c.cfg.Checkpoint != nil || c.cfg.Savepoint != nil
 	var items []item
 	for _, m := range msgs {
 		it := item{to: m.To}
@@ -559,6 +779,21 @@ func (h *harness) flush() []string {
 			if ex := c.current(b.Deployment.Info.Attempt); ex != nil {
 				it.group = ex.createdBy
 			}
+			if showRestore {
+				it.suffix = " restore=none"
+				if r := b.Deployment.Restore; r != nil {
+					it.suffix = fmt.Sprintf(" restore=chk-%d", r.CheckpointID)
+				}
+				if n := b.Deployment.SkipCheckpointsUpTo; n > 0 {
+					it.suffix += fmt.Sprintf(" skip-up-to=%d", n)
+				}
+			}
+		case TriggerCheckpoint:
+			it.kind, it.text = fmt.Sprintf("trigger %d", b.ID), h.fmtAttempt(b.Attempt)
+		case AbortCheckpoint:
+			it.kind, it.text = fmt.Sprintf("abort-checkpoint %d", b.ID), h.fmtAttempt(b.Attempt)
+		case NotifyCheckpointComplete:
+			it.kind, it.text = fmt.Sprintf("notify-complete %d", b.ID), h.fmtAttempt(b.Attempt)
 		case CancelTask:
 			it.kind, it.text = "cancel", h.fmtAttempt(b.Attempt)
 		case ReleasePartitions:
@@ -574,7 +809,7 @@ func (h *harness) flush() []string {
 	}
 	for i := 0; i < len(items); {
 		j := i + 1
-		mergeable := items[i].kind == "deploy" || items[i].kind == "cancel" || items[i].kind == "release"
+		mergeable := items[i].kind != "sample" && items[i].kind != "probe" && items[i].kind != "setup-job"
 		for mergeable && j < len(items) && items[j].to == items[i].to && items[j].kind == items[i].kind {
 			j++
 		}
@@ -585,6 +820,9 @@ func (h *harness) flush() []string {
 			}
 			if g := items[k].group; g != nil && (k+1 == j || items[k+1].group != g) {
 				line += fmt.Sprintf(" (failover %d)", h.failoverNo(g))
+			}
+			if sf := items[k].suffix; sf != "" && (k+1 == j || items[k+1].suffix != sf) {
+				line += sf
 			}
 		}
 		out = append(out, line)
@@ -627,6 +865,26 @@ func (h *harness) flush() []string {
 			h.failovers[i] = s
 		}
 	}
+	if c.coord != nil {
+		n := c.coord.Counts()
+		if s := fmt.Sprintf("checkpoints completed=%d failed=%d aborted=%d", n.Completed, n.Failed, n.Aborted); s != h.counts {
+			out = append(out, s)
+			h.counts = s
+		}
+	}
+	if sp := c.savepoint; sp != nil {
+		s := "savepoint pending"
+		switch {
+		case sp.written != "":
+			s = "savepoint written to " + sp.written
+		case sp.err != nil:
+			s = "savepoint failed: " + sp.err.Error()
+		}
+		if s != h.savepoint {
+			out = append(out, s)
+			h.savepoint = s
+		}
+	}
 	if st := string(c.status); st != h.status {
 		s := "status " + st
 		if c.err != nil {
@@ -648,6 +906,31 @@ func (h *harness) flush() []string {
 		h.deadline = dl
 	}
 	return out
+}
+
+func (h *harness) fmtRestore(cp *checkpoint.CompletedCheckpoint) string {
+	if cp == nil {
+		return "none"
+	}
+	return fmt.Sprintf("chk-%d", cp.ID)
+}
+
+func (h *harness) fmtStorage(op StorageOp) string {
+	switch r := op.Request.(type) {
+	case NextID:
+		return "next-id"
+	case CommitMetadata:
+		return fmt.Sprintf("commit chk-%d", r.Checkpoint.ID)
+	case VerifyLatest:
+		return "verify-latest for " + h.subtasks(r.Subtasks)
+	case WriteSavepoint:
+		return fmt.Sprintf("write-savepoint chk-%d to %s by %v", r.Checkpoint.ID, r.Dir, op.Deadline)
+	case Retain:
+		return fmt.Sprintf("retain %d", r.N)
+	case Discard:
+		return fmt.Sprintf("discard chk-%d", r.CheckpointID)
+	}
+	return fmt.Sprintf("%T", op.Request)
 }
 
 func (h *harness) failoverNo(ev *Failover) int {
@@ -682,6 +965,9 @@ func (h *harness) fmtFailover(n int, f Failover) string {
 	}
 	if !f.OutputAt.IsZero() {
 		s += fmt.Sprintf(" output_after=%v", f.OutputAt.Sub(f.FailedAt))
+	}
+	if f.CheckpointRestored != nil {
+		s += fmt.Sprintf(" checkpoint_restored=%d", *f.CheckpointRestored)
 	}
 	if f.RecordsLost+f.RecordsDropped+f.BuffersDropped+f.PartialRecordsSkipped > 0 {
 		s += fmt.Sprintf(" records_lost=%d records_dropped=%d buffers_dropped=%d", f.RecordsLost, f.RecordsDropped, f.BuffersDropped)

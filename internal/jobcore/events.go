@@ -4,6 +4,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/runnel-dev/runnel/internal/checkpoint"
 	"github.com/runnel-dev/runnel/internal/ident"
 	"github.com/runnel-dev/runnel/internal/scheduler"
 	"github.com/runnel-dev/runnel/internal/task"
@@ -127,11 +128,45 @@ type SubpartitionsSampled struct {
 	Missing bool
 }
 
-// Tick tells the core that time passed: a restart's backoff or a slot-wait deadline may be due.
+// CheckpointAck says an attempt took its snapshot for checkpoint ID, described by Handle.
+type CheckpointAck struct {
+	ID      int64
+	Attempt ident.Attempt
+	Handle  checkpoint.StateHandle
+}
+
+// CheckpointDecline says an attempt could not take part in checkpoint ID. NotReady marks a decline that is
+// no failure of the checkpoint: the attempt could not take it yet, or the TaskManager could not deliver
+// the trigger (the attempt is gone, its mailbox is full).
+type CheckpointDecline struct {
+	ID       int64
+	Attempt  ident.Attempt
+	Err      error
+	NotReady bool
+}
+
+// StorageDone answers the StorageOp with id Op. Err is its failure (a deadline passed is one); the other
+// fields are the results of the kinds that have one.
+type StorageDone struct {
+	Op  uint64
+	Err error
+	// NextID answers NextID.
+	NextID int64
+	// Checkpoint and Skipped answer VerifyLatest: the checkpoint found, and the newer ones passed over.
+	Checkpoint *checkpoint.CompletedCheckpoint
+	Skipped    []checkpoint.SkippedCheckpoint
+}
+
+// Tick tells the core that time passed: a checkpoint, a restart's backoff, a savepoint's or a slot wait's
+// deadline may be due.
 type Tick struct{}
 
 // Cancel cancels the job.
 type Cancel struct{}
+
+// Stop stops the job with a savepoint written to Dir ("": Config.SavepointOnStop) and then cancels it;
+// without a directory, or without checkpointing, it cancels at once.
+type Stop struct{ Dir string }
 
 func (Start) isEvent()                {}
 func (SlotsGranted) isEvent()         {}
@@ -142,8 +177,12 @@ func (TaskUpdate) isEvent()           {}
 func (Observation) isEvent()          {}
 func (Counters) isEvent()             {}
 func (SubpartitionsSampled) isEvent() {}
+func (CheckpointAck) isEvent()        {}
+func (CheckpointDecline) isEvent()    {}
+func (StorageDone) isEvent()          {}
 func (Tick) isEvent()                 {}
 func (Cancel) isEvent()               {}
+func (Stop) isEvent()                 {}
 
 // errMalformed marks an event the core cannot take: a bug of the driver, not a failure of the job.
 var errMalformed = errors.New("malformed event")

@@ -25,7 +25,12 @@ func (c *Core) onTaskUpdate(u TaskUpdate) {
 		for _, ev := range c.history.Events() {
 			ev.Running(u.Attempt.Subtask, c.wall(c.now))
 		}
+		// The last subtask to run again lets a due checkpoint be triggered at once, in this step.
+		c.tickCoordinator()
 	case task.Finished:
+		if c.coord != nil {
+			c.carryOut(c.coord.TaskFinished(c.ms(), u.Attempt))
+		}
 		if c.status == StatusRunning {
 			for _, e := range c.cfg.Job.Vertex(u.Attempt.Vertex).Outputs {
 				if e.PartitionType == graph.Blocking {
@@ -34,6 +39,9 @@ func (c *Core) onTaskUpdate(u TaskUpdate) {
 			}
 		}
 	case task.Failed:
+		if c.coord != nil {
+			c.carryOut(c.coord.TaskFailed(c.ms(), u.Attempt, u.Failure.Err()))
+		}
 		c.onFailed(ex, u.Failure)
 	}
 	if u.State == task.Failed || u.State == task.Canceled {
@@ -159,12 +167,25 @@ func (c *Core) checkDone() {
 	c.ready.Changed = true
 	c.waitingSlots, c.waiting = false, ""
 	c.log(LogInfo, "job ended", "status", c.status, "wall", c.now)
+	if c.coord != nil {
+		// Checkpoints still collecting acknowledgements are given up and their data discarded; one being
+		// committed completes when its commit answers.
+		c.carryOut(c.coord.Stop(c.ms()))
+	}
 }
 
 // onObservation adds what a restarted attempt saw to the failover that deployed it. A channel it joined
 // is measured against its producer's counters: a second sample, whose answer completes the loss.
 func (c *Core) onObservation(o Observation) {
 	ex := c.current(o.Attempt)
+	if ex != nil && o.Kind == task.InputEnded {
+		// The attempt waits for a checkpoint covering its end; once every input ended, the final
+		// checkpoint is triggered at once.
+		if c.coord != nil {
+			c.carryOut(c.coord.TaskInputEnded(c.ms(), o.Attempt))
+		}
+		return
+	}
 	if ex == nil || ex.createdBy == nil {
 		return
 	}

@@ -1,6 +1,7 @@
 package jobcore
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -40,6 +41,7 @@ func (c *Core) startFailover(failed *ident.Subtask, failedSubtasks []ident.Subta
 	if c.plan == nil {
 		c.plan = &restartPlan{subtasks: make(map[ident.Subtask]bool), suspects: make(map[TaskManagerID]bool)}
 	}
+	c.invalidateVerification() // the plan widens: a verification in flight checked too little
 	var cancel []*execution
 	for _, r := range set {
 		if c.plan.subtasks[r] {
@@ -146,9 +148,26 @@ func (c *Core) maybeRestart() {
 		c.setWaiting(w)
 		return
 	}
+	// The checkpoint verified here is the one the restarted subtasks restore and the one the report names.
+	restore := c.restorePoint()
+	if c.needsVerification() {
+		if p.verified == nil {
+			if p.verify == 0 {
+				p.verify = c.storage(VerifyLatest{Subtasks: subtasks}, 0)
+			}
+			return
+		}
+		restore = p.verified.cp
+	}
+	var restoreID *int64
+	if restore != nil {
+		id := restore.ID
+		restoreID = &id
+	}
 	c.plan = nil
 	c.waitingSlots = false
 	c.setWaiting("")
+	var attempts []ident.Attempt
 	for _, s := range subtasks {
 		ex := c.execs[s]
 		if ex.state == task.Created {
@@ -158,21 +177,35 @@ func (c *Core) maybeRestart() {
 			// A finished producer keeps its partitions until now: its new attempt produces them again.
 			c.send(ex.tm, ReleasePartitions{Attempt: ex.attempt})
 		}
-		// Without checkpoints the new attempt restores nothing: whatever earlier attempts counted as lost
-		// is rolled back with their state and counted again by this failover (see LossLedger).
-		c.ledger.RollBack(s, nil)
+		// The new attempt restores restore: what earlier attempts counted as lost and this restore rolls
+		// back is counted again by this failover (see LossLedger).
+		c.ledger.RollBack(s, restoreID)
 		ex.attempt.Number++
 		ex.state = task.Created
 		ex.in, ex.out = 0, 0
 		ex.tm = 0
 		ex.createdBy = p.firstRestarting(s)
+		ex.restore = &restoreChoice{cp: restore}
+		attempts = append(attempts, ex.attempt)
 	}
 	for _, ev := range p.events {
+		if restoreID != nil {
+			id := *restoreID
+			ev.CheckpointRestored = &id
+		}
 		for _, s := range subtasks {
 			ev.Await(s)
 		}
 	}
 	c.ready.Changed = true
+	if c.coord != nil {
+		r, err := c.coord.TasksRestarted(c.ms(), attempts, errors.New("failover"))
+		if err != nil {
+			c.fail(fmt.Errorf("restart: %w", err))
+			return
+		}
+		c.carryOut(r)
+	}
 	c.release(c.sched.OnRegionsRestarted(c.topo.RegionsOf(subtasks)))
 }
 
@@ -255,6 +288,7 @@ func (c *Core) onTaskManagerLost(e TaskManagerLost) {
 	}
 	tm.lost, tm.lostReason = true, e.Reason
 	c.ready.Changed = true
+	c.invalidateVerification() // its slots may be the plan's: a verification in flight is for a plan that changes
 	c.log(LogWarn, "TaskManager lost", "taskmanager", tm.name, "reason", e.Reason)
 	tokens := make([]uint64, 0)
 	for t, p := range c.samples {
@@ -293,6 +327,9 @@ func (c *Core) onTaskManagerLost(e TaskManagerLost) {
 			continue
 		}
 		ex.state = task.Failed
+		if c.coord != nil {
+			c.carryOut(c.coord.TaskFailed(c.ms(), ex.attempt, fmt.Errorf("TaskManager %s lost: %s", tm.name, e.Reason)))
+		}
 		if c.plan == nil || !c.plan.subtasks[s] {
 			failed = append(failed, s)
 		}

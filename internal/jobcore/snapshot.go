@@ -11,6 +11,13 @@ func (c *Core) Snapshot() Snapshot {
 		snap.Failovers = append(snap.Failovers, f.Report())
 	}
 	snap.FailoverTotals = c.history.Totals()
+	if c.coord != nil {
+		counts := c.coord.Counts()
+		snap.Checkpoints = &counts
+	}
+	if sp := c.savepoint; sp != nil {
+		snap.Savepoint, snap.SavepointErr = sp.written, sp.err
+	}
 	switch snap.Status {
 	case StatusFailing, StatusCanceling:
 		snap.Status = StatusRunning

@@ -111,8 +111,8 @@ type errString string
 
 func (e errString) Error() string { return string(e) }
 
-// TestCoreRefusesMisuse: a Step between Ready and Advance, time going back, events before Start and a
-// configuration with checkpoints are errors, not silent behaviour.
+// TestCoreRefusesMisuse: a Step between Ready and Advance, time going back, events before Start and an
+// invalid checkpoint configuration are errors, not silent behaviour.
 func TestCoreRefusesMisuse(t *testing.T) {
 	sg := &graph.StreamGraph{JobName: "j", Nodes: []*graph.StreamNode{{ID: 0, Name: "source", Kind: graph.SourceNode, Parallelism: 1, MaxParallelism: 128},
 		{ID: 1, Name: "sink", Kind: graph.SinkNode, Parallelism: 1, MaxParallelism: 128}},
@@ -143,6 +143,11 @@ func TestCoreRefusesMisuse(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := New(Config{Job: jg, Checkpoint: &checkpoint.Config{IntervalMillis: 100}}); err == nil {
-		t.Fatal("a configuration with checkpoints was taken")
+		t.Fatal("a checkpoint configuration without a timeout was taken")
+	}
+	cc := checkpoint.DefaultConfig()
+	cc.IntervalMillis = 100
+	if _, err := New(Config{Job: jg, Checkpoint: &cc}); err != nil {
+		t.Fatalf("a valid checkpoint configuration was refused: %v", err)
 	}
 }
