@@ -331,7 +331,7 @@ func (e *Environment) Execute(ctx context.Context, name string) (*JobResult, err
 		}
 		jmCfg.Savepoint = sp
 	}
-	jm, err := jobmaster.New(jmCfg)
+	jm, err := jobmaster.NewDriver(jmCfg)
 	if err != nil {
 		return nil, fmt.Errorf("job %q: %w", name, err)
 	}

@@ -48,7 +48,7 @@ func TestIntruderCannotTakeOverAChannel(t *testing.T) {
 	var mu sync.Mutex
 	received := map[int32]uint64{}
 	var sinkErr error
-	jm, err := jobmaster.New(jobmaster.Config{
+	jm, err := jobmaster.NewDriver(jobmaster.Config{
 		Job: jg, TaskManagers: []jobmaster.TaskManager{producerTM, consumerTM}, NoSlotSharing: true,
 		Failover: scheduler.ApproximateFailover, Restart: restart, Logger: lg,
 		ChainFor: func(v *graph.JobVertex) task.ChainFactory {

@@ -333,7 +333,7 @@ func TestJobSurvivesMisbehavingDataPlanePeers(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			jm, err := jobmaster.New(jobmaster.Config{
+			jm, err := jobmaster.NewDriver(jobmaster.Config{
 				Job: jg, TaskManagers: []jobmaster.TaskManager{producer, consumerTM}, NoSlotSharing: true,
 				Failover: scheduler.RegionFailover, Restart: restart, Logger: lg,
 				// Full buffers only, 16 of 32 KiB in flight per channel: more than the frozen connection's

@@ -20,15 +20,15 @@ import (
 	"github.com/runnel-dev/runnel/internal/task"
 )
 
-// reentrantTM is a real TaskManager whose every method first reads the job master's Snapshot, which takes
-// the job master's lock: if the job master called it while holding that lock, the read would wait for the
+// reentrantTM is a real TaskManager whose every method first blocks until the driver's Snapshot answers,
+// which its loop makes: if the loop itself made the call, or waited for it, the snapshot would wait for the
 // call to return. The watchdog records such a call instead of deadlocking.
 type reentrantTM struct {
 	*cluster.TaskManager
-	jm func() *jobmaster.JobMaster
+	jm func() *jobmaster.Driver
 
 	mu        sync.Mutex
-	underLock []string
+	underLock []string // the calls during which no snapshot was answered
 	calls     int
 	watchdog  time.Duration
 }
@@ -104,11 +104,12 @@ func (c *failingSink) ProcessBuffer(_ int, dec *network.RecordDecoder) (int, err
 	}
 }
 
-// TestJobMasterCallsTaskManagersWithoutItsLock runs a job with checkpoints and an approximate failover (so
-// that deployment, cancellation, counters, checkpoint messages, partition release and the loss baseline's
-// subpartition statistics are all asked of the TaskManager) and requires that the job master held its lock
-// during none of those calls.
-func TestJobMasterCallsTaskManagersWithoutItsLock(t *testing.T) {
+// TestBlockedTaskManagerCallDoesNotStallSnapshots runs a job with checkpoints and an approximate failover
+// (so that deployment, cancellation, counters, checkpoint messages, partition release and the loss
+// baseline's subpartition statistics are all asked of the TaskManager), every call blocking until a
+// snapshot of the job was taken, and requires that the loop answered the snapshot each time: a TaskManager
+// that is slow to answer holds up its own messages, never the loop.
+func TestBlockedTaskManagerCallDoesNotStallSnapshots(t *testing.T) {
 	real, err := cluster.NewTaskManager(cluster.TaskManagerConfig{Name: "tm", Slots: 2, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -116,9 +117,9 @@ func TestJobMasterCallsTaskManagersWithoutItsLock(t *testing.T) {
 	t.Cleanup(func() { _ = real.Shutdown() })
 	var (
 		jmMu sync.Mutex
-		jmp  *jobmaster.JobMaster
+		jmp  *jobmaster.Driver
 	)
-	tm := &reentrantTM{TaskManager: real, watchdog: 2 * time.Second, jm: func() *jobmaster.JobMaster {
+	tm := &reentrantTM{TaskManager: real, watchdog: 2 * time.Second, jm: func() *jobmaster.Driver {
 		jmMu.Lock()
 		defer jmMu.Unlock()
 		return jmp
@@ -130,7 +131,7 @@ func TestJobMasterCallsTaskManagersWithoutItsLock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	jm, err := jobmaster.New(jobmaster.Config{
+	jm, err := jobmaster.NewDriver(jobmaster.Config{
 		Job: jg, TaskManagers: []jobmaster.TaskManager{tm}, Logger: slog.New(slog.DiscardHandler),
 		Checkpoint: &cc, Storage: checkpoint.NewStorage(checkpoint.BlobBucket(memblob.OpenBucket(nil)), "mem://no-lock"),
 		Failover: scheduler.ApproximateFailover, Restart: restart,
@@ -157,7 +158,10 @@ func TestJobMasterCallsTaskManagersWithoutItsLock(t *testing.T) {
 	}
 	tm.mu.Lock()
 	defer tm.mu.Unlock()
+	if tm.calls == 0 {
+		t.Fatal("the TaskManager was never called")
+	}
 	if len(tm.underLock) > 0 {
-		t.Fatalf("the job master held its lock while calling the TaskManager's %v (of %d calls)", tm.underLock, tm.calls)
+		t.Fatalf("the loop did not answer a snapshot while the TaskManager's %v blocked (of %d calls)", tm.underLock, tm.calls)
 	}
 }

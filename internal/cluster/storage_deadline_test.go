@@ -33,7 +33,7 @@ func TestStorageThatStopsAnsweringFailsTheCallNotTheJobMaster(t *testing.T) {
 	jg := sourceToSink(t, "hanging-storage", graph.Forward, graph.JobGraphOptions{})
 	cc := checkpoint.DefaultConfig()
 	cc.IntervalMillis, cc.TolerableFailed = 20, 10
-	jm, err := jobmaster.New(jobmaster.Config{
+	jm, err := jobmaster.NewDriver(jobmaster.Config{
 		Job: jg, TaskManagers: []jobmaster.TaskManager{tm}, Logger: slog.New(slog.DiscardHandler),
 		Checkpoint: &cc, Storage: storage, StorageTimeout: 100 * time.Millisecond,
 		ChainFor: func(v *graph.JobVertex) task.ChainFactory {

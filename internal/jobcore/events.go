@@ -66,6 +66,9 @@ type Failure struct {
 	NonRecoverable bool
 	// PeerDataAddress names the data address of a TaskManager the task lost its connection to ("" none).
 	PeerDataAddress string
+	// Cause is the error itself while the failure has not left the process it arose in (nil once it
+	// crossed one): a failover then reports it with its type, so callers can still errors.As it.
+	Cause error
 }
 
 // failureError is a Failure as an error: its text, and scheduler.ErrNonRecoverable when it is one.
@@ -81,6 +84,9 @@ func (e failureError) Is(target error) bool {
 func (f *Failure) Err() error {
 	if f == nil {
 		return nil
+	}
+	if f.Cause != nil {
+		return f.Cause
 	}
 	return failureError{*f}
 }
