@@ -860,37 +860,7 @@ func TestServerRejectsBadClients(t *testing.T) {
 			request := appendPartitionRequest(wirePreamble[:len(wirePreamble):len(wirePreamble)], partitionRequest{
 				partition: p.ID(), consumer: owner, credit: 1, bufferSize: 64,
 			})
-			conn, err := net.Dial("tcp", env.srv.Addr())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			_ = conn.SetDeadline(time.Now().Add(testWait))
-			if _, err := conn.Write(tc.send(request)); err != nil {
-				t.Fatal(err)
-			}
-			d := newFrameDecoder(false, allFrames, 64)
-			var frames []frame
-			buf := make([]byte, 1024)
-			for {
-				n, rerr := conn.Read(buf)
-				for q := buf[:n]; len(q) > 0; {
-					k, f, ok, err := d.decode(q)
-					q = q[k:]
-					if err != nil {
-						t.Fatal(err)
-					}
-					if ok {
-						frames = append(frames, frame{f.typ, bytes.Clone(f.payload)})
-					}
-				}
-				if rerr != nil {
-					if !errors.Is(rerr, io.EOF) {
-						t.Fatalf("server did not close cleanly: %v", rerr)
-					}
-					break
-				}
-			}
+			frames := rawExchange(t, env.srv.Addr(), tc.send(request))
 			if len(frames) == 0 || frames[len(frames)-1].typ != frameError {
 				t.Fatalf("got frames %v, want an Error frame last", frames)
 			}
