@@ -806,13 +806,8 @@ func (c *Coordinator) Persisted(now, id int64, err error) Ready {
 // it are aborted, and none is triggered until TasksRestarted brings the subtask back.
 func (c *Coordinator) TaskFailed(now int64, attempt ident.Attempt, reason error) Ready {
 	var rd Ready
-	st, ok := c.tasks[attempt.Subtask]
-	switch {
-	case !ok:
-		c.ignore(&rd, Ignored{Event: "task-failed", From: attempt, Reason: IgnoreUnknownTask})
-		return rd
-	case st.Attempt != attempt:
-		c.ignore(&rd, Ignored{Event: "task-failed", From: attempt, Reason: IgnoreNotCurrentAttempt})
+	st, ok := c.currentTask(&rd, "task-failed", attempt)
+	if !ok {
 		return rd
 	}
 	c.setStatus(st, statusDown)
@@ -872,6 +867,21 @@ func (c *Coordinator) TasksRestarted(now int64, attempts []ident.Attempt, reason
 	return rd, nil
 }
 
+// currentTask returns the state of attempt's subtask when attempt is its current attempt; otherwise it
+// records event as ignored (unknown subtask, or a replaced attempt) and returns false.
+func (c *Coordinator) currentTask(rd *Ready, event string, attempt ident.Attempt) (*taskState, bool) {
+	st, ok := c.tasks[attempt.Subtask]
+	switch {
+	case !ok:
+		c.ignore(rd, Ignored{Event: event, From: attempt, Reason: IgnoreUnknownTask})
+		return nil, false
+	case st.Attempt != attempt:
+		c.ignore(rd, Ignored{Event: event, From: attempt, Reason: IgnoreNotCurrentAttempt})
+		return nil, false
+	}
+	return st, true
+}
+
 // TaskInputEnded reports that the input of the current attempt of a running subtask has ended: it will
 // emit nothing more, and waits, before it finishes, until a checkpoint it took part in since then has
 // completed (Flink's final checkpoint, FLIP-147). Once every subtask has ended its input or finished, the
@@ -882,13 +892,9 @@ func (c *Coordinator) TasksRestarted(now int64, attempts []ident.Attempt, reason
 // Reports from other attempts or from subtasks that are not running are ignored.
 func (c *Coordinator) TaskInputEnded(now int64, attempt ident.Attempt) Ready {
 	var rd Ready
-	st, ok := c.tasks[attempt.Subtask]
+	st, ok := c.currentTask(&rd, "task-input-ended", attempt)
 	switch {
 	case !ok:
-		c.ignore(&rd, Ignored{Event: "task-input-ended", From: attempt, Reason: IgnoreUnknownTask})
-		return rd
-	case st.Attempt != attempt:
-		c.ignore(&rd, Ignored{Event: "task-input-ended", From: attempt, Reason: IgnoreNotCurrentAttempt})
 		return rd
 	case st.status != statusRunning:
 		c.ignore(&rd, Ignored{Event: "task-input-ended", From: attempt, Reason: IgnoreNotExpected})
@@ -907,13 +913,8 @@ func (c *Coordinator) TaskInputEnded(now int64, attempt ident.Attempt) Ready {
 // finished. Once every subtask finished, no checkpoint is triggered.
 func (c *Coordinator) TaskFinished(now int64, attempt ident.Attempt) Ready {
 	var rd Ready
-	st, ok := c.tasks[attempt.Subtask]
-	switch {
-	case !ok:
-		c.ignore(&rd, Ignored{Event: "task-finished", From: attempt, Reason: IgnoreUnknownTask})
-		return rd
-	case st.Attempt != attempt:
-		c.ignore(&rd, Ignored{Event: "task-finished", From: attempt, Reason: IgnoreNotCurrentAttempt})
+	st, ok := c.currentTask(&rd, "task-finished", attempt)
+	if !ok {
 		return rd
 	}
 	c.setStatus(st, statusFinished)
