@@ -267,24 +267,27 @@ func (e *Environment) Execute(ctx context.Context, name string) (*JobResult, err
 	if slots == 0 {
 		slots = (maxP + e.cfg.TaskManagers - 1) / e.cfg.TaskManagers
 	}
-	mc, err := cluster.StartMiniCluster(cluster.MiniClusterConfig{
+	mc, err := startMiniCluster(cluster.MiniClusterConfig{
 		TaskManagers: e.cfg.TaskManagers, SlotsPerTM: slots, NetworkMemoryBytes: e.cfg.NetworkMemoryBytes,
 		BufferSize: e.cfg.BufferSize, Logger: e.cfg.Logger,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("job %q: %w", name, err)
 	}
-	defer mc.Close()
+	defer mc.close()
 	if clusterStarted != nil {
-		clusterStarted(mc)
+		clusterStarted(mc.MiniCluster)
 	}
-	tms := make([]jobmaster.TaskManager, len(mc.TMs))
-	for i, tm := range mc.TMs {
-		tms[i] = tm
-	}
+	build := &cluster.JobBuild{ChainFor: func(id ident.VertexID) (task.ChainFactory, error) {
+		v := jg.Vertex(id)
+		if v == nil {
+			return nil, fmt.Errorf("job %q has no vertex %d", name, id)
+		}
+		return operator.ChainFactory(v, rc.injections), nil
+	}}
+	mc.catalog.build = build
 	jmCfg := jobmaster.Config{
-		Job: jg, TaskManagers: tms,
-		ChainFor:      func(v *graph.JobVertex) task.ChainFactory { return operator.ChainFactory(v, rc.injections) },
+		Job: jg, Dispatcher: mc.dispatcher, RequireSlots: true,
 		BufferTimeout: e.cfg.BufferTimeout, MaxRecordSize: e.cfg.MaxRecordSize, Logger: e.cfg.Logger,
 		Failover: rc.failover, Restart: rc.restart, StateBackend: rc.backend, Scheduling: rc.scheduling,
 		NoSlotSharing: e.cfg.NoSlotSharing,
@@ -306,6 +309,8 @@ func (e *Environment) Execute(ctx context.Context, name string) (*JobResult, err
 		defer st.Close()
 		cc := rc.checkpoint
 		jmCfg.Checkpoint, jmCfg.Storage = &cc, st
+		jmCfg.Setup.CheckpointStorage = loc
+		build.Store = st
 	}
 	jmCfg.SavepointOnStop = rc.savepointDir
 	var restored *RestoreResult
@@ -330,6 +335,8 @@ func (e *Environment) Execute(ctx context.Context, name string) (*JobResult, err
 			return nil, fmt.Errorf("job %q: restore from savepoint %s: %w", name, rc.restoreFrom, err)
 		}
 		jmCfg.Savepoint = sp
+		jmCfg.Setup.Savepoint = rc.restoreFrom
+		build.Savepoint = sp
 	}
 	jm, err := jobmaster.NewDriver(jmCfg)
 	if err != nil {

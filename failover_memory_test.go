@@ -39,7 +39,7 @@ func TestFailoversLeaveNoMemoryBehind(t *testing.T) {
 		s := sample{heap: ms.HeapAlloc}
 		for _, tm := range mc.TMs {
 			s.tasks += tm.NumTasks()
-			s.partitions += tm.Partitions().Len()
+			s.partitions += tm.NumPartitions()
 		}
 		return s
 	}

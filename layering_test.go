@@ -28,8 +28,9 @@ func TestLayering(t *testing.T) {
 		"internal/task":       {"internal/barrier", "internal/checkpoint", "internal/ident", "internal/network"},
 		"internal/operator":   {"codec", "internal/graph", "internal/ident", "internal/network", "internal/state", "internal/task"},
 		"internal/jobcore":    {"internal/checkpoint", "internal/graph", "internal/ident", "internal/scheduler", "internal/task"},
-		"internal/jobmaster":  {"internal/checkpoint", "internal/graph", "internal/ident", "internal/jobcore", "internal/network", "internal/scheduler", "internal/task"},
-		"internal/cluster":    {"internal/ident", "internal/network", "internal/task"},
+		"internal/protocol":   {},
+		"internal/jobmaster":  {"internal/checkpoint", "internal/graph", "internal/ident", "internal/jobcore", "internal/network", "internal/protocol", "internal/scheduler", "internal/task"},
+		"internal/cluster":    {"internal/checkpoint", "internal/ident", "internal/jobcore", "internal/network", "internal/protocol", "internal/scheduler", "internal/task"},
 		// Connectors and examples are built on the public API only, like a user's code.
 		"connector":            {"", "codec"},
 		"connector/kafka":      {""},

@@ -19,6 +19,7 @@ import (
 
 	"github.com/runnel-dev/runnel/internal/ident"
 	"github.com/runnel-dev/runnel/internal/network"
+	"github.com/runnel-dev/runnel/internal/protocol"
 	"github.com/runnel-dev/runnel/internal/task"
 )
 
@@ -31,6 +32,11 @@ type TaskManagerConfig struct {
 	BufferSize         int
 	// DataAddress is where the TCP data server listens ("127.0.0.1:0" picks a port).
 	DataAddress string
+	// DataAdvertise, when set, is the address other TaskManagers are told to reach the data server at
+	// (a proxy, a NAT, a host name): DataAddress is where it listens.
+	DataAdvertise string
+	// Build is the binary this TaskManager runs, sent at registration.
+	Build protocol.Build
 	// DataServer configures the TCP data server (connection limits, timeouts, TLS, the admission of
 	// partition requests); zero values are the network package's defaults, and a nil Logger is the
 	// TaskManager's.
@@ -49,7 +55,6 @@ const DefaultNetworkMemoryBytes = 128 << 20
 type TaskManager struct {
 	cfg    TaskManagerConfig
 	log    *slog.Logger
-	pm     *network.PartitionManager
 	memory *network.NetworkMemory
 	server *network.Server
 	spill  string // spill directory of blocking partitions, removed at shutdown
@@ -62,12 +67,12 @@ type TaskManager struct {
 	// subtask deployed here, and the attempts being cancelled for a restart. An attempt that ended is
 	// forgotten (its final counters travel in its last task.Update), so a job that fails over again and
 	// again does not accumulate the attempts it replaced.
-	tasks    map[ident.Attempt]*task.Task
+	tasks    map[taskKey]*task.Task
 	wg       sync.WaitGroup
 	shutdown bool
-	// secrets holds the partition credential secret of each job set up here (SetupJob), by job id; its
-	// bound is the jobs this TaskManager serves (ReleaseJob forgets them).
-	secrets map[[network.JobIDSize]byte][]byte
+	// jobs holds the jobs set up here (SetupJob) until they are released (ReleaseJob, or the end of the
+	// session): bounded by the jobs the JobManager runs here at once.
+	jobs map[protocol.JobID]*tmJob
 }
 
 // NewTaskManager starts a TaskManager and its data server.
@@ -93,9 +98,10 @@ func NewTaskManager(cfg TaskManagerConfig) (*TaskManager, error) {
 		lg = slog.Default()
 	}
 	lg = lg.With("taskmanager", cfg.Name)
+	// The server's own partition manager stays empty: every request is admitted to its job's (admit).
 	pm := network.NewPartitionManager()
-	tm := &TaskManager{cfg: cfg, log: lg, pm: pm, memory: mem, tasks: make(map[ident.Attempt]*task.Task),
-		secrets:         make(map[[network.JobIDSize]byte][]byte),
+	tm := &TaskManager{cfg: cfg, log: lg, memory: mem, tasks: make(map[taskKey]*task.Task),
+		jobs:            make(map[protocol.JobID]*tmJob),
 		snapshotWriters: make(chan struct{}, max(1, runtime.GOMAXPROCS(0)/2))}
 	so := cfg.DataServer
 	if so.Logger == nil {
@@ -117,66 +123,67 @@ func NewTaskManager(cfg TaskManagerConfig) (*TaskManager, error) {
 	return tm, nil
 }
 
-// SetupJob implements jobmaster.TaskManager: from now on the data server serves the job's partitions to
-// consumers that present the credential made with secret.
-func (tm *TaskManager) SetupJob(job [network.JobIDSize]byte, secret []byte) {
-	tm.mu.Lock()
-	defer tm.mu.Unlock()
-	tm.secrets[job] = append([]byte(nil), secret...)
-}
-
 // admit is the data server's check of a partition request: the job must be set up here and the
 // credential must be the one its job master issued to that consumer attempt for that subpartition. A job
-// not set up (yet) is "not found", which the consumer retries; a wrong credential is refused for good.
+// not set up (yet) is "not found", which the consumer retries; a wrong credential is refused for good. The
+// partitions are looked up in the job's own partition manager.
 func (tm *TaskManager) admit(r network.PartitionRequest) (*network.PartitionManager, error) {
-	tm.mu.Lock()
-	secret, ok := tm.secrets[r.Job]
-	tm.mu.Unlock()
-	if !ok {
+	j := tm.job(protocol.JobID(r.Job))
+	if j == nil {
 		return nil, fmt.Errorf("job %x is not set up on TaskManager %s: %w", r.Job[:4], tm.cfg.Name, network.ErrPartitionNotFound)
 	}
-	return nil, r.VerifyCredential(secret)
+	if err := r.VerifyCredential(j.setup.Secret); err != nil {
+		return nil, err
+	}
+	return j.pm, nil
 }
 
-// Name implements jobmaster.TaskManager.
+// Name identifies the TaskManager in reports ("tm-1").
 func (tm *TaskManager) Name() string { return tm.cfg.Name }
 
-// DataAddress implements jobmaster.TaskManager.
-func (tm *TaskManager) DataAddress() string { return tm.server.Addr() }
+// DataAddress is the address other TaskManagers reach its data server at: DataAdvertise if set, else the
+// address the server listens on.
+func (tm *TaskManager) DataAddress() string {
+	if tm.cfg.DataAdvertise != "" {
+		return tm.cfg.DataAdvertise
+	}
+	return tm.server.Addr()
+}
 
-// Slots implements jobmaster.TaskManager.
+// DataListenAddress is the address the data server listens on.
+func (tm *TaskManager) DataListenAddress() string { return tm.server.Addr() }
+
+// Slots is the number of task slots.
 func (tm *TaskManager) Slots() int { return tm.cfg.Slots }
-
-// Partitions returns the TaskManager's partition manager.
-func (tm *TaskManager) Partitions() *network.PartitionManager { return tm.pm }
 
 // Memory returns the TaskManager's network memory.
 func (tm *TaskManager) Memory() *network.NetworkMemory { return tm.memory }
 
-// Submit implements jobmaster.TaskManager: the task runs on a goroutine the TaskManager owns.
-func (tm *TaskManager) Submit(cfg task.Config, report func(task.Update)) error {
+// start runs a task on a goroutine the TaskManager owns.
+func (tm *TaskManager) start(job protocol.JobID, pm *network.PartitionManager, cfg task.Config, report func(task.Update)) error {
 	env := task.Env{
-		Partitions: tm.pm, Memory: tm.memory, Logger: tm.log, Report: report,
+		Partitions: pm, Memory: tm.memory, Logger: tm.log, Report: report,
 		ConnectRemote: tm.connectRemote, SpillDir: tm.spill, SnapshotWriters: tm.snapshotWriters,
 	}
 	t := task.New(cfg, env)
+	k := taskKey{job, cfg.Info.Attempt}
 	tm.mu.Lock()
 	if tm.shutdown {
 		tm.mu.Unlock()
 		return fmt.Errorf("TaskManager %s is shut down", tm.cfg.Name)
 	}
-	if _, dup := tm.tasks[cfg.Info.Attempt]; dup {
+	if _, dup := tm.tasks[k]; dup {
 		tm.mu.Unlock()
 		return fmt.Errorf("TaskManager %s already runs %s", tm.cfg.Name, cfg.Info.Attempt)
 	}
-	tm.tasks[cfg.Info.Attempt] = t
+	tm.tasks[k] = t
 	tm.wg.Add(1)
 	tm.mu.Unlock()
 	go func() {
 		defer tm.wg.Done()
 		t.Run()
 		tm.mu.Lock()
-		delete(tm.tasks, cfg.Info.Attempt)
+		delete(tm.tasks, k)
 		tm.mu.Unlock()
 	}()
 	return nil
@@ -189,93 +196,29 @@ func (tm *TaskManager) NumTasks() int {
 	return len(tm.tasks)
 }
 
+// NumPartitions returns how many result partitions the TaskManager holds, over all its jobs.
+func (tm *TaskManager) NumPartitions() int {
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	n := 0
+	for _, j := range tm.jobs {
+		n += j.pm.Len()
+	}
+	return n
+}
+
 func (tm *TaskManager) connectRemote(ctx context.Context, spec task.ChannelSpec, owner ident.Attempt, pool *network.BufferPool, credits int, notify func()) (network.InputChannel, error) {
 	opts := tm.cfg.DataDial
 	opts.Job, opts.Credential = spec.Job, spec.Credential
 	return network.DialRemoteChannel(ctx, spec.Address, spec.Partition, spec.Subpartition, owner, pool, credits, notify, opts)
 }
 
-// Cancel implements jobmaster.TaskManager.
-func (tm *TaskManager) Cancel(a ident.Attempt) {
-	tm.mu.Lock()
-	t := tm.tasks[a]
-	tm.mu.Unlock()
-	if t != nil {
-		t.Cancel()
-	}
-}
-
-// TriggerCheckpoint implements jobmaster.TaskManager.
-func (tm *TaskManager) TriggerCheckpoint(a ident.Attempt, id, ts int64, flags uint32) bool {
-	tm.mu.Lock()
-	t := tm.tasks[a]
-	tm.mu.Unlock()
-	return t != nil && t.TriggerCheckpoint(id, ts, flags)
-}
-
-// AbortCheckpoint implements jobmaster.TaskManager.
-func (tm *TaskManager) AbortCheckpoint(a ident.Attempt, id int64) {
-	tm.mu.Lock()
-	t := tm.tasks[a]
-	tm.mu.Unlock()
-	if t != nil {
-		t.AbortCheckpoint(id)
-	}
-}
-
-// NotifyCheckpointComplete implements jobmaster.TaskManager.
-func (tm *TaskManager) NotifyCheckpointComplete(a ident.Attempt, id int64) {
-	tm.mu.Lock()
-	t := tm.tasks[a]
-	tm.mu.Unlock()
-	if t != nil {
-		t.NotifyCheckpointComplete(id)
-	}
-}
-
-// SubpartitionStats implements jobmaster.TaskManager.
-func (tm *TaskManager) SubpartitionStats(p ident.PartitionID, sub int) (network.SubpartitionStats, bool) {
-	rp, err := tm.pm.Lookup(p)
-	if err != nil || sub < 0 || sub >= rp.NumSubpartitions() {
-		return network.SubpartitionStats{}, false
-	}
-	return rp.Subpartition(sub).Stats(), true
-}
-
-// ReleasePartitions implements jobmaster.TaskManager.
-func (tm *TaskManager) ReleasePartitions(a ident.Attempt) { tm.pm.ReleaseProducedBy(a) }
-
-// Counters implements jobmaster.TaskManager; an attempt that ended is not known anymore (its final counts
-// came with its terminal update).
-func (tm *TaskManager) Counters(a ident.Attempt) (in, out uint64, ok bool) {
-	tm.mu.Lock()
-	t := tm.tasks[a]
-	tm.mu.Unlock()
-	if t == nil {
-		return 0, 0, false
-	}
-	in, out = t.Counters().Snapshot()
-	return in, out, true
-}
-
-// ReleaseJob releases all partitions and forgets the jobs' credential secrets (the job ended).
-func (tm *TaskManager) ReleaseJob() {
-	tm.pm.ReleaseAll()
-	tm.mu.Lock()
-	clear(tm.secrets)
-	tm.mu.Unlock()
-}
-
-// Shutdown cancels all tasks, waits for them, releases all partitions and stops the data server.
+// Shutdown cancels all tasks, waits for them, releases every job and stops the data server.
 func (tm *TaskManager) Shutdown() error {
 	tm.mu.Lock()
 	tm.shutdown = true
-	for _, t := range tm.tasks {
-		t.Cancel()
-	}
 	tm.mu.Unlock()
-	tm.wg.Wait()
-	tm.pm.ReleaseAll()
+	tm.cancelAll()
 	err := tm.server.Close()
 	return errors.Join(err, os.RemoveAll(tm.spill))
 }

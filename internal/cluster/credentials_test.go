@@ -48,28 +48,29 @@ func TestIntruderCannotTakeOverAChannel(t *testing.T) {
 	var mu sync.Mutex
 	received := map[int32]uint64{}
 	var sinkErr error
-	jm, err := jobmaster.NewDriver(jobmaster.Config{
-		Job: jg, TaskManagers: []jobmaster.TaskManager{producerTM, consumerTM}, NoSlotSharing: true,
-		Failover: scheduler.ApproximateFailover, Restart: restart, Logger: lg,
-		ChainFor: func(v *graph.JobVertex) task.ChainFactory {
-			return func(rt *task.Runtime) (task.Chain, error) {
-				if v.IsSource() {
-					// The second half waits until the intruders have tried.
-					return &sequenceSource{rt: rt, total: total, gate: attacked, gateAt: total / 2}, nil
-				}
-				return &checkingSink{rt: rt, progress: func(attempt int32, n uint64, err error) {
-					mu.Lock()
-					received[attempt] = n
-					if err != nil && sinkErr == nil {
-						sinkErr = err
-					}
-					mu.Unlock()
-					if n >= 1000 {
-						once.Do(func() { close(started) })
-					}
-				}}, nil
+	chainFor := func(v *graph.JobVertex) task.ChainFactory {
+		return func(rt *task.Runtime) (task.Chain, error) {
+			if v.IsSource() {
+				// The second half waits until the intruders have tried.
+				return &sequenceSource{rt: rt, total: total, gate: attacked, gateAt: total / 2}, nil
 			}
-		},
+			return &checkingSink{rt: rt, progress: func(attempt int32, n uint64, err error) {
+				mu.Lock()
+				received[attempt] = n
+				if err != nil && sinkErr == nil {
+					sinkErr = err
+				}
+				mu.Unlock()
+				if n >= 1000 {
+					once.Do(func() { close(started) })
+				}
+			}}, nil
+		}
+	}
+	disp := connect(t, jobmaster.DispatcherConfig{}, &testCatalog{jg: jg, chainFor: chainFor}, producerTM, consumerTM)
+	jm, err := jobmaster.NewDriver(jobmaster.Config{
+		Job: jg, Dispatcher: disp, RequireSlots: true, NoSlotSharing: true,
+		Failover: scheduler.ApproximateFailover, Restart: restart, Logger: lg,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -96,7 +97,7 @@ func TestIntruderCannotTakeOverAChannel(t *testing.T) {
 			owner.Number = tc.attempt
 			pool := network.NewBufferPool("intruder", network.DefaultBufferSize, 2)
 			ch, err := network.DialRemoteChannel(ctx, producerTM.DataAddress(), pid, 0, owner, pool, 2, nil,
-				network.DialOptions{Job: jm.JobID(), Credential: tc.credential, Timeout: 5 * time.Second})
+				network.DialOptions{Job: [network.JobIDSize]byte(jm.JobID()), Credential: tc.credential, Timeout: 5 * time.Second})
 			if err == nil {
 				ch.Release()
 				err = errors.New("an intruder was admitted")

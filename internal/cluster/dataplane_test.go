@@ -145,18 +145,25 @@ type freezingProxy struct {
 	wg     sync.WaitGroup
 }
 
-func newFreezingProxy(t *testing.T, target string) *freezingProxy {
+func newFreezingProxy(t *testing.T) *freezingProxy {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &freezingProxy{ln: ln, target: target}
+	p := &freezingProxy{ln: ln}
 	p.wg.Add(1)
 	go p.accept()
 	return p
 }
 
 func (p *freezingProxy) Addr() string { return p.ln.Addr().String() }
+
+// setTarget sets where connections are passed on to; until then they are refused.
+func (p *freezingProxy) setTarget(addr string) {
+	p.mu.Lock()
+	p.target = addr
+	p.mu.Unlock()
+}
 
 func (p *freezingProxy) accept() {
 	defer p.wg.Done()
@@ -165,7 +172,10 @@ func (p *freezingProxy) accept() {
 		if err != nil {
 			return
 		}
-		server, err := net.Dial("tcp", p.target)
+		p.mu.Lock()
+		target := p.target
+		p.mu.Unlock()
+		server, err := net.Dial("tcp", target)
 		if err != nil {
 			client.Close()
 			continue
@@ -228,14 +238,6 @@ func (p *freezingProxy) Close() {
 	p.wg.Wait()
 }
 
-// advertised is a TaskManager that the job master reaches at another data address (through a proxy).
-type advertised struct {
-	*cluster.TaskManager
-	addr string
-}
-
-func (a advertised) DataAddress() string { return a.addr }
-
 // syncBuffer is a log sink written by the TaskManagers' goroutines and read by the test.
 type syncBuffer struct {
 	mu sync.Mutex
@@ -290,23 +292,27 @@ func TestJobSurvivesMisbehavingDataPlanePeers(t *testing.T) {
 			t.Cleanup(func() { goleak.VerifyNone(t) }) // registered first, so it runs last
 			var logs syncBuffer
 			lg := slog.New(slog.NewTextHandler(&logs, nil))
-			producerTM, err := cluster.NewTaskManager(cluster.TaskManagerConfig{Name: "producer", Slots: 1, DataServer: tc.server, Logger: lg})
+			pc := cluster.TaskManagerConfig{Name: "producer", Slots: 1, DataServer: tc.server, Logger: lg}
+			var proxy *freezingProxy
+			if tc.freeze {
+				// The producer is reached through the proxy: it advertises the proxy's address.
+				proxy = newFreezingProxy(t)
+				t.Cleanup(proxy.Close)
+				pc.DataAdvertise = proxy.Addr()
+			}
+			producerTM, err := cluster.NewTaskManager(pc)
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = producerTM.Shutdown() })
+			if proxy != nil {
+				proxy.setTarget(producerTM.DataListenAddress())
+			}
 			consumerTM, err := cluster.NewTaskManager(cluster.TaskManagerConfig{Name: "consumer", Slots: 1, Logger: lg})
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = consumerTM.Shutdown() })
-			var producer jobmaster.TaskManager = producerTM
-			var proxy *freezingProxy
-			if tc.freeze {
-				proxy = newFreezingProxy(t, producerTM.DataAddress())
-				t.Cleanup(proxy.Close)
-				producer = advertised{producerTM, proxy.Addr()}
-			}
 
 			// The disturbance starts once the first attempt of the sink has records.
 			started := make(chan struct{})
@@ -333,26 +339,27 @@ func TestJobSurvivesMisbehavingDataPlanePeers(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			chainFor := func(v *graph.JobVertex) task.ChainFactory {
+				return func(rt *task.Runtime) (task.Chain, error) {
+					if v.IsSource() {
+						n := uint64(total)
+						if tc.freeze && rt.Info.Attempt.Number == 0 {
+							n = 0 // without end: only a failover ends this attempt
+						}
+						// The second half waits for the disturbance to be in place.
+						return &sequenceSource{rt: rt, total: n, gate: disturbed, gateAt: total / 2}, nil
+					}
+					return &checkingSink{rt: rt, progress: progress}, nil
+				}
+			}
+			disp := connect(t, jobmaster.DispatcherConfig{Logger: lg}, &testCatalog{jg: jg, chainFor: chainFor}, producerTM, consumerTM)
 			jm, err := jobmaster.NewDriver(jobmaster.Config{
-				Job: jg, TaskManagers: []jobmaster.TaskManager{producer, consumerTM}, NoSlotSharing: true,
+				Job: jg, Dispatcher: disp, RequireSlots: true, NoSlotSharing: true,
 				Failover: scheduler.RegionFailover, Restart: restart, Logger: lg,
 				// Full buffers only, 16 of 32 KiB in flight per channel: more than the frozen connection's
 				// socket buffers take, so the server's write blocks. (With less in flight than the socket
 				// buffers hold, a consumer that stops reading looks like one that is backpressured.)
 				BufferTimeout: -1, CreditsPerChannel: 16,
-				ChainFor: func(v *graph.JobVertex) task.ChainFactory {
-					return func(rt *task.Runtime) (task.Chain, error) {
-						if v.IsSource() {
-							n := uint64(total)
-							if tc.freeze && rt.Info.Attempt.Number == 0 {
-								n = 0 // without end: only a failover ends this attempt
-							}
-							// The second half waits for the disturbance to be in place.
-							return &sequenceSource{rt: rt, total: n, gate: disturbed, gateAt: total / 2}, nil
-						}
-						return &checkingSink{rt: rt, progress: progress}, nil
-					}
-				},
 			})
 			if err != nil {
 				t.Fatal(err)

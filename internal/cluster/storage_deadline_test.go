@@ -33,17 +33,18 @@ func TestStorageThatStopsAnsweringFailsTheCallNotTheJobMaster(t *testing.T) {
 	jg := sourceToSink(t, "hanging-storage", graph.Forward, graph.JobGraphOptions{})
 	cc := checkpoint.DefaultConfig()
 	cc.IntervalMillis, cc.TolerableFailed = 20, 10
-	jm, err := jobmaster.NewDriver(jobmaster.Config{
-		Job: jg, TaskManagers: []jobmaster.TaskManager{tm}, Logger: slog.New(slog.DiscardHandler),
-		Checkpoint: &cc, Storage: storage, StorageTimeout: 100 * time.Millisecond,
-		ChainFor: func(v *graph.JobVertex) task.ChainFactory {
-			return func(rt *task.Runtime) (task.Chain, error) {
-				if v.IsSource() {
-					return &sequenceSource{rt: rt, total: total}, nil
-				}
-				return &checkingSink{rt: rt, progress: func(int32, uint64, error) {}}, nil
+	chainFor := func(v *graph.JobVertex) task.ChainFactory {
+		return func(rt *task.Runtime) (task.Chain, error) {
+			if v.IsSource() {
+				return &sequenceSource{rt: rt, total: total}, nil
 			}
-		},
+			return &checkingSink{rt: rt, progress: func(int32, uint64, error) {}}, nil
+		}
+	}
+	disp := connect(t, jobmaster.DispatcherConfig{}, &testCatalog{jg: jg, chainFor: chainFor, store: storage}, tm)
+	jm, err := jobmaster.NewDriver(jobmaster.Config{
+		Job: jg, Dispatcher: disp, RequireSlots: true, Logger: slog.New(slog.DiscardHandler),
+		Checkpoint: &cc, Storage: storage, StorageTimeout: 100 * time.Millisecond,
 	})
 	if err != nil {
 		t.Fatal(err)

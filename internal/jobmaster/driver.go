@@ -1,24 +1,23 @@
-// Package jobmaster runs one job on the pure job-master core (internal/jobcore): the Driver feeds the core
-// the events that reach the job (task updates, observations, checkpoint acknowledgements, storage results,
-// the clock) and carries out what its Ready asks, in the order Ready documents.
+// Package jobmaster is the JobManager's runtime around the pure job-master core (internal/jobcore): the
+// Dispatcher holds the sessions of the TaskManagers, their slots and their liveness, and routes their
+// messages; a Driver runs one job on a Core, feeding it the events that reach the job (task updates,
+// observations, checkpoint acknowledgements, storage results, the clock) and carrying out what its Ready
+// asks, in the order Ready documents.
 //
-// Goroutines, and who owns them (all of them end before Run returns):
+// Goroutines of a Driver, and who owns them (all of them end before Run returns):
 //
-//   - Run's goroutine, the loop: it alone touches the Core. It selects over the inbox, one timer set to the
-//     core's NextDeadline, a 200 ms poll of the record counters, ctx, and snapshot requests.
+//   - Run's goroutine, the loop: it alone touches the Core. It selects over the inbox, the slot grants, one
+//     timer set to the core's NextDeadline, a 200 ms tick, ctx, and snapshot requests.
 //   - one storage worker per job: it runs the core's StorageOps one at a time, in order, each under its
 //     deadline, and answers each with a StorageDone through the inbox.
-//   - one sender per TaskManager: it carries out the messages for that TaskManager in order, by calling
-//     the TaskManager's methods, and puts their answers (a refused trigger, a subpartition sample, the
-//     counters) into the inbox. A TaskManager call that blocks stalls its own sender only, never the loop.
 //
-// The inbox is bounded and its senders wait rather than drop: an update lost would leave the job waiting for
-// it. Nothing the loop does waits for a sender or the storage worker: their queues are not bounded by the
-// driver but by the core (at most 32 storage ops out; messages by what the job's subtasks need). No mutex
-// guards core state: Snapshot asks the loop for a copy. The only locks are inside the senders' queues.
+// Messages to TaskManagers go through their sessions (protocol.Session), whose Send only queues: nothing
+// the loop does waits for a TaskManager. The inbox is bounded and its senders (session readers, the storage
+// worker) wait rather than drop: an update lost would leave the job waiting for it. No mutex guards core
+// state: Snapshot asks the loop for a copy.
 //
-// It must not import the public runnel package or the cluster wiring: TaskManagers are reached through the
-// TaskManager interface, so the in-process mini-cluster and a remote TaskManager look the same to it.
+// It must not import the public runnel package or the TaskManager's side (internal/cluster): TaskManagers
+// are reached only through sessions, so the in-process mini-cluster and remote TaskManagers look the same.
 package jobmaster
 
 import (
@@ -33,47 +32,12 @@ import (
 
 	"github.com/runnel-dev/runnel/internal/checkpoint"
 	"github.com/runnel-dev/runnel/internal/graph"
-	"github.com/runnel-dev/runnel/internal/ident"
 	"github.com/runnel-dev/runnel/internal/jobcore"
 	"github.com/runnel-dev/runnel/internal/network"
+	"github.com/runnel-dev/runnel/internal/protocol"
 	"github.com/runnel-dev/runnel/internal/scheduler"
 	"github.com/runnel-dev/runnel/internal/task"
 )
-
-// TaskManager is the driver's view of a TaskManager.
-type TaskManager interface {
-	// Name identifies the TaskManager in reports ("tm-1").
-	Name() string
-	// DataAddress is where its partitions are served over TCP.
-	DataAddress() string
-	// Slots is the number of task slots.
-	Slots() int
-	// Submit deploys a task; updates about it arrive through report.
-	Submit(cfg task.Config, report func(task.Update)) error
-	// Cancel asks a task attempt to stop.
-	Cancel(a ident.Attempt)
-	// Counters returns the published record counters of a running attempt; one that ended brings its final
-	// counters in its terminal update.
-	Counters(a ident.Attempt) (in, out uint64, ok bool)
-	// TriggerCheckpoint asks an attempt to take checkpoint id (a source, or once tasks finished, a task whose
-	// upstream all finished); false if it cannot take the request.
-	TriggerCheckpoint(a ident.Attempt, id, timestampMillis int64, flags uint32) bool
-	// AbortCheckpoint tells an attempt that checkpoint id was given up.
-	AbortCheckpoint(a ident.Attempt, id int64)
-	// NotifyCheckpointComplete tells an attempt that checkpoint id is complete and persisted.
-	NotifyCheckpointComplete(a ident.Attempt, id int64)
-	// SetupJob tells the TaskManager the job's id and the secret its partition credentials are made with,
-	// before anything of the job is deployed there: its data server serves a partition of the job only to a
-	// consumer that presents the credential the job master issued (network.PartitionCredential).
-	SetupJob(job [network.JobIDSize]byte, secret []byte)
-	// ReleasePartitions releases the result partitions an attempt produced.
-	ReleasePartitions(a ident.Attempt)
-	// SubpartitionStats returns the counters of one subpartition of a partition it holds.
-	SubpartitionStats(p ident.PartitionID, sub int) (network.SubpartitionStats, bool)
-}
-
-// BarrierFlagAtLeastOnce marks the barriers of an at-least-once checkpoint.
-const BarrierFlagAtLeastOnce uint32 = 1
 
 // Status and Snapshot are jobcore's, where the decisions about them live.
 type (
@@ -92,10 +56,16 @@ const (
 
 // Config configures a job's driver.
 type Config struct {
-	Job          *graph.JobGraph
-	TaskManagers []TaskManager
-	// ChainFor builds the operator chain factory of a vertex.
-	ChainFor          func(v *graph.JobVertex) task.ChainFactory
+	Job *graph.JobGraph
+	// Dispatcher holds the TaskManagers the job runs on.
+	Dispatcher *Dispatcher
+	// Setup describes the job to its TaskManagers (name, arguments, graph fingerprint, storage and
+	// savepoint locations); the driver adds the secret and the start.
+	Setup protocol.SetupJob
+	// RequireSlots makes NewDriver refuse a job that needs more slots than the dispatcher's TaskManagers
+	// have (the mini-cluster, whose TaskManagers are all there); without it the job waits for slots.
+	RequireSlots      bool
+	SlotWaitTimeout   time.Duration
 	BufferTimeout     time.Duration
 	MaxRecordSize     int
 	CreditsPerChannel int
@@ -129,8 +99,9 @@ type Config struct {
 // DefaultStorageTimeout is the default bound of one checkpoint storage op.
 const DefaultStorageTimeout = time.Minute
 
-// countersInterval is how often the record counters of running attempts are asked for.
-const countersInterval = 200 * time.Millisecond
+// tickInterval is how often the loop ticks the core when nothing else happens: it settles and trims the
+// failover history.
+const tickInterval = 200 * time.Millisecond
 
 // inboxSize bounds the events waiting for the loop; senders wait when it is full.
 const inboxSize = 1024
@@ -139,10 +110,11 @@ const inboxSize = 1024
 type Driver struct {
 	cfg  Config
 	log  *slog.Logger
+	disp *Dispatcher
 	core *jobcore.Core
-	// jobID and secret identify this run of the job on the data plane: every remote channel's partition
-	// request carries a credential made from them for its consumer attempt (see taskConfig).
-	jobID  [network.JobIDSize]byte
+	// jobID and secret identify this run of the job: every message about it carries the id, and every
+	// remote channel's partition request carries a credential made from both for its consumer attempt.
+	jobID  protocol.JobID
 	secret []byte
 
 	inbox     chan jobcore.Event
@@ -154,17 +126,37 @@ type Driver struct {
 	running atomic.Bool
 	initial Snapshot
 
+	// grants holds the slots the dispatcher granted and the loop has not taken yet. The dispatcher may
+	// grant from within the loop's own slot request, so it must never wait for the loop: the list is bounded
+	// by the slots the job asked for. wake has one token: grants changed.
+	grantsMu sync.Mutex
+	grants   []jobcore.SlotsGranted
+	wake     chan struct{}
+
+	accMu sync.Mutex
+	// accumulators holds the newest accumulator values each TaskManager sent, by TaskManager.
+	accumulators map[jobcore.TaskManagerID]map[string][]byte
+
 	// Owned by the loop.
 	started  time.Time
-	senders  []*sender // by TaskManagerID-1
 	storageQ chan jobcore.StorageOp
-	// deployed holds, per TaskManager, the attempts deployed there that have not ended: whose counters
-	// the poll asks for.
-	deployed  []map[ident.Attempt]bool
-	slotGrant int
-	// pending are answers the loop gives itself (slot grants), stepped after the Ready that asked.
-	pending []jobcore.Event
+	// setUp holds the TaskManagers that were sent the job's setup: they are sent ReleaseJob at the end.
+	setUp   map[jobcore.TaskManagerID]bool
 	workers sync.WaitGroup
+}
+
+// SlotsNeeded returns how many slots a job needs: its highest parallelism with slot sharing, one per
+// subtask without.
+func SlotsNeeded(jg *graph.JobGraph, noSlotSharing bool) int {
+	need := 0
+	for _, v := range jg.Vertices {
+		if noSlotSharing {
+			need += v.Parallelism
+		} else if v.Parallelism > need {
+			need = v.Parallelism
+		}
+	}
+	return need
 }
 
 // NewDriver checks cfg and makes the driver of its job; Run runs it.
@@ -172,27 +164,21 @@ func NewDriver(cfg Config) (*Driver, error) {
 	if cfg.Job == nil || len(cfg.Job.Vertices) == 0 {
 		return nil, errors.New("job master: empty job graph")
 	}
-	if len(cfg.TaskManagers) == 0 {
-		return nil, errors.New("job master: no TaskManagers")
+	if cfg.Dispatcher == nil {
+		return nil, errors.New("job master: no dispatcher")
 	}
-	slots := 0
-	for _, tm := range cfg.TaskManagers {
-		slots += tm.Slots()
-	}
-	need := 0
-	for _, v := range cfg.Job.Vertices {
-		if cfg.NoSlotSharing {
-			need += v.Parallelism
-		} else if v.Parallelism > need {
-			need = v.Parallelism
+	if cfg.RequireSlots {
+		slots := 0
+		for _, tm := range cfg.Dispatcher.TaskManagers() {
+			slots += tm.Slots
 		}
-	}
-	if need > slots {
-		what := "its highest parallelism"
-		if cfg.NoSlotSharing {
-			what = "one per subtask, without slot sharing"
+		if need := SlotsNeeded(cfg.Job, cfg.NoSlotSharing); need > slots {
+			what := "its highest parallelism"
+			if cfg.NoSlotSharing {
+				what = "one per subtask, without slot sharing"
+			}
+			return nil, fmt.Errorf("job %q needs %d slots (%s), the cluster has %d: add TaskManagers or slots, or lower parallelism", cfg.Job.Name, need, what, slots)
 		}
-		return nil, fmt.Errorf("job %q needs %d slots (%s), the cluster has %d: add TaskManagers or slots, or lower parallelism", cfg.Job.Name, need, what, slots)
 	}
 	if cfg.Checkpoint != nil && cfg.Storage == nil {
 		return nil, errors.New("job master: checkpointing needs a storage")
@@ -207,7 +193,7 @@ func NewDriver(cfg Config) (*Driver, error) {
 	cc := jobcore.Config{Job: cfg.Job, BufferTimeout: cfg.BufferTimeout, MaxRecordSize: cfg.MaxRecordSize,
 		CreditsPerChannel: cfg.CreditsPerChannel, StateBackend: cfg.StateBackend, Failover: cfg.Failover,
 		Restart: cfg.Restart, Scheduling: cfg.Scheduling, NoSlotSharing: cfg.NoSlotSharing,
-		Checkpoint: cfg.Checkpoint, SavepointOnStop: cfg.SavepointOnStop,
+		Checkpoint: cfg.Checkpoint, SavepointOnStop: cfg.SavepointOnStop, SlotWaitTimeout: cfg.SlotWaitTimeout,
 		// The restart jitter differs from run to run, as it did before the core took the decisions.
 		Seed: uint64(time.Now().UnixNano())}
 	if sp := cfg.Savepoint; sp != nil {
@@ -217,10 +203,12 @@ func NewDriver(cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("job master: %w", err)
 	}
-	d := &Driver{cfg: cfg, log: lg.With("job", cfg.Job.Name), core: core, inbox: make(chan jobcore.Event, inboxSize),
-		snapshots: make(chan chan Snapshot), ended: make(chan struct{})}
+	d := &Driver{cfg: cfg, log: lg.With("job", cfg.Job.Name), disp: cfg.Dispatcher, core: core,
+		inbox: make(chan jobcore.Event, inboxSize), snapshots: make(chan chan Snapshot), ended: make(chan struct{}),
+		wake: make(chan struct{}, 1), accumulators: map[jobcore.TaskManagerID]map[string][]byte{},
+		setUp: map[jobcore.TaskManagerID]bool{}}
 	d.initial = core.Snapshot() // no goroutine has the core yet
-	// The secret never leaves the process but to the TaskManagers (SetupJob); the job id is not secret.
+	// The secret never leaves the process but to the job's TaskManagers (SetupJob); the job id is not secret.
 	d.secret = make([]byte, 32)
 	if _, err := cryptorand.Read(d.secret); err != nil {
 		return nil, fmt.Errorf("job master: partition credential secret: %w", err)
@@ -231,8 +219,8 @@ func NewDriver(cfg Config) (*Driver, error) {
 	return d, nil
 }
 
-// JobID returns the id of this run of the job on the data plane.
-func (d *Driver) JobID() [network.JobIDSize]byte { return d.jobID }
+// JobID returns the id of this run of the job.
+func (d *Driver) JobID() protocol.JobID { return d.jobID }
 
 // Snapshot returns the job's current observable state, as a copy the loop makes. Safe from any goroutine;
 // once the job ended it is the final state.
@@ -249,6 +237,26 @@ func (d *Driver) Snapshot() Snapshot {
 	}
 }
 
+// Accumulators returns the newest accumulator values of each TaskManager that sent some.
+func (d *Driver) Accumulators() map[jobcore.TaskManagerID]map[string][]byte {
+	d.accMu.Lock()
+	defer d.accMu.Unlock()
+	out := make(map[jobcore.TaskManagerID]map[string][]byte, len(d.accumulators))
+	for tm, vs := range d.accumulators {
+		out[tm] = vs
+	}
+	return out
+}
+
+func (d *Driver) accumulated(tm jobcore.TaskManagerID, a protocol.Accumulators) {
+	if len(a.Values) == 0 {
+		return
+	}
+	d.accMu.Lock()
+	d.accumulators[tm] = a.Values
+	d.accMu.Unlock()
+}
+
 // post puts an event into the inbox, waiting while it is full; after the job ended the event is of no use
 // and is dropped.
 func (d *Driver) post(ev jobcore.Event) {
@@ -258,27 +266,39 @@ func (d *Driver) post(ev jobcore.Event) {
 	}
 }
 
+// grant takes slots the dispatcher granted; it never waits.
+func (d *Driver) grant(g jobcore.SlotsGranted) {
+	d.grantsMu.Lock()
+	d.grants = append(d.grants, g)
+	d.grantsMu.Unlock()
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
 // Run runs the job and blocks until it reaches a terminal status and every goroutine of the driver ended.
 // Cancelling ctx stops the job: with the savepoint on stop if one was configured, else at once.
 func (d *Driver) Run(ctx context.Context) Snapshot {
 	d.started = time.Now()
+	if err := d.disp.addJob(d); err != nil {
+		d.core.Step(0, jobcore.Start{Wall: d.started}) //nolint:errcheck // the job fails below at once
+		d.final = d.core.Snapshot()
+		d.final.Status, d.final.Err = StatusFailed, fmt.Errorf("job master: %w", err)
+		close(d.ended)
+		return d.final
+	}
+	defer d.disp.removeJob(d)
 	d.running.Store(true)
 	d.storageQ = make(chan jobcore.StorageOp, 64) // the core keeps at most 32 out: the loop never waits here
 	d.workers.Add(1)
 	go d.storageWorker()
-	for i, tm := range d.cfg.TaskManagers {
-		s := newSender(d, jobcore.TaskManagerID(i+1), tm)
-		d.senders = append(d.senders, s)
-		d.deployed = append(d.deployed, make(map[ident.Attempt]bool))
-		d.workers.Add(1)
-		go s.run()
-	}
 	d.step(jobcore.Start{Wall: d.started})
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
-	poll := time.NewTicker(countersInterval)
-	defer poll.Stop()
+	tick := time.NewTicker(tickInterval)
+	defer tick.Stop()
 	done := ctx.Done()
 	for !d.core.Status().Terminal() {
 		if at, ok := d.core.NextDeadline(); ok {
@@ -289,11 +309,18 @@ func (d *Driver) Run(ctx context.Context) Snapshot {
 		select {
 		case ev := <-d.inbox:
 			d.step(ev)
+		case <-d.wake:
+			d.grantsMu.Lock()
+			gs := d.grants
+			d.grants = nil
+			d.grantsMu.Unlock()
+			for _, g := range gs {
+				d.step(g)
+			}
 		case <-timer.C:
 			d.step(jobcore.Tick{})
-		case <-poll.C:
-			d.pollCounters()
-			d.step(jobcore.Tick{}) // also settles and trims the failover history when nothing else does
+		case <-tick.C:
+			d.step(jobcore.Tick{}) // settles and trims the failover history when nothing else does
 		case <-done:
 			done = nil
 			d.step(jobcore.Stop{})
@@ -303,11 +330,11 @@ func (d *Driver) Run(ctx context.Context) Snapshot {
 	}
 	d.final = d.core.Snapshot()
 	close(d.ended)
-	// What the last Ready asked (releases, the last retain) is still carried out; then the workers end.
-	close(d.storageQ)
-	for _, s := range d.senders {
-		s.close()
+	for tm := range d.setUp {
+		d.disp.send(tm, d.jobID, protocol.ReleaseJob{})
 	}
+	// What the last Ready asked (the last retain) is still carried out; then the worker ends.
+	close(d.storageQ)
 	d.workers.Wait()
 	return d.final
 }
@@ -315,19 +342,11 @@ func (d *Driver) Run(ctx context.Context) Snapshot {
 // now is the core's clock: the time since the job started.
 func (d *Driver) now() time.Duration { return time.Since(d.started) }
 
-// step feeds one event to the core and carries out what it asks, then the answers the loop gave itself.
+// step feeds one event to the core and carries out what it asks.
 func (d *Driver) step(ev jobcore.Event) {
-	d.stepOne(ev)
-	for len(d.pending) > 0 {
-		ev := d.pending[0]
-		d.pending = d.pending[1:]
-		d.stepOne(ev)
-	}
-}
-
-func (d *Driver) stepOne(ev jobcore.Event) {
-	if u, ok := ev.(jobcore.TaskUpdate); ok && u.State.Terminal() {
-		d.forget(u.Attempt)
+	if su, ok := ev.(jobcore.JobSetUp); ok && su.Err != nil {
+		// Its slots must not come back to this job; the core fails or re-plans with the others.
+		d.disp.exclude(d.jobID, su.TaskManager)
 	}
 	if err := d.core.Step(d.now(), ev); err != nil {
 		// A bug of the driver, not a failure of the job: say so loudly and go on.
@@ -344,64 +363,50 @@ func (d *Driver) stepOne(ev jobcore.Event) {
 	for _, m := range rd.Messages {
 		d.message(m)
 	}
-	for _, sc := range rd.Slots {
-		d.slots(sc)
-	}
 	for _, l := range rd.Logs {
 		d.log.Log(context.Background(), slog.Level(l.Level), l.Message, l.Attrs...)
 	}
 	d.core.Advance()
+	// After Advance: a grant the pool makes at once comes back through grants, not as a nested Step.
+	for _, sc := range rd.Slots {
+		d.disp.slots(d.jobID, sc)
+	}
 }
 
-// slots is the mini-cluster's slot pool: its TaskManagers never leave, so a request is granted at once,
-// slot i of the job on TaskManager i mod n (today's placement, which keeps reports' TaskManager names).
-// Released slots need no bookkeeping: nothing else asks this pool.
-func (d *Driver) slots(sc jobcore.SlotChange) {
-	if sc.Request == 0 {
-		return
-	}
-	var g jobcore.SlotsGranted
-	for range sc.Request {
-		i := d.slotGrant % len(d.cfg.TaskManagers)
-		tm := d.cfg.TaskManagers[i]
-		g.Slots = append(g.Slots, jobcore.Slot{TaskManager: jobcore.TaskManagerID(i + 1), Name: tm.Name(),
-			DataAddress: tm.DataAddress(), Number: d.slotGrant / len(d.cfg.TaskManagers)})
-		d.slotGrant++
-	}
-	// After Advance, not a nested Step: the core takes no event between Ready and Advance.
-	d.pending = append(d.pending, g)
-}
-
-// message hands one message to its TaskManager's sender, after the bookkeeping the loop keeps itself.
+// message sends one message to its TaskManager, in the form that crosses a process: the job's setup with
+// its secret, deployments with a credential on every remote channel for their consumer attempt only.
 func (d *Driver) message(m jobcore.Message) {
-	i := int(m.To) - 1
-	if i < 0 || i >= len(d.senders) {
-		d.log.Error("job master: message to an unknown TaskManager", "to", m.To)
-		return
+	var body any = m.Body
+	switch b := m.Body.(type) {
+	case jobcore.SetupJob:
+		su := d.cfg.Setup
+		su.Name = d.cfg.Job.Name
+		su.Secret = d.secret
+		su.Start = d.started.UnixNano()
+		body = su
+		d.setUp[m.To] = true
+	case jobcore.Deploy:
+		body = jobcore.Deploy{Deployment: d.withCredentials(b.Deployment)}
 	}
-	if dep, ok := m.Body.(jobcore.Deploy); ok {
-		d.deployed[i][dep.Deployment.Info.Attempt] = true
-	}
-	d.senders[i].enqueue(m.Body)
+	d.disp.send(m.To, d.jobID, body)
 }
 
-// pollCounters asks every TaskManager for the counters of the attempts deployed there.
-func (d *Driver) pollCounters() {
-	for i, s := range d.senders {
-		if len(d.deployed[i]) == 0 {
-			continue
+// withCredentials copies a deployment's inputs with the job id and a partition credential on every remote
+// channel, made for this consumer attempt.
+func (d *Driver) withCredentials(dep jobcore.Deployment) jobcore.Deployment {
+	ins := make([]task.InputSpec, len(dep.Inputs))
+	for i, in := range dep.Inputs {
+		out := task.InputSpec{Channels: make([]task.ChannelSpec, len(in.Channels))}
+		copy(out.Channels, in.Channels)
+		for c := range out.Channels {
+			spec := &out.Channels[c]
+			if !spec.Local {
+				spec.Job = d.jobID // protocol.JobID is the wire's job id
+				spec.Credential = network.PartitionCredential(d.secret, [network.JobIDSize]byte(d.jobID), spec.Partition, spec.Subpartition, dep.Info.Attempt)
+			}
 		}
-		as := make([]ident.Attempt, 0, len(d.deployed[i]))
-		for a := range d.deployed[i] {
-			as = append(as, a)
-		}
-		s.enqueue(pollCounters{attempts: as})
+		ins[i] = out
 	}
-}
-
-// forget drops an attempt that ended from the counters' poll.
-func (d *Driver) forget(a ident.Attempt) {
-	for _, m := range d.deployed {
-		delete(m, a)
-	}
+	dep.Inputs = ins
+	return dep
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,44 +16,56 @@ import (
 	"github.com/runnel-dev/runnel/internal/checkpoint"
 	"github.com/runnel-dev/runnel/internal/checkpoint/errorbucket"
 	"github.com/runnel-dev/runnel/internal/graph"
-	"github.com/runnel-dev/runnel/internal/ident"
-	"github.com/runnel-dev/runnel/internal/network"
+	"github.com/runnel-dev/runnel/internal/jobcore"
+	"github.com/runnel-dev/runnel/internal/protocol"
 	"github.com/runnel-dev/runnel/internal/task"
 )
 
-// fakeTM runs no task: every attempt it is given reports RUNNING and then FINISHED with 7 records in and
-// out, from a goroutine it owns and waits for in stop.
+// fakeTM speaks the TaskManager's side of a session and runs no task: every attempt it is given reports
+// RUNNING and then FINISHED with 7 records in and out. It counts the job setups it was sent.
 type fakeTM struct {
-	mu     sync.Mutex
-	setups int
+	setups atomic.Int32
 	wg     sync.WaitGroup
 }
 
-func (f *fakeTM) Name() string        { return "fake" }
-func (f *fakeTM) DataAddress() string { return "127.0.0.1:1" }
-func (f *fakeTM) Slots() int          { return 4 }
-func (f *fakeTM) Submit(cfg task.Config, report func(task.Update)) error {
+// attach registers a fakeTM with 4 slots on d; it serves until the session ends, which d.Close does.
+func (f *fakeTM) attach(t *testing.T, d *Dispatcher) {
+	jm, tm := protocol.LocalPipe()
+	d.Attach(jm)
 	f.wg.Add(1)
 	go func() {
 		defer f.wg.Done()
-		report(task.Update{Attempt: cfg.Info.Attempt, State: task.Running})
-		report(task.Update{Attempt: cfg.Info.Attempt, State: task.Finished, RecordsIn: 7, RecordsOut: 7})
+		_ = tm.Send(protocol.Envelope{Body: protocol.Register{Version: protocol.Version, Name: "fake", Slots: 4, DataAddress: "127.0.0.1:1"}})
+		for {
+			env, err := tm.Recv()
+			if err != nil {
+				return
+			}
+			switch m := env.Body.(type) {
+			case protocol.SetupJob:
+				f.setups.Add(1)
+				_ = tm.Send(protocol.Envelope{Job: env.Job, Body: jobcore.JobSetUp{}})
+			case jobcore.Deploy:
+				a := m.Deployment.Info.Attempt
+				_ = tm.Send(protocol.Envelope{Job: env.Job, Body: jobcore.TaskUpdate{Attempt: a, State: task.Running}})
+				_ = tm.Send(protocol.Envelope{Job: env.Job, Body: jobcore.TaskUpdate{Attempt: a, State: task.Finished, RecordsIn: 7, RecordsOut: 7}})
+			case jobcore.TriggerCheckpoint:
+				_ = tm.Send(protocol.Envelope{Job: env.Job, Body: jobcore.CheckpointDecline{ID: m.ID, Attempt: m.Attempt,
+					Err: checkpoint.ErrTaskNotReady, NotReady: true}})
+			}
+		}
 	}()
-	return nil
+	if !d.WaitTaskManagers(1, nil) {
+		t.Fatal("the fake TaskManager did not register")
+	}
 }
-func (f *fakeTM) Cancel(ident.Attempt)                                       {}
-func (f *fakeTM) Counters(ident.Attempt) (uint64, uint64, bool)              { return 0, 0, false }
-func (f *fakeTM) TriggerCheckpoint(ident.Attempt, int64, int64, uint32) bool { return false }
-func (f *fakeTM) AbortCheckpoint(ident.Attempt, int64)                       {}
-func (f *fakeTM) NotifyCheckpointComplete(ident.Attempt, int64)              {}
-func (f *fakeTM) SetupJob([network.JobIDSize]byte, []byte) {
-	f.mu.Lock()
-	f.setups++
-	f.mu.Unlock()
-}
-func (f *fakeTM) ReleasePartitions(ident.Attempt) {}
-func (f *fakeTM) SubpartitionStats(ident.PartitionID, int) (network.SubpartitionStats, bool) {
-	return network.SubpartitionStats{}, false
+
+// dispatcherWithFake starts a dispatcher with one fakeTM; cleanup closes both and waits for them.
+func dispatcherWithFake(t *testing.T) (*Dispatcher, *fakeTM) {
+	d := NewDispatcher(DispatcherConfig{Logger: slog.New(slog.DiscardHandler)})
+	f := &fakeTM{}
+	f.attach(t, d)
+	return d, f
 }
 
 // chained is source → sink at parallelism 2, chained into one vertex.
@@ -73,9 +86,8 @@ func chained(t *testing.T) *graph.JobGraph {
 // checks the snapshots before, during and after Run, and that every goroutine of the driver ended with Run.
 func TestDriverRunsAJobAndStopsItsGoroutines(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	tm := &fakeTM{}
-	d, err := NewDriver(Config{Job: chained(t), TaskManagers: []TaskManager{tm}, Logger: slog.New(slog.DiscardHandler),
-		ChainFor: func(*graph.JobVertex) task.ChainFactory { return nil }})
+	disp, tm := dispatcherWithFake(t)
+	d, err := NewDriver(Config{Job: chained(t), Dispatcher: disp, RequireSlots: true, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,6 +95,7 @@ func TestDriverRunsAJobAndStopsItsGoroutines(t *testing.T) {
 		t.Fatalf("before Run: %s", s.Status)
 	}
 	snap := d.Run(context.Background())
+	disp.Close()
 	tm.wg.Wait()
 	if snap.Status != StatusFinished || snap.Vertices[0].RecordsOut != 14 {
 		t.Fatalf("job %s, %d records out: %v", snap.Status, snap.Vertices[0].RecordsOut, snap.Err)
@@ -90,8 +103,8 @@ func TestDriverRunsAJobAndStopsItsGoroutines(t *testing.T) {
 	if s := d.Snapshot(); s.Status != StatusFinished || s.Ended != snap.Ended {
 		t.Fatalf("after Run: %s, ended %v, want the final snapshot", s.Status, s.Ended)
 	}
-	if tm.setups != 1 {
-		t.Fatalf("%d SetupJob calls, want 1", tm.setups)
+	if n := tm.setups.Load(); n != 1 {
+		t.Fatalf("%d SetupJob messages, want 1", n)
 	}
 }
 
@@ -102,8 +115,10 @@ func TestStorageOpsHaveDeadlines(t *testing.T) {
 	eb := errorbucket.Wrap(checkpoint.BlobBucket(memblob.OpenBucket(nil)))
 	eb.Inject(errorbucket.Fault{Ops: errorbucket.OpList, Hang: true, Times: 1})
 	cc := checkpoint.DefaultConfig()
-	d, err := NewDriver(Config{Job: chained(t), TaskManagers: []TaskManager{&fakeTM{}}, Logger: slog.New(slog.DiscardHandler),
-		ChainFor: func(*graph.JobVertex) task.ChainFactory { return nil }, Checkpoint: &cc,
+	disp, tm := dispatcherWithFake(t)
+	defer tm.wg.Wait()
+	defer disp.Close()
+	d, err := NewDriver(Config{Job: chained(t), Dispatcher: disp, Logger: slog.New(slog.DiscardHandler), Checkpoint: &cc,
 		Storage: checkpoint.NewStorage(eb, "mem://hang"), StorageTimeout: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,159 @@
+package cluster_test
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/runnel-dev/runnel/internal/cluster"
+	"github.com/runnel-dev/runnel/internal/graph"
+	"github.com/runnel-dev/runnel/internal/jobmaster"
+	"github.com/runnel-dev/runnel/internal/protocol"
+	"github.com/runnel-dev/runnel/internal/scheduler"
+	"github.com/runnel-dev/runnel/internal/task"
+)
+
+// muteSession is a TaskManager's end of a session that, once muted, drops everything the TaskManager
+// sends while still delivering what the JobManager sends: a TaskManager behind a one-way network
+// partition, or a frozen process as the JobManager sees it.
+type muteSession struct {
+	protocol.Session
+	muted atomic.Bool
+}
+
+func (m *muteSession) Send(e protocol.Envelope) error {
+	if m.muted.Load() {
+		return nil
+	}
+	return m.Session.Send(e)
+}
+
+// TestSilentTaskManagerIsLostAndItsWorkMoves mutes the TaskManager that runs the sink mid-run: the
+// dispatcher declares it lost after the heartbeat timeout, the job fails over (region: source and sink)
+// onto the slots that remain, the TaskManager cancels its tasks once its session ends, and the job
+// finishes with every record.
+func TestSilentTaskManagerIsLostAndItsWorkMoves(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	const total = 200_000
+	const timeout = 300 * time.Millisecond
+	lg := slog.New(slog.DiscardHandler)
+	a, err := cluster.NewTaskManager(cluster.TaskManagerConfig{Name: "tm-a", Slots: 2, Logger: lg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Shutdown() })
+	b, err := cluster.NewTaskManager(cluster.TaskManagerConfig{Name: "tm-b", Slots: 1, Logger: lg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Shutdown() })
+	jg := sourceToSink(t, "mute", graph.Forward, graph.JobGraphOptions{})
+	started, muted := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	var mu sync.Mutex
+	received := map[int32]uint64{}
+	chainFor := func(v *graph.JobVertex) task.ChainFactory {
+		return func(rt *task.Runtime) (task.Chain, error) {
+			if v.IsSource() {
+				return &sequenceSource{rt: rt, total: total, gate: muted, gateAt: total / 2}, nil
+			}
+			return &checkingSink{rt: rt, progress: func(attempt int32, n uint64, err error) {
+				mu.Lock()
+				received[attempt] = n
+				mu.Unlock()
+				if n >= 1000 {
+					once.Do(func() { close(started) })
+				}
+			}}, nil
+		}
+	}
+	cat := &testCatalog{jg: jg, chainFor: chainFor}
+	disp := jobmaster.NewDispatcher(jobmaster.DispatcherConfig{Logger: lg, HeartbeatInterval: timeout / 6, HeartbeatTimeout: timeout})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	served := make(chan error, 2)
+	var mute *muteSession
+	for i, tm := range []*cluster.TaskManager{a, b} {
+		jm, end := protocol.LocalPipe()
+		var s protocol.Session = end
+		if tm == b {
+			mute = &muteSession{Session: end}
+			s = mute
+		}
+		disp.Attach(jm)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			served <- tm.Serve(ctx, s, cat)
+		}()
+		if !disp.WaitTaskManagers(i+1, ctx.Done()) {
+			t.Fatal("TaskManagers did not register")
+		}
+	}
+	defer wg.Wait()
+	defer disp.Close()
+	restart, err := scheduler.ParseRestartStrategy("fixed-delay:attempts=2,delay=0s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jm, err := jobmaster.NewDriver(jobmaster.Config{Job: jg, Dispatcher: disp, RequireSlots: true, NoSlotSharing: true,
+		Failover: scheduler.RegionFailover, Restart: restart, Logger: lg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mutedAt time.Time
+	go func() {
+		defer close(muted)
+		select {
+		case <-started:
+		case <-ctx.Done():
+			return
+		}
+		mutedAt = time.Now()
+		mute.muted.Store(true)
+	}()
+	snap := jm.Run(ctx)
+	<-muted
+	if snap.Status != jobmaster.StatusFinished || len(snap.Failovers) != 1 {
+		t.Fatalf("job %s with %d failovers: %v", snap.Status, len(snap.Failovers), snap.Err)
+	}
+	f := snap.Failovers[0]
+	if !strings.Contains(f.Cause.Error(), "tm-b") || !strings.Contains(f.Cause.Error(), "no heartbeat") {
+		t.Errorf("failover cause %q does not name the silent TaskManager and why", f.Cause)
+	}
+	if d := f.FailedAt.Sub(mutedAt); d < timeout || d > timeout+time.Second {
+		t.Errorf("declared lost %v after it went silent, timeout %v", d, timeout)
+	}
+	mu.Lock()
+	got := received[1]
+	mu.Unlock()
+	if got != total {
+		t.Fatalf("the restarted sink received %d of %d records (all: %v)", got, total, received)
+	}
+	for _, v := range snap.Vertices {
+		for _, st := range v.Subtasks {
+			if st.TaskManager != "tm-a" {
+				t.Errorf("%s runs on %s after the failover, want tm-a", v.Vertex.Name, st.TaskManager)
+			}
+		}
+	}
+	// The muted TaskManager heard its session end and cancelled its tasks.
+	select {
+	case err := <-served:
+		if err == nil {
+			t.Error("a TaskManager's Serve returned nil")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the lost TaskManager's Serve did not return")
+	}
+	if n := b.NumTasks(); n != 0 {
+		t.Errorf("the lost TaskManager still runs %d tasks", n)
+	}
+}

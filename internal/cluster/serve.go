@@ -1,0 +1,398 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/runnel-dev/runnel/internal/checkpoint"
+	"github.com/runnel-dev/runnel/internal/ident"
+	"github.com/runnel-dev/runnel/internal/jobcore"
+	"github.com/runnel-dev/runnel/internal/network"
+	"github.com/runnel-dev/runnel/internal/protocol"
+	"github.com/runnel-dev/runnel/internal/scheduler"
+	"github.com/runnel-dev/runnel/internal/task"
+)
+
+// Catalog builds the jobs a TaskManager is asked to run: the binary's registry of jobs in a cluster, the
+// jobs Execute built in the mini-cluster.
+type Catalog interface {
+	// Open builds the job a SetupJob describes. It may do I/O (open the checkpoint storage, read the
+	// savepoint) under ctx; an error is the TaskManager's answer to the setup ("cannot run this job").
+	Open(ctx context.Context, job protocol.JobID, setup protocol.SetupJob) (*JobBuild, error)
+}
+
+// JobBuild is what a TaskManager holds of one job: what the deployments of the job need that is not data.
+type JobBuild struct {
+	// ChainFor builds the operator chain factory of a vertex from this process's build of the job.
+	ChainFor func(v ident.VertexID) (task.ChainFactory, error)
+	// Store is the job's checkpoint storage (nil when checkpointing is off).
+	Store task.StateStore
+	// Savepoint is the savepoint the job started from (nil none): a restore of its checkpoint reads it.
+	Savepoint *checkpoint.Savepoint
+	// Close releases what Open opened (nil: nothing).
+	Close func() error
+}
+
+// setupTimeout bounds a Catalog's Open: a storage that does not answer must not keep the session's
+// messages waiting for ever.
+const setupTimeout = 30 * time.Second
+
+// countersInterval is how often the record counters of the running attempts are sent to the JobManager.
+const countersInterval = 200 * time.Millisecond
+
+// tmJob is one job set up on a TaskManager.
+type tmJob struct {
+	id    protocol.JobID
+	setup protocol.SetupJob
+	build *JobBuild
+	start time.Time
+	// pm holds the job's result partitions: one manager per job, so that the small partition ids of two
+	// jobs never meet, and a partition request is served only from the job its credential names.
+	pm *network.PartitionManager
+}
+
+// taskKey names a task attempt on a TaskManager that may run several jobs.
+type taskKey struct {
+	job     protocol.JobID
+	attempt ident.Attempt
+}
+
+// session is one registration of the TaskManager with a JobManager, from Serve's call to its return.
+type session struct {
+	tm  *TaskManager
+	s   protocol.Session
+	cat Catalog
+	id  uint64 // the JobManager's id of this registration
+	// heard is the last time a message arrived (Unix nanoseconds), for the JobManager's liveness.
+	heard atomic.Int64
+}
+
+// send sends a message of a job; a session that ended drops it (the JobManager that would read it is gone
+// or has declared this TaskManager lost, and Serve cancels every task).
+func (ss *session) send(job protocol.JobID, body any) {
+	if err := ss.s.Send(protocol.Envelope{Job: job, Body: body}); err != nil {
+		ss.tm.log.Debug("message not sent: the session ended", "message", fmt.Sprintf("%T", body), "err", err)
+	}
+}
+
+// Serve registers the TaskManager with the JobManager at the other end of s and carries out what it asks
+// until the session ends (ctx done, the JobManager gone or silent past the heartbeat timeout, a refusal).
+// Then it cancels every task it runs, waits for them and releases every job, so that a TaskManager that
+// lost its JobManager holds nothing; it returns the reason the session ended. A TaskManager serves one
+// session at a time; calling Serve again registers it anew.
+func (tm *TaskManager) Serve(ctx context.Context, s protocol.Session, cat Catalog) error {
+	reg := protocol.Register{Version: protocol.Version, Name: tm.cfg.Name, Slots: tm.cfg.Slots,
+		DataAddress: tm.DataAddress(), BufferSize: tm.cfg.BufferSize, Build: tm.cfg.Build}
+	if err := s.Send(protocol.Envelope{Body: reg}); err != nil {
+		s.Close(nil)
+		return fmt.Errorf("TaskManager %s: register: %w", tm.cfg.Name, err)
+	}
+	first, err := s.Recv()
+	if err != nil {
+		s.Close(nil)
+		return fmt.Errorf("TaskManager %s: register: %w", tm.cfg.Name, err)
+	}
+	var ok protocol.Registered
+	switch m := first.Body.(type) {
+	case protocol.Registered:
+		ok = m
+	case protocol.Refused:
+		s.Close(nil)
+		return &RefusedError{Reason: m.Reason, Permanent: m.Permanent}
+	default:
+		s.Close(nil)
+		return fmt.Errorf("TaskManager %s: the JobManager answered the registration with %T", tm.cfg.Name, first.Body)
+	}
+	ss := &session{tm: tm, s: s, cat: cat, id: ok.TaskManager}
+	ss.heard.Store(time.Now().UnixNano())
+	tm.log.Log(context.Background(), sessionLevel(ok), "registered with the JobManager", "session", ok.TaskManager, "heartbeat_interval", ok.HeartbeatInterval,
+		"heartbeat_timeout", ok.HeartbeatTimeout)
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // owned by Serve: ends with stop
+		defer wg.Done()
+		ss.tick(ctx, stop, ok)
+	}()
+	var reason error
+	for {
+		env, err := s.Recv()
+		if err != nil {
+			reason = err
+			break
+		}
+		ss.heard.Store(time.Now().UnixNano())
+		ss.handle(env)
+	}
+	close(stop)
+	wg.Wait()
+	s.Close(reason)
+	tm.cancelAll()
+	tm.log.Log(context.Background(), sessionLevel(ok), "the session with the JobManager ended: every task cancelled, every job released", "reason", reason)
+	return reason
+}
+
+// sessionLevel is the level of a session's log lines: INFO in a cluster, DEBUG in the mini-cluster (no
+// heartbeat timeout), where every job would otherwise begin and end with them.
+func sessionLevel(r protocol.Registered) slog.Level {
+	if r.HeartbeatTimeout == 0 {
+		return slog.LevelDebug
+	}
+	return slog.LevelInfo
+}
+
+// RefusedError is a JobManager's refusal of a registration.
+type RefusedError struct {
+	Reason    string
+	Permanent bool
+}
+
+func (e *RefusedError) Error() string { return "the JobManager refused the registration: " + e.Reason }
+
+// tick sends heartbeats and the running attempts' counters, ends the session of a JobManager silent for
+// the heartbeat timeout, and ends it when ctx is done.
+func (ss *session) tick(ctx context.Context, stop <-chan struct{}, reg protocol.Registered) {
+	counters := time.NewTicker(countersInterval)
+	defer counters.Stop()
+	var beat <-chan time.Time
+	if reg.HeartbeatInterval > 0 {
+		t := time.NewTicker(reg.HeartbeatInterval)
+		defer t.Stop()
+		beat = t.C
+	}
+	for {
+		select {
+		case <-stop:
+			return
+		case <-ctx.Done():
+			ss.s.Close(fmt.Errorf("TaskManager %s stopped: %w", ss.tm.cfg.Name, ctx.Err()))
+			return
+		case <-beat:
+			ss.send(protocol.JobID{}, protocol.Heartbeat{})
+			if to := reg.HeartbeatTimeout; to > 0 {
+				if silent := time.Since(time.Unix(0, ss.heard.Load())); silent > to {
+					ss.s.Close(fmt.Errorf("no message from the JobManager for %v (timeout %v)", silent.Round(time.Millisecond), to))
+				}
+			}
+		case <-counters.C:
+			ss.sendCounters()
+		}
+	}
+}
+
+// sendCounters sends, per job, the published record counters of the attempts that run here.
+func (ss *session) sendCounters() {
+	tm := ss.tm
+	byJob := map[protocol.JobID]*jobcore.Counters{}
+	tm.mu.Lock()
+	for k, t := range tm.tasks {
+		c := byJob[k.job]
+		if c == nil {
+			c = &jobcore.Counters{}
+			byJob[k.job] = c
+		}
+		in, out := t.Counters().Snapshot()
+		c.Counts = append(c.Counts, jobcore.AttemptCounters{Attempt: k.attempt, In: in, Out: out})
+	}
+	tm.mu.Unlock()
+	for job, c := range byJob {
+		ss.send(job, *c)
+	}
+}
+
+// handle carries out one message of the JobManager. Nothing here waits for a task: the session's
+// messages keep their order and a slow task holds up nobody.
+func (ss *session) handle(env protocol.Envelope) {
+	tm := ss.tm
+	switch m := env.Body.(type) {
+	case protocol.Heartbeat:
+	case protocol.SetupJob:
+		ss.send(env.Job, jobcore.JobSetUp{Err: tm.setupJob(ss.cat, env.Job, m)})
+	case protocol.ReleaseJob:
+		tm.releaseJob(env.Job)
+		ss.send(env.Job, protocol.Accumulators{Final: true})
+	case jobcore.Deploy:
+		if err := ss.deploy(env.Job, m.Deployment); err != nil {
+			ss.send(env.Job, jobcore.TaskUpdate{Attempt: m.Deployment.Info.Attempt, State: task.Failed,
+				Failure: &jobcore.Failure{Message: err.Error(), Kind: jobcore.FailureDeploy, Cause: err}})
+		}
+	case jobcore.CancelTask:
+		if t := tm.task(env.Job, m.Attempt); t != nil {
+			t.Cancel()
+		}
+	case jobcore.ReleasePartitions:
+		if j := tm.job(env.Job); j != nil {
+			j.pm.ReleaseProducedBy(m.Attempt)
+		}
+	case jobcore.TriggerCheckpoint:
+		var flags uint32
+		if m.Mode == checkpoint.AtLeastOnce {
+			flags = BarrierFlagAtLeastOnce
+		}
+		if t := tm.task(env.Job, m.Attempt); t == nil || !t.TriggerCheckpoint(m.ID, m.TimestampMillis, flags) {
+			ss.send(env.Job, jobcore.CheckpointDecline{ID: m.ID, Attempt: m.Attempt, Err: checkpoint.ErrTaskNotReady, NotReady: true})
+		}
+	case jobcore.AbortCheckpoint:
+		if t := tm.task(env.Job, m.Attempt); t != nil {
+			t.AbortCheckpoint(m.ID)
+		}
+	case jobcore.NotifyCheckpointComplete:
+		if t := tm.task(env.Job, m.Attempt); t != nil {
+			t.NotifyCheckpointComplete(m.ID)
+		}
+	case jobcore.SampleSubpartitions:
+		ans := jobcore.SubpartitionsSampled{Token: m.Token}
+		j := tm.job(env.Job)
+		for _, ch := range m.Channels {
+			if j == nil {
+				break
+			}
+			if st, ok := subpartitionStats(j.pm, ch.Partition, ch.Subpartition); ok {
+				ans.Samples = append(ans.Samples, jobcore.ChannelCounters{Channel: ch,
+					Counters: jobcore.SubpartitionCounters{RecordsDropped: st.RecordsDropped, BuffersDropped: st.BuffersDropped}})
+			}
+		}
+		ans.Missing = j == nil
+		ss.send(env.Job, ans)
+	case jobcore.Probe:
+		ss.send(env.Job, jobcore.TaskManagerAlive{})
+	default:
+		tm.log.Error("a message of no known kind from the JobManager", "message", fmt.Sprintf("%T", env.Body))
+	}
+}
+
+// BarrierFlagAtLeastOnce marks the barriers of an at-least-once checkpoint.
+const BarrierFlagAtLeastOnce uint32 = 1
+
+// setupJob builds a job through the catalog; setting up a job that is set up already is no change.
+func (tm *TaskManager) setupJob(cat Catalog, id protocol.JobID, setup protocol.SetupJob) error {
+	if tm.job(id) != nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	defer cancel()
+	if cat == nil {
+		return fmt.Errorf("TaskManager %s has no catalog of jobs", tm.cfg.Name)
+	}
+	b, err := cat.Open(ctx, id, setup)
+	if err != nil {
+		return fmt.Errorf("TaskManager %s cannot run job %q: %w", tm.cfg.Name, setup.Name, err)
+	}
+	j := &tmJob{id: id, setup: setup, build: b, start: time.Unix(0, setup.Start), pm: network.NewPartitionManager()}
+	tm.mu.Lock()
+	tm.jobs[id] = j
+	tm.mu.Unlock()
+	return nil
+}
+
+// releaseJob forgets a job that ended: its partitions, its secret, its build.
+func (tm *TaskManager) releaseJob(id protocol.JobID) {
+	tm.mu.Lock()
+	j := tm.jobs[id]
+	delete(tm.jobs, id)
+	tm.mu.Unlock()
+	if j == nil {
+		return
+	}
+	j.pm.ReleaseAll()
+	if j.build.Close != nil {
+		if err := j.build.Close(); err != nil {
+			tm.log.Warn("release job", "job", j.setup.Name, "err", err)
+		}
+	}
+}
+
+// cancelAll cancels every task, waits for them and releases every job: what a TaskManager does when it
+// loses its JobManager.
+func (tm *TaskManager) cancelAll() {
+	tm.mu.Lock()
+	for _, t := range tm.tasks {
+		t.Cancel()
+	}
+	ids := make([]protocol.JobID, 0, len(tm.jobs))
+	for id := range tm.jobs {
+		ids = append(ids, id)
+	}
+	tm.mu.Unlock()
+	tm.wg.Wait()
+	for _, id := range ids {
+		tm.releaseJob(id)
+	}
+}
+
+func (tm *TaskManager) job(id protocol.JobID) *tmJob {
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	return tm.jobs[id]
+}
+
+func (tm *TaskManager) task(job protocol.JobID, a ident.Attempt) *task.Task {
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	return tm.tasks[taskKey{job, a}]
+}
+
+// deploy turns a deployment into a task and starts it on a goroutine the TaskManager owns.
+func (ss *session) deploy(job protocol.JobID, dep jobcore.Deployment) error {
+	tm := ss.tm
+	j := tm.job(job)
+	if j == nil {
+		return fmt.Errorf("job %s is not set up on TaskManager %s", job, tm.cfg.Name)
+	}
+	chain, err := j.build.ChainFor(dep.Info.Attempt.Vertex)
+	if err != nil {
+		return fmt.Errorf("TaskManager %s: %w", tm.cfg.Name, err)
+	}
+	cfg := task.Config{Info: dep.Info, Outputs: dep.Outputs, Inputs: dep.Inputs, Chain: chain, BufferTimeout: dep.BufferTimeout,
+		MaxRecordSize: dep.MaxRecordSize, CreditsPerChannel: dep.CreditsPerChannel, StateBackend: dep.StateBackend,
+		SkipCheckpointsUpTo: dep.SkipCheckpointsUpTo, Restore: dep.Restore}
+	cfg.Info.TaskManager = tm.cfg.Name
+	if cs := dep.Checkpoints; cs != nil {
+		cfg.Checkpoints = &task.CheckpointSetup{Store: j.build.Store, AtLeastOnce: cs.AtLeastOnce, FinalCheckpoint: cs.FinalCheckpoint,
+			Ack: func(id int64, from ident.Attempt, h checkpoint.StateHandle) {
+				ss.send(job, jobcore.CheckpointAck{ID: id, Attempt: from, Handle: h})
+			},
+			Decline: func(id int64, from ident.Attempt, err error) {
+				ss.send(job, jobcore.CheckpointDecline{ID: id, Attempt: from, Err: err})
+			}}
+	}
+	if r := cfg.Restore; r != nil {
+		if sp := j.build.Savepoint; sp != nil && sp.Checkpoint.ID == r.CheckpointID {
+			rr := *r
+			rr.Read = sp.ReadState
+			cfg.Restore = &rr
+		}
+	}
+	report := func(u task.Update) { ss.report(j, u) }
+	return tm.start(job, j.pm, cfg, report)
+}
+
+// report takes a task's update to the JobManager. Called from the task's goroutine.
+func (ss *session) report(j *tmJob, u task.Update) {
+	if o := u.Observation; o != nil {
+		ss.send(j.id, jobcore.Observation{Attempt: u.Attempt, Kind: o.Kind,
+			Channel: jobcore.Channel{Partition: o.Channel.Partition, Subpartition: o.Channel.Subpartition},
+			Lost:    o.Lost, PartialSkipped: o.PartialSkipped, At: max(o.At.Sub(j.start), 0)})
+		return
+	}
+	tu := jobcore.TaskUpdate{Attempt: u.Attempt, State: u.State, RecordsIn: u.RecordsIn, RecordsOut: u.RecordsOut}
+	if u.Err != nil {
+		f := &jobcore.Failure{Message: u.Err.Error(), NonRecoverable: errors.Is(u.Err, scheduler.ErrNonRecoverable), Cause: u.Err}
+		tu.Failure = f
+	}
+	ss.send(j.id, tu)
+}
+
+func subpartitionStats(pm *network.PartitionManager, p ident.PartitionID, sub int) (network.SubpartitionStats, bool) {
+	rp, err := pm.Lookup(p)
+	if err != nil || sub < 0 || sub >= rp.NumSubpartitions() {
+		return network.SubpartitionStats{}, false
+	}
+	return rp.Subpartition(sub).Stats(), true
+}

@@ -1,0 +1,439 @@
+package jobmaster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/runnel-dev/runnel/internal/jobcore"
+	"github.com/runnel-dev/runnel/internal/protocol"
+)
+
+// DispatcherConfig configures a Dispatcher.
+type DispatcherConfig struct {
+	Logger *slog.Logger
+	// HeartbeatInterval is how often the dispatcher and its TaskManagers send each other a heartbeat;
+	// HeartbeatTimeout is the silence after which either side declares the other lost. Zero turns both off
+	// (the in-process mini-cluster, whose TaskManagers cannot die alone).
+	HeartbeatInterval, HeartbeatTimeout time.Duration
+	// BufferSize, when set, is the network buffer size every TaskManager must use: a consumer's buffers
+	// must hold what a producer of another TaskManager writes.
+	BufferSize int
+	// Build, when its Sum is set, is the binary every TaskManager must run.
+	Build protocol.Build
+	// RegisterTimeout bounds the wait for a new session's Register (default 10 s).
+	RegisterTimeout time.Duration
+}
+
+// Dispatcher is the JobManager's side of its TaskManagers' sessions: it registers them, pools their
+// slots, detects their loss, and routes their messages to the drivers of the jobs they concern.
+//
+// Goroutines, and who owns them (Close stops all of them): one reader per session (Attach), which ends
+// with its session; one ticker that sends heartbeats and checks liveness, when heartbeats are on.
+//
+// Its tables (sessions, slot pool, liveness, jobs) are guarded by mu, which is held only to read or
+// change them: nothing done under it waits (a Session's Send only queues), and posting to a driver's
+// inbox, which may wait, happens after it is released.
+type Dispatcher struct {
+	cfg DispatcherConfig
+	log *slog.Logger
+
+	mu       sync.Mutex
+	sessions map[jobcore.TaskManagerID]*tmSession
+	order    []jobcore.TaskManagerID // registration order, for the REST table
+	pool     *jobcore.SlotPool[protocol.JobID]
+	live     *jobcore.Liveness
+	jobs     map[protocol.JobID]*Driver
+	nextID   jobcore.TaskManagerID
+	closed   bool
+	started  time.Time
+	// registered is signalled (one token) whenever a TaskManager registers, for WaitTaskManagers.
+	registered chan struct{}
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// tmSession is one registered TaskManager.
+type tmSession struct {
+	id          jobcore.TaskManagerID
+	s           protocol.Session
+	name        string
+	dataAddress string
+	slots       int
+	heard       time.Time
+}
+
+// NewDispatcher starts a dispatcher with no TaskManagers.
+func NewDispatcher(cfg DispatcherConfig) *Dispatcher {
+	lg := cfg.Logger
+	if lg == nil {
+		lg = slog.Default()
+	}
+	if cfg.RegisterTimeout <= 0 {
+		cfg.RegisterTimeout = 10 * time.Second
+	}
+	d := &Dispatcher{cfg: cfg, log: lg, sessions: map[jobcore.TaskManagerID]*tmSession{},
+		pool: jobcore.NewSlotPool[protocol.JobID](), live: jobcore.NewLiveness(cfg.HeartbeatTimeout),
+		jobs: map[protocol.JobID]*Driver{}, started: time.Now(), registered: make(chan struct{}, 1), stop: make(chan struct{})}
+	if cfg.HeartbeatInterval > 0 {
+		d.wg.Add(1)
+		go d.ticker()
+	}
+	return d
+}
+
+// Attach takes a new session of a TaskManager: its first message must register it. The session is served
+// on a goroutine of the dispatcher until it ends.
+func (d *Dispatcher) Attach(s protocol.Session) {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		s.Close(errors.New("the JobManager is shutting down"))
+		return
+	}
+	d.wg.Add(1)
+	d.mu.Unlock()
+	go func() {
+		defer d.wg.Done()
+		d.serve(s)
+	}()
+}
+
+// Close ends every session and waits for the dispatcher's goroutines. The jobs' drivers are their
+// callers': stop them first.
+func (d *Dispatcher) Close() {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return
+	}
+	d.closed = true
+	ss := make([]*tmSession, 0, len(d.sessions))
+	for _, s := range d.sessions {
+		ss = append(ss, s)
+	}
+	d.mu.Unlock()
+	close(d.stop)
+	for _, s := range ss {
+		s.s.Close(errors.New("the JobManager shut down"))
+	}
+	d.wg.Wait()
+}
+
+// WaitTaskManagers waits until n TaskManagers are registered, or stop is closed (false).
+func (d *Dispatcher) WaitTaskManagers(n int, stop <-chan struct{}) bool {
+	for {
+		d.mu.Lock()
+		have := len(d.sessions)
+		d.mu.Unlock()
+		if have >= n {
+			return true
+		}
+		select {
+		case <-d.registered:
+		case <-stop:
+			return false
+		}
+	}
+}
+
+// TaskManagerInfo is one row of the dispatcher's table of TaskManagers.
+type TaskManagerInfo struct {
+	ID          jobcore.TaskManagerID
+	Name        string
+	DataAddress string
+	Slots, Free int
+	SinceHeard  time.Duration
+}
+
+// TaskManagers returns the registered TaskManagers in registration order.
+func (d *Dispatcher) TaskManagers() []TaskManagerInfo {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	free := map[jobcore.TaskManagerID]int{}
+	for _, r := range d.pool.TaskManagers() {
+		free[r.ID] = r.Free
+	}
+	out := make([]TaskManagerInfo, 0, len(d.order))
+	for _, id := range d.order {
+		s := d.sessions[id]
+		out = append(out, TaskManagerInfo{ID: id, Name: s.name, DataAddress: s.dataAddress, Slots: s.slots, Free: free[id],
+			SinceHeard: time.Since(s.heard)})
+	}
+	return out
+}
+
+// serve registers a session and reads it until it ends.
+func (d *Dispatcher) serve(s protocol.Session) {
+	timer := time.AfterFunc(d.cfg.RegisterTimeout, func() {
+		s.Close(fmt.Errorf("no registration within %v", d.cfg.RegisterTimeout))
+	})
+	first, err := s.Recv()
+	timer.Stop()
+	if err != nil {
+		d.log.Warn("a TaskManager's session ended before it registered", "err", err)
+		s.Close(err)
+		return
+	}
+	reg, ok := first.Body.(protocol.Register)
+	if !ok {
+		d.refuse(s, fmt.Sprintf("the first message must be a registration, not %T", first.Body), true)
+		return
+	}
+	if reason, permanent := d.checkRegistration(reg); reason != "" {
+		d.refuse(s, reason, permanent)
+		return
+	}
+	d.mu.Lock()
+	d.nextID++
+	ts := &tmSession{id: d.nextID, s: s, name: reg.Name, dataAddress: reg.DataAddress, slots: reg.Slots, heard: time.Now()}
+	var replaced *tmSession
+	for _, o := range d.sessions {
+		if o.name == reg.Name {
+			replaced = o
+		}
+	}
+	d.sessions[ts.id] = ts
+	d.order = append(d.order, ts.id)
+	d.live.Heard(ts.id, time.Since(d.started))
+	d.mu.Unlock()
+	if replaced != nil {
+		// The same TaskManager registered again: what it ran under the old session is gone.
+		replaced.s.Close(fmt.Errorf("TaskManager %s registered again", reg.Name))
+	}
+	if err := s.Send(protocol.Envelope{Body: protocol.Registered{TaskManager: uint64(ts.id),
+		HeartbeatInterval: d.cfg.HeartbeatInterval, HeartbeatTimeout: d.cfg.HeartbeatTimeout}}); err != nil {
+		d.lost(ts, err)
+		return
+	}
+	d.log.Log(context.Background(), d.sessionLevel(), "TaskManager registered", "taskmanager", reg.Name, "id", ts.id, "slots", reg.Slots, "data", reg.DataAddress)
+	d.mu.Lock()
+	if err := d.pool.AddTaskManager(ts.id, reg.Name, reg.DataAddress, reg.Slots); err != nil {
+		d.mu.Unlock()
+		d.lost(ts, err)
+		return
+	}
+	grants := d.pool.Grants()
+	d.mu.Unlock()
+	select {
+	case d.registered <- struct{}{}:
+	default:
+	}
+	d.deliverGrants(grants)
+	for {
+		env, err := s.Recv()
+		if err != nil {
+			d.lost(ts, err)
+			return
+		}
+		d.route(ts, env)
+	}
+}
+
+func (d *Dispatcher) checkRegistration(reg protocol.Register) (reason string, permanent bool) {
+	switch {
+	case reg.Version != protocol.Version:
+		return fmt.Sprintf("TaskManager %s speaks protocol version %d, the JobManager %d: start every process of a cluster from the same build",
+			reg.Name, reg.Version, protocol.Version), true
+	case d.cfg.Build.Sum != [32]byte{} && reg.Build.Sum != d.cfg.Build.Sum:
+		return fmt.Sprintf("TaskManager %s runs %s, the JobManager runs %s: start every process of a cluster from the same build",
+			reg.Name, describe(reg.Build), describe(d.cfg.Build)), true
+	case d.cfg.BufferSize > 0 && reg.BufferSize != d.cfg.BufferSize:
+		return fmt.Sprintf("TaskManager %s uses network buffers of %d bytes, the cluster %d: start it with --buffer-size %d",
+			reg.Name, reg.BufferSize, d.cfg.BufferSize, d.cfg.BufferSize), true
+	case reg.Slots < 1:
+		return fmt.Sprintf("TaskManager %s offers %d slots: at least one is needed", reg.Name, reg.Slots), true
+	}
+	return "", false
+}
+
+// sessionLevel is the level of the sessions' log lines: INFO in a cluster, DEBUG in the mini-cluster (no
+// heartbeat timeout), whose TaskManagers come and go with each job.
+func (d *Dispatcher) sessionLevel() slog.Level {
+	if d.cfg.HeartbeatTimeout == 0 {
+		return slog.LevelDebug
+	}
+	return slog.LevelInfo
+}
+
+func describe(b protocol.Build) string {
+	return fmt.Sprintf("sha256:%x… (%s)", b.Sum[:4], b.Describe)
+}
+
+func (d *Dispatcher) refuse(s protocol.Session, reason string, permanent bool) {
+	d.log.Warn("TaskManager refused", "reason", reason)
+	_ = s.Send(protocol.Envelope{Body: protocol.Refused{Reason: reason, Permanent: permanent}})
+	// The refusal is queued before the end, so the TaskManager reads it first.
+	s.Close(errors.New("registration refused: " + reason))
+}
+
+// lost takes a TaskManager whose session ended out of the tables, and tells every job.
+func (d *Dispatcher) lost(ts *tmSession, reason error) {
+	ts.s.Close(reason)
+	d.mu.Lock()
+	if d.sessions[ts.id] != ts {
+		d.mu.Unlock()
+		return
+	}
+	delete(d.sessions, ts.id)
+	d.order = slices.DeleteFunc(d.order, func(id jobcore.TaskManagerID) bool { return id == ts.id })
+	d.pool.RemoveTaskManager(ts.id)
+	d.live.Forget(ts.id)
+	jobs := make([]*Driver, 0, len(d.jobs))
+	for _, j := range d.jobs {
+		jobs = append(jobs, j)
+	}
+	closed := d.closed
+	d.mu.Unlock()
+	if !closed {
+		d.log.Log(context.Background(), max(d.sessionLevel(), slog.LevelWarn), "TaskManager lost", "taskmanager", ts.name, "id", ts.id, "reason", reason)
+	}
+	for _, j := range jobs {
+		j.post(jobcore.TaskManagerLost{TaskManager: ts.id, Reason: reason.Error()})
+	}
+}
+
+// route hands one message of a TaskManager to the job it concerns.
+func (d *Dispatcher) route(ts *tmSession, env protocol.Envelope) {
+	d.mu.Lock()
+	ts.heard = time.Now()
+	d.live.Heard(ts.id, time.Since(d.started))
+	j := d.jobs[env.Job]
+	d.mu.Unlock()
+	if env.Job == (protocol.JobID{}) {
+		if _, ok := env.Body.(protocol.Heartbeat); !ok {
+			d.log.Error("a session message of no known kind", "taskmanager", ts.name, "message", fmt.Sprintf("%T", env.Body))
+		}
+		return
+	}
+	if j == nil {
+		// A job that ended (its last answers), or one this JobManager never ran.
+		return
+	}
+	switch m := env.Body.(type) {
+	case jobcore.JobSetUp:
+		m.TaskManager = ts.id
+		j.post(m)
+	case jobcore.TaskManagerAlive:
+		m.TaskManager = ts.id
+		j.post(m)
+	case protocol.Accumulators:
+		j.accumulated(ts.id, m)
+	case jobcore.Event:
+		j.post(m)
+	default:
+		d.log.Error("a job message of no known kind", "taskmanager", ts.name, "message", fmt.Sprintf("%T", env.Body))
+	}
+}
+
+// ticker sends heartbeats and declares silent TaskManagers lost.
+func (d *Dispatcher) ticker() {
+	defer d.wg.Done()
+	check := time.NewTicker(100 * time.Millisecond)
+	defer check.Stop()
+	lastBeat := time.Now()
+	for {
+		select {
+		case <-d.stop:
+			return
+		case now := <-check.C:
+			d.mu.Lock()
+			lost := d.live.Tick(time.Since(d.started))
+			var victims, all []*tmSession
+			for _, id := range lost {
+				if s := d.sessions[id]; s != nil {
+					victims = append(victims, s)
+				}
+			}
+			beat := now.Sub(lastBeat) >= d.cfg.HeartbeatInterval
+			if beat {
+				lastBeat = now
+				for _, s := range d.sessions {
+					all = append(all, s)
+				}
+			}
+			d.mu.Unlock()
+			for _, s := range victims {
+				// Its reader sees the end and runs the loss.
+				s.s.Close(fmt.Errorf("no heartbeat for %v", d.cfg.HeartbeatTimeout))
+			}
+			for _, s := range all {
+				_ = s.s.Send(protocol.Envelope{Body: protocol.Heartbeat{}})
+			}
+		}
+	}
+}
+
+// addJob makes a driver's job known: messages for it are routed to it, and its slot requests served.
+func (d *Dispatcher) addJob(j *Driver) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return errors.New("the JobManager is shutting down")
+	}
+	if _, dup := d.jobs[j.jobID]; dup {
+		return fmt.Errorf("job %s runs already", j.jobID)
+	}
+	d.jobs[j.jobID] = j
+	return nil
+}
+
+// removeJob forgets a job that ended and returns its slots.
+func (d *Dispatcher) removeJob(j *Driver) {
+	d.mu.Lock()
+	delete(d.jobs, j.jobID)
+	d.pool.ForgetJob(j.jobID)
+	grants := d.pool.Grants()
+	d.mu.Unlock()
+	d.deliverGrants(grants)
+}
+
+// send sends a job's message to a TaskManager; one that is gone drops it (the job hears of its loss).
+func (d *Dispatcher) send(tm jobcore.TaskManagerID, job protocol.JobID, body any) {
+	d.mu.Lock()
+	s := d.sessions[tm]
+	d.mu.Unlock()
+	if s == nil {
+		return
+	}
+	if err := s.s.Send(protocol.Envelope{Job: job, Body: body}); err != nil {
+		d.lost(s, err)
+	}
+}
+
+// slots carries out a job's slot change.
+func (d *Dispatcher) slots(job protocol.JobID, sc jobcore.SlotChange) {
+	d.mu.Lock()
+	if len(sc.Release) > 0 {
+		d.pool.Release(job, sc.Release)
+	}
+	if sc.Request > 0 {
+		d.pool.Request(job, sc.Request)
+	}
+	grants := d.pool.Grants()
+	d.mu.Unlock()
+	d.deliverGrants(grants)
+}
+
+// exclude keeps a job off a TaskManager that could not set it up.
+func (d *Dispatcher) exclude(job protocol.JobID, tm jobcore.TaskManagerID) {
+	d.mu.Lock()
+	d.pool.Exclude(job, tm)
+	d.mu.Unlock()
+}
+
+func (d *Dispatcher) deliverGrants(gs []jobcore.Grant[protocol.JobID]) {
+	for _, g := range gs {
+		d.mu.Lock()
+		j := d.jobs[g.Job]
+		d.mu.Unlock()
+		if j != nil {
+			j.grant(jobcore.SlotsGranted{Slots: g.Slots})
+		}
+	}
+}
