@@ -142,9 +142,10 @@ func TestSlotPool(t *testing.T) {
 			{do: request("a", 1), grants: "a: tm-3/0", free: 2},
 		}},
 		{"removing a TaskManager asks again for its slots granted but not handed out", []poolStep{
-			{do: seq(add(1, 1), add(2, 1), request("a", 2), remove(2)), grants: "a: tm-1/0", out: "[]",
-				waiting: map[string]int{"a": 1}},
-			{do: add(3, 1), grants: "a: tm-3/0", waiting: map[string]int{"a": 0}},
+			{do: seq(add(1, 1), add(2, 1), request("a", 2), request("b", 1), remove(2)), grants: "a: tm-1/0", out: "[]",
+				waiting: map[string]int{"a": 1, "b": 1}},
+			// a asked first and keeps its place ahead of b.
+			{do: add(3, 1), grants: "a: tm-3/0", waiting: map[string]int{"a": 0, "b": 1}},
 		}},
 		{"an excluded TaskManager is never granted to the job again, and holds no other job back", []poolStep{
 			{do: seq(add(1, 1), add(2, 1)), free: 2},
