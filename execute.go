@@ -238,22 +238,19 @@ func (e *Environment) Execute(ctx context.Context, name string) (*JobResult, err
 	if ln := e.cfg.MetricsListener; ln != nil {
 		defer ln.Close() // also when the job never starts; the metrics server closes it first otherwise
 	}
-	rc, err := e.cfg.recovery(name)
+	p, err := prepare(ctx, e, name)
 	if err != nil {
-		return nil, fmt.Errorf("job %q: %w", name, err)
+		return nil, err
 	}
-	jg, err := e.jobGraph(name, rc.exchange, rc.pipelinedType)
-	if err == nil {
-		err = checkInjections(jg, rc.injections)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("job %q: %w", name, err)
-	}
-	if rc.savepointDir != "" {
-		// Checked now rather than when the job stops, after the whole run.
-		if err := checkpoint.CheckSavepointTarget(ctx, rc.savepointDir); err != nil {
-			return nil, fmt.Errorf("job %q: WithSavepointOnStop: %w", name, err)
+	rc, jg := p.rc, p.jg
+	// The tasks run the operators (and fire the injections) of chains: this build, or the other build a
+	// test put in its place, as a TaskManager runs its own.
+	chains := p
+	if e.chainsFrom != nil {
+		if err := sameBuild(name, p.fingerprint, e.chainsFrom.fingerprint); err != nil {
+			return nil, err
 		}
+		chains = e.chainsFrom
 	}
 	maxP := 0
 	for _, v := range jg.Vertices {
@@ -283,7 +280,7 @@ func (e *Environment) Execute(ctx context.Context, name string) (*JobResult, err
 		if v == nil {
 			return nil, fmt.Errorf("job %q has no vertex %d", name, id)
 		}
-		return operator.ChainFactory(v, rc.injections), nil
+		return chains.chainFor(v.ID), nil
 	}}
 	mc.catalog.build = build
 	jmCfg := jobmaster.Config{
@@ -342,7 +339,7 @@ func (e *Environment) Execute(ctx context.Context, name string) (*JobResult, err
 	if err != nil {
 		return nil, fmt.Errorf("job %q: %w", name, err)
 	}
-	for _, inj := range rc.injections {
+	for _, inj := range chains.rc.injections {
 		if inj.After > 0 {
 			t := time.AfterFunc(inj.After, inj.Arm)
 			defer t.Stop()

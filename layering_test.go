@@ -32,7 +32,8 @@ func TestLayering(t *testing.T) {
 		"internal/jobmaster":  {"internal/checkpoint", "internal/graph", "internal/ident", "internal/jobcore", "internal/network", "internal/protocol", "internal/scheduler", "internal/task"},
 		"internal/cluster":    {"internal/checkpoint", "internal/ident", "internal/jobcore", "internal/network", "internal/protocol", "internal/scheduler", "internal/task"},
 		// The REST API serves what its Source returns: it reaches into no loop, core or cluster package.
-		"internal/rest": {},
+		"internal/rest":      {},
+		"internal/buildinfo": {"internal/protocol"},
 		// Connectors and examples are built on the public API only, like a user's code.
 		"connector":            {"", "codec"},
 		"connector/kafka":      {""},

@@ -241,6 +241,7 @@ func (c *Config) recovery(job string) (*recoveryConfig, error) {
 			errs = append(errs, fmt.Errorf("WithFailureInjection: %w", err))
 			continue
 		}
+		inj.Index = len(rc.injections) // the same in every process that parses the same options
 		rc.injections = append(rc.injections, inj)
 	}
 	return rc, errors.Join(errs...)

@@ -218,6 +218,10 @@ type Environment struct {
 	names     map[string]int
 	resolvers []edgeResolver
 	executed  bool
+	accs      map[string]Accumulator // RegisterAccumulator's table, at most MaxAccumulators
+	// chainsFrom, when set (tests, through export_test.go), is another build of the same job whose
+	// operators Execute runs in every task, as TaskManagers of a cluster run their own builds.
+	chainsFrom *prepared
 }
 
 // NewEnvironment makes an environment with the given options.

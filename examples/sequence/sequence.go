@@ -269,8 +269,14 @@ func (j *Job) Build(env *runnel.Environment, opts run.Options) error {
 		Name(checkName).WithCodec(codec.MustStruct[Counters]())
 	j.sink = run.NewLatestSink(func(c Counters) int64 { return c.Key }, newer)
 	counters.SinkTo(j.sink).Name("sink").SetParallelism(1)
+	// On a cluster the sink's writers run in the TaskManagers' builds of the job: their latest counters
+	// are merged into this one, so that Checker sees them wherever the sink ran.
+	runnel.RegisterAccumulator(env, SinkAccumulator, j.sink)
 	return nil
 }
+
+// SinkAccumulator is the name of the accumulator that holds the sink's latest counters per key.
+const SinkAccumulator = "sequence.sink"
 
 // Latest returns the latest counters per key seen by the sink (after a bounded job finished: the final ones).
 func (j *Job) Latest() map[int64]Counters {
@@ -529,10 +535,19 @@ func (c *check) counters(k int64, s *KeyState, final bool) Counters {
 }
 
 // newer reports whether a replaces b as a key's latest counters: a later attempt of the check subtask, or
-// the same attempt having seen at least as many records.
+// the same attempt having seen more records, or at the same count the final counters (end of input adds
+// the missing tail). One attempt emits one set of counters per count and kind, so that is the order of
+// emission; the remaining fields only break ties between values that cannot both occur. It is a strict
+// total order, which makes merging the sink's accumulator a join (run.LatestSink).
 func newer(a, b Counters) bool {
-	if a.Attempt != b.Attempt {
-		return a.Attempt > b.Attempt
+	ka := []int64{a.Attempt, a.Seen, b2i(a.Final), a.Records, a.Lost, a.Duplicated, a.OutOfOrder, a.Last}
+	kb := []int64{b.Attempt, b.Seen, b2i(b.Final), b.Records, b.Lost, b.Duplicated, b.OutOfOrder, b.Last}
+	return slices.Compare(ka, kb) > 0
+}
+
+func b2i(b bool) int64 {
+	if b {
+		return 1
 	}
-	return a.Seen >= b.Seen
+	return 0
 }

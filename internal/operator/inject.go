@@ -1,7 +1,6 @@
 package operator
 
 import (
-	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -19,12 +18,19 @@ import (
 // following attempt. So "map[0]@1000" and "map[0]@5000" fail attempt 0 at the 1000th record and a later
 // attempt at the 5000th (counted from the start, over all attempts), and the same spec given twice fails
 // the subtask twice.
+//
+// In a cluster every process parses the job's injections from the same arguments, so an injection is known
+// everywhere by its Index; the job master keeps the set of those that fired (from the InjectedFailure a
+// failed attempt reports) and a TaskManager marks them fired (MarkFired) before it builds a chain, so an
+// injection fires once per job even when its subtask moves to another process.
 type Injection struct {
 	Operator     string
 	Subtask      int
 	AfterRecords uint64
 	After        time.Duration
 	Spec         string
+	// Index is the injection's position in the job's list of injections, the same in every process.
+	Index int
 
 	armed atomic.Bool
 	fired atomic.Bool
@@ -36,6 +42,19 @@ func (i *Injection) Arm() { i.armed.Store(true) }
 
 // Fired reports whether the injection has fired.
 func (i *Injection) Fired() bool { return i.fired.Load() }
+
+// MarkFired records that the injection fired elsewhere (an attempt in another process), so that it never
+// fires here. Call it before the chains that hold the injection are built.
+func (i *Injection) MarkFired() { i.fired.Store(true) }
+
+// InjectedFailure is the error of an attempt that an injection failed: Index says which, so that the
+// TaskManager can tell the job master (protocol.Failure.Injection) and the job master the next deployments.
+type InjectedFailure struct {
+	Index int
+	Spec  string
+}
+
+func (f *InjectedFailure) Error() string { return "injected failure " + f.Spec }
 
 // observe counts one record that reached the subtask and reports whether the injection is due (and has not
 // fired yet).
@@ -73,7 +92,7 @@ func (c *injector[T]) Collect(v T) {
 		}
 	}
 	if due != nil && due.fired.CompareAndSwap(false, true) {
-		task.Abort(fmt.Errorf("injected failure %s", due.Spec))
+		task.Abort(&InjectedFailure{Index: due.Index, Spec: due.Spec})
 	}
 	c.next.Collect(v)
 }

@@ -64,6 +64,10 @@ func TestInjectionsOfOneSubtaskAllFire(t *testing.T) {
 							if err, ok := p.(error); !ok || !errors.As(err, &f) {
 								panic(p)
 							}
+							var inj *InjectedFailure
+							if !errors.As(f, &inj) || "injected failure "+inj.Spec != f.Err.Error() {
+								t.Fatalf("the failure %v is not an InjectedFailure naming its spec", f)
+							}
 							got = append(got, fire{r, f.Err.Error()})
 						}
 					}()
@@ -95,5 +99,57 @@ func TestNoInjectionNoWrapper(t *testing.T) {
 	next := &countCollector{}
 	if c := wrapIn[int](&Context{}, next); c != Collector[int](next) {
 		t.Fatalf("wrapped: %T", c)
+	}
+}
+
+// TestMarkedInjectionsDoNotFire: an injection that fired in another process (the job master's fired set,
+// carried in the deployment) is marked before the chain is built and never fires here, while the others of
+// the subtask fire as they would; the failure of one that fires names its index.
+func TestMarkedInjectionsDoNotFire(t *testing.T) {
+	cases := []struct {
+		name    string
+		marked  []int // indexes marked fired before the first record
+		records int
+		want    []int // indexes that fire here, in order
+	}{
+		{"none marked", nil, 20, []int{0, 1}},
+		{"the first marked", []int{0}, 20, []int{1}},
+		{"both marked", []int{0, 1}, 20, nil},
+		{"the second marked", []int{1}, 20, []int{0}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			injs := []*Injection{{AfterRecords: 3, Spec: "a[0]@3", Index: 0}, {AfterRecords: 5, Spec: "a[0]@5", Index: 1}}
+			for _, i := range tc.marked {
+				injs[i].MarkFired()
+			}
+			c := wrapIn[int](&Context{injs: injs}, &countCollector{})
+			var got []int
+			for r := 1; r <= tc.records; r++ {
+				func() {
+					defer func() {
+						if p := recover(); p != nil {
+							var inj *InjectedFailure
+							if err, ok := p.(error); !ok || !errors.As(err, &inj) {
+								panic(p)
+							}
+							if inj.Spec != injs[inj.Index].Spec {
+								t.Fatalf("failure %v: index %d is %s", inj, inj.Index, injs[inj.Index].Spec)
+							}
+							got = append(got, inj.Index)
+						}
+					}()
+					c.Collect(r)
+				}()
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("fired %v, want %v", got, tc.want)
+			}
+			for _, inj := range injs {
+				if !inj.Fired() {
+					t.Errorf("%s: not fired nor marked", inj.Spec)
+				}
+			}
+		})
 	}
 }
