@@ -18,6 +18,7 @@ import (
 	"github.com/runnel-dev/runnel/internal/jobcore"
 	"github.com/runnel-dev/runnel/internal/jobmaster"
 	"github.com/runnel-dev/runnel/internal/operator"
+	"github.com/runnel-dev/runnel/internal/protocol"
 	"github.com/runnel-dev/runnel/internal/task"
 )
 
@@ -242,7 +243,7 @@ func (e *Environment) Execute(ctx context.Context, name string) (*JobResult, err
 	if err != nil {
 		return nil, err
 	}
-	rc, jg := p.rc, p.jg
+	jg := p.jg
 	// The tasks run the operators (and fire the injections) of chains: this build, or the other build a
 	// test put in its place, as a TaskManager runs its own.
 	chains := p
@@ -275,22 +276,50 @@ func (e *Environment) Execute(ctx context.Context, name string) (*JobResult, err
 	if clusterStarted != nil {
 		clusterStarted(mc.MiniCluster)
 	}
-	build := &cluster.JobBuild{ChainFor: func(id ident.VertexID) (task.ChainFactory, error) {
-		v := jg.Vertex(id)
-		if v == nil {
-			return nil, fmt.Errorf("job %q has no vertex %d", name, id)
-		}
-		return chains.chainFor(v.ID), nil
-	}}
-	mc.catalog.build = build
+	return e.run(ctx, p, runOn{dispatcher: mc.dispatcher, requireSlots: true, catalog: mc.catalog, chains: chains})
+}
+
+// runOn says where run runs a job: the dispatcher of its TaskManagers, and for the mini-cluster the catalog
+// through which they take the job's operators (chains) and storage from this process.
+type runOn struct {
+	dispatcher   *jobmaster.Dispatcher
+	requireSlots bool
+	catalog      *inProcessCatalog
+	chains       *prepared
+	// cluster marks TaskManagers in other processes: checkpoint storage must be shared, and the
+	// accumulators their tasks built are merged into this Environment's at the end.
+	cluster bool
+	// started, when set, is called with the driver before the job starts (the JobManager's table of jobs).
+	started func(*jobmaster.Driver)
+}
+
+// run runs a prepared job on the TaskManagers of on and blocks until it ends (see Execute).
+func (e *Environment) run(ctx context.Context, p *prepared, on runOn) (*JobResult, error) {
+	name, rc, jg := p.name, p.rc, p.jg
+	var build *cluster.JobBuild
+	if on.catalog != nil {
+		chains := on.chains
+		build = &cluster.JobBuild{ChainFor: func(id ident.VertexID) (task.ChainFactory, error) {
+			v := jg.Vertex(id)
+			if v == nil {
+				return nil, fmt.Errorf("job %q has no vertex %d", name, id)
+			}
+			return chains.chainFor(v.ID), nil
+		}}
+		on.catalog.build = build
+	}
 	jmCfg := jobmaster.Config{
-		Job: jg, Dispatcher: mc.dispatcher, RequireSlots: true,
+		Job: jg, Dispatcher: on.dispatcher, RequireSlots: on.requireSlots, CollectAccumulators: on.cluster,
+		Setup: protocol.SetupJob{Args: p.args, Graph: p.fingerprint},
 		BufferTimeout: e.cfg.BufferTimeout, MaxRecordSize: e.cfg.MaxRecordSize, Logger: e.cfg.Logger,
 		Failover: rc.failover, Restart: rc.restart, StateBackend: rc.backend, Scheduling: rc.scheduling,
 		NoSlotSharing: e.cfg.NoSlotSharing,
 	}
 	if rc.checkpointing {
 		loc := rc.storage
+		if on.cluster && (loc == "" || strings.HasPrefix(loc, "mem://")) {
+			return nil, fmt.Errorf("job %q: checkpointing on a cluster needs --checkpoint-storage naming storage that every process reaches (a shared directory or s3://); %s cannot be", name, storageWord(loc))
+		}
 		if loc == "" {
 			dir, err := os.MkdirTemp("", "runnel-checkpoints-")
 			if err != nil {
@@ -307,7 +336,9 @@ func (e *Environment) Execute(ctx context.Context, name string) (*JobResult, err
 		cc := rc.checkpoint
 		jmCfg.Checkpoint, jmCfg.Storage = &cc, st
 		jmCfg.Setup.CheckpointStorage = loc
-		build.Store = st
+		if build != nil {
+			build.Store = st
+		}
 	}
 	jmCfg.SavepointOnStop = rc.savepointDir
 	var restored *RestoreResult
@@ -333,13 +364,18 @@ func (e *Environment) Execute(ctx context.Context, name string) (*JobResult, err
 		}
 		jmCfg.Savepoint = sp
 		jmCfg.Setup.Savepoint = rc.restoreFrom
-		build.Savepoint = sp
+		if build != nil {
+			build.Savepoint = sp
+		}
 	}
 	jm, err := jobmaster.NewDriver(jmCfg)
 	if err != nil {
 		return nil, fmt.Errorf("job %q: %w", name, err)
 	}
-	for _, inj := range chains.rc.injections {
+	if on.started != nil {
+		on.started(jm)
+	}
+	for _, inj := range on.injections() {
 		if inj.After > 0 {
 			t := time.AfterFunc(inj.After, inj.Arm)
 			defer t.Stop()
@@ -400,6 +436,23 @@ func (e *Environment) Execute(ctx context.Context, name string) (*JobResult, err
 		return res, fmt.Errorf("job %q: savepoint on stop: %w", name, err)
 	}
 	return res, nil
+}
+
+// injections returns the failure injections whose timers this process arms: those of the operators its
+// tasks run (none for TaskManagers in other processes, which arm their own).
+func (on runOn) injections() []*operator.Injection {
+	if on.chains == nil {
+		return nil
+	}
+	return on.chains.rc.injections
+}
+
+// storageWord names checkpoint storage that a cluster cannot share.
+func storageWord(loc string) string {
+	if loc == "" {
+		return "a per-process temporary directory"
+	}
+	return loc + " (memory of one process)"
 }
 
 // clusterStarted, when set (by tests, through export_test.go), is called with the mini-cluster of each job

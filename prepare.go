@@ -18,6 +18,9 @@ type prepared struct {
 	name string
 	rc   *recoveryConfig
 	jg   *graph.JobGraph
+	// args are the arguments a registered job was built from (nil for a job Execute runs): what every
+	// other process builds it from.
+	args []string
 	// fingerprint is graph.Fingerprint(jg): two processes run the job together only when theirs agree.
 	fingerprint [32]byte
 }

@@ -94,6 +94,7 @@ func buildRegistered(ctx context.Context, name string, args []string) (*Environm
 	if err != nil {
 		return nil, nil, err
 	}
+	p.args = slices.Clone(args)
 	return env, p, nil
 }
 

@@ -1,10 +1,12 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,6 +36,9 @@ type JobBuild struct {
 	Store task.StateStore
 	// Savepoint is the savepoint the job started from (nil none): a restore of its checkpoint reads it.
 	Savepoint *checkpoint.Savepoint
+	// Accumulators, when set, encodes the values of the job's accumulators as this process's tasks built
+	// them; they are sent to the JobManager every second while they change, and last when the job is released.
+	Accumulators func() (map[string][]byte, error)
 	// Close releases what Open opened (nil: nothing).
 	Close func() error
 }
@@ -44,6 +49,9 @@ const setupTimeout = 30 * time.Second
 
 // countersInterval is how often the record counters of the running attempts are sent to the JobManager.
 const countersInterval = 200 * time.Millisecond
+
+// accumulatorInterval is how often changed accumulator values are sent to the JobManager.
+const accumulatorInterval = time.Second
 
 // tmJob is one job set up on a TaskManager.
 type tmJob struct {
@@ -160,6 +168,9 @@ func (e *RefusedError) Error() string { return "the JobManager refused the regis
 func (ss *session) tick(ctx context.Context, stop <-chan struct{}, reg protocol.Registered) {
 	counters := time.NewTicker(countersInterval)
 	defer counters.Stop()
+	accs := time.NewTicker(accumulatorInterval)
+	defer accs.Stop()
+	sent := map[protocol.JobID]map[string][]byte{}
 	var beat <-chan time.Time
 	if reg.HeartbeatInterval > 0 {
 		t := time.NewTicker(reg.HeartbeatInterval)
@@ -182,6 +193,8 @@ func (ss *session) tick(ctx context.Context, stop <-chan struct{}, reg protocol.
 			}
 		case <-counters.C:
 			ss.sendCounters()
+		case <-accs.C:
+			ss.sendAccumulators(sent)
 		}
 	}
 }
@@ -215,8 +228,12 @@ func (ss *session) handle(env protocol.Envelope) {
 	case protocol.SetupJob:
 		ss.send(env.Job, jobcore.JobSetUp{Err: tm.setupJob(ss.cat, env.Job, m)})
 	case protocol.ReleaseJob:
+		var values map[string][]byte
+		if j := tm.job(env.Job); j != nil {
+			values = tm.accumulators(j)
+		}
 		tm.releaseJob(env.Job)
-		ss.send(env.Job, protocol.Accumulators{Final: true})
+		ss.send(env.Job, protocol.Accumulators{Values: values, Final: true})
 	case jobcore.Deploy:
 		if err := ss.deploy(env.Job, m.Deployment); err != nil {
 			ss.send(env.Job, jobcore.TaskUpdate{Attempt: m.Deployment.Info.Attempt, State: task.Failed,
@@ -264,6 +281,45 @@ func (ss *session) handle(env protocol.Envelope) {
 		ss.send(env.Job, jobcore.TaskManagerAlive{})
 	default:
 		tm.log.Error("a message of no known kind from the JobManager", "message", fmt.Sprintf("%T", env.Body))
+	}
+}
+
+// accumulators encodes a job's accumulator values; an encoding that fails is logged and sent as none.
+func (tm *TaskManager) accumulators(j *tmJob) map[string][]byte {
+	if j.build.Accumulators == nil {
+		return nil
+	}
+	values, err := j.build.Accumulators()
+	if err != nil {
+		tm.log.Error("accumulators of a job cannot be encoded", "job", j.setup.Name, "err", err)
+		return nil
+	}
+	return values
+}
+
+// sendAccumulators sends the accumulator values of every job whose values changed since they were sent.
+func (ss *session) sendAccumulators(sent map[protocol.JobID]map[string][]byte) {
+	tm := ss.tm
+	tm.mu.Lock()
+	jobs := make([]*tmJob, 0, len(tm.jobs))
+	for _, j := range tm.jobs {
+		if j.build.Accumulators != nil {
+			jobs = append(jobs, j)
+		}
+	}
+	tm.mu.Unlock()
+	for id := range sent {
+		if tm.job(id) == nil {
+			delete(sent, id) // released: bounded by the jobs set up here
+		}
+	}
+	for _, j := range jobs {
+		values := tm.accumulators(j)
+		if len(values) == 0 || maps.EqualFunc(values, sent[j.id], bytes.Equal) {
+			continue
+		}
+		sent[j.id] = values
+		ss.send(j.id, protocol.Accumulators{Values: values})
 	}
 }
 

@@ -406,6 +406,13 @@ func (d *Dispatcher) send(tm jobcore.TaskManagerID, job protocol.JobID, body any
 	}
 }
 
+// connected reports whether a TaskManager's session is still open.
+func (d *Dispatcher) connected(tm jobcore.TaskManagerID) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.sessions[tm] != nil
+}
+
 // slots carries out a job's slot change.
 func (d *Dispatcher) slots(job protocol.JobID, sc jobcore.SlotChange) {
 	d.mu.Lock()

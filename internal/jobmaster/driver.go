@@ -64,12 +64,16 @@ type Config struct {
 	Setup protocol.SetupJob
 	// RequireSlots makes NewDriver refuse a job that needs more slots than the dispatcher's TaskManagers
 	// have (the mini-cluster, whose TaskManagers are all there); without it the job waits for slots.
-	RequireSlots      bool
-	SlotWaitTimeout   time.Duration
-	BufferTimeout     time.Duration
-	MaxRecordSize     int
-	CreditsPerChannel int
-	Logger            *slog.Logger
+	RequireSlots    bool
+	SlotWaitTimeout time.Duration
+	// CollectAccumulators makes Run, once the job ended, wait (at most AccumulatorWait) for the last
+	// accumulator values of every TaskManager that ran the job (TaskManagers in other processes, whose sinks
+	// write into their own builds of the job).
+	CollectAccumulators bool
+	BufferTimeout       time.Duration
+	MaxRecordSize       int
+	CreditsPerChannel   int
+	Logger              *slog.Logger
 	// Failover picks the subtasks to restart after a failure; Restart decides whether and when.
 	Failover scheduler.FailoverMode
 	Restart  scheduler.RestartConfig
@@ -134,8 +138,11 @@ type Driver struct {
 	wake     chan struct{}
 
 	accMu sync.Mutex
-	// accumulators holds the newest accumulator values each TaskManager sent, by TaskManager.
+	// accumulators holds the newest accumulator values each TaskManager sent, by TaskManager; finals the
+	// TaskManagers that sent their last ones (the answer to ReleaseJob). accWake has one token: they changed.
 	accumulators map[jobcore.TaskManagerID]map[string][]byte
+	finals       map[jobcore.TaskManagerID]bool
+	accWake      chan struct{}
 
 	// Owned by the loop.
 	started  time.Time
@@ -206,6 +213,7 @@ func NewDriver(cfg Config) (*Driver, error) {
 	d := &Driver{cfg: cfg, log: lg.With("job", cfg.Job.Name), disp: cfg.Dispatcher, core: core,
 		inbox: make(chan jobcore.Event, inboxSize), snapshots: make(chan chan Snapshot), ended: make(chan struct{}),
 		wake: make(chan struct{}, 1), accumulators: map[jobcore.TaskManagerID]map[string][]byte{},
+		finals: map[jobcore.TaskManagerID]bool{}, accWake: make(chan struct{}, 1),
 		setUp: map[jobcore.TaskManagerID]bool{}}
 	d.initial = core.Snapshot() // no goroutine has the core yet
 	// The secret never leaves the process but to the job's TaskManagers (SetupJob); the job id is not secret.
@@ -249,12 +257,47 @@ func (d *Driver) Accumulators() map[jobcore.TaskManagerID]map[string][]byte {
 }
 
 func (d *Driver) accumulated(tm jobcore.TaskManagerID, a protocol.Accumulators) {
-	if len(a.Values) == 0 {
-		return
-	}
 	d.accMu.Lock()
-	d.accumulators[tm] = a.Values
+	if len(a.Values) > 0 {
+		d.accumulators[tm] = a.Values
+	}
+	if a.Final {
+		d.finals[tm] = true
+	}
 	d.accMu.Unlock()
+	select {
+	case d.accWake <- struct{}{}:
+	default:
+	}
+}
+
+// AccumulatorWait bounds the wait for the TaskManagers' last accumulator values at the end of a job.
+const AccumulatorWait = 5 * time.Second
+
+// awaitFinals waits until every TaskManager in tms that is still connected sent its last accumulators.
+func (d *Driver) awaitFinals(tms map[jobcore.TaskManagerID]bool) {
+	deadline := time.NewTimer(AccumulatorWait)
+	defer deadline.Stop()
+	for {
+		d.accMu.Lock()
+		missing := 0
+		for tm := range tms {
+			if !d.finals[tm] && d.disp.connected(tm) {
+				missing++
+			}
+		}
+		d.accMu.Unlock()
+		if missing == 0 {
+			return
+		}
+		select {
+		case <-d.accWake:
+		case <-deadline.C:
+			d.log.Warn("job master: some TaskManagers did not send their last accumulator values", "missing", missing, "waited", AccumulatorWait)
+			return
+		case <-time.After(100 * time.Millisecond): // a TaskManager lost meanwhile answers never
+		}
+	}
 }
 
 // post puts an event into the inbox, waiting while it is full; after the job ended the event is of no use
@@ -332,6 +375,9 @@ func (d *Driver) Run(ctx context.Context) Snapshot {
 	close(d.ended)
 	for tm := range d.setUp {
 		d.disp.send(tm, d.jobID, protocol.ReleaseJob{})
+	}
+	if d.cfg.CollectAccumulators {
+		d.awaitFinals(d.setUp)
 	}
 	// What the last Ready asked (the last retain) is still carried out; then the worker ends.
 	close(d.storageQ)
