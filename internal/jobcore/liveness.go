@@ -27,7 +27,9 @@ func NewLiveness(timeout time.Duration) *Liveness {
 }
 
 // Heard records a sign of life of tm at now: any message counts, not only heartbeats. The first Heard of a
-// TaskManager starts watching it. Time does not go back: a now older than the last one heard is ignored.
+// TaskManager starts watching it, so the caller calls it only while tm's session is live: a message read
+// after the session was declared lost must not bring it back, or it would be reported lost twice. Time
+// does not go back: a now older than the last one heard is ignored.
 func (l *Liveness) Heard(tm TaskManagerID, now time.Duration) {
 	if last, ok := l.heard[tm]; !ok || now > last {
 		l.heard[tm] = now

@@ -164,7 +164,7 @@ func (p *SlotPool[J]) Release(job J, slots []Slot) {
 // Exclude stops granting job the slots of TaskManager tm, for as long as the job lives: the TaskManager
 // could not set the job up (another build, storage it cannot reach), and would not on a second try. Slots
 // of tm the job holds stay held until the job releases them; those granted since the last Grants call, of
-// which the job has not learned, are taken back and asked for again.
+// which the job has not learned, are taken back and asked for again. An unknown TaskManager changes nothing.
 func (p *SlotPool[J]) Exclude(job J, tm TaskManagerID) {
 	if _, ok := p.byID[tm]; !ok {
 		return

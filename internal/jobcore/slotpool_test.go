@@ -2,6 +2,8 @@ package jobcore
 
 import (
 	"fmt"
+	"maps"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -278,5 +280,180 @@ func TestSlotPoolTaskManagers(t *testing.T) {
 	want := []TaskManagerSlots{{ID: 5, Name: "tm-5", DataAddress: "h:5", Slots: 2, Free: 1}, {ID: 9, Name: "tm-9", DataAddress: "h:9", Slots: 3, Free: 1}}
 	if got := p.TaskManagers(); !slices.Equal(got, want) {
 		t.Errorf("TaskManagers() = %+v, want %+v (registration order, the removed one gone)", got, want)
+	}
+}
+
+// TestSlotPoolRandom drives pools with seeded random calls (TaskManagers joining and leaving, jobs asking,
+// releasing, excluding and ending, grants taken now and then) and checks after every call what must always
+// hold:
+//
+//   - no slot is held by two jobs, and no job is granted a slot of a TaskManager that is gone, that it
+//     was excluded from before the grant, or that is out of the TaskManager's range;
+//   - every slot asked for is granted (and handed out by Grants) or still waited for: a job's requests add
+//     up to what it waits for plus what it was given, until it is forgotten;
+//   - the pool is work-conserving: while a job waits, every free slot is of a TaskManager excluded for it;
+//   - Free and TaskManagers agree with the slots the model sees held.
+func TestSlotPoolRandom(t *testing.T) {
+	seeds := 100
+	if testing.Short() {
+		seeds = 10
+	}
+	type key struct {
+		tm TaskManagerID
+		n  int
+	}
+	for seed := range uint64(seeds) {
+		rng := rand.New(rand.NewPCG(seed, 11))
+		p := NewSlotPool[int]()
+		slots := map[TaskManagerID]int{} // registered TaskManagers and their slot counts
+		holder := map[key]int{}          // delivered grants still held, by slot
+		asked := map[int]int{}           // per job: slots asked since it was last forgotten
+		given := map[int]int{}           // per job: slots handed out since it was last forgotten
+		excluded := map[int]map[TaskManagerID]bool{}
+		var nextTM TaskManagerID
+		var trace []string
+		fail := func(format string, args ...any) {
+			t.Helper()
+			t.Fatalf("seed %d, after %s: %s", seed, strings.Join(trace[max(0, len(trace)-12):], "; "), fmt.Sprintf(format, args...))
+		}
+		take := func() {
+			for _, g := range p.Grants() {
+				for _, s := range g.Slots {
+					k := key{s.TaskManager, s.Number}
+					if n, ok := slots[s.TaskManager]; !ok || s.Number < 0 || s.Number >= n {
+						fail("job %d was granted %v, not a slot of a registered TaskManager", g.Job, s)
+					}
+					if j, ok := holder[k]; ok {
+						fail("job %d was granted %v, which job %d holds", g.Job, s, j)
+					}
+					if excluded[g.Job][s.TaskManager] {
+						fail("job %d was granted %v of a TaskManager excluded for it", g.Job, s)
+					}
+					holder[k] = g.Job
+					given[g.Job]++
+				}
+			}
+		}
+		for range 300 {
+			job := rng.IntN(4)
+			switch op := rng.IntN(100); {
+			case op < 12:
+				nextTM++
+				n := 1 + rng.IntN(3)
+				trace = append(trace, fmt.Sprintf("add tm-%d slots=%d", nextTM, n))
+				if err := p.AddTaskManager(nextTM, fmt.Sprintf("tm-%d", nextTM), "", n); err != nil {
+					fail("%v", err)
+				}
+				slots[nextTM] = n
+			case op < 20:
+				if len(slots) == 0 {
+					continue
+				}
+				ids := slices.Sorted(maps.Keys(slots))
+				id := ids[rng.IntN(len(ids))]
+				trace = append(trace, fmt.Sprintf("remove tm-%d", id))
+				// Grants not taken yet are taken back by the pool: take them first only sometimes.
+				if rng.IntN(2) == 0 {
+					take()
+				}
+				p.RemoveTaskManager(id)
+				delete(slots, id)
+				for k := range holder {
+					if k.tm == id {
+						delete(holder, k)
+					}
+				}
+			case op < 50:
+				n := 1 + rng.IntN(4)
+				trace = append(trace, fmt.Sprintf("request %d n=%d", job, n))
+				p.Request(job, n)
+				asked[job] += n
+			case op < 70:
+				take() // a job releases only what it was handed
+				var mine []Slot
+				for k, j := range holder {
+					if j == job && rng.IntN(2) == 0 {
+						mine = append(mine, Slot{TaskManager: k.tm, Number: k.n})
+						delete(holder, k)
+					}
+				}
+				n := len(mine)
+				// Slots the job does not hold are ignored: another job's, one past a TaskManager's end.
+				for k, j := range holder {
+					if j != job && rng.IntN(4) == 0 {
+						mine = append(mine, Slot{TaskManager: k.tm, Number: k.n})
+					}
+				}
+				mine = append(mine, Slot{TaskManager: nextTM, Number: 3})
+				trace = append(trace, fmt.Sprintf("release %d %v", job, mine))
+				p.Release(job, mine)
+				// The slots are the job's again to ask for: count them as asked and given anew.
+				asked[job] -= n
+				given[job] -= n
+			case op < 76:
+				if len(slots) == 0 {
+					continue
+				}
+				ids := slices.Sorted(maps.Keys(slots))
+				id := ids[rng.IntN(len(ids))]
+				trace = append(trace, fmt.Sprintf("exclude %d tm-%d", job, id))
+				p.Exclude(job, id)
+				if excluded[job] == nil {
+					excluded[job] = map[TaskManagerID]bool{}
+				}
+				excluded[job][id] = true
+			case op < 82:
+				trace = append(trace, fmt.Sprintf("forget %d", job))
+				p.ForgetJob(job)
+				for k, j := range holder {
+					if j == job {
+						delete(holder, k)
+					}
+				}
+				delete(asked, job)
+				delete(given, job)
+				delete(excluded, job)
+			default:
+				trace = append(trace, "grants")
+				take()
+			}
+			// Grants not taken are held too, as far as Free goes; take them for the checks below unless
+			// the step is one that leaves them pending on purpose.
+			if rng.IntN(3) > 0 {
+				take()
+			} else {
+				continue
+			}
+			total := 0
+			for _, n := range slots {
+				total += n
+			}
+			if p.Free() != total-len(holder) {
+				fail("Free() = %d, the model has %d of %d slots held", p.Free(), len(holder), total)
+			}
+			free := map[TaskManagerID]int{}
+			for id, n := range slots {
+				free[id] = n
+			}
+			for k := range holder {
+				free[k.tm]--
+			}
+			for _, tm := range p.TaskManagers() {
+				if tm.Free != free[tm.ID] || tm.Slots != slots[tm.ID] {
+					fail("TaskManagers() has %+v, the model %d of %d free", tm, free[tm.ID], slots[tm.ID])
+				}
+			}
+			for j := range 4 {
+				if w := p.Waiting(j); asked[j] != w+given[j] {
+					fail("job %d asked for %d slots, waits for %d and was given %d", j, asked[j], w, given[j])
+				} else if w > 0 {
+					for id, f := range free {
+						if f > 0 && !excluded[j][id] {
+							fail("job %d waits for %d slots while tm-%d has %d free", j, w, id, f)
+						}
+					}
+				}
+			}
+		}
 	}
 }

@@ -121,6 +121,10 @@ func Handler(src Source, metrics http.Handler) http.Handler {
 	})
 	if metrics != nil {
 		route("/metrics", metrics.ServeHTTP)
+	} else {
+		mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
+			writeError(w, http.StatusNotFound, "this JobManager serves no metrics")
+		})
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such path %s (the API serves /v1/jobs, /v1/jobs/{id}, "+

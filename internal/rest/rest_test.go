@@ -138,7 +138,7 @@ func TestHandler(t *testing.T) {
 		{"health", empty, nil, "GET", "/healthz", 200, jsonType, "", `{"status":"ok"}`},
 		{"HEAD has the headers and no body", full, nil, "HEAD", "/v1/jobs", 200, jsonType, "", ``},
 		{"metrics are the given handler's", empty, metrics, "GET", "/metrics", 200, "text/plain; version=0.0.4", "", `runnel_sessions 2`},
-		{"no metrics handler", empty, nil, "GET", "/metrics", 404, jsonType, "", notFound("/metrics")},
+		{"no metrics handler", empty, nil, "GET", "/metrics", 404, jsonType, "", `{"error":"this JobManager serves no metrics"}`},
 		{"POST on jobs", full, nil, "POST", "/v1/jobs", 405, jsonType, "GET, HEAD",
 			`{"error":"method \"POST\" not allowed on \"/v1/jobs\": the API is read-only (GET)"}`},
 		{"DELETE on a job", full, nil, "DELETE", "/v1/jobs/3f2a", 405, jsonType, "GET, HEAD",
