@@ -40,6 +40,8 @@ type JobResult struct {
 	Savepoint string `json:"savepoint,omitempty"`
 	// RestoredFrom says which savepoint or retained checkpoint the job started from.
 	RestoredFrom *RestoreResult `json:"restored_from,omitempty"`
+	// Waiting, while the job waits for something to restart (slots, a TaskManager), says what.
+	Waiting string `json:"waiting,omitempty"`
 }
 
 // RestoreResult describes the state a job started from: the location, the checkpoint's id, and the newer
@@ -289,6 +291,8 @@ type runOn struct {
 	// cluster marks TaskManagers in other processes: checkpoint storage must be shared, and the
 	// accumulators their tasks built are merged into this Environment's at the end.
 	cluster bool
+	// slotWait bounds the job's wait for slots (0: the job master's default).
+	slotWait time.Duration
 	// started, when set, is called with the driver before the job starts (the JobManager's table of jobs).
 	started func(*jobmaster.Driver)
 }
@@ -309,7 +313,7 @@ func (e *Environment) run(ctx context.Context, p *prepared, on runOn) (*JobResul
 		on.catalog.build = build
 	}
 	jmCfg := jobmaster.Config{
-		Job: jg, Dispatcher: on.dispatcher, RequireSlots: on.requireSlots, CollectAccumulators: on.cluster,
+		Job: jg, Dispatcher: on.dispatcher, RequireSlots: on.requireSlots, CollectAccumulators: on.cluster, SlotWaitTimeout: on.slotWait,
 		Setup: protocol.SetupJob{Args: p.args, Graph: p.fingerprint},
 		BufferTimeout: e.cfg.BufferTimeout, MaxRecordSize: e.cfg.MaxRecordSize, Logger: e.cfg.Logger,
 		Failover: rc.failover, Restart: rc.restart, StateBackend: rc.backend, Scheduling: rc.scheduling,
@@ -420,6 +424,15 @@ func (e *Environment) run(ctx context.Context, p *prepared, on runOn) (*JobResul
 	snap := jm.Run(ctx)
 	close(stopProgress)
 	wg.Wait()
+	if on.cluster {
+		// What the TaskManagers' sinks built, merged into this build's accumulators (a join: the order and
+		// repeats do not matter).
+		for tm, values := range jm.Accumulators() {
+			if err := e.mergeAccumulators(values); err != nil {
+				e.logger().Error("accumulators of a TaskManager cannot be merged", "job", name, "taskmanager", tm, "err", err)
+			}
+		}
+	}
 	res := resultOf(name, snap)
 	res.RestoredFrom = restored
 	if e.cfg.Progress != nil {
@@ -482,7 +495,7 @@ func checkInjections(jg *graph.JobGraph, injections []*operator.Injection) error
 }
 
 func resultOf(name string, s jobcore.Snapshot) *JobResult {
-	r := &JobResult{Job: name, Status: string(s.Status), Failovers: []FailoverResult{}, Savepoint: s.Savepoint}
+	r := &JobResult{Job: name, Status: string(s.Status), Failovers: []FailoverResult{}, Savepoint: s.Savepoint, Waiting: s.Waiting}
 	if c := s.Checkpoints; c != nil {
 		r.Checkpoints = &CheckpointCounts{Completed: c.Completed, Failed: c.Failed, Aborted: c.Aborted, LastCompletedID: c.LastCompletedID}
 	}

@@ -37,6 +37,8 @@ type TaskManagerConfig struct {
 	DataAdvertise string
 	// Build is the binary this TaskManager runs, sent at registration.
 	Build protocol.Build
+	// Registered, when set, is called each time Serve registered with a JobManager.
+	Registered func()
 	// DataServer configures the TCP data server (connection limits, timeouts, TLS, the admission of
 	// partition requests); zero values are the network package's defaults, and a nil Logger is the
 	// TaskManager's.

@@ -121,6 +121,9 @@ func (tm *TaskManager) Serve(ctx context.Context, s protocol.Session, cat Catalo
 	tm.log.Log(context.Background(), sessionLevel(ok), "registered with the JobManager", "session", ok.TaskManager, "heartbeat_interval", ok.HeartbeatInterval,
 		"heartbeat_timeout", ok.HeartbeatTimeout)
 
+	if tm.cfg.Registered != nil {
+		tm.cfg.Registered()
+	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)

@@ -301,8 +301,10 @@ func (d *Dispatcher) lost(ts *tmSession, reason error) {
 // route hands one message of a TaskManager to the job it concerns.
 func (d *Dispatcher) route(ts *tmSession, env protocol.Envelope) {
 	d.mu.Lock()
-	ts.heard = time.Now()
-	d.live.Heard(ts.id, time.Since(d.started))
+	if d.sessions[ts.id] == ts { // a session declared lost is not heard again
+		ts.heard = time.Now()
+		d.live.Heard(ts.id, time.Since(d.started))
+	}
 	j := d.jobs[env.Job]
 	d.mu.Unlock()
 	if env.Job == (protocol.JobID{}) {

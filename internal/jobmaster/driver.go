@@ -309,6 +309,9 @@ func (d *Driver) post(ev jobcore.Event) {
 	}
 }
 
+// Stop stops the job with a savepoint written to dir ("": the configured SavepointOnStop), then cancels it.
+func (d *Driver) Stop(dir string) { d.post(jobcore.Stop{Dir: dir}) }
+
 // grant takes slots the dispatcher granted; it never waits.
 func (d *Driver) grant(g jobcore.SlotsGranted) {
 	d.grantsMu.Lock()

@@ -1,0 +1,437 @@
+package runnel
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/runnel-dev/runnel/internal/buildinfo"
+	"github.com/runnel-dev/runnel/internal/jobmaster"
+	"github.com/runnel-dev/runnel/internal/protocol"
+	"github.com/runnel-dev/runnel/internal/rest"
+	"github.com/runnel-dev/runnel/internal/rpc"
+)
+
+// Defaults of a cluster's processes.
+const (
+	DefaultJobManagerAddr    = "127.0.0.1:6123"
+	DefaultRESTAddr          = "127.0.0.1:8081"
+	DefaultHeartbeatInterval = 500 * time.Millisecond
+	DefaultHeartbeatTimeout  = 1500 * time.Millisecond
+)
+
+// JobManagerConfig configures ServeJobManager.
+type JobManagerConfig struct {
+	// Addr is where TaskManagers and clients reach the JobManager (DefaultJobManagerAddr if empty).
+	Addr string
+	// RESTAddr is where the JSON REST API and the Prometheus metrics are served ("" none).
+	RESTAddr string
+	// HeartbeatInterval and HeartbeatTimeout: how often the JobManager and its TaskManagers send each
+	// other a heartbeat, and the silence after which either declares the other lost. Zero values are the
+	// defaults; the timeout must be at least twice the interval.
+	HeartbeatInterval, HeartbeatTimeout time.Duration
+	// SlotWaitTimeout bounds how long a job waits for slots (a lost TaskManager's replacement) before it
+	// fails; zero is the job master's default (5 minutes).
+	SlotWaitTimeout time.Duration
+	// BufferSize is the network buffer size every TaskManager must use (0: the default).
+	BufferSize int
+	// TLS, when set, requires mutual TLS on every connection.
+	TLS *TLSFiles
+	Logger *slog.Logger
+	// Listening, when set, is called once the listeners are bound, with their addresses.
+	Listening func(addr, restAddr string)
+}
+
+// TLSFiles names the PEM files of a process's mutual TLS: its certificate and key, and the certificate
+// authority that every peer's certificate must be signed by. ServerName, when set, is the name every
+// peer's certificate is verified against instead of the host dialled (one certificate for a cluster).
+type TLSFiles struct {
+	Cert, Key, CA string
+	ServerName    string
+}
+
+// ServeJobManager runs a JobManager until ctx is done: it registers TaskManagers, runs the jobs clients
+// submit (each a job registered in this binary, see Register) on their slots, and serves the REST API.
+// When ctx is done it cancels the jobs that still run, waits for them, and returns.
+func ServeJobManager(ctx context.Context, cfg JobManagerConfig) error {
+	lg := cfg.Logger
+	if lg == nil {
+		lg = slog.Default()
+	}
+	if cfg.Addr == "" {
+		cfg.Addr = DefaultJobManagerAddr
+	}
+	if cfg.HeartbeatInterval == 0 {
+		cfg.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if cfg.HeartbeatTimeout == 0 {
+		cfg.HeartbeatTimeout = DefaultHeartbeatTimeout
+	}
+	if cfg.HeartbeatInterval < 0 || cfg.HeartbeatTimeout < 2*cfg.HeartbeatInterval {
+		return fmt.Errorf("jobmanager: --heartbeat-timeout %v must be at least twice --heartbeat-interval %v", cfg.HeartbeatTimeout, cfg.HeartbeatInterval)
+	}
+	serverTLS, _, err := cfg.TLS.load()
+	if err != nil {
+		return fmt.Errorf("jobmanager: %w", err)
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("jobmanager: control plane: %w", err)
+	}
+	warnIfExposed(lg, "control plane", ln.Addr(), serverTLS != nil)
+	disp := jobmaster.NewDispatcher(jobmaster.DispatcherConfig{Logger: lg, HeartbeatInterval: cfg.HeartbeatInterval,
+		HeartbeatTimeout: cfg.HeartbeatTimeout, BufferSize: cfg.BufferSize, Build: buildinfo.Current()})
+	jm := &jobManager{cfg: cfg, log: lg, disp: disp, jobs: map[protocol.JobID]*jmJob{}}
+	jm.ctx, jm.cancel = context.WithCancel(context.Background())
+	opts := rpc.ServerOptions()
+	if serverTLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(serverTLS)))
+	}
+	srv := grpc.NewServer(opts...)
+	rpc.NewGatewayServer(disp.Attach).Register(srv)
+	rpc.RegisterJobService(srv, jm)
+	serveErr := make(chan error, 2)
+	go func() { serveErr <- srv.Serve(ln) }()
+
+	restAddr := ""
+	var hs *http.Server
+	if cfg.RESTAddr != "" {
+		rln, err := net.Listen("tcp", cfg.RESTAddr)
+		if err != nil {
+			srv.Stop()
+			disp.Close()
+			return fmt.Errorf("jobmanager: REST API: %w", err)
+		}
+		warnIfExposed(lg, "REST API", rln.Addr(), serverTLS != nil)
+		restAddr = rln.Addr().String()
+		hs = &http.Server{Handler: rest.Handler(jm, jm.metricsHandler()), ReadHeaderTimeout: 10 * time.Second,
+			IdleTimeout: time.Minute, TLSConfig: serverTLS}
+		go func() {
+			if serverTLS != nil {
+				serveErr <- hs.ServeTLS(rln, "", "")
+			} else {
+				serveErr <- hs.Serve(rln)
+			}
+		}()
+	}
+	lg.Info("JobManager listening", "addr", ln.Addr().String(), "rest", restAddr, "tls", serverTLS != nil,
+		"heartbeat_interval", cfg.HeartbeatInterval, "heartbeat_timeout", cfg.HeartbeatTimeout)
+	if cfg.Listening != nil {
+		cfg.Listening(ln.Addr().String(), restAddr)
+	}
+	var failed error
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		failed = fmt.Errorf("jobmanager: %w", err)
+	}
+	lg.Info("JobManager stopping: cancelling its jobs")
+	jm.cancel()
+	jm.wg.Wait()
+	if hs != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = hs.Shutdown(sctx)
+		cancel()
+	}
+	disp.Close()
+	srv.Stop()
+	return failed
+}
+
+// warnIfExposed warns of a listener that anyone on the network can reach without TLS.
+func warnIfExposed(lg *slog.Logger, what string, addr net.Addr, tls bool) {
+	if ta, ok := addr.(*net.TCPAddr); ok && !ta.IP.IsLoopback() && !tls {
+		lg.Warn(what+" listens beyond loopback without TLS: anyone who reaches it can register TaskManagers and submit jobs",
+			"addr", addr.String())
+	}
+}
+
+// jobManager is the JobManager's table of jobs: what clients submitted, and their drivers.
+type jobManager struct {
+	cfg    JobManagerConfig
+	log    *slog.Logger
+	disp   *jobmaster.Dispatcher
+	ctx    context.Context // cancelled when the JobManager stops: every job is cancelled
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu    sync.Mutex
+	jobs  map[protocol.JobID]*jmJob
+	order []protocol.JobID
+}
+
+// maxJobsRemembered bounds the ended jobs the JobManager keeps for the REST API and Watch; older ones are
+// forgotten.
+const maxJobsRemembered = 100
+
+// jmJob is one submitted job.
+type jmJob struct {
+	id        protocol.JobID
+	name      string
+	env       *Environment
+	submitted time.Time
+	stop      context.CancelFunc
+	// driver is set when the job starts; done is closed when it ended, after result and err are set.
+	mu     sync.Mutex
+	driver *jobmaster.Driver
+	done   chan struct{}
+	result *JobResult
+	err    error
+	ended  time.Time
+}
+
+func (j *jmJob) current() *JobResult {
+	select {
+	case <-j.done:
+		return j.result
+	default:
+	}
+	j.mu.Lock()
+	d := j.driver
+	j.mu.Unlock()
+	if d == nil {
+		return &JobResult{Job: j.name, Status: string(jobmaster.StatusCreated), Failovers: []FailoverResult{}}
+	}
+	return resultOf(j.name, d.Snapshot())
+}
+
+// Submit implements rpc.JobService: it builds the job from this binary's registry, checks that the client
+// built the same, and starts it.
+func (jm *jobManager) Submit(_ context.Context, req rpc.SubmitRequest) (protocol.JobID, error) {
+	if b := buildinfo.Current(); req.Build.Sum != b.Sum {
+		return protocol.JobID{}, fmt.Errorf("%w: the client runs %s, the JobManager %s: submit with the same build the cluster runs",
+			rpc.ErrRefused, describeBuild(req.Build), describeBuild(b))
+	}
+	ctx, cancel := context.WithCancel(jm.ctx)
+	env, p, err := buildVerified(ctx, req.Name, req.Args, req.Graph)
+	if err != nil {
+		cancel()
+		return protocol.JobID{}, fmt.Errorf("%w: %w", rpc.ErrRefused, err)
+	}
+	if env.cfg.Logger == nil {
+		env.cfg.Logger = jm.log
+	}
+	j := &jmJob{name: req.Name, env: env, submitted: time.Now(), stop: cancel, done: make(chan struct{})}
+	started := make(chan *jobmaster.Driver, 1)
+	refused := make(chan error, 1)
+	jm.wg.Add(1)
+	go func() {
+		defer jm.wg.Done()
+		defer cancel()
+		res, err := env.run(ctx, p, runOn{dispatcher: jm.disp, cluster: true, slotWait: jm.cfg.SlotWaitTimeout,
+			started: func(d *jobmaster.Driver) {
+				j.mu.Lock()
+				j.driver = d
+				j.mu.Unlock()
+				started <- d
+			}})
+		if res == nil {
+			refused <- err
+			return
+		}
+		j.mu.Lock()
+		j.result, j.err, j.ended = res, err, time.Now()
+		j.mu.Unlock()
+		close(j.done)
+		jm.log.Info("job ended", "job", req.Name, "id", j.id, "status", res.Status)
+	}()
+	select {
+	case d := <-started:
+		j.id = d.JobID()
+	case err := <-refused:
+		return protocol.JobID{}, fmt.Errorf("%w: %w", rpc.ErrRefused, err)
+	}
+	jm.mu.Lock()
+	jm.jobs[j.id] = j
+	jm.order = append(jm.order, j.id)
+	jm.forgetOld()
+	jm.mu.Unlock()
+	jm.log.Info("job submitted", "job", req.Name, "id", j.id, "args", req.Args)
+	return j.id, nil
+}
+
+// forgetOld drops the oldest ended jobs past maxJobsRemembered. Called with mu held.
+func (jm *jobManager) forgetOld() {
+	for len(jm.order) > maxJobsRemembered {
+		id := jm.order[0]
+		j := jm.jobs[id]
+		select {
+		case <-j.done:
+		default:
+			return // the oldest still runs: keep it, and those after it
+		}
+		delete(jm.jobs, id)
+		jm.order = jm.order[1:]
+	}
+}
+
+func (jm *jobManager) job(id protocol.JobID) (*jmJob, error) {
+	jm.mu.Lock()
+	defer jm.mu.Unlock()
+	j := jm.jobs[id]
+	if j == nil {
+		return nil, fmt.Errorf("%w: no job %s on this JobManager", rpc.ErrUnknownJob, id)
+	}
+	return j, nil
+}
+
+// watchInterval is how often Watch sends a running job's status.
+const watchInterval = 500 * time.Millisecond
+
+// Watch implements rpc.JobService.
+func (jm *jobManager) Watch(ctx context.Context, id protocol.JobID, send func(rpc.JobStatus) error) error {
+	j, err := jm.job(id)
+	if err != nil {
+		return err
+	}
+	t := time.NewTicker(watchInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-j.done:
+			st := rpc.JobStatus{Final: true}
+			if st.ResultJSON, err = json.Marshal(j.result); err != nil {
+				return fmt.Errorf("job %s: result: %w", id, err)
+			}
+			if j.err != nil {
+				st.Error = j.err.Error()
+			}
+			if st.Accumulators, err = j.env.encodeAccumulators(); err != nil {
+				st.Error = errors.Join(j.err, fmt.Errorf("accumulators: %w", err)).Error()
+			}
+			return send(st)
+		case <-t.C:
+			b, err := json.Marshal(j.current())
+			if err != nil {
+				return fmt.Errorf("job %s: result: %w", id, err)
+			}
+			if err := send(rpc.JobStatus{ResultJSON: b}); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Stop implements rpc.JobService.
+func (jm *jobManager) Stop(_ context.Context, id protocol.JobID, savepointDir string) error {
+	j, err := jm.job(id)
+	if err != nil {
+		return err
+	}
+	j.mu.Lock()
+	d := j.driver
+	j.mu.Unlock()
+	if savepointDir != "" && d != nil {
+		d.Stop(savepointDir)
+		return nil
+	}
+	j.stop()
+	return nil
+}
+
+// Jobs implements rest.Source.
+func (jm *jobManager) Jobs(context.Context) ([]rest.JobSummary, error) {
+	jm.mu.Lock()
+	js := make([]*jmJob, 0, len(jm.order))
+	for _, id := range jm.order {
+		js = append(js, jm.jobs[id])
+	}
+	jm.mu.Unlock()
+	out := make([]rest.JobSummary, 0, len(js))
+	for _, j := range js {
+		r := j.current()
+		j.mu.Lock()
+		ended := j.ended
+		j.mu.Unlock()
+		out = append(out, rest.JobSummary{ID: j.id.String(), Name: j.name, Status: r.Status, Started: j.submitted, Ended: ended})
+	}
+	return out, nil
+}
+
+func (jm *jobManager) restJob(id string) (*JobResult, error) {
+	jid, err := protocol.ParseJobID(id)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %q: %w", rest.ErrUnknownJob, id, err)
+	}
+	j, err := jm.job(jid)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", rest.ErrUnknownJob, err)
+	}
+	return j.current(), nil
+}
+
+// Job implements rest.Source.
+func (jm *jobManager) Job(_ context.Context, id string) (any, error) { return jm.restJob(id) }
+
+// Checkpoints implements rest.Source.
+func (jm *jobManager) Checkpoints(_ context.Context, id string) (any, error) {
+	r, err := jm.restJob(id)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"checkpoints": r.Checkpoints}, nil
+}
+
+// Failovers implements rest.Source.
+func (jm *jobManager) Failovers(_ context.Context, id string) (any, error) {
+	r, err := jm.restJob(id)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"failovers": r.Failovers, "failover_totals": r.FailoverTotals}, nil
+}
+
+// TaskManagers implements rest.Source.
+func (jm *jobManager) TaskManagers(context.Context) ([]rest.TaskManager, error) {
+	var out []rest.TaskManager
+	for _, tm := range jm.disp.TaskManagers() {
+		out = append(out, rest.TaskManager{ID: uint64(tm.ID), Name: tm.Name, DataAddress: tm.DataAddress, Slots: tm.Slots,
+			FreeSlots: tm.Free, SinceHeardMillis: tm.SinceHeard.Milliseconds(), Tasks: tm.Slots - tm.Free})
+	}
+	return out, nil
+}
+
+// metricsHandler serves the Prometheus metrics of the jobs that run.
+func (jm *jobManager) metricsHandler() http.Handler { return nil }
+
+func describeBuild(b protocol.Build) string { return fmt.Sprintf("sha256:%x… (%s)", b.Sum[:4], b.Describe) }
+
+// load reads the TLS files: the server's config (client certificates required) and the client's.
+func (f *TLSFiles) load() (server, client *tls.Config, err error) {
+	if f == nil {
+		return nil, nil, nil
+	}
+	if f.Cert == "" || f.Key == "" || f.CA == "" {
+		return nil, nil, errors.New("--tls-cert, --tls-key and --tls-ca go together: give all three or none")
+	}
+	cert, err := tls.LoadX509KeyPair(f.Cert, f.Key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--tls-cert %s / --tls-key %s: %w", f.Cert, f.Key, err)
+	}
+	caPEM, err := os.ReadFile(f.CA)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--tls-ca: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, nil, fmt.Errorf("--tls-ca %s holds no PEM certificate", f.CA)
+	}
+	server = &tls.Config{Certificates: []tls.Certificate{cert}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert,
+		MinVersion: tls.VersionTLS13}
+	client = &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ServerName: f.ServerName, MinVersion: tls.VersionTLS13}
+	return server, client, nil
+}

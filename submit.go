@@ -1,0 +1,124 @@
+package runnel
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/runnel-dev/runnel/internal/buildinfo"
+	"github.com/runnel-dev/runnel/internal/rpc"
+)
+
+// SubmitConfig configures Submit.
+type SubmitConfig struct {
+	// JobManager is the JobManager's address (HOST:PORT).
+	JobManager string
+	TLS        *TLSFiles
+	// Job names a job registered in this binary (see Register), built with Args on every process.
+	Job  string
+	Args []string
+	// Env is this process's build of the job (nil: Submit builds it from Args): it is checked as Execute
+	// would, its progress callback is fed from the JobManager, and at the end the accumulators the
+	// cluster's tasks built are merged into its own, so that the caller reads them as after Execute.
+	Env *Environment
+}
+
+// ErrJobManagerLost is returned by Submit when the connection to the JobManager was lost while the job
+// ran: its state is unknown.
+var ErrJobManagerLost = errors.New("lost the JobManager; the job's state is unknown")
+
+// Submit runs a registered job on the cluster of a JobManager and blocks until it ends, like Execute: the
+// result is returned in every case where the job ran, and err is non-nil unless it finished or was
+// cancelled. Cancelling ctx stops the job (with its savepoint on stop, if it has one).
+func Submit(ctx context.Context, cfg SubmitConfig) (*JobResult, error) {
+	env := cfg.Env
+	if env == nil {
+		var err error
+		if env, _, err = buildRegistered(ctx, cfg.Job, cfg.Args); err != nil {
+			return nil, err
+		}
+	}
+	if env.executed {
+		return nil, errors.New("Submit: an Environment runs one job; make a new Environment for another")
+	}
+	env.executed = true
+	p, err := prepare(ctx, env, cfg.Job)
+	if err != nil {
+		return nil, err
+	}
+	if rc := p.rc; rc.checkpointing && (rc.storage == "" || len(rc.storage) >= 6 && rc.storage[:6] == "mem://") {
+		return nil, fmt.Errorf("job %q: checkpointing on a cluster needs --checkpoint-storage naming storage that every process reaches (a shared directory or s3://); %s cannot be", cfg.Job, storageWord(rc.storage))
+	}
+	_, clientTLS, err := cfg.TLS.load()
+	if err != nil {
+		return nil, fmt.Errorf("submit: %w", err)
+	}
+	creds := insecure.NewCredentials()
+	if clientTLS != nil {
+		creds = credentials.NewTLS(clientTLS)
+	}
+	conn, err := grpc.NewClient(cfg.JobManager, append(rpc.DialOptions(), grpc.WithTransportCredentials(creds))...)
+	if err != nil {
+		return nil, fmt.Errorf("submit: JobManager %s: %w", cfg.JobManager, err)
+	}
+	defer conn.Close()
+	client := rpc.NewJobClient(conn)
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	id, err := client.Submit(sctx, rpc.SubmitRequest{Name: cfg.Job, Args: cfg.Args, Graph: p.fingerprint, Build: buildinfo.Current()})
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("submit job %q to %s: %w", cfg.Job, cfg.JobManager, err)
+	}
+	// The watch outlives ctx: a cancelled ctx stops the job, and its end still comes through the watch.
+	stopped := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_ = client.Stop(sctx, id, "")
+			cancel()
+		case <-stopped:
+		}
+	}()
+	defer close(stopped)
+	var final *rpc.JobStatus
+	werr := client.Watch(context.Background(), id, func(st rpc.JobStatus) error {
+		if st.Final {
+			final = &st
+			return nil
+		}
+		if env.cfg.Progress != nil {
+			var r JobResult
+			if err := json.Unmarshal(st.ResultJSON, &r); err == nil {
+				env.cfg.Progress(&r)
+			}
+		}
+		return nil
+	})
+	if final == nil {
+		if werr == nil {
+			werr = errors.New("the watch ended before the job")
+		}
+		return nil, fmt.Errorf("job %q (%s) on %s: %w: %w", cfg.Job, id, cfg.JobManager, ErrJobManagerLost, werr)
+	}
+	var res JobResult
+	if err := json.Unmarshal(final.ResultJSON, &res); err != nil {
+		return nil, fmt.Errorf("job %q (%s): the JobManager's result: %w", cfg.Job, id, err)
+	}
+	if err := env.mergeAccumulators(final.Accumulators); err != nil {
+		return &res, fmt.Errorf("job %q: accumulators: %w", cfg.Job, err)
+	}
+	if env.cfg.Progress != nil {
+		env.cfg.Progress(&res)
+	}
+	if final.Error != "" {
+		return &res, fmt.Errorf("job %q (%s): %s", cfg.Job, id, final.Error)
+	}
+	return &res, nil
+}

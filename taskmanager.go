@@ -1,0 +1,172 @@
+package runnel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/runnel-dev/runnel/internal/buildinfo"
+	"github.com/runnel-dev/runnel/internal/checkpoint"
+	"github.com/runnel-dev/runnel/internal/cluster"
+	"github.com/runnel-dev/runnel/internal/ident"
+	"github.com/runnel-dev/runnel/internal/protocol"
+	"github.com/runnel-dev/runnel/internal/rpc"
+	"github.com/runnel-dev/runnel/internal/task"
+)
+
+// TaskManagerConfig configures ServeTaskManager.
+type TaskManagerConfig struct {
+	// JobManager is the JobManager's address (HOST:PORT).
+	JobManager string
+	// Name identifies the TaskManager in reports and logs (default "tm-" and the process id).
+	Name string
+	// Slots is the number of task slots (default 1).
+	Slots int
+	// DataAddr is where its data server listens (default 127.0.0.1:0); DataAdvertise, when set, is the
+	// address other TaskManagers are told to reach it at.
+	DataAddr, DataAdvertise string
+	// NetworkMemoryBytes and BufferSize size its network buffers (zero: the defaults).
+	NetworkMemoryBytes int64
+	BufferSize         int
+	// JobManagerWait, when set, makes the TaskManager exit with an error after it has been without a
+	// JobManager this long; without it, it keeps trying to register (a daemon).
+	JobManagerWait time.Duration
+	// TLS, when set, requires mutual TLS on every connection.
+	TLS    *TLSFiles
+	Logger *slog.Logger
+	// Registered, when set, is called each time the TaskManager registered with the JobManager.
+	Registered func()
+}
+
+// ServeTaskManager runs a TaskManager until ctx is done: it registers with the JobManager, runs the tasks
+// it is given (the jobs are built from this binary's registry, see Register), and when it loses the
+// JobManager it cancels every task and registers again, backing off from 100 ms to 5 s. A JobManager that
+// refuses it for good (another build) ends it with that error.
+func ServeTaskManager(ctx context.Context, cfg TaskManagerConfig) error {
+	lg := cfg.Logger
+	if lg == nil {
+		lg = slog.Default()
+	}
+	if cfg.JobManager == "" {
+		return errors.New("taskmanager: --jobmanager HOST:PORT is required")
+	}
+	if cfg.Name == "" {
+		cfg.Name = fmt.Sprintf("tm-%d", os.Getpid())
+	}
+	if cfg.Slots == 0 {
+		cfg.Slots = 1
+	}
+	serverTLS, clientTLS, err := cfg.TLS.load()
+	if err != nil {
+		return fmt.Errorf("taskmanager: %w", err)
+	}
+	tc := cluster.TaskManagerConfig{Name: cfg.Name, Slots: cfg.Slots, NetworkMemoryBytes: cfg.NetworkMemoryBytes,
+		BufferSize: cfg.BufferSize, DataAddress: cfg.DataAddr, DataAdvertise: cfg.DataAdvertise, Build: buildinfo.Current(), Logger: lg,
+		Registered: cfg.Registered}
+	tc.DataServer.TLS, tc.DataDial.TLS = serverTLS, clientTLS
+	tm, err := cluster.NewTaskManager(tc)
+	if err != nil {
+		return fmt.Errorf("taskmanager: %w", err)
+	}
+	defer tm.Shutdown()
+	dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if clientTLS != nil {
+		dial = []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(clientTLS))}
+	}
+	cat := &registryCatalog{log: lg}
+	backoff := 100 * time.Millisecond
+	lostSince := time.Now()
+	lg.Info("TaskManager started", "name", cfg.Name, "slots", cfg.Slots, "data", tm.DataListenAddress(), "jobmanager", cfg.JobManager)
+	for {
+		s, err := rpc.DialGateway(ctx, cfg.JobManager, dial...)
+		if err == nil {
+			registeredAt := time.Now()
+			err = tm.Serve(ctx, s, cat)
+			if time.Since(registeredAt) > 5*time.Second {
+				backoff, lostSince = 100*time.Millisecond, time.Now()
+			}
+			var refused *cluster.RefusedError
+			if errors.As(err, &refused) && refused.Permanent {
+				return fmt.Errorf("taskmanager %s: %w", cfg.Name, err)
+			}
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if cfg.JobManagerWait > 0 && time.Since(lostSince) > cfg.JobManagerWait {
+			return fmt.Errorf("taskmanager %s: no JobManager at %s for %v (--jobmanager-wait): %w", cfg.Name, cfg.JobManager, cfg.JobManagerWait, err)
+		}
+		lg.Warn("no session with the JobManager; registering again", "jobmanager", cfg.JobManager, "in", backoff, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// registryCatalog builds the jobs a TaskManager is asked to run from this binary's registry, with the
+// arguments they were submitted with, and refuses a build whose graph is not the JobManager's.
+type registryCatalog struct{ log *slog.Logger }
+
+// Open implements cluster.Catalog.
+func (c *registryCatalog) Open(ctx context.Context, _ protocol.JobID, setup protocol.SetupJob) (b *cluster.JobBuild, err error) {
+	env, p, err := buildVerified(ctx, setup.Name, setup.Args, setup.Graph)
+	if err != nil {
+		return nil, err
+	}
+	var closers []func() error
+	defer func() {
+		if err != nil {
+			for _, f := range closers {
+				_ = f()
+			}
+		}
+	}()
+	b = &cluster.JobBuild{ChainFor: func(id ident.VertexID) (task.ChainFactory, error) {
+		if p.jg.Vertex(id) == nil {
+			return nil, fmt.Errorf("job %q has no vertex %d", setup.Name, id)
+		}
+		return p.chainFor(id), nil
+	}, Accumulators: env.encodeAccumulators}
+	if setup.CheckpointStorage != "" {
+		st, err := checkpoint.Open(ctx, setup.CheckpointStorage)
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint storage %s: %w", setup.CheckpointStorage, err)
+		}
+		closers = append(closers, st.Close)
+		b.Store = st
+	}
+	if setup.Savepoint != "" {
+		sp, _, err := openRestore(ctx, setup.Savepoint, c.log)
+		if err != nil {
+			return nil, fmt.Errorf("restore from savepoint %s: %w", setup.Savepoint, err)
+		}
+		closers = append(closers, sp.Close)
+		b.Savepoint = sp
+	}
+	// Time-based failure injections fire on the job's clock, which started on the JobManager.
+	start := time.Unix(0, setup.Start)
+	for _, inj := range p.rc.injections {
+		if inj.After > 0 {
+			t := time.AfterFunc(max(time.Until(start.Add(inj.After)), 0), inj.Arm)
+			closers = append(closers, func() error { t.Stop(); return nil })
+		}
+	}
+	b.Close = func() error {
+		var errs []error
+		for _, f := range closers {
+			errs = append(errs, f())
+		}
+		return errors.Join(errs...)
+	}
+	return b, nil
+}
