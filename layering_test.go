@@ -30,6 +30,7 @@ func TestLayering(t *testing.T) {
 		"internal/jobcore":    {"internal/checkpoint", "internal/graph", "internal/ident", "internal/scheduler", "internal/task"},
 		"internal/jobmaster":  {"internal/checkpoint", "internal/graph", "internal/ident", "internal/jobcore", "internal/network", "internal/scheduler", "internal/task"},
 		"internal/cluster":    {"internal/ident", "internal/network", "internal/task"},
+		"internal/rpc":        {"internal/checkpoint", "internal/ident", "internal/jobcore", "internal/protocol", "internal/rpc/pb", "internal/task"},
 		// Connectors and examples are built on the public API only, like a user's code.
 		"connector":            {"", "codec"},
 		"connector/kafka":      {""},
