@@ -88,7 +88,7 @@ func (g *GatewayServer) Connect(st grpc.BidiStreamingServer[pb.FromTaskManager, 
 	select {
 	case <-s.ended:
 	case <-st.Context().Done():
-		s.end(fmt.Errorf("control stream closed: %w", st.Context().Err()), false)
+		s.end(fmt.Errorf("control stream closed: the TaskManager's connection ended (%w)", st.Context().Err()), false)
 	}
 	if s.graceful() {
 		t := time.NewTimer(g.cfg.grace)

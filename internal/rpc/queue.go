@@ -74,3 +74,10 @@ func (q *queue[T]) close(err error, drain bool) {
 	}
 	q.ready.Broadcast()
 }
+
+// len returns how many items wait (for tests and metrics).
+func (q *queue[T]) len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.items)
+}
