@@ -46,11 +46,7 @@ func encodeToTaskManager(env protocol.Envelope) (*pb.ToTaskManager, error) {
 	case protocol.ReleaseJob:
 		m.Body = &pb.ToTaskManager_ReleaseJob{ReleaseJob: &pb.ReleaseJob{}}
 	case jobcore.Deploy:
-		d, err := encodeDeployment(b.Deployment)
-		if err != nil {
-			return nil, err
-		}
-		m.Body = &pb.ToTaskManager_Deploy{Deploy: d}
+		m.Body = &pb.ToTaskManager_Deploy{Deploy: encodeDeployment(b.Deployment)}
 	case jobcore.CancelTask:
 		m.Body = &pb.ToTaskManager_CancelTask{CancelTask: &pb.CancelTask{Attempt: encodeAttempt(b.Attempt)}}
 	case jobcore.ReleasePartitions:
@@ -121,7 +117,8 @@ func decodeToTaskManager(m *pb.ToTaskManager) (env protocol.Envelope, bye *pb.Go
 		if t.GetMode() != pb.CheckpointMode_CHECKPOINT_MODE_EXACTLY_ONCE && t.GetMode() != pb.CheckpointMode_CHECKPOINT_MODE_AT_LEAST_ONCE {
 			return env, nil, fmt.Errorf("TriggerCheckpoint %d: unknown checkpoint mode %d", t.GetId(), t.GetMode())
 		}
-		env.Body = jobcore.TriggerCheckpoint{Attempt: decodeAttempt(t.GetAttempt()), ID: t.GetId(), TimestampMillis: t.GetTimestampMillis(), Mode: mode}
+		env.Body = jobcore.TriggerCheckpoint{Attempt: decodeAttempt(t.GetAttempt()), ID: t.GetId(),
+			TimestampMillis: t.GetTimestampMillis(), Mode: mode}
 	case *pb.ToTaskManager_AbortCheckpoint:
 		env.Body = jobcore.AbortCheckpoint{Attempt: decodeAttempt(b.AbortCheckpoint.GetAttempt()), ID: b.AbortCheckpoint.GetId()}
 	case *pb.ToTaskManager_NotifyCheckpointComplete:
@@ -163,7 +160,8 @@ func encodeFromTaskManager(env protocol.Envelope) (*pb.FromTaskManager, error) {
 			if f.Kind != jobcore.FailureTask && f.Kind != jobcore.FailureDeploy {
 				return nil, fmt.Errorf("TaskUpdate of %s: unknown failure kind %d", b.Attempt, f.Kind)
 			}
-			u.Failure = &pb.Failure{Message: f.Message, Kind: pb.FailureKind(f.Kind), NonRecoverable: f.NonRecoverable, PeerDataAddress: f.PeerDataAddress}
+			u.Failure = &pb.Failure{Message: f.Message, Kind: pb.FailureKind(f.Kind), NonRecoverable: f.NonRecoverable,
+				PeerDataAddress: f.PeerDataAddress}
 		}
 		m.Body = &pb.FromTaskManager_TaskUpdate{TaskUpdate: u}
 	case jobcore.Observation:
@@ -231,7 +229,8 @@ func decodeFromTaskManager(m *pb.FromTaskManager) (env protocol.Envelope, bye *p
 			if f.GetKind() != pb.FailureKind_FAILURE_KIND_TASK && f.GetKind() != pb.FailureKind_FAILURE_KIND_DEPLOY {
 				return env, nil, fmt.Errorf("TaskUpdate of %s: unknown failure kind %d", tu.Attempt, f.GetKind())
 			}
-			tu.Failure = &jobcore.Failure{Message: f.GetMessage(), Kind: kind, NonRecoverable: f.GetNonRecoverable(), PeerDataAddress: f.GetPeerDataAddress()}
+			tu.Failure = &jobcore.Failure{Message: f.GetMessage(), Kind: kind, NonRecoverable: f.GetNonRecoverable(),
+				PeerDataAddress: f.GetPeerDataAddress()}
 		}
 		env.Body = tu
 	case *pb.FromTaskManager_Observation:
@@ -239,8 +238,8 @@ func decodeFromTaskManager(m *pb.FromTaskManager) (env protocol.Envelope, bye *p
 		if o.GetKind() < 0 || o.GetKind() > pb.ObservationKind_OBSERVATION_KIND_INPUT_ENDED {
 			return env, nil, fmt.Errorf("an Observation: unknown kind %d", o.GetKind())
 		}
-		env.Body = jobcore.Observation{Attempt: decodeAttempt(o.GetAttempt()), Kind: task.ObservationKind(o.GetKind()), Channel: decodeChannel(o.GetChannel()),
-			Lost: o.GetLost(), PartialSkipped: o.GetPartialSkipped(), At: time.Duration(o.GetAtNanos())}
+		env.Body = jobcore.Observation{Attempt: decodeAttempt(o.GetAttempt()), Kind: task.ObservationKind(o.GetKind()),
+			Channel: decodeChannel(o.GetChannel()), Lost: o.GetLost(), PartialSkipped: o.GetPartialSkipped(), At: time.Duration(o.GetAtNanos())}
 	case *pb.FromTaskManager_CheckpointAck:
 		a := b.CheckpointAck
 		env.Body = jobcore.CheckpointAck{ID: a.GetId(), Attempt: decodeAttempt(a.GetAttempt()), Handle: decodeHandle(a.GetHandle())}
@@ -274,7 +273,7 @@ func decodeFromTaskManager(m *pb.FromTaskManager) (env protocol.Envelope, bye *p
 	return env, nil, nil
 }
 
-func encodeDeployment(d jobcore.Deployment) (*pb.Deploy, error) {
+func encodeDeployment(d jobcore.Deployment) *pb.Deploy {
 	out := &pb.Deploy{
 		Info: &pb.TaskInfo{JobName: d.Info.JobName, VertexName: d.Info.VertexName, Attempt: encodeAttempt(d.Info.Attempt),
 			Parallelism: int64(d.Info.Parallelism), MaxParallelism: int64(d.Info.MaxParallelism), TaskManager: d.Info.TaskManager},
@@ -300,13 +299,14 @@ func encodeDeployment(d jobcore.Deployment) (*pb.Deploy, error) {
 		out.Checkpoints = &pb.CheckpointSettings{AtLeastOnce: c.AtLeastOnce, FinalCheckpoint: c.FinalCheckpoint}
 	}
 	if r := d.Restore; r != nil {
-		rs := &pb.RestoreSpec{CheckpointId: r.CheckpointID, Handle: encodeHandle(r.Handle), RescaledFrom: int64(r.RescaledFrom), SameRun: r.SameRun}
+		rs := &pb.RestoreSpec{CheckpointId: r.CheckpointID, Handle: encodeHandle(r.Handle), RescaledFrom: int64(r.RescaledFrom),
+			SameRun: r.SameRun}
 		for _, h := range r.Parts {
 			rs.Parts = append(rs.Parts, encodeHandle(h))
 		}
 		out.Restore = rs
 	}
-	return out, nil
+	return out
 }
 
 func decodeDeployment(p *pb.Deploy) (jobcore.Deployment, error) {
@@ -343,7 +343,8 @@ func decodeDeployment(p *pb.Deploy) (jobcore.Deployment, error) {
 		d.Checkpoints = &jobcore.CheckpointSettings{AtLeastOnce: c.GetAtLeastOnce(), FinalCheckpoint: c.GetFinalCheckpoint()}
 	}
 	if r := p.GetRestore(); r != nil {
-		rs := &task.RestoreSpec{CheckpointID: r.GetCheckpointId(), Handle: decodeHandle(r.GetHandle()), RescaledFrom: int(r.GetRescaledFrom()), SameRun: r.GetSameRun()}
+		rs := &task.RestoreSpec{CheckpointID: r.GetCheckpointId(), Handle: decodeHandle(r.GetHandle()),
+			RescaledFrom: int(r.GetRescaledFrom()), SameRun: r.GetSameRun()}
 		for _, h := range r.GetParts() {
 			rs.Parts = append(rs.Parts, decodeHandle(h))
 		}

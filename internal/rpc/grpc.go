@@ -65,10 +65,11 @@ type GatewayServer struct {
 	cfg    sessionConfig
 }
 
-// NewGatewayServer returns a gateway that hands every session to accept, which must not wait for long (it
-// gives the session to its owner, which reads it on its own goroutine). Register it on a *grpc.Server made
-// with ServerOptions; the caller owns the server: its listener, credentials and lifetime. Stopping the
-// server (Stop) ends every session; GracefulStop waits for the sessions to be closed.
+// NewGatewayServer returns a gateway that hands every session to accept (not nil), which must not wait for
+// long: it gives the session to its owner, which reads it on its own goroutine. Register it on a
+// *grpc.Server made with ServerOptions; the caller owns the server: its listener, credentials and
+// lifetime. Stopping the server (Stop) ends every session at once; closing only the listener ends none, and
+// GracefulStop waits until every session was closed.
 func NewGatewayServer(accept func(protocol.Session)) *GatewayServer {
 	return &GatewayServer{accept: accept, cfg: defaultSessionConfig}
 }

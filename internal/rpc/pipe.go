@@ -1,6 +1,7 @@
 package rpc
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -111,16 +112,20 @@ func (e *pipeEnd) Recv() (protocol.Envelope, error) {
 		return protocol.Envelope{}, err
 	}
 	var env protocol.Envelope
+	var bye *pb.Goodbye
 	if e.jm {
 		m := &pb.FromTaskManager{}
 		if err = proto.Unmarshal(b, m); err == nil {
-			env, _, err = decodeFromTaskManager(m)
+			env, bye, err = decodeFromTaskManager(m)
 		}
 	} else {
 		m := &pb.ToTaskManager{}
 		if err = proto.Unmarshal(b, m); err == nil {
-			env, _, err = decodeToTaskManager(m)
+			env, bye, err = decodeToTaskManager(m)
 		}
+	}
+	if err == nil && bye != nil {
+		err = errors.New("a goodbye, which a pipe never sends") // Close ends a pipe without one
 	}
 	if err != nil {
 		return protocol.Envelope{}, e.fail(fmt.Errorf("malformed message from the peer: %w", err))

@@ -92,7 +92,8 @@ func (j *jobServer) Watch(req *pb.WatchRequest, st grpc.ServerStreamingServer[pb
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
 	return toStatus(j.svc.Watch(st.Context(), id, func(s JobStatus) error {
-		return st.Send(&pb.JobStatus{ResultJson: cloneBytes(s.ResultJSON), Final: s.Final, Accumulators: cloneValues(s.Accumulators), Error: s.Error})
+		return st.Send(&pb.JobStatus{ResultJson: cloneBytes(s.ResultJSON), Final: s.Final, Accumulators: cloneValues(s.Accumulators),
+			Error: s.Error})
 	}))
 }
 
@@ -172,7 +173,8 @@ func (c *JobClient) Watch(ctx context.Context, job protocol.JobID, send func(Job
 		if err != nil {
 			return fromStatus(ctx, "watch", err)
 		}
-		s := JobStatus{ResultJSON: nilIfEmpty(m.GetResultJson()), Final: m.GetFinal(), Accumulators: decodeValues(m.GetAccumulators()), Error: m.GetError()}
+		s := JobStatus{ResultJSON: nilIfEmpty(m.GetResultJson()), Final: m.GetFinal(), Accumulators: decodeValues(m.GetAccumulators()),
+			Error: m.GetError()}
 		if err := send(s); err != nil {
 			return err
 		}

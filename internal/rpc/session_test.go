@@ -43,7 +43,7 @@ type gateway struct {
 
 // startGateway serves a gateway on 127.0.0.1:0 until the test ends. Its window sizes are fixed at
 // 64 KiB (no BDP growth), so a peer that stops reading fills the transport quickly.
-func startGateway(t *testing.T, cfg sessionConfig) *gateway {
+func startGateway(t testing.TB, cfg sessionConfig) *gateway {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -67,7 +67,7 @@ func startGateway(t *testing.T, cfg sessionConfig) *gateway {
 }
 
 // connect dials the gateway and returns both ends of the new session, closed when the test ends.
-func (g *gateway) connect(t *testing.T) (jm, tm protocol.Session) {
+func (g *gateway) connect(t testing.TB) (jm, tm protocol.Session) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -91,7 +91,7 @@ func (g *gateway) connect(t *testing.T) (jm, tm protocol.Session) {
 }
 
 // waitEnded waits until a closed session's goroutines are gone (gRPC sessions; a pipe has none).
-func waitEnded(t *testing.T, s protocol.Session) {
+func waitEnded(t testing.TB, s protocol.Session) {
 	t.Helper()
 	var sent, read <-chan struct{}
 	switch s := s.(type) {
