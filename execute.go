@@ -314,7 +314,7 @@ func (e *Environment) run(ctx context.Context, p *prepared, on runOn) (*JobResul
 	}
 	jmCfg := jobmaster.Config{
 		Job: jg, Dispatcher: on.dispatcher, RequireSlots: on.requireSlots, CollectAccumulators: on.cluster, SlotWaitTimeout: on.slotWait,
-		Setup: protocol.SetupJob{Args: p.args, Graph: p.fingerprint},
+		Setup:         protocol.SetupJob{Args: p.args, Graph: p.fingerprint},
 		BufferTimeout: e.cfg.BufferTimeout, MaxRecordSize: e.cfg.MaxRecordSize, Logger: e.cfg.Logger,
 		Failover: rc.failover, Restart: rc.restart, StateBackend: rc.backend, Scheduling: rc.scheduling,
 		NoSlotSharing: e.cfg.NoSlotSharing,

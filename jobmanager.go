@@ -48,7 +48,7 @@ type JobManagerConfig struct {
 	// BufferSize is the network buffer size every TaskManager must use (0: the default).
 	BufferSize int
 	// TLS, when set, requires mutual TLS on every connection.
-	TLS *TLSFiles
+	TLS    *TLSFiles
 	Logger *slog.Logger
 	// Listening, when set, is called once the listeners are bound, with their addresses.
 	Listening func(addr, restAddr string)
@@ -86,14 +86,18 @@ func ServeJobManager(ctx context.Context, cfg JobManagerConfig) error {
 	if err != nil {
 		return fmt.Errorf("jobmanager: %w", err)
 	}
+	build, err := buildinfo.Current()
+	if err != nil {
+		return fmt.Errorf("jobmanager: %w", err)
+	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("jobmanager: control plane: %w", err)
 	}
 	warnIfExposed(lg, "control plane", ln.Addr(), serverTLS != nil)
 	disp := jobmaster.NewDispatcher(jobmaster.DispatcherConfig{Logger: lg, HeartbeatInterval: cfg.HeartbeatInterval,
-		HeartbeatTimeout: cfg.HeartbeatTimeout, BufferSize: cfg.BufferSize, Build: buildinfo.Current()})
-	jm := &jobManager{cfg: cfg, log: lg, disp: disp, jobs: map[protocol.JobID]*jmJob{}}
+		HeartbeatTimeout: cfg.HeartbeatTimeout, BufferSize: cfg.BufferSize, Build: build})
+	jm := &jobManager{cfg: cfg, log: lg, disp: disp, build: build, jobs: map[protocol.JobID]*jmJob{}}
 	jm.ctx, jm.cancel = context.WithCancel(context.Background())
 	opts := rpc.ServerOptions()
 	if serverTLS != nil {
@@ -163,6 +167,7 @@ type jobManager struct {
 	cfg    JobManagerConfig
 	log    *slog.Logger
 	disp   *jobmaster.Dispatcher
+	build  protocol.Build
 	ctx    context.Context // cancelled when the JobManager stops: every job is cancelled
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -210,9 +215,8 @@ func (j *jmJob) current() *JobResult {
 // Submit implements rpc.JobService: it builds the job from this binary's registry, checks that the client
 // built the same, and starts it.
 func (jm *jobManager) Submit(_ context.Context, req rpc.SubmitRequest) (protocol.JobID, error) {
-	if b := buildinfo.Current(); req.Build.Sum != b.Sum {
-		return protocol.JobID{}, fmt.Errorf("%w: the client runs %s, the JobManager %s: submit with the same build the cluster runs",
-			rpc.ErrRefused, describeBuild(req.Build), describeBuild(b))
+	if m := buildinfo.Mismatch("the client", req.Build, "the JobManager", jm.build); m != "" {
+		return protocol.JobID{}, fmt.Errorf("%w: %s", rpc.ErrRefused, m)
 	}
 	ctx, cancel := context.WithCancel(jm.ctx)
 	env, p, err := buildVerified(ctx, req.Name, req.Args, req.Graph)
@@ -407,8 +411,6 @@ func (jm *jobManager) TaskManagers(context.Context) ([]rest.TaskManager, error) 
 
 // metricsHandler serves the Prometheus metrics of the jobs that run.
 func (jm *jobManager) metricsHandler() http.Handler { return nil }
-
-func describeBuild(b protocol.Build) string { return fmt.Sprintf("sha256:%x… (%s)", b.Sum[:4], b.Describe) }
 
 // load reads the TLS files: the server's config (client certificates required) and the client's.
 func (f *TLSFiles) load() (server, client *tls.Config, err error) {

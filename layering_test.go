@@ -29,11 +29,12 @@ func TestLayering(t *testing.T) {
 		"internal/operator":   {"codec", "internal/graph", "internal/ident", "internal/network", "internal/state", "internal/task"},
 		"internal/jobcore":    {"internal/checkpoint", "internal/graph", "internal/ident", "internal/scheduler", "internal/task"},
 		"internal/protocol":   {},
-		"internal/jobmaster":  {"internal/checkpoint", "internal/graph", "internal/ident", "internal/jobcore", "internal/network", "internal/protocol", "internal/scheduler", "internal/task"},
+		"internal/jobmaster":  {"internal/checkpoint", "internal/graph", "internal/ident", "internal/jobcore", "internal/network", "internal/protocol", "internal/scheduler", "internal/task", "internal/buildinfo"},
 		"internal/cluster":    {"internal/checkpoint", "internal/ident", "internal/jobcore", "internal/network", "internal/protocol", "internal/scheduler", "internal/task"},
 		// The REST API serves what its Source returns: it reaches into no loop, core or cluster package.
 		"internal/rest":      {},
 		"internal/buildinfo": {"internal/protocol"},
+		"internal/rpc":       {"internal/checkpoint", "internal/ident", "internal/jobcore", "internal/protocol", "internal/rpc/pb", "internal/task"},
 		// Connectors and examples are built on the public API only, like a user's code.
 		"connector":            {"", "codec"},
 		"connector/kafka":      {""},

@@ -69,8 +69,12 @@ func Submit(ctx context.Context, cfg SubmitConfig) (*JobResult, error) {
 	}
 	defer conn.Close()
 	client := rpc.NewJobClient(conn)
+	build, err := buildinfo.Current()
+	if err != nil {
+		return nil, fmt.Errorf("submit: %w", err)
+	}
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	id, err := client.Submit(sctx, rpc.SubmitRequest{Name: cfg.Job, Args: cfg.Args, Graph: p.fingerprint, Build: buildinfo.Current()})
+	id, err := client.Submit(sctx, rpc.SubmitRequest{Name: cfg.Job, Args: cfg.Args, Graph: p.fingerprint, Build: build})
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("submit job %q to %s: %w", cfg.Job, cfg.JobManager, err)

@@ -67,8 +67,12 @@ func ServeTaskManager(ctx context.Context, cfg TaskManagerConfig) error {
 	if err != nil {
 		return fmt.Errorf("taskmanager: %w", err)
 	}
+	build, err := buildinfo.Current()
+	if err != nil {
+		return fmt.Errorf("taskmanager: %w", err)
+	}
 	tc := cluster.TaskManagerConfig{Name: cfg.Name, Slots: cfg.Slots, NetworkMemoryBytes: cfg.NetworkMemoryBytes,
-		BufferSize: cfg.BufferSize, DataAddress: cfg.DataAddr, DataAdvertise: cfg.DataAdvertise, Build: buildinfo.Current(), Logger: lg,
+		BufferSize: cfg.BufferSize, DataAddress: cfg.DataAddr, DataAdvertise: cfg.DataAdvertise, Build: build, Logger: lg,
 		Registered: cfg.Registered}
 	tc.DataServer.TLS, tc.DataDial.TLS = serverTLS, clientTLS
 	tm, err := cluster.NewTaskManager(tc)

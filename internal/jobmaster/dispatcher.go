@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/runnel-dev/runnel/internal/buildinfo"
 	"github.com/runnel-dev/runnel/internal/jobcore"
 	"github.com/runnel-dev/runnel/internal/protocol"
 )
@@ -241,8 +242,7 @@ func (d *Dispatcher) checkRegistration(reg protocol.Register) (reason string, pe
 		return fmt.Sprintf("TaskManager %s speaks protocol version %d, the JobManager %d: start every process of a cluster from the same build",
 			reg.Name, reg.Version, protocol.Version), true
 	case d.cfg.Build.Sum != [32]byte{} && reg.Build.Sum != d.cfg.Build.Sum:
-		return fmt.Sprintf("TaskManager %s runs %s, the JobManager runs %s: start every process of a cluster from the same build",
-			reg.Name, describe(reg.Build), describe(d.cfg.Build)), true
+		return buildinfo.Mismatch("TaskManager "+reg.Name, reg.Build, "the JobManager", d.cfg.Build), true
 	case d.cfg.BufferSize > 0 && reg.BufferSize != d.cfg.BufferSize:
 		return fmt.Sprintf("TaskManager %s uses network buffers of %d bytes, the cluster %d: start it with --buffer-size %d",
 			reg.Name, reg.BufferSize, d.cfg.BufferSize, d.cfg.BufferSize), true
@@ -259,10 +259,6 @@ func (d *Dispatcher) sessionLevel() slog.Level {
 		return slog.LevelDebug
 	}
 	return slog.LevelInfo
-}
-
-func describe(b protocol.Build) string {
-	return fmt.Sprintf("sha256:%x… (%s)", b.Sum[:4], b.Describe)
 }
 
 func (d *Dispatcher) refuse(s protocol.Session, reason string, permanent bool) {
