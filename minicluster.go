@@ -9,6 +9,7 @@ import (
 	"github.com/runnel-dev/runnel/internal/cluster"
 	"github.com/runnel-dev/runnel/internal/jobmaster"
 	"github.com/runnel-dev/runnel/internal/protocol"
+	"github.com/runnel-dev/runnel/internal/rpc"
 )
 
 // miniCluster is the in-process cluster Execute runs a job on: a dispatcher and N TaskManagers, each
@@ -49,7 +50,7 @@ func startMiniCluster(cfg cluster.MiniClusterConfig) (*miniCluster, error) {
 	m.cancel = cancel
 	m.errs = make([]error, len(mc.TMs))
 	for i, tm := range mc.TMs {
-		jm, tmEnd := protocol.LocalPipe()
+		jm, tmEnd := rpc.Pipe()
 		m.dispatcher.Attach(jm)
 		m.serving.Add(1)
 		go func() {

@@ -12,6 +12,7 @@ import (
 	"github.com/runnel-dev/runnel/internal/ident"
 	"github.com/runnel-dev/runnel/internal/jobmaster"
 	"github.com/runnel-dev/runnel/internal/protocol"
+	"github.com/runnel-dev/runnel/internal/rpc"
 	"github.com/runnel-dev/runnel/internal/task"
 )
 
@@ -48,7 +49,7 @@ func connect(t *testing.T, dc jobmaster.DispatcherConfig, cat cluster.Catalog, t
 		wg.Wait()
 	})
 	for i, tm := range tms {
-		jm, end := protocol.LocalPipe()
+		jm, end := rpc.Pipe()
 		d.Attach(jm)
 		wg.Add(1)
 		go func() {

@@ -15,6 +15,7 @@ import (
 	"github.com/runnel-dev/runnel/internal/graph"
 	"github.com/runnel-dev/runnel/internal/jobmaster"
 	"github.com/runnel-dev/runnel/internal/protocol"
+	"github.com/runnel-dev/runnel/internal/rpc"
 	"github.com/runnel-dev/runnel/internal/scheduler"
 	"github.com/runnel-dev/runnel/internal/task"
 )
@@ -81,7 +82,7 @@ func TestSilentTaskManagerIsLostAndItsWorkMoves(t *testing.T) {
 	served := make(chan error, 2)
 	var mute *muteSession
 	for i, tm := range []*cluster.TaskManager{a, b} {
-		jm, end := protocol.LocalPipe()
+		jm, end := rpc.Pipe()
 		var s protocol.Session = end
 		if tm == b {
 			mute = &muteSession{Session: end}

@@ -18,6 +18,7 @@ import (
 	"github.com/runnel-dev/runnel/internal/graph"
 	"github.com/runnel-dev/runnel/internal/jobcore"
 	"github.com/runnel-dev/runnel/internal/protocol"
+	"github.com/runnel-dev/runnel/internal/rpc"
 	"github.com/runnel-dev/runnel/internal/task"
 )
 
@@ -30,7 +31,7 @@ type fakeTM struct {
 
 // attach registers a fakeTM with 4 slots on d; it serves until the session ends, which d.Close does.
 func (f *fakeTM) attach(t *testing.T, d *Dispatcher) {
-	jm, tm := protocol.LocalPipe()
+	jm, tm := rpc.Pipe()
 	d.Attach(jm)
 	f.wg.Add(1)
 	go func() {
