@@ -57,3 +57,11 @@ func EncodeAccumulators(env *Environment) (map[string][]byte, error) { return en
 func MergeAccumulators(env *Environment, values map[string][]byte) error {
 	return env.mergeAccumulators(values)
 }
+
+// MarkInjectionsFired marks the build's injections of the given indexes fired, as a TaskManager does with
+// the fired set of a deployment before it builds the chain.
+func (p *prepared) MarkInjectionsFired(indexes ...int) {
+	for _, i := range indexes {
+		p.rc.injections[i].MarkFired()
+	}
+}

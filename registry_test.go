@@ -329,3 +329,42 @@ func TestNondeterministicBuildIsRefused(t *testing.T) {
 		t.Fatal("other arguments (parallelism 3) verified against parallelism 2's fingerprint")
 	}
 }
+
+// TestInjectionFiredElsewhereDoesNotFire: an injection the job master knows fired (in another process) is
+// marked fired in the build the tasks run, and never fires there; the job's other injection fires as ever,
+// with its index in the failure.
+func TestInjectionFiredElsewhereDoesNotFire(t *testing.T) {
+	const records, keys = 20_000, 8
+	args := []string{fmt.Sprintf("--records=%d", records), fmt.Sprintf("--keys=%d", keys), "--rate=20000",
+		"--checkpoint-interval=30ms", "--inject=check[0]@3000", "--inject=map[1]@2000"}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	submitted, sp, err := runnel.BuildRegistered(ctx, registrySequence, args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	workers, wp, err := runnel.BuildVerified(ctx, registrySequence, args, sp.Fingerprint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wp.MarkInjectionsFired(0)
+	runnel.RunChainsFrom(submitted, wp)
+	res, err := submitted.Execute(ctx, registrySequence)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Failovers) != 1 || !strings.HasSuffix(res.Failovers[0].Cause, "failed: injected failure map[1]@2000") {
+		t.Fatalf("failovers %+v, want one of map[1]@2000", res.Failovers)
+	}
+	values, err := runnel.EncodeAccumulators(workers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := runnel.MergeAccumulators(submitted, values); err != nil {
+		t.Fatal(err)
+	}
+	want := sequence.Checker{Records: records, Keys: keys, ExpectedRecords: records, Verdict: sequence.VerdictOK}
+	if c := sequenceJobOf(t, submitted).Checker(res); c != want {
+		t.Fatalf("checker %+v, want %+v", c, want)
+	}
+}
