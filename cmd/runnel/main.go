@@ -52,6 +52,7 @@ const (
 func usageError(err error) error { return &exitError{code: exitUsage, err: err} }
 
 func main() {
+	registerExamples()
 	os.Exit(runCommand(newRoot(), os.Args[1:], os.Stderr))
 }
 
@@ -79,7 +80,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newExamplesCmd(), newRunCmd(), newBenchCmd())
+	root.AddCommand(newExamplesCmd(), newRunCmd(), newBenchCmd(), newSubmitCmd(), newJobManagerCmd(), newTaskManagerCmd())
 	withExitCodes(root)
 	return root
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/term"
 
 	"github.com/runnel-dev/runnel"
@@ -70,7 +71,35 @@ func newRunCmd() *cobra.Command {
 			return usageError(fmt.Errorf("unknown example %q (runnel examples lists them)", args[0]))
 		},
 	}
-	pf := run.PersistentFlags()
+	f.register(run.PersistentFlags())
+	for _, ex := range examples.All() {
+		ex := ex
+		c := &cobra.Command{
+			Use:   ex.Name + " [flags]",
+			Short: ex.Description,
+			Args:  cobra.NoArgs,
+		}
+		job := ex.New(c.Flags())
+		c.RunE = func(cmd *cobra.Command, _ []string) error {
+			build := func(opts []runnel.Option) (*runnel.Environment, examples.Job, error) {
+				env := runnel.NewEnvironment(append(opts, runnel.WithTaskManagers(f.taskManagers), runnel.WithMetrics(f.metricsAddr))...)
+				if err := job.Build(env, examples.Options{Out: cmd.OutOrStdout(), Duration: f.duration}); err != nil {
+					return nil, nil, err
+				}
+				return env, job, nil
+			}
+			return runExample(cmd, ex.Name, f, build, func(ctx context.Context, env *runnel.Environment) (*runnel.JobResult, error) {
+				return env.Execute(ctx, ex.Name)
+			})
+		}
+		run.AddCommand(c)
+	}
+	return run
+}
+
+// register defines the flags of a run on pf: those of `runnel run` and `runnel submit`, and those a
+// registered example's arguments are parsed with on every process of a cluster.
+func (f *runFlags) register(pf *pflag.FlagSet) {
 	pf.IntVar(&f.parallelism, "parallelism", 2, "default parallelism of the job's operators")
 	pf.IntVar(&f.maxParallelism, "max-parallelism", runnel.DefaultMaxParallelism, "key groups of keyed state: the most any operator's parallelism may be, now or when rescaled from a savepoint\n"+
 		"(1 to 32768; a savepoint is restored only with the max parallelism it was taken with)")
@@ -99,20 +128,6 @@ func newRunCmd() *cobra.Command {
 	pf.StringArrayVar(&f.injectFailures, "inject-failure", nil, "make a task fail once, on purpose: OPERATOR[SUBTASK]@WHEN, WHEN a duration since the start (2s)\n"+
 		"or a record count (5000: after that many records reached the subtask, over all its attempts); repeatable: every spec fires once,\n"+
 		"also several for one subtask (map[0]@1000 and map[0]@5000 fail it twice; specs due together fire one per attempt, in the order given)")
-	for _, ex := range examples.All() {
-		ex := ex
-		c := &cobra.Command{
-			Use:   ex.Name + " [flags]",
-			Short: ex.Description,
-			Args:  cobra.NoArgs,
-		}
-		job := ex.New(c.Flags())
-		c.RunE = func(cmd *cobra.Command, _ []string) error {
-			return runExample(cmd, ex.Name, job, f)
-		}
-		run.AddCommand(c)
-	}
-	return run
 }
 
 func (f runFlags) validate() error {
@@ -174,6 +189,15 @@ func (f runFlags) validate() error {
 	return errors.Join(errs...)
 }
 
+// jobOptions returns the runnel options that shape the job: what every process of a cluster builds it with.
+func (f runFlags) jobOptions() []runnel.Option {
+	return append([]runnel.Option{
+		runnel.WithParallelism(f.parallelism),
+		runnel.WithMaxParallelism(f.maxParallelism),
+		runnel.WithChaining(!f.noChaining),
+	}, f.recoveryOptions()...)
+}
+
 // recoveryOptions returns the runnel options of the recovery flags.
 func (f runFlags) recoveryOptions() []runnel.Option {
 	opts := []runnel.Option{
@@ -232,7 +256,10 @@ type flagError struct{ err error }
 func (e flagError) Error() string { return optionFlags.Replace(e.err.Error()) }
 func (e flagError) Unwrap() error { return e.err }
 
-func runExample(cmd *cobra.Command, name string, job examples.Job, f runFlags) error {
+// runExample runs an example: build makes its Environment with the options of the run (and the job whose
+// summary, report fields and verification apply), execute runs it (in process, or on a cluster).
+func runExample(cmd *cobra.Command, name string, f runFlags, build func([]runnel.Option) (*runnel.Environment, examples.Job, error),
+	execute func(context.Context, *runnel.Environment) (*runnel.JobResult, error)) error {
 	if err := f.validate(); err != nil {
 		return usageError(err)
 	}
@@ -252,16 +279,8 @@ func runExample(cmd *cobra.Command, name string, job examples.Job, f runFlags) e
 
 	interactive := isTerminal(stderr)
 	prog := newProgress(stderr, interactive, cliLog)
-	env := runnel.NewEnvironment(append([]runnel.Option{
-		runnel.WithParallelism(f.parallelism),
-		runnel.WithMaxParallelism(f.maxParallelism),
-		runnel.WithTaskManagers(f.taskManagers),
-		runnel.WithChaining(!f.noChaining),
-		runnel.WithLogger(runtimeLog),
-		runnel.WithProgress(f.progress, prog.update),
-		runnel.WithMetrics(f.metricsAddr),
-	}, f.recoveryOptions()...)...)
-	if err := job.Build(env, examples.Options{Out: cmd.OutOrStdout(), Duration: f.duration}); err != nil {
+	env, job, err := build(append(f.jobOptions(), runnel.WithLogger(runtimeLog), runnel.WithProgress(f.progress, prog.update)))
+	if err != nil {
 		return usageError(fmt.Errorf("%s: %w", name, err))
 	}
 	if err := env.Err(); err != nil {
@@ -288,7 +307,7 @@ func runExample(cmd *cobra.Command, name string, job examples.Job, f runFlags) e
 		}
 		cliLog.Info("job starting", attrs...)
 	}
-	res, err := env.Execute(ctx, name)
+	res, err := execute(ctx, env)
 	if res == nil { // the job did not start: a configuration mistake
 		return usageError(flagError{err})
 	}

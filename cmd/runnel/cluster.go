@@ -1,0 +1,227 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/runnel-dev/runnel"
+	"github.com/runnel-dev/runnel/examples"
+)
+
+// registerExamples makes every bundled example a registered job: a JobManager and its TaskManagers build
+// it from the arguments `runnel submit` was given (the flags of `runnel run EXAMPLE`).
+func registerExamples() {
+	for _, ex := range examples.All() {
+		runnel.Register(ex.Name, func(args []string) (*runnel.Environment, error) {
+			env, _, err := buildExample(ex, args, os.Stdout)
+			return env, err
+		})
+	}
+}
+
+// buildExample parses args as the flags of `runnel run EXAMPLE` and builds the example with them, plus
+// opts (what only this process needs: a logger, a progress callback).
+func buildExample(ex examples.Example, args []string, out io.Writer, opts ...runnel.Option) (*runnel.Environment, examples.Job, error) {
+	fs := pflag.NewFlagSet(ex.Name, pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var f runFlags
+	f.register(fs)
+	job := ex.New(fs)
+	if err := fs.Parse(args); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", ex.Name, err)
+	}
+	if err := f.validate(); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", ex.Name, err)
+	}
+	env := runnel.NewEnvironment(append(f.jobOptions(), opts...)...)
+	if err := job.Build(env, examples.Options{Out: out, Duration: f.duration}); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", ex.Name, err)
+	}
+	return env, job, env.Err()
+}
+
+// clusterOnly are the flags of `runnel submit` that are not the job's: they are not passed to the cluster.
+var clusterOnly = map[string]bool{"jobmanager": true, "report": true, "verbose": true, "progress-interval": true,
+	"tls-cert": true, "tls-key": true, "tls-ca": true, "tls-server-name": true}
+
+// jobArgs returns the flags the user set on cmd, as arguments the cluster's processes parse again.
+func jobArgs(cmd *cobra.Command) []string {
+	var args []string
+	cmd.Flags().Visit(func(fl *pflag.Flag) {
+		if clusterOnly[fl.Name] {
+			return
+		}
+		if sv, ok := fl.Value.(pflag.SliceValue); ok {
+			for _, v := range sv.GetSlice() {
+				args = append(args, "--"+fl.Name+"="+v)
+			}
+			return
+		}
+		args = append(args, "--"+fl.Name+"="+fl.Value.String())
+	})
+	return args
+}
+
+// tlsFlags are the mutual TLS flags of every cluster command.
+type tlsFlags struct{ cert, key, ca, serverName string }
+
+func (t *tlsFlags) register(pf *pflag.FlagSet) {
+	pf.StringVar(&t.cert, "tls-cert", "", "PEM certificate of this process: with --tls-key and --tls-ca, every connection is mutual TLS 1.3")
+	pf.StringVar(&t.key, "tls-key", "", "PEM private key of --tls-cert")
+	pf.StringVar(&t.ca, "tls-ca", "", "PEM certificate of the authority every peer's certificate must be signed by")
+	pf.StringVar(&t.serverName, "tls-server-name", "", "verify every peer's certificate against this name instead of the host dialled")
+}
+
+func (t tlsFlags) files() *runnel.TLSFiles {
+	if t.cert == "" && t.key == "" && t.ca == "" {
+		return nil
+	}
+	return &runnel.TLSFiles{Cert: t.cert, Key: t.key, CA: t.ca, ServerName: t.serverName}
+}
+
+func newSubmitCmd() *cobra.Command {
+	var f runFlags
+	var jobManager string
+	var tls tlsFlags
+	submit := &cobra.Command{
+		Use:   "submit EXAMPLE --jobmanager HOST:PORT [flags]",
+		Short: "Run a bundled example job on a cluster (runnel jobmanager and runnel taskmanager)",
+		Long: "Run a bundled example job on the cluster of a JobManager, with the flags of runnel run EXAMPLE, and wait for it to end.\n" +
+			"Every process of the cluster must be started from this same binary. Checkpoint storage must be shared by all of them.\n" +
+			"Ctrl-C (SIGINT) or SIGTERM stops the job as runnel run does. Exit codes as runnel run.",
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return cmd.Help()
+			}
+			return usageError(fmt.Errorf("unknown example %q (runnel examples lists them)", args[0]))
+		},
+	}
+	pf := submit.PersistentFlags()
+	f.register(pf)
+	pf.StringVar(&jobManager, "jobmanager", runnel.DefaultJobManagerAddr, "the JobManager's address")
+	tls.register(pf)
+	for _, ex := range examples.All() {
+		c := &cobra.Command{Use: ex.Name + " [flags]", Short: ex.Description, Args: cobra.NoArgs}
+		ex.New(c.Flags()) // the example's flags, parsed again from the arguments by every process
+		c.RunE = func(cmd *cobra.Command, _ []string) error {
+			for _, name := range []string{"taskmanagers", "metrics-addr"} {
+				if cmd.Flags().Changed(name) {
+					return usageError(fmt.Errorf("--%s is not a flag of submit: the cluster's TaskManagers are its own, and the JobManager serves the metrics (runnel jobmanager --rest-addr)", name))
+				}
+			}
+			args := jobArgs(cmd)
+			build := func(opts []runnel.Option) (*runnel.Environment, examples.Job, error) {
+				return buildExample(ex, args, cmd.OutOrStdout(), opts[len(f.jobOptions()):]...)
+			}
+			return runExample(cmd, ex.Name, f, build, func(ctx context.Context, env *runnel.Environment) (*runnel.JobResult, error) {
+				return runnel.Submit(ctx, runnel.SubmitConfig{JobManager: jobManager, TLS: tls.files(), Job: ex.Name, Args: args, Env: env})
+			})
+		}
+		submit.AddCommand(c)
+	}
+	return submit
+}
+
+// daemonContext is cancelled by the first SIGINT or SIGTERM.
+func daemonContext(parent context.Context) (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
+}
+
+func daemonLogger(w io.Writer, verbose bool) *slog.Logger {
+	level := slog.LevelInfo
+	if verbose {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+}
+
+func newJobManagerCmd() *cobra.Command {
+	var cfg runnel.JobManagerConfig
+	var tls tlsFlags
+	var verbose bool
+	c := &cobra.Command{
+		Use:   "jobmanager [flags]",
+		Short: "Run a JobManager: TaskManagers register with it, and runnel submit runs jobs on them",
+		Long: "Run a JobManager until SIGINT or SIGTERM, which cancel its jobs and end its TaskManagers' tasks.\n" +
+			"It prints \"JobManager listening on ADDR\" once it accepts TaskManagers and clients.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfg.HeartbeatTimeout < 2*cfg.HeartbeatInterval {
+				return usageError(fmt.Errorf("invalid --heartbeat-timeout %v: must be at least twice --heartbeat-interval %v", cfg.HeartbeatTimeout, cfg.HeartbeatInterval))
+			}
+			cfg.TLS = tls.files()
+			cfg.Logger = daemonLogger(cmd.ErrOrStderr(), verbose)
+			cfg.Listening = func(addr, rest string) {
+				line := "JobManager listening on " + addr
+				if rest != "" {
+					line += " (REST API http://" + rest + "/v1/jobs)"
+				}
+				fmt.Fprintln(cmd.ErrOrStderr(), line)
+			}
+			ctx, stop := daemonContext(cmd.Context())
+			defer stop()
+			return runnel.ServeJobManager(ctx, cfg)
+		},
+	}
+	fl := c.Flags()
+	fl.StringVar(&cfg.Addr, "addr", runnel.DefaultJobManagerAddr, "where TaskManagers and clients reach the JobManager")
+	fl.StringVar(&cfg.RESTAddr, "rest-addr", runnel.DefaultRESTAddr, "where the JSON REST API and /metrics are served (\"\" none)")
+	fl.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", runnel.DefaultHeartbeatInterval, "how often the JobManager and TaskManagers send each other a heartbeat")
+	fl.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", runnel.DefaultHeartbeatTimeout, "silence after which either side declares the other lost")
+	fl.DurationVar(&cfg.SlotWaitTimeout, "slot-wait-timeout", 5*time.Minute, "how long a job waits for slots (a lost TaskManager's replacement) before it fails")
+	fl.IntVar(&cfg.BufferSize, "buffer-size", 0, "network buffer size every TaskManager must use (0: the default)")
+	fl.BoolVar(&verbose, "verbose", false, "DEBUG logs")
+	tls.register(fl)
+	return c
+}
+
+func newTaskManagerCmd() *cobra.Command {
+	var cfg runnel.TaskManagerConfig
+	var tls tlsFlags
+	var verbose bool
+	c := &cobra.Command{
+		Use:   "taskmanager --jobmanager HOST:PORT [flags]",
+		Short: "Run a TaskManager: it offers its slots to a JobManager and runs the tasks it is given",
+		Long: "Run a TaskManager until SIGINT or SIGTERM. When it loses its JobManager it cancels its tasks and registers again\n" +
+			"(with --jobmanager-wait, it exits with code 1 after that long without one). A JobManager of another build refuses it: exit code 2.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfg.Slots < 1 {
+				return usageError(fmt.Errorf("invalid --slots %d: must be at least 1", cfg.Slots))
+			}
+			cfg.TLS = tls.files()
+			cfg.Logger = daemonLogger(cmd.ErrOrStderr(), verbose)
+			ctx, stop := daemonContext(cmd.Context())
+			defer stop()
+			err := runnel.ServeTaskManager(ctx, cfg)
+			if err != nil && strings.Contains(err.Error(), "same build") {
+				return usageError(err)
+			}
+			return err
+		},
+	}
+	fl := c.Flags()
+	fl.StringVar(&cfg.JobManager, "jobmanager", runnel.DefaultJobManagerAddr, "the JobManager's address")
+	fl.IntVar(&cfg.Slots, "slots", 1, "task slots")
+	fl.StringVar(&cfg.Name, "name", "", "name in reports and logs (default tm-PID)")
+	fl.StringVar(&cfg.DataAddr, "data-addr", "127.0.0.1:0", "where the data server listens for other TaskManagers")
+	fl.StringVar(&cfg.DataAdvertise, "data-advertise", "", "the address other TaskManagers reach the data server at (default: where it listens)")
+	fl.Int64Var(&cfg.NetworkMemoryBytes, "network-memory", 0, "bytes of network buffers (0: 128 MiB)")
+	fl.IntVar(&cfg.BufferSize, "buffer-size", 0, "network buffer size, the JobManager's (0: the default)")
+	fl.DurationVar(&cfg.JobManagerWait, "jobmanager-wait", 0, "exit after this long without a JobManager (0: keep trying)")
+	fl.BoolVar(&verbose, "verbose", false, "DEBUG logs")
+	tls.register(fl)
+	return c
+}
+
