@@ -109,7 +109,12 @@ type CheckpointCounts struct {
 // failure until every restarted subtask was running again.
 type FailoverResult struct {
 	Failed string `json:"failed"`
-	Cause  string `json:"cause"`
+	// FailedSubtasks lists every subtask that failed in this event when there were several: those of a
+	// lost TaskManager.
+	FailedSubtasks []string `json:"failed_subtasks,omitempty"`
+	// TaskManager names the TaskManager whose loss caused the failover ("" for a task's own failure).
+	TaskManager string `json:"taskmanager,omitempty"`
+	Cause       string `json:"cause"`
 	// FailedAt is when the job master learned of the failure; the durations below are measured from it.
 	FailedAt           time.Time `json:"failed_at"`
 	Strategy           string    `json:"strategy"`
@@ -528,6 +533,10 @@ func resultOf(name string, s jobcore.Snapshot) *JobResult {
 		fr := FailoverResult{Failed: subtaskName(f.Failed), Strategy: f.Strategy, CheckpointRestored: f.CheckpointRestored, Restarted: []string{}, FailedAt: f.FailedAt}
 		if f.Global {
 			fr.Failed = "job"
+		}
+		fr.TaskManager = f.TaskManager
+		for _, st := range f.FailedSubtasks {
+			fr.FailedSubtasks = append(fr.FailedSubtasks, subtaskName(st))
 		}
 		if f.Cause != nil {
 			fr.Cause = f.Cause.Error()

@@ -224,4 +224,3 @@ func newTaskManagerCmd() *cobra.Command {
 	tls.register(fl)
 	return c
 }
-

@@ -23,7 +23,8 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binary = filepath.Join(dir, "runnel")
-	args := []string{"build", "-o", binary}
+	// The binary honours RUNNEL_TEST_FINGERPRINT, so that a test can start a TaskManager of "another build".
+	args := []string{"build", "-o", binary, "-ldflags", "-X github.com/runnel-dev/runnel/internal/buildinfo.honourTestEnv=yes"}
 	if raceEnabled {
 		args = append(args, "-race")
 	}

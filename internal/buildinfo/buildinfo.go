@@ -33,8 +33,13 @@ const modulePath = "github.com/runnel-dev/runnel"
 // sumVersion starts what the Sum hashes, so a change of what is hashed never makes two builds agree.
 const sumVersion = "runnel-build-v1"
 
+// honourTestEnv, set to "yes" with -ldflags -X by a test that builds a binary of its own (cmd/runnel's
+// cluster tests), makes that binary honour TestFingerprintEnv as a test binary does. An ordinary build
+// leaves it empty.
+var honourTestEnv string
+
 var current = sync.OnceValues(func() (protocol.Build, error) {
-	return compute(openExecutable, debug.ReadBuildInfo, os.Getenv, testing.Testing())
+	return compute(openExecutable, debug.ReadBuildInfo, os.Getenv, testing.Testing() || honourTestEnv == "yes")
 })
 
 // Current returns the build of this process, computed at the first call (reading the executable once) and

@@ -443,6 +443,9 @@ func (ss *session) report(j *tmJob, u task.Update) {
 	tu := jobcore.TaskUpdate{Attempt: u.Attempt, State: u.State, RecordsIn: u.RecordsIn, RecordsOut: u.RecordsOut}
 	if u.Err != nil {
 		f := &jobcore.Failure{Message: u.Err.Error(), NonRecoverable: errors.Is(u.Err, scheduler.ErrNonRecoverable), Cause: u.Err}
+		if pe := (*network.PeerError)(nil); errors.As(u.Err, &pe) {
+			f.PeerDataAddress = pe.Address
+		}
 		tu.Failure = f
 	}
 	ss.send(j.id, tu)

@@ -313,11 +313,14 @@ func (c *Core) onTaskManagerLost(e TaskManagerLost) {
 	if c.plan != nil {
 		delete(c.plan.suspects, e.TaskManager)
 	}
-	var failed []ident.Subtask
+	var failed, planned []ident.Subtask
 	for _, s := range c.subtasks {
 		ex := c.execs[s]
 		if ex.tm != e.TaskManager {
 			continue
+		}
+		if c.plan != nil && c.plan.subtasks[s] {
+			planned = append(planned, s)
 		}
 		switch {
 		case ex.state == task.Created || (ex.state.Terminal() && !c.blockingNeeded(ex)):
@@ -349,6 +352,14 @@ func (c *Core) onTaskManagerLost(e TaskManagerLost) {
 		slices.SortFunc(set, compareSubtasks)
 		cause := fmt.Errorf("TaskManager %s lost: %s", tm.name, e.Reason)
 		c.startFailover(&failed[0], failed, tm.name, cause, set, c.cfg.Failover.String())
+	} else if len(planned) > 0 && c.status == StatusRunning {
+		// A failover in progress restarts this TaskManager's subtasks already: the failures that started it
+		// (a consumer's connection to it closing, say) were the first signs of this loss. The event says so.
+		ev := c.plan.events[len(c.plan.events)-1]
+		if ev.TaskManager == "" {
+			ev.TaskManager = tm.name
+			c.ready.Changed = true
+		}
 	}
 	c.checkDone()
 }

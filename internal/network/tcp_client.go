@@ -429,10 +429,21 @@ func (c *RemoteInputChannel) read(leftover []byte) {
 	default:
 	}
 	c.mu.Lock()
-	c.err = fmt.Errorf("remote channel %s: %w", c.describe(), err)
+	c.err = &PeerError{Address: c.addr, Err: fmt.Errorf("remote channel %s: %w", c.describe(), err)}
 	c.mu.Unlock()
 	c.notify()
 }
+
+// PeerError is the failure of a remote input channel whose connection to the producer's data server at
+// Address ended before the end of the partition: the producer's TaskManager may be gone, which the job
+// master can then find out before it restarts anything there.
+type PeerError struct {
+	Address string
+	Err     error
+}
+
+func (e *PeerError) Error() string { return e.Err.Error() }
+func (e *PeerError) Unwrap() error { return e.Err }
 
 // consume handles the frames in p.
 func (c *RemoteInputChannel) consume(p []byte) error {
