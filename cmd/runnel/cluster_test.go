@@ -1,0 +1,409 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// lockedBuffer collects a child process's stderr while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// process is a child process of a cluster test: the runnel binary in one role.
+type process struct {
+	name   string
+	cmd    *exec.Cmd
+	stderr *lockedBuffer
+	done   chan struct{}
+	err    error
+}
+
+// start starts the runnel binary with args; cleanup kills it (if it still runs) and reaps it.
+func start(t *testing.T, name string, env []string, args ...string) *process {
+	t.Helper()
+	p := &process{name: name, cmd: exec.Command(binary, args...), stderr: &lockedBuffer{}, done: make(chan struct{})}
+	p.cmd.Stderr = p.stderr
+	p.cmd.Env = append(os.Environ(), env...)
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			t.Logf("%s's stderr:\n%s", name, p.stderr.String())
+		}
+	})
+	return p
+}
+
+// waitFor waits until the process's stderr matches re, and returns the submatches.
+func (p *process) waitFor(t *testing.T, re *regexp.Regexp, timeout time.Duration) []string {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if m := re.FindStringSubmatch(p.stderr.String()); m != nil {
+			return m
+		}
+		select {
+		case <-p.done:
+			if m := re.FindStringSubmatch(p.stderr.String()); m != nil {
+				return m
+			}
+			t.Fatalf("%s exited (%v) before printing %q:\n%s", p.name, p.err, re, p.stderr.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	t.Fatalf("%s did not print %q within %v:\n%s", p.name, re, timeout, p.stderr.String())
+	return nil
+}
+
+// exited waits for the process to exit and returns its exit code.
+func (p *process) exited(t *testing.T, timeout time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		t.Fatalf("%s still runs after %v:\n%s", p.name, timeout, p.stderr.String())
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
+var (
+	listening  = regexp.MustCompile(`JobManager listening on (\S+) \(REST API http://(\S+)/v1/jobs\)`)
+	registered = regexp.MustCompile(`registered with the JobManager`)
+)
+
+// testCluster is a JobManager and its TaskManagers, each a process.
+type testCluster struct {
+	jm         *process
+	addr, rest string
+	tms        []*process
+}
+
+// startCluster starts a JobManager and n TaskManagers with slots slots each, named tm-1 ... tm-n, and
+// waits for each to register (in order, so that the slot pool's order follows the names).
+func startCluster(t *testing.T, n, slots int) *testCluster {
+	t.Helper()
+	c := &testCluster{jm: start(t, "jobmanager", nil, "jobmanager", "--addr", "127.0.0.1:0", "--rest-addr", "127.0.0.1:0")}
+	m := c.jm.waitFor(t, listening, 30*time.Second)
+	c.addr, c.rest = m[1], m[2]
+	for i := range n {
+		c.addTaskManager(t, fmt.Sprintf("tm-%d", i+1), slots)
+	}
+	return c
+}
+
+func (c *testCluster) addTaskManager(t *testing.T, name string, slots int, extra ...string) *process {
+	t.Helper()
+	p := start(t, name, nil, append([]string{"taskmanager", "--jobmanager", c.addr, "--name", name, "--slots", fmt.Sprint(slots)}, extra...)...)
+	p.waitFor(t, registered, 30*time.Second)
+	c.tms = append(c.tms, p)
+	return p
+}
+
+func (c *testCluster) taskManager(name string) *process {
+	for _, p := range c.tms {
+		if p.name == name {
+			return p
+		}
+	}
+	return nil
+}
+
+// get decodes the JSON of a REST path of the JobManager into v.
+func (c *testCluster) get(t *testing.T, path string, v any) {
+	t.Helper()
+	resp, err := http.Get("http://" + c.rest + path)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s", path, resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+}
+
+// clusterReport is what the tests read of a --report file or of the REST API's job document.
+type clusterReport struct {
+	Status   string `json:"status"`
+	Waiting  string `json:"waiting"`
+	Vertices []struct {
+		Name     string `json:"name"`
+		Subtasks []struct {
+			Index       int    `json:"index"`
+			Attempt     int    `json:"attempt"`
+			TaskManager string `json:"taskmanager"`
+		} `json:"subtasks"`
+	} `json:"vertices"`
+	Checkpoints *struct {
+		Completed int `json:"completed"`
+	} `json:"checkpoints"`
+	Failovers []struct {
+		Failed             string   `json:"failed"`
+		FailedSubtasks     []string `json:"failed_subtasks"`
+		TaskManager        string   `json:"taskmanager"`
+		Cause              string   `json:"cause"`
+		Restarted          []string `json:"restarted"`
+		CheckpointRestored *int64   `json:"checkpoint_restored"`
+	} `json:"failovers"`
+	FailoverTotals struct {
+		RecordsLost uint64 `json:"records_lost"`
+	} `json:"failover_totals"`
+	Checker struct {
+		Records    int64  `json:"records"`
+		Lost       int64  `json:"lost"`
+		Duplicated int64  `json:"duplicated"`
+		OutOfOrder int64  `json:"out_of_order"`
+		Verdict    string `json:"verdict"`
+	} `json:"checker"`
+}
+
+func readReport(t *testing.T, path string) clusterReport {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r clusterReport
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return r
+}
+
+// where returns the TaskManager of each subtask ("source -> map[1]" -> "tm-2") and its attempt.
+func (r clusterReport) where() (tm map[string]string, attempt map[string]int) {
+	tm, attempt = map[string]string{}, map[string]int{}
+	for _, v := range r.Vertices {
+		for _, s := range v.Subtasks {
+			k := fmt.Sprintf("%s[%d]", v.Name, s.Index)
+			tm[k], attempt[k] = s.TaskManager, s.Attempt
+		}
+	}
+	return tm, attempt
+}
+
+// TestClusterRunsAJobLikeTheMiniCluster runs sequence on a JobManager and three TaskManager processes:
+// every record exactly once, as the same run in the mini-cluster, with tasks on several TaskManagers.
+func TestClusterRunsAJobLikeTheMiniCluster(t *testing.T) {
+	c := startCluster(t, 3, 2)
+	dir := t.TempDir()
+	args := []string{"sequence", "--records", "40000", "--parallelism", "3", "--checkpoint-interval", "50ms",
+		"--checkpoint-storage", filepath.Join(dir, "chk")}
+	report := filepath.Join(dir, "cluster.json")
+	sub := start(t, "submit", nil, append([]string{"submit", "--jobmanager", c.addr, "--report", report}, args...)...)
+	if code := sub.exited(t, 60*time.Second); code != 0 {
+		t.Fatalf("submit exited %d:\n%s", code, sub.stderr.String())
+	}
+	r := readReport(t, report)
+	if r.Status != "FINISHED" || len(r.Failovers) != 0 || r.Checker.Verdict != "OK" || r.Checker.Records != 40000 {
+		t.Fatalf("cluster run: %s, %d failovers, checker %+v", r.Status, len(r.Failovers), r.Checker)
+	}
+	tms, _ := r.where()
+	used := map[string]bool{}
+	for _, tm := range tms {
+		used[tm] = true
+	}
+	if len(used) != 3 {
+		t.Errorf("the tasks ran on %v, want all three TaskManagers", used)
+	}
+	local := filepath.Join(dir, "local.json")
+	args[len(args)-1] = filepath.Join(dir, "chk-local")
+	if _, stderr, code := runCLI(t, append([]string{"run", "--report", local}, args...)...); code != 0 {
+		t.Fatalf("run exited %d: %s", code, stderr)
+	}
+	if l := readReport(t, local); l.Checker != r.Checker {
+		t.Errorf("checker in the mini-cluster %+v, on the cluster %+v", l.Checker, r.Checker)
+	}
+}
+
+// TestKilledTaskManager SIGKILLs the TaskManager that runs map[1] once a checkpoint completed: with region
+// failover the job recovers on the slots that remain from the checkpoint, every record exactly once; with
+// approximate failover only the dead TaskManager's subtasks and what lies downstream restart, the other
+// sources keep their first attempt, and the checker's loss is the reported one.
+func TestKilledTaskManager(t *testing.T) {
+	for _, failover := range []string{"region", "approximate"} {
+		t.Run(failover, func(t *testing.T) {
+			c := startCluster(t, 3, 2)
+			dir := t.TempDir()
+			report := filepath.Join(dir, "r.json")
+			// 4 sources at 4000 records/s: about 3 s, so the kill lands mid-run.
+			sub := start(t, "submit", nil, "submit", "sequence", "--jobmanager", c.addr, "--report", report,
+				"--records", "48000", "--rate", "4000", "--parallelism", "4", "--failover", failover,
+				"--checkpoint-interval", "50ms", "--checkpoint-storage", filepath.Join(dir, "chk"))
+			var jobs struct {
+				Jobs []struct{ ID string } `json:"jobs"`
+			}
+			var live clusterReport
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				if time.Now().After(deadline) {
+					t.Fatalf("no checkpoint completed: %+v", live)
+				}
+				c.get(t, "/v1/jobs", &jobs)
+				if len(jobs.Jobs) == 1 {
+					c.get(t, "/v1/jobs/"+jobs.Jobs[0].ID, &live)
+					if live.Status == "RUNNING" && live.Checkpoints != nil && live.Checkpoints.Completed > 0 {
+						break
+					}
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			before, _ := live.where()
+			victim := before["source -> map[1]"]
+			p := c.taskManager(victim)
+			if p == nil {
+				t.Fatalf("map[1] runs on %q, not one of the test's TaskManagers", victim)
+			}
+			var tms struct {
+				TaskManagers []struct {
+					Name        string `json:"name"`
+					DataAddress string `json:"data_address"`
+				} `json:"taskmanagers"`
+			}
+			c.get(t, "/v1/taskmanagers", &tms)
+			victimData := ""
+			for _, tm := range tms.TaskManagers {
+				if tm.Name == victim {
+					victimData = tm.DataAddress
+				}
+			}
+			if victimData == "" {
+				t.Fatalf("/v1/taskmanagers does not list %s: %+v", victim, tms)
+			}
+			if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			if code := sub.exited(t, 60*time.Second); code != 0 {
+				t.Fatalf("submit exited %d:\n%s", code, sub.stderr.String())
+			}
+			r := readReport(t, report)
+			// One failover names the lost TaskManager; any other is a consumer whose connection to it
+			// closed first (approximate failover restarts those before the loss is declared).
+			named := 0
+			for _, f := range r.Failovers {
+				switch {
+				case f.TaskManager == victim:
+					named++
+				case !strings.Contains(f.Cause, victimData):
+					t.Errorf("failover %+v is neither %s's loss nor a connection to it (%s)", f, victim, victimData)
+				}
+				if f.CheckpointRestored == nil {
+					t.Errorf("failover %+v restored no checkpoint", f)
+				}
+			}
+			if r.Status != "FINISHED" || named != 1 {
+				t.Fatalf("%s with failovers %+v: want one naming %s", r.Status, r.Failovers, victim)
+			}
+			after, attempt := r.where()
+			for st, tm := range after {
+				if tm == victim {
+					t.Errorf("%s still runs on the killed %s", st, victim)
+				}
+			}
+			switch failover {
+			case "region":
+				if r.Checker.Verdict != "OK" {
+					t.Errorf("checker %+v, want every record exactly once", r.Checker)
+				}
+			case "approximate":
+				if v := r.Checker.Verdict; v != "OK" && v != "OK_APPROXIMATE" || uint64(r.Checker.Lost) > r.FailoverTotals.RecordsLost {
+					t.Errorf("checker %+v with %d records reported lost", r.Checker, r.FailoverTotals.RecordsLost)
+				}
+				for st, tm := range before {
+					if strings.HasPrefix(st, "source -> map") && tm != victim && attempt[st] != 0 {
+						t.Errorf("%s on %s (alive) restarted: attempt %d", st, tm, attempt[st])
+					}
+					if tm == victim && attempt[st] == 0 {
+						t.Errorf("%s ran on the killed %s and was not restarted", st, victim)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestTaskManagerOfAnotherBuildIsRefused starts a TaskManager that poses as another build: the
+// JobManager refuses it with the sentence that says so, and it exits with code 2 without retrying.
+func TestTaskManagerOfAnotherBuildIsRefused(t *testing.T) {
+	c := startCluster(t, 0, 1)
+	p := start(t, "tm-other", []string{"RUNNEL_TEST_FINGERPRINT=other"}, "taskmanager", "--jobmanager", c.addr, "--name", "tm-other")
+	if code := p.exited(t, 30*time.Second); code != exitUsage {
+		t.Fatalf("exit %d, want %d:\n%s", code, exitUsage, p.stderr.String())
+	}
+	if !strings.Contains(p.stderr.String(), "start every process of a cluster from the same build") {
+		t.Errorf("the refusal does not say why:\n%s", p.stderr.String())
+	}
+	if _, stderr, code := runCLI(t, "submit", "sequence", "--jobmanager", c.addr, "--checkpoint-interval", "50ms"); code != exitUsage ||
+		!strings.Contains(stderr, "every process reaches") {
+		t.Errorf("submit with per-process checkpoint storage: exit %d, %s", code, stderr)
+	}
+}
+
+// TestStoppedJobManagerTakesItsTaskManagersTasksDown stops the JobManager mid-run: each TaskManager
+// cancels its tasks at once, and, started with --jobmanager-wait, exits by itself.
+func TestStoppedJobManagerTakesItsTaskManagersTasksDown(t *testing.T) {
+	c := startCluster(t, 0, 1)
+	for i := range 2 {
+		c.addTaskManager(t, fmt.Sprintf("tm-%d", i+1), 2, "--jobmanager-wait", "1s")
+	}
+	sub := start(t, "submit", nil, "submit", "sequence", "--jobmanager", c.addr, "--records", "0")
+	var jobs struct {
+		Jobs []struct{ Status string } `json:"jobs"`
+	}
+	for deadline := time.Now().Add(30 * time.Second); len(jobs.Jobs) == 0 || jobs.Jobs[0].Status != "RUNNING"; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the job did not start: %+v", jobs)
+		}
+		c.get(t, "/v1/jobs", &jobs)
+	}
+	stopped := time.Now()
+	if err := c.jm.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := c.jm.exited(t, 30*time.Second); code != 0 {
+		t.Errorf("the JobManager exited %d after SIGTERM", code)
+	}
+	for _, tm := range c.tms {
+		tm.waitFor(t, regexp.MustCompile(`every task cancelled`), 2*time.Second+time.Since(stopped))
+		if code := tm.exited(t, 30*time.Second); code != exitFailed {
+			t.Errorf("%s exited %d, want %d after --jobmanager-wait", tm.name, code, exitFailed)
+		}
+	}
+	if code := sub.exited(t, 30*time.Second); code == 0 {
+		t.Errorf("submit exited 0 although its JobManager stopped the job")
+	}
+}
