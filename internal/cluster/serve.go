@@ -36,6 +36,9 @@ type JobBuild struct {
 	Store task.StateStore
 	// Savepoint is the savepoint the job started from (nil none): a restore of its checkpoint reads it.
 	Savepoint *checkpoint.Savepoint
+	// MarkFired, when set, marks the failure injections with these indexes fired in this build: they
+	// fired in another process, or in an attempt this process ran before (the job master's fired set).
+	MarkFired func(indexes []int)
 	// Accumulators, when set, encodes the values of the job's accumulators as this process's tasks built
 	// them; they are sent to the JobManager every second while they change, and last when the job is released.
 	Accumulators func() (map[string][]byte, error)
@@ -404,6 +407,9 @@ func (ss *session) deploy(job protocol.JobID, dep jobcore.Deployment) error {
 	if j == nil {
 		return fmt.Errorf("job %s is not set up on TaskManager %s", job, tm.cfg.Name)
 	}
+	if mark := j.build.MarkFired; mark != nil && len(dep.FiredInjections) > 0 {
+		mark(dep.FiredInjections)
+	}
 	chain, err := j.build.ChainFor(dep.Info.Attempt.Vertex)
 	if err != nil {
 		return fmt.Errorf("TaskManager %s: %w", tm.cfg.Name, err)
@@ -445,6 +451,10 @@ func (ss *session) report(j *tmJob, u task.Update) {
 		f := &jobcore.Failure{Message: u.Err.Error(), NonRecoverable: errors.Is(u.Err, scheduler.ErrNonRecoverable), Cause: u.Err}
 		if pe := (*network.PeerError)(nil); errors.As(u.Err, &pe) {
 			f.PeerDataAddress = pe.Address
+		}
+		var inj interface{ InjectionIndex() int }
+		if errors.As(u.Err, &inj) {
+			f.Injected, f.Injection = true, inj.InjectionIndex()
 		}
 		tu.Failure = f
 	}

@@ -159,6 +159,9 @@ type Deployment struct {
 	SkipCheckpointsUpTo int64
 	// Checkpoints is nil when checkpointing is off.
 	Checkpoints *CheckpointSettings
+	// FiredInjections are the indexes of the job's failure injections that fired already (in any process):
+	// the TaskManager marks them fired before it builds the chain, so each fires once per job.
+	FiredInjections []int
 	// Restore is the state the attempt starts from (nil: none). Its Read is left nil: for a restore from
 	// the savepoint the job started from (Restore.CheckpointID is that of Config.Savepoint), the driver
 	// reads through the savepoint it opened.

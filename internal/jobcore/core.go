@@ -126,6 +126,9 @@ type pendingJoin struct {
 // Core is the job master of one job as a state machine. Step feeds it events; Ready returns what it asks
 // for; Advance says that was carried out. Only one goroutine may use a Core.
 type Core struct {
+	// fired holds the indexes of the failure injections that fired (sorted): bounded by the job's
+	// injections, each recorded once.
+	fired    []int
 	cfg      Config
 	topo     *scheduler.Topology
 	sched    scheduler.SchedulingStrategy
@@ -560,7 +563,7 @@ func (c *Core) descriptor(ex *execution) Deployment {
 		Info: task.Info{JobName: c.cfg.Job.Name, VertexName: v.Name, Attempt: ex.attempt, Parallelism: v.Parallelism,
 			MaxParallelism: v.MaxParallelism, TaskManager: c.tms[ex.tm].name},
 		BufferTimeout: c.cfg.BufferTimeout, MaxRecordSize: c.cfg.MaxRecordSize, CreditsPerChannel: c.cfg.CreditsPerChannel,
-		StateBackend: c.cfg.StateBackend, SkipCheckpointsUpTo: ex.skipUpTo,
+		StateBackend: c.cfg.StateBackend, SkipCheckpointsUpTo: ex.skipUpTo, FiredInjections: slices.Clone(c.fired),
 	}
 	if cc := c.cfg.Checkpoint; cc != nil {
 		d.Checkpoints = &CheckpointSettings{AtLeastOnce: cc.Mode == checkpoint.AtLeastOnce, FinalCheckpoint: cc.IntervalMillis > 0}

@@ -66,6 +66,10 @@ type Failure struct {
 	NonRecoverable bool
 	// PeerDataAddress names the data address of a TaskManager the task lost its connection to ("" none).
 	PeerDataAddress string
+	// Injected says a failure injection failed the attempt on purpose; Injection is its index in the job's
+	// list of injections (the same in every process), which then fires nowhere again.
+	Injected  bool
+	Injection int
 	// Cause is the error itself while the failure has not left the process it arose in (nil once it
 	// crossed one): a failover then reports it with its type, so callers can still errors.As it.
 	Cause error

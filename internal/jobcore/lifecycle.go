@@ -16,6 +16,11 @@ func (c *Core) onTaskUpdate(u TaskUpdate) {
 	}
 	ex.state = u.State
 	c.ready.Changed = true
+	if f := u.Failure; f != nil && f.Injected && !slices.Contains(c.fired, f.Injection) {
+		// Fired once for the job, wherever the next attempts run: later deployments carry it.
+		c.fired = append(c.fired, f.Injection)
+		slices.Sort(c.fired)
+	}
 	if u.State.Terminal() {
 		// The final counts come with the update: the TaskManager forgets an attempt once it ended.
 		ex.in, ex.out = u.RecordsIn, u.RecordsOut

@@ -56,6 +56,10 @@ type InjectedFailure struct {
 
 func (f *InjectedFailure) Error() string { return "injected failure " + f.Spec }
 
+// InjectionIndex returns the index of the injection that failed the attempt: what a TaskManager reports
+// without knowing this type.
+func (f *InjectedFailure) InjectionIndex() int { return f.Index }
+
 // observe counts one record that reached the subtask and reports whether the injection is due (and has not
 // fired yet).
 func (i *Injection) observe() bool {

@@ -161,7 +161,7 @@ func encodeFromTaskManager(env protocol.Envelope) (*pb.FromTaskManager, error) {
 				return nil, fmt.Errorf("TaskUpdate of %s: unknown failure kind %d", b.Attempt, f.Kind)
 			}
 			u.Failure = &pb.Failure{Message: f.Message, Kind: pb.FailureKind(f.Kind), NonRecoverable: f.NonRecoverable,
-				PeerDataAddress: f.PeerDataAddress}
+				PeerDataAddress: f.PeerDataAddress, Injected: f.Injected, Injection: int64(f.Injection)}
 		}
 		m.Body = &pb.FromTaskManager_TaskUpdate{TaskUpdate: u}
 	case jobcore.Observation:
@@ -230,7 +230,7 @@ func decodeFromTaskManager(m *pb.FromTaskManager) (env protocol.Envelope, bye *p
 				return env, nil, fmt.Errorf("TaskUpdate of %s: unknown failure kind %d", tu.Attempt, f.GetKind())
 			}
 			tu.Failure = &jobcore.Failure{Message: f.GetMessage(), Kind: kind, NonRecoverable: f.GetNonRecoverable(),
-				PeerDataAddress: f.GetPeerDataAddress()}
+				PeerDataAddress: f.GetPeerDataAddress(), Injected: f.GetInjected(), Injection: int(f.GetInjection())}
 		}
 		env.Body = tu
 	case *pb.FromTaskManager_Observation:
@@ -306,6 +306,9 @@ func encodeDeployment(d jobcore.Deployment) *pb.Deploy {
 		}
 		out.Restore = rs
 	}
+	for _, i := range d.FiredInjections {
+		out.FiredInjections = append(out.FiredInjections, int64(i))
+	}
 	return out
 }
 
@@ -349,6 +352,9 @@ func decodeDeployment(p *pb.Deploy) (jobcore.Deployment, error) {
 			rs.Parts = append(rs.Parts, decodeHandle(h))
 		}
 		d.Restore = rs
+	}
+	for _, i := range p.GetFiredInjections() {
+		d.FiredInjections = append(d.FiredInjections, int(i))
 	}
 	return d, nil
 }
