@@ -421,3 +421,62 @@ func TestStoppedJobManagerTakesItsTaskManagersTasksDown(t *testing.T) {
 		t.Errorf("submit exited 0 although its JobManager stopped the job")
 	}
 }
+
+// TestJobWaitsForATaskManagerToJoin kills one of three TaskManagers that hold exactly the slots the job
+// needs: the job waits, saying so through the REST API, until a fourth TaskManager registers, which then
+// receives the lost TaskManager's work, and the job finishes with every record once.
+func TestJobWaitsForATaskManagerToJoin(t *testing.T) {
+	c := startCluster(t, 3, 1)
+	dir := t.TempDir()
+	report := filepath.Join(dir, "r.json")
+	sub := start(t, "submit", nil, "submit", "sequence", "--jobmanager", c.addr, "--report", report,
+		"--records", "30000", "--rate", "3000", "--parallelism", "3",
+		"--checkpoint-interval", "50ms", "--checkpoint-storage", filepath.Join(dir, "chk"))
+	var jobs struct {
+		Jobs []struct{ ID string } `json:"jobs"`
+	}
+	var live clusterReport
+	for deadline := time.Now().Add(30 * time.Second); live.Checkpoints == nil || live.Checkpoints.Completed == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no checkpoint completed: %+v", live)
+		}
+		c.get(t, "/v1/jobs", &jobs)
+		if len(jobs.Jobs) == 1 {
+			c.get(t, "/v1/jobs/"+jobs.Jobs[0].ID, &live)
+		}
+	}
+	victim := c.taskManager("tm-3")
+	if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(live.Waiting, "slot"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the job does not say it waits for a slot: %+v", live)
+		}
+		c.get(t, "/v1/jobs/"+jobs.Jobs[0].ID, &live)
+	}
+	if live.Status != "RUNNING" {
+		t.Fatalf("while waiting the job is %s", live.Status)
+	}
+	c.addTaskManager(t, "tm-4", 1)
+	if code := sub.exited(t, 60*time.Second); code != 0 {
+		t.Fatalf("submit exited %d:\n%s", code, sub.stderr.String())
+	}
+	r := readReport(t, report)
+	if r.Status != "FINISHED" || r.Checker.Verdict != "OK" {
+		t.Fatalf("%s, checker %+v", r.Status, r.Checker)
+	}
+	where, _ := r.where()
+	onNew := 0
+	for st, tm := range where {
+		switch tm {
+		case "tm-3":
+			t.Errorf("%s still on the killed tm-3", st)
+		case "tm-4":
+			onNew++
+		}
+	}
+	if onNew == 0 {
+		t.Errorf("tm-4 received no work: %v", where)
+	}
+}
