@@ -14,6 +14,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
@@ -188,6 +191,7 @@ type jmJob struct {
 	env       *Environment
 	submitted time.Time
 	stop      context.CancelFunc
+	collector *jobCollector
 	// driver is set when the job starts; done is closed when it ended, after result and err are set.
 	mu     sync.Mutex
 	driver *jobmaster.Driver
@@ -257,6 +261,7 @@ func (jm *jobManager) Submit(_ context.Context, req rpc.SubmitRequest) (protocol
 	case err := <-refused:
 		return protocol.JobID{}, fmt.Errorf("%w: %w", rpc.ErrRefused, err)
 	}
+	j.collector = newJobCollector(j.name, j.current, prometheus.Labels{"job_id": j.id.String()})
 	jm.mu.Lock()
 	jm.jobs[j.id] = j
 	jm.order = append(jm.order, j.id)
@@ -409,8 +414,47 @@ func (jm *jobManager) TaskManagers(context.Context) ([]rest.TaskManager, error) 
 	return out, nil
 }
 
-// metricsHandler serves the Prometheus metrics of the jobs that run.
-func (jm *jobManager) metricsHandler() http.Handler { return nil }
+// metricsHandler serves the Prometheus metrics of the jobs the JobManager remembers (each with a job_id
+// label), of its TaskManagers' slots, and of the Go runtime.
+func (jm *jobManager) metricsHandler() http.Handler {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(clusterCollector{jm}, collectors.NewGoCollector())
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+}
+
+// clusterCollector collects the metrics of every job of a JobManager and of its slot pool. It is an
+// unchecked collector (Describe sends nothing): the jobs come and go.
+type clusterCollector struct{ jm *jobManager }
+
+var (
+	tmDesc        = prometheus.NewDesc("runnel_taskmanagers", "TaskManagers registered with the JobManager.", nil, nil)
+	slotsDesc     = prometheus.NewDesc("runnel_slots", "Task slots of the registered TaskManagers.", nil, nil)
+	freeSlotsDesc = prometheus.NewDesc("runnel_slots_free", "Task slots no job holds.", nil, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (clusterCollector) Describe(chan<- *prometheus.Desc) {}
+
+// Collect implements prometheus.Collector.
+func (c clusterCollector) Collect(ch chan<- prometheus.Metric) {
+	tms := c.jm.disp.TaskManagers()
+	slots, free := 0, 0
+	for _, tm := range tms {
+		slots, free = slots+tm.Slots, free+tm.Free
+	}
+	ch <- prometheus.MustNewConstMetric(tmDesc, prometheus.GaugeValue, float64(len(tms)))
+	ch <- prometheus.MustNewConstMetric(slotsDesc, prometheus.GaugeValue, float64(slots))
+	ch <- prometheus.MustNewConstMetric(freeSlotsDesc, prometheus.GaugeValue, float64(free))
+	c.jm.mu.Lock()
+	jobs := make([]*jmJob, 0, len(c.jm.order))
+	for _, id := range c.jm.order {
+		jobs = append(jobs, c.jm.jobs[id])
+	}
+	c.jm.mu.Unlock()
+	for _, j := range jobs {
+		j.collector.Collect(ch)
+	}
+}
 
 // load reads the TLS files: the server's config (client certificates required) and the client's.
 func (f *TLSFiles) load() (server, client *tls.Config, err error) {

@@ -33,8 +33,11 @@ type jobCollector struct {
 	failovers, recordsLost, lastOutage, lastRecovery    *prometheus.Desc
 }
 
-func newJobCollector(name string, snapshot func() *JobResult) *jobCollector {
+func newJobCollector(name string, snapshot func() *JobResult, labels prometheus.Labels) *jobCollector {
 	job := prometheus.Labels{"job": name}
+	for k, v := range labels {
+		job[k] = v
+	}
 	sub := []string{"vertex", "subtask"}
 	d := func(n, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc("runnel_"+n, help, labels, job)
@@ -117,7 +120,7 @@ type metricsServer struct {
 // startMetrics serves the job's metrics on ln; stop ends the server and waits for it.
 func startMetrics(ln net.Listener, name string, snapshot func() *JobResult) *metricsServer {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(newJobCollector(name, snapshot), collectors.NewGoCollector())
+	reg.MustRegister(newJobCollector(name, snapshot, nil), collectors.NewGoCollector())
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	m := &metricsServer{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}

@@ -232,6 +232,33 @@ func TestClusterRunsAJobLikeTheMiniCluster(t *testing.T) {
 	if r.Status != "FINISHED" || len(r.Failovers) != 0 || r.Checker.Verdict != "OK" || r.Checker.Records != 40000 {
 		t.Fatalf("cluster run: %s, %d failovers, checker %+v", r.Status, len(r.Failovers), r.Checker)
 	}
+	// The JobManager's REST API and metrics know the job and the TaskManagers.
+	var jobs struct {
+		Jobs []struct{ ID, Status string } `json:"jobs"`
+	}
+	c.get(t, "/v1/jobs", &jobs)
+	if len(jobs.Jobs) != 1 || jobs.Jobs[0].Status != "FINISHED" {
+		t.Errorf("/v1/jobs: %+v", jobs)
+	}
+	var cps struct {
+		Checkpoints struct{ Completed int } `json:"checkpoints"`
+	}
+	c.get(t, "/v1/jobs/"+jobs.Jobs[0].ID+"/checkpoints", &cps)
+	if cps.Checkpoints.Completed == 0 {
+		t.Errorf("/v1/jobs/ID/checkpoints: %+v", cps)
+	}
+	resp, err := http.Get("http://" + c.rest + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body bytes.Buffer
+	_, _ = body.ReadFrom(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{"runnel_taskmanagers 3", `runnel_job_status{job="sequence",job_id="` + jobs.Jobs[0].ID + `",status="FINISHED"} 1`} {
+		if !strings.Contains(body.String(), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
 	tms, _ := r.where()
 	used := map[string]bool{}
 	for _, tm := range tms {
