@@ -65,3 +65,6 @@ func (p *prepared) MarkInjectionsFired(indexes ...int) {
 		p.rc.injections[i].MarkFired()
 	}
 }
+
+// MainWith is Main on args, for tests: it returns the exit code.
+var MainWith = mainWith

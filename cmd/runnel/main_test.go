@@ -244,10 +244,10 @@ func TestBenchJSON(t *testing.T) {
 
 func TestRunSequenceRecovery(t *testing.T) {
 	report := filepath.Join(t.TempDir(), "r.json")
-	// --rate keeps the job running (about half a second) long enough for checkpoints to complete before
+	// --rate keeps the job running (about a second; the failure 0.6 s in, on a loaded machine too) long enough for checkpoints to complete before
 	// the injected failure, so that recovery restores one rather than starting over.
 	out, stderr, code := runCLI(t, "run", "sequence", "--records", "20000", "--keys", "8", "--parallelism", "2",
-		"--taskmanagers", "2", "--rate", "20000", "--checkpoint-interval", "30ms", "--inject-failure", "map[0]@3000",
+		"--taskmanagers", "2", "--rate", "10000", "--checkpoint-interval", "30ms", "--inject-failure", "map[0]@6000",
 		"--restart-strategy", "fixed-delay:attempts=3,delay=10ms", "--report", report)
 	if code != 0 {
 		t.Fatalf("exit %d:\n%s", code, stderr)

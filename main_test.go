@@ -1,0 +1,130 @@
+package runnel_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/runnel-dev/runnel"
+	"github.com/runnel-dev/runnel/connector"
+)
+
+const mainTestJob = "main-test"
+
+func init() {
+	runnel.Register(mainTestJob, func(args []string) (*runnel.Environment, error) {
+		fs := pflag.NewFlagSet(mainTestJob, pflag.ContinueOnError)
+		records := fs.Uint64("records", 1000, "records")
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		env := runnel.NewEnvironment(runnel.WithParallelism(2))
+		src := runnel.FromSource(env, connector.Generator(func(_ int, seq uint64) uint64 { return seq },
+			connector.GeneratorOptions{TotalRecords: *records})).Name("source")
+		runnel.Map(src, func(v uint64) (uint64, error) { return v * 2, nil }).Name("double").SinkTo(connector.Discard[uint64]()).Name("sink")
+		return env, nil
+	})
+}
+
+// syncWriter is a stderr that goroutines write and the test reads.
+type syncWriter struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *syncWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+func waitForLine(t *testing.T, w *syncWriter, re *regexp.Regexp) []string {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if m := re.FindStringSubmatch(w.String()); m != nil {
+			return m
+		}
+	}
+	t.Fatalf("no %q in:\n%s", re, w.String())
+	return nil
+}
+
+// TestMainRoles runs a registered job through Main's roles: in the mini-cluster (run), and on a JobManager
+// with two TaskManagers (jobmanager, taskmanager, submit with the job's arguments after --), each role on
+// real sockets; command-line mistakes exit with 2.
+func TestMainRoles(t *testing.T) {
+	var out syncWriter
+	if code := runnel.MainWith(context.Background(), []string{"run", mainTestJob, "--records", "3000"}, &out, &out); code != 0 {
+		t.Fatalf("run: exit %d:\n%s", code, out.String())
+	}
+	for _, tc := range [][]string{{"run"}, {"run", mainTestJob, "--no-such-flag"}, {"submit", mainTestJob, "stray"}, {"taskmanager", "--slots", "0"}} {
+		var w syncWriter
+		if code := runnel.MainWith(context.Background(), tc, &w, &w); code != 2 {
+			t.Errorf("%q: exit %d, want 2:\n%s", tc, code, w.String())
+		}
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	codes := make(chan int, 3)
+	daemon := func(w *syncWriter, args ...string) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			codes <- runnel.MainWith(ctx, args, w, w)
+		}()
+	}
+	var jmOut syncWriter
+	daemon(&jmOut, "jobmanager", "--addr", "127.0.0.1:0", "--rest-addr", "")
+	addr := waitForLine(t, &jmOut, regexp.MustCompile(`JobManager listening on (\S+)`))[1]
+	tmOut := []*syncWriter{{}, {}}
+	for i, w := range tmOut {
+		daemon(w, "taskmanager", "--jobmanager", addr, "--name", []string{"tm-a", "tm-b"}[i], "--slots", "1")
+		waitForLine(t, w, regexp.MustCompile(`registered with the JobManager`))
+	}
+	report := filepath.Join(t.TempDir(), "r.json")
+	var sub syncWriter
+	if code := runnel.MainWith(ctx, []string{"submit", mainTestJob, "--jobmanager", addr, "--report", report, "--", "--records", "4000"}, &sub, &sub); code != 0 {
+		t.Fatalf("submit: exit %d:\n%s\n%s", code, sub.String(), jmOut.String())
+	}
+	b, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r runnel.JobResult
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	tms := map[string]bool{}
+	for _, v := range r.Vertices {
+		for _, st := range v.Subtasks {
+			tms[st.TaskManager] = true
+		}
+	}
+	if r.Status != "FINISHED" || r.Vertex("sink").RecordsIn != 4000 || !tms["tm-a"] || !tms["tm-b"] {
+		t.Fatalf("result %s, sink took %d records, TaskManagers %v", r.Status, r.Vertex("sink").RecordsIn, tms)
+	}
+	cancel()
+	wg.Wait()
+	close(codes)
+	for code := range codes {
+		if code != 0 {
+			t.Errorf("a daemon exited %d after its context ended", code)
+		}
+	}
+}
