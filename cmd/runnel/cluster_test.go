@@ -172,12 +172,13 @@ type clusterReport struct {
 		Completed int `json:"completed"`
 	} `json:"checkpoints"`
 	Failovers []struct {
-		Failed             string   `json:"failed"`
-		FailedSubtasks     []string `json:"failed_subtasks"`
-		TaskManager        string   `json:"taskmanager"`
-		Cause              string   `json:"cause"`
-		Restarted          []string `json:"restarted"`
-		CheckpointRestored *int64   `json:"checkpoint_restored"`
+		Failed             string    `json:"failed"`
+		FailedSubtasks     []string  `json:"failed_subtasks"`
+		TaskManager        string    `json:"taskmanager"`
+		Cause              string    `json:"cause"`
+		FailedAt           time.Time `json:"failed_at"`
+		Restarted          []string  `json:"restarted"`
+		CheckpointRestored *int64    `json:"checkpoint_restored"`
 	} `json:"failovers"`
 	FailoverTotals struct {
 		RecordsLost uint64 `json:"records_lost"`
@@ -282,8 +283,14 @@ func TestClusterRunsAJobLikeTheMiniCluster(t *testing.T) {
 // approximate failover only the dead TaskManager's subtasks and what lies downstream restart, the other
 // sources keep their first attempt, and the checker's loss is the reported one.
 func TestKilledTaskManager(t *testing.T) {
-	for _, failover := range []string{"region", "approximate"} {
-		t.Run(failover, func(t *testing.T) {
+	for _, tc := range []struct {
+		name, failover string
+		// freeze stops the TaskManager (SIGSTOP) instead of killing it: its sockets stay open, so only
+		// the heartbeat timeout (1.5 s by default) finds it out.
+		freeze bool
+	}{{"region", "region", false}, {"approximate", "approximate", false}, {"approximate-frozen", "approximate", true}} {
+		failover := tc.failover
+		t.Run(tc.name, func(t *testing.T) {
 			c := startCluster(t, 3, 2)
 			dir := t.TempDir()
 			report := filepath.Join(dir, "r.json")
@@ -342,7 +349,12 @@ func TestKilledTaskManager(t *testing.T) {
 			if victimData == "" {
 				t.Fatalf("/v1/taskmanagers does not list %s: %+v", victim, tms)
 			}
-			if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			sig := syscall.SIGKILL
+			if tc.freeze {
+				sig = syscall.SIGSTOP
+			}
+			killedAt := time.Now()
+			if err := p.cmd.Process.Signal(sig); err != nil {
 				t.Fatal(err)
 			}
 			if code := sub.exited(t, 60*time.Second); code != 0 {
@@ -361,6 +373,14 @@ func TestKilledTaskManager(t *testing.T) {
 				}
 				if f.CheckpointRestored == nil {
 					t.Errorf("failover %+v restored no checkpoint", f)
+				}
+				if f.TaskManager == victim && tc.freeze {
+					// Declared lost by the heartbeat timeout: not before it, and not much after it.
+					if d := f.FailedAt.Sub(killedAt); d < 1500*time.Millisecond || d > 3*time.Second {
+						t.Errorf("the frozen %s was declared lost %v after SIGSTOP, want 1.5 s to 2 s", victim, d)
+					} else {
+						t.Logf("the frozen %s was declared lost %v after SIGSTOP", victim, d.Round(time.Millisecond))
+					}
 				}
 			}
 			if injected > 0 && !strings.Contains(r.Failovers[0].Cause, "injected failure map[1]@1500") {
