@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -126,5 +127,50 @@ func TestMainRoles(t *testing.T) {
 		if code != 0 {
 			t.Errorf("a daemon exited %d after its context ended", code)
 		}
+	}
+}
+
+// TestTaskManagerRegistersAgain stops a JobManager under a TaskManager and starts another on the same
+// address: the TaskManager, which cancelled everything when its session ended, registers with the new one
+// and runs its jobs.
+func TestTaskManagerRegistersAgain(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() {
+		cancel() // the daemons end with ctx
+		wg.Wait()
+	}()
+	startJM := func() (context.CancelFunc, *syncWriter) {
+		jctx, jcancel := context.WithCancel(ctx)
+		var w syncWriter
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runnel.MainWith(jctx, []string{"jobmanager", "--addr", addr, "--rest-addr", ""}, &w, &w)
+		}()
+		waitForLine(t, &w, regexp.MustCompile(`JobManager listening on`))
+		return jcancel, &w
+	}
+	stopFirst, _ := startJM()
+	var tm syncWriter
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		runnel.MainWith(ctx, []string{"taskmanager", "--jobmanager", addr, "--name", "tm-again", "--slots", "2"}, &tm, &tm)
+	}()
+	waitForLine(t, &tm, regexp.MustCompile(`registered with the JobManager`))
+	stopFirst()
+	waitForLine(t, &tm, regexp.MustCompile(`every task cancelled`))
+	_, _ = startJM()
+	waitForLine(t, &tm, regexp.MustCompile(`(?s)registered with the JobManager.*registered with the JobManager`))
+	var sub syncWriter
+	if code := runnel.MainWith(ctx, []string{"submit", mainTestJob, "--jobmanager", addr, "--", "--records", "2000"}, &sub, &sub); code != 0 {
+		t.Fatalf("submit to the second JobManager: exit %d:\n%s\n%s", code, sub.String(), tm.String())
 	}
 }
