@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/runnel-dev/runnel/internal/buildinfo"
+	"github.com/runnel-dev/runnel/internal/protocol"
 	"github.com/runnel-dev/runnel/internal/rpc"
 )
 
@@ -125,4 +126,42 @@ func Submit(ctx context.Context, cfg SubmitConfig) (*JobResult, error) {
 		return &res, fmt.Errorf("job %q (%s): %s", cfg.Job, id, final.Error)
 	}
 	return &res, nil
+}
+
+// CancelConfig configures Cancel.
+type CancelConfig struct {
+	JobManager string
+	TLS        *TLSFiles
+	// Job is the job's id, as the REST API and the JobManager's log show it.
+	Job string
+	// Savepoint, when set, is a directory every process reaches where a savepoint is written first.
+	Savepoint string
+}
+
+// Cancel stops a job that runs on the cluster of a JobManager: with a savepoint first when asked, else at
+// once. It returns when the JobManager took the request; the job's own client sees it end.
+func Cancel(ctx context.Context, cfg CancelConfig) error {
+	id, err := protocol.ParseJobID(cfg.Job)
+	if err != nil {
+		return fmt.Errorf("cancel %q: %w", cfg.Job, err)
+	}
+	_, clientTLS, err := cfg.TLS.load()
+	if err != nil {
+		return fmt.Errorf("cancel: %w", err)
+	}
+	creds := insecure.NewCredentials()
+	if clientTLS != nil {
+		creds = credentials.NewTLS(clientTLS)
+	}
+	conn, err := grpc.NewClient(cfg.JobManager, append(rpc.DialOptions(), grpc.WithTransportCredentials(creds))...)
+	if err != nil {
+		return fmt.Errorf("cancel: JobManager %s: %w", cfg.JobManager, err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := rpc.NewJobClient(conn).Stop(ctx, id, cfg.Savepoint); err != nil {
+		return fmt.Errorf("cancel job %s on %s: %w", cfg.Job, cfg.JobManager, err)
+	}
+	return nil
 }

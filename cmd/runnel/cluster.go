@@ -224,3 +224,25 @@ func newTaskManagerCmd() *cobra.Command {
 	tls.register(fl)
 	return c
 }
+
+func newCancelCmd() *cobra.Command {
+	var cfg runnel.CancelConfig
+	var tls tlsFlags
+	c := &cobra.Command{
+		Use:   "cancel JOBID --jobmanager HOST:PORT [--savepoint DIR]",
+		Short: "Stop a job that runs on a cluster (with a savepoint first, with --savepoint)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg.Job, cfg.TLS = args[0], tls.files()
+			err := runnel.Cancel(cmd.Context(), cfg)
+			if err != nil && strings.Contains(err.Error(), "32 hexadecimal digits") {
+				return usageError(err)
+			}
+			return err
+		},
+	}
+	c.Flags().StringVar(&cfg.JobManager, "jobmanager", runnel.DefaultJobManagerAddr, "the JobManager's address")
+	c.Flags().StringVar(&cfg.Savepoint, "savepoint", "", "write a savepoint to this directory (which every process reaches) before the job is cancelled")
+	tls.register(c.Flags())
+	return c
+}

@@ -527,3 +527,63 @@ func TestJobWaitsForATaskManagerToJoin(t *testing.T) {
 		t.Errorf("tm-4 received no work: %v", where)
 	}
 }
+
+// TestCancelWithSavepoint stops a cluster job with runnel cancel --savepoint, and starts it again from the
+// savepoint on the cluster: its TaskManagers read the savepoint the JobManager wrote.
+func TestCancelWithSavepoint(t *testing.T) {
+	c := startCluster(t, 2, 2)
+	dir := t.TempDir()
+	report, sp := filepath.Join(dir, "r.json"), filepath.Join(dir, "savepoint")
+	sub := start(t, "submit", nil, "submit", "sequence", "--jobmanager", c.addr, "--report", report, "--records", "0",
+		"--rate", "2000", "--checkpoint-interval", "50ms", "--checkpoint-storage", filepath.Join(dir, "chk"))
+	var jobs struct {
+		Jobs []struct{ ID, Status string } `json:"jobs"`
+	}
+	var live clusterReport
+	for deadline := time.Now().Add(30 * time.Second); live.Checkpoints == nil || live.Checkpoints.Completed == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no checkpoint completed: %+v", live)
+		}
+		c.get(t, "/v1/jobs", &jobs)
+		if len(jobs.Jobs) == 1 {
+			c.get(t, "/v1/jobs/"+jobs.Jobs[0].ID, &live)
+		}
+	}
+	if _, stderr, code := runCLI(t, "cancel", jobs.Jobs[0].ID, "--jobmanager", c.addr, "--savepoint", sp); code != 0 {
+		t.Fatalf("cancel: exit %d: %s", code, stderr)
+	}
+	if code := sub.exited(t, 30*time.Second); code != exitFailed {
+		t.Errorf("submit of a cancelled job exited %d, want %d", code, exitFailed)
+	}
+	var r struct {
+		Status    string `json:"status"`
+		Savepoint string `json:"savepoint"`
+	}
+	b, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &r); err != nil || r.Status != "CANCELED" || r.Savepoint != sp {
+		t.Fatalf("report %s (%v): want CANCELED with the savepoint %s", b, err, sp)
+	}
+	again := filepath.Join(dir, "again.json")
+	if _, stderr, code := runCLI(t, "submit", "sequence", "--jobmanager", c.addr, "--report", again, "--records", "0", "--rate", "2000",
+		"--duration", "500ms", "--from-savepoint", sp, "--checkpoint-interval", "50ms", "--checkpoint-storage", filepath.Join(dir, "chk2")); code != 0 {
+		t.Fatalf("submit from the savepoint: exit %d: %s", code, stderr)
+	}
+	var a struct {
+		Failovers    []any `json:"failovers"`
+		RestoredFrom *struct {
+			Location string `json:"location"`
+		} `json:"restored_from"`
+	}
+	if b, err = os.ReadFile(again); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &a); err != nil || len(a.Failovers) != 0 || a.RestoredFrom == nil || a.RestoredFrom.Location != sp {
+		t.Fatalf("run from the savepoint: %s (%v)", b, err)
+	}
+	if _, stderr, code := runCLI(t, "cancel", "not-a-job", "--jobmanager", c.addr); code != exitUsage {
+		t.Errorf("cancel of a malformed id: exit %d: %s", code, stderr)
+	}
+}

@@ -80,7 +80,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newExamplesCmd(), newRunCmd(), newBenchCmd(), newSubmitCmd(), newJobManagerCmd(), newTaskManagerCmd())
+	root.AddCommand(newExamplesCmd(), newRunCmd(), newBenchCmd(), newSubmitCmd(), newJobManagerCmd(), newTaskManagerCmd(), newCancelCmd())
 	withExitCodes(root)
 	return root
 }
