@@ -121,6 +121,8 @@ func newSubmitCmd() *cobra.Command {
 				}
 			}
 			args := jobArgs(cmd)
+			f := f
+			f.jobManager = jobManager
 			build := func(opts []runnel.Option) (*runnel.Environment, examples.Job, error) {
 				return buildExample(ex, args, cmd.OutOrStdout(), opts[len(f.jobOptions()):]...)
 			}

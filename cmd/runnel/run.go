@@ -29,6 +29,8 @@ import (
 
 // runFlags are the flags common to every example.
 type runFlags struct {
+	// jobManager is the address of the cluster that runs the job (runnel submit); "" is the mini-cluster.
+	jobManager     string
 	parallelism    int
 	maxParallelism int
 	taskManagers   int
@@ -297,8 +299,12 @@ func runExample(cmd *cobra.Command, name string, f runFlags, build func([]runnel
 		defer cancel()
 	}
 	if !interactive {
-		attrs := []any{"job", name, "parallelism", f.parallelism, "taskmanagers", f.taskManagers,
-			"chaining", !f.noChaining, "duration", f.duration}
+		where := []any{"taskmanagers", f.taskManagers}
+		if f.jobManager != "" {
+			where = []any{"jobmanager", f.jobManager}
+		}
+		attrs := append([]any{"job", name, "parallelism", f.parallelism}, append(where,
+			"chaining", !f.noChaining, "duration", f.duration)...)
 		if f.checkpointInterval > 0 {
 			attrs = append(attrs, "checkpoint_interval", f.checkpointInterval, "checkpoint_mode", f.checkpointMode)
 		}

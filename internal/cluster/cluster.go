@@ -1,11 +1,16 @@
-// Package cluster wires the runtime into processes: a TaskManager (slots, network memory, partition
-// manager, TCP data server, the goroutines of its tasks) and the in-process MiniCluster (N TaskManagers in
-// one process, which the public API's Execute runs a job master over). Tasks on the same TaskManager exchange
-// data through local channels; tasks on different TaskManagers over TCP on loopback, through the same
-// interfaces. Separate JobManager and TaskManager processes do not exist yet.
+// Package cluster is the TaskManager: slots, network memory, one partition manager per job, the TCP data
+// server (which serves a job's partitions only to consumers with the credential its job master issued), the
+// goroutines of its tasks, and Serve, its side of a session with a JobManager (protocol.Session): it
+// registers, builds each job it is asked to run through a Catalog, deploys, cancels and checkpoints tasks as
+// told, and reports their updates, counters and accumulators. The same TaskManager runs in its own process
+// (the root package's ServeTaskManager, over gRPC) and in the mini-cluster (over an in-memory pipe). Tasks on
+// the same TaskManager exchange data through local channels; tasks on different TaskManagers over TCP.
 //
-// Every goroutine started here has an owner that stops it: a TaskManager waits for its tasks and closes its
-// server on Shutdown; a MiniCluster shuts its TaskManagers down on Close.
+// It must not import the job master's runtime (internal/jobmaster) or the public API: it knows the JobManager
+// only as the other end of a session.
+//
+// Every goroutine started here has an owner that stops it: Serve stops its ticker and cancels and waits for
+// every task when its session ends; Shutdown cancels what runs and closes the data server.
 package cluster
 
 import (
