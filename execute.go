@@ -2,6 +2,8 @@ package runnel
 
 import (
 	"context"
+	cryptorand "crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -345,6 +347,17 @@ func (e *Environment) run(ctx context.Context, p *prepared, on runOn) (*JobResul
 		cc := rc.checkpoint
 		jmCfg.Checkpoint, jmCfg.Storage = &cc, st
 		jmCfg.Setup.CheckpointStorage = loc
+		if on.cluster {
+			// Every TaskManager reads this back before it runs the job: proof that they share the storage.
+			probe, nonce := make([]byte, 8), make([]byte, 16)
+			_, _ = cryptorand.Read(probe)
+			_, _ = cryptorand.Read(nonce)
+			jmCfg.Setup.Probe, jmCfg.Setup.ProbeNonce = hex.EncodeToString(probe), nonce
+			if err := st.WriteProbe(ctx, jmCfg.Setup.Probe, nonce); err != nil {
+				return nil, fmt.Errorf("job %q: CheckpointConfig.Storage: %w", name, err)
+			}
+			defer func() { _ = st.DeleteProbe(context.Background(), jmCfg.Setup.Probe) }()
+		}
 		if build != nil {
 			build.Store = st
 		}

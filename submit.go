@@ -123,7 +123,7 @@ func Submit(ctx context.Context, cfg SubmitConfig) (*JobResult, error) {
 		env.cfg.Progress(&res)
 	}
 	if final.Error != "" {
-		return &res, fmt.Errorf("job %q (%s): %s", cfg.Job, id, final.Error)
+		return &res, fmt.Errorf("%s (job id %s)", final.Error, id)
 	}
 	return &res, nil
 }

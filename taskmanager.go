@@ -153,6 +153,12 @@ func (c *registryCatalog) Open(ctx context.Context, _ protocol.JobID, setup prot
 			return nil, fmt.Errorf("checkpoint storage %s: %w", setup.CheckpointStorage, err)
 		}
 		closers = append(closers, st.Close)
+		if setup.Probe != "" {
+			if err := st.CheckProbe(ctx, setup.Probe, setup.ProbeNonce); err != nil {
+				return nil, fmt.Errorf("checkpoint storage %s is not the one the JobManager writes (every process of a cluster must reach the same directory or bucket; a relative path is relative to each process's working directory): %w",
+					setup.CheckpointStorage, err)
+			}
+		}
 		b.Store = st
 	}
 	if setup.Savepoint != "" {

@@ -46,7 +46,14 @@ type process struct {
 // start starts the runnel binary with args; cleanup kills it (if it still runs) and reaps it.
 func start(t *testing.T, name string, env []string, args ...string) *process {
 	t.Helper()
+	return startIn(t, "", name, env, args...)
+}
+
+// startIn is start with the working directory dir ("": the test's).
+func startIn(t *testing.T, dir, name string, env []string, args ...string) *process {
+	t.Helper()
 	p := &process{name: name, cmd: exec.Command(binary, args...), stderr: &lockedBuffer{}, done: make(chan struct{})}
+	p.cmd.Dir = dir
 	p.cmd.Stderr = p.stderr
 	p.cmd.Env = append(os.Environ(), env...)
 	if err := p.cmd.Start(); err != nil {
@@ -585,5 +592,23 @@ func TestCancelWithSavepoint(t *testing.T) {
 	}
 	if _, stderr, code := runCLI(t, "cancel", "not-a-job", "--jobmanager", c.addr); code != exitUsage {
 		t.Errorf("cancel of a malformed id: exit %d: %s", code, stderr)
+	}
+}
+
+// TestUnsharedCheckpointStorageIsRefused gives a JobManager and a TaskManager different working directories
+// and the job a relative checkpoint storage path, so that each would write checkpoints of its own: the
+// TaskManager cannot read the probe the JobManager wrote, and the job fails saying why instead of taking
+// checkpoints no other process could restore.
+func TestUnsharedCheckpointStorageIsRefused(t *testing.T) {
+	jmDir, tmDir := t.TempDir(), t.TempDir()
+	c := &testCluster{jm: startIn(t, jmDir, "jobmanager", nil, "jobmanager", "--addr", "127.0.0.1:0", "--rest-addr", "127.0.0.1:0")}
+	m := c.jm.waitFor(t, listening, 30*time.Second)
+	c.addr, c.rest = m[1], m[2]
+	tm := startIn(t, tmDir, "tm-1", nil, "taskmanager", "--jobmanager", c.addr, "--name", "tm-1", "--slots", "2")
+	tm.waitFor(t, registered, 30*time.Second)
+	_, stderr, code := runCLI(t, "submit", "sequence", "--jobmanager", c.addr, "--records", "1000",
+		"--checkpoint-interval", "50ms", "--checkpoint-storage", "chk")
+	if code != exitFailed || !strings.Contains(stderr, "is not the one the JobManager writes") || !strings.Contains(stderr, "tm-1") {
+		t.Fatalf("exit %d, want %d with the probe's refusal:\n%s", code, exitFailed, stderr)
 	}
 }

@@ -344,7 +344,7 @@ func (tm *TaskManager) setupJob(cat Catalog, id protocol.JobID, setup protocol.S
 	}
 	b, err := cat.Open(ctx, id, setup)
 	if err != nil {
-		return fmt.Errorf("TaskManager %s cannot run job %q: %w", tm.cfg.Name, setup.Name, err)
+		return err // the job master names the TaskManager and the job
 	}
 	j := &tmJob{id: id, setup: setup, build: b, start: time.Unix(0, setup.Start), pm: network.NewPartitionManager()}
 	tm.mu.Lock()

@@ -117,6 +117,11 @@ type SetupJob struct {
 	CheckpointStorage string
 	// Savepoint is the location of the savepoint the job started from ("" none).
 	Savepoint string
+	// Probe, when set, names an object the JobManager wrote at the top of the checkpoint storage, holding
+	// ProbeNonce: a TaskManager that cannot read it back does not share the JobManager's storage, and
+	// refuses the job rather than write checkpoints no other process can restore.
+	Probe      string
+	ProbeNonce []byte
 	// Start is the job's start on the JobManager's clock, in Unix nanoseconds: observations are dated
 	// from it.
 	Start int64

@@ -42,7 +42,7 @@ func encodeToTaskManager(env protocol.Envelope) (*pb.ToTaskManager, error) {
 	case protocol.SetupJob:
 		m.Body = &pb.ToTaskManager_SetupJob{SetupJob: &pb.SetupJob{Name: b.Name, Args: cloneStrings(b.Args),
 			Graph: fixedBytes(b.Graph[:]), Secret: cloneBytes(b.Secret), CheckpointStorage: b.CheckpointStorage,
-			Savepoint: b.Savepoint, StartUnixNanos: b.Start}}
+			Savepoint: b.Savepoint, StartUnixNanos: b.Start, Probe: b.Probe, ProbeNonce: cloneBytes(b.ProbeNonce)}}
 	case protocol.ReleaseJob:
 		m.Body = &pb.ToTaskManager_ReleaseJob{ReleaseJob: &pb.ReleaseJob{}}
 	case jobcore.Deploy:
@@ -94,7 +94,8 @@ func decodeToTaskManager(m *pb.ToTaskManager) (env protocol.Envelope, bye *pb.Go
 	case *pb.ToTaskManager_SetupJob:
 		s := b.SetupJob
 		sj := protocol.SetupJob{Name: s.GetName(), Args: nilIfEmpty(s.GetArgs()), Secret: nilIfEmpty(s.GetSecret()),
-			CheckpointStorage: s.GetCheckpointStorage(), Savepoint: s.GetSavepoint(), Start: s.GetStartUnixNanos()}
+			CheckpointStorage: s.GetCheckpointStorage(), Savepoint: s.GetSavepoint(), Start: s.GetStartUnixNanos(),
+			Probe: s.GetProbe(), ProbeNonce: nilIfEmpty(s.GetProbeNonce())}
 		if err := decodeFixed(sj.Graph[:], s.GetGraph(), "SetupJob graph fingerprint"); err != nil {
 			return env, nil, err
 		}
