@@ -28,7 +28,7 @@ func newBenchCmd() *cobra.Command {
 			if cfg.Keys < 1 {
 				return usageError(fmt.Errorf("invalid --keys %d: must be at least 1", cfg.Keys))
 			}
-			if processes > 0 {
+			if processes != 0 {
 				return runProcessThroughputCmd(cmd, cfg, processes, asJSON)
 			}
 			res, err := throughput.Run(cmd.Context(), cfg)

@@ -780,7 +780,8 @@ only the heartbeat timeout reveals the loss). From the JobManager's REST API, on
   records_lost        their records_lost
   upstream_unchanged  every source subtask on a live TaskManager kept attempt 0 (in every run)
 
-Prints the medians per strategy as a table, or with --json one JSON object per strategy per line (with
+Each figure is the median of its own column over the runs (so total_ms need not be the sum of the
+medians of detection_ms and restart_ms). Prints the medians per strategy as a table, or with --json one JSON object per strategy per line (with
 every run's figures under "samples"). Every child process is stopped before the command returns.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -929,6 +930,9 @@ func writeProcessThroughput(w io.Writer, r *processThroughput) {
 
 // runProcessThroughputCmd is `runnel bench throughput --processes N`.
 func runProcessThroughputCmd(cmd *cobra.Command, cfg throughput.Config, processes int, asJSON bool) error {
+	if processes < 1 || processes > runnel.MaxTaskManagers {
+		return usageError(fmt.Errorf("invalid --processes %d: must be between 1 and %d", processes, runnel.MaxTaskManagers))
+	}
 	runs := cfg.Runs
 	if runs < 1 {
 		return usageError(fmt.Errorf("invalid --runs %d: must be at least 1", runs))

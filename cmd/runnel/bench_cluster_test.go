@@ -309,7 +309,12 @@ func TestBenchThroughputProcesses(t *testing.T) {
 		r.ClusterRPS <= 0 || r.MiniClusterRPS <= 0 || r.Ratio != r.ClusterRPS/r.MiniClusterRPS {
 		t.Fatalf("%s", stdout)
 	}
-	if _, stderr, code := runCLI(t, "bench", "throughput", "--processes", "2", "--runs", "0"); code != exitUsage || !strings.Contains(stderr, "invalid --runs 0") {
-		t.Errorf("--runs 0: exit %d, %s", code, stderr)
+	for _, tc := range []struct{ args, want string }{
+		{"--processes 2 --runs 0", "invalid --runs 0"},
+		{"--processes -1", "invalid --processes -1"},
+	} {
+		if _, stderr, code := runCLI(t, append([]string{"bench", "throughput"}, strings.Fields(tc.args)...)...); code != exitUsage || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%s: exit %d, %s", tc.args, code, stderr)
+		}
 	}
 }
