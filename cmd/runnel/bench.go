@@ -16,6 +16,7 @@ func newBenchCmd() *cobra.Command {
 	bench := &cobra.Command{Use: "bench", Short: "Benchmarks of the engine"}
 	var cfg throughput.Config
 	var asJSON bool
+	var processes int
 	tp := &cobra.Command{
 		Use:   "throughput",
 		Short: "generator -> map -> keyBy -> sum -> discard at parallelism 2, engine vs a hand-written Go baseline",
@@ -26,6 +27,9 @@ func newBenchCmd() *cobra.Command {
 			}
 			if cfg.Keys < 1 {
 				return usageError(fmt.Errorf("invalid --keys %d: must be at least 1", cfg.Keys))
+			}
+			if processes != 0 {
+				return runProcessThroughputCmd(cmd, cfg, processes, asJSON)
 			}
 			res, err := throughput.Run(cmd.Context(), cfg)
 			if err != nil {
@@ -47,7 +51,8 @@ func newBenchCmd() *cobra.Command {
 	tp.Flags().Int64Var(&cfg.Keys, "keys", 1024, "distinct keys")
 	tp.Flags().IntVar(&cfg.Runs, "runs", 3, "alternating engine and baseline runs; medians are reported")
 	tp.Flags().BoolVar(&asJSON, "json", false, "print one JSON object {engine_rps, baseline_rps, ratio, allocs_per_record}")
-	bench.AddCommand(tp, newCheckpointBenchCmd(), newRecoveryBenchCmd())
+	tp.Flags().IntVar(&processes, "processes", 0, "run the pipeline at parallelism N on a JobManager and N TaskManager processes, as a ratio to the mini-cluster with N TaskManagers")
+	bench.AddCommand(tp, newCheckpointBenchCmd(), newRecoveryBenchCmd(), newTMLossBenchCmd())
 	return bench
 }
 
