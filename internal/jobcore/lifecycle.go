@@ -79,7 +79,16 @@ func (c *Core) onFailed(ex *execution, f *Failure) {
 	if c.plan != nil && c.plan.subtasks[s] {
 		return
 	}
-	c.startFailover(&s, nil, "", cause, c.failover.TasksToRestart(s), c.cfg.Failover.String())
+	// A failure that names a peer already lost or suspected is another sign of that TaskManager's loss.
+	sameIncident := false
+	if f != nil && f.PeerDataAddress != "" {
+		for id, tm := range c.tms {
+			if tm.dataAddress == f.PeerDataAddress && (tm.lost || (c.plan != nil && c.plan.suspects[id])) {
+				sameIncident = true
+			}
+		}
+	}
+	c.startFailoverOf(&s, nil, "", cause, c.failover.TasksToRestart(s), c.cfg.Failover.String(), sameIncident)
 	if f != nil && f.PeerDataAddress != "" && c.plan != nil {
 		for id, tm := range c.tms {
 			if tm.dataAddress == f.PeerDataAddress && !tm.lost && !c.plan.suspects[id] {

@@ -17,6 +17,14 @@ import (
 // A failure that arrives while an earlier failover is still stopping its subtasks joins that plan: all of
 // them are redeployed together. The restart strategy hears of the failure once, whatever its size.
 func (c *Core) startFailover(failed *ident.Subtask, failedSubtasks []ident.Subtask, tmName string, cause error, set []ident.Subtask, strategy string) {
+	c.startFailoverOf(failed, failedSubtasks, tmName, cause, set, strategy, false)
+}
+
+// startFailoverOf is startFailover; sameIncident marks a failure that is part of an incident the restart
+// strategy counted already (the loss of a TaskManager and the broken connections of its consumers): it is
+// not counted again, so one lost machine neither uses up several restart attempts nor backs off as if it
+// were repeated failures.
+func (c *Core) startFailoverOf(failed *ident.Subtask, failedSubtasks []ident.Subtask, tmName string, cause error, set []ident.Subtask, strategy string, sameIncident bool) {
 	if c.status != StatusRunning {
 		return // failing or cancelling already: nothing restarts
 	}
@@ -27,7 +35,9 @@ func (c *Core) startFailover(failed *ident.Subtask, failedSubtasks []ident.Subta
 	case failed != nil:
 		what = "subtask " + c.name(*failed)
 	}
-	c.restart.NotifyFailure(c.now.Milliseconds(), cause)
+	if !sameIncident {
+		c.restart.NotifyFailure(c.now.Milliseconds(), cause)
+	}
 	if !c.restart.CanRestart() {
 		c.fail(fmt.Errorf("%s failed: %w (restart strategy %s gives up)", what, cause, c.cfg.Restart))
 		return
@@ -310,6 +320,8 @@ func (c *Core) onTaskManagerLost(e TaskManagerLost) {
 			unbound++
 		}
 	}
+	// A TaskManager a consumer's failure made a suspect: that failure was the first sign of this loss.
+	suspected := c.plan != nil && c.plan.suspects[e.TaskManager]
 	if c.plan != nil {
 		delete(c.plan.suspects, e.TaskManager)
 	}
@@ -351,7 +363,7 @@ func (c *Core) onTaskManagerLost(e TaskManagerLost) {
 		}
 		slices.SortFunc(set, compareSubtasks)
 		cause := fmt.Errorf("TaskManager %s lost: %s", tm.name, e.Reason)
-		c.startFailover(&failed[0], failed, tm.name, cause, set, c.cfg.Failover.String())
+		c.startFailoverOf(&failed[0], failed, tm.name, cause, set, c.cfg.Failover.String(), suspected)
 	} else if len(planned) > 0 && c.status == StatusRunning {
 		// A failover in progress restarts this TaskManager's subtasks already: the failures that started it
 		// (a consumer's connection to it closing, say) were the first signs of this loss. The event says so.
