@@ -1,11 +1,20 @@
-// Command runnel runs Runnel's bundled example jobs in an in-process mini-cluster and benchmarks the
-// engine.
+// Command runnel runs Runnel's bundled example jobs, in an in-process mini-cluster or on a cluster of
+// JobManager and TaskManager processes, and benchmarks the engine.
 //
 //	runnel examples                              list the examples
 //	runnel run wordcount --input F --output O    run an example (see runnel run EXAMPLE --help)
 //	runnel bench throughput [--json]             engine vs hand-written Go baseline
 //	runnel bench checkpoints [--interval D]      throughput with checkpoints, as a ratio to without
 //	runnel bench recovery                        one failure under full, region and approximate failover
+//	runnel bench tm-loss [--freeze]              SIGKILL (SIGSTOP) a TaskManager process: detection and restart
+//	runnel bench throughput --processes 3        the pipeline on 3 TaskManager processes / the mini-cluster
+//
+// A cluster of processes, every one started from this binary (see README, "Run a cluster"):
+//
+//	runnel jobmanager [--addr 127.0.0.1:6123] [--rest-addr 127.0.0.1:8081]
+//	runnel taskmanager --jobmanager HOST:PORT --slots N
+//	runnel submit EXAMPLE --jobmanager HOST:PORT [the flags of runnel run EXAMPLE]
+//	runnel cancel JOBID --jobmanager HOST:PORT [--savepoint DIR]
 //
 // Every example takes the recovery flags of `runnel run`: checkpoints (--checkpoint-interval,
 // --checkpoint-mode, --checkpoint-storage), --failover, --restart-strategy, --state-backend, and
