@@ -351,12 +351,26 @@ final class StandaloneKill {
         JsonNode entries = rest.get("/jobs/" + job + "/exceptions?maxExceptions=100").path("exceptionHistory").path("entries");
         List<String> failures = new ArrayList<>();
         int afterOutput = 0;
-        for (JsonNode e : entries) {
+        long lostAtMs = -1;
+        String lostBy = null;
+        for (JsonNode e : entries) { // newest first
             long t = e.path("timestamp").asLong();
-            failures.add(0, (t - failedAtMs) + "ms " + firstLine(e.path("stacktrace").asText()));
+            String line = firstLine(e.path("stacktrace").asText());
+            failures.add(0, "+" + (t - failedAtMs) + "ms " + line.substring(0, Math.min(160, line.length())));
             if (firstOutput >= 0 && t * 1000 > firstOutput) {
                 afterOutput++;
             }
+            // The JobMaster's or ResourceManager's heartbeat monitor declaring the TaskManager lost
+            // ("... is no longer reachable": heartbeat RPCs failed heartbeat.rpc-failure-threshold
+            // times in a row; "Heartbeat of TaskManager with id ... timed out": heartbeat.timeout).
+            if (line.contains("TaskManager with id " + victim + " ") && (lostAtMs < 0 || t <= lostAtMs)) {
+                lostAtMs = t;
+                lostBy = line;
+            }
+        }
+        if (lostAtMs >= 0) {
+            j.put("taskmanager_lost_ms", round2((lostAtMs * 1000 - killedAt) / 1000.0));
+            j.put("taskmanager_lost_by", lostBy);
         }
         j.put("failures", entries.size());
         if (entries.size() > 0) {
@@ -544,7 +558,7 @@ final class StandaloneKill {
                     }
                 }
                 try {
-                    JsonNode o = rest.get("/overview");
+                    JsonNode o = rest.getOnce("/overview");
                     if (o.path("taskmanagers").asInt() == TASKMANAGERS
                             && o.path("slots-total").asInt() == TASKMANAGERS * SLOTS_PER_TASKMANAGER) {
                         return;
@@ -642,7 +656,25 @@ final class StandaloneKill {
             this.base = "http://127.0.0.1:" + port;
         }
 
+        /**
+         * GET with retries for 30 s: on a machine shared with other work, the JobManager can be
+         * too starved to answer one request in time without anything being wrong.
+         */
         JsonNode get(String path) throws IOException, InterruptedException {
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+            while (true) {
+                try {
+                    return getOnce(path);
+                } catch (IOException e) {
+                    if (System.nanoTime() > deadline) {
+                        throw new IOException("GET " + path + " failed for 30 s: " + e, e);
+                    }
+                    Thread.sleep(200);
+                }
+            }
+        }
+
+        JsonNode getOnce(String path) throws IOException, InterruptedException {
             HttpRequest req = HttpRequest.newBuilder(URI.create(base + path)).timeout(Duration.ofSeconds(10)).GET().build();
             HttpResponse<String> resp = http.send(req, HttpResponse.BodyHandlers.ofString());
             if (DEBUG) {
@@ -677,7 +709,14 @@ final class StandaloneKill {
                 for (Path f : (Iterable<Path>) files::iterator) {
                     Attempt a = new Attempt();
                     a.name = f.getFileName().toString().replace(".log", "");
-                    for (String line : Files.readAllLines(f, StandardCharsets.US_ASCII)) {
+                    String text = Files.readString(f, StandardCharsets.US_ASCII);
+                    // Only whole lines: the last one may be being written (a truncated number would
+                    // read as an earlier time).
+                    text = text.substring(0, text.lastIndexOf('\n') + 1);
+                    for (String line : text.split("\n")) {
+                        if (line.isEmpty()) {
+                            continue;
+                        }
                         String[] w = line.split(" ");
                         try {
                             switch (w[0]) {
@@ -693,8 +732,8 @@ final class StandaloneKill {
                                 default:
                                     throw new IOException("unknown line in " + f + ": " + line);
                             }
-                        } catch (ArrayIndexOutOfBoundsException | NumberFormatException partial) {
-                            // the last line of a file that is being written; the next read has it whole
+                        } catch (ArrayIndexOutOfBoundsException | NumberFormatException e) {
+                            throw new IOException("malformed line in " + f + ": " + line, e);
                         }
                     }
                     log.attempts.add(a);
