@@ -198,9 +198,12 @@ final class StandaloneKill {
     /** The run after submission: wait, kill, observe. Fills {@code j}; throws on anything unexpected. */
     private static void measure(Json j, Rest rest, Cluster cluster, String job, int p, Path sinkDir,
             long killAfterMs, long waitMs, long settleMs) throws Exception {
-        // 1. Every task running, then --kill-after, and at least one completed checkpoint.
+        // 1. Every task running for --kill-after, with a checkpoint completed in that time. A restart
+        // before the kill (short heartbeats can time out a live TaskManager on a starved machine)
+        // starts the wait over.
         long runningAt = 0;
-        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
+        long completedAtRunning = 0;
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(90);
         long completed = 0;
         while (true) {
             JsonNode info = rest.get("/jobs/" + job);
@@ -215,18 +218,20 @@ final class StandaloneKill {
                 j.put("error_root", root);
                 return;
             }
-            if (runningAt == 0 && state.equals("RUNNING") && allRunning(info)) {
+            completed = rest.get("/jobs/" + job + "/checkpoints").path("counts").path("completed").asLong();
+            boolean running = state.equals("RUNNING") && allRunning(info);
+            if (!running) {
+                runningAt = 0;
+            } else if (runningAt == 0) {
                 runningAt = System.nanoTime();
-            }
-            if (runningAt != 0) {
-                completed = rest.get("/jobs/" + job + "/checkpoints").path("counts").path("completed").asLong();
-                if (System.nanoTime() - runningAt >= TimeUnit.MILLISECONDS.toNanos(killAfterMs) && completed > 0) {
-                    break;
-                }
+                completedAtRunning = completed;
+            } else if (System.nanoTime() - runningAt >= TimeUnit.MILLISECONDS.toNanos(killAfterMs)
+                    && completed > completedAtRunning) {
+                break;
             }
             if (System.nanoTime() > deadline) {
-                throw new IllegalStateException("job " + job + " not running with a completed checkpoint within 60 s (state "
-                        + state + ", " + completed + " checkpoints)");
+                throw new IllegalStateException("job " + job + " not running for " + killAfterMs
+                        + " ms with a completed checkpoint within 90 s (state " + state + ", " + completed + " checkpoints)");
             }
             Thread.sleep(50);
         }
@@ -351,28 +356,21 @@ final class StandaloneKill {
         JsonNode entries = rest.get("/jobs/" + job + "/exceptions?maxExceptions=100").path("exceptionHistory").path("entries");
         List<String> failures = new ArrayList<>();
         int afterOutput = 0;
-        long lostAtMs = -1;
-        String lostBy = null;
+        int beforeKill = 0;
         for (JsonNode e : entries) { // newest first
             long t = e.path("timestamp").asLong();
             String line = firstLine(e.path("stacktrace").asText());
+            if (t * 1000 < killedAt - 1000) {
+                beforeKill++;
+                continue;
+            }
             failures.add(0, "+" + (t - failedAtMs) + "ms " + line.substring(0, Math.min(160, line.length())));
             if (firstOutput >= 0 && t * 1000 > firstOutput) {
                 afterOutput++;
             }
-            // The JobMaster's or ResourceManager's heartbeat monitor declaring the TaskManager lost
-            // ("... is no longer reachable": heartbeat RPCs failed heartbeat.rpc-failure-threshold
-            // times in a row; "Heartbeat of TaskManager with id ... timed out": heartbeat.timeout).
-            if (line.contains("TaskManager with id " + victim + " ") && (lostAtMs < 0 || t <= lostAtMs)) {
-                lostAtMs = t;
-                lostBy = line;
-            }
         }
-        if (lostAtMs >= 0) {
-            j.put("taskmanager_lost_ms", round2((lostAtMs * 1000 - killedAt) / 1000.0));
-            j.put("taskmanager_lost_by", lostBy);
-        }
-        j.put("failures", entries.size());
+        j.put("failures", entries.size() - beforeKill);
+        j.put("failures_before_kill", beforeKill);
         if (entries.size() > 0) {
             j.put("last_failure", firstLine(entries.get(0).path("stacktrace").asText()));
         }
@@ -388,6 +386,27 @@ final class StandaloneKill {
             }
         }
         j.put("max_attempt", maxAttempt);
+
+        // 6. When the JobMaster gave the killed TaskManager up (it deploys to its slots until then),
+        // and whether it gave up a live one too (heartbeats too short for a starved machine).
+        List<String> others = new ArrayList<>();
+        int lostBeforeKill = 0;
+        for (String[] d : cluster.disconnects()) {
+            long t = Long.parseLong(d[0]);
+            boolean lossLike = d[2].contains("timed out") || d[2].contains("no longer reachable");
+            if (t * 1000 < killedAt) {
+                lostBeforeKill += lossLike ? 1 : 0;
+                continue;
+            }
+            if (d[1].equals(victim) && !j.has("taskmanager_lost_ms")) {
+                j.put("taskmanager_lost_ms", round2((t * 1000 - killedAt) / 1000.0));
+                j.put("taskmanager_lost_by", d[2]);
+            } else if (!d[1].equals(victim) && lossLike) {
+                others.add(d[1] + " +" + round2((t * 1000 - killedAt) / 1000.0) + "ms: " + d[2]);
+            }
+        }
+        j.put("live_taskmanagers_lost", String.join(" || ", others));
+        j.put("live_taskmanagers_lost_before_kill", lostBeforeKill);
     }
 
     static boolean isTerminal(String state) {
@@ -583,8 +602,7 @@ final class StandaloneKill {
             cmd.add(Paths.get(System.getProperty("java.home"), "bin", "java").toString());
             cmd.addAll(Arrays.asList(jvmParams.trim().split("\\s+")));
             cmd.addAll(addOpens());
-            // Flink's INFO log names the events of a failover (what detected it, deployments).
-            cmd.add("-Dbench.log.level=INFO");
+            cmd.add("-Dlog4j2.configurationFile=" + log4jConfig());
             cmd.add("-cp");
             cmd.add(jar.toString());
             cmd.add(mainClass);
@@ -602,6 +620,52 @@ final class StandaloneKill {
                 all.add(pr);
             }
             return pr;
+        }
+
+        /**
+         * The cluster JVMs' Log4j configuration: everything at INFO, which names the events of a
+         * failover (what detected it, deployments, TaskManagers disconnected), to stdout, which
+         * goes to the JVM's file in the log directory. Times are UTC with the date, so that
+         * {@link #disconnects} can place them.
+         */
+        private Path log4jConfig() throws IOException {
+            Path f = dir.resolve("log4j2-cluster.properties");
+            if (!Files.exists(f)) {
+                Files.write(f, List.of(
+                        "rootLogger.level = INFO",
+                        "rootLogger.appenderRef.out.ref = out",
+                        "appender.out.name = out",
+                        "appender.out.type = Console",
+                        "appender.out.target = SYSTEM_OUT",
+                        "appender.out.layout.type = PatternLayout",
+                        "appender.out.layout.pattern = %d{yyyy-MM-dd'T'HH:mm:ss.SSS'Z'}{UTC} %-5level %c{1} - %msg%n"),
+                        StandardCharsets.UTF_8);
+            }
+            return f;
+        }
+
+        /**
+         * The JobMaster's "Disconnect TaskExecutor ID because: REASON" lines of the JobManager's log:
+         * when and why it gave up a TaskManager (and its slots). {time epoch ms, id, reason}.
+         */
+        List<String[]> disconnects() throws IOException {
+            List<String[]> out = new ArrayList<>();
+            String marker = " JobMaster - Disconnect TaskExecutor ";
+            for (String line : Files.readAllLines(logDir.resolve(logPrefix + "-jm.log"), StandardCharsets.UTF_8)) {
+                int at = line.indexOf(marker);
+                int sp = line.indexOf(' ');
+                if (at < 0 || sp < 0) {
+                    continue;
+                }
+                String rest = line.substring(at + marker.length());
+                int because = rest.indexOf(" because: ");
+                if (because < 0) {
+                    continue;
+                }
+                long t = java.time.Instant.parse(line.substring(0, sp)).toEpochMilli();
+                out.add(new String[] {Long.toString(t), rest.substring(0, because), rest.substring(because + " because: ".length())});
+            }
+            return out;
         }
 
         /** The jar manifest's Add-Opens entry as JVM flags (a manifest entry only applies to -jar). */
