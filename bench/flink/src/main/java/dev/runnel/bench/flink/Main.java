@@ -36,8 +36,9 @@ import java.util.concurrent.TimeUnit;
 import java.util.stream.Stream;
 
 /**
- * Runs one of Runnel's benchmark jobs on Apache Flink, in an embedded MiniCluster, and prints one
- * JSON object as the last line of stdout.
+ * Runs one of Runnel's benchmark jobs on Apache Flink, in an embedded MiniCluster (standalone-kill:
+ * on a standalone cluster of separate JVMs, see {@link StandaloneKill}), and prints one JSON object as
+ * the last line of stdout.
  *
  * <pre>
  *   java -jar runnel-flink-bench.jar throughput  [--records N] [--keys N] [--parallelism N] [--checkpoint-interval MS]

@@ -391,7 +391,7 @@ final class StandaloneKill {
         // and whether it gave up a live one too (heartbeats too short for a starved machine).
         List<String> others = new ArrayList<>();
         int lostBeforeKill = 0;
-        for (String[] d : cluster.disconnects()) {
+        for (String[] d : cluster.disconnects(Cluster.JOBMASTER_DISCONNECT)) {
             long t = Long.parseLong(d[0]);
             boolean lossLike = d[2].contains("timed out") || d[2].contains("no longer reachable");
             if (t * 1000 < killedAt) {
@@ -403,6 +403,14 @@ final class StandaloneKill {
                 j.put("taskmanager_lost_by", d[2]);
             } else if (!d[1].equals(victim) && lossLike) {
                 others.add(d[1] + " +" + round2((t * 1000 - killedAt) / 1000.0) + "ms: " + d[2]);
+            }
+        }
+        for (String[] d : cluster.disconnects(Cluster.RESOURCEMANAGER_DISCONNECT)) {
+            long t = Long.parseLong(d[0]);
+            if (d[1].equals(victim) && t * 1000 >= killedAt) {
+                j.put("resourcemanager_lost_ms", round2((t * 1000 - killedAt) / 1000.0));
+                j.put("resourcemanager_lost_by", d[2]);
+                break;
             }
         }
         j.put("live_taskmanagers_lost", String.join(" || ", others));
@@ -644,13 +652,17 @@ final class StandaloneKill {
             return f;
         }
 
+        /** The JobMaster's log line when it gives a TaskManager (and the job's slots there) up. */
+        static final String JOBMASTER_DISCONNECT = " JobMaster - Disconnect TaskExecutor ";
+        /** The ResourceManager's: it only then sees that the job is short of slots and finds new ones. */
+        static final String RESOURCEMANAGER_DISCONNECT = " StandaloneResourceManager - Closing TaskExecutor connection ";
+
         /**
-         * The JobMaster's "Disconnect TaskExecutor ID because: REASON" lines of the JobManager's log:
-         * when and why it gave up a TaskManager (and its slots). {time epoch ms, id, reason}.
+         * The "{@code marker} ID because: REASON" lines of the JobManager's log: when and why the
+         * JobMaster or the ResourceManager gave up a TaskManager. {time epoch ms, id, reason}.
          */
-        List<String[]> disconnects() throws IOException {
+        List<String[]> disconnects(String marker) throws IOException {
             List<String[]> out = new ArrayList<>();
-            String marker = " JobMaster - Disconnect TaskExecutor ";
             for (String line : Files.readAllLines(logDir.resolve(logPrefix + "-jm.log"), StandardCharsets.UTF_8)) {
                 int at = line.indexOf(marker);
                 int sp = line.indexOf(' ');
