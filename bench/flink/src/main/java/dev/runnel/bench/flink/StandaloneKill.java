@@ -393,21 +393,24 @@ final class StandaloneKill {
         int lostBeforeKill = 0;
         for (String[] d : cluster.disconnects(Cluster.JOBMASTER_DISCONNECT)) {
             long t = Long.parseLong(d[0]);
-            boolean lossLike = d[2].contains("timed out") || d[2].contains("no longer reachable");
+            boolean lossLike = isLoss(d[2]);
             if (t * 1000 < killedAt) {
                 lostBeforeKill += lossLike ? 1 : 0;
                 continue;
             }
+            if (!lossLike) {
+                continue; // e.g. "Stopping JobMaster" when the job ends, or a TaskManager with no slots left
+            }
             if (d[1].equals(victim) && !j.has("taskmanager_lost_ms")) {
                 j.put("taskmanager_lost_ms", round2((t * 1000 - killedAt) / 1000.0));
                 j.put("taskmanager_lost_by", d[2]);
-            } else if (!d[1].equals(victim) && lossLike) {
+            } else if (!d[1].equals(victim)) {
                 others.add(d[1] + " +" + round2((t * 1000 - killedAt) / 1000.0) + "ms: " + d[2]);
             }
         }
         for (String[] d : cluster.disconnects(Cluster.RESOURCEMANAGER_DISCONNECT)) {
             long t = Long.parseLong(d[0]);
-            if (d[1].equals(victim) && t * 1000 >= killedAt) {
+            if (d[1].equals(victim) && t * 1000 >= killedAt && isLoss(d[2])) {
                 j.put("resourcemanager_lost_ms", round2((t * 1000 - killedAt) / 1000.0));
                 j.put("resourcemanager_lost_by", d[2]);
                 break;
@@ -415,6 +418,15 @@ final class StandaloneKill {
         }
         j.put("live_taskmanagers_lost", String.join(" || ", others));
         j.put("live_taskmanagers_lost_before_kill", lostBeforeKill);
+    }
+
+    /**
+     * Whether a disconnect reason is a heartbeat monitor's verdict that the TaskManager is gone:
+     * "... is no longer reachable" (heartbeat RPCs failed heartbeat.rpc-failure-threshold times in
+     * a row) or "Heartbeat of TaskManager ... timed out" (heartbeat.timeout).
+     */
+    static boolean isLoss(String reason) {
+        return reason.contains("no longer reachable") || reason.contains("timed out");
     }
 
     static boolean isTerminal(String state) {
@@ -662,8 +674,12 @@ final class StandaloneKill {
          * JobMaster or the ResourceManager gave up a TaskManager. {time epoch ms, id, reason}.
          */
         List<String[]> disconnects(String marker) throws IOException {
+            return parseDisconnects(Files.readAllLines(logDir.resolve(logPrefix + "-jm.log"), StandardCharsets.UTF_8), marker);
+        }
+
+        static List<String[]> parseDisconnects(List<String> lines, String marker) {
             List<String[]> out = new ArrayList<>();
-            for (String line : Files.readAllLines(logDir.resolve(logPrefix + "-jm.log"), StandardCharsets.UTF_8)) {
+            for (String line : lines) {
                 int at = line.indexOf(marker);
                 int sp = line.indexOf(' ');
                 if (at < 0 || sp < 0) {

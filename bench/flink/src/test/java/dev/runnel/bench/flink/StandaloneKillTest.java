@@ -90,4 +90,31 @@ class StandaloneKillTest {
                     List.of(back.subtask, back.next, back.end, back.epochMicros));
         }
     }
+
+    @Test
+    void disconnectsFromTheJobManagerLog() {
+        List<String> log = List.of(
+                "/usr/bin/java -cp ... StandaloneSessionClusterEntrypoint --configDir /tmp/x",
+                "2026-12-01T22:13:59.221Z INFO  JobMaster - TaskManager with id tm-1 is no longer reachable.",
+                "2026-12-01T22:13:59.232Z INFO  JobMaster - Disconnect TaskExecutor tm-1 because: TaskManager with id tm-1 is no longer reachable.",
+                "2026-12-01T22:14:04.370Z INFO  StandaloneResourceManager - Closing TaskExecutor connection tm-1 because: The heartbeat of TaskManager with id tm-1 timed out.",
+                "2026-12-01T22:14:09.000Z INFO  JobMaster - Disconnect TaskExecutor tm-2 because: Stopping JobMaster for job 'x' (5d5c).",
+                "\tat org.apache.flink.Something(Something.java:1)");
+        List<String[]> jm = StandaloneKill.Cluster.parseDisconnects(log, StandaloneKill.Cluster.JOBMASTER_DISCONNECT);
+        assertEquals(2, jm.size());
+        assertEquals(List.of("1796163239232", "tm-1", "TaskManager with id tm-1 is no longer reachable."), List.of(jm.get(0)));
+        assertEquals("tm-2", jm.get(1)[1]);
+        List<String[]> rm = StandaloneKill.Cluster.parseDisconnects(log, StandaloneKill.Cluster.RESOURCEMANAGER_DISCONNECT);
+        assertEquals(List.of("1796163244370", "tm-1", "The heartbeat of TaskManager with id tm-1 timed out."), List.of(rm.get(0)));
+
+        String[][] reasons = {
+                {"TaskManager with id tm-1 is no longer reachable.", "true"},
+                {"The heartbeat of TaskManager with id tm-1 timed out.", "true"},
+                {"Stopping JobMaster for job 'x' (5d5c).", "false"},
+                {"TaskExecutor pekko.tcp://flink@127.0.0.1:39391/user/rpc/taskmanager_0 has no more allocated slots for job 7e46.", "false"},
+        };
+        for (String[] r : reasons) {
+            assertEquals(Boolean.parseBoolean(r[1]), StandaloneKill.isLoss(r[0]), r[0]);
+        }
+    }
 }
