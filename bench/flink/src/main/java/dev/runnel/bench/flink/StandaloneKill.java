@@ -165,7 +165,6 @@ final class StandaloneKill {
         Cluster cluster = new Cluster(jar, dir, logDir, logPrefix);
         Thread hook = new Thread(cluster::killAll, "kill-flink-cluster");
         Runtime.getRuntime().addShutdownHook(hook);
-        JobClient client = null;
         try {
             cluster.start(jobConf);
             j.put("logs", logDir.resolve(logPrefix + "-*.log").toString());
@@ -175,20 +174,15 @@ final class StandaloneKill {
                     "127.0.0.1", cluster.restPort, jobConf, userJar(jar, dir).toString());
             Main.recoveryPipeline(env, p, keys, rate, -1,
                     new Functions.FileTimingSink(sinkDir.toString(), p, SINK_GAP_NANOS));
-            client = env.executeAsync("runnel-bench-standalone-kill-" + failover);
+            JobClient client = env.executeAsync("runnel-bench-standalone-kill-" + failover);
             JobID job = client.getJobID();
-            measure(j, rest, cluster, job.toHexString(), p, sinkDir, killAfterMs, waitMs, settleMs);
+            measure(j, rest, cluster, job.toHexString(), sinkDir, killAfterMs, waitMs, settleMs);
             return j;
         } catch (Exception e) {
             return j.put("error", Main.describe(e)).put("error_root", Main.describe(Main.rootCause(e)));
         } finally {
-            if (client != null) {
-                try {
-                    client.cancel().get(10, TimeUnit.SECONDS);
-                } catch (Exception ignored) {
-                    // the job may already have ended, or its JobManager may be gone; the JVMs die next
-                }
-            }
+            // No cancellation first: the cluster and its job end together, and the checkpoint
+            // directory goes with them.
             cluster.killAll();
             Runtime.getRuntime().removeShutdownHook(hook);
             Main.deleteTree(dir);
@@ -196,7 +190,7 @@ final class StandaloneKill {
     }
 
     /** The run after submission: wait, kill, observe. Fills {@code j}; throws on anything unexpected. */
-    private static void measure(Json j, Rest rest, Cluster cluster, String job, int p, Path sinkDir,
+    private static void measure(Json j, Rest rest, Cluster cluster, String job, Path sinkDir,
             long killAfterMs, long waitMs, long settleMs) throws Exception {
         // 1. Every task running for --kill-after, with a checkpoint completed in that time. A restart
         // before the kill (short heartbeats can time out a live TaskManager on a starved machine)
@@ -570,7 +564,11 @@ final class StandaloneKill {
             common.set(WebOptions.MAX_EXCEPTION_HISTORY_SIZE, 1000);
 
             Configuration jm = new Configuration(common);
-            jm.set(CoreOptions.TMP_DIRS, Files.createDirectories(dir.resolve("tmp-jm")).toString());
+            Path jmTmp = Files.createDirectories(dir.resolve("tmp-jm"));
+            jm.set(CoreOptions.TMP_DIRS, jmTmp.toString());
+            // The web frontend's directory; by default /tmp/flink-web-*, which a SIGKILLed
+            // JobManager never removes.
+            jm.set(WebOptions.TMP_DIR, jmTmp.toString());
             JobManagerProcessSpec jmSpec = JobManagerProcessUtils.processSpecFromConfig(jm);
             jobManager = launch("jm", jm, StandaloneSessionClusterEntrypoint.class.getName(),
                     JobManagerProcessUtils.generateJvmParametersStr(jmSpec, jm),
@@ -622,6 +620,8 @@ final class StandaloneKill {
             cmd.add(Paths.get(System.getProperty("java.home"), "bin", "java").toString());
             cmd.addAll(Arrays.asList(jvmParams.trim().split("\\s+")));
             cmd.addAll(addOpens());
+            // Whatever else a JVM puts in the temporary directory is removed with the run's directory.
+            cmd.add("-Djava.io.tmpdir=" + Files.createDirectories(dir.resolve("tmp-" + name)));
             cmd.add("-Dlog4j2.configurationFile=" + log4jConfig());
             cmd.add("-cp");
             cmd.add(jar.toString());
