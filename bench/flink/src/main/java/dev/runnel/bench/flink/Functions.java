@@ -271,12 +271,24 @@ public final class Functions {
      *   start &lt;t&gt;                    the writer was created
      *   first &lt;path&gt; &lt;t&gt;            the attempt's first record of that path
      *   gap &lt;path&gt; &lt;from&gt; &lt;to&gt;       no record of that path for longer than the gap threshold
+     *   counts &lt;pid:loader&gt; &lt;lost&gt; &lt;duplicated&gt; &lt;out of order&gt; &lt;checked&gt;
+     *                               the sequence checker's counts in this JVM and class loader
+     *                               (where {@link Probes} lives), all attempts so far
      * </pre>
      * A line is written unbuffered when it happens, so a TaskManager that is killed loses none that
-     * it wrote. Bound: {@code paths} "first" lines per attempt, and at most one "gap" line per path
-     * per threshold (50 ms by default: 20 per path per second, only while a path stalls).
+     * it wrote. Bound: {@code paths} "first" lines per attempt, at most one "gap" line per path per
+     * threshold (50 ms by default: 20 per path per second, only while a path stalls), and one
+     * "counts" line per {@link #COUNTS_NANOS} while records arrive.
      */
     static final class FileTimingSink implements Sink<Tuple2<Long, Long>> {
+        /** How often a sink writes the checker's counts (the checker and the sink share a task). */
+        static final long COUNTS_NANOS = 100_000_000L;
+        /**
+         * Whose counters these are: this JVM, and this class loader of the job's classes (a
+         * TaskManager that gives up all of a job's slots may load them afresh, with new statics).
+         */
+        private static final String COUNTER_OWNER = ProcessHandle.current().pid() + ":"
+                + Long.toHexString(new java.util.Random().nextLong());
         private final String dir;
         private final int paths;
         private final long gapNanos;
@@ -301,6 +313,7 @@ public final class Functions {
             return new SinkWriter<>() {
                 private final long[] last = new long[paths]; // nanoTime of the path's last record; 0: none yet
                 private long checksum;
+                private long countsAt = nanoBase;
 
                 private long wall(long nanos) {
                     return wallBase + (nanos - nanoBase) / 1_000L;
@@ -319,6 +332,12 @@ public final class Functions {
                     }
                     last[path] = now;
                     checksum += r.f1;
+                    if (now - countsAt > COUNTS_NANOS) {
+                        countsAt = now;
+                        out.write(("counts " + COUNTER_OWNER + " " + Probes.LOST.sum() + " " + Probes.DUPLICATED.sum() + " "
+                                + Probes.OUT_OF_ORDER.sum() + " " + Probes.CHECKED.sum() + "\n")
+                                .getBytes(StandardCharsets.US_ASCII));
+                    }
                 }
 
                 @Override

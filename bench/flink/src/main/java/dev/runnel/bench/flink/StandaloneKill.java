@@ -381,6 +381,14 @@ final class StandaloneKill {
         }
         j.put("max_attempt", maxAttempt);
 
+        // The sequence checker's verdicts, as each TaskManager JVM last reported them (the killed
+        // one's up to 100 ms before the kill). Exactly-once recovery must leave all three at 0.
+        long[] counts = SinkLog.read(sinkDir).totalCounts();
+        j.put("records_lost", counts[0]);
+        j.put("records_duplicated", counts[1]);
+        j.put("records_out_of_order", counts[2]);
+        j.put("records_checked", counts[3]);
+
         // 6. When the JobMaster gave the killed TaskManager up (it deploys to its slots until then),
         // and whether it gave up a live one too (heartbeats too short for a starved machine).
         List<String> others = new ArrayList<>();
@@ -794,6 +802,8 @@ final class StandaloneKill {
         final List<Attempt> attempts = new ArrayList<>();
         /** {path, from, to} of every silence a sink noted. */
         final List<long[]> gaps = new ArrayList<>();
+        /** Per JVM and class loader ("pid:loader"), its latest checker counts: {lost, duplicated, out of order, checked}. */
+        final Map<String, long[]> counts = new LinkedHashMap<>();
 
         static SinkLog read(Path dir) throws IOException {
             SinkLog log = new SinkLog();
@@ -821,6 +831,13 @@ final class StandaloneKill {
                                 case "gap":
                                     log.gaps.add(new long[] {Integer.parseInt(w[1]), Long.parseLong(w[2]), Long.parseLong(w[3])});
                                     break;
+                                case "counts": {
+                                    long[] c = {Long.parseLong(w[2]), Long.parseLong(w[3]), Long.parseLong(w[4]), Long.parseLong(w[5])};
+                                    // Several sinks in one JVM report the same JVM-wide counters:
+                                    // the one that has seen the most records is the latest.
+                                    log.counts.merge(w[1], c, (a1, a2) -> a1[3] >= a2[3] ? a1 : a2);
+                                    break;
+                                }
                                 default:
                                     throw new IOException("unknown line in " + f + ": " + line);
                             }
@@ -858,6 +875,17 @@ final class StandaloneKill {
                 }
             }
             return best;
+        }
+
+        /** The checker's counts summed over the JVMs: {lost, duplicated, out of order, checked}. */
+        long[] totalCounts() {
+            long[] sum = new long[4];
+            for (long[] c : counts.values()) {
+                for (int i = 0; i < 4; i++) {
+                    sum[i] += c[i];
+                }
+            }
+            return sum;
         }
 
         /** Which sink file noted time {@code t} ("sink-<subtask>-<attempt>", first or after a gap). */

@@ -63,6 +63,18 @@ class StandaloneKillTest {
     }
 
     @Test
+    void countsAreSummedOverJvmsLatestFirst(@TempDir Path dir) throws IOException {
+        // JVM 7 hosts two sinks that report the same counters (loader a), then loads the job's
+        // classes again (loader b, counting from 0); JVM 9 is another TaskManager.
+        Files.write(dir.resolve("sink-0-0.log"), "start 1\ncounts 7:a 0 0 0 100\ncounts 7:a 2 1 0 300\n".getBytes(StandardCharsets.US_ASCII));
+        Files.write(dir.resolve("sink-1-0.log"), "start 1\ncounts 7:a 1 0 0 200\n".getBytes(StandardCharsets.US_ASCII));
+        Files.write(dir.resolve("sink-1-3.log"), "start 1\ncounts 7:b 0 0 0 20\n".getBytes(StandardCharsets.US_ASCII));
+        Files.write(dir.resolve("sink-2-1.log"), "start 1\ncounts 9:c 0 0 5 50\n".getBytes(StandardCharsets.US_ASCII));
+        assertEquals(List.of(2L, 1L, 5L, 370L), java.util.Arrays.stream(StandaloneKill.SinkLog.read(dir).totalCounts())
+                .boxed().toList());
+    }
+
+    @Test
     void rootLine() {
         String[][] cases = {
                 // stack trace, first line, root cause line
