@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds the Flink comparison harness and runs every job once, printing one JSON line per run.
-# Flink's own log of each run goes to bench/flink/target/logs/. Takes about a minute.
+# Flink's own log of each run goes to bench/flink/target/logs/ (standalone-kill: one log per JVM,
+# target/logs/standalone-kill-<failover>-hb<interval>-{jm,tm-0,tm-1,tm-2}.log). Takes about 3 minutes,
+# most of it the standalone-kill run with Flink's default heartbeats (about 20 s of futile restarts).
 # Usage: bench/flink/run.sh            (from anywhere; needs java 17+ and mvn on PATH)
 set -euo pipefail
 
@@ -33,4 +35,8 @@ run recovery-region          recovery --failover region
 run recovery-full            recovery --failover full
 run approximate              approximate
 run approximate-adaptive     approximate --scheduler adaptive
+run standalone-kill-region               standalone-kill --failover region
+run standalone-kill-region-hb500         standalone-kill --failover region --heartbeat-interval 500ms --heartbeat-timeout 1500ms
+run standalone-kill-approximate          standalone-kill --failover approximate
+run standalone-kill-approximate-hb500    standalone-kill --failover approximate --heartbeat-interval 500ms --heartbeat-timeout 1500ms
 exit "$status"

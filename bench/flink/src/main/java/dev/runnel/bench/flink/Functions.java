@@ -15,6 +15,13 @@ import org.apache.flink.api.java.tuple.Tuple2;
 import org.apache.flink.streaming.api.functions.KeyedProcessFunction;
 import org.apache.flink.util.Collector;
 
+import java.io.IOException;
+import java.io.OutputStream;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.Paths;
+import java.nio.file.StandardOpenOption;
 import java.util.concurrent.atomic.AtomicLongArray;
 
 /** The operators of the benchmark jobs. Records are {@code Tuple2<Long, Long>} = (key, value). */
@@ -122,7 +129,10 @@ public final class Functions {
         public Tuple2<Long, Long> map(Tuple2<Long, Long> r) {
             if (noteFirst) {
                 noteFirst = false;
-                Probes.MAP_RESUMED.compareAndSet(subtask, 0, System.nanoTime());
+                AtomicLongArray resumed = Probes.MAP_RESUMED;
+                if (subtask < resumed.length()) { // empty in a TaskManager JVM, which only the harness sizes
+                    resumed.compareAndSet(subtask, 0, System.nanoTime());
+                }
             }
             if (armed) {
                 long first = Probes.FIRST_EMIT.get();
@@ -193,7 +203,7 @@ public final class Functions {
             state.update(st);
             Probes.CHECKED.increment();
             int k = (int) (long) r.f0;
-            if (v > maxSeq.get(k)) {
+            if (k < maxSeq.length() && v > maxSeq.get(k)) { // empty in a TaskManager JVM
                 maxSeq.lazySet(k, v);
             }
             out.collect(r);
@@ -245,6 +255,98 @@ public final class Functions {
                 @Override
                 public void close() {
                     Probes.SINK_CHECKSUM.add(checksum);
+                }
+            };
+        }
+    }
+
+    /**
+     * Sink of the {@code standalone-kill} job. It observes what {@link TimingSink} does, but writes
+     * it to a file, because there the sinks run in TaskManager JVMs and the harness in none of them.
+     * Each sink subtask attempt appends to its own file {@code sink-<subtask>-<attempt>.log} in a
+     * directory that every JVM of the cluster shares (one machine). Lines, times in wall-clock
+     * microseconds ({@link Probes#epochMicros()}, comparable between JVMs and with Flink's REST
+     * timestamps):
+     * <pre>
+     *   start &lt;t&gt;                    the writer was created
+     *   first &lt;path&gt; &lt;t&gt;            the attempt's first record of that path
+     *   gap &lt;path&gt; &lt;from&gt; &lt;to&gt;       no record of that path for longer than the gap threshold
+     *   counts &lt;pid:loader&gt; &lt;lost&gt; &lt;duplicated&gt; &lt;out of order&gt; &lt;checked&gt;
+     *                               the sequence checker's counts in this JVM and class loader
+     *                               (where {@link Probes} lives), all attempts so far
+     * </pre>
+     * A line is written unbuffered when it happens, so a TaskManager that is killed loses none that
+     * it wrote. Bound: {@code paths} "first" lines per attempt, at most one "gap" line per path per
+     * threshold (50 ms by default: 20 per path per second, only while a path stalls), and one
+     * "counts" line per {@link #COUNTS_NANOS} while records arrive.
+     */
+    static final class FileTimingSink implements Sink<Tuple2<Long, Long>> {
+        /** How often a sink writes the checker's counts (the checker and the sink share a task). */
+        static final long COUNTS_NANOS = 100_000_000L;
+        /**
+         * Whose counters these are: this JVM, and this class loader of the job's classes (a
+         * TaskManager that gives up all of a job's slots may load them afresh, with new statics).
+         */
+        private static final String COUNTER_OWNER = ProcessHandle.current().pid() + ":"
+                + Long.toHexString(new java.util.Random().nextLong());
+        private final String dir;
+        private final int paths;
+        private final long gapNanos;
+
+        FileTimingSink(String dir, int paths, long gapNanos) {
+            this.dir = dir;
+            this.paths = paths;
+            this.gapNanos = gapNanos;
+        }
+
+        @Override
+        public SinkWriter<Tuple2<Long, Long>> createWriter(WriterInitContext ctx) throws IOException {
+            final int subtask = ctx.getTaskInfo().getIndexOfThisSubtask();
+            final int attempt = ctx.getTaskInfo().getAttemptNumber();
+            Probes.taskStarted("checker+sink", subtask);
+            Path file = Paths.get(dir, "sink-" + subtask + "-" + attempt + ".log");
+            final OutputStream out = Files.newOutputStream(file, StandardOpenOption.CREATE, StandardOpenOption.APPEND);
+            // One calibration per attempt maps this JVM's nanoTime (cheap, per record) to the wall clock.
+            final long wallBase = Probes.epochMicros();
+            final long nanoBase = System.nanoTime();
+            out.write(("start " + wallBase + "\n").getBytes(StandardCharsets.US_ASCII));
+            return new SinkWriter<>() {
+                private final long[] last = new long[paths]; // nanoTime of the path's last record; 0: none yet
+                private long checksum;
+                private long countsAt = nanoBase;
+
+                private long wall(long nanos) {
+                    return wallBase + (nanos - nanoBase) / 1_000L;
+                }
+
+                @Override
+                public void write(Tuple2<Long, Long> r, Context c) throws IOException {
+                    long now = System.nanoTime();
+                    int path = (int) (r.f0 % paths);
+                    long prev = last[path];
+                    if (prev == 0) {
+                        out.write(("first " + path + " " + wall(now) + "\n").getBytes(StandardCharsets.US_ASCII));
+                    } else if (now - prev > gapNanos) {
+                        out.write(("gap " + path + " " + wall(prev) + " " + wall(now) + "\n")
+                                .getBytes(StandardCharsets.US_ASCII));
+                    }
+                    last[path] = now;
+                    checksum += r.f1;
+                    if (now - countsAt > COUNTS_NANOS) {
+                        countsAt = now;
+                        out.write(("counts " + COUNTER_OWNER + " " + Probes.LOST.sum() + " " + Probes.DUPLICATED.sum() + " "
+                                + Probes.OUT_OF_ORDER.sum() + " " + Probes.CHECKED.sum() + "\n")
+                                .getBytes(StandardCharsets.US_ASCII));
+                    }
+                }
+
+                @Override
+                public void flush(boolean endOfInput) {}
+
+                @Override
+                public void close() throws IOException {
+                    Probes.SINK_CHECKSUM.add(checksum);
+                    out.close();
                 }
             };
         }

@@ -13,6 +13,10 @@ final class Json {
         return this;
     }
 
+    boolean has(String key) {
+        return fields.containsKey(key);
+    }
+
     @Override
     public String toString() {
         StringBuilder b = new StringBuilder("{");

@@ -6,6 +6,7 @@ import org.apache.flink.api.common.RuntimeExecutionMode;
 import org.apache.flink.api.common.eventtime.WatermarkStrategy;
 import org.apache.flink.api.common.typeinfo.TypeInformation;
 import org.apache.flink.api.common.typeinfo.Types;
+import org.apache.flink.api.connector.sink2.Sink;
 import org.apache.flink.api.java.tuple.Tuple2;
 import org.apache.flink.configuration.CheckpointingOptions;
 import org.apache.flink.configuration.Configuration;
@@ -35,13 +36,15 @@ import java.util.concurrent.TimeUnit;
 import java.util.stream.Stream;
 
 /**
- * Runs one of Runnel's benchmark jobs on Apache Flink, in an embedded MiniCluster, and prints one
- * JSON object as the last line of stdout.
+ * Runs one of Runnel's benchmark jobs on Apache Flink, in an embedded MiniCluster (standalone-kill:
+ * on a standalone cluster of separate JVMs, see {@link StandaloneKill}), and prints one JSON object as
+ * the last line of stdout.
  *
  * <pre>
  *   java -jar runnel-flink-bench.jar throughput  [--records N] [--keys N] [--parallelism N] [--checkpoint-interval MS]
  *   java -jar runnel-flink-bench.jar recovery    [--failover region|full] [--duration 10s] [--fail-after 3s] [--rate N] ...
  *   java -jar runnel-flink-bench.jar approximate [same flags as recovery]
+ *   java -jar runnel-flink-bench.jar standalone-kill [--failover region|approximate] [--heartbeat-interval 500ms ...]
  * </pre>
  */
 public final class Main {
@@ -68,6 +71,9 @@ public final class Main {
             case "approximate":
                 result = recovery(flags, true);
                 break;
+            case "standalone-kill":
+                result = StandaloneKill.run(flags);
+                break;
             default:
                 System.err.println("unknown job: " + job);
                 usage(System.err);
@@ -90,6 +96,10 @@ public final class Main {
         out.println("               --failover region|full --rate 500000 (records/s over all sources, 0 = unbounded)");
         out.println("               --buffer-timeout 5 (ms) --scheduler default|adaptive (jobmanager.scheduler)");
         out.println("  approximate  as recovery, with execution.state-recovery.approximate-local-recovery = true");
+        out.println("  standalone-kill  the recovery job on a standalone cluster (1 JobManager + 3 TaskManager JVMs),");
+        out.println("               SIGKILLs the TaskManager of map[1]: --failover region|approximate");
+        out.println("               [--heartbeat-interval 500ms --heartbeat-timeout 1500ms] (Flink's defaults if unset)");
+        out.println("               --kill-after 3s --wait 120s --settle 2s --restart-attempts 10, and recovery's flags");
         out.println("durations take ms, s or m (a bare number is milliseconds)");
     }
 
@@ -223,16 +233,7 @@ public final class Main {
             Probes.initRecovery((int) keys, p, p);
 
             StreamExecutionEnvironment env = StreamExecutionEnvironment.createLocalEnvironment(p, conf);
-            env.fromSource(new SeqSource(p, -1, keys, SeqSource.Mode.PER_KEY, rate / p, true),
-                            WatermarkStrategy.noWatermarks(), "generator", RECORD)
-                    .uid("generator")
-                    // Its own task, so that the failing map is not the source itself: the source of
-                    // the affected path stays up if the failover strategy allows it.
-                    .map(new Functions.FailingMap(TimeUnit.MILLISECONDS.toNanos(failAfterMs), 0))
-                    .name("map").uid("map").disableChaining()
-                    .keyBy(new Functions.KeyOf())
-                    .process(new Functions.SeqChecker()).name("checker").uid("checker")
-                    .sinkTo(new Functions.TimingSink(p)).name("sink").uid("sink");
+            recoveryPipeline(env, p, keys, rate, TimeUnit.MILLISECONDS.toNanos(failAfterMs), new Functions.TimingSink(p));
 
             try {
                 client = env.executeAsync("runnel-bench-" + (approximate ? "approximate" : "recovery"));
@@ -293,6 +294,25 @@ public final class Main {
             }
             deleteTree(dir);
         }
+    }
+
+    /**
+     * The recovery job's pipeline: generator -> map -> keyBy -> sequence checker -> {@code sink}.
+     * Map subtask 0 throws once, {@code failAfterNanos} after the first record (-1: never).
+     */
+    static void recoveryPipeline(StreamExecutionEnvironment env, int p, long keys, double rate,
+            long failAfterNanos, Sink<Tuple2<Long, Long>> sink) {
+        env.setParallelism(p); // a remote environment's default is 1
+        env.fromSource(new SeqSource(p, -1, keys, SeqSource.Mode.PER_KEY, rate / p, true),
+                        WatermarkStrategy.noWatermarks(), "generator", RECORD)
+                .uid("generator")
+                // Its own task, so that the failing map is not the source itself: the source of
+                // the affected path stays up if the failover strategy allows it.
+                .map(new Functions.FailingMap(failAfterNanos, 0))
+                .name("map").uid("map").disableChaining()
+                .keyBy(new Functions.KeyOf())
+                .process(new Functions.SeqChecker()).name("checker").uid("checker")
+                .sinkTo(sink).name("sink").uid("sink");
     }
 
     /** Fills in the figures of a recovery run from the probes. */
@@ -536,7 +556,7 @@ public final class Main {
         return f;
     }
 
-    private static void checkUnused(Map<String, String> f, String... known) {
+    static void checkUnused(Map<String, String> f, String... known) {
         for (String k : known) {
             f.remove(k);
         }
@@ -545,7 +565,7 @@ public final class Main {
         }
     }
 
-    private static long longFlag(Map<String, String> f, String name, long def) {
+    static long longFlag(Map<String, String> f, String name, long def) {
         String v = f.get(name);
         return v == null ? def : Long.parseLong(v.replace("_", ""));
     }
@@ -586,7 +606,7 @@ public final class Main {
         return t;
     }
 
-    private static void deleteTree(Path dir) {
+    static void deleteTree(Path dir) {
         try (Stream<Path> s = Files.walk(dir)) {
             s.sorted(Comparator.reverseOrder()).forEach(q -> q.toFile().delete());
         } catch (IOException e) {

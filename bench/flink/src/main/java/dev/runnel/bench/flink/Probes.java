@@ -1,5 +1,6 @@
 package dev.runnel.bench.flink;
 
+import java.time.Instant;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
@@ -83,11 +84,23 @@ final class Probes {
         return n;
     }
 
-    /** Per source subtask, when its first attempt started: the epoch of its rate limit. */
+    /**
+     * Per source subtask, when its first attempt in this JVM started (wall-clock microseconds): the
+     * epoch of its rate limit until a checkpoint carries it in the split.
+     */
     private static final Map<Integer, Long> SOURCE_EPOCH = new ConcurrentHashMap<>();
 
-    static long sourceEpoch(int subtask, long now) {
-        return SOURCE_EPOCH.computeIfAbsent(subtask, k -> now);
+    static long sourceEpochMicros(int subtask, long nowMicros) {
+        return SOURCE_EPOCH.computeIfAbsent(subtask, k -> nowMicros);
+    }
+
+    /**
+     * The wall clock in microseconds since the Unix epoch. Unlike System.nanoTime() it is
+     * comparable between JVMs, and with Flink's REST timestamps (epoch milliseconds).
+     */
+    static long epochMicros() {
+        Instant t = Instant.now();
+        return t.getEpochSecond() * 1_000_000L + t.getNano() / 1_000;
     }
 
     /** System.nanoTime() at which the map subtask threw (0: not yet). */

@@ -42,7 +42,9 @@ import java.util.concurrent.atomic.AtomicLong;
  * the job exactly-once. An unbounded source has {@code records = -1}. With a rate limit, record
  * {@code seq} of a subtask becomes available {@code seq / ratePerSubtask} seconds after the
  * subtask first started, as if read from a log written at that rate: a subtask that restarts from
- * a checkpoint finds a backlog and catches up at full speed.
+ * a checkpoint finds a backlog and catches up at full speed. That epoch travels in the split's
+ * state as wall-clock microseconds, so a subtask restored in another JVM (the standalone cluster of
+ * {@code standalone-kill}) finds the same backlog as one restored in the JVM it ran in.
  */
 public final class SeqSource implements Source<Tuple2<Long, Long>, SeqSource.Split, TreeSet<Integer>> {
 
@@ -118,16 +120,21 @@ public final class SeqSource implements Source<Tuple2<Long, Long>, SeqSource.Spl
 
     // ---------------------------------------------------------------------------------------------
 
-    /** Split {@code s}: the sequence numbers {@code [next, end)} of source subtask {@code s}. */
+    /**
+     * Split {@code s}: the sequence numbers {@code [next, end)} of source subtask {@code s}, and the
+     * wall-clock microsecond at which its record 0 became available (0: not started yet).
+     */
     public static final class Split implements SourceSplit {
         final int subtask;
         final long next;
         final long end;
+        final long epochMicros;
 
-        Split(int subtask, long next, long end) {
+        Split(int subtask, long next, long end, long epochMicros) {
             this.subtask = subtask;
             this.next = next;
             this.end = end;
+            this.epochMicros = epochMicros;
         }
 
         @Override
@@ -170,7 +177,7 @@ public final class SeqSource implements Source<Tuple2<Long, Long>, SeqSource.Spl
                 returned.remove(back);
                 ctx.assignSplit(back, subtask);
             } else if (pending.remove(subtask)) {
-                ctx.assignSplit(new Split(subtask, 0, shareOf(subtask)), subtask);
+                ctx.assignSplit(new Split(subtask, 0, shareOf(subtask), 0), subtask);
             }
             if (getBoundedness() == Boundedness.BOUNDED) {
                 ctx.signalNoMoreSplits(subtask);
@@ -205,7 +212,8 @@ public final class SeqSource implements Source<Tuple2<Long, Long>, SeqSource.Spl
         private long next;
         private long end;
         private long emitted; // by this reader instance
-        private long epochNanos; // when this subtask's record 0 became available (first attempt)
+        private long epochMicros; // wall clock: when this subtask's record 0 became available (first attempt)
+        private long epochNanos; // the same instant on this JVM's System.nanoTime() scale (0: not yet)
 
         Reader(int subtask) {
             this.subtask = subtask;
@@ -229,7 +237,11 @@ public final class SeqSource implements Source<Tuple2<Long, Long>, SeqSource.Spl
                 // written at a fixed rate: a restored reader finds a backlog and catches up.
                 long now = System.nanoTime();
                 if (epochNanos == 0) {
-                    epochNanos = Probes.sourceEpoch(subtask, now);
+                    long wall = Probes.epochMicros();
+                    if (epochMicros == 0) {
+                        epochMicros = Probes.sourceEpochMicros(subtask, wall);
+                    }
+                    epochNanos = now - (wall - epochMicros) * 1_000L;
                 }
                 double available = (now - epochNanos) * ratePerNano + 1;
                 if (next >= available) {
@@ -269,7 +281,7 @@ public final class SeqSource implements Source<Tuple2<Long, Long>, SeqSource.Spl
             if (!hasSplit) {
                 return Collections.emptyList();
             }
-            return Collections.singletonList(new Split(subtask, next, end));
+            return Collections.singletonList(new Split(subtask, next, end, epochMicros));
         }
 
         @Override
@@ -283,6 +295,8 @@ public final class SeqSource implements Source<Tuple2<Long, Long>, SeqSource.Spl
                 hasSplit = true;
                 next = sp.next;
                 end = sp.end;
+                epochMicros = sp.epochMicros;
+                epochNanos = 0;
             }
             available.complete(null);
         }
@@ -309,16 +323,17 @@ public final class SeqSource implements Source<Tuple2<Long, Long>, SeqSource.Spl
     static final class SplitSerializer implements SimpleVersionedSerializer<Split> {
         @Override
         public int getVersion() {
-            return 1;
+            return 2; // 2 added the epoch
         }
 
         @Override
         public byte[] serialize(Split sp) throws IOException {
-            ByteArrayOutputStream bytes = new ByteArrayOutputStream(20);
+            ByteArrayOutputStream bytes = new ByteArrayOutputStream(28);
             try (DataOutputStream out = new DataOutputStream(bytes)) {
                 out.writeInt(sp.subtask);
                 out.writeLong(sp.next);
                 out.writeLong(sp.end);
+                out.writeLong(sp.epochMicros);
             }
             return bytes.toByteArray();
         }
@@ -326,7 +341,7 @@ public final class SeqSource implements Source<Tuple2<Long, Long>, SeqSource.Spl
         @Override
         public Split deserialize(int version, byte[] data) throws IOException {
             try (DataInputStream in = new DataInputStream(new ByteArrayInputStream(data))) {
-                return new Split(in.readInt(), in.readLong(), in.readLong());
+                return new Split(in.readInt(), in.readLong(), in.readLong(), version >= 2 ? in.readLong() : 0);
             }
         }
     }
