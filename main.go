@@ -122,8 +122,9 @@ func summarize(stderr io.Writer, name string, res *JobResult, err error) error {
 	return nil
 }
 
-// tlsFlags adds the mutual TLS flags to fs.
-func tlsFlags(fs *pflag.FlagSet) func() *TLSFiles {
+// AddTLSFlags adds the mutual TLS flags of every cluster role to fs (--tls-cert, --tls-key, --tls-ca,
+// --tls-server-name); the function it returns gives the files once fs is parsed (nil when none was set).
+func AddTLSFlags(fs *pflag.FlagSet) func() *TLSFiles {
 	var f TLSFiles
 	fs.StringVar(&f.Cert, "tls-cert", "", "PEM certificate of this process: with --tls-key and --tls-ca, every connection is mutual TLS 1.3")
 	fs.StringVar(&f.Key, "tls-key", "", "PEM private key of --tls-cert")
@@ -153,7 +154,7 @@ func mainJobManager(ctx context.Context, args []string, stderr io.Writer) error 
 	fs.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", DefaultHeartbeatInterval, "heartbeat interval")
 	fs.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", DefaultHeartbeatTimeout, "silence after which a peer is lost")
 	fs.DurationVar(&cfg.SlotWaitTimeout, "slot-wait-timeout", 5*time.Minute, "how long a job waits for slots")
-	tls := tlsFlags(fs)
+	tls := AddTLSFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -174,7 +175,7 @@ func mainTaskManager(ctx context.Context, args []string, stderr io.Writer) error
 	fs.StringVar(&cfg.DataAddr, "data-addr", "127.0.0.1:0", "where the data server listens")
 	fs.StringVar(&cfg.DataAdvertise, "data-advertise", "", "the address other TaskManagers reach the data server at")
 	fs.DurationVar(&cfg.JobManagerWait, "jobmanager-wait", 0, "exit after this long without a JobManager (0: keep trying)")
-	tls := tlsFlags(fs)
+	tls := AddTLSFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -191,7 +192,7 @@ func mainSubmit(ctx context.Context, args []string, stderr io.Writer) error {
 	var jm, report string
 	fs.StringVar(&jm, "jobmanager", DefaultJobManagerAddr, "the JobManager's address")
 	fs.StringVar(&report, "report", "", "write the job result as JSON to this file")
-	tls := tlsFlags(fs)
+	tls := AddTLSFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}

@@ -56,17 +56,9 @@ func Submit(ctx context.Context, cfg SubmitConfig) (*JobResult, error) {
 	if rc := p.rc; rc.checkpointing && (rc.storage == "" || len(rc.storage) >= 6 && rc.storage[:6] == "mem://") {
 		return nil, fmt.Errorf("job %q: checkpointing on a cluster needs --checkpoint-storage naming storage that every process reaches (a shared directory or s3://); %s cannot be", cfg.Job, storageWord(rc.storage))
 	}
-	_, clientTLS, err := cfg.TLS.load()
+	conn, err := dialJobManager(cfg.JobManager, cfg.TLS)
 	if err != nil {
 		return nil, fmt.Errorf("submit: %w", err)
-	}
-	creds := insecure.NewCredentials()
-	if clientTLS != nil {
-		creds = credentials.NewTLS(clientTLS)
-	}
-	conn, err := grpc.NewClient(cfg.JobManager, append(rpc.DialOptions(), grpc.WithTransportCredentials(creds))...)
-	if err != nil {
-		return nil, fmt.Errorf("submit: JobManager %s: %w", cfg.JobManager, err)
 	}
 	defer conn.Close()
 	client := rpc.NewJobClient(conn)
@@ -145,17 +137,9 @@ func Cancel(ctx context.Context, cfg CancelConfig) error {
 	if err != nil {
 		return fmt.Errorf("cancel %q: %w", cfg.Job, err)
 	}
-	_, clientTLS, err := cfg.TLS.load()
+	conn, err := dialJobManager(cfg.JobManager, cfg.TLS)
 	if err != nil {
 		return fmt.Errorf("cancel: %w", err)
-	}
-	creds := insecure.NewCredentials()
-	if clientTLS != nil {
-		creds = credentials.NewTLS(clientTLS)
-	}
-	conn, err := grpc.NewClient(cfg.JobManager, append(rpc.DialOptions(), grpc.WithTransportCredentials(creds))...)
-	if err != nil {
-		return fmt.Errorf("cancel: JobManager %s: %w", cfg.JobManager, err)
 	}
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -164,4 +148,22 @@ func Cancel(ctx context.Context, cfg CancelConfig) error {
 		return fmt.Errorf("cancel job %s on %s: %w", cfg.Job, cfg.JobManager, err)
 	}
 	return nil
+}
+
+// dialJobManager makes the client connection to a JobManager's job service, over mutual TLS when files
+// are given. gRPC connects lazily: an unreachable JobManager shows in the first call.
+func dialJobManager(addr string, files *TLSFiles) (*grpc.ClientConn, error) {
+	_, clientTLS, err := files.load()
+	if err != nil {
+		return nil, err
+	}
+	creds := insecure.NewCredentials()
+	if clientTLS != nil {
+		creds = credentials.NewTLS(clientTLS)
+	}
+	conn, err := grpc.NewClient(addr, append(rpc.DialOptions(), grpc.WithTransportCredentials(creds))...)
+	if err != nil {
+		return nil, fmt.Errorf("JobManager %s: %w", addr, err)
+	}
+	return conn, nil
 }

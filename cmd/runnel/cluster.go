@@ -72,27 +72,10 @@ func jobArgs(cmd *cobra.Command) []string {
 	return args
 }
 
-// tlsFlags are the mutual TLS flags of every cluster command.
-type tlsFlags struct{ cert, key, ca, serverName string }
-
-func (t *tlsFlags) register(pf *pflag.FlagSet) {
-	pf.StringVar(&t.cert, "tls-cert", "", "PEM certificate of this process: with --tls-key and --tls-ca, every connection is mutual TLS 1.3")
-	pf.StringVar(&t.key, "tls-key", "", "PEM private key of --tls-cert")
-	pf.StringVar(&t.ca, "tls-ca", "", "PEM certificate of the authority every peer's certificate must be signed by")
-	pf.StringVar(&t.serverName, "tls-server-name", "", "verify every peer's certificate against this name instead of the host dialled")
-}
-
-func (t tlsFlags) files() *runnel.TLSFiles {
-	if t.cert == "" && t.key == "" && t.ca == "" {
-		return nil
-	}
-	return &runnel.TLSFiles{Cert: t.cert, Key: t.key, CA: t.ca, ServerName: t.serverName}
-}
-
 func newSubmitCmd() *cobra.Command {
 	var f runFlags
 	var jobManager string
-	var tls tlsFlags
+	var tls func() *runnel.TLSFiles
 	submit := &cobra.Command{
 		Use:   "submit EXAMPLE --jobmanager HOST:PORT [flags]",
 		Short: "Run a bundled example job on a cluster (runnel jobmanager and runnel taskmanager)",
@@ -110,7 +93,7 @@ func newSubmitCmd() *cobra.Command {
 	pf := submit.PersistentFlags()
 	f.register(pf)
 	pf.StringVar(&jobManager, "jobmanager", runnel.DefaultJobManagerAddr, "the JobManager's address")
-	tls.register(pf)
+	tls = runnel.AddTLSFlags(pf)
 	for _, ex := range examples.All() {
 		c := &cobra.Command{Use: ex.Name + " [flags]", Short: ex.Description, Args: cobra.NoArgs}
 		ex.New(c.Flags()) // the example's flags, parsed again from the arguments by every process
@@ -127,7 +110,7 @@ func newSubmitCmd() *cobra.Command {
 				return buildExample(ex, args, cmd.OutOrStdout(), opts[len(f.jobOptions()):]...)
 			}
 			return runExample(cmd, ex.Name, f, build, func(ctx context.Context, env *runnel.Environment) (*runnel.JobResult, error) {
-				return runnel.Submit(ctx, runnel.SubmitConfig{JobManager: jobManager, TLS: tls.files(), Job: ex.Name, Args: args, Env: env})
+				return runnel.Submit(ctx, runnel.SubmitConfig{JobManager: jobManager, TLS: tls(), Job: ex.Name, Args: args, Env: env})
 			})
 		}
 		submit.AddCommand(c)
@@ -150,7 +133,7 @@ func daemonLogger(w io.Writer, verbose bool) *slog.Logger {
 
 func newJobManagerCmd() *cobra.Command {
 	var cfg runnel.JobManagerConfig
-	var tls tlsFlags
+	var tls func() *runnel.TLSFiles
 	var verbose bool
 	c := &cobra.Command{
 		Use:   "jobmanager [flags]",
@@ -162,7 +145,7 @@ func newJobManagerCmd() *cobra.Command {
 			if cfg.HeartbeatTimeout < 2*cfg.HeartbeatInterval {
 				return usageError(fmt.Errorf("invalid --heartbeat-timeout %v: must be at least twice --heartbeat-interval %v", cfg.HeartbeatTimeout, cfg.HeartbeatInterval))
 			}
-			cfg.TLS = tls.files()
+			cfg.TLS = tls()
 			cfg.Logger = daemonLogger(cmd.ErrOrStderr(), verbose)
 			cfg.Listening = func(addr, rest string) {
 				line := "JobManager listening on " + addr
@@ -184,13 +167,13 @@ func newJobManagerCmd() *cobra.Command {
 	fl.DurationVar(&cfg.SlotWaitTimeout, "slot-wait-timeout", 5*time.Minute, "how long a job waits for slots (a lost TaskManager's replacement) before it fails")
 	fl.IntVar(&cfg.BufferSize, "buffer-size", 0, "network buffer size every TaskManager must use (0: the default)")
 	fl.BoolVar(&verbose, "verbose", false, "DEBUG logs")
-	tls.register(fl)
+	tls = runnel.AddTLSFlags(fl)
 	return c
 }
 
 func newTaskManagerCmd() *cobra.Command {
 	var cfg runnel.TaskManagerConfig
-	var tls tlsFlags
+	var tls func() *runnel.TLSFiles
 	var verbose bool
 	c := &cobra.Command{
 		Use:   "taskmanager --jobmanager HOST:PORT [flags]",
@@ -202,7 +185,7 @@ func newTaskManagerCmd() *cobra.Command {
 			if cfg.Slots < 1 {
 				return usageError(fmt.Errorf("invalid --slots %d: must be at least 1", cfg.Slots))
 			}
-			cfg.TLS = tls.files()
+			cfg.TLS = tls()
 			cfg.Logger = daemonLogger(cmd.ErrOrStderr(), verbose)
 			ctx, stop := daemonContext(cmd.Context())
 			defer stop()
@@ -223,19 +206,19 @@ func newTaskManagerCmd() *cobra.Command {
 	fl.IntVar(&cfg.BufferSize, "buffer-size", 0, "network buffer size, the JobManager's (0: the default)")
 	fl.DurationVar(&cfg.JobManagerWait, "jobmanager-wait", 0, "exit after this long without a JobManager (0: keep trying)")
 	fl.BoolVar(&verbose, "verbose", false, "DEBUG logs")
-	tls.register(fl)
+	tls = runnel.AddTLSFlags(fl)
 	return c
 }
 
 func newCancelCmd() *cobra.Command {
 	var cfg runnel.CancelConfig
-	var tls tlsFlags
+	var tls func() *runnel.TLSFiles
 	c := &cobra.Command{
 		Use:   "cancel JOBID --jobmanager HOST:PORT [--savepoint DIR]",
 		Short: "Stop a job that runs on a cluster (with a savepoint first, with --savepoint)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg.Job, cfg.TLS = args[0], tls.files()
+			cfg.Job, cfg.TLS = args[0], tls()
 			err := runnel.Cancel(cmd.Context(), cfg)
 			if err != nil && strings.Contains(err.Error(), "32 hexadecimal digits") {
 				return usageError(err)
@@ -245,6 +228,6 @@ func newCancelCmd() *cobra.Command {
 	}
 	c.Flags().StringVar(&cfg.JobManager, "jobmanager", runnel.DefaultJobManagerAddr, "the JobManager's address")
 	c.Flags().StringVar(&cfg.Savepoint, "savepoint", "", "write a savepoint to this directory (which every process reaches) before the job is cancelled")
-	tls.register(c.Flags())
+	tls = runnel.AddTLSFlags(c.Flags())
 	return c
 }
