@@ -287,7 +287,7 @@ func (d *Dispatcher) lost(ts *tmSession, reason error) {
 	closed := d.closed
 	d.mu.Unlock()
 	if !closed {
-		d.log.Log(context.Background(), max(d.sessionLevel(), slog.LevelWarn), "TaskManager lost", "taskmanager", ts.name, "id", ts.id, "reason", reason)
+		d.log.Warn("TaskManager lost", "taskmanager", ts.name, "id", ts.id, "reason", reason)
 	}
 	for _, j := range jobs {
 		j.post(jobcore.TaskManagerLost{TaskManager: ts.id, Reason: reason.Error()})
