@@ -158,3 +158,47 @@ func TestSilentTaskManagerIsLostAndItsWorkMoves(t *testing.T) {
 		t.Errorf("the lost TaskManager still runs %d tasks", n)
 	}
 }
+
+// slowCatalog takes delay to open a job, as a storage that is slow to answer would.
+type slowCatalog struct {
+	cluster.Catalog
+	delay time.Duration
+}
+
+func (c slowCatalog) Open(ctx context.Context, id protocol.JobID, s protocol.SetupJob) (*cluster.JobBuild, error) {
+	time.Sleep(c.delay)
+	return c.Catalog.Open(ctx, id, s)
+}
+
+// TestSlowJobSetupIsNotSilence sets a job up for longer than the heartbeat timeout: the TaskManager, busy
+// with the JobManager's own message, must not take the JobManager for silent, and the job runs.
+func TestSlowJobSetupIsNotSilence(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	lg := slog.New(slog.DiscardHandler)
+	tm, err := cluster.NewTaskManager(cluster.TaskManagerConfig{Name: "tm-slow", Slots: 1, Logger: lg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tm.Shutdown() })
+	jg := sourceToSink(t, "slow-setup", graph.Forward, graph.JobGraphOptions{})
+	chainFor := func(v *graph.JobVertex) task.ChainFactory {
+		return func(rt *task.Runtime) (task.Chain, error) {
+			if v.IsSource() {
+				return &sequenceSource{rt: rt, total: 1000}, nil
+			}
+			return &checkingSink{rt: rt, progress: func(int32, uint64, error) {}}, nil
+		}
+	}
+	const timeout = 200 * time.Millisecond
+	disp := connect(t, jobmaster.DispatcherConfig{Logger: lg, HeartbeatInterval: timeout / 4, HeartbeatTimeout: timeout},
+		slowCatalog{Catalog: &testCatalog{jg: jg, chainFor: chainFor}, delay: 3 * timeout}, tm)
+	jm, err := jobmaster.NewDriver(jobmaster.Config{Job: jg, Dispatcher: disp, RequireSlots: true, Logger: lg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if snap := jm.Run(ctx); snap.Status != jobmaster.StatusFinished || len(snap.Failovers) != 0 {
+		t.Fatalf("job %s with failovers %+v: %v", snap.Status, snap.Failovers, snap.Err)
+	}
+}

@@ -79,8 +79,11 @@ type session struct {
 	s   protocol.Session
 	cat Catalog
 	id  uint64 // the JobManager's id of this registration
-	// heard is the last time a message arrived (Unix nanoseconds), for the JobManager's liveness.
+	// heard is the last time a message arrived (Unix nanoseconds), for the JobManager's liveness; busy is
+	// set while the reader carries out a message (a job's setup may wait for its storage), which counts as
+	// hearing from the JobManager: its messages wait for us, not the other way round.
 	heard atomic.Int64
+	busy  atomic.Bool
 }
 
 // send sends a message of a job; a session that ended drops it (the JobManager that would read it is gone
@@ -142,7 +145,10 @@ func (tm *TaskManager) Serve(ctx context.Context, s protocol.Session, cat Catalo
 			break
 		}
 		ss.heard.Store(time.Now().UnixNano())
+		ss.busy.Store(true)
 		ss.handle(env)
+		ss.busy.Store(false)
+		ss.heard.Store(time.Now().UnixNano())
 	}
 	close(stop)
 	wg.Wait()
@@ -192,7 +198,7 @@ func (ss *session) tick(ctx context.Context, stop <-chan struct{}, reg protocol.
 			return
 		case <-beat:
 			ss.send(protocol.JobID{}, protocol.Heartbeat{})
-			if to := reg.HeartbeatTimeout; to > 0 {
+			if to := reg.HeartbeatTimeout; to > 0 && !ss.busy.Load() {
 				if silent := time.Since(time.Unix(0, ss.heard.Load())); silent > to {
 					ss.s.Close(fmt.Errorf("no message from the JobManager for %v (timeout %v)", silent.Round(time.Millisecond), to))
 				}

@@ -126,11 +126,12 @@ func (d *Dispatcher) Close() {
 	d.wg.Wait()
 }
 
-// WaitTaskManagers waits until n TaskManagers are registered, or stop is closed (false).
+// WaitTaskManagers waits until n TaskManagers are registered and their slots pooled, or stop is closed
+// (false).
 func (d *Dispatcher) WaitTaskManagers(n int, stop <-chan struct{}) bool {
 	for {
 		d.mu.Lock()
-		have := len(d.sessions)
+		have := len(d.pool.TaskManagers()) // its slots are in the pool: a job may use them
 		d.mu.Unlock()
 		if have >= n {
 			return true
