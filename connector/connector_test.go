@@ -38,6 +38,7 @@ func (c fakeContext) MaxParallelism() int   { return 128 }
 func (c fakeContext) Attempt() int          { return c.attempt }
 func (c fakeContext) Logger() *slog.Logger  { return slog.New(slog.DiscardHandler) }
 func (c fakeContext) Done() <-chan struct{} { return nil }
+func (c fakeContext) Checkpointing() bool   { return false }
 
 func ctxOf(subtask, parallelism int) fakeContext {
 	return fakeContext{subtask: subtask, parallelism: parallelism}

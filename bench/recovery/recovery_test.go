@@ -207,6 +207,7 @@ func (c sinkContext) MaxParallelism() int   { return 128 }
 func (c sinkContext) Attempt() int          { return c.attempt }
 func (c sinkContext) Logger() *slog.Logger  { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 func (c sinkContext) Done() <-chan struct{} { return nil }
+func (c sinkContext) Checkpointing() bool   { return false }
 
 func TestEmittedAt(t *testing.T) {
 	ss := []sample{{t: 10, n: 0}, {t: 20, n: 100}, {t: 40, n: 100}, {t: 50, n: 200}}

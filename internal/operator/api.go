@@ -41,6 +41,10 @@ type RuntimeContext interface {
 	Logger() *slog.Logger
 	// Done is closed when the task is being cancelled; blocking calls in sources and sinks must watch it.
 	Done() <-chan struct{}
+	// Checkpointing reports whether the job takes periodic checkpoints. With them, a sink that commits what
+	// a checkpoint covers when it completes gets a last checkpoint after its end of input; without, it must
+	// commit at its end of input (Flush) itself.
+	Checkpointing() bool
 }
 
 // KeyedContext is the context of a keyed function: the key of the current record and access to all keys.

@@ -69,6 +69,7 @@ func (c *Context) MaxParallelism() int         { return c.rt.Info.MaxParallelism
 func (c *Context) Attempt() int                { return int(c.rt.Info.Attempt.Number) }
 func (c *Context) Logger() *slog.Logger        { return c.logger }
 func (c *Context) Done() <-chan struct{}       { return c.rt.Cancel }
+func (c *Context) Checkpointing() bool         { return c.rt.Checkpointing }
 func (c *Context) keyedBackend() state.Backend { return c.backend }
 func (c *Context) counters() *task.Counters    { return c.rt.Counters }
 func (c *Context) fail(err error)              { task.Abort(fmt.Errorf("operator %q: %w", c.operator, err)) }

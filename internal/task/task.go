@@ -137,6 +137,9 @@ type Runtime struct {
 	Logger *slog.Logger
 	// StateBackend names where keyed state lives: "memory" or "pebble".
 	StateBackend string
+	// Checkpointing says the job takes periodic checkpoints: what the task writes is covered by one, the
+	// last one too (a sink that commits on completion then need not commit at its end of input).
+	Checkpointing bool
 	// Operators names the chain's operators, for errors; the operator layer fills it as it builds them.
 	Operators []OperatorRef
 	// Running is the operator whose code runs now, for the report of a panic: 1 + its index in Operators
@@ -460,7 +463,8 @@ func (r *run) execute() (err error) {
 		return err
 	}
 	rt = &Runtime{Info: t.cfg.Info, Outputs: r.outputs, FlushEveryRecord: t.cfg.BufferTimeout == 0,
-		Counters: &t.counters, Cancel: t.cancel, Logger: t.log, StateBackend: t.cfg.StateBackend}
+		Checkpointing: t.cfg.Checkpoints != nil && t.cfg.Checkpoints.FinalCheckpoint,
+		Counters:      &t.counters, Cancel: t.cancel, Logger: t.log, StateBackend: t.cfg.StateBackend}
 	chain, err := t.cfg.Chain(rt)
 	if err != nil {
 		return fmt.Errorf("build operator chain: %w", err)
