@@ -401,7 +401,9 @@ func (d *Dispatcher) send(tm jobcore.TaskManagerID, job protocol.JobID, body any
 		return
 	}
 	if err := s.s.Send(protocol.Envelope{Job: job, Body: body}); err != nil {
-		d.lost(s, err)
+		// The session is over (its queue overflowed, or it ended): its reader sees the end and runs the
+		// loss. Not here: this is a job's loop, which must not wait for its own inbox.
+		s.s.Close(err)
 	}
 }
 
