@@ -34,6 +34,9 @@ type SubmitConfig struct {
 // ran: its state is unknown.
 var ErrJobManagerLost = errors.New("lost the JobManager; the job's state is unknown")
 
+// ErrJobManagerUnreachable is returned by Submit and Cancel when the JobManager does not answer.
+var ErrJobManagerUnreachable = rpc.ErrUnreachable
+
 // Submit runs a registered job on the cluster of a JobManager and blocks until it ends, like Execute: the
 // result is returned in every case where the job ran, and err is non-nil unless it finished or was
 // cancelled. Cancelling ctx stops the job (with its savepoint on stop, if it has one).

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -147,7 +148,9 @@ func newJobManagerCmd() *cobra.Command {
 			}
 			cfg.TLS = tls()
 			cfg.Logger = daemonLogger(cmd.ErrOrStderr(), verbose)
+			listening := false
 			cfg.Listening = func(addr, rest string) {
+				listening = true
 				line := "JobManager listening on " + addr
 				if rest != "" {
 					line += " (REST API http://" + rest + "/v1/jobs)"
@@ -156,7 +159,11 @@ func newJobManagerCmd() *cobra.Command {
 			}
 			ctx, stop := daemonContext(cmd.Context())
 			defer stop()
-			return runnel.ServeJobManager(ctx, cfg)
+			err := runnel.ServeJobManager(ctx, cfg)
+			if err != nil && !listening {
+				return usageError(err) // it could not start as configured (an address, a TLS file)
+			}
+			return err
 		},
 	}
 	fl := c.Flags()
@@ -189,9 +196,15 @@ func newTaskManagerCmd() *cobra.Command {
 			cfg.Logger = daemonLogger(cmd.ErrOrStderr(), verbose)
 			ctx, stop := daemonContext(cmd.Context())
 			defer stop()
+			registered := false
+			cfg.Registered = func() { registered = true }
 			err := runnel.ServeTaskManager(ctx, cfg)
-			if err != nil && strings.Contains(err.Error(), "same build") {
+			switch {
+			case err == nil:
+			case strings.Contains(err.Error(), "same build"):
 				return usageError(err)
+			case !registered && !errors.Is(err, runnel.ErrJobManagerUnreachable) && !strings.Contains(err.Error(), "--jobmanager-wait"):
+				return usageError(err) // it could not start as configured (an address, a TLS file)
 			}
 			return err
 		},

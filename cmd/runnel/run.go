@@ -314,6 +314,9 @@ func runExample(cmd *cobra.Command, name string, f runFlags, build func([]runnel
 		cliLog.Info("job starting", attrs...)
 	}
 	res, err := execute(ctx, env)
+	if res == nil && (errors.Is(err, runnel.ErrJobManagerUnreachable) || errors.Is(err, runnel.ErrJobManagerLost)) {
+		return err // not a mistake in the command line: the cluster is not there
+	}
 	if res == nil { // the job did not start: a configuration mistake
 		return usageError(flagError{err})
 	}

@@ -54,6 +54,8 @@ var (
 	// ErrRefused marks a submission the JobManager refuses (an unknown job name, another build, a graph
 	// that differs, a configuration a cluster cannot run).
 	ErrRefused = errors.New("submission refused")
+	// ErrUnreachable marks a call the JobManager did not answer (not listening, the connection lost).
+	ErrUnreachable = errors.New("the JobManager did not answer")
 	// ErrUnknownJob marks a job id the JobManager does not know.
 	ErrUnknownJob = errors.New("unknown job")
 )
@@ -211,7 +213,7 @@ func fromStatus(ctx context.Context, call string, err error) error {
 	case codes.Unknown:
 		return &serviceError{st: st}
 	}
-	return fmt.Errorf("%s: the JobManager did not answer: %w", call, err)
+	return fmt.Errorf("%s: %w: %w", call, ErrUnreachable, err)
 }
 
 // serviceError is an error a JobService returned, as the client sees it: the service's text.
