@@ -612,3 +612,27 @@ func TestUnsharedCheckpointStorageIsRefused(t *testing.T) {
 		t.Fatalf("exit %d, want %d with the probe's refusal:\n%s", code, exitFailed, stderr)
 	}
 }
+
+// TestClusterExitCodes: a role that cannot start as configured is a usage error (2) that names the problem;
+// a JobManager that does not answer is not (1).
+func TestClusterExitCodes(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		says string
+	}{
+		{[]string{"jobmanager", "--addr", "nonsense"}, exitUsage, "missing port"},
+		{[]string{"jobmanager", "--heartbeat-interval", "1s", "--heartbeat-timeout", "1s"}, exitUsage, "at least twice"},
+		{[]string{"taskmanager", "--tls-cert", "x.pem"}, exitUsage, "go together"},
+		{[]string{"taskmanager", "--slots", "0"}, exitUsage, "--slots"},
+		{[]string{"taskmanager", "--jobmanager", "127.0.0.1:1", "--jobmanager-wait", "300ms"}, exitFailed, "--jobmanager-wait"},
+		{[]string{"submit", "sequence", "--jobmanager", "127.0.0.1:1"}, exitFailed, "did not answer"},
+		{[]string{"submit", "sequence", "--taskmanagers", "2"}, exitUsage, "not a flag of submit"},
+		{[]string{"cancel", "0123", "--jobmanager", "127.0.0.1:1"}, exitUsage, "32 hexadecimal digits"},
+	} {
+		_, stderr, code := runCLI(t, tc.args...)
+		if code != tc.code || !strings.Contains(stderr, tc.says) {
+			t.Errorf("%q: exit %d, want %d, with %q in:\n%s", tc.args, code, tc.code, tc.says, stderr)
+		}
+	}
+}

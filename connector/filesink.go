@@ -1,0 +1,315 @@
+package connector
+
+import (
+	"bufio"
+	cryptorand "crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/runnel-dev/runnel"
+)
+
+// FileSink writes every record as a line (format's result and a newline) into part files in dir, exactly
+// once when the job takes checkpoints: each subtask writes a hidden in-progress file; the checkpoint that
+// covers it closes it (pending), and it becomes visible under its final name, part-RUN-SUBTASK-N, when that
+// checkpoint completes. A restarted subtask commits what its restored checkpoint left pending and deletes
+// the part files it had begun after that checkpoint, whose records are replayed. The last records of a
+// bounded job are committed by the job's final checkpoint. Without checkpointing a subtask's file is
+// committed at its end of input (a failure leaves hidden in-progress files behind, and the job's records
+// are then at least once across restarts).
+//
+// RUN is random per job run and kept in the checkpoints, so runs never overwrite each other's parts.
+// Readers see whole files only: ignore names that start with a dot. dir must exist, and be shared by every
+// TaskManager in a cluster. Rescaling the sink's parallelism from a savepoint is not supported.
+func FileSink[T any](dir string, format func(T) string) runnel.Sink[T] {
+	return &fileSink[T]{dir: dir, format: format}
+}
+
+type fileSink[T any] struct {
+	dir    string
+	format func(T) string
+}
+
+func (s *fileSink[T]) CreateWriter(ctx runnel.RuntimeContext) (runnel.SinkWriter[T], error) {
+	if s.format == nil {
+		return nil, errors.New("FileSink: format is nil")
+	}
+	if st, err := os.Stat(s.dir); err != nil || !st.IsDir() {
+		if err == nil {
+			err = errors.New("not a directory")
+		}
+		return nil, fmt.Errorf("FileSink: %s: %w", s.dir, err)
+	}
+	return &fileWriter[T]{s: s, sub: ctx.SubtaskIndex(), checkpointing: ctx.Checkpointing()}, nil
+}
+
+// pendingPart is a part file closed for checkpoint id and not yet committed.
+type pendingPart struct {
+	checkpoint int64
+	n          uint64
+}
+
+type fileWriter[T any] struct {
+	s             *fileSink[T]
+	sub           int
+	checkpointing bool
+	run           string // the job run's id in the part names; "" until the first part or a restore
+	next          uint64 // the number of the next part
+	cur           *os.File
+	curN          uint64
+	buf           *bufio.Writer
+	pending       []pendingPart // by ascending checkpoint id
+}
+
+func (w *fileWriter[T]) name(n uint64, suffix string) string {
+	base := fmt.Sprintf("part-%s-%d-%d", w.run, w.sub, n)
+	if suffix == "" {
+		return filepath.Join(w.s.dir, base)
+	}
+	return filepath.Join(w.s.dir, "."+base+suffix)
+}
+
+func (w *fileWriter[T]) ensureRun() error {
+	if w.run != "" {
+		return nil
+	}
+	b := make([]byte, 6)
+	if _, err := cryptorand.Read(b); err != nil {
+		return fmt.Errorf("FileSink: run id: %w", err)
+	}
+	w.run = hex.EncodeToString(b)
+	return nil
+}
+
+func (w *fileWriter[T]) Write(v T) error {
+	if w.cur == nil {
+		if err := w.ensureRun(); err != nil {
+			return err
+		}
+		f, err := os.OpenFile(w.name(w.next, ".inprogress"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+		if err != nil {
+			return fmt.Errorf("FileSink: %w", err)
+		}
+		w.cur, w.curN = f, w.next
+		w.next++
+		if w.buf == nil {
+			w.buf = bufio.NewWriterSize(f, 64<<10)
+		} else {
+			w.buf.Reset(f)
+		}
+	}
+	if _, err := w.buf.WriteString(w.s.format(v)); err != nil {
+		return fmt.Errorf("FileSink: %w", err)
+	}
+	if err := w.buf.WriteByte('\n'); err != nil {
+		return fmt.Errorf("FileSink: %w", err)
+	}
+	return nil
+}
+
+// closePart makes the part being written durable and renames it to suffix ("" commits it).
+func (w *fileWriter[T]) closePart(suffix string) error {
+	if w.cur == nil {
+		return nil
+	}
+	f, n := w.cur, w.curN
+	w.cur = nil
+	err := w.buf.Flush()
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(w.name(n, ".inprogress"), w.name(n, suffix))
+	}
+	if err != nil {
+		return fmt.Errorf("FileSink: part %d: %w", n, err)
+	}
+	if suffix == ".pending" {
+		return nil
+	}
+	return syncDir(w.s.dir)
+}
+
+// Flush ends the input: with checkpointing the final checkpoint covers what was written; without, the part
+// is committed now.
+func (w *fileWriter[T]) Flush() error {
+	if w.checkpointing {
+		if w.cur != nil {
+			if err := w.buf.Flush(); err != nil {
+				return fmt.Errorf("FileSink: %w", err)
+			}
+		}
+		return nil
+	}
+	return w.closePart("")
+}
+
+// Close releases the part being written; it stays in progress, for a restore to delete.
+func (w *fileWriter[T]) Close() error {
+	if w.cur == nil {
+		return nil
+	}
+	err := w.cur.Close()
+	w.cur = nil
+	return err
+}
+
+// fileSinkStateVersion starts the writer's checkpointed state.
+const fileSinkStateVersion = 1
+
+// SnapshotState closes the part being written as pending for checkpoint id and records what is pending.
+func (w *fileWriter[T]) SnapshotState(id int64) ([]byte, error) {
+	if w.cur != nil {
+		if err := w.closePart(".pending"); err != nil {
+			return nil, err
+		}
+		w.pending = append(w.pending, pendingPart{checkpoint: id, n: w.curN})
+	}
+	if err := w.ensureRun(); err != nil {
+		return nil, err
+	}
+	b := []byte{fileSinkStateVersion}
+	b = binary.AppendUvarint(b, uint64(len(w.run)))
+	b = append(b, w.run...)
+	b = binary.AppendUvarint(b, w.next)
+	b = binary.AppendUvarint(b, uint64(len(w.pending)))
+	for _, p := range w.pending {
+		b = binary.AppendVarint(b, p.checkpoint)
+		b = binary.AppendUvarint(b, p.n)
+	}
+	return b, nil
+}
+
+// NotifyCheckpointComplete commits every part pending for a checkpoint up to id.
+func (w *fileWriter[T]) NotifyCheckpointComplete(id int64) error {
+	i := 0
+	for ; i < len(w.pending) && w.pending[i].checkpoint <= id; i++ {
+		if err := w.commit(w.pending[i].n); err != nil {
+			return err
+		}
+	}
+	w.pending = w.pending[i:]
+	if i > 0 {
+		return syncDir(w.s.dir)
+	}
+	return nil
+}
+
+// commit makes pending part n visible; a part committed already (a notification before a failure) is done.
+func (w *fileWriter[T]) commit(n uint64) error {
+	err := os.Rename(w.name(n, ".pending"), w.name(n, ""))
+	if errors.Is(err, fs.ErrNotExist) {
+		if _, serr := os.Stat(w.name(n, "")); serr == nil {
+			return nil
+		}
+		return fmt.Errorf("FileSink: part %d of subtask %d is neither pending nor committed in %s: it was removed", n, w.sub, w.s.dir)
+	}
+	if err != nil {
+		return fmt.Errorf("FileSink: commit part %d: %w", n, err)
+	}
+	return nil
+}
+
+// RestoreState commits what the restored checkpoint (which completed) left pending, and deletes the parts
+// this subtask began after it: their records come again.
+func (w *fileWriter[T]) RestoreState(b []byte) error {
+	bad := errors.New("FileSink: malformed checkpointed state")
+	if len(b) == 0 || b[0] != fileSinkStateVersion {
+		return fmt.Errorf("%w: unknown version", bad)
+	}
+	b = b[1:]
+	uv := func() (uint64, bool) {
+		v, k := binary.Uvarint(b)
+		if k <= 0 {
+			return 0, false
+		}
+		b = b[k:]
+		return v, true
+	}
+	l, ok := uv()
+	if !ok || l > uint64(len(b)) || l > 64 {
+		return bad
+	}
+	w.run, b = string(b[:l]), b[l:]
+	if w.next, ok = uv(); !ok {
+		return bad
+	}
+	np, ok := uv()
+	if !ok || np > uint64(len(b)) {
+		return bad
+	}
+	var pending []pendingPart
+	for range np {
+		id, k := binary.Varint(b)
+		if k <= 0 {
+			return bad
+		}
+		b = b[k:]
+		n, ok := uv()
+		if !ok {
+			return bad
+		}
+		pending = append(pending, pendingPart{checkpoint: id, n: n})
+	}
+	for _, p := range pending {
+		if err := w.commit(p.n); err != nil {
+			return err
+		}
+	}
+	w.pending = nil
+	if err := w.deleteAfter(w.next); err != nil {
+		return err
+	}
+	return syncDir(w.s.dir)
+}
+
+// deleteAfter removes this subtask's hidden parts numbered from next on: begun after the restored checkpoint.
+func (w *fileWriter[T]) deleteAfter(next uint64) error {
+	entries, err := os.ReadDir(w.s.dir)
+	if err != nil {
+		return fmt.Errorf("FileSink: %w", err)
+	}
+	prefix := fmt.Sprintf(".part-%s-%d-", w.run, w.sub)
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasPrefix(name, prefix) {
+			continue
+		}
+		rest := strings.TrimPrefix(name, prefix)
+		num, _, _ := strings.Cut(rest, ".")
+		n, err := strconv.ParseUint(num, 10, 64)
+		if err != nil || n < next {
+			continue
+		}
+		if err := os.Remove(filepath.Join(w.s.dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("FileSink: %w", err)
+		}
+	}
+	return nil
+}
+
+// syncDir makes renames in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("FileSink: %w", err)
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("FileSink: sync %s: %w", dir, err)
+	}
+	return nil
+}
