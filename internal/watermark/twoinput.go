@@ -87,7 +87,10 @@ func (t *TwoInputValve) apply(input int, r Result) Result {
 			c.OnActive(input)
 		}
 	}
-	if r.Advanced {
+	// An input whose last channel finished advances to MaxWatermark by finishing, not by a watermark:
+	// OnFinished alone tells the combined valve, so that the input does not push the operator past an idle
+	// other input (as a finished channel does not in a valve).
+	if r.Advanced && !(r.StatusChanged && r.Status == Finished) {
 		c.OnWatermark(input, r.Watermark)
 	}
 	if r.StatusChanged {
