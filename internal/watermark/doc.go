@@ -41,7 +41,18 @@
 //     not emitted anything (output MinWatermark) it counts at once, as at the start. A finished channel is
 //     live again; a valve that had finished stays at MaxWatermark, so the new attempt's records are late.
 //
-// A TwoInputValve applies the same rules between its two inputs, each a Valve of its own.
+// A reset channel that held the output back stops doing so: the reset may advance the output to the
+// minimum of the other channels, and records of the new attempt below it are late.
+//
+// A TwoInputValve applies the same rules between its two inputs, each a Valve of its own, with the input's
+// output and status standing for a channel's. An input whose last channel finished counts as finished, not
+// as having sent MaxWatermark, as a single channel does. An input with an active but catching-up channel is
+// active and holds the operator at the input's output until that channel catches up, where one valve over
+// the channels of both inputs would not count the channel at all: the two differ only then.
+//
+// OnWatermark costs O(1) while another counted channel still holds the output, and a scan of the N
+// channels when the last one holding it moves on (once a round when channels advance in turn; every time
+// at worst). Every other event scans the N channels. None allocates.
 //
 // # Sources
 //

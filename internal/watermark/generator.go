@@ -64,12 +64,12 @@ func (g *Generator) Current() Watermark {
 
 // IdleDetector decides when a source (or a split of it) is idle: when no record was read during at least
 // the timeout, measured on the times the caller passes to Tick. It reads no clock: OnEvent, on the
-// per-record path, only sets a flag, and Tick, called on the watermark interval, compares times. The
-// inactivity is counted from the first tick that saw no record before it (the last tick that saw one, or
-// the first tick of all), so a detector declares idleness at least the timeout and at most the timeout
-// plus one tick interval after the last record. The caller should pass a time that stands still while the
-// source is backpressured (Flink's FLIP-471), or it may call a blocked source idle. An IdleDetector is not
-// safe for concurrent use.
+// per-record path, only sets a flag (reading the clock per record would cost more than the record), and
+// Tick, called on the watermark interval, compares times. Inactivity is measured from the last tick that
+// found a record read since the tick before it (or from the first tick), so idleness is declared at
+// least the timeout and at most the timeout plus one tick interval after the last record. The caller
+// should pass a time that stands still while the source is backpressured (as Flink does since FLIP-471),
+// or a blocked source may be called idle. An IdleDetector is not safe for concurrent use.
 type IdleDetector struct {
 	timeoutMillis int64
 	sawEvent      bool
