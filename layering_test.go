@@ -20,6 +20,7 @@ func TestLayering(t *testing.T) {
 		"codec":               {},
 		"internal/ident":      {},
 		"internal/barrier":    {},
+		"internal/watermark":  {},
 		"internal/checkpoint": {"internal/ident"},
 		"internal/graph":      {"internal/ident"},
 		"internal/network":    {"internal/ident"},
@@ -77,6 +78,8 @@ func TestPureCores(t *testing.T) {
 		forbidden  []string
 	}{
 		{dir: "internal/barrier", imports: []string{"fmt", "slices", "strings"}, noChannels: true},
+		// Event-time decisions: time.Duration only in the constructors' bounds, the time itself is passed in.
+		{dir: "internal/watermark", imports: []string{"fmt", "math", "strconv", "strings", "time"}, noChannels: true, forbidden: clock},
 		{dir: "internal/scheduler", imports: []string{"cmp", "errors", "fmt", "math", "slices", "strconv", "strings",
 			"time",                                                     // durations in RestartConfig only: the clock is forbidden below
 			mod + "internal/graph", mod + "internal/ident"}, forbidden: clock},
