@@ -20,7 +20,8 @@ import (
 // once when the job takes checkpoints: each subtask writes a hidden in-progress file; the checkpoint that
 // covers it closes it (pending), and it becomes visible under its final name, part-RUN-SUBTASK-N, when that
 // checkpoint completes. A restarted subtask commits what its restored checkpoint left pending and deletes
-// the part files it had begun after that checkpoint, whose records are replayed. The last records of a
+// the part files it had begun after that checkpoint, whose records are replayed (committed ones too, when
+// the job falls back to an older checkpoint than the newest: a reader may have seen those already). The last records of a
 // bounded job are committed by the job's final checkpoint. Without checkpointing a subtask's file is
 // committed at its end of input (a failure leaves hidden in-progress files behind, and the job's records
 // are then at least once across restarts).
@@ -273,15 +274,17 @@ func (w *fileWriter[T]) RestoreState(b []byte) error {
 	return syncDir(w.s.dir)
 }
 
-// deleteAfter removes this subtask's hidden parts numbered from next on: begun after the restored checkpoint.
+// deleteAfter removes this subtask's parts numbered from next on, begun after the restored checkpoint: in
+// progress, pending, and also committed ones, which a restore from an older checkpoint than the newest
+// (the newest was damaged and passed over) finds: their records come again.
 func (w *fileWriter[T]) deleteAfter(next uint64) error {
 	entries, err := os.ReadDir(w.s.dir)
 	if err != nil {
 		return fmt.Errorf("FileSink: %w", err)
 	}
-	prefix := fmt.Sprintf(".part-%s-%d-", w.run, w.sub)
+	prefix := fmt.Sprintf("part-%s-%d-", w.run, w.sub)
 	for _, e := range entries {
-		name := e.Name()
+		name := strings.TrimPrefix(e.Name(), ".")
 		if !strings.HasPrefix(name, prefix) {
 			continue
 		}
@@ -291,7 +294,7 @@ func (w *fileWriter[T]) deleteAfter(next uint64) error {
 		if err != nil || n < next {
 			continue
 		}
-		if err := os.Remove(filepath.Join(w.s.dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := os.Remove(filepath.Join(w.s.dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("FileSink: %w", err)
 		}
 	}

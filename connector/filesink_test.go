@@ -154,7 +154,7 @@ func TestFileSinkRestore(t *testing.T) {
 	if _, err := w.SnapshotState(2); err != nil { // part 1 pending for checkpoint 2, which never completes
 		t.Fatal(err)
 	}
-	write(w, 20, 30) // part 2 in progress
+	write(w, 20, 30)                  // part 2 in progress
 	if err := w.Close(); err != nil { // the attempt fails
 		t.Fatal(err)
 	}
@@ -182,6 +182,38 @@ func TestFileSinkRestore(t *testing.T) {
 		if n != 1 {
 			t.Fatalf("record %s committed %d times", v, n)
 		}
+	}
+
+	// A restore from an older checkpoint than the newest (the newest was damaged and passed over) deletes
+	// the parts committed after it: their records come again.
+	dir2 := t.TempDir()
+	sink2 := connector.FileSink(dir2, func(v uint64) string { return strconv.FormatUint(v, 10) })
+	open2 := func() fileWriter {
+		w, err := sink2.CreateWriter(ctxOf(0, 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w.(fileWriter)
+	}
+	f := open2()
+	write(f, 0, 10)
+	older, err := f.SnapshotState(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(f, 10, 20)
+	if _, err := f.SnapshotState(2); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.NotifyCheckpointComplete(2); err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Close()
+	if err := open2().RestoreState(older); err != nil {
+		t.Fatal(err)
+	}
+	if lines, hidden := readParts(t, dir2); len(lines) != 10 || len(hidden) != 0 {
+		t.Fatalf("after a fallback to checkpoint 1: %d records committed (want its 10), hidden %v", len(lines), hidden)
 	}
 
 	// A pending part that someone deleted cannot be committed: the restore says which.
