@@ -240,6 +240,7 @@ func (jm *jobManager) Submit(_ context.Context, req rpc.SubmitRequest) (protocol
 		defer cancel()
 		res, err := env.run(ctx, p, runOn{dispatcher: jm.disp, cluster: true, slotWait: jm.cfg.SlotWaitTimeout,
 			started: func(d *jobmaster.Driver) {
+				j.id = d.JobID() // before the send: Submit reads it after the receive
 				j.mu.Lock()
 				j.driver = d
 				j.mu.Unlock()
@@ -256,8 +257,7 @@ func (jm *jobManager) Submit(_ context.Context, req rpc.SubmitRequest) (protocol
 		jm.log.Info("job ended", "job", req.Name, "id", j.id, "status", res.Status)
 	}()
 	select {
-	case d := <-started:
-		j.id = d.JobID()
+	case <-started:
 	case err := <-refused:
 		return protocol.JobID{}, fmt.Errorf("%w: %w", rpc.ErrRefused, err)
 	}
