@@ -425,7 +425,8 @@ func TestKilledTaskManager(t *testing.T) {
 }
 
 // TestTaskManagerOfAnotherBuildIsRefused starts a TaskManager that poses as another build: the
-// JobManager refuses it with the sentence that says so, and it exits with code 2 without retrying.
+// JobManager refuses it with the sentence that says so, and it exits with code 2 without retrying; a
+// submit from another build is refused the same way.
 func TestTaskManagerOfAnotherBuildIsRefused(t *testing.T) {
 	c := startCluster(t, 0, 1)
 	p := start(t, "tm-other", []string{"RUNNEL_TEST_FINGERPRINT=other"}, "taskmanager", "--jobmanager", c.addr, "--name", "tm-other")
@@ -434,6 +435,10 @@ func TestTaskManagerOfAnotherBuildIsRefused(t *testing.T) {
 	}
 	if !strings.Contains(p.stderr.String(), "start every process of a cluster from the same build") {
 		t.Errorf("the refusal does not say why:\n%s", p.stderr.String())
+	}
+	other := start(t, "submit-other", []string{"RUNNEL_TEST_FINGERPRINT=other"}, "submit", "sequence", "--jobmanager", c.addr, "--records", "10")
+	if code := other.exited(t, 30*time.Second); code != exitUsage || !strings.Contains(other.stderr.String(), "start every process of a cluster from the same build") {
+		t.Errorf("submit from another build: exit %d:\n%s", code, other.stderr.String())
 	}
 	if _, stderr, code := runCLI(t, "submit", "sequence", "--jobmanager", c.addr, "--checkpoint-interval", "50ms"); code != exitUsage ||
 		!strings.Contains(stderr, "every process reaches") {
