@@ -11,12 +11,17 @@
 // of the first record that starts in it (FirstSeq). Records are written as a 4-byte little-endian length
 // followed by the encoded bytes, and may span any number of buffers. A reader that joins mid-stream skips the
 // continuation bytes and begins at a whole record; the number of records lost on a channel is a subtraction
-// of sequence numbers. Events (end of partition, checkpoint barriers, ...) travel in-band as event buffers.
+// of sequence numbers. Events (end of partition, checkpoint barriers, watermarks and watermark statuses,
+// ...) travel in-band as event buffers: one fixed 21-byte Event per buffer, sent after the partly filled
+// data buffer before it is flushed, so every event keeps its place among the records on both transports.
 //
 // A subpartition outlives its reader: releasing a View (the consumer went away) is distinct from releasing
 // the partition (producer finished or failed, or the job ended). For reconnectable (approximate) partitions a
 // newer consumer attempt may attach a new view later, the older one is released first, and while no view is
-// attached whole buffers are dropped and counted instead of blocking the producer. A reader that is gone
+// attached whole buffers are dropped and counted instead of blocking the producer. Such a subpartition
+// remembers the last watermark and watermark status it was given and hands copies of them to each newer
+// reader before anything else, so that a restarted consumer does not wait for a watermark that was sent
+// (or dropped) before it came. A reader that is gone
 // without releasing its view (its TCP connection stopped taking data: the server's write timed out) is
 // failed instead (View.Fail): a reconnectable subpartition drops as above, a pipelined one fails its
 // partition with a *ConsumerGoneError that names the consumer, so that the producer fails over rather

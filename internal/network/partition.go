@@ -348,6 +348,21 @@ func (p *ResultPartition) BroadcastEvent(e Event) error {
 	return nil
 }
 
+// BroadcastWatermark sends watermark ms (epoch milliseconds) to every subpartition, whatever the edge's
+// pattern: every consumer subtask's valve waits for every producer. Like every event it flushes the partly
+// filled buffers first, so it follows the records emitted before it on every channel, and it takes one
+// buffer of the pool per subpartition. The caller sends only watermarks that advanced (docs/eventtime.md
+// §2.1); this package neither checks nor coalesces them.
+func (p *ResultPartition) BroadcastWatermark(ms int64) error {
+	return p.BroadcastEvent(WatermarkEvent(ms))
+}
+
+// BroadcastWatermarkStatus tells every subpartition that the producer went idle (idle) or is active again,
+// in order with its records and watermarks, as BroadcastWatermark does.
+func (p *ResultPartition) BroadcastWatermarkStatus(idle bool) error {
+	return p.BroadcastEvent(WatermarkStatusEvent(idle))
+}
+
 // AddEvent flushes subpartition sub and appends e to it.
 func (p *ResultPartition) AddEvent(sub int, e Event) error {
 	if err := p.flush(sub); err != nil {

@@ -41,9 +41,18 @@ func TestRapidReconnectsKeepTheLiveViewIntact(t *testing.T) {
 				if i%7 == 0 {
 					p.Flush(0)
 				}
+				if i%13 == 0 {
+					if err := p.BroadcastWatermark(int64(i)); err != nil {
+						t.Errorf("watermark: %v", err)
+						return
+					}
+				}
 			}
 		}()
 		rng := rand.New(rand.NewSource(1))
+		// The producer's watermarks rise; each attempt sees them rise, and a newer attempt never sees one
+		// below what an older one saw (the re-sent last watermark is at least that).
+		maxWatermark := int64(-1)
 		const attempts = 40
 		for a := 1; a <= attempts; a++ {
 			owner := testConsumer
@@ -85,7 +94,16 @@ func TestRapidReconnectsKeepTheLiveViewIntact(t *testing.T) {
 				n++
 				if b.Kind == KindEvent {
 					e, err := DecodeEvent(b.Payload())
-					ended = err == nil && e.Type == EventEndOfPartition
+					if err != nil {
+						t.Fatalf("attempt %d: %v", a, err)
+					}
+					ended = e.Type == EventEndOfPartition
+					if e.Type == EventWatermark {
+						if e.TimestampMillis < maxWatermark {
+							t.Fatalf("attempt %d: watermark %d after %d", a, e.TimestampMillis, maxWatermark)
+						}
+						maxWatermark = e.TimestampMillis
+					}
 					ch.Recycle(b)
 					continue
 				}

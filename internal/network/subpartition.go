@@ -45,6 +45,16 @@ type Subpartition struct {
 	failure error
 	stats   SubpartitionStats
 	spill   *spillWriter // blocking partitions only
+
+	// Approximate recovery (reconnectable subpartitions only, docs/eventtime.md §2.7). lastWatermark and
+	// lastStatus are the last watermark and watermark status events the producer gave the subpartition,
+	// whether queued or dropped (Type 0: none yet); addedSeq is the channel sequence number of the next
+	// record after everything given to it. A newer reader gets copies of both events before anything
+	// else, stamped with addedSeq: without them a reader that attaches while its producer is idle, or
+	// while its watermark stands still, would wait for a watermark sent before it came. Two events and a
+	// counter, whatever the stream: the memory is fixed.
+	lastWatermark, lastStatus Event
+	addedSeq                  uint64
 }
 
 // Index returns the subpartition's index in its partition.
@@ -72,7 +82,11 @@ func (s *Subpartition) add(b *Buffer, isEnd bool) error {
 		s.mu.Unlock()
 		b.Recycle()
 		return err
-	case s.view == nil && s.hadView && s.partition.opts.Reconnectable:
+	}
+	if s.partition.opts.Reconnectable {
+		s.noteLocked(b)
+	}
+	if s.view == nil && s.hadView && s.partition.opts.Reconnectable {
 		// The consumer went away; never block the producer on it. Whole buffers are dropped and counted.
 		s.stats.BuffersDropped++
 		if b.Kind == KindData {
@@ -99,6 +113,32 @@ func (s *Subpartition) add(b *Buffer, isEnd bool) error {
 		notify()
 	}
 	return nil
+}
+
+// noteLocked records, for a reconnectable subpartition, what a newer reader must be re-sent (see
+// lastWatermark): it costs a comparison per buffer, never anything per record.
+func (s *Subpartition) noteLocked(b *Buffer) {
+	if b.Kind == KindData {
+		// FirstSeq is the first record starting in b (or the next to start, if none does), so the next
+		// record after b is Starts further on.
+		s.addedSeq = b.FirstSeq + uint64(b.Starts)
+		return
+	}
+	s.addedSeq = b.FirstSeq
+	p := b.Payload()
+	if len(p) == 0 || !isWatermarkType(EventType(p[0])) {
+		return
+	}
+	e, err := DecodeEvent(p)
+	if err != nil {
+		// AddEvent wrote these bytes from a valid Event a moment ago; nothing else adds event buffers.
+		panic(fmt.Sprintf("subpartition %s/%d: own event buffer does not decode: %v", s.partition.id, s.index, err))
+	}
+	if e.Type == EventWatermark {
+		s.lastWatermark = e
+	} else {
+		s.lastStatus = e
+	}
 }
 
 // createView attaches a reader. For reconnectable and blocking partitions a newer attempt of the consumer
@@ -138,6 +178,17 @@ func (s *Subpartition) createView(owner ident.Attempt, credit int, listener func
 	v := &View{sub: s, owner: owner, credit: credit, listener: listener}
 	if blocking {
 		v.spill = s.newSpillReaderLocked(v, credit)
+	}
+	if s.hadView && s.partition.opts.Reconnectable {
+		// A newer attempt: the queue is empty (releasing the previous view dropped it, and buffers added
+		// since were dropped), so what is pushed now comes first. The watermark goes before the status:
+		// a valve records a watermark on an idle channel too, so the reader ends in the state the
+		// producer is in either way, and an idle status last tells it at once not to wait.
+		for _, e := range [...]Event{s.lastWatermark, s.lastStatus} {
+			if e.Type != 0 {
+				s.queue.push(eventBuffer(e, s.addedSeq))
+			}
+		}
 	}
 	if s.partition.opts.Reconnectable && s.finished && !s.eopQueued {
 		// The producer has finished but this reader would never learn it: its end-of-partition went to a
@@ -194,9 +245,15 @@ func (s *Subpartition) releaseViewLocked(v *View) {
 
 // endOfPartitionBuffer makes an end-of-partition event buffer outside any pool (recycling it is a no-op).
 func endOfPartitionBuffer(nextSeq uint64) *Buffer {
+	return eventBuffer(Event{Type: EventEndOfPartition}, nextSeq)
+}
+
+// eventBuffer makes a sealed buffer of event e outside any pool (recycling it is a no-op), so that what a
+// subpartition re-sends to a new reader never waits for, or takes, a buffer of the producer's pool.
+func eventBuffer(e Event, nextSeq uint64) *Buffer {
 	b := &Buffer{data: make([]byte, HeaderSize, HeaderSize+eventSize)}
 	b.reset(KindEvent, nextSeq)
-	b.data = Event{Type: EventEndOfPartition}.append(b.data)
+	b.data = e.append(b.data)
 	b.Seal()
 	return b
 }

@@ -57,6 +57,18 @@ func validStream() (stream []byte, frames []frame) {
 		stream = append(stream, buf...)
 		add(n, frameBuffer)
 	}
+	// Event buffers: a barrier, and the watermark events, so that the fuzz corpus holds each.
+	for _, e := range []Event{
+		{Type: EventBarrier, CheckpointID: 4, TimestampMillis: 99},
+		WatermarkEvent(-5),
+		WatermarkStatusEvent(true),
+	} {
+		buf := sealedBuffer(KindEvent, e.append(nil), 3, 0)
+		n = len(stream)
+		stream = appendFrameHeader(stream, frameBuffer, len(buf))
+		stream = append(stream, buf...)
+		add(n, frameBuffer)
+	}
 	n = len(stream)
 	stream = appendAddCredit(stream, 3)
 	add(n, frameAddCredit)
