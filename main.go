@@ -146,19 +146,54 @@ func parse(fs *pflag.FlagSet, args []string) error {
 	return nil
 }
 
-func mainJobManager(ctx context.Context, args []string, stderr io.Writer) error {
-	fs := pflag.NewFlagSet("jobmanager", pflag.ContinueOnError)
+// AddJobManagerFlags adds the flags of the jobmanager role to fs (address, REST address, heartbeats, slot
+// wait, buffer size, TLS); the function it returns gives the configuration once fs is parsed.
+func AddJobManagerFlags(fs *pflag.FlagSet) func() JobManagerConfig {
 	var cfg JobManagerConfig
 	fs.StringVar(&cfg.Addr, "addr", DefaultJobManagerAddr, "where TaskManagers and clients reach the JobManager")
 	fs.StringVar(&cfg.RESTAddr, "rest-addr", DefaultRESTAddr, "where the JSON REST API and /metrics are served (\"\" none)")
-	fs.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", DefaultHeartbeatInterval, "heartbeat interval")
-	fs.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", DefaultHeartbeatTimeout, "silence after which a peer is lost")
-	fs.DurationVar(&cfg.SlotWaitTimeout, "slot-wait-timeout", 5*time.Minute, "how long a job waits for slots")
+	fs.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", DefaultHeartbeatInterval, "how often the JobManager and TaskManagers send each other a heartbeat")
+	fs.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", DefaultHeartbeatTimeout, "silence after which either side declares the other lost")
+	fs.DurationVar(&cfg.SlotWaitTimeout, "slot-wait-timeout", 5*time.Minute, "how long a job waits for slots (a lost TaskManager's replacement) before it fails")
+	fs.IntVar(&cfg.BufferSize, "buffer-size", 0, "network buffer size every TaskManager must use (0: the default)")
 	tls := AddTLSFlags(fs)
+	return func() JobManagerConfig {
+		c := cfg
+		c.TLS = tls()
+		return c
+	}
+}
+
+// AddTaskManagerFlags adds the flags of the taskmanager role to fs (JobManager, slots, name, data address,
+// network memory, TLS); the function it returns gives the configuration once fs is parsed, or the mistake.
+func AddTaskManagerFlags(fs *pflag.FlagSet) func() (TaskManagerConfig, error) {
+	var cfg TaskManagerConfig
+	fs.StringVar(&cfg.JobManager, "jobmanager", DefaultJobManagerAddr, "the JobManager's address")
+	fs.IntVar(&cfg.Slots, "slots", 1, "task slots")
+	fs.StringVar(&cfg.Name, "name", "", "name in reports and logs (default tm-PID)")
+	fs.StringVar(&cfg.DataAddr, "data-addr", "127.0.0.1:0", "where the data server listens for other TaskManagers")
+	fs.StringVar(&cfg.DataAdvertise, "data-advertise", "", "the address other TaskManagers reach the data server at (default: where it listens)")
+	fs.Int64Var(&cfg.NetworkMemoryBytes, "network-memory", 0, "bytes of network buffers (0: 128 MiB)")
+	fs.IntVar(&cfg.BufferSize, "buffer-size", 0, "network buffer size, the JobManager's (0: the default)")
+	fs.DurationVar(&cfg.JobManagerWait, "jobmanager-wait", 0, "exit after this long without a JobManager (0: keep trying)")
+	tls := AddTLSFlags(fs)
+	return func() (TaskManagerConfig, error) {
+		c := cfg
+		if c.Slots < 1 {
+			return c, fmt.Errorf("invalid --slots %d: must be at least 1", c.Slots)
+		}
+		c.TLS = tls()
+		return c, nil
+	}
+}
+
+func mainJobManager(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := pflag.NewFlagSet("jobmanager", pflag.ContinueOnError)
+	config := AddJobManagerFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	cfg.TLS = tls()
+	cfg := config()
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, nil))
 	cfg.Listening = func(addr, rest string) {
 		fmt.Fprintf(stderr, "JobManager listening on %s (REST API http://%s/v1/jobs)\n", addr, rest)
@@ -168,21 +203,14 @@ func mainJobManager(ctx context.Context, args []string, stderr io.Writer) error 
 
 func mainTaskManager(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := pflag.NewFlagSet("taskmanager", pflag.ContinueOnError)
-	var cfg TaskManagerConfig
-	fs.StringVar(&cfg.JobManager, "jobmanager", DefaultJobManagerAddr, "the JobManager's address")
-	fs.IntVar(&cfg.Slots, "slots", 1, "task slots")
-	fs.StringVar(&cfg.Name, "name", "", "name in reports and logs (default tm-PID)")
-	fs.StringVar(&cfg.DataAddr, "data-addr", "127.0.0.1:0", "where the data server listens")
-	fs.StringVar(&cfg.DataAdvertise, "data-advertise", "", "the address other TaskManagers reach the data server at")
-	fs.DurationVar(&cfg.JobManagerWait, "jobmanager-wait", 0, "exit after this long without a JobManager (0: keep trying)")
-	tls := AddTLSFlags(fs)
+	config := AddTaskManagerFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if cfg.Slots < 1 {
-		return usageErr{fmt.Errorf("taskmanager: --slots %d: must be at least 1", cfg.Slots)}
+	cfg, err := config()
+	if err != nil {
+		return usageErr{fmt.Errorf("taskmanager: %w", err)}
 	}
-	cfg.TLS = tls()
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, nil))
 	return ServeTaskManager(ctx, cfg)
 }

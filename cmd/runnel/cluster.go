@@ -10,7 +10,6 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -133,8 +132,7 @@ func daemonLogger(w io.Writer, verbose bool) *slog.Logger {
 }
 
 func newJobManagerCmd() *cobra.Command {
-	var cfg runnel.JobManagerConfig
-	var tls func() *runnel.TLSFiles
+	var config func() runnel.JobManagerConfig
 	var verbose bool
 	c := &cobra.Command{
 		Use:   "jobmanager [flags]",
@@ -143,10 +141,7 @@ func newJobManagerCmd() *cobra.Command {
 			"It prints \"JobManager listening on ADDR\" once it accepts TaskManagers and clients.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if cfg.HeartbeatTimeout < 2*cfg.HeartbeatInterval {
-				return usageError(fmt.Errorf("invalid --heartbeat-timeout %v: must be at least twice --heartbeat-interval %v", cfg.HeartbeatTimeout, cfg.HeartbeatInterval))
-			}
-			cfg.TLS = tls()
+			cfg := config()
 			cfg.Logger = daemonLogger(cmd.ErrOrStderr(), verbose)
 			listening := false
 			cfg.Listening = func(addr, rest string) {
@@ -166,21 +161,13 @@ func newJobManagerCmd() *cobra.Command {
 			return err
 		},
 	}
-	fl := c.Flags()
-	fl.StringVar(&cfg.Addr, "addr", runnel.DefaultJobManagerAddr, "where TaskManagers and clients reach the JobManager")
-	fl.StringVar(&cfg.RESTAddr, "rest-addr", runnel.DefaultRESTAddr, "where the JSON REST API and /metrics are served (\"\" none)")
-	fl.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", runnel.DefaultHeartbeatInterval, "how often the JobManager and TaskManagers send each other a heartbeat")
-	fl.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", runnel.DefaultHeartbeatTimeout, "silence after which either side declares the other lost")
-	fl.DurationVar(&cfg.SlotWaitTimeout, "slot-wait-timeout", 5*time.Minute, "how long a job waits for slots (a lost TaskManager's replacement) before it fails")
-	fl.IntVar(&cfg.BufferSize, "buffer-size", 0, "network buffer size every TaskManager must use (0: the default)")
-	fl.BoolVar(&verbose, "verbose", false, "DEBUG logs")
-	tls = runnel.AddTLSFlags(fl)
+	config = runnel.AddJobManagerFlags(c.Flags())
+	c.Flags().BoolVar(&verbose, "verbose", false, "DEBUG logs")
 	return c
 }
 
 func newTaskManagerCmd() *cobra.Command {
-	var cfg runnel.TaskManagerConfig
-	var tls func() *runnel.TLSFiles
+	var config func() (runnel.TaskManagerConfig, error)
 	var verbose bool
 	c := &cobra.Command{
 		Use:   "taskmanager --jobmanager HOST:PORT [flags]",
@@ -189,16 +176,16 @@ func newTaskManagerCmd() *cobra.Command {
 			"(with --jobmanager-wait, it exits with code 1 after that long without one). A JobManager of another build refuses it: exit code 2.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if cfg.Slots < 1 {
-				return usageError(fmt.Errorf("invalid --slots %d: must be at least 1", cfg.Slots))
+			cfg, err := config()
+			if err != nil {
+				return usageError(err)
 			}
-			cfg.TLS = tls()
 			cfg.Logger = daemonLogger(cmd.ErrOrStderr(), verbose)
 			ctx, stop := daemonContext(cmd.Context())
 			defer stop()
 			registered := false
 			cfg.Registered = func() { registered = true }
-			err := runnel.ServeTaskManager(ctx, cfg)
+			err = runnel.ServeTaskManager(ctx, cfg)
 			switch {
 			case err == nil:
 			case strings.Contains(err.Error(), "same build"):
@@ -209,17 +196,8 @@ func newTaskManagerCmd() *cobra.Command {
 			return err
 		},
 	}
-	fl := c.Flags()
-	fl.StringVar(&cfg.JobManager, "jobmanager", runnel.DefaultJobManagerAddr, "the JobManager's address")
-	fl.IntVar(&cfg.Slots, "slots", 1, "task slots")
-	fl.StringVar(&cfg.Name, "name", "", "name in reports and logs (default tm-PID)")
-	fl.StringVar(&cfg.DataAddr, "data-addr", "127.0.0.1:0", "where the data server listens for other TaskManagers")
-	fl.StringVar(&cfg.DataAdvertise, "data-advertise", "", "the address other TaskManagers reach the data server at (default: where it listens)")
-	fl.Int64Var(&cfg.NetworkMemoryBytes, "network-memory", 0, "bytes of network buffers (0: 128 MiB)")
-	fl.IntVar(&cfg.BufferSize, "buffer-size", 0, "network buffer size, the JobManager's (0: the default)")
-	fl.DurationVar(&cfg.JobManagerWait, "jobmanager-wait", 0, "exit after this long without a JobManager (0: keep trying)")
-	fl.BoolVar(&verbose, "verbose", false, "DEBUG logs")
-	tls = runnel.AddTLSFlags(fl)
+	config = runnel.AddTaskManagerFlags(c.Flags())
+	c.Flags().BoolVar(&verbose, "verbose", false, "DEBUG logs")
 	return c
 }
 
