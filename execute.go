@@ -195,6 +195,10 @@ type SubtaskResult struct {
 	State       string `json:"state"`
 	RecordsIn   uint64 `json:"records_in"`
 	RecordsOut  uint64 `json:"records_out"`
+	// Watermark is the subtask's current event-time watermark (epoch ms): its input watermark, or for a
+	// source what it emitted last; absent while it has none (a job without event time, or before the
+	// first). MaxWatermark once its input ended.
+	Watermark *int64 `json:"watermark,omitempty"`
 }
 
 // Vertex returns the vertex that contains the named operator, or nil.
@@ -592,8 +596,13 @@ func resultOf(name string, s jobcore.Snapshot) *JobResult {
 			vr.Inputs = append(vr.Inputs, InputResult{From: in.Source.Name, Pattern: in.Pattern.String()})
 		}
 		for _, st := range vs.Subtasks {
-			vr.Subtasks = append(vr.Subtasks, SubtaskResult{Index: st.Index, Attempt: st.Attempt, TaskManager: st.TaskManager,
-				State: st.State.String(), RecordsIn: st.RecordsIn, RecordsOut: st.RecordsOut})
+			sr := SubtaskResult{Index: st.Index, Attempt: st.Attempt, TaskManager: st.TaskManager,
+				State: st.State.String(), RecordsIn: st.RecordsIn, RecordsOut: st.RecordsOut}
+			if st.HasWatermark {
+				w := st.Watermark
+				sr.Watermark = &w
+			}
+			vr.Subtasks = append(vr.Subtasks, sr)
 		}
 		r.Vertices = append(r.Vertices, vr)
 	}

@@ -29,6 +29,7 @@ type jobCollector struct {
 	snapshot func() *JobResult
 
 	up, uptime, recordsIn, recordsOut, attempt, running *prometheus.Desc
+	watermark                                           *prometheus.Desc
 	ckCompleted, ckFailed, ckAborted, ckLastID          *prometheus.Desc
 	failovers, recordsLost, lastOutage, lastRecovery    *prometheus.Desc
 }
@@ -49,6 +50,7 @@ func newJobCollector(name string, snapshot func() *JobResult, labels prometheus.
 		recordsOut:   d("records_out_total", "Records the subtask's current attempt emitted (from 0 at each restart).", sub...),
 		attempt:      d("subtask_attempt", "The subtask's attempt number: how often it was restarted.", sub...),
 		running:      d("subtask_running", "1 while the subtask runs.", sub...),
+		watermark:    d("subtask_watermark_ms", "The subtask's event-time watermark, in ms since the epoch (absent without event time).", sub...),
 		ckCompleted:  d("checkpoints_completed_total", "Checkpoints completed."),
 		ckFailed:     d("checkpoints_failed_total", "Checkpoints that failed."),
 		ckAborted:    d("checkpoints_aborted_total", "Checkpoints aborted (by a failover or a stop)."),
@@ -85,6 +87,9 @@ func (c *jobCollector) Collect(ch chan<- prometheus.Metric) {
 				run = 1
 			}
 			gauge(c.running, run, v.Name, i)
+			if s.Watermark != nil {
+				gauge(c.watermark, float64(*s.Watermark), v.Name, i)
+			}
 		}
 	}
 	if ck := r.Checkpoints; ck != nil {

@@ -116,6 +116,10 @@ type Config struct {
 	// is the same on a listener the caller opened.
 	MetricsAddr     string
 	MetricsListener net.Listener
+	// WatermarkInterval is how often periodic watermarks are emitted (WithWatermarkInterval; default
+	// DefaultWatermarkInterval, 0: off).
+	WatermarkInterval    time.Duration
+	watermarkIntervalSet bool
 }
 
 // Defaults of an Environment.
@@ -202,6 +206,9 @@ func (c *Config) validate() error {
 	}
 	if c.NetworkMemoryBytes < int64(c.BufferSize) {
 		errs = append(errs, fmt.Errorf("WithNetworkMemory: %d bytes do not hold one buffer of %d bytes", c.NetworkMemoryBytes, c.BufferSize))
+	}
+	if c.WatermarkInterval < 0 || c.WatermarkInterval%time.Millisecond != 0 {
+		errs = append(errs, fmt.Errorf("WithWatermarkInterval: must be whole milliseconds, at least 0, got %s", c.WatermarkInterval))
 	}
 	if c.Progress != nil && c.ProgressInterval <= 0 {
 		errs = append(errs, fmt.Errorf("WithProgress: interval must be positive, got %s", c.ProgressInterval))

@@ -47,6 +47,17 @@ type input[T any] struct {
 type Stream[T any] struct {
 	env    *Environment
 	inputs []input[T]
+	// timed: the stream has event time (WithTimestamps upstream). Its operators then pass Timed[T] values
+	// and its edges carry timestamps and watermarks; a stream without carries T exactly as before event
+	// time existed (docs/eventtime.md §1).
+	timed bool
+}
+
+// newStreamOf is newStream with event time when timed.
+func newStreamOf[T any](env *Environment, n *graph.StreamNode, timed bool) *Stream[T] {
+	s := newStream[T](env, n)
+	s.timed = timed
+	return s
 }
 
 func newStream[T any](env *Environment, n *graph.StreamNode) *Stream[T] {
@@ -120,7 +131,7 @@ func (s *Stream[T]) WithCodec(c Codec[T]) *Stream[T] {
 }
 
 func (s *Stream[T]) repartition(p graph.Pattern) *Stream[T] {
-	out := &Stream[T]{env: s.env, inputs: make([]input[T], len(s.inputs))}
+	out := &Stream[T]{env: s.env, inputs: make([]input[T], len(s.inputs)), timed: s.timed}
 	for i, in := range s.inputs {
 		in.pattern, in.patternSet, in.hash = p, true, nil
 		out.inputs[i] = in
@@ -143,6 +154,10 @@ func (s *Stream[T]) Broadcast() *Stream[T] { return s.repartition(graph.Broadcas
 
 // connect makes the edges from the stream's inputs to node n.
 func connect[T any](s *Stream[T], n *graph.StreamNode) {
+	if s.timed {
+		connectTimed(s, n)
+		return
+	}
 	for _, in := range s.inputs {
 		spec := &operator.EdgeSpec[T]{Hash: in.hash}
 		e := &graph.StreamEdge{Source: in.node.ID, Target: n.ID, Pattern: in.pattern, PatternSet: in.patternSet, Payload: spec}
@@ -158,6 +173,26 @@ func connect[T any](s *Stream[T], n *graph.StreamNode) {
 	}
 }
 
+// connectTimed is connect for a stream with event time: its edges carry Timed[T] with the timed codec.
+func connectTimed[T any](s *Stream[T], n *graph.StreamNode) {
+	for _, in := range s.inputs {
+		spec := &operator.EdgeSpec[operator.Timed[T]]{Timed: true}
+		if hash := in.hash; hash != nil {
+			spec.Hash = func(v operator.Timed[T], scratch []byte) (uint64, []byte) { return hash(v.V, scratch) }
+		}
+		e := &graph.StreamEdge{Source: in.node.ID, Target: n.ID, Pattern: in.pattern, PatternSet: in.patternSet, Payload: spec}
+		h := in.codec
+		s.env.edges = append(s.env.edges, e)
+		s.env.resolvers = append(s.env.resolvers, edgeResolver{edge: e, resolve: func() error {
+			if err := h.resolve(); err != nil {
+				return err
+			}
+			spec.Codec = operator.TimedCodec(h.c)
+			return nil
+		}})
+	}
+}
+
 type edgeResolver struct {
 	edge    *graph.StreamEdge
 	resolve func() error
@@ -165,10 +200,19 @@ type edgeResolver struct {
 
 // Union merges streams of the same type; the next operator reads all of them.
 func Union[T any](first *Stream[T], more ...*Stream[T]) *Stream[T] {
-	out := &Stream[T]{env: first.env, inputs: append([]input[T](nil), first.inputs...)}
+	out := &Stream[T]{env: first.env, inputs: append([]input[T](nil), first.inputs...), timed: first.timed}
 	for _, s := range more {
 		if s.env != first.env {
 			first.env.addErr(fmt.Errorf("Union: streams belong to different environments (at %s)", origin()))
+			continue
+		}
+		if s.timed != first.timed {
+			timed, untimed := first, s
+			if s.timed {
+				timed, untimed = s, first
+			}
+			first.env.addErr(fmt.Errorf("Union: the stream of %q has event time and the stream of %q has none: give both a WatermarkStrategy (WithTimestamps) (at %s)",
+				timed.inputs[0].node.Name, untimed.inputs[0].node.Name, origin()))
 			continue
 		}
 		out.inputs = append(out.inputs, s.inputs...)
@@ -194,9 +238,13 @@ func Map[In, Out any](s *Stream[In], fn func(In) (Out, error)) *Stream[Out] {
 	if fn == nil {
 		nilFunc(s.env, "Map")
 	}
-	n := s.env.addNode(graph.OperatorNode, "map", &operator.MapSpec[In, Out]{Fn: fn})
+	var spec any = &operator.MapSpec[In, Out]{Fn: fn}
+	if s.timed {
+		spec = &operator.MapSpec[operator.Timed[In], operator.Timed[Out]]{Fn: operator.StampMap(fn)}
+	}
+	n := s.env.addNode(graph.OperatorNode, "map", spec)
 	connect(s, n)
-	return newStream[Out](s.env, n)
+	return newStreamOf[Out](s.env, n, s.timed)
 }
 
 // Filter keeps the records for which fn returns true.
@@ -204,9 +252,13 @@ func (s *Stream[T]) Filter(fn func(T) (bool, error)) *Stream[T] {
 	if fn == nil {
 		nilFunc(s.env, "Filter")
 	}
-	n := s.env.addNode(graph.OperatorNode, "filter", &operator.FilterSpec[T]{Fn: fn})
+	var spec any = &operator.FilterSpec[T]{Fn: fn}
+	if s.timed {
+		spec = &operator.FilterSpec[operator.Timed[T]]{Fn: operator.StampFilter(fn)}
+	}
+	n := s.env.addNode(graph.OperatorNode, "filter", spec)
 	connect(s, n)
-	return newStream[T](s.env, n)
+	return newStreamOf[T](s.env, n, s.timed)
 }
 
 // FlatMap calls fn for every record; fn emits any number of records to out.
@@ -214,9 +266,13 @@ func FlatMap[In, Out any](s *Stream[In], fn func(In, Collector[Out]) error) *Str
 	if fn == nil {
 		nilFunc(s.env, "FlatMap")
 	}
-	n := s.env.addNode(graph.OperatorNode, "flatmap", &operator.FlatMapSpec[In, Out]{Fn: fn})
+	var spec any = &operator.FlatMapSpec[In, Out]{Fn: fn}
+	if s.timed {
+		spec = &operator.TimedFlatMapSpec[In, Out]{Fn: fn}
+	}
+	n := s.env.addNode(graph.OperatorNode, "flatmap", spec)
 	connect(s, n)
-	return newStream[Out](s.env, n)
+	return newStreamOf[Out](s.env, n, s.timed)
 }
 
 // SinkOperator is the handle of a sink, for naming it and setting its parallelism.
@@ -243,7 +299,11 @@ func (s *Stream[T]) SinkTo(sink Sink[T]) *SinkOperator {
 	if sink == nil {
 		s.env.addErr(fmt.Errorf("SinkTo: nil sink (at %s)", origin()))
 	}
-	n := s.env.addNode(graph.SinkNode, "sink", &operator.SinkSpec[T]{Sink: sink})
+	var spec any = &operator.SinkSpec[T]{Sink: sink}
+	if s.timed {
+		spec = &operator.TimedSinkSpec[T]{Sink: sink}
+	}
+	n := s.env.addNode(graph.SinkNode, "sink", spec)
 	connect(s, n)
 	return &SinkOperator{env: s.env, node: n}
 }
@@ -284,9 +344,19 @@ func Reduce[K comparable, T any](ks *KeyedStream[K, T], fn func(acc, v T) (T, er
 	if fn == nil {
 		nilFunc(ks.s.env, "Reduce")
 	}
-	n := ks.s.env.addNode(graph.OperatorNode, "reduce", &operator.ReduceSpec[K, T]{Key: ks.key, KeyCodec: ks.kc, Fn: fn})
+	var spec any = &operator.ReduceSpec[K, T]{Key: ks.key, KeyCodec: ks.kc, Fn: fn}
+	if ks.s.timed {
+		c, err := codec.For[T]()
+		if err != nil {
+			ks.s.env.addErr(fmt.Errorf("Reduce: the running result is keyed state and needs a codec: %w (at %s)", err, origin()))
+		}
+		key := ks.key
+		spec = &operator.ReduceSpec[K, operator.Timed[T]]{Key: func(v operator.Timed[T]) K { return key(v.V) }, KeyCodec: ks.kc,
+			Codec: operator.TimedCodec(c), Fn: operator.StampReduce(fn)}
+	}
+	n := ks.s.env.addNode(graph.OperatorNode, "reduce", spec)
 	connect(ks.s, n)
-	return newStream[T](ks.s.env, n)
+	return newStreamOf[T](ks.s.env, n, ks.s.timed)
 }
 
 // Process runs a keyed process function; newFn makes one instance per parallel subtask.
@@ -294,9 +364,13 @@ func Process[K comparable, In, Out any](ks *KeyedStream[K, In], newFn func() Key
 	if newFn == nil {
 		nilFunc(ks.s.env, "Process")
 	}
-	n := ks.s.env.addNode(graph.OperatorNode, "process", &operator.KeyedProcessSpec[K, In, Out]{Key: ks.key, KeyCodec: ks.kc, New: newFn})
+	var spec any = &operator.KeyedProcessSpec[K, In, Out]{Key: ks.key, KeyCodec: ks.kc, New: newFn}
+	if ks.s.timed {
+		spec = &operator.TimedKeyedProcessSpec[K, In, Out]{Key: ks.key, KeyCodec: ks.kc, New: newFn}
+	}
+	n := ks.s.env.addNode(graph.OperatorNode, "process", spec)
 	connect(ks.s, n)
-	return newStream[Out](ks.s.env, n)
+	return newStreamOf[Out](ks.s.env, n, ks.s.timed)
 }
 
 // KeyedProcessBase gives a KeyedProcessFunction no-op Open, EndInput and Close; embed it.

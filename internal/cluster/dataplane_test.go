@@ -48,6 +48,7 @@ func sourceToSink(t *testing.T, name string, pattern graph.Pattern, opts graph.J
 // sequenceSource emits 8-byte sequence numbers from 0, total of them, or without end if total is 0. If gate
 // is set, it stops at gateAt until gate is closed.
 type sequenceSource struct {
+	task.NoEventTime
 	rt     *task.Runtime
 	total  uint64
 	gate   <-chan struct{}
@@ -87,6 +88,7 @@ func (c *sequenceSource) SourceAvailable() <-chan struct{} { return c.gate }
 
 // checkingSink checks that every attempt receives 0, 1, 2, ... and reports its progress.
 type checkingSink struct {
+	task.NoEventTime
 	rt       *task.Runtime
 	next     uint64
 	progress func(attempt int32, received uint64, err error)

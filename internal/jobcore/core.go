@@ -62,6 +62,9 @@ type execution struct {
 	attempt ident.Attempt
 	state   task.State
 	in, out uint64
+	// watermark is the attempt's last reported watermark; hasWatermark says there is one.
+	watermark    int64
+	hasWatermark bool
 	// slot is the subtask's logical slot; tm the TaskManager the attempt was deployed to (0: not deployed).
 	slot int
 	tm   TaskManagerID

@@ -102,6 +102,8 @@ type TaskUpdate struct {
 	State                 task.State
 	Failure               *Failure
 	RecordsIn, RecordsOut uint64
+	// Watermark is the attempt's last watermark (epoch ms; math.MinInt64: none), with a terminal State.
+	Watermark int64
 }
 
 // Observation is a fact a running attempt reports (task.Observation), At being the time it happened as a
@@ -119,6 +121,8 @@ type Observation struct {
 type AttemptCounters struct {
 	Attempt ident.Attempt
 	In, Out uint64
+	// Watermark is the attempt's current watermark (epoch ms; math.MinInt64: none).
+	Watermark int64
 }
 
 // Counters carries the record counters of the attempts running on one TaskManager.

@@ -2,6 +2,7 @@ package jobcore
 
 import (
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/runnel-dev/runnel/internal/graph"
@@ -24,6 +25,7 @@ func (c *Core) onTaskUpdate(u TaskUpdate) {
 	if u.State.Terminal() {
 		// The final counts come with the update: the TaskManager forgets an attempt once it ended.
 		ex.in, ex.out = u.RecordsIn, u.RecordsOut
+		ex.setWatermark(u.Watermark)
 	}
 	switch u.State {
 	case task.Running:
@@ -103,7 +105,15 @@ func (c *Core) onCounters(e Counters) {
 	for _, n := range e.Counts {
 		if ex := c.current(n.Attempt); ex != nil && !ex.state.Terminal() {
 			ex.in, ex.out = n.In, n.Out
+			ex.setWatermark(n.Watermark)
 		}
+	}
+}
+
+// setWatermark records a reported watermark; math.MinInt64 (none) leaves what was known.
+func (ex *execution) setWatermark(w int64) {
+	if w != math.MinInt64 {
+		ex.watermark, ex.hasWatermark = w, true
 	}
 }
 

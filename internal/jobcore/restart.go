@@ -193,6 +193,7 @@ func (c *Core) maybeRestart() {
 		ex.attempt.Number++
 		ex.state = task.Created
 		ex.in, ex.out = 0, 0
+		ex.watermark, ex.hasWatermark = 0, false
 		ex.tm = 0
 		ex.createdBy = p.firstRestarting(s)
 		ex.restore = &restoreChoice{cp: restore}

@@ -39,6 +39,9 @@ type SubtaskStatus struct {
 	State       task.State
 	RecordsIn   uint64
 	RecordsOut  uint64
+	// Watermark is the subtask's last reported watermark (epoch ms), when HasWatermark.
+	Watermark    int64
+	HasWatermark bool
 }
 
 // VertexStatus describes one vertex in a snapshot.

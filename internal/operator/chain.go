@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 
 	"github.com/runnel-dev/runnel/internal/graph"
@@ -23,6 +24,10 @@ type chain struct {
 	ops     []Built    // head first
 	readers []Reader
 	source  SourceDriver
+	// inputTimed says, per network input, whether it carries a stream with event time.
+	inputTimed []bool
+	// clocked lists the operators with processing-time work (NextDeadline set), head first.
+	clocked []int
 }
 
 func buildChain(v *graph.JobVertex, rt *task.Runtime, injections []*Injection) (*chain, error) {
@@ -60,6 +65,7 @@ func buildChain(v *graph.JobVertex, rt *task.Runtime, injections []*Injection) (
 					return nil, fmt.Errorf("chained operator %q takes no input", v.Nodes[index[e.Target]].Name)
 				}
 				downstream = append(downstream, in)
+				ctx.wmOut = append(ctx.wmOut, chained{c: c, i: index[e.Target]})
 			}
 		}
 		for j, je := range v.Outputs {
@@ -75,6 +81,9 @@ func buildChain(v *graph.JobVertex, rt *task.Runtime, injections []*Injection) (
 				return nil, err
 			}
 			downstream = append(downstream, w)
+			if t, ok := w.(watermarkTarget); ok {
+				ctx.wmOut = append(ctx.wmOut, t)
+			}
 		}
 		var b Built
 		err := ctx.guard(func() (err error) { b, err = spec.Build(ctx, downstream); return err })
@@ -82,6 +91,11 @@ func buildChain(v *graph.JobVertex, rt *task.Runtime, injections []*Injection) (
 			return nil, err
 		}
 		c.ops[i] = b
+	}
+	for i, b := range c.ops {
+		if b.NextDeadline != nil {
+			c.clocked = append(c.clocked, i)
+		}
 	}
 	if v.IsSource() {
 		c.source = c.ops[0].Source
@@ -99,8 +113,94 @@ func buildChain(v *graph.JobVertex, rt *task.Runtime, injections []*Injection) (
 			return nil, fmt.Errorf("input %d of %q: %w", je.InputIndex, v.Name, err)
 		}
 		c.readers = append(c.readers, r)
+		c.inputTimed = append(c.inputTimed, edge.IsTimed())
 	}
 	return c, nil
+}
+
+// watermarkTarget is where an operator's watermarks and watermark statuses go: a chained successor, or the
+// writer of a network output (which broadcasts them to every consumer subtask).
+type watermarkTarget interface {
+	emitWatermark(ms int64) error
+	emitWatermarkStatus(idle bool) error
+}
+
+// chained is the watermark target of chained operator i.
+type chained struct {
+	c *chain
+	i int
+}
+
+func (t chained) emitWatermark(ms int64) error        { return t.c.watermarkAt(t.i, ms) }
+func (t chained) emitWatermarkStatus(idle bool) error { return t.c.watermarkStatusAt(t.i, idle) }
+
+// watermarkAt hands watermark ms to operator i: to its hook, which forwards it when it is done with it, or
+// straight on when it has none.
+func (c *chain) watermarkAt(i int, ms int64) error {
+	ctx := c.ctxs[i]
+	f := c.ops[i].Watermark
+	if f == nil {
+		return ctx.EmitWatermark(ms)
+	}
+	prev := ctx.enter()
+	err := f(ms)
+	ctx.leave(prev)
+	if err != nil {
+		return fmt.Errorf("operator %q: watermark %d: %w", c.names[i], ms, err)
+	}
+	return nil
+}
+
+// watermarkStatusAt hands a watermark status to operator i, as watermarkAt does a watermark.
+func (c *chain) watermarkStatusAt(i int, idle bool) error {
+	ctx := c.ctxs[i]
+	f := c.ops[i].WatermarkStatus
+	if f == nil {
+		return ctx.EmitWatermarkStatus(idle)
+	}
+	prev := ctx.enter()
+	err := f(idle)
+	ctx.leave(prev)
+	if err != nil {
+		return fmt.Errorf("operator %q: watermark status: %w", c.names[i], err)
+	}
+	return nil
+}
+
+// InputTimed implements task.Chain.
+func (c *chain) InputTimed(input int) bool { return c.inputTimed[input] }
+
+// ProcessWatermark implements task.Chain.
+func (c *chain) ProcessWatermark(ms int64) error { return c.watermarkAt(0, ms) }
+
+// ProcessWatermarkStatus implements task.Chain.
+func (c *chain) ProcessWatermarkStatus(idle bool) error { return c.watermarkStatusAt(0, idle) }
+
+// NextDeadline implements task.Chain: the earliest deadline of the chain's operators.
+func (c *chain) NextDeadline() int64 {
+	d := int64(math.MaxInt64)
+	for _, i := range c.clocked {
+		d = min(d, c.ops[i].NextDeadline())
+	}
+	return d
+}
+
+// OnProcessingTime implements task.Chain: each operator whose deadline has come does its work, head first.
+func (c *chain) OnProcessingTime(nowMillis int64) error {
+	for _, i := range c.clocked {
+		op := c.ops[i]
+		if op.NextDeadline() > nowMillis {
+			continue
+		}
+		ctx := c.ctxs[i]
+		prev := ctx.enter()
+		err := op.OnProcessingTime(nowMillis)
+		ctx.leave(prev)
+		if err != nil {
+			return fmt.Errorf("operator %q: processing time %d: %w", c.names[i], nowMillis, err)
+		}
+	}
+	return nil
 }
 
 // Open implements task.Chain: tail first, so that an operator's downstream is ready when it emits.

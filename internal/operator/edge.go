@@ -17,6 +17,9 @@ type Edge interface {
 	NewWriter(ctx *Context, p *network.ResultPartition, e *graph.JobEdge, producer int) (any, error)
 	// NewReader makes a reader that decodes records and hands them to target, a Collector[T].
 	NewReader(target any) (Reader, error)
+	// IsTimed reports whether the edge carries a stream with event time: its records are Timed values and
+	// its channels carry watermarks.
+	IsTimed() bool
 }
 
 // EdgeSpec carries the type-specific parts of an edge: the codec, and for hash edges the key hash.
@@ -25,7 +28,12 @@ type EdgeSpec[T any] struct {
 	// Hash returns the hash of the record's key; scratch is reusable space for encoding the key, returned
 	// (possibly grown) for the next call. Required for hash edges.
 	Hash func(v T, scratch []byte) (uint64, []byte)
+	// Timed marks the edge of a stream with event time (T is then a Timed value).
+	Timed bool
 }
+
+// IsTimed implements Edge.
+func (s *EdgeSpec[T]) IsTimed() bool { return s.Timed }
 
 // NewWriter implements Edge.
 func (s *EdgeSpec[T]) NewWriter(ctx *Context, p *network.ResultPartition, e *graph.JobEdge, producer int) (any, error) {
@@ -37,7 +45,7 @@ func (s *EdgeSpec[T]) NewWriter(ctx *Context, p *network.ResultPartition, e *gra
 		flushEach: ctx.runtime().FlushEveryRecord, c: ctx.counters(),
 		maxP: e.Target.MaxParallelism, downP: e.Target.Parallelism, hash: s.Hash,
 	}
-	if codec.IsMemoryCopy(s.Codec) {
+	if isFlat(s.Codec) {
 		w.flat = int(unsafe.Sizeof(*new(T)))
 	}
 	w.rr = producer % w.n
@@ -81,7 +89,7 @@ func (s *EdgeSpec[T]) NewReader(target any) (Reader, error) {
 		return nil, fmt.Errorf("edge reader: target %T does not accept %T", target, *new(T))
 	}
 	r := &reader[T]{codec: s.Codec, target: asBatch(t), batch: make([]T, maxBatch)}
-	if codec.IsMemoryCopy(s.Codec) {
+	if isFlat(s.Codec) {
 		r.flat = int(unsafe.Sizeof(*new(T)))
 	}
 	return r, nil
@@ -174,6 +182,14 @@ func (w *writer[T]) encode(v T) []byte {
 	w.scratch = buf
 	w.maxLen = max(w.maxLen, len(buf))
 	return buf
+}
+
+// emitWatermark sends an advanced watermark to every consumer subtask, whatever the edge's pattern.
+func (w *writer[T]) emitWatermark(ms int64) error { return w.part.BroadcastWatermark(ms) }
+
+// emitWatermarkStatus tells every consumer subtask that this producer went idle or is active again.
+func (w *writer[T]) emitWatermarkStatus(idle bool) error {
+	return w.part.BroadcastWatermarkStatus(idle)
 }
 
 func (w *writer[T]) emitEncoded(ch int, buf []byte) {

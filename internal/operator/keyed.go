@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 
 	"github.com/runnel-dev/runnel/codec"
 
@@ -26,7 +27,14 @@ type KeyedProcessFunction[K comparable, In, Out any] interface {
 type keyedContext[K comparable] struct {
 	*Context
 	b state.KeyedBackend[K]
+	// ts is the timestamp of the record being processed, when the stream has event time (timed).
+	ts    int64
+	timed bool
 }
+
+// Timestamp returns the timestamp of the record being processed and true, or false on a stream without
+// event time.
+func (k *keyedContext[K]) Timestamp() (int64, bool) { return k.ts, k.timed }
 
 func (k *keyedContext[K]) CurrentKey() K { return k.b.CurrentKey() }
 
@@ -45,29 +53,69 @@ func (s *KeyedProcessSpec[K, In, Out]) Build(ctx *Context, downstream []any) (Bu
 	if err != nil {
 		return Built{}, err
 	}
-	b, err := newKeyedBackend(ctx, s.KeyCodec)
+	kc, fn, built, err := buildKeyedProcess(ctx, s.KeyCodec, s.New, false)
 	if err != nil {
 		return Built{}, err
 	}
-	kc := &keyedContext[K]{Context: ctx, b: b}
-	fn := s.New()
-	if fn == nil {
-		b.Close()
-		return Built{}, fmt.Errorf("operator %q: process function factory returned nil", ctx.operator)
-	}
 	batch := &batcher[Out]{next: out}
 	op := &keyedProcessOp[K, In, Out]{key: s.Key, fn: fn, out: batch, batch: batch, kc: kc}
-	built := keyedBuilt(b)
 	built.Input = wrapIn[In](ctx, op)
+	built.EndInput = func() error { return fn.EndInput(kc, out) }
+	return built, nil
+}
+
+// TimedKeyedProcessSpec is KeyedProcessSpec on a stream with event time: ctx.Timestamp() is the record's,
+// and what the function emits takes it.
+type TimedKeyedProcessSpec[K comparable, In, Out any] struct {
+	Key      func(In) K
+	KeyCodec codec.Codec[K]
+	New      func() KeyedProcessFunction[K, In, Out]
+}
+
+func (s *TimedKeyedProcessSpec[K, In, Out]) Build(ctx *Context, downstream []any) (Built, error) {
+	out, err := combine[Timed[Out]](ctx, downstream)
+	if err != nil {
+		return Built{}, err
+	}
+	kc, fn, built, err := buildKeyedProcess(ctx, s.KeyCodec, s.New, true)
+	if err != nil {
+		return Built{}, err
+	}
+	batch := &batcher[Timed[Out]]{next: out}
+	// What EndInput emits takes the timestamp of the last record: there is no record being processed.
+	st := &stamper[Out]{next: batch, ts: math.MinInt64}
+	op := &timedKeyedProcessOp[K, In, Out]{key: s.Key, fn: fn, out: st, batch: batch, kc: kc}
+	built.Input = wrapIn[Timed[In]](ctx, op)
+	built.EndInput = func() error {
+		err := fn.EndInput(kc, st)
+		batch.flush()
+		return err
+	}
+	return built, nil
+}
+
+// buildKeyedProcess makes the keyed backend, the context and the function of a keyed process operator,
+// and the operator's hooks but its input and EndInput.
+func buildKeyedProcess[K comparable, In, Out any](ctx *Context, keyCodec codec.Codec[K], newFn func() KeyedProcessFunction[K, In, Out], timed bool) (*keyedContext[K], KeyedProcessFunction[K, In, Out], Built, error) {
+	b, err := newKeyedBackend(ctx, keyCodec)
+	if err != nil {
+		return nil, nil, Built{}, err
+	}
+	kc := &keyedContext[K]{Context: ctx, b: b, timed: timed}
+	fn := newFn()
+	if fn == nil {
+		b.Close()
+		return nil, nil, Built{}, fmt.Errorf("operator %q: process function factory returned nil", ctx.operator)
+	}
+	built := keyedBuilt(b)
 	built.Open = func() error {
 		// Keyed state is declared in Open only: a constructor called later, per record, fails with a
 		// message that says so instead of "declared twice" at the second record.
 		defer b.SealDeclarations()
 		return fn.Open(kc)
 	}
-	built.EndInput = func() error { return fn.EndInput(kc, out) }
 	built.Close = func() error { return errors.Join(fn.Close(), b.Close()) }
-	return built, nil
+	return kc, fn, built, nil
 }
 
 // newKeyedBackend makes the keyed state backend the job asked for, owning this subtask's key groups.
@@ -148,6 +196,38 @@ func (o *keyedProcessOp[K, In, Out]) collectBatch(vs []In) {
 func (o *keyedProcessOp[K, In, Out]) process(v In) {
 	o.kc.b.SetCurrentKey(o.key(v))
 	if err := o.fn.ProcessElement(o.kc, v, o.out); err != nil {
+		o.kc.fail(err)
+	}
+}
+
+type timedKeyedProcessOp[K comparable, In, Out any] struct {
+	key   func(In) K
+	fn    KeyedProcessFunction[K, In, Out]
+	out   *stamper[Out]
+	batch *batcher[Timed[Out]]
+	kc    *keyedContext[K]
+}
+
+func (o *timedKeyedProcessOp[K, In, Out]) Collect(v Timed[In]) {
+	prev := o.kc.enter()
+	o.process(v)
+	o.batch.flush()
+	o.kc.leave(prev)
+}
+
+func (o *timedKeyedProcessOp[K, In, Out]) CollectBatch(vs []Timed[In]) {
+	prev := o.kc.enter()
+	for _, v := range vs {
+		o.process(v)
+	}
+	o.batch.flush()
+	o.kc.leave(prev)
+}
+
+func (o *timedKeyedProcessOp[K, In, Out]) process(v Timed[In]) {
+	o.kc.b.SetCurrentKey(o.key(v.V))
+	o.kc.ts, o.out.ts = v.Ts, v.Ts
+	if err := o.fn.ProcessElement(o.kc, v.V, o.out); err != nil {
 		o.kc.fail(err)
 	}
 }

@@ -36,6 +36,16 @@ type Built struct {
 	RestoreParts func(parts [][]byte) error
 	// CheckpointComplete hears that a checkpoint completed; nil when the operator does not care.
 	CheckpointComplete func(id int64) error
+	// Watermark handles the operator's input watermark, which follows every record before it; it must pass
+	// a watermark on (Context.EmitWatermark) once what it completes was emitted. nil: forward it unchanged.
+	// WatermarkStatus likewise for an input that went idle or is active again.
+	Watermark       func(ms int64) error
+	WatermarkStatus func(idle bool) error
+	// NextDeadline returns the earliest processing time (epoch ms) at which the operator has work
+	// (math.MaxInt64: none); the task then calls OnProcessingTime with the time, between records. Both nil
+	// for an operator without processing-time work.
+	NextDeadline     func() int64
+	OnProcessingTime func(nowMillis int64) error
 }
 
 // SourceDriver is the non-generic face of a source reader.
@@ -53,7 +63,31 @@ type Context struct {
 	backend  state.Backend
 	logger   *slog.Logger
 	injs     []*Injection // the failure injections of this operator and subtask, in the order given
+	wmOut    []watermarkTarget
 }
+
+// EmitWatermark passes watermark ms on to the operator's successors: chained operators and network outputs.
+func (c *Context) EmitWatermark(ms int64) error {
+	for _, t := range c.wmOut {
+		if err := t.emitWatermark(ms); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// EmitWatermarkStatus passes a watermark status on to the operator's successors.
+func (c *Context) EmitWatermarkStatus(idle bool) error {
+	for _, t := range c.wmOut {
+		if err := t.emitWatermarkStatus(idle); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CurrentProcessingTime is the task's clock, in epoch milliseconds.
+func (c *Context) CurrentProcessingTime() int64 { return c.rt.Clock.Now().UnixMilli() }
 
 // NewContext makes the context of operator name within the subtask described by rt.
 func NewContext(rt *task.Runtime, name string) *Context {
@@ -340,12 +374,17 @@ func (s *SourceSpec[T]) Build(ctx *Context, downstream []any) (Built, error) {
 	if err != nil {
 		return Built{}, err
 	}
-	d := &sourceDriver[T]{ctx: ctx, spec: s}
-	d.out = &batcher[T]{next: &countingCollector[T]{next: asBatch(wrapIn[T](ctx, out)), c: ctx.counters()}}
+	b := &batcher[T]{next: &countingCollector[T]{next: asBatch(wrapIn[T](ctx, out)), c: ctx.counters()}}
+	d := &sourceDriver[T]{ctx: ctx, out: b, after: func(InputStatus) { b.flush() }}
+	return sourceBuilt(ctx, s.Source, d), nil
+}
+
+// sourceBuilt returns the operator of source src driven by d: the reader's lifecycle and checkpoint hooks.
+func sourceBuilt[T any](ctx *Context, src Source[T], d *sourceDriver[T]) Built {
 	return Built{
 		Source: d,
 		Open: func() error {
-			r, err := s.Source.CreateReader(ctx)
+			r, err := src.CreateReader(ctx)
 			if err != nil {
 				return fmt.Errorf("source %q: create reader: %w", ctx.operator, err)
 			}
@@ -380,14 +419,15 @@ func (s *SourceSpec[T]) Build(ctx *Context, downstream []any) (Built, error) {
 			return nil
 		},
 		CheckpointComplete: notifyComplete(ctx, "source", func() any { return d.reader }),
-	}, nil
+	}
 }
 
 type sourceDriver[T any] struct {
 	ctx    *Context
-	spec   *SourceSpec[T]
 	reader SourceReader[T]
-	out    *batcher[T]
+	// out is what the reader emits to; after hands on what it gathered once a poll returned.
+	out   Collector[T]
+	after func(InputStatus)
 }
 
 func (d *sourceDriver[T]) Poll() (InputStatus, error) {
@@ -400,10 +440,11 @@ func (d *sourceDriver[T]) Poll() (InputStatus, error) {
 // poll is Poll between enter and leave.
 func (d *sourceDriver[T]) poll() (InputStatus, error) {
 	st, err := d.reader.PollNext(d.out)
-	d.out.flush()
 	if err != nil {
+		d.after(NothingAvailable)
 		return st, fmt.Errorf("source %q: %w", d.ctx.operator, err)
 	}
+	d.after(st)
 	return st, nil
 }
 
@@ -445,15 +486,39 @@ func (s *SinkSpec[T]) Build(ctx *Context, downstream []any) (Built, error) {
 		return Built{}, fmt.Errorf("sink %q has %d downstream operators", ctx.operator, len(downstream))
 	}
 	op := &sinkOp[T]{ctx: ctx, c: ctx.counters()}
+	return sinkBuilt(ctx, s.Sink, op, wrapIn[T](ctx, op)), nil
+}
+
+// TimedSinkSpec runs a Sink on a stream with event time: the writer gets the values, and their timestamps
+// too if it is a TimestampedWriter.
+type TimedSinkSpec[T any] struct{ Sink Sink[T] }
+
+func (s *TimedSinkSpec[T]) Build(ctx *Context, downstream []any) (Built, error) {
+	if len(downstream) != 0 {
+		return Built{}, fmt.Errorf("sink %q has %d downstream operators", ctx.operator, len(downstream))
+	}
+	op := &timedSinkOp[T]{sinkOp: sinkOp[T]{ctx: ctx, c: ctx.counters()}}
+	return sinkBuilt(ctx, s.Sink, &op.sinkOp, wrapIn[Timed[T]](ctx, op)), nil
+}
+
+// TimestampedWriter is a SinkWriter that wants the timestamps of a stream with event time.
+type TimestampedWriter[T any] interface {
+	WriteTimed(v T, ts int64) error
+}
+
+// sinkBuilt returns the operator of sink s whose records reach op through input (op itself, or a timed
+// adapter in front of it).
+func sinkBuilt[T any](ctx *Context, s Sink[T], op *sinkOp[T], input any) Built {
 	return Built{
-		Input: wrapIn[T](ctx, op),
+		Input: input,
 		Open: func() error {
-			w, err := s.Sink.CreateWriter(ctx)
+			w, err := s.CreateWriter(ctx)
 			if err != nil {
 				return fmt.Errorf("sink %q: create writer: %w", ctx.operator, err)
 			}
 			op.w = w
 			op.bw, _ = w.(BatchWriter[T])
+			op.tw, _ = w.(TimestampedWriter[T])
 			return nil
 		},
 		EndInput: func() error {
@@ -490,13 +555,48 @@ func (s *SinkSpec[T]) Build(ctx *Context, downstream []any) (Built, error) {
 			return nil
 		},
 		CheckpointComplete: notifyComplete(ctx, "sink", func() any { return op.w }),
-	}, nil
+	}
+}
+
+// timedSinkOp takes the records of a stream with event time to a sink's writer.
+type timedSinkOp[T any] struct {
+	sinkOp[T]
+	vals []T
+}
+
+func (o *timedSinkOp[T]) Collect(v Timed[T]) {
+	prev := o.ctx.enter()
+	if o.tw != nil {
+		o.c.Out++
+		if err := o.tw.WriteTimed(v.V, v.Ts); err != nil {
+			o.ctx.fail(err)
+		}
+	} else {
+		o.collect(v.V)
+	}
+	o.ctx.leave(prev)
+}
+
+func (o *timedSinkOp[T]) CollectBatch(vs []Timed[T]) {
+	if o.tw != nil {
+		for _, v := range vs {
+			o.Collect(v)
+		}
+		return
+	}
+	vals := o.vals[:0]
+	for _, v := range vs {
+		vals = append(vals, v.V)
+	}
+	o.vals = vals
+	o.sinkOp.CollectBatch(vals)
 }
 
 type sinkOp[T any] struct {
 	ctx *Context
 	w   SinkWriter[T]
 	bw  BatchWriter[T] // w, when it takes batches
+	tw  TimestampedWriter[T]
 	c   *task.Counters
 }
 

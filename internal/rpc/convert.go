@@ -156,7 +156,7 @@ func encodeFromTaskManager(env protocol.Envelope) (*pb.FromTaskManager, error) {
 		if err := checkState(b.State); err != nil {
 			return nil, fmt.Errorf("TaskUpdate of %s: %w", b.Attempt, err)
 		}
-		u := &pb.TaskUpdate{Attempt: encodeAttempt(b.Attempt), State: pb.TaskState(b.State), RecordsIn: b.RecordsIn, RecordsOut: b.RecordsOut}
+		u := &pb.TaskUpdate{Attempt: encodeAttempt(b.Attempt), State: pb.TaskState(b.State), RecordsIn: b.RecordsIn, RecordsOut: b.RecordsOut, Watermark: b.Watermark}
 		if f := b.Failure; f != nil {
 			if f.Kind != jobcore.FailureTask && f.Kind != jobcore.FailureDeploy {
 				return nil, fmt.Errorf("TaskUpdate of %s: unknown failure kind %d", b.Attempt, f.Kind)
@@ -180,7 +180,7 @@ func encodeFromTaskManager(env protocol.Envelope) (*pb.FromTaskManager, error) {
 	case jobcore.Counters:
 		c := &pb.Counters{}
 		for _, a := range b.Counts {
-			c.Counts = append(c.Counts, &pb.AttemptCounters{Attempt: encodeAttempt(a.Attempt), In: a.In, Out: a.Out})
+			c.Counts = append(c.Counts, &pb.AttemptCounters{Attempt: encodeAttempt(a.Attempt), In: a.In, Out: a.Out, Watermark: a.Watermark})
 		}
 		m.Body = &pb.FromTaskManager_Counters{Counters: c}
 	case jobcore.SubpartitionsSampled:
@@ -224,7 +224,7 @@ func decodeFromTaskManager(m *pb.FromTaskManager) (env protocol.Envelope, bye *p
 		if err := checkState(st); err != nil {
 			return env, nil, fmt.Errorf("TaskUpdate: %w", err)
 		}
-		tu := jobcore.TaskUpdate{Attempt: decodeAttempt(u.GetAttempt()), State: st, RecordsIn: u.GetRecordsIn(), RecordsOut: u.GetRecordsOut()}
+		tu := jobcore.TaskUpdate{Attempt: decodeAttempt(u.GetAttempt()), State: st, RecordsIn: u.GetRecordsIn(), RecordsOut: u.GetRecordsOut(), Watermark: u.GetWatermark()}
 		if f := u.GetFailure(); f != nil {
 			kind := jobcore.FailureKind(f.GetKind())
 			if f.GetKind() != pb.FailureKind_FAILURE_KIND_TASK && f.GetKind() != pb.FailureKind_FAILURE_KIND_DEPLOY {
@@ -251,7 +251,7 @@ func decodeFromTaskManager(m *pb.FromTaskManager) (env protocol.Envelope, bye *p
 	case *pb.FromTaskManager_Counters:
 		var c jobcore.Counters
 		for _, a := range b.Counters.GetCounts() {
-			c.Counts = append(c.Counts, jobcore.AttemptCounters{Attempt: decodeAttempt(a.GetAttempt()), In: a.GetIn(), Out: a.GetOut()})
+			c.Counts = append(c.Counts, jobcore.AttemptCounters{Attempt: decodeAttempt(a.GetAttempt()), In: a.GetIn(), Out: a.GetOut(), Watermark: a.GetWatermark()})
 		}
 		env.Body = c
 	case *pb.FromTaskManager_SubpartitionsSampled:

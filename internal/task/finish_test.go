@@ -24,6 +24,7 @@ import (
 // uvarint of its number) when the test releases it and then ends; with inputs it counts the records it
 // gets. It logs what the task asks of it.
 type finishChain struct {
+	NoEventTime
 	rt      *Runtime
 	source  bool
 	records int

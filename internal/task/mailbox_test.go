@@ -110,6 +110,7 @@ func TestMailboxCoalesces(t *testing.T) {
 // blockedSource is a source chain that blocks in its first poll until released, so that mail piles up
 // while the task is busy (a task stuck in a slow record), then ends. It records what the task hands it.
 type blockedSource struct {
+	NoEventTime
 	polling, release chan struct{}
 	once             sync.Once
 

@@ -19,10 +19,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 
 	"github.com/runnel-dev/runnel/internal/barrier"
 	"github.com/runnel-dev/runnel/internal/ident"
@@ -96,6 +99,19 @@ type Chain interface {
 	RestoreRescaled(parts map[string][][]byte) error
 	// NotifyCheckpointComplete tells the operators that checkpoint id is complete (head first).
 	NotifyCheckpointComplete(id int64) error
+	// InputTimed reports whether network input `input` carries a stream with event time, whose channels
+	// carry watermarks (watermarks.go).
+	InputTimed(input int) bool
+	// ProcessWatermark hands the task's input watermark (epoch ms) to the head, between buffers; it follows
+	// every record before it on every channel.
+	ProcessWatermark(ms int64) error
+	// ProcessWatermarkStatus tells the head that the task's input went idle or is active again.
+	ProcessWatermarkStatus(idle bool) error
+	// NextDeadline returns the earliest processing time (epoch ms) at which the chain has work;
+	// math.MaxInt64 for none. It is asked after every piece of work, so it must be cheap.
+	NextDeadline() int64
+	// OnProcessingTime does the chain's processing-time work due at nowMillis (epoch ms), between buffers.
+	OnProcessingTime(nowMillis int64) error
 }
 
 // Failure is panicked by chain code to abort the task with an error (a user function's error, a codec
@@ -135,6 +151,8 @@ type Runtime struct {
 	// Cancel is closed when the task is cancelled; blocking operations in operators must watch it.
 	Cancel <-chan struct{}
 	Logger *slog.Logger
+	// Clock is the task's processing time: the wall clock, or a manual one in tests.
+	Clock clockwork.Clock
 	// StateBackend names where keyed state lives: "memory" or "pebble".
 	StateBackend string
 	// Checkpointing says the job takes periodic checkpoints: what the task writes is covered by one, the
@@ -169,15 +187,31 @@ type ChainFactory func(rt *Runtime) (Chain, error)
 // Counters count records through a task. In and Out are written only by the task goroutine, without
 // atomics; Publish copies them to the atomic fields that other goroutines read.
 type Counters struct {
-	In, Out                 uint64
+	In, Out uint64
+	// Watermark is the task's current watermark (epoch ms): the input watermark of a task with timed
+	// inputs, the last one emitted by a source; math.MinInt64 (watermark.MinWatermark) until there is one.
+	// The first thing to look at when a window does not fire.
+	Watermark               int64
 	publishedIn, publishOut atomic.Uint64
+	publishedWatermark      atomic.Int64
+}
+
+// NewCounters returns counters at zero, with no watermark.
+func NewCounters() *Counters {
+	c := &Counters{Watermark: math.MinInt64}
+	c.publishedWatermark.Store(math.MinInt64)
+	return c
 }
 
 // Publish makes the current counts visible to readers.
 func (c *Counters) Publish() {
 	c.publishedIn.Store(c.In)
 	c.publishOut.Store(c.Out)
+	c.publishedWatermark.Store(c.Watermark)
 }
+
+// PublishedWatermark returns the last published watermark (math.MinInt64: none yet).
+func (c *Counters) PublishedWatermark() int64 { return c.publishedWatermark.Load() }
 
 // Snapshot returns the last published counts.
 func (c *Counters) Snapshot() (in, out uint64) { return c.publishedIn.Load(), c.publishOut.Load() }
@@ -246,6 +280,8 @@ type Update struct {
 	// RecordsIn and RecordsOut are the attempt's final record counts, set with a terminal State: the
 	// TaskManager forgets an attempt once it ended, so the report carries what is left to know of it.
 	RecordsIn, RecordsOut uint64
+	// Watermark is the attempt's last watermark, with a terminal State (math.MinInt64: none).
+	Watermark int64
 }
 
 // ObservationKind says what a task observed.
@@ -286,6 +322,8 @@ type Env struct {
 	SpillDir string
 	// Report receives every state change; it must not block for long.
 	Report func(Update)
+	// Clock is the processing time of the TaskManager's tasks; nil: the wall clock.
+	Clock clockwork.Clock
 	// SnapshotWriters, if not nil, bounds the snapshot writers of the TaskManager's tasks that run at once
 	// (a slot is a value in the channel). Writing a large state is CPU work: left unbounded, every task's
 	// writer runs at the same time, and on a small machine they crowd out the tasks for tens or hundreds of
@@ -302,7 +340,7 @@ type Task struct {
 	cancel   chan struct{}
 	once     sync.Once
 	done     chan struct{}
-	counters Counters
+	counters *Counters
 	mb       *mailbox
 	err      error
 }
@@ -326,8 +364,11 @@ func New(cfg Config, env Env) *Task {
 	if lg == nil {
 		lg = slog.Default()
 	}
+	if env.Clock == nil {
+		env.Clock = clockwork.NewRealClock()
+	}
 	t := &Task{cfg: cfg, env: env, cancel: make(chan struct{}), done: make(chan struct{}), mb: newMailbox(),
-		log: lg.With("task", cfg.Info.Name())}
+		log: lg.With("task", cfg.Info.Name()), counters: NewCounters()}
 	return t
 }
 
@@ -338,7 +379,7 @@ func (t *Task) Info() Info { return t.cfg.Info }
 func (t *Task) State() State { return State(t.state.Load()) }
 
 // Counters returns the task's record counters.
-func (t *Task) Counters() *Counters { return &t.counters }
+func (t *Task) Counters() *Counters { return t.counters }
 
 // Done is closed when the task reached a terminal state.
 func (t *Task) Done() <-chan struct{} { return t.done }
@@ -360,6 +401,7 @@ func (t *Task) setState(s State, err error) {
 		u := Update{Attempt: t.cfg.Info.Attempt, State: s, Err: err}
 		if s.Terminal() {
 			u.RecordsIn, u.RecordsOut = t.counters.Snapshot()
+			u.Watermark = t.counters.PublishedWatermark()
 		}
 		t.env.Report(u)
 	}
@@ -376,13 +418,14 @@ func (t *Task) canceled() bool {
 
 // Run executes the task to a terminal state. It is called once, on the goroutine the TaskManager owns for it.
 func (t *Task) Run() {
-	r := &run{t: t}
+	r := &run{t: t, et: eventTime{clock: t.env.Clock, deadline: math.MaxInt64}}
 	r.asyncCtx, r.stopAsync = context.WithCancel(context.Background())
 	r.snapMemory = make(chan []byte, 1)
 	err := r.execute()
 	if err != nil {
 		r.stopAsync()
 	}
+	r.stopTimer()
 	r.async.Wait() // a finished task still acknowledges the checkpoints it took
 	r.stopAsync()
 	r.cleanup(err)
@@ -444,6 +487,7 @@ type run struct {
 	// completeHeard is the highest checkpoint completion the chain heard of.
 	completeHeard int64
 	fin           finishing // end of input and the final checkpoint (finish.go)
+	et            eventTime // watermarks and processing time (watermarks.go)
 }
 
 func (r *run) execute() (err error) {
@@ -464,12 +508,13 @@ func (r *run) execute() (err error) {
 	}
 	rt = &Runtime{Info: t.cfg.Info, Outputs: r.outputs, FlushEveryRecord: t.cfg.BufferTimeout == 0,
 		Checkpointing: t.cfg.Checkpoints != nil && t.cfg.Checkpoints.FinalCheckpoint,
-		Counters:      &t.counters, Cancel: t.cancel, Logger: t.log, StateBackend: t.cfg.StateBackend}
+		Counters:      t.counters, Cancel: t.cancel, Logger: t.log, StateBackend: t.cfg.StateBackend, Clock: t.env.Clock}
 	chain, err := t.cfg.Chain(rt)
 	if err != nil {
 		return fmt.Errorf("build operator chain: %w", err)
 	}
 	r.chain = chain
+	r.setupValve()
 	r.opened = true
 	if err := chain.Open(); err != nil {
 		return fmt.Errorf("open operators: %w", err)
@@ -497,6 +542,7 @@ func (r *run) execute() (err error) {
 	// for a checkpoint that covers its end.
 	if !finished {
 		if !r.fin.restoredEnded {
+			r.rearm()
 			if chain.IsSource() {
 				err = r.sourceLoop()
 			} else {
@@ -505,6 +551,10 @@ func (r *run) execute() (err error) {
 			if err != nil {
 				return err
 			}
+			// Processing-time work pending at the end of the input is dropped, as Flink does when a task
+			// finishes: EndInput is the place for final work.
+			r.stopTimer()
+			r.et.off = true
 			if err := chain.EndInput(); err != nil {
 				return fmt.Errorf("end of input: %w", err)
 			}
@@ -666,6 +716,8 @@ func (r *run) handleMail(tick <-chan time.Time) error {
 	case <-tick:
 		r.flushAll()
 		r.t.counters.Publish()
+	case <-r.timerC():
+		return r.onTimer()
 	case <-r.t.cancel:
 		return errCanceled
 	default:
@@ -704,6 +756,7 @@ func (r *run) sourceLoop() error {
 // afterWork follows a source poll or an input buffer: outputs a reader reconnected to are flushed, and
 // all of them without a buffer timeout.
 func (r *run) afterWork(flushEach bool) {
+	r.rearm()
 	r.flushRequested()
 	if flushEach {
 		r.flushAll()
@@ -723,6 +776,8 @@ func (r *run) idle(wake <-chan struct{}, tick <-chan time.Time) error {
 	case <-tick:
 		r.flushAll()
 		t.counters.Publish()
+	case <-r.timerC():
+		return r.onTimer()
 	case <-t.cancel:
 		return errCanceled
 	}
@@ -780,6 +835,9 @@ func (r *run) processBuffer(idx int, buf *network.Buffer) (bool, error) {
 				r.ended[idx] = true
 				r.endedCount++
 				r.endData(idx)
+				if err := r.finishChannel(idx); err != nil {
+					return false, err
+				}
 				if r.aligner != nil {
 					r.apply(r.aligner.OnEndOfPartition(idx))
 				}
@@ -791,7 +849,15 @@ func (r *run) processBuffer(idx int, buf *network.Buffer) (bool, error) {
 				return false, fmt.Errorf("input channel %d: %w: end of data inside a record", idx, network.ErrCorrupt)
 			}
 			r.endData(idx)
+			if err := r.finishChannel(idx); err != nil {
+				return false, err
+			}
 			return r.inputDone(), nil
+		case network.EventWatermark, network.EventWatermarkStatus:
+			if err := r.onWatermarkEvent(idx, ev); err != nil {
+				return false, err
+			}
+			return false, nil
 		case network.EventBarrier:
 			if r.aligner == nil {
 				return false, fmt.Errorf("input channel %d: barrier of checkpoint %d, but checkpointing is off for this task", idx, ev.CheckpointID)

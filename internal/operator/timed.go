@@ -1,0 +1,115 @@
+package operator
+
+import (
+	"encoding/binary"
+	"fmt"
+	"reflect"
+	"unsafe"
+
+	"github.com/runnel-dev/runnel/codec"
+)
+
+// Timed is a record of a stream with event time: its value and its timestamp in epoch milliseconds. A
+// stream without event time carries its values bare (docs/eventtime.md §1.1), so that jobs which do not use
+// event time run the code and send the bytes they did before it existed.
+type Timed[T any] struct {
+	Ts int64
+	V  T
+}
+
+// TimedCodec is the codec of an edge of a timed stream: 8 bytes of little-endian timestamp, then c's
+// encoding of the value (which runs to the end of the record, as c's encoding always does).
+func TimedCodec[T any](c codec.Codec[T]) codec.Codec[Timed[T]] {
+	return &timedCodec[T]{c: c, name: "operator.Timed[" + reflect.TypeFor[T]().String() + "]",
+		flat: codec.IsMemoryCopy(c) && unsafe.Sizeof(Timed[T]{}) == 8+unsafe.Sizeof(*new(T))}
+}
+
+type timedCodec[T any] struct {
+	c    codec.Codec[T]
+	name string
+	// flat: Timed[T]'s memory is the encoding (the timestamp's 8 bytes, then the value's memory, which is
+	// its encoding, with no padding between or after), so the edge's writer and reader copy it whole.
+	flat bool
+}
+
+func (c *timedCodec[T]) Append(dst []byte, v Timed[T]) ([]byte, error) {
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(v.Ts))
+	return c.c.Append(dst, v.V)
+}
+
+func (c *timedCodec[T]) Decode(src []byte, v *Timed[T]) error {
+	if len(src) < 8 {
+		return &codec.Error{Codec: c.name, Problem: fmt.Sprintf("truncated: want at least 8 bytes of timestamp, have %d", len(src))}
+	}
+	v.Ts = int64(binary.LittleEndian.Uint64(src))
+	if err := c.c.Decode(src[8:], &v.V); err != nil {
+		return fmt.Errorf("%s: value: %w", c.name, err)
+	}
+	return nil
+}
+
+// isFlat reports whether records of c move in and out of network buffers as their memory: c is a memory
+// copy itself, or the timed codec of one without padding.
+func isFlat[T any](c codec.Codec[T]) bool {
+	if codec.IsMemoryCopy(c) {
+		return true
+	}
+	if f, ok := c.(interface{ flatTimed() bool }); ok {
+		return f.flatTimed()
+	}
+	return false
+}
+
+func (c *timedCodec[T]) flatTimed() bool { return c.flat }
+
+// StampMap is a map function over timed records: the output takes the input's timestamp, as in Flink.
+func StampMap[In, Out any](fn func(In) (Out, error)) func(Timed[In]) (Timed[Out], error) {
+	return func(t Timed[In]) (Timed[Out], error) {
+		o, err := fn(t.V)
+		return Timed[Out]{Ts: t.Ts, V: o}, err
+	}
+}
+
+// StampFilter is a filter predicate over timed records.
+func StampFilter[T any](fn func(T) (bool, error)) func(Timed[T]) (bool, error) {
+	return func(t Timed[T]) (bool, error) { return fn(t.V) }
+}
+
+// StampReduce is a reduce function over timed records: the running result takes the timestamp of the record
+// folded in last, as in Flink.
+func StampReduce[T any](fn func(acc, v T) (T, error)) func(acc, v Timed[T]) (Timed[T], error) {
+	return func(acc, v Timed[T]) (Timed[T], error) {
+		r, err := fn(acc.V, v.V)
+		return Timed[T]{Ts: v.Ts, V: r}, err
+	}
+}
+
+// stamper is the Collector[T] a function of a timed operator emits to: each value goes on with the
+// timestamp of the record (or timer) being processed. One per operator instance, so emitting allocates
+// nothing.
+type stamper[T any] struct {
+	ts   int64
+	next Collector[Timed[T]]
+}
+
+func (s *stamper[T]) Collect(v T) { s.next.Collect(Timed[T]{Ts: s.ts, V: v}) }
+
+// TimedFlatMapSpec is FlatMapSpec over a timed stream: each output takes its input's timestamp.
+type TimedFlatMapSpec[In, Out any] struct {
+	Fn func(In, Collector[Out]) error
+}
+
+func (s *TimedFlatMapSpec[In, Out]) Build(ctx *Context, downstream []any) (Built, error) {
+	out, err := combine[Timed[Out]](ctx, downstream)
+	if err != nil {
+		return Built{}, err
+	}
+	st := &stamper[Out]{}
+	fn := func(t Timed[In], _ Collector[Timed[Out]]) error {
+		st.ts = t.Ts
+		return s.Fn(t.V, st)
+	}
+	op := newFlatMapOp[Timed[In], Timed[Out]](fn, out, ctx)
+	st.next = op.out
+	return Built{Input: wrapIn[Timed[In]](ctx, op)}, nil
+}

@@ -1,0 +1,195 @@
+package task
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/runnel-dev/runnel/internal/network"
+	"github.com/runnel-dev/runnel/internal/watermark"
+)
+
+// Event time at the task (docs/eventtime.md §2.4, §3.4)
+//
+// A task whose chain reads a stream with event time owns one watermark.Valve over the channels of its timed
+// inputs: the watermark and watermark-status events of each channel go to it, a channel's end of data or
+// end of partition finishes the channel, and what the valve decides goes to the chain's head in the order
+// the valve's Result prescribes. Channels of an input without event time never count (they carry no
+// watermarks by construction), and a watermark on one is a broken producer. Once every timed channel
+// finished, the valve's MaxWatermark reaches the chain before EndInput, so every window fires and every
+// event-time timer runs.
+//
+// Processing time: the chain reports its earliest deadline, and the loop keeps one timer for it, selected
+// beside the mailbox and the flush ticker. The deadline is asked for again after each piece of work, and the
+// timer moved only when it changed.
+
+// eventTime is a run's part in event time: the valve, which gate channel is which of its channels, and the
+// processing-time deadline. The task goroutine owns it.
+type eventTime struct {
+	valve *watermark.Valve // nil: no timed input
+	vch   []int32          // gate channel -> valve channel, -1 for a channel of an untimed input
+	// finished marks the valve channels told OnFinished, so end of data and end of partition count once.
+	finished []bool
+	// ignored counts watermark events that changed nothing (a valve Result with a reason).
+	ignored uint64
+
+	clock    clockwork.Clock
+	timer    clockwork.Timer // nil until the chain first has a deadline
+	deadline int64           // what timer is set for; math.MaxInt64: not set
+	off      bool            // the input ended: no more processing-time work
+}
+
+// setupValve builds the valve over the channels of the chain's timed inputs.
+func (r *run) setupValve() {
+	et := &r.et
+	n := 0
+	et.vch = make([]int32, len(r.chanInput))
+	for idx, input := range r.chanInput {
+		if r.chain.InputTimed(input) {
+			et.vch[idx] = int32(n)
+			n++
+		} else {
+			et.vch[idx] = -1
+		}
+	}
+	if n > 0 {
+		et.valve = watermark.NewValve(n)
+		et.finished = make([]bool, n)
+	}
+}
+
+// onWatermarkEvent feeds a watermark or watermark-status event of gate channel idx to the valve and carries
+// out what it decides.
+func (r *run) onWatermarkEvent(idx int, ev network.Event) error {
+	et := &r.et
+	if et.valve == nil || et.vch[idx] < 0 {
+		return fmt.Errorf("input channel %d: %s on an input without event time", idx, ev.Type)
+	}
+	ch := int(et.vch[idx])
+	var res watermark.Result
+	switch {
+	case ev.Type == network.EventWatermark:
+		res = et.valve.OnWatermark(ch, watermark.Watermark(ev.TimestampMillis))
+	case ev.Idle():
+		res = et.valve.OnIdle(ch)
+	default:
+		res = et.valve.OnActive(ch)
+	}
+	return r.applyValve(res)
+}
+
+// finishChannel tells the valve that gate channel idx delivers nothing more (end of data or of partition).
+func (r *run) finishChannel(idx int) error {
+	et := &r.et
+	if et.valve == nil || et.vch[idx] < 0 || et.finished[et.vch[idx]] {
+		return nil
+	}
+	et.finished[et.vch[idx]] = true
+	return r.applyValve(et.valve.OnFinished(int(et.vch[idx])))
+}
+
+// applyValve carries out a valve's Result in the order the watermark package prescribes: a status that
+// became active, then an advanced watermark, then a status that became idle.
+func (r *run) applyValve(res watermark.Result) error {
+	if res.Ignored != watermark.Taken {
+		r.et.ignored++
+		return nil
+	}
+	if res.StatusChanged && res.Status == watermark.Active {
+		if err := r.chain.ProcessWatermarkStatus(false); err != nil {
+			return err
+		}
+	}
+	if res.Advanced {
+		r.t.counters.Watermark = int64(res.Watermark)
+		if err := r.chain.ProcessWatermark(int64(res.Watermark)); err != nil {
+			return err
+		}
+		r.checkOutput()
+	}
+	if res.StatusChanged && res.Status == watermark.Idle {
+		if err := r.chain.ProcessWatermarkStatus(true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// timerC is the channel of the processing-time timer; nil (never ready) while the chain has no deadline.
+func (r *run) timerC() <-chan time.Time {
+	if r.et.timer == nil || r.et.deadline == math.MaxInt64 || r.et.off {
+		return nil
+	}
+	return r.et.timer.Chan()
+}
+
+// rearm sets the processing-time timer to the chain's deadline, if that changed.
+func (r *run) rearm() {
+	et := &r.et
+	if et.off {
+		return
+	}
+	d := r.chain.NextDeadline()
+	if d == et.deadline {
+		return
+	}
+	et.deadline = d
+	if d == math.MaxInt64 {
+		if et.timer != nil {
+			et.timer.Stop()
+		}
+		return
+	}
+	wait := time.Duration(d-et.clock.Now().UnixMilli()) * time.Millisecond
+	if et.timer == nil {
+		et.timer = et.clock.NewTimer(max(wait, 0))
+		return
+	}
+	et.timer.Stop()
+	// clockwork's timers, like the standard library's since Go 1.23, drop a value not received once
+	// stopped; a stale one would only cause an early call that finds nothing due.
+	et.timer.Reset(max(wait, 0))
+}
+
+// onTimer runs the chain's processing-time work that is due.
+func (r *run) onTimer() error {
+	r.et.deadline = math.MaxInt64 // the timer fired: it is no longer set
+	if err := r.chain.OnProcessingTime(r.et.clock.Now().UnixMilli()); err != nil {
+		return err
+	}
+	r.checkOutput()
+	r.rearm()
+	return nil
+}
+
+// stopTimer releases the processing-time timer.
+func (r *run) stopTimer() {
+	if r.et.timer != nil {
+		r.et.timer.Stop()
+	}
+}
+
+// NoEventTime gives a Chain without event time or processing-time work the methods for them: no input is
+// timed, a watermark is refused, and there is never a deadline. Embed it.
+type NoEventTime struct{}
+
+// InputTimed reports that no input has event time.
+func (NoEventTime) InputTimed(int) bool { return false }
+
+// ProcessWatermark refuses a watermark.
+func (NoEventTime) ProcessWatermark(ms int64) error {
+	return fmt.Errorf("watermark %d for a chain without event time", ms)
+}
+
+// ProcessWatermarkStatus refuses a watermark status.
+func (NoEventTime) ProcessWatermarkStatus(bool) error {
+	return fmt.Errorf("watermark status for a chain without event time")
+}
+
+// NextDeadline reports no deadline.
+func (NoEventTime) NextDeadline() int64 { return math.MaxInt64 }
+
+// OnProcessingTime does nothing.
+func (NoEventTime) OnProcessingTime(int64) error { return nil }
