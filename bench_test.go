@@ -69,3 +69,26 @@ func BenchmarkKeyedReduceTCP(b *testing.B) {
 		b.Fatal(err)
 	}
 }
+
+// timedKV is the bench source with event time: the value is the timestamp.
+func timedKV(src *runnel.Stream[kv]) *runnel.Stream[kv] {
+	return src.WithTimestamps(runnel.BoundedOutOfOrderness[kv](0).WithTimestampAssigner(func(v kv, _ int64) int64 { return v.Value }))
+}
+
+// BenchmarkTimedChainedMap is BenchmarkChainedMap on a stream with event time.
+func BenchmarkTimedChainedMap(b *testing.B) {
+	runBench(b, func(env *runnel.Environment, src *runnel.Stream[kv]) {
+		runnel.Map(timedKV(src), func(v kv) (kv, error) { v.Value++; return v, nil }).SinkTo(connector.Discard[kv]())
+	})
+}
+
+// BenchmarkTimedKeyedReduce is BenchmarkKeyedReduce on a stream with event time: timestamps cross the
+// shuffle, and watermarks too.
+func BenchmarkTimedKeyedReduce(b *testing.B) {
+	runBench(b, func(env *runnel.Environment, src *runnel.Stream[kv]) {
+		runnel.Reduce(runnel.KeyBy(timedKV(src), func(v kv) int64 { return v.Key }), func(a, v kv) (kv, error) {
+			a.Value += v.Value
+			return a, nil
+		}).SinkTo(connector.Discard[kv]())
+	})
+}

@@ -38,7 +38,9 @@ func (s *timedCollect) CreateWriter(runnel.RuntimeContext) (runnel.SinkWriter[cl
 
 type timedCollectWriter struct{ s *timedCollect }
 
-func (w *timedCollectWriter) Write(click) error { return fmt.Errorf("Write called: a timed stream's TimestampedWriter must get WriteTimed") }
+func (w *timedCollectWriter) Write(click) error {
+	return fmt.Errorf("Write called: a timed stream's TimestampedWriter must get WriteTimed")
+}
 
 func (w *timedCollectWriter) WriteTimed(v click, ts int64) error {
 	w.s.mu.Lock()
@@ -93,7 +95,7 @@ func TestEventTimeThroughAJob(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := runnel.NewEnvironment(tc.opts...)
-			strategy := runnel.BoundedOutOfOrderness[click](40*time.Millisecond).
+			strategy := runnel.BoundedOutOfOrderness[click](40 * time.Millisecond).
 				WithTimestampAssigner(func(c click, _ int64) int64 { return c.At })
 			src := runnel.FromSource(env, connector.Collection(clicks)).Name("clicks")
 			var stream *runnel.Stream[click]
@@ -182,4 +184,3 @@ func TestEventTimeBuildErrors(t *testing.T) {
 		})
 	}
 }
-

@@ -34,6 +34,8 @@ type eventTime struct {
 	finished []bool
 	// ignored counts watermark events that changed nothing (a valve Result with a reason).
 	ignored uint64
+	// idleOut says the last status handed to the chain was idle.
+	idleOut bool
 
 	clock    clockwork.Clock
 	timer    clockwork.Timer // nil until the chain first has a deadline
@@ -97,7 +99,11 @@ func (r *run) applyValve(res watermark.Result) error {
 		r.et.ignored++
 		return nil
 	}
-	if res.StatusChanged && res.Status == watermark.Active {
+	et := &r.et
+	// A valve that finished while idle advances to MaxWatermark: consumers told idle hear active first, so
+	// that they take it.
+	if et.idleOut && (res.StatusChanged && res.Status == watermark.Active || res.Advanced) {
+		et.idleOut = false
 		if err := r.chain.ProcessWatermarkStatus(false); err != nil {
 			return err
 		}
@@ -110,6 +116,7 @@ func (r *run) applyValve(res watermark.Result) error {
 		r.checkOutput()
 	}
 	if res.StatusChanged && res.Status == watermark.Idle {
+		et.idleOut = true
 		if err := r.chain.ProcessWatermarkStatus(true); err != nil {
 			return err
 		}

@@ -1,0 +1,158 @@
+package operator
+
+import (
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/runnel-dev/runnel/internal/task"
+)
+
+// eventLog records, in order, what a timed operator hands on: records with their timestamps, watermarks and
+// watermark statuses.
+type eventLog struct{ got []string }
+
+func (l *eventLog) Collect(v Timed[int]) { l.got = append(l.got, fmt.Sprintf("%d@%d", v.V, v.Ts)) }
+
+func (l *eventLog) CollectBatch(vs []Timed[int]) {
+	for _, v := range vs {
+		l.Collect(v)
+	}
+}
+
+func (l *eventLog) emitWatermark(ms int64) error {
+	if ms == math.MaxInt64 {
+		l.got = append(l.got, "wm max")
+	} else {
+		l.got = append(l.got, fmt.Sprint("wm ", ms))
+	}
+	return nil
+}
+
+func (l *eventLog) emitWatermarkStatus(idle bool) error {
+	l.got = append(l.got, map[bool]string{true: "idle", false: "active"}[idle])
+	return nil
+}
+
+// scriptedReader emits one scripted batch per poll (timestamps are the values) and ends after the last.
+type scriptedReader struct{ polls [][]int }
+
+func (r *scriptedReader) PollNext(out Collector[int]) (InputStatus, error) {
+	if len(r.polls) == 0 {
+		return EndOfInput, nil
+	}
+	for _, v := range r.polls[0] {
+		out.Collect(v)
+	}
+	r.polls = r.polls[1:]
+	if len(r.polls) == 0 {
+		return EndOfInput, nil
+	}
+	return MoreAvailable, nil
+}
+func (r *scriptedReader) Available() <-chan struct{} { return nil }
+func (r *scriptedReader) Close() error               { return nil }
+
+type scriptedSource struct{ polls [][]int }
+
+func (s *scriptedSource) CreateReader(RuntimeContext) (SourceReader[int], error) {
+	return &scriptedReader{polls: slices.Clone(s.polls)}, nil
+}
+
+// punctuated emits a watermark at every record divisible by 10, at the record's timestamp.
+type punctuated struct{}
+
+func (punctuated) OnEvent(v int, ts int64, out WatermarkOutput) {
+	if v%10 == 0 {
+		out.EmitWatermark(ts)
+	}
+}
+func (punctuated) OnPeriodicEmit(WatermarkOutput) {}
+
+// TestSourceWatermarks drives a timed source operator on a manual clock: periodic watermarks go out only
+// at the interval and only when they advanced, after the records of the poll; a punctuated generator's
+// watermarks wait for the end of the poll and are coalesced to the highest; an idle source says so once and
+// says active before its next record; the end of input sends the end of time after the last records.
+func TestSourceWatermarks(t *testing.T) {
+	assign := func(v int, _ int64) int64 { return int64(v) }
+	type step struct {
+		poll    bool          // poll the source once
+		advance time.Duration // or move the clock and run what is due
+	}
+	cases := []struct {
+		name  string
+		spec  WatermarkSpec[int]
+		polls [][]int
+		steps []step
+		want  []string
+	}{
+		{"periodic bounded", WatermarkSpec[int]{Assign: assign, Bound: 5 * time.Millisecond, Interval: 200 * time.Millisecond},
+			[][]int{{100, 120, 110}, {130}, {125}},
+			[]step{{poll: true}, {advance: 199 * time.Millisecond}, {advance: time.Millisecond}, {advance: 200 * time.Millisecond},
+				{poll: true}, {poll: true}, {advance: 200 * time.Millisecond}},
+			[]string{"100@100", "120@120", "110@110", "wm 114", "130@130", "125@125", "wm max"}},
+		{"periodic off", WatermarkSpec[int]{Assign: assign},
+			[][]int{{1, 2}, {3}},
+			[]step{{poll: true}, {advance: time.Hour}, {poll: true}},
+			[]string{"1@1", "2@2", "3@3", "wm max"}},
+		{"punctuated coalesced", WatermarkSpec[int]{Assign: assign, NewGenerator: func() WatermarkGenerator[int] { return punctuated{} }, Interval: 200 * time.Millisecond},
+			[][]int{{10, 15, 20, 25}, {27}, {30}},
+			[]step{{poll: true}, {poll: true}, {advance: time.Second}, {poll: true}},
+			[]string{"10@10", "15@15", "20@20", "25@25", "wm 20", "27@27", "30@30", "wm 30", "wm max"}},
+		{"idle and back", WatermarkSpec[int]{Assign: assign, Idleness: 300 * time.Millisecond, Interval: 100 * time.Millisecond},
+			[][]int{{1}, {2}},
+			[]step{{poll: true}, {advance: 100 * time.Millisecond}, {advance: 100 * time.Millisecond}, {advance: 100 * time.Millisecond},
+				{advance: 100 * time.Millisecond}, {advance: 100 * time.Millisecond}, {advance: 100 * time.Millisecond}, {poll: true}},
+			[]string{"1@1", "wm 0", "idle", "active", "2@2", "wm max"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := clockwork.NewFakeClockAt(time.UnixMilli(1_000_000))
+			rt := &task.Runtime{Info: task.Info{Parallelism: 1, MaxParallelism: 1}, Counters: task.NewCounters(),
+				Logger: slog.Default(), Clock: clock}
+			ctx := NewContext(rt, "src")
+			log := &eventLog{}
+			ctx.wmOut = []watermarkTarget{log}
+			spec := &TimedSourceSpec[int]{Source: &scriptedSource{polls: tc.polls}, Watermarks: &tc.spec}
+			b, err := spec.Build(ctx, []any{Collector[Timed[int]](log)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Open(); err != nil {
+				t.Fatal(err)
+			}
+			deadline := func() int64 {
+				if b.NextDeadline == nil {
+					return math.MaxInt64
+				}
+				return b.NextDeadline()
+			}
+			for _, s := range tc.steps {
+				if s.poll {
+					if _, err := b.Source.Poll(); err != nil {
+						t.Fatal(err)
+					}
+					continue
+				}
+				clock.Advance(s.advance)
+				now := clock.Now().UnixMilli()
+				for deadline() <= now {
+					if err := b.OnProcessingTime(now); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if !slices.Equal(log.got, tc.want) {
+				t.Fatalf("got  %q\nwant %q", log.got, tc.want)
+			}
+			if got := rt.Counters.Watermark; got != math.MaxInt64 {
+				t.Errorf("the source's watermark counter is %d, want the end of time", got)
+			}
+		})
+	}
+}
