@@ -11,8 +11,15 @@ import (
 
 // The snapshot format; the package doc describes it.
 const (
-	snapMagic   = "RNLKEYED"
-	snapVersion = 1
+	snapMagic = "RNLKEYED"
+	// snapVersion is the version written; readers also take snapVersion1 (no per-state flags, kinds
+	// value, list and map only).
+	snapVersion  = 2
+	snapVersion1 = 1
+
+	// timerKeyBytes is the map key of a timer in a snapshot: its time and namespace, sign-flipped
+	// big-endian, so that byte order is numeric order.
+	timerKeyBytes = 8 + 16
 
 	tagEnd   = 0
 	tagEntry = 1
@@ -65,13 +72,13 @@ func newSnapWriter(w io.Writer, h *snapHeader) *snapWriter {
 	for _, st := range h.states {
 		s.buf = binary.AppendUvarint(s.buf, uint64(len(st.name)))
 		s.buf = append(s.buf, st.name...)
-		s.buf = append(s.buf, byte(st.kind))
+		s.buf = append(s.buf, byte(st.kind), 0) // kind, flags (none defined yet)
 	}
 	s.buf = binary.BigEndian.AppendUint32(s.buf, crc32.Checksum(s.buf, castagnoli))
 	return s
 }
 
-// entry appends one entry; mapKey is written only when isMap.
+// entry appends one entry; mapKey is written only when isMap (the state's kind has map keys).
 func (s *snapWriter) entry(kg, state int, key []byte, isMap bool, mapKey, value []byte) error {
 	if s.err != nil {
 		return s.err
@@ -267,8 +274,13 @@ func readSnapshot(src io.Reader, g keyGroups, onHeader func(*snapHeader) error, 
 	if string(b[:len(snapMagic)]) != snapMagic {
 		return corrupt("not a keyed state snapshot (magic %q)", b[:len(snapMagic)])
 	}
-	if v := binary.BigEndian.Uint16(b[len(snapMagic):]); v != snapVersion {
-		return corrupt("unsupported snapshot version %d (this build reads version %d)", v, snapVersion)
+	version := binary.BigEndian.Uint16(b[len(snapMagic):])
+	if version != snapVersion && version != snapVersion1 {
+		return corrupt("unsupported snapshot version %d (this build reads versions %d and %d)", version, snapVersion1, snapVersion)
+	}
+	maxK := maxKind
+	if version == snapVersion1 {
+		maxK = maxKindV1
 	}
 	if b, err = r.fixed(8 + 4 + 4 + 4); err != nil {
 		return err
@@ -297,8 +309,17 @@ func readSnapshot(src io.Reader, g keyGroups, onHeader func(*snapHeader) error, 
 		if err != nil {
 			return err
 		}
-		if k < byte(kindValue) || k > byte(kindMap) {
-			return corrupt("state %q has unknown kind %d", name, k)
+		if k < byte(kindValue) || k > byte(maxK) {
+			return corrupt("state %q has unknown kind %d (version %d snapshot)", name, k, version)
+		}
+		if version >= snapVersion {
+			flags, err := r.byte()
+			if err != nil {
+				return err
+			}
+			if flags != 0 {
+				return corrupt("state %q has flags %#x that this build does not know", name, flags)
+			}
 		}
 		if i > 0 && string(name) <= h.states[i-1].name {
 			return corrupt("state names out of order: %q after %q", name, h.states[i-1].name)
@@ -358,7 +379,8 @@ func readSnapshot(src io.Reader, g keyGroups, onHeader func(*snapHeader) error, 
 			return err
 		}
 		e.mapKey = e.mapKey[:0]
-		isMap := h.states[e.state].kind == kindMap
+		sk := h.states[e.state].kind
+		isMap := sk.hasMapKey()
 		if isMap {
 			if e.mapKey, err = r.bytes(e.mapKey, maxEntryBytes, "map key"); err != nil {
 				return err
@@ -366,6 +388,10 @@ func readSnapshot(src io.Reader, g keyGroups, onHeader func(*snapHeader) error, 
 		}
 		if e.value, err = r.bytes(e.value, maxEntryBytes, "value"); err != nil {
 			return err
+		}
+		if sk == kindTimers && (len(e.mapKey) != timerKeyBytes || len(e.value) != 0) {
+			return corrupt("timer entry at offset %d has a %d-byte time and namespace (want %d) and a %d-byte value (want 0)",
+				at, len(e.mapKey), timerKeyBytes, len(e.value))
 		}
 		if KeyGroup(e.key, hg.maxP) != e.kg {
 			return corrupt("entry at offset %d: key group %d is not the key's (%d)", at, e.kg, KeyGroup(e.key, hg.maxP))

@@ -28,6 +28,52 @@ type heapStore struct {
 	epoch uint32
 	// slotOf finds or adds the slot of an encoded key; set by the generic backend.
 	slotOf func(encodedKey []byte) (int32, error)
+
+	// refs counts, per slot, the tables that hold state for the slot's key plus its timers (and restored
+	// entries of unregistered states). A slot whose count falls to zero is freed: at once, or, for the
+	// current key, when the current key changes (pendingFree), so that a function may Clear and then
+	// Update the same key. len(refs) is the number of slots.
+	refs        []int32
+	pendingFree bool
+	// freeSlot frees a slot with no references; set by the generic backend.
+	freeSlot func(slot int32)
+}
+
+// incRef records that one more table (or timer) holds state for slot.
+func (st *heapStore) incRef(slot int32) { st.refs[slot]++ }
+
+// decRef records that a table (or timer) no longer holds state for slot, freeing the slot at zero.
+func (st *heapStore) decRef(slot int32) {
+	n := st.refs[slot] - 1
+	st.refs[slot] = n
+	switch {
+	case n > 0:
+	case n < 0:
+		panic(fmt.Sprintf("state: reference count of slot %d below zero", slot))
+	case slot == st.cur:
+		st.pendingFree = true
+	default:
+		st.freeSlot(slot)
+	}
+}
+
+// release frees the current slot if it was left without references; it runs before the current key
+// changes.
+func (st *heapStore) release() {
+	st.pendingFree = false
+	if c := st.cur; c >= 0 && st.refs[c] == 0 {
+		st.freeSlot(c)
+		st.cur = -1
+	}
+}
+
+// moveTo makes slot (a live slot, or -1) current, freeing the previous current slot if it has no
+// references left.
+func (st *heapStore) moveTo(slot int32) {
+	if st.pendingFree {
+		st.release()
+	}
+	st.cur = slot
 }
 
 func (st *heapStore) register(name string, t heapTable) error {
@@ -50,6 +96,10 @@ func (st *heapStore) register(name string, t heapTable) error {
 			}
 		}
 		delete(st.pending, name)
+		// The table took over the raw entries' references (it added its own first).
+		for slot := range raw.slots {
+			st.decRef(slot)
+		}
 	}
 	st.tables[name] = t
 	return nil
@@ -58,6 +108,9 @@ func (st *heapStore) register(name string, t heapTable) error {
 // heapTable is one registered heap state.
 type heapTable interface {
 	kind() kind
+	// hasSlot reports whether the table holds state for slot. A table holds nothing for a slot it does
+	// not reference: every operation that removes a slot's last state also zeroes what the table kept
+	// for it, so freeing a slot needs no call into the tables.
 	hasSlot(slot int) bool
 	// capture freezes the state of slots [0, n) for a snapshot; the task goroutine calls it, and the
 	// backend then starts a new epoch.
@@ -77,10 +130,17 @@ type heapCapture interface {
 type heapBackend[K comparable] struct {
 	heapStore
 	kc    codec.Codec[K]
-	slots map[K]int32
-	keys  []K
-	enc   []byte // scratch for encoding a new key
-	dec   K
+	slots map[K]int32 // the live keys' slots
+	// keys and gens hold, per slot, the key and its generation: odd while the slot is live, even while it
+	// is free; allocating or freeing a slot increments it. Snapshots share both slices (the keys are
+	// what a capture's slots mean, the generations tell the key order cache which of its entries still
+	// hold), so changing a slot in place copies them first, once per epoch (keysEpoch).
+	keys      []K
+	gens      []uint32
+	keysEpoch uint32
+	free      []int32 // free slots, taken by newSlot before the slices grow; at most len(keys)
+	enc       []byte  // scratch for encoding a new key
+	dec       K
 	// ints caches slots for 8-byte integer keys in a flat open-addressing table, in front of slots: the
 	// per-record lookup of the common int64 key then costs a multiply and a probe or two.
 	ints *intIndex
@@ -88,16 +148,20 @@ type heapBackend[K comparable] struct {
 	order keyOrder
 }
 
-// keyOrder caches the canonical snapshot order (key group, then encoded key) of the first n keys. Keys are
-// only ever appended and never change, so a snapshot sorts only the keys added since the last one and merges
-// them in, instead of encoding, hashing and sorting every key each time. Snapshot writers (off the task
-// goroutine) share it under mu.
+// keyOrder caches the canonical snapshot order (key group, then encoded key) of the live keys of a
+// capture, so that a snapshot sorts only the keys that are new since the last one and merges them in,
+// instead of encoding, hashing and sorting every key each time. Every entry names a slot and the slot's
+// generation; an entry whose slot has since been freed or reused (its generation in the capture differs)
+// is dropped by the next write, and a reused slot is merged in like a new key. The arena is compacted
+// when a quarter of it belongs to dropped entries. Snapshot writers (off the task goroutine) share it
+// under mu.
 type keyOrder struct {
-	mu    sync.Mutex
-	n     int       // keys covered
-	arena []byte    // uvarint(len) ‖ key, for every covered key
-	order []heapKey // the covered keys, sorted
-	spare []heapKey // the previous order's memory, reused by the next merge
+	mu      sync.Mutex
+	covered []uint32  // per slot, the generation that order holds an entry for; 0 for none
+	arena   []byte    // uvarint(len) ‖ key, for every entry (and dropped ones, until compaction)
+	stale   int       // arena bytes of dropped entries
+	order   []heapKey // the entries, sorted
+	spare   []heapKey // the previous order's memory, reused by the next merge
 }
 
 // NewHeap makes an empty heap (in-memory) backend.
@@ -109,10 +173,12 @@ func NewHeap[K comparable](o Options[K]) (KeyedBackend[K], error) {
 	b := &heapBackend[K]{
 		heapStore: heapStore{declarations: declarations{owner: o.Owner}, cur: -1, groups: g, tables: make(map[string]heapTable),
 			pending: make(map[string]*rawTable), epoch: 1},
-		kc:    kc,
-		slots: make(map[K]int32),
+		kc:        kc,
+		slots:     make(map[K]int32),
+		keysEpoch: 1,
 	}
 	b.slotOf = b.slotOfEncoded
+	b.freeSlot = b.freeSlotAt
 	switch any(*new(K)).(type) {
 	case int64, uint64, int, uint:
 		if unsafe.Sizeof(*new(K)) == 8 {
@@ -124,9 +190,12 @@ func NewHeap[K comparable](o Options[K]) (KeyedBackend[K], error) {
 
 func (b *heapBackend[K]) store() any { return &b.heapStore }
 
-// SetCurrentKey implements KeyedBackend. A key seen before costs one map lookup; a new key is encoded once
-// to check its key group.
+// SetCurrentKey implements KeyedBackend. A key with state costs one map lookup; a new key is encoded once
+// to check its key group. The previous key's slot is freed here if it was left without state.
 func (b *heapBackend[K]) SetCurrentKey(k K) {
+	if b.pendingFree {
+		b.release()
+	}
 	if b.ints != nil {
 		x := *(*uint64)(unsafe.Pointer(&k))
 		if s, ok := b.ints.get(x); ok {
@@ -158,10 +227,58 @@ func (b *heapBackend[K]) newSlot(k K) int32 {
 		panic(&AccessError{Op: "set current key", Err: fmt.Errorf("key %v is in key group %d, not in [%d, %d]: %w",
 			k, kg, b.groups.start, b.groups.end, ErrKeyGroupOutOfRange)})
 	}
-	s := int32(len(b.keys))
-	b.slots[k] = s
-	b.keys = append(b.keys, k)
+	s := b.addSlot(k)
+	// The new key holds no state yet: unless a state takes it, it is freed when the key changes.
+	b.pendingFree = true
 	return s
+}
+
+// maxSlots bounds the live keys of a heap backend: slots are int32.
+const maxSlots = 1<<31 - 1
+
+// addSlot gives k a slot: a free one if there is one, else a new one at the end.
+func (b *heapBackend[K]) addSlot(k K) int32 {
+	var s int32
+	if n := len(b.free); n > 0 {
+		s, b.free = b.free[n-1], b.free[:n-1]
+		b.ownKeys()
+		b.keys[s] = k
+		b.gens[s]++
+	} else {
+		if len(b.keys) >= maxSlots {
+			panic(&AccessError{Op: "set current key", Err: fmt.Errorf("more than %d live keys in one heap backend", maxSlots)})
+		}
+		s = int32(len(b.keys))
+		b.keys = append(b.keys, k)
+		b.gens = append(b.gens, 1)
+		b.refs = append(b.refs, 0)
+	}
+	b.slots[k] = s
+	return s
+}
+
+// ownKeys copies keys and gens if a snapshot of this epoch may share them, before a slot changes in place.
+func (b *heapBackend[K]) ownKeys() {
+	if b.keysEpoch != b.epoch {
+		b.keys = slices.Clone(b.keys)
+		b.gens = slices.Clone(b.gens)
+		b.keysEpoch = b.epoch
+	}
+}
+
+// freeSlotAt frees a slot that no table and no timer references: the key leaves the indexes, the slot is
+// zeroed (so that the key can be collected) and goes on the free list.
+func (b *heapBackend[K]) freeSlotAt(s int32) {
+	k := b.keys[s]
+	delete(b.slots, k)
+	if b.ints != nil {
+		b.ints.del(*(*uint64)(unsafe.Pointer(&k)))
+	}
+	b.ownKeys()
+	var zero K
+	b.keys[s] = zero
+	b.gens[s]++
+	b.free = append(b.free, s)
 }
 
 // slotOfEncoded decodes a restored key and returns its slot, adding it if new.
@@ -172,10 +289,12 @@ func (b *heapBackend[K]) slotOfEncoded(enc []byte) (int32, error) {
 	if s, ok := b.slots[b.dec]; ok {
 		return s, nil
 	}
-	s := int32(len(b.keys))
-	b.slots[b.dec] = s
-	b.keys = append(b.keys, b.dec)
-	return s, nil
+	if len(b.free) == 0 && len(b.keys) >= maxSlots {
+		return 0, fmt.Errorf("more than %d live keys in one heap backend", maxSlots)
+	}
+	// The restored entry takes a reference right after; a slot of a failed restore may stay unreferenced,
+	// but a failed Restore leaves the backend unusable anyway.
+	return b.addSlot(b.dec), nil
 }
 
 // CurrentKey implements KeyedBackend.
@@ -187,11 +306,30 @@ func (b *heapBackend[K]) CurrentKey() K {
 	return b.keys[b.cur]
 }
 
-// ForEachKey implements KeyedBackend; keys come in the order they were first seen.
+// ForEachKey implements KeyedBackend; keys come in slot order. Free slots are skipped, and so are keys whose
+// state is only in unregistered states.
 func (b *heapBackend[K]) ForEachKey(f func(k K) error) error {
-	prev := b.cur
-	defer func() { b.cur = prev }()
-	for i, k := range b.keys {
+	prev, prevKey := b.cur, b.CurrentKey()
+	var prevGen uint32
+	if prev >= 0 {
+		prevGen = b.gens[prev]
+	}
+	defer func() {
+		switch {
+		case prev < 0:
+			b.moveTo(-1)
+		case b.gens[prev] == prevGen: // still the same key's slot
+			b.moveTo(prev)
+			b.pendingFree = b.refs[prev] == 0
+		default: // f cleared the previous key's state and its slot was freed
+			b.SetCurrentKey(prevKey)
+		}
+	}()
+	n := len(b.keys)
+	for i := range n {
+		if b.refs[i] == 0 {
+			continue
+		}
 		has := false
 		for _, t := range b.tables {
 			if t.hasSlot(i) {
@@ -202,8 +340,8 @@ func (b *heapBackend[K]) ForEachKey(f func(k K) error) error {
 		if !has {
 			continue
 		}
-		b.cur = int32(i)
-		if err := f(k); err != nil {
+		b.moveTo(int32(i))
+		if err := f(b.keys[i]); err != nil {
 			return err
 		}
 	}
@@ -214,7 +352,8 @@ func (b *heapBackend[K]) ForEachKey(f func(k K) error) error {
 // (lists and maps themselves are copied on their next change), then starts a new epoch.
 func (b *heapBackend[K]) Snapshot(checkpointID int64) (func(w io.Writer) error, error) {
 	n := len(b.keys)
-	keys := b.keys[:n:n] // keys are only ever appended
+	// Shared with the capture: a slot changed in place copies both first (ownKeys), and appends go past n.
+	keys, gens := b.keys[:n:n], b.gens[:n:n]
 	h := &snapHeader{checkpointID: checkpointID, groups: b.groups}
 	var caps []heapCapture
 	for name, t := range b.tables {
@@ -239,22 +378,23 @@ func (b *heapBackend[K]) Snapshot(checkpointID int64) (func(w io.Writer) error, 
 	h.states = states
 	kc, maxP, ord := b.kc, b.groups.maxP, &b.order
 	return func(w io.Writer) error {
-		return writeHeap(w, h, sorted, keys, kc, maxP, ord)
+		return writeHeap(w, h, sorted, keys, gens, kc, maxP, ord)
 	}, nil
 }
 
 // heapKey is one key of a heap snapshot in write order.
 type heapKey struct {
 	slot int32
+	gen  uint32
 	kg   uint16
-	at   int32 // offset of uvarint(len(key)) ‖ key in the arena
+	at   int   // offset of uvarint(len(key)) ‖ key in the arena
 	n    int32 // length of that
 }
 
-func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, keys []K, kc codec.Codec[K], maxP int, ord *keyOrder) error {
+func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, keys []K, gens []uint32, kc codec.Codec[K], maxP int, ord *keyOrder) error {
 	ord.mu.Lock()
 	defer ord.mu.Unlock()
-	if err := extendOrder(ord, keys, kc, maxP); err != nil {
+	if err := updateOrder(ord, keys, gens, kc, maxP); err != nil {
 		return err
 	}
 	arena, order := ord.arena, ord.order
@@ -265,12 +405,9 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 			hi++
 		}
 		for si, c := range caps {
-			isMap := c.kind() == kindMap
+			isMap := c.kind().hasMapKey()
 			for _, k := range order[lo:hi] {
-				if int(k.slot) >= len(keys) {
-					continue // added after this snapshot (a newer one extended the order first)
-				}
-				sortKey := arena[k.at : k.at+k.n]
+				sortKey := arena[k.at : k.at+int(k.n)]
 				_, ln := binary.Uvarint(sortKey)
 				key := sortKey[ln:]
 				err := c.entries(int(k.slot), func(mapKey, value []byte) error {
@@ -286,15 +423,35 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 	return sw.finish()
 }
 
-// extendOrder adds keys[o.n:] to o: each is encoded once, as uvarint(len) ‖ key, the bytes the canonical
-// order sorts by; the new keys are sorted and merged with the old.
-func extendOrder[K comparable](o *keyOrder, keys []K, kc codec.Codec[K], maxP int) error {
-	if len(keys) <= o.n {
-		return nil
+// updateOrder makes o hold exactly the live slots of a capture (keys and gens): entries of slots freed or
+// reused since are dropped, and live slots without an entry of their generation are encoded once, as
+// uvarint(len) ‖ key (the bytes the canonical order sorts by), sorted and merged in. A capture written
+// after a newer one brings the order back to itself; the next write moves it forward again.
+func updateOrder[K comparable](o *keyOrder, keys []K, gens []uint32, kc codec.Codec[K], maxP int) error {
+	if len(o.covered) < len(gens) {
+		o.covered = append(o.covered, make([]uint32, len(gens)-len(o.covered))...)
 	}
-	var enc []byte
-	added := make([]heapKey, 0, len(keys)-o.n)
-	for i := o.n; i < len(keys); i++ {
+	// Drop entries the capture does not hold (freed, reused, or past its slots).
+	kept := o.order[:0]
+	for _, e := range o.order {
+		if int(e.slot) < len(gens) && gens[e.slot] == e.gen {
+			kept = append(kept, e)
+			continue
+		}
+		if o.covered[e.slot] == e.gen {
+			o.covered[e.slot] = 0
+		}
+		o.stale += int(e.n)
+	}
+	o.order = kept
+	var (
+		enc   []byte
+		added []heapKey
+	)
+	for i, g := range gens {
+		if g&1 == 0 || o.covered[i] == g {
+			continue // free, or in the order already
+		}
 		var err error
 		if enc, err = kc.Append(enc[:0], keys[i]); err != nil {
 			return fmt.Errorf("snapshot keyed state: encode key %v: %w", keys[i], err)
@@ -302,14 +459,26 @@ func extendOrder[K comparable](o *keyOrder, keys []K, kc codec.Codec[K], maxP in
 		at := len(o.arena)
 		o.arena = binary.AppendUvarint(o.arena, uint64(len(enc)))
 		o.arena = append(o.arena, enc...)
-		added = append(added, heapKey{slot: int32(i), kg: uint16(KeyGroup(enc, maxP)), at: int32(at), n: int32(len(o.arena) - at)})
+		added = append(added, heapKey{slot: int32(i), gen: g, kg: uint16(KeyGroup(enc, maxP)), at: at, n: int32(len(o.arena) - at)})
+		o.covered[i] = g
 	}
+	if len(added) > 0 {
+		o.merge(added)
+	}
+	if o.stale > 0 && 4*o.stale >= len(o.arena) {
+		o.compact()
+	}
+	return nil
+}
+
+// merge sorts added and merges it into the order.
+func (o *keyOrder) merge(added []heapKey) {
 	arena := o.arena
 	less := func(a, b heapKey) int {
 		if c := cmp.Compare(a.kg, b.kg); c != 0 {
 			return c
 		}
-		return bytes.Compare(arena[a.at:a.at+a.n], arena[b.at:b.at+b.n])
+		return bytes.Compare(arena[a.at:a.at+int(a.n)], arena[b.at:b.at+int(b.n)])
 	}
 	slices.SortFunc(added, less)
 	merged := slices.Grow(o.spare[:0], len(o.order)+len(added))
@@ -322,8 +491,19 @@ func extendOrder[K comparable](o *keyOrder, keys []K, kc codec.Codec[K], maxP in
 		}
 	}
 	merged = append(append(merged, old...), added...)
-	o.spare, o.order, o.n = o.order, merged, len(keys)
-	return nil
+	o.spare, o.order = o.order, merged
+}
+
+// compact rewrites the arena with the bytes of the current entries only.
+func (o *keyOrder) compact() {
+	arena := make([]byte, 0, len(o.arena)-o.stale)
+	for i := range o.order {
+		e := &o.order[i]
+		at := len(arena)
+		arena = append(arena, o.arena[e.at:e.at+int(e.n)]...)
+		e.at = at
+	}
+	o.arena, o.stale = arena, 0
 }
 
 // Restore implements KeyedBackend. Entries of registered states are decoded into them; entries of other
@@ -362,7 +542,7 @@ func (b *heapBackend[K]) Restore(snapshots []io.Reader) error {
 				raw = &rawTable{kind: s.kind, slots: make(map[int32]map[string][]byte)}
 				b.pending[s.name] = raw
 			}
-			raw.restore(slot, e.mapKey, e.value)
+			raw.restore(&b.heapStore, slot, e.mapKey, e.value)
 			return nil
 		})
 		if err != nil {
@@ -374,8 +554,8 @@ func (b *heapBackend[K]) Restore(snapshots []io.Reader) error {
 
 // Close implements KeyedBackend.
 func (b *heapBackend[K]) Close() error {
-	b.slots, b.keys, b.tables, b.pending, b.ints = nil, nil, nil, nil, nil
-	b.cur = -1
+	b.slots, b.keys, b.gens, b.refs, b.free, b.tables, b.pending, b.ints = nil, nil, nil, nil, nil, nil, nil, nil
+	b.cur, b.pendingFree = -1, false
 	return nil
 }
 
@@ -386,9 +566,13 @@ type rawTable struct {
 	slots map[int32]map[string][]byte
 }
 
-func (t *rawTable) restore(slot int32, mapKey, value []byte) {
+// restore keeps one entry; the table holds one reference on each slot it has entries for.
+func (t *rawTable) restore(st *heapStore, slot int32, mapKey, value []byte) {
 	m := t.slots[slot]
-	if m == nil || t.kind != kindMap {
+	if m == nil {
+		st.incRef(slot)
+	}
+	if m == nil || !t.kind.hasMapKey() {
 		m = make(map[string][]byte, 1)
 		t.slots[slot] = m
 	}
@@ -457,7 +641,10 @@ func (s *heapValue[V]) Update(v V) {
 		s.grow(slot)
 	}
 	s.values[slot] = v
-	s.present[slot] = true
+	if !s.present[slot] {
+		s.present[slot] = true
+		s.st.incRef(int32(slot))
+	}
 }
 
 // fold stores fn(value, x) in slot, or x when slot has no value, and returns what it stored; an error of
@@ -468,19 +655,24 @@ func (s *heapValue[V]) fold(slot int, x V, fn func(acc, x V) (V, error)) (V, err
 		if x, err = fn(s.values[slot], x); err != nil {
 			return x, err
 		}
-	} else if slot >= len(s.values) {
+		s.values[slot] = x
+		return x, nil
+	}
+	if slot >= len(s.values) {
 		s.grow(slot)
 	}
 	s.values[slot] = x
 	s.present[slot] = true
+	s.st.incRef(int32(slot))
 	return x, nil
 }
 
 func (s *heapValue[V]) Clear() {
-	if slot := int(s.st.cur); slot >= 0 && slot < len(s.values) {
+	if slot := int(s.st.cur); slot >= 0 && slot < len(s.values) && s.present[slot] {
 		var zero V
 		s.values[slot] = zero
 		s.present[slot] = false
+		s.st.decRef(int32(slot))
 	}
 }
 
@@ -496,7 +688,10 @@ func (s *heapValue[V]) restore(slot int32, _, value []byte) error {
 	if err := s.c.Decode(value, &s.values[slot]); err != nil {
 		return err
 	}
-	s.present[slot] = true
+	if !s.present[slot] {
+		s.present[slot] = true
+		s.st.incRef(slot)
+	}
 	return nil
 }
 
@@ -558,6 +753,9 @@ func (s *heapList[V]) Get() []V {
 func (s *heapList[V]) Add(v V) {
 	slot := s.slot()
 	l := s.lists[slot]
+	if len(l) == 0 {
+		s.st.incRef(int32(slot))
+	}
 	if s.epoch[slot] != s.st.epoch {
 		// A capture may share l's array up to len(l): appending is safe, but only to a fresh array is it
 		// safe to then Update in place, so the next append reallocates.
@@ -569,9 +767,15 @@ func (s *heapList[V]) Add(v V) {
 
 func (s *heapList[V]) Update(vs []V) {
 	slot := s.slot()
-	if len(vs) == 0 {
+	switch had := len(s.lists[slot]) > 0; {
+	case len(vs) == 0:
 		s.lists[slot] = nil
+		if had {
+			s.st.decRef(int32(slot))
+		}
 		return
+	case !had:
+		s.st.incRef(int32(slot))
 	}
 	if s.epoch[slot] != s.st.epoch {
 		s.lists[slot] = append([]V(nil), vs...)
@@ -582,8 +786,9 @@ func (s *heapList[V]) Update(vs []V) {
 }
 
 func (s *heapList[V]) Clear() {
-	if slot := int(s.st.cur); slot >= 0 && slot < len(s.lists) {
+	if slot := int(s.st.cur); slot >= 0 && slot < len(s.lists) && len(s.lists[slot]) > 0 {
 		s.lists[slot] = nil
+		s.st.decRef(int32(slot))
 	}
 }
 
@@ -599,6 +804,12 @@ func (s *heapList[V]) restore(slot int32, _, value []byte) error {
 		return err
 	}
 	s.grow(int(slot))
+	if len(l) == 0 {
+		return nil
+	}
+	if len(s.lists[slot]) == 0 {
+		s.st.incRef(slot)
+	}
 	s.lists[slot] = l
 	s.epoch[slot] = s.st.epoch
 	return nil
@@ -729,7 +940,13 @@ func (s *heapMap[MK, MV]) Get(mk MK) (MV, bool) {
 	return v, ok
 }
 
-func (s *heapMap[MK, MV]) Put(mk MK, mv MV) { s.writable()[mk] = mv }
+func (s *heapMap[MK, MV]) Put(mk MK, mv MV) {
+	m := s.writable()
+	if len(m) == 0 {
+		s.st.incRef(s.st.cur)
+	}
+	m[mk] = mv
+}
 
 func (s *heapMap[MK, MV]) Remove(mk MK) {
 	m := s.current()
@@ -738,6 +955,7 @@ func (s *heapMap[MK, MV]) Remove(mk MK) {
 	}
 	if len(m) == 1 {
 		s.maps[s.st.cur] = nil
+		s.st.decRef(s.st.cur)
 		return
 	}
 	delete(s.writable(), mk)
@@ -754,8 +972,9 @@ func (s *heapMap[MK, MV]) Range(f func(MK, MV) bool) {
 }
 
 func (s *heapMap[MK, MV]) Clear() {
-	if slot := int(s.st.cur); slot >= 0 && slot < len(s.maps) {
+	if slot := int(s.st.cur); slot >= 0 && slot < len(s.maps) && len(s.maps[slot]) > 0 {
 		s.maps[slot] = nil
+		s.st.decRef(int32(slot))
 	}
 }
 
@@ -774,7 +993,11 @@ func (s *heapMap[MK, MV]) restore(slot int32, mapKey, value []byte) error {
 	if err := s.vc.Decode(value, &mv); err != nil {
 		return fmt.Errorf("map value: %w", err)
 	}
-	s.writableAt(int(slot))[mk] = mv
+	m := s.writableAt(int(slot))
+	if len(m) == 0 {
+		s.st.incRef(slot)
+	}
+	m[mk] = mv
 	return nil
 }
 
@@ -823,9 +1046,11 @@ func (c *mapCapture[MK, MV]) entries(slot int, emit func(mapKey, value []byte) e
 	return nil
 }
 
-// intIndex maps 8-byte integer keys to slots: open addressing with linear probing, at most half full. Slots
-// of keys never change, so it is only ever added to. A key and its slot share an entry, so a lookup
-// touches one cache line.
+// intIndex maps 8-byte integer keys to slots: open addressing with linear probing, at most half full, so a
+// probe ends within a few entries. A freed key is deleted by backward shift (the entries after it that
+// would no longer be found move back), so there are no tombstones and lookups never slow down with rolling
+// keys. A key and its slot share an entry, so a lookup touches one cache line. It grows by doubling at half
+// full and never shrinks: its size follows the peak of live keys.
 type intIndex struct {
 	entries []intEntry
 	mask    uint64
@@ -881,4 +1106,33 @@ func (x *intIndex) put(k uint64, slot int32) {
 	}
 	x.entries[i] = intEntry{key: k, slot: slot + 1}
 	x.n++
+}
+
+// del removes k, if present, shifting later entries of its probe run back into the hole.
+func (x *intIndex) del(k uint64) {
+	i := x.home(k)
+	for {
+		e := &x.entries[i]
+		if e.slot == 0 {
+			return
+		}
+		if e.key == k {
+			break
+		}
+		i = (i + 1) & x.mask
+	}
+	x.n--
+	for j := (i + 1) & x.mask; ; j = (j + 1) & x.mask {
+		e := x.entries[j]
+		if e.slot == 0 {
+			break
+		}
+		// e may move into the hole at i only if its home is not in (i, j] (cyclically): otherwise a lookup
+		// starting at its home would stop at the hole before reaching it.
+		if h := x.home(e.key); (j-h)&x.mask >= (j-i)&x.mask {
+			x.entries[i] = e
+			i = j
+		}
+	}
+	x.entries[i] = intEntry{}
 }

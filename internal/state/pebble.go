@@ -39,6 +39,10 @@ type pebbleStore struct {
 	mkey   []byte // key ‖ map key, for map state accesses
 	states map[string]*pebbleState
 	byID   []*pebbleState
+	timers []*pebbleTimers // registered timers states, whose caches Restore rebuilds
+	// setCur makes the key with store bytes uvarint(length) ‖ key in key group kg current; set by the
+	// generic backend, for FireUpTo.
+	setCur func(kg int, lenKey []byte) error
 
 	mu      sync.Mutex
 	closed  bool
@@ -89,7 +93,7 @@ func (st *pebbleStore) keyFor(id uint16) ([]byte, bool) {
 func (st *pebbleStore) mustKeyFor(id uint16, name, op string) []byte {
 	k, ok := st.keyFor(id)
 	if !ok {
-		panic(&AccessError{State: name, Op: op, Err: errors.New("no current key")})
+		panic(&AccessError{State: name, Op: op, Err: errNoCurrentKey})
 	}
 	return k
 }
@@ -171,11 +175,25 @@ func NewPebble[K comparable](o Options[K]) (KeyedBackend[K], error) {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("pebble state backend: open %s: %w", dir, err)
 	}
-	return &pebbleBackend[K]{
+	b := &pebbleBackend[K]{
 		pebbleStore: pebbleStore{declarations: declarations{owner: o.Owner}, db: db, dir: dir, groups: g, states: make(map[string]*pebbleState),
 			pending: make(map[*pebble.Snapshot]struct{})},
 		kc: kc,
-	}, nil
+	}
+	b.setCur = b.setCurrentEncoded
+	return b, nil
+}
+
+// setCurrentEncoded makes the key stored as uvarint(length) ‖ key in key group kg current.
+func (b *pebbleBackend[K]) setCurrentEncoded(kg int, lenKey []byte) error {
+	_, ln := binary.Uvarint(lenKey)
+	var k K
+	if err := b.kc.Decode(lenKey[ln:], &k); err != nil {
+		return fmt.Errorf("decode key: %w", err)
+	}
+	b.key = append(append(b.key[:0], byte(kg>>8), byte(kg), 0, 0), lenKey...)
+	b.cur, b.hasCur = k, true
+	return nil
 }
 
 func (b *pebbleBackend[K]) store() any { return &b.pebbleStore }
@@ -240,13 +258,28 @@ func (b *pebbleBackend[K]) ForEachKey(f func(k K) error) error {
 		return nil
 	}
 	for valid := it.First(); valid; {
-		kg, id, lk, _, _, err := splitKey(it.Key())
-		if err != nil {
-			return fmt.Errorf("keyed state: %w", err)
+		k := it.Key()
+		if len(k) < 4 {
+			return fmt.Errorf("keyed state: store key %x is too short", k)
 		}
+		id := binary.BigEndian.Uint16(k[2:])
 		if int(id) >= len(b.byID) || !b.byID[id].registered {
 			valid = it.Next()
 			continue
+		}
+		var (
+			kg  int
+			lk  []byte
+			err error
+		)
+		sk := b.byID[id].kind
+		if sk == kindTimers {
+			kg, _, lk, _, _, err = splitTimerKey(k)
+		} else {
+			kg, _, lk, _, _, err = splitKey(k)
+		}
+		if err != nil {
+			return fmt.Errorf("keyed state: %w", err)
 		}
 		if kg != groupKG {
 			if err := visit(); err != nil {
@@ -258,7 +291,7 @@ func (b *pebbleBackend[K]) ForEachKey(f func(k K) error) error {
 			seen[string(lk)] = struct{}{}
 			group = append(group, bytes.Clone(lk))
 		}
-		if b.byID[id].kind == kindMap {
+		if sk == kindMap || sk == kindListMap {
 			// Skip the key's other map entries.
 			valid = it.SeekGE(prefixEnd(it.Key()[:4+len(lk)]))
 		} else {
@@ -312,6 +345,7 @@ func writePebble(w io.Writer, snap *pebble.Snapshot, h *snapHeader, ids []uint16
 	defer it.Close()
 	sw := newSnapWriter(w, h)
 	var lo, hi [4]byte
+	var tb timerBatch
 	for kg := h.groups.start; kg <= h.groups.end; kg++ {
 		// Skip empty key groups with one seek.
 		binary.BigEndian.PutUint16(lo[:], uint16(kg))
@@ -324,7 +358,14 @@ func writePebble(w io.Writer, snap *pebble.Snapshot, h *snapHeader, ids []uint16
 			hi = lo
 			up := prefixEnd(hi[:])
 			it.SetBounds(lo[:], up)
-			isMap := h.states[si].kind == kindMap
+			sk := h.states[si].kind
+			if sk == kindTimers {
+				if err := writePebbleTimers(it, sw, &tb, kg, si); err != nil {
+					return fmt.Errorf("snapshot keyed state %q: %w", h.states[si].name, err)
+				}
+				continue
+			}
+			isMap := sk.hasMapKey()
 			for valid := it.First(); valid; valid = it.Next() {
 				_, _, _, key, rest, err := splitKey(it.Key())
 				if err != nil {
@@ -347,6 +388,47 @@ func writePebble(w io.Writer, snap *pebble.Snapshot, h *snapHeader, ids []uint16
 		return fmt.Errorf("snapshot keyed state: %w", err)
 	}
 	return sw.finish()
+}
+
+// timerBatch holds one key group's timers of one state while the pebble writer sorts them from the
+// store's order (time, key, namespace) into the snapshot's (key, time, namespace): memory for one key
+// group's timers, reused across key groups.
+type timerBatch struct {
+	arena []byte
+	ents  []timerEnt
+}
+
+type timerEnt struct {
+	at, keyEnd, end int // arena[at:keyEnd] is uvarint(len) ‖ key, arena[keyEnd:end] time ‖ namespace
+}
+
+// writePebbleTimers writes the timers of state si in key group kg; it is bounded to that range.
+func writePebbleTimers(it *pebble.Iterator, sw *snapWriter, tb *timerBatch, kg, si int) error {
+	tb.arena, tb.ents = tb.arena[:0], tb.ents[:0]
+	for valid := it.First(); valid; valid = it.Next() {
+		_, ts, lenKey, _, ns, err := splitTimerKey(it.Key())
+		if err != nil {
+			return err
+		}
+		at := len(tb.arena)
+		tb.arena = append(tb.arena, lenKey...)
+		keyEnd := len(tb.arena)
+		tb.arena = appendTimerKey(tb.arena, ts, ns)
+		tb.ents = append(tb.ents, timerEnt{at: at, keyEnd: keyEnd, end: len(tb.arena)})
+	}
+	if err := it.Error(); err != nil {
+		return err
+	}
+	a := tb.arena
+	slices.SortFunc(tb.ents, func(x, y timerEnt) int { return bytes.Compare(a[x.at:x.end], a[y.at:y.end]) })
+	for _, e := range tb.ents {
+		lk := a[e.at:e.keyEnd]
+		_, ln := binary.Uvarint(lk)
+		if err := sw.entry(kg, si, lk[ln:], true, a[e.keyEnd:e.end], nil); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Restore implements KeyedBackend. Entries are written to the store as they are read, in batches; entries
@@ -373,10 +455,19 @@ func (b *pebbleBackend[K]) Restore(snapshots []io.Reader) error {
 			}
 			return nil
 		}, func(e *snapEntry) error {
-			key = append(key[:0], byte(e.kg>>8), byte(e.kg), byte(ids[e.state].id>>8), byte(ids[e.state].id))
-			key = binary.AppendUvarint(key, uint64(len(e.key)))
-			key = append(key, e.key...)
-			key = append(key, e.mapKey...)
+			ps := ids[e.state]
+			key = append(key[:0], byte(e.kg>>8), byte(e.kg), byte(ps.id>>8), byte(ps.id))
+			if ps.kind == kindTimers {
+				// [kg][id][time][uvarint len][key][namespace]: the reader checked the map key's length.
+				key = append(key, e.mapKey[:8]...)
+				key = binary.AppendUvarint(key, uint64(len(e.key)))
+				key = append(key, e.key...)
+				key = append(key, e.mapKey[8:]...)
+			} else {
+				key = binary.AppendUvarint(key, uint64(len(e.key)))
+				key = append(key, e.key...)
+				key = append(key, e.mapKey...)
+			}
 			if err := batch.Set(key, e.value, nil); err != nil {
 				return err
 			}
@@ -394,6 +485,11 @@ func (b *pebbleBackend[K]) Restore(snapshots []io.Reader) error {
 	}
 	if err := batch.Commit(pebble.NoSync); err != nil {
 		return fmt.Errorf("restore keyed state: %w", err)
+	}
+	for _, t := range b.timers {
+		if err := t.load(); err != nil {
+			return fmt.Errorf("restore keyed state: %w", err)
+		}
 	}
 	return nil
 }

@@ -80,6 +80,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"strings"
 
 	"github.com/cespare/xxhash/v2"
 
@@ -183,6 +184,9 @@ type Options[K comparable] struct {
 
 // MaxKeyGroups is the largest MaxParallelism a backend accepts: key groups are stored in two bytes.
 const MaxKeyGroups = 1 << 16
+
+// errNoCurrentKey is the cause of an *AccessError of a state used before the first SetCurrentKey.
+var errNoCurrentKey = errors.New("no current key")
 
 // ErrCorruptSnapshot is wrapped by every error Restore returns for a snapshot whose bytes are damaged or
 // cut short.
@@ -293,9 +297,14 @@ func (o *Options[K]) validate() (codec.Codec[K], keyGroups, error) {
 type kind uint8
 
 const (
-	kindValue kind = 1
-	kindList  kind = 2
-	kindMap   kind = 3
+	kindValue   kind = 1
+	kindList    kind = 2
+	kindMap     kind = 3
+	kindTimers  kind = 4 // format version 2
+	kindListMap kind = 5 // format version 2
+
+	maxKindV1 = kindMap
+	maxKind   = kindListMap
 )
 
 func (k kind) String() string {
@@ -306,8 +315,55 @@ func (k kind) String() string {
 		return "list"
 	case kindMap:
 		return "map"
+	case kindTimers:
+		return "timers"
+	case kindListMap:
+		return "list map"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// hasMapKey reports whether entries of the kind carry a map key (in snapshots and pebble store keys).
+func (k kind) hasMapKey() bool { return k == kindMap || k == kindTimers || k == kindListMap }
+
+// ReservedPrefix starts the names of the engine's own states ("\x00timers/event", "\x00window/acc", ...).
+// A state constructor refuses such a name unless its backend came through Engine, so that no user state
+// can collide with the engine's.
+const ReservedPrefix = "\x00"
+
+// Engine returns b for declaring the engine's own states, whose names start with ReservedPrefix. The
+// operators call it; the public API hands users the backend itself, so user code cannot declare a reserved
+// name. Engine(nil) is nil.
+func Engine(b Backend) Backend {
+	if b == nil {
+		return nil
+	}
+	if e, ok := b.(engineBackend); ok {
+		return e
+	}
+	return engineBackend{b: b}
+}
+
+// engineBackend marks a backend as the engine's: see Engine.
+type engineBackend struct{ b Backend }
+
+func (e engineBackend) store() any { return e.b.store() }
+
+// storeOf returns b's store for declaring state name of kind k, refusing a reserved name unless b came
+// through Engine. It also returns the backend under the Engine wrapper.
+func storeOf(b Backend, k kind, name string) (any, Backend, error) {
+	if b == nil {
+		return nil, nil, noBackend(k, name)
+	}
+	e, engine := b.(engineBackend)
+	if engine {
+		b = e.b
+	}
+	if strings.HasPrefix(name, ReservedPrefix) && !engine {
+		return nil, nil, fmt.Errorf("%s state %q: names starting with NUL (\\x00) are reserved for the engine's own state "+
+			"(timers, window contents); give the state a name that does not start with NUL", k, name)
+	}
+	return b.store(), b, nil
 }
 
 // codecOr returns c, or codec.For[T]() when c is nil; the error names the state and the type.
@@ -329,14 +385,14 @@ func noBackend(k kind, name string) error {
 
 // NewValue registers a value state named name. A nil codec means codec.For[V]().
 func NewValue[V any](b Backend, name string, c codec.Codec[V]) (ValueState[V], error) {
-	if b == nil {
-		return nil, noBackend(kindValue, name)
-	}
-	c, err := codecOr(c, kindValue, name, "value")
+	store, _, err := storeOf(b, kindValue, name)
 	if err != nil {
 		return nil, err
 	}
-	switch st := b.store().(type) {
+	if c, err = codecOr(c, kindValue, name, "value"); err != nil {
+		return nil, err
+	}
+	switch st := store.(type) {
 	case *heapStore:
 		s := &heapValue[V]{st: st, name: name, c: c}
 		if err := st.register(name, s); err != nil {
@@ -355,14 +411,14 @@ func NewValue[V any](b Backend, name string, c codec.Codec[V]) (ValueState[V], e
 
 // NewList registers a list state named name. A nil codec means codec.For[V]().
 func NewList[V any](b Backend, name string, c codec.Codec[V]) (ListState[V], error) {
-	if b == nil {
-		return nil, noBackend(kindList, name)
-	}
-	c, err := codecOr(c, kindList, name, "element")
+	store, _, err := storeOf(b, kindList, name)
 	if err != nil {
 		return nil, err
 	}
-	switch st := b.store().(type) {
+	if c, err = codecOr(c, kindList, name, "element"); err != nil {
+		return nil, err
+	}
+	switch st := store.(type) {
 	case *heapStore:
 		s := &heapList[V]{st: st, name: name, c: c}
 		if err := st.register(name, s); err != nil {
@@ -381,18 +437,17 @@ func NewList[V any](b Backend, name string, c codec.Codec[V]) (ListState[V], err
 
 // NewMap registers a map state named name. Nil codecs mean codec.For of the map key and value types.
 func NewMap[MK comparable, MV any](b Backend, name string, mk codec.Codec[MK], mv codec.Codec[MV]) (MapState[MK, MV], error) {
-	if b == nil {
-		return nil, noBackend(kindMap, name)
-	}
-	mk, err := codecOr(mk, kindMap, name, "map key")
+	store, _, err := storeOf(b, kindMap, name)
 	if err != nil {
 		return nil, err
 	}
-	mv, err = codecOr(mv, kindMap, name, "map value")
-	if err != nil {
+	if mk, err = codecOr(mk, kindMap, name, "map key"); err != nil {
 		return nil, err
 	}
-	switch st := b.store().(type) {
+	if mv, err = codecOr(mv, kindMap, name, "map value"); err != nil {
+		return nil, err
+	}
+	switch st := store.(type) {
 	case *heapStore:
 		s := &heapMap[MK, MV]{st: st, name: name, kc: mk, vc: mv}
 		if err := st.register(name, s); err != nil {

@@ -1,0 +1,594 @@
+package state
+
+import (
+	"cmp"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+
+	"github.com/cockroachdb/pebble"
+)
+
+// Namespace tells apart timers of one key at one time: a window's bounds for the window operator, zero for
+// process functions (Flink's timer namespace, fixed to two int64s so that a timer is a fixed-size value).
+type Namespace struct{ A, B int64 }
+
+// Timers holds the timers of one time domain of a keyed operator: per key, a set of (time, namespace)
+// pairs, fired in time order. It is keyed state: checkpointed, restored and rescaled with the other states
+// of the backend. Times are int64 milliseconds; the whole range is allowed.
+type Timers interface {
+	// Register adds a timer for the current key; registering an existing (key, ns, ts) does nothing.
+	Register(ts int64, ns Namespace)
+	// Delete removes the current key's timer (ts, ns), if there is one.
+	Delete(ts int64, ns Namespace)
+	// Next returns the earliest time of any timer, of any key, and false when there is none.
+	Next() (int64, bool)
+	// FireUpTo makes the key of each timer with time <= ts current in turn (as SetCurrentKey does), in time
+	// order (ties in an order fixed per backend), removes the timer and calls f with it; timers
+	// registered by f at or below ts fire in the same call. f's first error stops it and is returned (the
+	// timer f failed on is removed). The last fired timer's key stays current.
+	FireUpTo(ts int64, f func(ts int64, ns Namespace) error) error
+	// Len returns the number of timers.
+	Len() int
+}
+
+// NewTimers registers a timers state named name on b, a backend keyed by K. The engine declares its
+// timers under reserved names ("\x00timers/event", "\x00timers/processing"), through Engine(b).
+func NewTimers[K comparable](b Backend, name string) (Timers, error) {
+	store, inner, err := storeOf(b, kindTimers, name)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := inner.(KeyedBackend[K]); !ok {
+		return nil, fmt.Errorf("timers state %q: the backend %T is not keyed by the timers' key type", name, inner)
+	}
+	switch st := store.(type) {
+	case *heapStore:
+		t := &heapTimers{st: st, name: name, pos: make(map[timerKey]int32)}
+		if err := st.register(name, t); err != nil {
+			return nil, err
+		}
+		return t, nil
+	case *pebbleStore:
+		id, err := st.register(name, kindTimers)
+		if err != nil {
+			return nil, err
+		}
+		t := newPebbleTimers(st, name, id)
+		if err := t.load(); err != nil {
+			return nil, err
+		}
+		st.timers = append(st.timers, t)
+		return t, nil
+	}
+	return nil, fmt.Errorf("timers state %q: unknown backend %T", name, b)
+}
+
+// flip maps int64 to uint64 so that big-endian byte order is numeric order.
+func flip(x int64) uint64 { return uint64(x) ^ 1<<63 }
+
+func unflip(u uint64) int64 { return int64(u ^ 1<<63) }
+
+// appendTimerKey appends a timer's snapshot map key: time, namespace A, namespace B, each sign-flipped
+// big-endian.
+func appendTimerKey(dst []byte, ts int64, ns Namespace) []byte {
+	dst = binary.BigEndian.AppendUint64(dst, flip(ts))
+	dst = binary.BigEndian.AppendUint64(dst, flip(ns.A))
+	return binary.BigEndian.AppendUint64(dst, flip(ns.B))
+}
+
+// decodeTimerKey decodes a timer's snapshot map key (timerKeyBytes long; the reader checks).
+func decodeTimerKey(b []byte) (int64, Namespace) {
+	return unflip(binary.BigEndian.Uint64(b)), Namespace{unflip(binary.BigEndian.Uint64(b[8:])), unflip(binary.BigEndian.Uint64(b[16:]))}
+}
+
+// heapTimer is one timer of a heap backend: 32 bytes.
+type heapTimer struct {
+	ts   int64
+	ns   Namespace
+	slot int32
+}
+
+// timerKey identifies a timer for de-duplication and deletion.
+type timerKey struct {
+	ts   int64
+	ns   Namespace
+	slot int32
+}
+
+// lessTimer orders the heap: by time, then slot, then namespace (a total order, so firing is
+// deterministic for equal operations).
+func lessTimer(a, b *heapTimer) bool {
+	if a.ts != b.ts {
+		return a.ts < b.ts
+	}
+	if a.slot != b.slot {
+		return a.slot < b.slot
+	}
+	if a.ns.A != b.ns.A {
+		return a.ns.A < b.ns.A
+	}
+	return a.ns.B < b.ns.B
+}
+
+// maxHeapTimers bounds the timers of one heap timers state: positions are int32.
+const maxHeapTimers = math.MaxInt32
+
+// heapTimers is Timers on the heap: a binary min-heap and a position index. Each timer holds a reference
+// on its key's slot, so a key with timers keeps its slot.
+type heapTimers struct {
+	st    *heapStore
+	name  string
+	h     []heapTimer
+	pos   map[timerKey]int32 // index in h of every timer
+	count []int32            // timers per slot, for hasSlot
+}
+
+func (t *heapTimers) kind() kind { return kindTimers }
+
+func (t *heapTimers) hasSlot(slot int) bool { return slot < len(t.count) && t.count[slot] > 0 }
+
+func (t *heapTimers) Len() int { return len(t.h) }
+
+func (t *heapTimers) Next() (int64, bool) {
+	if len(t.h) == 0 {
+		return 0, false
+	}
+	return t.h[0].ts, true
+}
+
+func (t *heapTimers) Register(ts int64, ns Namespace) {
+	slot := t.st.cur
+	if slot < 0 {
+		panic(&AccessError{State: t.name, Op: "register timer", Err: errNoCurrentKey})
+	}
+	t.add(slot, ts, ns)
+}
+
+// add adds timer (slot, ts, ns) unless it exists.
+func (t *heapTimers) add(slot int32, ts int64, ns Namespace) {
+	k := timerKey{ts: ts, ns: ns, slot: slot}
+	if _, ok := t.pos[k]; ok {
+		return
+	}
+	if len(t.h) >= maxHeapTimers {
+		panic(&AccessError{State: t.name, Op: "register timer", Err: fmt.Errorf("more than %d timers", maxHeapTimers)})
+	}
+	i := len(t.h)
+	t.h = append(t.h, heapTimer{ts: ts, ns: ns, slot: slot})
+	t.pos[k] = int32(i)
+	t.up(i)
+	for len(t.count) <= int(slot) {
+		t.count = append(t.count, 0)
+	}
+	t.count[slot]++
+	t.st.incRef(slot)
+}
+
+func (t *heapTimers) Delete(ts int64, ns Namespace) {
+	slot := t.st.cur
+	if slot < 0 {
+		return
+	}
+	i, ok := t.pos[timerKey{ts: ts, ns: ns, slot: slot}]
+	if !ok {
+		return
+	}
+	t.removeAt(int(i))
+}
+
+// removeAt removes the timer at index i and releases its slot reference.
+func (t *heapTimers) removeAt(i int) {
+	x := t.h[i]
+	last := len(t.h) - 1
+	if i != last {
+		t.swap(i, last)
+	}
+	t.h = t.h[:last]
+	delete(t.pos, timerKey(x))
+	if i < last && !t.down(i) {
+		t.up(i)
+	}
+	t.count[x.slot]--
+	t.st.decRef(x.slot)
+}
+
+func (t *heapTimers) FireUpTo(ts int64, f func(ts int64, ns Namespace) error) error {
+	for len(t.h) > 0 && t.h[0].ts <= ts {
+		x := t.h[0]
+		// Current first, so that the timer's reference, released next, leaves the slot pending, not freed.
+		t.st.moveTo(x.slot)
+		t.removeAt(0)
+		if err := f(x.ts, x.ns); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *heapTimers) swap(i, j int) {
+	t.h[i], t.h[j] = t.h[j], t.h[i]
+	a, b := &t.h[i], &t.h[j]
+	t.pos[timerKey(*a)] = int32(i)
+	t.pos[timerKey(*b)] = int32(j)
+}
+
+func (t *heapTimers) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if !lessTimer(&t.h[i], &t.h[p]) {
+			return
+		}
+		t.swap(i, p)
+		i = p
+	}
+}
+
+// down sifts i down and reports whether it moved.
+func (t *heapTimers) down(i int) bool {
+	start := i
+	for {
+		l := 2*i + 1
+		if l >= len(t.h) {
+			break
+		}
+		m := l
+		if r := l + 1; r < len(t.h) && lessTimer(&t.h[r], &t.h[l]) {
+			m = r
+		}
+		if !lessTimer(&t.h[m], &t.h[i]) {
+			break
+		}
+		t.swap(i, m)
+		i = m
+	}
+	return i > start
+}
+
+// capture copies the heap array (32 bytes a timer); the writer sorts the copy.
+func (t *heapTimers) capture(int) heapCapture {
+	return &timersCapture{timers: slices.Clone(t.h)}
+}
+
+func (t *heapTimers) restore(slot int32, mapKey, _ []byte) error {
+	if len(mapKey) != timerKeyBytes {
+		return fmt.Errorf("timer of %d bytes, want %d", len(mapKey), timerKeyBytes)
+	}
+	ts, ns := decodeTimerKey(mapKey)
+	t.add(slot, ts, ns)
+	return nil
+}
+
+// timersCapture is a copy of a heap timers array, sorted on first use into the snapshot order: by slot,
+// then time and namespace (byte order of the map keys).
+type timersCapture struct {
+	timers []heapTimer
+	sorted bool
+	buf    [timerKeyBytes]byte
+}
+
+func (c *timersCapture) kind() kind { return kindTimers }
+
+func (c *timersCapture) entries(slot int, emit func(mapKey, value []byte) error) error {
+	if !c.sorted {
+		slices.SortFunc(c.timers, func(a, b heapTimer) int {
+			return cmp.Or(cmp.Compare(a.slot, b.slot), cmp.Compare(a.ts, b.ts), cmp.Compare(a.ns.A, b.ns.A), cmp.Compare(a.ns.B, b.ns.B))
+		})
+		c.sorted = true
+	}
+	i := sort.Search(len(c.timers), func(i int) bool { return int(c.timers[i].slot) >= slot })
+	for ; i < len(c.timers) && int(c.timers[i].slot) == slot; i++ {
+		x := &c.timers[i]
+		if err := emit(appendTimerKey(c.buf[:0], x.ts, x.ns), nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pebbleTimers is Timers in pebble: one store entry per timer, [key group][state id][time, 8 bytes
+// sign-flipped big-endian][uvarint key length][key][namespace, 16 bytes], with an empty value, so that a
+// key group's timers are one range in time order. In memory it keeps only the earliest time of each owned
+// key group that has timers and a min-heap of those key groups by it (Flink's per-key-group priority queue
+// cache): memory bounded by the key groups, not by the timers.
+type pebbleTimers struct {
+	st    *pebbleStore
+	name  string
+	id    uint16
+	start int // first owned key group; key groups are indexed from it
+	// earliest[i] is the earliest time of key group start+i, valid while pos[i] >= 0.
+	earliest []int64
+	heap     []int32 // indexes of key groups with timers, a min-heap by (earliest, index)
+	pos      []int32 // index in heap of each key group, -1 for one without timers
+	n        int
+	key      []byte // scratch store key
+	lenKey   []byte // scratch: the fired timer's uvarint(length) ‖ key
+	// itKG is the key group whose timers FireUpTo iterates (-1 outside FireUpTo); a change to its timers
+	// while f runs makes the iterator's view stale, and it is opened again.
+	itKG  int
+	stale bool
+}
+
+func newPebbleTimers(st *pebbleStore, name string, id uint16) *pebbleTimers {
+	n := st.groups.end - st.groups.start + 1
+	t := &pebbleTimers{st: st, name: name, id: id, start: st.groups.start, earliest: make([]int64, n), pos: make([]int32, n), itKG: -1}
+	for i := range t.pos {
+		t.pos[i] = -1
+	}
+	return t
+}
+
+// bounds returns the store key range of key group kg's timers.
+func (t *pebbleTimers) bounds(kg int) (lo, hi []byte) {
+	lo = []byte{byte(kg >> 8), byte(kg), byte(t.id >> 8), byte(t.id)}
+	return lo, prefixEnd(lo)
+}
+
+// splitTimerKey splits a timers store key into key group, time, the key's uvarint(length) ‖ key, the key
+// and the namespace.
+func splitTimerKey(k []byte) (kg int, ts int64, lenKey, key []byte, ns Namespace, err error) {
+	if len(k) < 4+8+1+16 {
+		return 0, 0, nil, nil, ns, fmt.Errorf("timer store key %x is too short", k)
+	}
+	n, ln := binary.Uvarint(k[12:])
+	if ln <= 0 || n != uint64(len(k)-12-ln-16) {
+		return 0, 0, nil, nil, ns, fmt.Errorf("timer store key %x has a bad key length", k)
+	}
+	end := 12 + ln + int(n)
+	ts = unflip(binary.BigEndian.Uint64(k[4:]))
+	ns = Namespace{unflip(binary.BigEndian.Uint64(k[end:])), unflip(binary.BigEndian.Uint64(k[end+8:]))}
+	return int(binary.BigEndian.Uint16(k)), ts, k[12:end], k[12+ln : end], ns, nil
+}
+
+// appendTimerStoreKey appends the store key of timer (ts, ns) of the key with store prefix kg ‖ id
+// (kgID, 4 bytes) and uvarint(length) ‖ key (lenKey).
+func appendTimerStoreKey(dst, kgID []byte, ts int64, lenKey []byte, ns Namespace) []byte {
+	dst = append(dst, kgID[:4]...)
+	dst = binary.BigEndian.AppendUint64(dst, flip(ts))
+	dst = append(dst, lenKey...)
+	dst = binary.BigEndian.AppendUint64(dst, flip(ns.A))
+	return binary.BigEndian.AppendUint64(dst, flip(ns.B))
+}
+
+// storeKey returns the store key of the current key's timer (ts, ns) and its key group.
+func (t *pebbleTimers) storeKey(ts int64, ns Namespace, op string) ([]byte, int) {
+	k := t.st.mustKeyFor(t.id, t.name, op)
+	t.key = appendTimerStoreKey(t.key[:0], k, ts, k[4:], ns)
+	return t.key, int(binary.BigEndian.Uint16(k))
+}
+
+func (t *pebbleTimers) exists(k []byte, op string) bool {
+	_, closer, ok := t.st.get(k, t.name)
+	if ok {
+		t.st.check(closer.Close(), t.name, op)
+	}
+	return ok
+}
+
+func (t *pebbleTimers) Len() int { return t.n }
+
+func (t *pebbleTimers) Next() (int64, bool) {
+	if len(t.heap) == 0 {
+		return 0, false
+	}
+	return t.earliest[t.heap[0]], true
+}
+
+// Register implements Timers: a read for de-duplication (so that Len stays exact and a timer registered
+// once per record costs no write), a write if new, and a cache update.
+func (t *pebbleTimers) Register(ts int64, ns Namespace) {
+	k, kg := t.storeKey(ts, ns, "register timer")
+	if t.exists(k, "register timer") {
+		return
+	}
+	t.st.check(t.st.db.Set(k, nil, pebble.NoSync), t.name, "register timer")
+	t.n++
+	i := int32(kg - t.start)
+	switch {
+	case t.pos[i] < 0:
+		t.earliest[i] = ts
+		t.push(i)
+	case ts < t.earliest[i]:
+		t.earliest[i] = ts
+		t.up(int(t.pos[i]))
+	}
+	if kg == t.itKG {
+		t.stale = true
+	}
+}
+
+func (t *pebbleTimers) Delete(ts int64, ns Namespace) {
+	if _, ok := t.st.keyFor(t.id); !ok {
+		return
+	}
+	k, kg := t.storeKey(ts, ns, "delete timer")
+	if !t.exists(k, "delete timer") {
+		return
+	}
+	t.st.check(t.st.db.Delete(k, pebble.NoSync), t.name, "delete timer")
+	t.n--
+	if i := int32(kg - t.start); t.earliest[i] == ts {
+		t.recompute(i)
+	}
+	if kg == t.itKG {
+		t.stale = true
+	}
+}
+
+// recompute reads key group i's earliest time from the store.
+func (t *pebbleTimers) recompute(i int32) {
+	lo, hi := t.bounds(t.start + int(i))
+	it, err := t.st.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	t.st.check(err, t.name, "timers")
+	if it.First() {
+		t.earliest[i] = unflip(binary.BigEndian.Uint64(it.Key()[4:]))
+		t.fix(i)
+	} else {
+		t.remove(i)
+	}
+	t.st.check(errors.Join(it.Error(), it.Close()), t.name, "timers")
+}
+
+// load rebuilds the count and the per-key-group cache from the store (after registration or Restore).
+func (t *pebbleTimers) load() error {
+	t.heap, t.n = t.heap[:0], 0
+	for i := range t.pos {
+		t.pos[i] = -1
+	}
+	it, err := t.st.db.NewIter(nil)
+	if err != nil {
+		return fmt.Errorf("timers state %q: load: %w", t.name, err)
+	}
+	for i := range t.pos {
+		lo, hi := t.bounds(t.start + i)
+		it.SetBounds(lo, hi)
+		for valid := it.First(); valid; valid = it.Next() {
+			if t.pos[i] < 0 {
+				t.earliest[i] = unflip(binary.BigEndian.Uint64(it.Key()[4:]))
+				t.push(int32(i))
+			}
+			t.n++
+		}
+	}
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return fmt.Errorf("timers state %q: load: %w", t.name, err)
+	}
+	return nil
+}
+
+// FireUpTo implements Timers. It keeps one iterator over the head key group's timers while the head stays
+// there and f does not change that key group's timers; otherwise it opens a new one (an iterator sees the
+// store as it was when opened).
+func (t *pebbleTimers) FireUpTo(upTo int64, f func(ts int64, ns Namespace) error) (err error) {
+	var it *pebble.Iterator
+	defer func() {
+		t.itKG = -1
+		if it != nil {
+			if cerr := errors.Join(it.Error(), it.Close()); cerr != nil && err == nil {
+				err = fmt.Errorf("timers state %q: fire: %w", t.name, cerr)
+			}
+		}
+	}()
+	for len(t.heap) > 0 {
+		i := t.heap[0]
+		if t.earliest[i] > upTo {
+			return nil
+		}
+		kg := t.start + int(i)
+		if it == nil || t.itKG != kg || t.stale {
+			if it != nil {
+				if err := errors.Join(it.Error(), it.Close()); err != nil {
+					it = nil
+					return fmt.Errorf("timers state %q: fire: %w", t.name, err)
+				}
+			}
+			lo, hi := t.bounds(kg)
+			if it, err = t.st.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi}); err != nil {
+				it = nil
+				return fmt.Errorf("timers state %q: fire: %w", t.name, err)
+			}
+			t.itKG, t.stale = kg, false
+			if !it.First() {
+				return fmt.Errorf("timers state %q: key group %d has no timers in the store, but its cache has one at %d", t.name, kg, t.earliest[i])
+			}
+		}
+		// The iterator is at key group kg's earliest timer.
+		_, ts, lenKey, _, ns, err := splitTimerKey(it.Key())
+		if err != nil {
+			return fmt.Errorf("timers state %q: %w", t.name, err)
+		}
+		if ts != t.earliest[i] {
+			return fmt.Errorf("timers state %q: key group %d's earliest timer is at %d, its cache says %d", t.name, kg, ts, t.earliest[i])
+		}
+		t.lenKey = append(t.lenKey[:0], lenKey...)
+		t.st.check(t.st.db.Delete(it.Key(), pebble.NoSync), t.name, "fire timer")
+		t.n--
+		if it.Next() {
+			t.earliest[i] = unflip(binary.BigEndian.Uint64(it.Key()[4:]))
+			t.fix(i)
+		} else {
+			t.remove(i)
+		}
+		if err := t.st.setCur(kg, t.lenKey); err != nil {
+			return fmt.Errorf("timers state %q: fire: %w", t.name, err)
+		}
+		if err := f(ts, ns); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// The key group heap: indexes ordered by (earliest, index).
+
+func (t *pebbleTimers) less(a, b int32) bool {
+	ea, eb := t.earliest[a], t.earliest[b]
+	return ea < eb || ea == eb && a < b
+}
+
+func (t *pebbleTimers) push(i int32) {
+	t.pos[i] = int32(len(t.heap))
+	t.heap = append(t.heap, i)
+	t.up(len(t.heap) - 1)
+}
+
+func (t *pebbleTimers) remove(i int32) {
+	p := int(t.pos[i])
+	if p < 0 {
+		return
+	}
+	last := len(t.heap) - 1
+	t.swapKG(p, last)
+	t.heap = t.heap[:last]
+	t.pos[i] = -1
+	if p < last {
+		t.fixAt(p)
+	}
+}
+
+func (t *pebbleTimers) fix(i int32) { t.fixAt(int(t.pos[i])) }
+
+func (t *pebbleTimers) fixAt(p int) {
+	if !t.downKG(p) {
+		t.up(p)
+	}
+}
+
+func (t *pebbleTimers) swapKG(a, b int) {
+	t.heap[a], t.heap[b] = t.heap[b], t.heap[a]
+	t.pos[t.heap[a]], t.pos[t.heap[b]] = int32(a), int32(b)
+}
+
+func (t *pebbleTimers) up(p int) {
+	for p > 0 {
+		q := (p - 1) / 2
+		if !t.less(t.heap[p], t.heap[q]) {
+			return
+		}
+		t.swapKG(p, q)
+		p = q
+	}
+}
+
+func (t *pebbleTimers) downKG(p int) bool {
+	start := p
+	for {
+		l := 2*p + 1
+		if l >= len(t.heap) {
+			break
+		}
+		m := l
+		if r := l + 1; r < len(t.heap) && t.less(t.heap[r], t.heap[l]) {
+			m = r
+		}
+		if !t.less(t.heap[m], t.heap[p]) {
+			break
+		}
+		t.swapKG(p, m)
+		p = m
+	}
+	return p > start
+}
