@@ -5,6 +5,8 @@ import (
 	"math"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/runnel-dev/runnel/internal/graph"
 	"github.com/runnel-dev/runnel/internal/operator"
 )
@@ -23,6 +25,34 @@ const DefaultWatermarkInterval = 200 * time.Millisecond
 func WithWatermarkInterval(d time.Duration) Option {
 	return func(c *Config) { c.WatermarkInterval, c.watermarkIntervalSet = d, true }
 }
+
+// Clock is a source of processing time: the wall clock (clockwork.NewRealClock) or, in tests, a manual one
+// (clockwork.NewFakeClock) that moves only when told to.
+type Clock = clockwork.Clock
+
+// WithClock runs the job's processing time on c: processing-time timers, periodic watermarks, idleness
+// and the other deadlines of the tasks follow it. For tests of time-dependent jobs (a manual clock fires
+// a one-minute timer at once); only jobs that run in this process (Execute) take it.
+func WithClock(c Clock) Option { return func(cfg *Config) { cfg.Clock = c } }
+
+// TimerService gives a keyed function the clocks and timers for the current key; times are epoch ms.
+type TimerService = operator.TimerService
+
+// TimeDomain says which clock fired a timer: EventTime or ProcessingTime.
+type TimeDomain = operator.TimeDomain
+
+// The time domains of timers.
+const (
+	EventTime      = operator.EventTime
+	ProcessingTime = operator.ProcessingTime
+)
+
+// TimerContext is the context of OnTimer: the timer's key is current.
+type TimerContext[K comparable] = operator.TimerContext[K]
+
+// TimerHandler is the optional half of a KeyedProcessFunction that gets the timers it registered:
+// OnTimer(ctx, ts, out). What it emits on a stream with event time takes the timer's time.
+type TimerHandler[K comparable, Out any] = operator.TimerHandler[K, Out]
 
 // WatermarkGenerator makes watermarks from a stream's records, on the task goroutine: OnEvent with every
 // record and its timestamp (emit there: punctuated), OnPeriodicEmit every watermark interval (emit there:

@@ -120,6 +120,9 @@ type Config struct {
 	// DefaultWatermarkInterval, 0: off).
 	WatermarkInterval    time.Duration
 	watermarkIntervalSet bool
+	// Clock is the processing time of the job's tasks when it runs in this process (WithClock); nil: the
+	// wall clock.
+	Clock Clock
 }
 
 // Defaults of an Environment.

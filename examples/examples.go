@@ -10,6 +10,7 @@ import (
 
 	"github.com/runnel-dev/runnel"
 	"github.com/runnel-dev/runnel/examples/clickstream"
+	"github.com/runnel-dev/runnel/examples/fraud"
 	"github.com/runnel-dev/runnel/examples/internal/run"
 	"github.com/runnel-dev/runnel/examples/sequence"
 	"github.com/runnel-dev/runnel/examples/wordcount"
@@ -62,6 +63,11 @@ func All() []Example {
 			Name:        "clickstream",
 			Description: "keyed clickstream aggregation: clicks per user and page from a deterministic click generator",
 			New:         func(fs *pflag.FlagSet) Job { return clickstream.New(fs) },
+		},
+		{
+			Name:        "fraud",
+			Description: "fraud detection: a large transaction within a minute of a small one on the same account raises an alert (keyed state and a processing-time timer)",
+			New:         func(fs *pflag.FlagSet) Job { return fraud.New(fs) },
 		},
 		{
 			Name:        "sequence",

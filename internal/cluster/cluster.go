@@ -22,6 +22,8 @@ import (
 	"runtime"
 	"sync"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/runnel-dev/runnel/internal/ident"
 	"github.com/runnel-dev/runnel/internal/network"
 	"github.com/runnel-dev/runnel/internal/protocol"
@@ -53,6 +55,8 @@ type TaskManagerConfig struct {
 	// zero here: they belong to each channel, and come with it once the job master issues credentials.
 	DataDial network.DialOptions
 	Logger   *slog.Logger
+	// Clock is the processing time of the TaskManager's tasks; nil: the wall clock.
+	Clock clockwork.Clock
 }
 
 // DefaultNetworkMemoryBytes is the default network memory of a TaskManager.
@@ -170,7 +174,7 @@ func (tm *TaskManager) Memory() *network.NetworkMemory { return tm.memory }
 func (tm *TaskManager) start(job protocol.JobID, pm *network.PartitionManager, cfg task.Config, report func(task.Update)) error {
 	env := task.Env{
 		Partitions: pm, Memory: tm.memory, Logger: tm.log, Report: report,
-		ConnectRemote: tm.connectRemote, SpillDir: tm.spill, SnapshotWriters: tm.snapshotWriters,
+		ConnectRemote: tm.connectRemote, SpillDir: tm.spill, SnapshotWriters: tm.snapshotWriters, Clock: tm.cfg.Clock,
 	}
 	t := task.New(cfg, env)
 	k := taskKey{job, cfg.Info.Attempt}
@@ -237,6 +241,8 @@ type MiniClusterConfig struct {
 	NetworkMemoryBytes int64
 	BufferSize         int
 	Logger             *slog.Logger
+	// Clock is the processing time of every task; nil: the wall clock.
+	Clock clockwork.Clock
 }
 
 // MiniCluster is a job master's TaskManagers, all in this process.
@@ -253,7 +259,7 @@ func StartMiniCluster(cfg MiniClusterConfig) (*MiniCluster, error) {
 	for i := 0; i < cfg.TaskManagers; i++ {
 		tm, err := NewTaskManager(TaskManagerConfig{
 			Name: fmt.Sprintf("tm-%d", i+1), Slots: cfg.SlotsPerTM, NetworkMemoryBytes: cfg.NetworkMemoryBytes,
-			BufferSize: cfg.BufferSize, Logger: cfg.Logger,
+			BufferSize: cfg.BufferSize, Logger: cfg.Logger, Clock: cfg.Clock,
 		})
 		if err != nil {
 			_ = mc.Close()

@@ -54,9 +54,11 @@ type KeyedContext[K comparable] interface {
 	CurrentKey() K
 	// ForEachKey makes each key that has state current in turn and calls f (for example at end of input).
 	ForEachKey(f func(key K) error) error
-	// Timestamp returns the event-time timestamp (epoch ms) of the record being processed and true, or
-	// false when the stream has no event time.
+	// Timestamp returns the event-time timestamp (epoch ms) of the record being processed (in OnTimer: the
+	// timer's time) and true, or false when the stream has no event time.
 	Timestamp() (int64, bool)
+	// TimerService gives the clocks and the current key's timers.
+	TimerService() TimerService
 }
 
 // InputStatus is what a source reader says about its input after a poll.

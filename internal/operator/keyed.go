@@ -30,6 +30,8 @@ type keyedContext[K comparable] struct {
 	// ts is the timestamp of the record being processed, when the stream has event time (timed).
 	ts    int64
 	timed bool
+	// timers is the operator's timer service (nil for operators without timers).
+	timers TimerService
 }
 
 // Timestamp returns the timestamp of the record being processed and true, or false on a stream without
@@ -61,6 +63,12 @@ func (s *KeyedProcessSpec[K, In, Out]) Build(ctx *Context, downstream []any) (Bu
 	op := &keyedProcessOp[K, In, Out]{key: s.Key, fn: fn, out: batch, batch: batch, kc: kc}
 	built.Input = wrapIn[In](ctx, op)
 	built.EndInput = func() error { return fn.EndInput(kc, out) }
+	h, _ := fn.(TimerHandler[K, Out])
+	err = withTimers[K, Out](&built, kc, fn, func(tc TimerContext[K], ts int64) error { return h.OnTimer(tc, ts, batch) }, batch.flush)
+	if err != nil {
+		kc.b.Close()
+		return Built{}, err
+	}
 	return built, nil
 }
 
@@ -90,6 +98,16 @@ func (s *TimedKeyedProcessSpec[K, In, Out]) Build(ctx *Context, downstream []any
 		err := fn.EndInput(kc, st)
 		batch.flush()
 		return err
+	}
+	h, _ := fn.(TimerHandler[K, Out])
+	err = withTimers[K, Out](&built, kc, fn, func(tc TimerContext[K], ts int64) error {
+		// What OnTimer emits takes the timer's time, in both domains.
+		kc.ts, st.ts = ts, ts
+		return h.OnTimer(tc, ts, st)
+	}, batch.flush)
+	if err != nil {
+		kc.b.Close()
+		return Built{}, err
 	}
 	return built, nil
 }
