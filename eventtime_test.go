@@ -184,3 +184,126 @@ func TestEventTimeBuildErrors(t *testing.T) {
 		})
 	}
 }
+
+// timerFire is what timerJob emits for each event-time timer.
+type timerFire struct {
+	User      string
+	At        int64 // the timer's time
+	Watermark int64 // the operator's watermark when it fired
+	Ts        int64 // the timestamp the output carried
+}
+
+// timerJob registers, for every click, an event-time timer 100 ms after it; OnTimer emits the timer.
+type timerJob struct {
+	runnel.KeyedProcessBase[string, timerFire]
+}
+
+func (timerJob) ProcessElement(ctx runnel.KeyedContext[string], v click, _ runnel.Collector[timerFire]) error {
+	if wm := ctx.TimerService().CurrentWatermark(); v.At+100 <= wm {
+		return fmt.Errorf("record %+v: its timer at %d is behind the watermark %d: the bound was broken", v, v.At+100, wm)
+	}
+	ctx.TimerService().RegisterEventTimeTimer(v.At + 100)
+	return nil
+}
+
+func (timerJob) OnTimer(ctx runnel.TimerContext[string], ts int64, out runnel.Collector[timerFire]) error {
+	if ctx.TimeDomain() != runnel.EventTime {
+		return fmt.Errorf("timer %d fired in %s", ts, ctx.TimeDomain())
+	}
+	own, _ := ctx.Timestamp()
+	out.Collect(timerFire{User: ctx.CurrentKey(), At: ts, Watermark: ctx.TimerService().CurrentWatermark(), Ts: own})
+	return nil
+}
+
+// fireSink keeps timer outputs with the timestamps the stream carried.
+type fireSink struct {
+	mu  sync.Mutex
+	got []timerFire
+}
+
+func (s *fireSink) CreateWriter(runnel.RuntimeContext) (runnel.SinkWriter[timerFire], error) { return s, nil }
+func (s *fireSink) Write(timerFire) error                                                  { return fmt.Errorf("Write on a timed stream") }
+func (s *fireSink) WriteTimed(v timerFire, ts int64) error {
+	v.Ts = ts
+	s.mu.Lock()
+	s.got = append(s.got, v)
+	s.mu.Unlock()
+	return nil
+}
+func (s *fireSink) Flush() error { return nil }
+func (s *fireSink) Close() error { return nil }
+
+// TestEventTimeTimers registers an event-time timer per record on out-of-order input: every distinct
+// (user, time) fires once, only when the watermark reached it, in time order per user, and what OnTimer
+// emits carries the timer's time; the end of input fires what is left. With failures and checkpoints the
+// timers are restored with the keyed state (the collecting sink may see a timer again after a restore,
+// never miss one), on both state backends.
+func TestEventTimeTimers(t *testing.T) {
+	clicks := outOfOrderClicks(20_000, 40, 2)
+	want := map[timerFire]bool{}
+	for _, c := range clicks {
+		want[timerFire{User: c.User, At: c.At + 100}] = true
+	}
+	for _, tc := range []struct {
+		name string
+		opts []runnel.Option
+		// exact: no failure, so each timer fires exactly once.
+		exact bool
+	}{
+		{"no failure", []runnel.Option{runnel.WithParallelism(2), runnel.WithTaskManagers(2)}, true},
+		{"region failover memory", []runnel.Option{runnel.WithParallelism(2),
+			runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 20 * time.Millisecond}), runnel.WithFailover("region"),
+			runnel.WithRestartStrategy("fixed-delay:attempts=5,delay=10ms"), runnel.WithFailureInjection("timers[1]@3000")}, false},
+		{"full failover pebble", []runnel.Option{runnel.WithParallelism(2), runnel.WithStateBackend("pebble"),
+			runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 20 * time.Millisecond}), runnel.WithFailover("full"),
+			runnel.WithRestartStrategy("fixed-delay:attempts=5,delay=10ms"), runnel.WithFailureInjection("timers[0]@4000")}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := runnel.NewEnvironment(append(tc.opts, runnel.WithWatermarkInterval(5*time.Millisecond))...)
+			src := runnel.FromSource(env, connector.Generator(func(sub int, seq uint64) click { return clicks[int(seq)*2+sub] },
+				connector.GeneratorOptions{TotalRecords: uint64(len(clicks)), RatePerSubtask: 50_000})).Name("clicks").
+				WithCodec(codec.MustStruct[click]()).
+				WithTimestamps(runnel.BoundedOutOfOrderness[click](40 * time.Millisecond).WithTimestampAssigner(func(c click, _ int64) int64 { return c.At }))
+			fires := runnel.Process(runnel.KeyBy(src, func(c click) string { return c.User }),
+				func() runnel.KeyedProcessFunction[string, click, timerFire] { return timerJob{} }).Name("timers").
+				WithCodec(codec.MustStruct[timerFire]())
+			sink := &fireSink{}
+			fires.SinkTo(sink).Name("sink").SetParallelism(1)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			res, err := env.Execute(ctx, "timers")
+			if err != nil || res.Status != "FINISHED" {
+				t.Fatalf("%v %+v", err, res)
+			}
+			seen := map[timerFire]int{}
+			last := map[string]int64{}
+			for _, f := range sink.got {
+				if f.Ts != f.At {
+					t.Fatalf("timer output %+v carries timestamp %d", f, f.Ts)
+				}
+				if f.Watermark < f.At {
+					t.Fatalf("timer %+v fired before the watermark reached it", f)
+				}
+				if tc.exact && f.At < last[f.User] {
+					t.Fatalf("timers of %s out of order: %d after %d", f.User, f.At, last[f.User])
+				}
+				last[f.User] = f.At
+				seen[timerFire{User: f.User, At: f.At}]++
+			}
+			for w := range want {
+				if seen[w] == 0 {
+					t.Fatalf("timer %+v never fired (%d of %d fired)", w, len(seen), len(want))
+				}
+				if tc.exact && seen[w] != 1 {
+					t.Fatalf("timer %+v fired %d times", w, seen[w])
+				}
+			}
+			if len(seen) != len(want) {
+				t.Fatalf("%d distinct timers fired, want %d", len(seen), len(want))
+			}
+			if !tc.exact && len(res.Failovers) == 0 {
+				t.Fatal("no failover happened")
+			}
+		})
+	}
+}

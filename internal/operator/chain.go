@@ -167,6 +167,18 @@ func (c *chain) watermarkStatusAt(i int, idle bool) error {
 	return nil
 }
 
+// RestoreWatermark implements task.Chain.
+func (c *chain) RestoreWatermark(floor int64) error {
+	for i, op := range c.ops {
+		if op.RestoreWatermark != nil {
+			if err := c.ctxs[i].guard(func() error { op.RestoreWatermark(floor); return nil }); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // InputTimed implements task.Chain.
 func (c *chain) InputTimed(input int) bool { return c.inputTimed[input] }
 

@@ -195,8 +195,11 @@ func (g *tsGen[T]) status(idle bool) {
 	}
 }
 
-// hooks sets the processing-time hooks of the operator that owns g.
+// hooks sets the processing-time and restore hooks of the operator that owns g.
 func (g *tsGen[T]) hooks(b *Built) {
+	// Restored: never emit below what was emitted before the snapshot. The generator starts afresh and
+	// rebuilds its maximum from the replayed records.
+	b.RestoreWatermark = func(floor int64) { g.emitted = max(g.emitted, floor) }
 	if g.period == 0 {
 		return
 	}

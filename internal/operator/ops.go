@@ -46,6 +46,9 @@ type Built struct {
 	// for an operator without processing-time work.
 	NextDeadline     func() int64
 	OnProcessingTime func(nowMillis int64) error
+	// RestoreWatermark sets the operator's current watermark to the restored floor (no timer fires and
+	// nothing is emitted); nil when it keeps none.
+	RestoreWatermark func(floor int64)
 }
 
 // SourceDriver is the non-generic face of a source reader.

@@ -188,6 +188,7 @@ func withTimers[K comparable, Out any](built *Built, kc *keyedContext[K], fn any
 		}
 		return nil
 	}
+	built.RestoreWatermark = func(floor int64) { svc.watermark = max(svc.watermark, floor) }
 	built.Watermark = func(ms int64) error {
 		err := svc.onWatermark(ms)
 		flush()

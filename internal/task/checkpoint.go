@@ -90,6 +90,9 @@ func (r *run) performCheckpoint(id, ts int64, flags uint32) {
 	if w := r.snapshotTaken(id); w != nil {
 		writers = append(writers, *w)
 	}
+	if w := r.watermarkFloor(); w != nil {
+		writers = append(writers, *w)
+	}
 	if len(r.decoders) > 0 {
 		seqs := make([]uint64, len(r.decoders))
 		for i, d := range r.decoders {
@@ -233,6 +236,7 @@ func (r *run) restore() (finished bool, err error) {
 		return false, r.restoreRescaled(spec, read)
 	}
 	states := map[string][]byte{}
+	var floors floorOf
 	for _, ref := range spec.Handle.Blobs {
 		data, err := read(r.asyncCtx, ref)
 		if err != nil {
@@ -247,6 +251,12 @@ func (r *run) restore() (finished bool, err error) {
 				r.fin.restoredEnded = true // the input had ended: see finish.go
 				continue
 			}
+			if k == watermarkName {
+				if err := floors.add(v); err != nil {
+					return false, fmt.Errorf("restore from checkpoint %d: %w", spec.CheckpointID, err)
+				}
+				continue
+			}
 			states[k] = v
 		}
 	}
@@ -254,6 +264,9 @@ func (r *run) restore() (finished bool, err error) {
 		return false, err
 	}
 	if err := r.chain.Restore(states); err != nil {
+		return false, fmt.Errorf("restore from checkpoint %d: %w", spec.CheckpointID, err)
+	}
+	if err := r.restoreFloor(floors); err != nil {
 		return false, fmt.Errorf("restore from checkpoint %d: %w", spec.CheckpointID, err)
 	}
 	return false, nil
@@ -265,6 +278,7 @@ func (r *run) restore() (finished bool, err error) {
 func (r *run) restoreRescaled(spec *RestoreSpec, read func(context.Context, checkpoint.BlobRef) ([]byte, error)) error {
 	me := r.t.cfg.Info
 	parts := map[string][][]byte{}
+	var floors floorOf
 	for _, h := range spec.Parts {
 		if h.Finished {
 			return fmt.Errorf("restore from checkpoint %d: cannot rescale %s from parallelism %d to %d: subtask %d had finished",
@@ -284,7 +298,13 @@ func (r *run) restoreRescaled(spec *RestoreSpec, read func(context.Context, chec
 					spec.CheckpointID, me.Name(), spec.RescaledFrom, me.Parallelism, h.Attempt.Index, errRescaleEnded)
 			}
 			for k, v := range m {
-				if k != channelStateName && k != channelPositionsName {
+				switch k {
+				case channelStateName, channelPositionsName:
+				case watermarkName:
+					if err := floors.add(v); err != nil {
+						return fmt.Errorf("restore from checkpoint %d: %w", spec.CheckpointID, err)
+					}
+				default:
 					parts[k] = append(parts[k], v)
 				}
 			}
@@ -293,6 +313,10 @@ func (r *run) restoreRescaled(spec *RestoreSpec, read func(context.Context, chec
 	if err := r.chain.RestoreRescaled(parts); err != nil {
 		return fmt.Errorf("restore from checkpoint %d, rescaling from parallelism %d to %d: %w",
 			spec.CheckpointID, spec.RescaledFrom, me.Parallelism, err)
+	}
+	// Every old subtask whose key groups this one took over had reached its floor: the lowest holds for all.
+	if err := r.restoreFloor(floors); err != nil {
+		return fmt.Errorf("restore from checkpoint %d: %w", spec.CheckpointID, err)
 	}
 	return nil
 }

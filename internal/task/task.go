@@ -112,6 +112,9 @@ type Chain interface {
 	NextDeadline() int64
 	// OnProcessingTime does the chain's processing-time work due at nowMillis (epoch ms), between buffers.
 	OnProcessingTime(nowMillis int64) error
+	// RestoreWatermark starts the operators' event time at the restored floor (after Restore): their
+	// current watermark is floor, and what they emit never goes below it.
+	RestoreWatermark(floor int64) error
 }
 
 // Failure is panicked by chain code to abort the task with an error (a user function's error, a codec

@@ -1,7 +1,9 @@
 package task
 
 import (
+	"encoding/binary"
 	"fmt"
+	"io"
 	"math"
 	"time"
 
@@ -178,6 +180,56 @@ func (r *run) stopTimer() {
 	}
 }
 
+// watermarkName is the entry of a snapshot that holds the task's watermark floor: its watermark when the
+// snapshot was taken (8 bytes, little-endian), written when it had one. A restored task never goes below
+// it (docs/eventtime.md §2.6), so a replayed record is judged late exactly as before the failure.
+const watermarkName = "\x00watermark"
+
+// watermarkFloor returns the writer of the floor entry, or nil while the task has no watermark.
+func (r *run) watermarkFloor() *StateWriter {
+	w := r.t.counters.Watermark
+	if w == math.MinInt64 {
+		return nil
+	}
+	b := binary.LittleEndian.AppendUint64(nil, uint64(w))
+	return &StateWriter{Operator: watermarkName, Write: func(out io.Writer) error { _, err := out.Write(b); return err }}
+}
+
+// floorOf gathers the floors of the blobs a restore reads: the lowest of them holds.
+type floorOf struct {
+	floor int64
+	seen  bool
+}
+
+func (f *floorOf) add(b []byte) error {
+	if len(b) != 8 {
+		return fmt.Errorf("watermark floor entry of %d bytes, want 8", len(b))
+	}
+	w := int64(binary.LittleEndian.Uint64(b))
+	if !f.seen || w < f.floor {
+		f.floor, f.seen = w, true
+	}
+	return nil
+}
+
+// restoreFloor starts the task's event time at the restored floor: the valve, the operators' current
+// watermarks and what the sources emit never go below it.
+func (r *run) restoreFloor(f floorOf) error {
+	if !f.seen || f.floor == math.MinInt64 {
+		return nil
+	}
+	if f.floor == math.MaxInt64 {
+		// The input had ended at the snapshot (and its entry says so too): nothing is left to decide.
+		r.t.counters.Watermark = f.floor
+		return nil
+	}
+	if et := &r.et; et.valve != nil {
+		et.valve = watermark.NewValveAt(et.valve.NumChannels(), watermark.Watermark(f.floor))
+	}
+	r.t.counters.Watermark = f.floor
+	return r.chain.RestoreWatermark(f.floor)
+}
+
 // NoEventTime gives a Chain without event time or processing-time work the methods for them: no input is
 // timed, a watermark is refused, and there is never a deadline. Embed it.
 type NoEventTime struct{}
@@ -200,3 +252,6 @@ func (NoEventTime) NextDeadline() int64 { return math.MaxInt64 }
 
 // OnProcessingTime does nothing.
 func (NoEventTime) OnProcessingTime(int64) error { return nil }
+
+// RestoreWatermark does nothing.
+func (NoEventTime) RestoreWatermark(int64) error { return nil }

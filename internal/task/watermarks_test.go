@@ -1,7 +1,10 @@
 package task
 
 import (
+	"context"
+	"encoding/binary"
 	"fmt"
+	"io"
 	"math"
 	"slices"
 	"strings"
@@ -11,6 +14,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/runnel-dev/runnel/internal/checkpoint"
 	"github.com/runnel-dev/runnel/internal/ident"
 	"github.com/runnel-dev/runnel/internal/network"
 )
@@ -57,6 +61,8 @@ func (c *wmChain) ProcessWatermarkStatus(idle bool) error {
 
 func (c *wmChain) EndInput() error { c.note("end input"); return nil }
 
+func (c *wmChain) RestoreWatermark(floor int64) error { c.note(fmt.Sprint("restored at ", floor)); return nil }
+
 // TestWatermarkEvents wires a task's valve to real partitions: two channels of a timed input and one of an
 // untimed input. The task hands its chain the minimum over the active timed channels, only when it
 // advanced; idleness and re-activation in the valve's order; the end of time once every timed channel
@@ -72,6 +78,8 @@ func TestWatermarkEvents(t *testing.T) {
 		name    string
 		steps   []step
 		wantErr string
+		// floor, when set, restores the task from a checkpoint whose watermark floor it is.
+		floor int64
 	}{
 		{name: "min, idleness, catching up, end", steps: []step{
 			{0, "wm 10", nil},
@@ -86,6 +94,15 @@ func TestWatermarkEvents(t *testing.T) {
 			{2, "end", nil},
 			{0, "end", []string{"idle"}}, // the last active channel finished; channel 1 is still idle
 			{1, "end", []string{"active", "wm max", "end input"}},
+		}},
+		{name: "restored at a floor", floor: 50, steps: []step{
+			{0, "wm 10", nil}, // below the floor: behind
+			{1, "wm 40", nil},
+			{0, "wm 60", nil},
+			{1, "wm 55", []string{"wm 55"}},
+			{2, "end", nil},
+			{0, "end", nil},
+			{1, "end", []string{"wm max", "end input"}},
 		}},
 		{name: "watermark on an untimed input", steps: []step{{2, "wm 3", nil}},
 			wantErr: "input channel 2: watermark on an input without event time"},
@@ -128,8 +145,19 @@ func TestWatermarkEvents(t *testing.T) {
 				Inputs: inputs, Chain: func(rt *Runtime) (Chain, error) { c.rt = rt; return c, nil },
 				BufferTimeout: -1, MaxRecordSize: 1 << 10,
 			}
-			tk, wait := h.start(cfg)
 			var want []string
+			if tc.floor != 0 {
+				blob := checkpoint.NewBlob(nil)
+				floor := binary.LittleEndian.AppendUint64(nil, uint64(tc.floor))
+				err := encodeStates(blob, []StateWriter{{Operator: watermarkName, Write: func(w io.Writer) error { _, err := w.Write(floor); return err }}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				cfg.Restore = &RestoreSpec{CheckpointID: 1, Handle: checkpoint.StateHandle{Blobs: []checkpoint.BlobRef{{}}},
+					Read: func(context.Context, checkpoint.BlobRef) ([]byte, error) { return blob.Payload(), nil }}
+				want = append(want, fmt.Sprint("restored at ", tc.floor))
+			}
+			tk, wait := h.start(cfg)
 			for i, s := range tc.steps {
 				p := parts[s.ch]
 				var err error

@@ -60,6 +60,23 @@ func NewValve(n int) *Valve {
 	return v
 }
 
+// NewValveAt returns a valve restored at floor, the output it had when a checkpoint was taken: every
+// channel is active at floor, as if each had sent it, so the output never goes below it and moves once
+// every channel is above it; a watermark below floor is Behind. NewValveAt(n, MinWatermark) is NewValve(n).
+// Why not channels at MinWatermark catching up: a channel would then count once it passed the output,
+// and a slower channel still between floor and that output would see its records turned late.
+func NewValveAt(n int, floor Watermark) *Valve {
+	v := NewValve(n)
+	if floor == MaxWatermark {
+		panic("watermark: a valve restored at MaxWatermark has nothing left to decide")
+	}
+	v.out = floor
+	for i := range v.chans {
+		v.chans[i].Watermark = floor
+	}
+	return v
+}
+
 // OnWatermark handles watermark w read from channel ch. A watermark at or below the channel's own is
 // ignored (Behind, Repeated), as is any on a finished channel. On an idle channel it is recorded, so that
 // the channel counts at once when it becomes active again, but moves nothing while the channel is idle.

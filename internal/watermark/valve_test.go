@@ -339,3 +339,33 @@ func TestStrings(t *testing.T) {
 		}
 	}
 }
+
+// TestValveAtFloor: a restored valve never emits below its floor, moves once every channel passed it, and
+// ignores watermarks below it; at MinWatermark it is a new valve.
+func TestValveAtFloor(t *testing.T) {
+	v := NewValveAt(2, 100)
+	if v.Current() != 100 {
+		t.Fatalf("restored output %s, want 100", v.Current())
+	}
+	steps := []struct {
+		ch      int
+		w       Watermark
+		want    Watermark
+		ignored Reason
+	}{
+		{0, 50, 100, Behind},
+		{0, 120, 100, Taken},
+		{1, 99, 100, Behind},
+		{1, 110, 110, Taken},
+		{1, 130, 120, Taken},
+	}
+	for i, s := range steps {
+		r := v.OnWatermark(s.ch, s.w)
+		if r.Watermark != s.want || r.Ignored != s.ignored || r.Advanced != (s.want > 100 && s.ignored == Taken && (i == 3 || i == 4)) {
+			t.Fatalf("step %d: %+v, want output %s, reason %s", i, r, s.want, s.ignored)
+		}
+	}
+	if NewValveAt(3, MinWatermark).String() != NewValve(3).String() {
+		t.Fatal("a valve at MinWatermark is not a new valve")
+	}
+}
