@@ -221,8 +221,10 @@ type fireSink struct {
 	got []timerFire
 }
 
-func (s *fireSink) CreateWriter(runnel.RuntimeContext) (runnel.SinkWriter[timerFire], error) { return s, nil }
-func (s *fireSink) Write(timerFire) error                                                  { return fmt.Errorf("Write on a timed stream") }
+func (s *fireSink) CreateWriter(runnel.RuntimeContext) (runnel.SinkWriter[timerFire], error) {
+	return s, nil
+}
+func (s *fireSink) Write(timerFire) error { return fmt.Errorf("Write on a timed stream") }
 func (s *fireSink) WriteTimed(v timerFire, ts int64) error {
 	v.Ts = ts
 	s.mu.Lock()

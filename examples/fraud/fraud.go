@@ -198,7 +198,9 @@ type alertSink struct {
 	got []Alert
 }
 
-func (s *alertSink) CreateWriter(runnel.RuntimeContext) (runnel.SinkWriter[Alert], error) { return s, nil }
+func (s *alertSink) CreateWriter(runnel.RuntimeContext) (runnel.SinkWriter[Alert], error) {
+	return s, nil
+}
 func (s *alertSink) Write(a Alert) error {
 	s.mu.Lock()
 	s.got = append(s.got, a)

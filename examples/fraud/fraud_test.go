@@ -67,7 +67,9 @@ func TestFraudDetector(t *testing.T) {
 		done <- err
 	}()
 	small := func(acct, seq int64) fraud.Transaction { return fraud.Transaction{Account: acct, Cents: 50, Seq: seq} }
-	large := func(acct, seq int64) fraud.Transaction { return fraud.Transaction{Account: acct, Cents: 90_000, Seq: seq} }
+	large := func(acct, seq int64) fraud.Transaction {
+		return fraud.Transaction{Account: acct, Cents: 90_000, Seq: seq}
+	}
 	timerSet := func() {
 		t.Helper()
 		if err := clock.BlockUntilContext(ctx, 1); err != nil {

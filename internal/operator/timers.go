@@ -1,7 +1,6 @@
 package operator
 
 import (
-	"errors"
 	"fmt"
 	"math"
 
@@ -134,9 +133,6 @@ func (s *timerService[K]) nextDeadline() int64 {
 	}
 	return math.MaxInt64
 }
-
-// errStepFull stops a step of processing-time timers once it fired its share.
-var errStepFull = errors.New("step full")
 
 // onProcessingTime fires the processing-time timers due at now, at most maxTimersPerStep of them: whole
 // times at once, so that a time's timers are never split over steps.

@@ -61,7 +61,10 @@ func (c *wmChain) ProcessWatermarkStatus(idle bool) error {
 
 func (c *wmChain) EndInput() error { c.note("end input"); return nil }
 
-func (c *wmChain) RestoreWatermark(floor int64) error { c.note(fmt.Sprint("restored at ", floor)); return nil }
+func (c *wmChain) RestoreWatermark(floor int64) error {
+	c.note(fmt.Sprint("restored at ", floor))
+	return nil
+}
 
 // TestWatermarkEvents wires a task's valve to real partitions: two channels of a timed input and one of an
 // untimed input. The task hands its chain the minimum over the active timed channels, only when it
