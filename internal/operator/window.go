@@ -1,0 +1,515 @@
+package operator
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/runnel-dev/runnel/codec"
+	"github.com/runnel-dev/runnel/internal/state"
+)
+
+// TimeWindow is a window of time [Start, End), in epoch milliseconds.
+type TimeWindow struct {
+	Start, End int64
+}
+
+// MaxTimestamp is the last millisecond in the window: End - 1. Window results carry it as their timestamp.
+func (w TimeWindow) MaxTimestamp() int64 { return w.End - 1 }
+
+func (w TimeWindow) intersects(o TimeWindow) bool { return w.Start < o.End && o.Start < w.End }
+
+func (w TimeWindow) cover(o TimeWindow) TimeWindow {
+	return TimeWindow{Start: min(w.Start, o.Start), End: max(w.End, o.End)}
+}
+
+// WindowKind is the shape of a WindowAssigner's windows.
+type WindowKind uint8
+
+const (
+	// Tumbling windows of Size, aligned to the epoch plus Offset, do not overlap.
+	Tumbling WindowKind = iota
+	// Sliding windows of Size start every Slide (plus Offset); a record belongs to ceil(Size/Slide) of them.
+	Sliding
+	// Session windows of a key are the record times plus Gap, merged while they overlap.
+	Session
+)
+
+// WindowAssigner says which windows a record belongs to (docs/eventtime.md §4.1). All times are ms.
+type WindowAssigner struct {
+	Kind                     WindowKind
+	Size, Slide, Offset, Gap int64
+	// EventTime: windows of the records' timestamps, fired by the watermark; else of the processing time at
+	// which records arrive, fired by the clock.
+	EventTime bool
+}
+
+// floorMod is x mod m in [0, m), also for negative x.
+func floorMod(x, m int64) int64 {
+	r := x % m
+	if r < 0 {
+		r += m
+	}
+	return r
+}
+
+// assign appends the windows of a record at ts to buf.
+func (a *WindowAssigner) assign(ts int64, buf []TimeWindow) []TimeWindow {
+	switch a.Kind {
+	case Tumbling:
+		start := ts - floorMod(ts-a.Offset, a.Size)
+		return append(buf, TimeWindow{Start: start, End: start + a.Size})
+	case Sliding:
+		last := ts - floorMod(ts-a.Offset, a.Slide)
+		for s := last; s > ts-a.Size; s -= a.Slide {
+			buf = append(buf, TimeWindow{Start: s, End: s + a.Size})
+		}
+		return buf
+	default:
+		return append(buf, TimeWindow{Start: ts, End: ts + a.Gap})
+	}
+}
+
+// AggregateFunction folds the records of a window into an accumulator, incrementally.
+type AggregateFunction[T, ACC, Out any] interface {
+	// CreateAccumulator returns the accumulator of an empty window.
+	CreateAccumulator() ACC
+	// Add folds v into acc and returns the result.
+	Add(v T, acc ACC) ACC
+	// Result returns the window's result.
+	Result(acc ACC) Out
+	// Merge combines the accumulators of two session windows that merge.
+	Merge(a, b ACC) ACC
+}
+
+// WindowContext is the context of a process-window function: the key and the window being fired.
+type WindowContext[K comparable] interface {
+	KeyedContext[K]
+	// Window is the window being fired.
+	Window() TimeWindow
+	// CurrentWatermark is the operator's watermark.
+	CurrentWatermark() int64
+}
+
+// ProcessWindowFunction gets the contents of a window when it fires: every record (a listing window) or
+// the incremental aggregate's one result.
+type ProcessWindowFunction[K comparable, T, Out any] interface {
+	Open(ctx KeyedContext[K]) error
+	Process(ctx WindowContext[K], elements []T, out Collector[Out]) error
+	Close() error
+}
+
+// Incremental is how a window keeps its contents as one accumulator: AggregateFunction's methods as
+// functions (a reduce is an aggregate whose accumulator is the record).
+type Incremental[T, ACC, V any] struct {
+	Create func() ACC
+	Add    func(v T, acc ACC) (ACC, error)
+	Result func(acc ACC) V
+	Merge  func(a, b ACC) (ACC, error)
+	Codec  codec.Codec[ACC]
+}
+
+// WindowSpec runs a keyed window operator. T is the record, ACC the accumulator of an incremental window,
+// V what a window hands its process function (the accumulator's result, or the records themselves for a
+// listing window), Out what the operator emits.
+type WindowSpec[K comparable, T, ACC, V, Out any] struct {
+	Key      func(T) K
+	KeyCodec codec.Codec[K]
+	Assigner WindowAssigner
+	// Lateness is how long after a window's end (in event time) records still update it and fire it
+	// again; until then its state is kept.
+	Lateness int64
+	// Timed: the stream has event time; records are Timed[T] and results Timed[Out] at the window's
+	// MaxTimestamp.
+	Timed bool
+	// Inc keeps the window incrementally; nil: the window lists its records (ElemCodec), and V is T.
+	Inc       *Incremental[T, ACC, V]
+	ElemCodec codec.Codec[T]
+	// NewProcess makes the process-window function per subtask.
+	NewProcess func() ProcessWindowFunction[K, V, Out]
+}
+
+func (s *WindowSpec[K, T, ACC, V, Out]) Build(ctx *Context, downstream []any) (Built, error) {
+	if s.Assigner.EventTime && !s.Timed {
+		return Built{}, fmt.Errorf("operator %q: an event-time window needs a stream with event time (WithTimestamps)", ctx.operator)
+	}
+	b, err := newKeyedBackend(ctx, s.KeyCodec)
+	if err != nil {
+		return Built{}, err
+	}
+	op, err := newWindowOp(ctx, s, b)
+	if err != nil {
+		b.Close()
+		return Built{}, err
+	}
+	built := keyedBuilt(b)
+	if s.Timed {
+		out, err := combine[Timed[Out]](ctx, downstream)
+		if err != nil {
+			b.Close()
+			return Built{}, err
+		}
+		batch := &batcher[Timed[Out]]{next: out}
+		op.stamp = &stamper[Out]{next: batch}
+		op.out, op.flush = op.stamp, batch.flush
+		built.Input = wrapIn[Timed[T]](ctx, &timedWindowInput[K, T, ACC, V, Out]{op: op})
+	} else {
+		out, err := combine[Out](ctx, downstream)
+		if err != nil {
+			b.Close()
+			return Built{}, err
+		}
+		batch := &batcher[Out]{next: out}
+		op.out, op.flush = batch, batch.flush
+		built.Input = wrapIn[T](ctx, &windowInput[K, T, ACC, V, Out]{op: op})
+	}
+	built.Open = func() error {
+		defer b.SealDeclarations()
+		return op.fn.Open(op.kc)
+	}
+	built.Close = func() error {
+		if op.late > 0 {
+			ctx.Logger().Info("window operator dropped late records", "late_records_dropped", op.late)
+		}
+		return errors.Join(op.fn.Close(), b.Close())
+	}
+	built.Watermark = func(ms int64) error {
+		err := op.onWatermark(ms)
+		op.flush()
+		if err != nil {
+			return err
+		}
+		return ctx.EmitWatermark(ms)
+	}
+	built.RestoreWatermark = func(floor int64) { op.watermark = max(op.watermark, floor) }
+	if !s.Assigner.EventTime {
+		built.NextDeadline = func() int64 {
+			if next, ok := op.timers.Next(); ok {
+				return next
+			}
+			return math.MaxInt64
+		}
+		built.OnProcessingTime = func(now int64) error {
+			err := op.onProcessingTime(now)
+			op.flush()
+			return err
+		}
+	}
+	return built, nil
+}
+
+type windowOp[K comparable, T, ACC, V, Out any] struct {
+	spec   *WindowSpec[K, T, ACC, V, Out]
+	kc     *keyedContext[K]
+	wc     windowContext[K]
+	acc    state.MapState[TimeWindow, ACC]   // incremental windows
+	elems  state.ListMapState[TimeWindow, T] // listing windows
+	timers state.Timers                      // event or processing time, as the assigner
+	fn     ProcessWindowFunction[K, V, Out]
+	out    Collector[Out]
+	stamp  *stamper[Out] // the timed output, nil untimed
+	flush  func()
+	// watermark is the operator's input watermark; late counts the records dropped as late.
+	watermark int64
+	late      uint64
+	wins      []TimeWindow // scratch
+	merging   []TimeWindow // scratch
+	vs        []V          // scratch: the one result of an incremental window
+}
+
+func newWindowOp[K comparable, T, ACC, V, Out any](ctx *Context, s *WindowSpec[K, T, ACC, V, Out], b state.KeyedBackend[K]) (*windowOp[K, T, ACC, V, Out], error) {
+	op := &windowOp[K, T, ACC, V, Out]{spec: s, kc: &keyedContext[K]{Context: ctx, b: b, timed: s.Timed}, watermark: math.MinInt64}
+	op.wc = windowContext[K]{keyedContext: op.kc, cur: new(TimeWindow), watermark: &op.watermark}
+	eb := state.Engine(b)
+	wc, err := codec.Struct[TimeWindow]()
+	if err != nil {
+		return nil, err
+	}
+	if s.Inc != nil {
+		if op.acc, err = state.NewMap[TimeWindow, ACC](eb, "\x00window/acc", wc, s.Inc.Codec); err != nil {
+			return nil, fmt.Errorf("operator %q: %w", ctx.operator, err)
+		}
+	} else if op.elems, err = state.NewListMap[TimeWindow, T](eb, "\x00window/elems", wc, s.ElemCodec); err != nil {
+		return nil, fmt.Errorf("operator %q: %w", ctx.operator, err)
+	}
+	name := "\x00timers/processing"
+	if s.Assigner.EventTime {
+		name = "\x00timers/event"
+	}
+	if op.timers, err = state.NewTimers[K](eb, name); err != nil {
+		return nil, fmt.Errorf("operator %q: %w", ctx.operator, err)
+	}
+	if op.fn = s.NewProcess(); op.fn == nil {
+		return nil, fmt.Errorf("operator %q: the window function factory returned nil", ctx.operator)
+	}
+	return op, nil
+}
+
+// cleanupTime is when a window's state goes: its end plus the allowed lateness in event time, its end in
+// processing time.
+func (o *windowOp[K, T, ACC, V, Out]) cleanupTime(w TimeWindow) int64 {
+	if o.spec.Assigner.EventTime && o.spec.Lateness > 0 {
+		return w.MaxTimestamp() + o.spec.Lateness
+	}
+	return w.MaxTimestamp()
+}
+
+// isLate says a window is past its cleanup time: records for it are late.
+func (o *windowOp[K, T, ACC, V, Out]) isLate(w TimeWindow) bool {
+	return o.spec.Assigner.EventTime && o.cleanupTime(w) <= o.watermark
+}
+
+// process adds record v at time ts to its windows; a record that belongs to no window that is not late is
+// dropped and counted.
+func (o *windowOp[K, T, ACC, V, Out]) process(v T, ts int64) {
+	o.kc.b.SetCurrentKey(o.spec.Key(v))
+	o.wins = o.spec.Assigner.assign(ts, o.wins[:0])
+	taken := false
+	for _, w := range o.wins {
+		if o.spec.Assigner.Kind == Session {
+			w = o.mergeSessions(w)
+		}
+		if o.isLate(w) {
+			continue
+		}
+		taken = true
+		if err := o.add(w, v); err != nil {
+			o.kc.fail(err)
+		}
+		o.timers.Register(w.MaxTimestamp(), state.Namespace{A: w.Start, B: w.End})
+		if c := o.cleanupTime(w); c != w.MaxTimestamp() {
+			o.timers.Register(c, state.Namespace{A: w.Start, B: w.End})
+		}
+		if o.spec.Assigner.EventTime && w.MaxTimestamp() <= o.watermark {
+			// Within the allowed lateness of a window that fired: it fires again with the late record.
+			if err := o.fire(w); err != nil {
+				o.kc.fail(err)
+			}
+		}
+	}
+	if !taken {
+		o.late++
+	}
+}
+
+func (o *windowOp[K, T, ACC, V, Out]) add(w TimeWindow, v T) error {
+	if o.acc == nil {
+		o.elems.Append(w, v)
+		return nil
+	}
+	a, ok := o.acc.Get(w)
+	if !ok {
+		a = o.spec.Inc.Create()
+	}
+	a, err := o.spec.Inc.Add(v, a)
+	if err != nil {
+		return err
+	}
+	o.acc.Put(w, a)
+	return nil
+}
+
+// mergeSessions merges the current key's session windows that overlap w into one, moving their contents
+// and timers to it, and returns it (w itself when nothing overlaps). A merged window that would be late is
+// returned unmerged: the record is then dropped, and the windows stay as they were.
+func (o *windowOp[K, T, ACC, V, Out]) mergeSessions(w TimeWindow) TimeWindow {
+	o.merging = o.merging[:0]
+	union := w
+	collect := func(x TimeWindow) {
+		if x.intersects(w) {
+			o.merging = append(o.merging, x)
+			union = union.cover(x)
+		}
+	}
+	if o.acc != nil {
+		o.acc.Range(func(x TimeWindow, _ ACC) bool { collect(x); return true })
+	} else {
+		o.elems.Range(func(x TimeWindow, _ []T) bool { collect(x); return true })
+	}
+	if len(o.merging) == 0 || o.isLate(union) {
+		return union
+	}
+	if len(o.merging) == 1 && o.merging[0] == union {
+		return union
+	}
+	var merged ACC
+	var elems []T
+	first := true
+	for _, x := range o.merging {
+		o.timers.Delete(x.MaxTimestamp(), state.Namespace{A: x.Start, B: x.End})
+		o.timers.Delete(o.cleanupTime(x), state.Namespace{A: x.Start, B: x.End})
+		if o.acc != nil {
+			a, _ := o.acc.Get(x)
+			if first {
+				merged = a
+			} else {
+				var err error
+				if merged, err = o.spec.Inc.Merge(merged, a); err != nil {
+					o.kc.fail(err)
+				}
+			}
+			o.acc.Remove(x)
+		} else {
+			elems = append(elems, o.elems.Get(x)...)
+			o.elems.Remove(x)
+		}
+		first = false
+	}
+	if o.acc != nil {
+		o.acc.Put(union, merged)
+	} else {
+		for _, e := range elems {
+			o.elems.Append(union, e)
+		}
+	}
+	return union
+}
+
+// fire hands window w's contents to the process function.
+func (o *windowOp[K, T, ACC, V, Out]) fire(w TimeWindow) error {
+	var vs []V
+	if o.acc != nil {
+		a, ok := o.acc.Get(w)
+		if !ok {
+			return nil
+		}
+		o.vs = append(o.vs[:0], o.spec.Inc.Result(a))
+		vs = o.vs
+	} else {
+		es := o.elems.Get(w)
+		if len(es) == 0 {
+			return nil
+		}
+		// A listing window's V is T (the API makes it so).
+		vs = any(es).([]V)
+	}
+	*o.wc.cur = w
+	if o.stamp != nil {
+		o.stamp.ts = w.MaxTimestamp()
+		o.kc.ts = w.MaxTimestamp()
+	}
+	if err := o.fn.Process(o.wc, vs, o.out); err != nil {
+		return fmt.Errorf("window [%d, %d): %w", w.Start, w.End, err)
+	}
+	return nil
+}
+
+// onTimer handles a window's timer: at its end it fires, at its cleanup time its state goes.
+func (o *windowOp[K, T, ACC, V, Out]) onTimer(ts int64, ns state.Namespace) error {
+	w := TimeWindow{Start: ns.A, End: ns.B}
+	if ts == w.MaxTimestamp() {
+		if err := o.fire(w); err != nil {
+			return err
+		}
+	}
+	if ts == o.cleanupTime(w) {
+		if o.acc != nil {
+			o.acc.Remove(w)
+		} else {
+			o.elems.Remove(w)
+		}
+	}
+	return nil
+}
+
+func (o *windowOp[K, T, ACC, V, Out]) onWatermark(ms int64) error {
+	if ms <= o.watermark {
+		return nil
+	}
+	o.watermark = ms
+	if !o.spec.Assigner.EventTime {
+		return nil
+	}
+	if next, ok := o.timers.Next(); !ok || next > ms {
+		return nil
+	}
+	return o.timers.FireUpTo(ms, o.onTimer)
+}
+
+func (o *windowOp[K, T, ACC, V, Out]) onProcessingTime(now int64) error {
+	fired := 0
+	for fired < maxTimersPerStep {
+		next, ok := o.timers.Next()
+		if !ok || next > now {
+			return nil
+		}
+		err := o.timers.FireUpTo(next, func(ts int64, ns state.Namespace) error {
+			fired++
+			return o.onTimer(ts, ns)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// windowContext is the WindowContext handed to process-window functions.
+type windowContext[K comparable] struct {
+	*keyedContext[K]
+	cur       *TimeWindow
+	watermark *int64
+}
+
+func (c windowContext[K]) Window() TimeWindow      { return *c.cur }
+func (c windowContext[K]) CurrentWatermark() int64 { return *c.watermark }
+
+// windowInput takes the records of a stream without event time (processing-time windows).
+type windowInput[K comparable, T, ACC, V, Out any] struct{ op *windowOp[K, T, ACC, V, Out] }
+
+func (in *windowInput[K, T, ACC, V, Out]) Collect(v T) { in.CollectBatch([]T{v}) }
+
+func (in *windowInput[K, T, ACC, V, Out]) CollectBatch(vs []T) {
+	o := in.op
+	prev := o.kc.enter()
+	now := o.kc.CurrentProcessingTime()
+	for _, v := range vs {
+		o.process(v, now)
+	}
+	o.flush()
+	o.kc.leave(prev)
+}
+
+// timedWindowInput takes the records of a stream with event time.
+type timedWindowInput[K comparable, T, ACC, V, Out any] struct{ op *windowOp[K, T, ACC, V, Out] }
+
+func (in *timedWindowInput[K, T, ACC, V, Out]) Collect(v Timed[T]) {
+	o := in.op
+	prev := o.kc.enter()
+	in.one(v)
+	o.flush()
+	o.kc.leave(prev)
+}
+
+func (in *timedWindowInput[K, T, ACC, V, Out]) CollectBatch(vs []Timed[T]) {
+	o := in.op
+	prev := o.kc.enter()
+	for _, v := range vs {
+		in.one(v)
+	}
+	o.flush()
+	o.kc.leave(prev)
+}
+
+func (in *timedWindowInput[K, T, ACC, V, Out]) one(v Timed[T]) {
+	o := in.op
+	ts := v.Ts
+	if !o.spec.Assigner.EventTime {
+		ts = o.kc.CurrentProcessingTime()
+	}
+	o.kc.ts = v.Ts
+	o.process(v.V, ts)
+}
+
+// PassWindow is the process-window function of a window without one: it emits what the window holds (the
+// incremental result).
+type PassWindow[K comparable, V any] struct{}
+
+func (PassWindow[K, V]) Open(KeyedContext[K]) error { return nil }
+func (PassWindow[K, V]) Close() error               { return nil }
+func (PassWindow[K, V]) Process(_ WindowContext[K], vs []V, out Collector[V]) error {
+	for _, v := range vs {
+		out.Collect(v)
+	}
+	return nil
+}
