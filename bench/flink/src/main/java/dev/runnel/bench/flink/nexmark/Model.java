@@ -1,5 +1,9 @@
 package dev.runnel.bench.flink.nexmark;
 
+import org.apache.flink.api.common.typeinfo.TypeInformation;
+import org.apache.flink.api.common.typeinfo.Types;
+import org.apache.flink.types.Row;
+
 import java.util.Objects;
 
 /**
@@ -10,10 +14,53 @@ import java.util.Objects;
  * <p>The classes are Flink POJOs (public, a public no-argument constructor, public fields), so a
  * {@code DataStream<Model.Event>} is serialized with Flink's POJO serializer and converts to a table
  * whose columns are the fields ({@code person}, {@code auction}, {@code bid} as ROWs, {@code null}
- * where the event is of another kind).
+ * where the event is of another kind). {@link #toRow} and {@link #ROW_TYPE} give the same event as a
+ * {@code Row} of three nullable named rows, the layout of the JSON lines input:
+ *
+ * <pre>
+ *   env.fromSource(new NexmarkSource(p, events, rate, seed, 0), WatermarkStrategy.noWatermarks(), "nexmark")
+ *      .setParallelism(p).map(Model::toRow).returns(Model.ROW_TYPE)
+ * </pre>
  */
 public final class Model {
     private Model() {}
+
+    /** A person as a Row: the fields in the order, BIGINT as Long, STRING as String. */
+    public static final TypeInformation<Row> PERSON_ROW = Types.ROW_NAMED(
+            new String[] {"id", "name", "emailAddress", "creditCard", "city", "state", "dateTime", "extra"},
+            Types.LONG, Types.STRING, Types.STRING, Types.STRING, Types.STRING, Types.STRING, Types.LONG, Types.STRING);
+    /** An auction as a Row, as {@link #PERSON_ROW}. */
+    public static final TypeInformation<Row> AUCTION_ROW = Types.ROW_NAMED(
+            new String[] {"id", "itemName", "description", "initialBid", "reserve", "dateTime", "expires", "seller", "category", "extra"},
+            Types.LONG, Types.STRING, Types.STRING, Types.LONG, Types.LONG, Types.LONG, Types.LONG, Types.LONG, Types.LONG, Types.STRING);
+    /** A bid as a Row, as {@link #PERSON_ROW}. */
+    public static final TypeInformation<Row> BID_ROW = Types.ROW_NAMED(
+            new String[] {"auction", "bidder", "price", "channel", "url", "dateTime", "extra"},
+            Types.LONG, Types.LONG, Types.LONG, Types.STRING, Types.STRING, Types.LONG, Types.STRING);
+    /** An event as a Row of the named fields person, auction, bid: exactly one is set, the others null. */
+    public static final TypeInformation<Row> ROW_TYPE = Types.ROW_NAMED(
+            new String[] {"person", "auction", "bid"}, PERSON_ROW, AUCTION_ROW, BID_ROW);
+
+    /** The event as a Row of {@link #ROW_TYPE} (positional rows; the names are the type's). */
+    public static Row toRow(Event e) {
+        switch (e.kind) {
+            case Event.PERSON: {
+                Person p = e.person;
+                return Row.of(Row.of(p.id, p.name, p.emailAddress, p.creditCard, p.city, p.state, p.dateTime, p.extra), null, null);
+            }
+            case Event.AUCTION: {
+                Auction a = e.auction;
+                return Row.of(null, Row.of(a.id, a.itemName, a.description, a.initialBid, a.reserve, a.dateTime,
+                        a.expires, a.seller, a.category, a.extra), null);
+            }
+            case Event.BID: {
+                Bid b = e.bid;
+                return Row.of(null, null, Row.of(b.auction, b.bidder, b.price, b.channel, b.url, b.dateTime, b.extra));
+            }
+            default:
+                throw new IllegalArgumentException("nexmark event of unknown kind " + e.kind);
+        }
+    }
 
     /** A new user of the auction site. */
     public static class Person {

@@ -2,6 +2,7 @@ package dev.runnel.bench.flink.nexmark;
 
 import org.apache.flink.api.common.eventtime.Watermark;
 import org.apache.flink.api.common.eventtime.WatermarkStrategy;
+import org.apache.flink.api.common.typeinfo.TypeInformation;
 import org.apache.flink.api.common.typeinfo.Types;
 import org.apache.flink.api.connector.sink2.Sink;
 import org.apache.flink.api.connector.sink2.SinkWriter;
@@ -260,5 +261,38 @@ class GeneratorGoldenTest {
         Collections.sort(got);
         Collections.sort(want);
         assertEquals(want, got);
+    }
+
+    /**
+     * Model.ROW_TYPE has the JSON lines' layout: its kinds and each kind's field names in the order the
+     * writer writes the keys, and toRow's values are the event's, in that order.
+     */
+    @Test
+    void rowsHaveTheJsonLayout() throws Exception {
+        org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.ObjectMapper json = new org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.ObjectMapper();
+        org.apache.flink.api.java.typeutils.RowTypeInfo top = (org.apache.flink.api.java.typeutils.RowTypeInfo) Model.ROW_TYPE;
+        Generator g = new Generator(1, 0, 0);
+        for (long n : new long[] {0, 1, 4}) {
+            Model.Event e = g.event(n);
+            org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.JsonNode line = json.readTree(JsonLines.event(e));
+            String kind = line.fieldNames().next();
+            int k = top.getFieldIndex(kind);
+            assertEquals(e.kind, k, "kind column of " + kind);
+            org.apache.flink.api.java.typeutils.RowTypeInfo rt = (org.apache.flink.api.java.typeutils.RowTypeInfo) (TypeInformation<?>) top.getTypeAt(k);
+            org.apache.flink.types.Row row = Model.toRow(e);
+            for (int other = 0; other < 3; other++) {
+                assertEquals(other != k, row.getField(other) == null, "column " + other + " of a " + kind);
+            }
+            org.apache.flink.types.Row inner = (org.apache.flink.types.Row) row.getField(k);
+            List<String> keys = new ArrayList<>();
+            line.get(kind).fieldNames().forEachRemaining(keys::add);
+            assertEquals(keys, List.of(rt.getFieldNames()), kind + " field order");
+            for (int i = 0; i < keys.size(); i++) {
+                org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.JsonNode v = line.get(kind).get(keys.get(i));
+                Object want = v.isTextual() ? v.asText() : (Object) v.asLong();
+                assertEquals(want, inner.getField(i), kind + "." + keys.get(i));
+                assertEquals(want.getClass(), rt.getTypeAt(i).getTypeClass(), kind + "." + keys.get(i) + " type");
+            }
+        }
     }
 }
