@@ -245,14 +245,20 @@ class GeneratorGoldenTest {
         }
     }
 
-    /** In a real job (MiniCluster, parallelism 2) the source emits every event of the stream once. */
+    /**
+     * In a real job (MiniCluster, parallelism 2) the source emits every event of the stream once, and the
+     * events are Flink POJOs (not Kryo's generic type), null kinds included.
+     */
     @Test
     void sourceInAJobEmitsTheStream() throws Exception {
+        assertTrue(TypeInformation.of(Model.Event.class) instanceof org.apache.flink.api.java.typeutils.PojoTypeInfo,
+                "Model.Event is " + TypeInformation.of(Model.Event.class));
         final int events = 3000;
         RECEIVED.clear();
         StreamExecutionEnvironment env = StreamExecutionEnvironment.createLocalEnvironment(2);
         env.fromSource(new NexmarkSource(2, events, 0, 9, 0), WatermarkStrategy.noWatermarks(), "nexmark")
                 .setParallelism(2)
+                .rebalance() // over the network: the events go through Flink's POJO serializer
                 .map(JsonLines::event).returns(Types.STRING)
                 .sinkTo(new QueueSink());
         env.execute("nexmark-source-test");
