@@ -114,6 +114,10 @@ func TestLineDecoderRefuses(t *testing.T) {
 		{"a fraction", `{"bid":{` + strings.Replace(bid, `"price":3`, `"price":3.5`, 1) + `}}`, "cannot unmarshal"},
 		{"after the object", `{"bid":{` + bid + `}} {}`, "more after the object"},
 		{"truncated", `{"bid":{` + bid, "unexpected EOF"},
+		{"a key in another case", `{"bid":{` + strings.Replace(bid, `"price"`, `"Price"`, 1) + `}}`, `unknown field "Price"`},
+		{"a kind in another case", `{"Bid":{` + bid + `}}`, `unknown key "Bid"`},
+		{"a repeated field", `{"bid":{` + bid + `,"price":3}}`, `repeated field "price"`},
+		{"a repeated kind", `{"bid":{` + bid + `},"bid":{` + bid + `}}`, "have more"},
 	} {
 		var d nexmark.LineDecoder
 		var e nexmark.Event

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/runnel-dev/runnel"
@@ -60,9 +61,9 @@ type (
 
 // LineDecoder parses the lines of a JSON lines input into events, reusing its parse value from line to
 // line. Each line is one object with exactly one key, person, auction or bid, whose value has exactly the
-// model's fields (integers for the int64 ones, dateTime and expires in epoch milliseconds); an unknown or
-// missing field, a second key, a null, or anything after the object is an error. encoding/json matches
-// keys case-insensitively, so "ID" is taken for "id".
+// model's fields (integers for the int64 ones, dateTime and expires in epoch milliseconds); an unknown,
+// missing or repeated field, a second key, a null, or anything after the object is an error. Keys are
+// matched exactly (encoding/json alone would take "ID" for "id": a second pass over the tokens checks them).
 type LineDecoder struct {
 	v       jsonLine
 	missing []string
@@ -91,6 +92,9 @@ func (d *LineDecoder) Decode(line []byte, e *Event) error {
 	if keys != 1 {
 		return fmt.Errorf("want exactly one of the keys person, auction, bid, have %d", keys)
 	}
+	if err := checkKeys(line); err != nil {
+		return err
+	}
 	d.missing = d.missing[:0]
 	switch {
 	case d.v.Person != nil:
@@ -114,6 +118,60 @@ func (d *LineDecoder) Decode(line []byte, e *Event) error {
 	}
 	if len(d.missing) > 0 {
 		return fmt.Errorf("%s: missing field %s", e.Kind, strings.Join(d.missing, ", "))
+	}
+	return nil
+}
+
+// fieldNames are the model's JSON keys per kind, in the writer's order.
+var fieldNames = map[string][]string{
+	"person":  {"id", "name", "emailAddress", "creditCard", "city", "state", "dateTime", "extra"},
+	"auction": {"id", "itemName", "description", "initialBid", "reserve", "dateTime", "expires", "seller", "category", "extra"},
+	"bid":     {"auction", "bidder", "price", "channel", "url", "dateTime", "extra"},
+}
+
+// checkKeys walks the tokens of a line that encoding/json has accepted (one object of one object of
+// scalars) and refuses keys that match the model's only without regard to case, and repeated keys.
+func checkKeys(line []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(line))
+	if _, err := dec.Token(); err != nil { // {
+		return err
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	kind, _ := tok.(string)
+	names, ok := fieldNames[kind]
+	if !ok {
+		return fmt.Errorf("unknown key %q, want person, auction or bid", kind)
+	}
+	if _, err := dec.Token(); err != nil { // {
+		return err
+	}
+	var seen uint16 // one bit per field of names (at most 10)
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		key, _ := tok.(string)
+		i := slices.Index(names, key)
+		if i < 0 {
+			return fmt.Errorf("%s: unknown field %q", kind, key)
+		}
+		if seen&(1<<i) != 0 {
+			return fmt.Errorf("%s: repeated field %q", kind, key)
+		}
+		seen |= 1 << i
+		if _, err := dec.Token(); err != nil { // the value: a scalar, as the first pass checked
+			return err
+		}
+	}
+	if _, err := dec.Token(); err != nil { // }
+		return err
+	}
+	if dec.More() {
+		return errors.New("want exactly one of the keys person, auction, bid, have more")
 	}
 	return nil
 }
