@@ -42,6 +42,7 @@ func TestLayering(t *testing.T) {
 		"examples/wordcount":   {"", "codec", "connector", "examples/internal/run"},
 		"examples/clickstream": {"", "codec", "connector", "examples/internal/run"},
 		"examples/sequence":    {"", "codec", "connector", "examples/internal/run"},
+		"examples/nexmark":     {"", "codec", "connector", "examples/internal/run"},
 	}
 	for dir, ok := range allowed {
 		pkg, err := build.ImportDir(filepath.FromSlash(dir), 0)

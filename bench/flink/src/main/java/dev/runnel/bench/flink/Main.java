@@ -74,6 +74,9 @@ public final class Main {
             case "standalone-kill":
                 result = StandaloneKill.run(flags);
                 break;
+            case "nexmark-generate": // JSON lines on stdout: no result object after them
+                dev.runnel.bench.flink.nexmark.Generator.command(flags);
+                return;
             default:
                 System.err.println("unknown job: " + job);
                 usage(System.err);
@@ -100,6 +103,8 @@ public final class Main {
         out.println("               SIGKILLs the TaskManager of map[1]: --failover region|approximate");
         out.println("               [--heartbeat-interval 500ms --heartbeat-timeout 1500ms] (Flink's defaults if unset)");
         out.println("               --kill-after 3s --wait 120s --settle 2s --restart-attempts 10, and recovery's flags");
+        out.println("  nexmark-generate  --events 1000 [--rate 0 --seed 0 --base-time MS --output FILE]: the Nexmark");
+        out.println("               generator's events as JSON lines (stdout by default); --rate only spaces the timestamps");
         out.println("durations take ms, s or m (a bare number is milliseconds)");
     }
 
