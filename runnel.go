@@ -229,6 +229,8 @@ type Environment struct {
 	resolvers []edgeResolver
 	executed  bool
 	accs      map[string]Accumulator // RegisterAccumulator's table, at most MaxAccumulators
+	// fixedParallelism names the nodes whose parallelism cannot be set, and why.
+	fixedParallelism map[int]string
 	// chainsFrom, when set (tests, through export_test.go), is another build of the same job whose
 	// operators Execute runs in every task, as TaskManagers of a cluster run their own builds.
 	chainsFrom *prepared

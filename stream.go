@@ -97,6 +97,10 @@ func (s *Stream[T]) Name(name string) *Stream[T] {
 // SetParallelism sets the parallelism of the operator that produces the stream.
 func (s *Stream[T]) SetParallelism(p int) *Stream[T] {
 	if n := s.node("SetParallelism"); n != nil {
+		if why, fixed := s.env.fixedParallelism[n.ID]; fixed && p != n.Parallelism {
+			s.env.addErr(fmt.Errorf("SetParallelism(%d) on %q: %s (at %s)", p, n.Name, why, origin()))
+			return s
+		}
 		n.Parallelism = p
 	}
 	return s

@@ -1,0 +1,237 @@
+package runnel_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/runnel-dev/runnel"
+	"github.com/runnel-dev/runnel/codec"
+	"github.com/runnel-dev/runnel/connector"
+)
+
+// winResult is what every window function of the reference test emits.
+type winResult struct {
+	Key                  string
+	Start, End           int64 // End from the result's timestamp; Start only from a process function
+	Count, Sum, Min, Max int64
+}
+
+func (r winResult) add(o winResult) winResult {
+	r.Count += o.Count
+	r.Sum += o.Sum
+	r.Min = min(r.Min, o.Min)
+	r.Max = max(r.Max, o.Max)
+	return r
+}
+
+func one(c click) winResult { return winResult{Key: c.User, Count: 1, Sum: c.N, Min: c.N, Max: c.N} }
+
+type winAgg struct{}
+
+func (winAgg) CreateAccumulator() winResult { return winResult{Min: 1 << 62, Max: -1 << 62} }
+func (winAgg) Add(c click, acc winResult) winResult {
+	r := acc.add(one(c))
+	r.Key = c.User
+	return r
+}
+func (winAgg) Result(acc winResult) winResult { return acc }
+func (winAgg) Merge(a, b winResult) winResult {
+	r := a.add(b)
+	r.Key = max(a.Key, b.Key)
+	return r
+}
+
+type winList struct{ runnel.ProcessWindowBase[string] }
+
+func (winList) Process(ctx runnel.WindowContext[string], cs []click, out runnel.Collector[winResult]) error {
+	r := winAgg{}.CreateAccumulator()
+	for _, c := range cs {
+		if c.User != ctx.CurrentKey() {
+			return fmt.Errorf("window of %q holds a click of %q", ctx.CurrentKey(), c.User)
+		}
+		r = winAgg{}.Add(c, r)
+	}
+	r.Start, r.End = ctx.Window().Start, ctx.Window().End
+	if ctx.CurrentWatermark() < r.End-1 {
+		return fmt.Errorf("window %+v fired at watermark %d", ctx.Window(), ctx.CurrentWatermark())
+	}
+	out.Collect(r)
+	return nil
+}
+
+type winSink struct {
+	mu  sync.Mutex
+	got []winResult
+}
+
+func (s *winSink) CreateWriter(runnel.RuntimeContext) (runnel.SinkWriter[winResult], error) { return s, nil }
+func (s *winSink) Write(winResult) error                                                  { return fmt.Errorf("Write on a timed stream") }
+func (s *winSink) WriteTimed(r winResult, ts int64) error {
+	if r.End != 0 && r.End-1 != ts {
+		return fmt.Errorf("result %+v carries timestamp %d, want End-1", r, ts)
+	}
+	r.End = ts + 1
+	s.mu.Lock()
+	s.got = append(s.got, r)
+	s.mu.Unlock()
+	return nil
+}
+func (s *winSink) Flush() error { return nil }
+func (s *winSink) Close() error { return nil }
+
+// referenceWindows computes the windows of clicks directly: per key, every window a click belongs to
+// (tumbling, sliding) or the sessions of the key's sorted times.
+func referenceWindows(clicks []click, kind string, size, slide, gap int64) []winResult {
+	type kw struct {
+		key        string
+		start, end int64
+	}
+	acc := map[kw]winResult{}
+	addTo := func(k kw, c click) {
+		r, ok := acc[k]
+		if !ok {
+			r = winAgg{}.CreateAccumulator()
+		}
+		r = winAgg{}.Add(c, r)
+		r.Start, r.End = k.start, k.end
+		acc[k] = r
+	}
+	switch kind {
+	case "tumbling", "sliding":
+		if kind == "tumbling" {
+			slide = size
+		}
+		for _, c := range clicks {
+			// Every start s = k*slide with s <= t < s+size: floor division by hand, for negative times too.
+			first := c.At - size + 1
+			s := first - ((first%slide)+slide)%slide
+			if s < first {
+				s += slide
+			}
+			for ; s <= c.At; s += slide {
+				addTo(kw{c.User, s, s + size}, c)
+			}
+		}
+	case "session":
+		byKey := map[string][]click{}
+		for _, c := range clicks {
+			byKey[c.User] = append(byKey[c.User], c)
+		}
+		for key, cs := range byKey {
+			sort.Slice(cs, func(i, j int) bool { return cs[i].At < cs[j].At })
+			var cur kw
+			var members []click
+			flush := func() {
+				for _, c := range members {
+					addTo(cur, c)
+				}
+			}
+			for i, c := range cs {
+				if i == 0 || c.At >= cur.end {
+					if i > 0 {
+						flush()
+					}
+					cur, members = kw{key, c.At, c.At + gap}, nil
+				}
+				cur.end = max(cur.end, c.At+gap)
+				members = append(members, c)
+			}
+			flush()
+		}
+	}
+	out := make([]winResult, 0, len(acc))
+	for _, r := range acc {
+		out = append(out, r)
+	}
+	return out
+}
+
+func sortResults(rs []winResult) {
+	slices.SortFunc(rs, func(a, b winResult) int {
+		return strings.Compare(fmt.Sprintf("%s/%020d/%020d", a.Key, a.End, a.Start), fmt.Sprintf("%s/%020d/%020d", b.Key, b.End, b.Start))
+	})
+}
+
+// TestWindowsMatchReference runs tumbling, sliding and session windows with a reduce, an aggregate and a
+// process function over seeded out-of-order input within its bound, at parallelism 1 and 3 (over TCP),
+// and compares every window's result with a reference computed directly from the input.
+func TestWindowsMatchReference(t *testing.T) {
+	const bound = 30
+	clicks := outOfOrderClicks(6000, bound, 3)
+	rng := rand.New(rand.NewPCG(4, 4))
+	for i := range clicks {
+		clicks[i].N = rng.Int64N(1000)
+	}
+	assigners := []struct {
+		name             string
+		a                runnel.WindowAssigner
+		size, slide, gap int64
+	}{
+		{"tumbling", runnel.TumblingEventTimeWindows(100 * time.Millisecond), 100, 0, 0},
+		{"sliding", runnel.SlidingEventTimeWindows(100*time.Millisecond, 30*time.Millisecond), 100, 30, 0},
+		{"session", runnel.EventTimeSessionWindows(25 * time.Millisecond), 0, 0, 25},
+	}
+	functions := []string{"reduce", "aggregate", "process"}
+	for _, as := range assigners {
+		want := referenceWindows(clicks, as.name, as.size, as.slide, as.gap)
+		sortResults(want)
+		for _, fn := range functions {
+			for _, p := range []int{1, 3} {
+				t.Run(fmt.Sprintf("%s %s p%d", as.name, fn, p), func(t *testing.T) {
+					opts := []runnel.Option{runnel.WithParallelism(p), runnel.WithWatermarkInterval(2 * time.Millisecond)}
+					if p > 1 {
+						opts = append(opts, runnel.WithTaskManagers(2))
+					}
+					env := runnel.NewEnvironment(opts...)
+					src := runnel.FromSource(env, connector.Collection(clicks)).Name("clicks").WithCodec(codec.MustStruct[click]()).
+						WithTimestamps(runnel.BoundedOutOfOrderness[click](bound * time.Millisecond).WithTimestampAssigner(func(c click, _ int64) int64 { return c.At }))
+					var results *runnel.Stream[winResult]
+					switch fn {
+					case "reduce":
+						ones := runnel.Map(src, func(c click) (winResult, error) { return one(c), nil }).WithCodec(codec.MustStruct[winResult]())
+						results = runnel.WindowReduce(runnel.Window(runnel.KeyBy(ones, func(r winResult) string { return r.Key }), as.a),
+							func(a, b winResult) (winResult, error) { return a.add(b), nil })
+					case "aggregate":
+						results = runnel.WindowAggregate(runnel.Window(runnel.KeyBy(src, func(c click) string { return c.User }), as.a),
+							runnel.AggregateFunction[click, winResult, winResult](winAgg{}))
+					case "process":
+						results = runnel.WindowProcess(runnel.Window(runnel.KeyBy(src, func(c click) string { return c.User }), as.a),
+							func() runnel.ProcessWindowFunction[string, click, winResult] { return winList{} })
+					}
+					sink := &winSink{}
+					results.Name("windows").WithCodec(codec.MustStruct[winResult]()).SinkTo(sink).Name("sink").SetParallelism(1)
+					ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+					defer cancel()
+					res, err := env.Execute(ctx, "windows")
+					if err != nil || res.Status != "FINISHED" {
+						t.Fatalf("%v %+v", err, res)
+					}
+					got := sink.got
+					exp := slices.Clone(want)
+					if fn != "process" {
+						for i := range exp {
+							exp[i].Start = 0
+						}
+					}
+					sortResults(got)
+					sortResults(exp)
+					if len(got) != len(exp) {
+						t.Fatalf("%d windows, want %d", len(got), len(exp))
+					}
+					for i := range exp {
+						if got[i] != exp[i] {
+							t.Fatalf("window %d: got %+v, want %+v", i, got[i], exp[i])
+						}
+					}
+				})
+			}
+		}
+	}
+}
