@@ -48,7 +48,9 @@ func (winAgg) Merge(a, b winResult) winResult {
 	return r
 }
 
-type winList struct{ runnel.ProcessWindowBase[string] }
+type winList struct {
+	runnel.ProcessWindowBase[string]
+}
 
 func (winList) Process(ctx runnel.WindowContext[string], cs []click, out runnel.Collector[winResult]) error {
 	r := winAgg{}.CreateAccumulator()
@@ -71,8 +73,10 @@ type winSink struct {
 	got []winResult
 }
 
-func (s *winSink) CreateWriter(runnel.RuntimeContext) (runnel.SinkWriter[winResult], error) { return s, nil }
-func (s *winSink) Write(winResult) error                                                  { return fmt.Errorf("Write on a timed stream") }
+func (s *winSink) CreateWriter(runnel.RuntimeContext) (runnel.SinkWriter[winResult], error) {
+	return s, nil
+}
+func (s *winSink) Write(winResult) error { return fmt.Errorf("Write on a timed stream") }
 func (s *winSink) WriteTimed(r winResult, ts int64) error {
 	if r.End != 0 && r.End-1 != ts {
 		return fmt.Errorf("result %+v carries timestamp %d, want End-1", r, ts)
@@ -233,5 +237,87 @@ func TestWindowsMatchReference(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// onePerPoll is a source that emits one scripted click per poll, so that a punctuated watermark follows
+// exactly the record that made it.
+type onePerPoll struct{ clicks []click }
+
+func (s *onePerPoll) CreateReader(runnel.RuntimeContext) (runnel.SourceReader[click], error) {
+	return &onePerPollReader{clicks: s.clicks}, nil
+}
+
+type onePerPollReader struct{ clicks []click }
+
+func (r *onePerPollReader) PollNext(out runnel.Collector[click]) (runnel.InputStatus, error) {
+	if len(r.clicks) == 0 {
+		return runnel.EndOfInput, nil
+	}
+	out.Collect(r.clicks[0])
+	r.clicks = r.clicks[1:]
+	return runnel.MoreAvailable, nil
+}
+func (r *onePerPollReader) Available() <-chan struct{} { return nil }
+func (r *onePerPollReader) Close() error               { return nil }
+
+// markers is a punctuated generator: a click of user "wm" is a watermark at its time.
+type markers struct{}
+
+func (markers) OnEvent(c click, ts int64, out runnel.WatermarkOutput) {
+	if c.User == "wm" {
+		out.EmitWatermark(ts)
+	}
+}
+func (markers) OnPeriodicEmit(runnel.WatermarkOutput) {}
+
+// TestWindowLateness pins what a window does with records behind the watermark: within the allowed
+// lateness it fires again with them; past it (or with none) they are dropped; its state goes at its
+// cleanup time.
+func TestWindowLateness(t *testing.T) {
+	script := []click{
+		{User: "a", At: 10, N: 1}, {User: "a", At: 20, N: 2},
+		{User: "wm", At: 99},      // [0,100) fires: 3
+		{User: "a", At: 30, N: 4}, // late: within 50 ms of lateness it fires [0,100) again: 7
+		{User: "wm", At: 149},     // cleanup of [0,100)
+		{User: "a", At: 40, N: 8}, // past the lateness: dropped
+		{User: "a", At: 150, N: 16},
+	}
+	for _, tc := range []struct {
+		name     string
+		lateness time.Duration
+		backend  string
+		want     []winResult
+	}{
+		{"lateness 50ms", 50 * time.Millisecond, "memory", []winResult{
+			{Key: "a", End: 100, Count: 2, Sum: 3, Min: 1, Max: 2}, {Key: "a", End: 100, Count: 3, Sum: 7, Min: 1, Max: 4},
+			{Key: "a", End: 200, Count: 1, Sum: 16, Min: 16, Max: 16}}},
+		{"lateness 50ms pebble", 50 * time.Millisecond, "pebble", []winResult{
+			{Key: "a", End: 100, Count: 2, Sum: 3, Min: 1, Max: 2}, {Key: "a", End: 100, Count: 3, Sum: 7, Min: 1, Max: 4},
+			{Key: "a", End: 200, Count: 1, Sum: 16, Min: 16, Max: 16}}},
+		{"no lateness", 0, "memory", []winResult{
+			{Key: "a", End: 100, Count: 2, Sum: 3, Min: 1, Max: 2}, {Key: "a", End: 200, Count: 1, Sum: 16, Min: 16, Max: 16}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := runnel.NewEnvironment(runnel.WithStateBackend(tc.backend), runnel.WithWatermarkInterval(0))
+			src := runnel.FromSource(env, &onePerPoll{clicks: script}).Name("clicks").WithCodec(codec.MustStruct[click]()).
+				WithTimestamps(runnel.CustomWatermarks(func() runnel.WatermarkGenerator[click] { return markers{} }).
+					WithTimestampAssigner(func(c click, _ int64) int64 { return c.At }))
+			data := src.Filter(func(c click) (bool, error) { return c.User != "wm", nil })
+			results := runnel.WindowAggregate(runnel.Window(runnel.KeyBy(data, func(c click) string { return c.User }),
+				runnel.TumblingEventTimeWindows(100*time.Millisecond)).AllowedLateness(tc.lateness),
+				runnel.AggregateFunction[click, winResult, winResult](winAgg{})).WithCodec(codec.MustStruct[winResult]())
+			sink := &winSink{}
+			results.SinkTo(sink)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			res, err := env.Execute(ctx, "lateness")
+			if err != nil || res.Status != "FINISHED" {
+				t.Fatalf("%v %+v", err, res)
+			}
+			if !slices.Equal(sink.got, tc.want) {
+				t.Fatalf("got  %+v\nwant %+v", sink.got, tc.want)
+			}
+		})
 	}
 }

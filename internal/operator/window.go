@@ -276,16 +276,18 @@ func (o *windowOp[K, T, ACC, V, Out]) process(v T, ts int64) {
 		if err := o.add(w, v); err != nil {
 			o.kc.fail(err)
 		}
-		o.timers.Register(w.MaxTimestamp(), state.Namespace{A: w.Start, B: w.End})
 		if c := o.cleanupTime(w); c != w.MaxTimestamp() {
 			o.timers.Register(c, state.Namespace{A: w.Start, B: w.End})
 		}
 		if o.spec.Assigner.EventTime && w.MaxTimestamp() <= o.watermark {
-			// Within the allowed lateness of a window that fired: it fires again with the late record.
+			// Within the allowed lateness of a window that fired: it fires again with the late record, now
+			// (its end has passed, so a timer there would fire it once more at the next watermark).
 			if err := o.fire(w); err != nil {
 				o.kc.fail(err)
 			}
+			continue
 		}
+		o.timers.Register(w.MaxTimestamp(), state.Namespace{A: w.Start, B: w.End})
 	}
 	if !taken {
 		o.late++
