@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -320,4 +322,128 @@ func TestWindowLateness(t *testing.T) {
 			}
 		})
 	}
+}
+
+// readCommitted returns the lines of the committed part files of a FileSink directory.
+func readCommitted(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), "part-") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines = append(lines, strings.Fields(string(b))...)
+	}
+	slices.Sort(lines)
+	return lines
+}
+
+// TestTimersAndWindowsAcrossSavepointAndRescale stops a windowed job with a savepoint in the middle of its
+// windows and resumes it with the window operator at another parallelism, on both backends: window
+// contents and their timers move with their key groups, and the results, written exactly once by a file
+// sink, equal a direct computation over the whole input.
+func TestTimersAndWindowsAcrossSavepointAndRescale(t *testing.T) {
+	const keys, perSubtask = 23, 4000
+	gen := func(sub int, seq uint64) click {
+		return click{User: fmt.Sprintf("k%d", (seq*2+uint64(sub))%keys), At: int64(seq) * 2, N: int64(seq%7) + 1}
+	}
+	build := func(windowP int, out, chk string, opts ...runnel.Option) *runnel.Environment {
+		env := runnel.NewEnvironment(append([]runnel.Option{runnel.WithParallelism(2), runnel.WithLogger(quiet),
+			runnel.WithWatermarkInterval(2 * time.Millisecond),
+			runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 50 * time.Millisecond, Storage: chk})}, opts...)...)
+		src := runnel.FromSource(env, connector.Generator(gen, connector.GeneratorOptions{RecordsPerSubtask: perSubtask, RatePerSubtask: 8000})).
+			Name("source").WithCodec(codec.MustStruct[click]()).
+			WithTimestamps(runnel.MonotonousTimestamps[click]().WithTimestampAssigner(func(c click, _ int64) int64 { return c.At }))
+		results := runnel.WindowAggregate(runnel.Window(runnel.KeyBy(src, func(c click) string { return c.User }),
+			runnel.TumblingEventTimeWindows(100*time.Millisecond)), runnel.AggregateFunction[click, winResult, winResult](winAgg{})).
+			Name("windows").WithCodec(codec.MustStruct[winResult]()).SetParallelism(windowP)
+		stamped := runnel.Process(runnel.KeyBy(results, func(r winResult) string { return r.Key }),
+			func() runnel.KeyedProcessFunction[string, winResult, string] { return &stampLine{} }).Name("format").SetParallelism(1)
+		stamped.SinkTo(connector.FileSink(out, func(s string) string { return s })).Name("files").SetParallelism(1)
+		return env
+	}
+	var all []click
+	for sub := 0; sub < 2; sub++ {
+		for seq := uint64(0); seq < perSubtask; seq++ {
+			all = append(all, gen(sub, seq))
+		}
+	}
+	var want []string
+	for _, r := range referenceWindows(all, "tumbling", 100, 0, 0) {
+		want = append(want, fmt.Sprintf("%s/%d/%d/%d", r.Key, r.End, r.Count, r.Sum))
+	}
+	slices.Sort(want)
+	for _, tc := range []struct {
+		backend string
+		to      int
+	}{{"memory", 3}, {"pebble", 1}, {"pebble", 3}} {
+		t.Run(fmt.Sprintf("%s 2 to %d", tc.backend, tc.to), func(t *testing.T) {
+			dir := t.TempDir()
+			sp, out := filepath.Join(dir, "sp"), filepath.Join(dir, "out")
+			if err := os.Mkdir(out, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			defer cancel()
+			res, err := build(2, out, filepath.Join(dir, "chk"), runnel.WithStateBackend(tc.backend), runnel.WithSavepointOnStop(sp)).
+				Execute(ctx, "first")
+			if err != nil || res.Status != "CANCELED" || res.Savepoint != sp {
+				t.Fatalf("first run: %v, %+v", err, res)
+			}
+			if v := res.Vertex("source"); v == nil || v.RecordsOut == 0 || v.RecordsOut >= 2*perSubtask {
+				t.Fatalf("the savepoint must fall inside the input: the source emitted %+v", v)
+			}
+			res, err = build(tc.to, out, filepath.Join(dir, "chk2"), runnel.WithStateBackend(tc.backend), runnel.WithRestoreFrom(sp)).
+				Execute(context.Background(), "rescaled")
+			if err != nil || res.Status != "FINISHED" {
+				t.Fatalf("rescaled run: %v, %+v", err, res)
+			}
+			got := readCommitted(t, out)
+			if !slices.Equal(got, want) {
+				t.Fatalf("%d window results, want %d; first differences: %v", len(got), len(want), firstDiff(got, want))
+			}
+		})
+	}
+}
+
+// stampLine formats a window result as a line.
+type stampLine struct {
+	runnel.KeyedProcessBase[string, string]
+}
+
+func (*stampLine) ProcessElement(ctx runnel.KeyedContext[string], r winResult, out runnel.Collector[string]) error {
+	ts, _ := ctx.Timestamp()
+	out.Collect(fmt.Sprintf("%s/%d/%d/%d", r.Key, ts+1, r.Count, r.Sum))
+	return nil
+}
+
+func firstDiff(got, want []string) string {
+	g, w := map[string]int{}, map[string]int{}
+	for _, s := range got {
+		g[s]++
+	}
+	for _, s := range want {
+		w[s]++
+	}
+	var d []string
+	for s, n := range g {
+		if w[s] != n {
+			d = append(d, fmt.Sprintf("%s got %d want %d", s, n, w[s]))
+		}
+	}
+	for s, n := range w {
+		if _, ok := g[s]; !ok {
+			d = append(d, fmt.Sprintf("%s got 0 want %d", s, n))
+		}
+	}
+	slices.Sort(d)
+	return fmt.Sprint(d[:min(5, len(d))])
 }
