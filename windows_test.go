@@ -340,7 +340,7 @@ func readCommitted(t *testing.T, dir string) []string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		lines = append(lines, strings.Fields(string(b))...)
+		lines = append(lines, strings.FieldsFunc(string(b), func(r rune) bool { return r == '\n' })...)
 	}
 	slices.Sort(lines)
 	return lines

@@ -19,8 +19,10 @@ type NodeSpec interface {
 
 // Built is an operator instance.
 type Built struct {
-	// Input is the operator's Collector[In] (typed as any); nil for sources.
-	Input any
+	// Input is the operator's Collector[In] (typed as any); nil for sources. Input2 is the second input of
+	// a two-input operator, a Collector of its second record type.
+	Input  any
+	Input2 any
 	// Source drives a source operator; nil otherwise.
 	Source SourceDriver
 	// Lifecycle hooks; any may be nil.

@@ -459,7 +459,13 @@ func (c windowContext[K]) CurrentWatermark() int64 { return *c.watermark }
 // windowInput takes the records of a stream without event time (processing-time windows).
 type windowInput[K comparable, T, ACC, V, Out any] struct{ op *windowOp[K, T, ACC, V, Out] }
 
-func (in *windowInput[K, T, ACC, V, Out]) Collect(v T) { in.CollectBatch([]T{v}) }
+func (in *windowInput[K, T, ACC, V, Out]) Collect(v T) {
+	o := in.op
+	prev := o.kc.enter()
+	o.process(v, o.kc.CurrentProcessingTime())
+	o.flush()
+	o.kc.leave(prev)
+}
 
 func (in *windowInput[K, T, ACC, V, Out]) CollectBatch(vs []T) {
 	o := in.op
