@@ -41,6 +41,8 @@ type input[T any] struct {
 	patternSet bool
 	hash       func(T, []byte) (uint64, []byte)
 	codec      *codecHolder[T]
+	// side names the side output of node this input reads (an OutputTag's id); empty: its main output.
+	side string
 }
 
 // Stream is a typed stream of records produced by one operator (or, after Union, several).
@@ -167,7 +169,8 @@ func connectInput[T any](s *Stream[T], n *graph.StreamNode, input uint8) {
 	}
 	for _, in := range s.inputs {
 		spec := &operator.EdgeSpec[T]{Hash: in.hash}
-		e := &graph.StreamEdge{Source: in.node.ID, Target: n.ID, Pattern: in.pattern, PatternSet: in.patternSet, Payload: spec, TargetInput: input}
+		e := &graph.StreamEdge{Source: in.node.ID, Target: n.ID, Pattern: in.pattern, PatternSet: in.patternSet, Payload: spec,
+			TargetInput: input, SideOutput: in.side}
 		h := in.codec
 		s.env.edges = append(s.env.edges, e)
 		s.env.resolvers = append(s.env.resolvers, edgeResolver{edge: e, resolve: func() error {
@@ -187,7 +190,8 @@ func connectTimed[T any](s *Stream[T], n *graph.StreamNode, input uint8) {
 		if hash := in.hash; hash != nil {
 			spec.Hash = func(v operator.Timed[T], scratch []byte) (uint64, []byte) { return hash(v.V, scratch) }
 		}
-		e := &graph.StreamEdge{Source: in.node.ID, Target: n.ID, Pattern: in.pattern, PatternSet: in.patternSet, Payload: spec, TargetInput: input}
+		e := &graph.StreamEdge{Source: in.node.ID, Target: n.ID, Pattern: in.pattern, PatternSet: in.patternSet, Payload: spec,
+			TargetInput: input, SideOutput: in.side}
 		h := in.codec
 		s.env.edges = append(s.env.edges, e)
 		s.env.resolvers = append(s.env.resolvers, edgeResolver{edge: e, resolve: func() error {

@@ -108,4 +108,5 @@ func (e *fingerprinter) streamEdge(se *StreamEdge) {
 	e.uint(uint64(se.Pattern))
 	e.bool(se.PatternSet)
 	e.uint(uint64(se.TargetInput))
+	e.str(se.SideOutput)
 }

@@ -120,6 +120,9 @@ type StreamEdge struct {
 	// TargetInput is the logical input of the target the edge feeds: 0, or 1 for the second input of a
 	// two-input operator.
 	TargetInput uint8
+	// SideOutput names the side output of the source the edge carries (an OutputTag's id); empty for its
+	// main output.
+	SideOutput string
 	// Payload is the API layer's record writer/reader factory for this edge; opaque here.
 	Payload any
 }

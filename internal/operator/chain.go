@@ -66,7 +66,11 @@ func buildChain(v *graph.JobVertex, rt *task.Runtime, injections []*Injection) (
 				if in == nil {
 					return nil, fmt.Errorf("chained operator %q takes no input", v.Nodes[index[e.Target]].Name)
 				}
-				downstream = append(downstream, in)
+				if e.SideOutput != "" {
+					ctx.side = append(ctx.side, sideOutput{tag: e.SideOutput, out: in})
+				} else {
+					downstream = append(downstream, in)
+				}
 				ctx.wmOut = append(ctx.wmOut, chained{c: c, i: index[e.Target]})
 			}
 		}
@@ -82,7 +86,11 @@ func buildChain(v *graph.JobVertex, rt *task.Runtime, injections []*Injection) (
 			if err != nil {
 				return nil, err
 			}
-			downstream = append(downstream, w)
+			if tag := je.Stream.SideOutput; tag != "" {
+				ctx.side = append(ctx.side, sideOutput{tag: tag, out: w})
+			} else {
+				downstream = append(downstream, w)
+			}
 			if t, ok := w.(watermarkTarget); ok {
 				ctx.wmOut = append(ctx.wmOut, t)
 			}
