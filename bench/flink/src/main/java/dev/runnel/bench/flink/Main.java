@@ -1,5 +1,7 @@
 package dev.runnel.bench.flink;
 
+import dev.runnel.bench.flink.nexmark.NexmarkJob;
+import dev.runnel.bench.flink.nexmark.Query;
 import org.apache.flink.api.common.JobExecutionResult;
 import org.apache.flink.api.common.JobStatus;
 import org.apache.flink.api.common.RuntimeExecutionMode;
@@ -45,6 +47,7 @@ import java.util.stream.Stream;
  *   java -jar runnel-flink-bench.jar recovery    [--failover region|full] [--duration 10s] [--fail-after 3s] [--rate N] ...
  *   java -jar runnel-flink-bench.jar approximate [same flags as recovery]
  *   java -jar runnel-flink-bench.jar standalone-kill [--failover region|approximate] [--heartbeat-interval 500ms ...]
+ *   java -jar runnel-flink-bench.jar nexmark --query Q --input FILE [--output FILE] [--json] ...
  * </pre>
  */
 public final class Main {
@@ -59,7 +62,10 @@ public final class Main {
             return;
         }
         String job = argv[0];
-        Map<String, String> flags = parseFlags(argv);
+        // --json takes no value; only nexmark has it (every other job always prints JSON).
+        boolean json = job.equals("nexmark") && List.of(argv).contains("--json");
+        Map<String, String> flags = parseFlags(json ? Stream.of(argv).filter(a -> !a.equals("--json"))
+                .toArray(String[]::new) : argv);
         Json result;
         switch (job) {
             case "throughput":
@@ -73,6 +79,16 @@ public final class Main {
                 break;
             case "standalone-kill":
                 result = StandaloneKill.run(flags);
+                break;
+            case "nexmark":
+                Map<String, Object> r = nexmark(flags);
+                if (!json) {
+                    System.out.println(NexmarkJob.describe(r));
+                    System.out.flush();
+                    System.exit(0);
+                }
+                result = new Json();
+                r.forEach(result::put);
                 break;
             default:
                 System.err.println("unknown job: " + job);
@@ -100,6 +116,9 @@ public final class Main {
         out.println("               SIGKILLs the TaskManager of map[1]: --failover region|approximate");
         out.println("               [--heartbeat-interval 500ms --heartbeat-timeout 1500ms] (Flink's defaults if unset)");
         out.println("               --kill-after 3s --wait 120s --settle 2s --restart-attempts 10, and recovery's flags");
+        out.println("  nexmark      --query q0|q1|q2|q3|q4|q5|q7|q8 --input FILE (JSON lines) [--output FILE (JSON lines)]");
+        out.println("               --out-of-orderness 4s --parallelism 2 --checkpoint-interval 0 (off) [--json]");
+        out.println("               without --output: into a blackhole sink, printing events/s");
         out.println("durations take ms, s or m (a bare number is milliseconds)");
     }
 
@@ -511,6 +530,23 @@ public final class Main {
         t.setDaemon(true);
         t.start();
         return t;
+    }
+
+    // ---- nexmark ----------------------------------------------------------------------------
+
+    static Map<String, Object> nexmark(Map<String, String> f) throws Exception {
+        String query = f.get("query");
+        String input = f.get("input");
+        String output = f.get("output");
+        int p = (int) longFlag(f, "parallelism", 2);
+        long bound = durationMs(f, "out-of-orderness", 4_000);
+        long ckptMs = durationMs(f, "checkpoint-interval", 0);
+        checkUnused(f, "query", "input", "output", "parallelism", "out-of-orderness", "checkpoint-interval");
+        if (query == null || input == null) {
+            throw new IllegalArgumentException("nexmark needs --query Q and --input FILE");
+        }
+        return NexmarkJob.run(new NexmarkJob.Options(Query.of(query), p, bound, ckptMs),
+                NexmarkJob.fileSource(Path.of(input)), output == null ? null : Path.of(output));
     }
 
     // ---- configuration ----------------------------------------------------------------------
