@@ -1,6 +1,8 @@
 package dev.runnel.bench.flink.nexmark;
 
 import org.apache.flink.types.Row;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
@@ -12,6 +14,7 @@ import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
+import java.util.TimeZone;
 import java.util.stream.Collectors;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
@@ -24,9 +27,25 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * {@link #BASE} (2015-07-15T00:00:00Z, a multiple of 10 s, so window bounds below are BASE + a round
  * number). Each windowed case has an event at exactly a window's end, which belongs to the next
  * window, and events out of order within the 4 s bound.
+ *
+ * <p>The JVM's default time zone is not UTC while these tests run (Asia/Kolkata, UTC+5:30), so
+ * the job's own session time zone is what makes window bounds epoch milliseconds.
  */
 class QueryTest {
     static final long BASE = 1_436_918_400_000L;
+
+    private static TimeZone savedZone;
+
+    @BeforeAll
+    static void nonUtcDefaultZone() {
+        savedZone = TimeZone.getDefault();
+        TimeZone.setDefault(TimeZone.getTimeZone("Asia/Kolkata"));
+    }
+
+    @AfterAll
+    static void restoreZone() {
+        TimeZone.setDefault(savedZone);
+    }
 
     /** One event as a JSON line of the format and as a row of {@link QueryTables#EVENT_TYPE}. */
     record Ev(String json, Row row) {}
@@ -199,7 +218,7 @@ class QueryTest {
     @Test
     void streamSourceGivesTheFileResult(@TempDir Path dir) throws Exception {
         for (Case c : cases()) {
-            if (c.query() != Query.Q8 && c.query() != Query.Q4) {
+            if (c.query() != Query.Q8) {
                 continue;
             }
             List<Row> rows = c.input().stream().map(Ev::row).collect(Collectors.toList());
