@@ -143,7 +143,7 @@ public final class NexmarkJob {
         r.put("parallelism", o.parallelism());
         r.put("out_of_orderness_ms", o.outOfOrdernessMs());
         r.put("checkpoint_interval_ms", o.checkpointIntervalMs());
-        r.put("sink", output == null ? "blackhole" : "collect");
+        r.put("sink", output == null ? "blackhole" : "json-lines");
 
         Path ckptDir = Files.createTempDirectory("runnel-flink-nexmark-");
         try {
