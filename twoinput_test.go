@@ -241,3 +241,64 @@ func (s *timedPairs) WriteTimed(p joinPair, ts int64) error {
 }
 func (s *timedPairs) Flush() error { return nil }
 func (s *timedPairs) Close() error { return nil }
+
+// TestIntervalJoinMatchesReference joins orders with the payments of their key between 10 ms before and
+// 40 ms after them, on out-of-order input within its bound, and compares with the pairs computed directly;
+// every result carries the later timestamp of its pair.
+func TestIntervalJoinMatchesReference(t *testing.T) {
+	const n = 2000
+	orderOf := func(sub int, seq uint64) order { id := int64(seq)*2 + int64(sub); return order{ID: id, At: id * 3} }
+	paymentOf := func(sub int, seq uint64) payment {
+		id := int64(seq)*2 + int64(sub)
+		return payment{ID: id, At: id*3 + id%70 - 30}
+	}
+	key := func(id int64) int64 { return id % 11 }
+	var want []string
+	for i := int64(0); i < n; i++ {
+		o := orderOf(int(i%2), uint64(i/2))
+		for j := int64(0); j < n; j++ {
+			p := paymentOf(int(j%2), uint64(j/2))
+			if key(p.ID) == key(o.ID) && p.At >= o.At-10 && p.At <= o.At+40 {
+				want = append(want, fmt.Sprint(joinPair{key(o.ID), max(o.At, p.At) + 1, o.ID, p.ID}))
+			}
+		}
+	}
+	slices.Sort(want)
+	for _, p := range []int{1, 3} {
+		t.Run(fmt.Sprintf("p%d", p), func(t *testing.T) {
+			env := runnel.NewEnvironment(runnel.WithParallelism(p), runnel.WithTaskManagers(2), runnel.WithLogger(quiet),
+				runnel.WithWatermarkInterval(2*time.Millisecond))
+			orders := runnel.FromSource(env, connector.Generator(orderOf, connector.GeneratorOptions{TotalRecords: n})).SetParallelism(2).
+				Name("orders").WithCodec(codec.MustStruct[order]()).
+				WithTimestamps(runnel.MonotonousTimestamps[order]().WithTimestampAssigner(func(o order, _ int64) int64 { return o.At }))
+			pays := runnel.FromSource(env, connector.Generator(paymentOf, connector.GeneratorOptions{TotalRecords: n})).SetParallelism(2).
+				Name("payments").WithCodec(codec.MustStruct[payment]()).
+				WithTimestamps(runnel.BoundedOutOfOrderness[payment](70 * time.Millisecond).WithTimestampAssigner(func(p payment, _ int64) int64 { return p.At }))
+			joined := runnel.IntervalJoin(runnel.KeyBy(orders, func(o order) int64 { return key(o.ID) }),
+				runnel.KeyBy(pays, func(p payment) int64 { return key(p.ID) }), -10*time.Millisecond, 40*time.Millisecond,
+				func(o order, p payment, jc runnel.JoinContext, out runnel.Collector[joinPair]) error {
+					if jc.LeftTimestamp() != o.At || jc.RightTimestamp() != p.At {
+						return fmt.Errorf("join context %d/%d for %+v %+v", jc.LeftTimestamp(), jc.RightTimestamp(), o, p)
+					}
+					out.Collect(joinPair{K: key(o.ID), O: o.ID, P: p.ID})
+					return nil
+				}).WithCodec(codec.MustStruct[joinPair]())
+			pairs := &timedPairs{}
+			joined.SinkTo(pairs).SetParallelism(1)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			res, err := env.Execute(ctx, "interval join")
+			if err != nil || res.Status != "FINISHED" {
+				t.Fatalf("%v %+v", err, res)
+			}
+			var got []string
+			for _, p := range pairs.got {
+				got = append(got, fmt.Sprint(p))
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, want) {
+				t.Fatalf("%d pairs, want %d: %v", len(got), len(want), firstDiff(got, want))
+			}
+		})
+	}
+}
