@@ -1,0 +1,149 @@
+package runnel_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/runnel-dev/runnel"
+	"github.com/runnel-dev/runnel/codec"
+	"github.com/runnel-dev/runnel/connector"
+)
+
+// lifecycle records what rich functions were told, per operator and subtask.
+type lifecycle struct {
+	mu     sync.Mutex
+	events map[string][]string
+}
+
+func (l *lifecycle) note(op string, sub int, what string) {
+	l.mu.Lock()
+	l.events[fmt.Sprintf("%s[%d]", op, sub)] = append(l.events[fmt.Sprintf("%s[%d]", op, sub)], what)
+	l.mu.Unlock()
+}
+
+// richMap doubles N; it refuses records before Open.
+type richMap struct {
+	l      *lifecycle
+	sub, p int
+	opened bool
+	n      int
+}
+
+func (m *richMap) Open(ctx runnel.RuntimeContext) error {
+	m.sub, m.p, m.opened = ctx.SubtaskIndex(), ctx.Parallelism(), true
+	m.l.note(ctx.OperatorName(), m.sub, fmt.Sprintf("open %d/%d", m.sub, m.p))
+	return nil
+}
+func (m *richMap) Map(c click) (click, error) {
+	if !m.opened {
+		return c, fmt.Errorf("record before Open")
+	}
+	m.n++
+	c.N *= 2
+	return c, nil
+}
+func (m *richMap) Close() error { m.l.note("double", m.sub, "close"); return nil }
+
+type richFilter struct {
+	runnel.RichBase
+	l   *lifecycle
+	sub int
+}
+
+func (f *richFilter) Open(ctx runnel.RuntimeContext) error {
+	f.sub = ctx.SubtaskIndex()
+	f.l.note(ctx.OperatorName(), f.sub, "open")
+	return nil
+}
+func (f *richFilter) Filter(c click) (bool, error) { return c.N%4 == 0, nil }
+func (f *richFilter) Close() error                 { f.l.note("even", f.sub, "close"); return nil }
+
+// tagger is a process function on a stream that is not keyed: it checks timestamps, sends clicks of user
+// u0 to a side output, and counts what it saw at the end.
+type tagger struct {
+	runnel.ProcessBase[click]
+	tag  runnel.OutputTag[string]
+	seen int
+}
+
+func (p *tagger) ProcessElement(ctx runnel.ProcessContext, c click, out runnel.Collector[click]) error {
+	if ts, ok := ctx.Timestamp(); !ok || ts != c.At {
+		return fmt.Errorf("click %+v: timestamp %d %v", c, ts, ok)
+	}
+	p.seen++
+	if c.User == "u0" {
+		p.tag.Emit(ctx, c.User)
+		return nil
+	}
+	out.Collect(c)
+	return nil
+}
+
+func (p *tagger) EndInput(ctx runnel.ProcessContext, out runnel.Collector[click]) error {
+	out.Collect(click{User: "total", N: int64(p.seen), At: 0})
+	return nil
+}
+
+// TestRichFunctionsLifecycle: MapWith, FilterWith and ProcessWith make one function per subtask, open it
+// with its runtime context before its first record and close it at the end; a process function on a
+// stream that is not keyed sees timestamps and emits to a side output.
+func TestRichFunctionsLifecycle(t *testing.T) {
+	l := &lifecycle{events: map[string][]string{}}
+	clicks := outOfOrderClicks(3000, 10, 5)
+	env := runnel.NewEnvironment(runnel.WithParallelism(2), runnel.WithTaskManagers(2), runnel.WithChaining(false))
+	src := runnel.FromSource(env, connector.Collection(clicks)).Name("clicks").WithCodec(codec.MustStruct[click]()).
+		WithTimestamps(runnel.BoundedOutOfOrderness[click](10 * time.Millisecond).WithTimestampAssigner(func(c click, _ int64) int64 { return c.At }))
+	doubled := runnel.MapWith(src, func() runnel.MapFunction[click, click] { return &richMap{l: l} }).Name("double")
+	even := runnel.FilterWith(doubled, func() runnel.FilterFunction[click] { return &richFilter{l: l} }).Name("even")
+	tag := runnel.NewOutputTag[string]("u0")
+	tagged := runnel.ProcessWith(even, func() runnel.ProcessFunction[click, click] { return &tagger{tag: tag} }).Name("tagger")
+	main := connector.NewCollect[click]()
+	tagged.SinkTo(main).SetParallelism(1)
+	side := connector.NewCollect[string]()
+	runnel.SideOutput(tagged, tag).SinkTo(side).SetParallelism(1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := env.Execute(ctx, "rich")
+	if err != nil || res.Status != "FINISHED" {
+		t.Fatalf("%v %+v", err, res)
+	}
+	for _, op := range []string{"double", "even"} {
+		for sub := 0; sub < 2; sub++ {
+			got := l.events[fmt.Sprintf("%s[%d]", op, sub)]
+			want := []string{"open", "close"}
+			if op == "double" {
+				want[0] = fmt.Sprintf("open %d/2", sub)
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("%s[%d]: %v, want %v", op, sub, got, want)
+			}
+		}
+	}
+	var wantMain, wantSide, total int
+	for _, c := range clicks {
+		if (c.N*2)%4 != 0 {
+			continue
+		}
+		total++
+		if c.User == "u0" {
+			wantSide++
+		} else {
+			wantMain++
+		}
+	}
+	var gotMain, gotTotal int
+	for _, c := range main.Records() {
+		if c.User == "total" {
+			gotTotal += int(c.N)
+		} else {
+			gotMain++
+		}
+	}
+	if gotMain != wantMain || gotTotal != total || len(side.Records()) != wantSide {
+		t.Fatalf("main %d (want %d), counted %d (want %d), side %d (want %d)", gotMain, wantMain, gotTotal, total, len(side.Records()), wantSide)
+	}
+}
