@@ -319,7 +319,9 @@ func (b *heapBackend[K]) ForEachKey(f func(k K) error) error {
 		case prev < 0:
 			b.moveTo(-1)
 		case b.gens[prev] == prevGen: // still the same key's slot
-			b.moveTo(prev)
+			if b.cur != prev {
+				b.moveTo(prev)
+			}
 			b.pendingFree = b.refs[prev] == 0
 		default: // f cleared the previous key's state and its slot was freed
 			b.SetCurrentKey(prevKey)
