@@ -92,8 +92,12 @@ type timerOp struct {
 	wantLen  int
 }
 
-func reg(key string, ts int64, ns ...int64) timerOp { return timerOp{op: "reg", key: key, ts: ts, ns: nsOf(ns)} }
-func del(key string, ts int64, ns ...int64) timerOp { return timerOp{op: "del", key: key, ts: ts, ns: nsOf(ns)} }
+func reg(key string, ts int64, ns ...int64) timerOp {
+	return timerOp{op: "reg", key: key, ts: ts, ns: nsOf(ns)}
+}
+func del(key string, ts int64, ns ...int64) timerOp {
+	return timerOp{op: "del", key: key, ts: ts, ns: nsOf(ns)}
+}
 func nsOf(ns []int64) Namespace {
 	var n Namespace
 	if len(ns) > 0 {
@@ -199,7 +203,9 @@ func manyKeysScript() []timerOp {
 			want[2] = append(want[2], w)
 		}
 	}
-	earliest := func(ws []fired) int64 { return slices.MinFunc(ws, func(a, b fired) int { return compareInt(a.Ts, b.Ts) }).Ts }
+	earliest := func(ws []fired) int64 {
+		return slices.MinFunc(ws, func(a, b fired) int { return compareInt(a.Ts, b.Ts) }).Ts
+	}
 	return append(ops,
 		fire(333, 300-len(want[0]), earliest(want[1]), true, want[0]...),
 		fire(666, len(want[2]), earliest(want[2]), true, want[1]...),
@@ -515,6 +521,97 @@ func TestReservedNames(t *testing.T) {
 			}
 			if _, err := NewValue[int64](Engine(nil), "\x00v", nil); err == nil || !strings.Contains(err.Error(), "KeyBy") {
 				t.Fatalf("engine state without a backend: %v", err)
+			}
+		})
+	}
+}
+
+// benchTimers opens a backend over 128 key groups with an event timers state (closed when the benchmark
+// ends).
+func benchTimers(b *testing.B, mk func(Options[int64]) (KeyedBackend[int64], error)) (KeyedBackend[int64], Timers) {
+	b.Helper()
+	kb, err := mk(Options[int64]{MaxParallelism: 128, KeyGroupEnd: 127, Dir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { kb.Close() })
+	tm, err := NewTimers[int64](Engine(kb), "\x00timers/event")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return kb, tm
+}
+
+// BenchmarkTimerRegister registers a new timer per op over 1024 keys; every 65536 timers are fired
+// (outside the timing), so the set stays the size of a busy operator's.
+func BenchmarkTimerRegister(b *testing.B) {
+	for _, bk := range int64Backends {
+		b.Run(bk.name, func(b *testing.B) {
+			kb, tm := benchTimers(b, bk.make)
+			noop := func(int64, Namespace) error { return nil }
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				kb.SetCurrentKey(int64(i % 1024))
+				tm.Register(int64(i), Namespace{})
+				if i%65536 == 65535 {
+					b.StopTimer()
+					if err := tm.FireUpTo(int64(i), noop); err != nil {
+						b.Fatal(err)
+					}
+					b.StartTimer()
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkTimerRegisterExisting registers a timer that exists, per op: what a window operator does for
+// each record of a window (its end-of-window timer), the de-duplication path.
+func BenchmarkTimerRegisterExisting(b *testing.B) {
+	for _, bk := range int64Backends {
+		b.Run(bk.name, func(b *testing.B) {
+			kb, tm := benchTimers(b, bk.make)
+			for k := range int64(1024) {
+				kb.SetCurrentKey(k)
+				tm.Register(1000+k%10, Namespace{A: 0, B: 1000})
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				k := int64(i % 1024)
+				kb.SetCurrentKey(k)
+				tm.Register(1000+k%10, Namespace{A: 0, B: 1000})
+			}
+		})
+	}
+}
+
+// BenchmarkTimerFireUpTo measures firing, per timer: batches of 4096 timers over 1024 keys are registered
+// outside the timing and fired by one FireUpTo.
+func BenchmarkTimerFireUpTo(b *testing.B) {
+	for _, bk := range int64Backends {
+		b.Run(bk.name, func(b *testing.B) {
+			kb, tm := benchTimers(b, bk.make)
+			n := 0
+			count := func(int64, Namespace) error { n++; return nil }
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; {
+				batch := min(4096, b.N-i)
+				b.StopTimer()
+				for j := range batch {
+					kb.SetCurrentKey(int64(j % 1024))
+					tm.Register(int64(i+j), Namespace{})
+				}
+				b.StartTimer()
+				if err := tm.FireUpTo(int64(i+batch), count); err != nil {
+					b.Fatal(err)
+				}
+				i += batch
+			}
+			if n != b.N {
+				b.Fatalf("fired %d of %d", n, b.N)
 			}
 		})
 	}
