@@ -162,6 +162,11 @@ type keyOrder struct {
 	stale   int       // arena bytes of dropped entries
 	order   []heapKey // the entries, sorted
 	spare   []heapKey // the previous order's memory, reused by the next merge
+	// base and n are the generations array and length of the capture the order was last brought to. A
+	// captured array never changes (a slot changed after a capture copies the array first), so a capture
+	// with the same array and at least as many slots differs only by slots appended after n.
+	base *uint32
+	n    int
 }
 
 // NewHeap makes an empty heap (in-memory) backend.
@@ -430,27 +435,39 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 // uvarint(len) ‖ key (the bytes the canonical order sorts by), sorted and merged in. A capture written
 // after a newer one brings the order back to itself; the next write moves it forward again.
 func updateOrder[K comparable](o *keyOrder, keys []K, gens []uint32, kc codec.Codec[K], maxP int) error {
+	if len(gens) == 0 {
+		o.order, o.arena, o.stale, o.base, o.n = o.order[:0], o.arena[:0], 0, nil, 0
+		clear(o.covered)
+		return nil
+	}
 	if len(o.covered) < len(gens) {
 		o.covered = append(o.covered, make([]uint32, len(gens)-len(o.covered))...)
 	}
-	// Drop entries the capture does not hold (freed, reused, or past its slots).
-	kept := o.order[:0]
-	for _, e := range o.order {
-		if int(e.slot) < len(gens) && gens[e.slot] == e.gen {
-			kept = append(kept, e)
-			continue
+	from := 0
+	if &gens[0] == o.base && len(gens) >= o.n {
+		from = o.n // only slots appended since can be new; every entry still holds
+	} else {
+		// Drop entries the capture does not hold (freed, reused, or past its slots).
+		kept := o.order[:0]
+		for _, e := range o.order {
+			if int(e.slot) < len(gens) && gens[e.slot] == e.gen {
+				kept = append(kept, e)
+				continue
+			}
+			if o.covered[e.slot] == e.gen {
+				o.covered[e.slot] = 0
+			}
+			o.stale += int(e.n)
 		}
-		if o.covered[e.slot] == e.gen {
-			o.covered[e.slot] = 0
-		}
-		o.stale += int(e.n)
+		o.order = kept
 	}
-	o.order = kept
+	o.base, o.n = &gens[0], len(gens)
 	var (
 		enc   []byte
 		added []heapKey
 	)
-	for i, g := range gens {
+	for i := from; i < len(gens); i++ {
+		g := gens[i]
 		if g&1 == 0 || o.covered[i] == g {
 			continue // free, or in the order already
 		}
