@@ -28,14 +28,18 @@
 //
 // # Freeing heap keys
 //
-// A heap slot is freed once its key holds no state: each slot counts the tables holding state for it plus
-// its timers (and restored entries of states not yet registered); Clear, the removal of a map's or list
-// map's last entry, an emptied list and a fired or deleted last timer decrement it. At zero the key leaves
+// A heap slot is freed once its key holds no state: each slot counts the list, map and list map tables
+// holding state for it plus its timers (and restored entries of states not yet registered); Clear, the
+// removal of a map's or list map's last entry, an emptied list and a fired or deleted last timer
+// decrement it. Values are not counted but looked up (one flag per value table) when a slot might be
+// freed, so that updating a value, the per-record write, does no more than before. Once nothing holds
+// the slot, the key leaves
 // the slot map and the integer index (deleted by backward shift, without tombstones), the slot's key is
 // zeroed and the slot goes on a free list that new keys take first; every table already holds nothing for
 // it, since each operation that drops a slot's last state zeroes what the table kept. The current key's
-// slot is never freed while it is current: the free waits until the current key changes, so a function
-// may Clear and then Update the same key, and a key that is only read never keeps a slot. Snapshots share
+// slot is never freed while it is current, so a function may Clear and then Update the same key: it is
+// freed, if still without state, when the next new key needs a slot (which then takes it), so that
+// setting a known key checks nothing; a key that is only read never keeps a slot. Snapshots share
 // the key and generation slices with their capture, so freeing or reusing a slot copies them first, once
 // per snapshot epoch. The snapshot order cache records the generation of each slot it holds; entries of
 // freed or reused slots are dropped by the next write, which merges the reused slots in like new keys. So

@@ -215,7 +215,8 @@ func (t *heapTimers) removeAt(i int) {
 func (t *heapTimers) FireUpTo(ts int64, f func(ts int64, ns Namespace) error) error {
 	for len(t.h) > 0 && t.h[0].ts <= ts {
 		x := t.h[0]
-		// Current first, so that the timer's reference, released next, leaves the slot pending, not freed.
+		// Current first, so that the timer's reference, released next, leaves the slot a candidate, not
+		// freed: f runs with its key.
 		t.st.moveTo(x.slot)
 		t.removeAt(0)
 		if err := f(x.ts, x.ns); err != nil {
