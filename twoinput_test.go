@@ -381,7 +381,9 @@ func TestBroadcastStateRescale(t *testing.T) {
 		clicks := runnel.FromSource(env, connector.Generator(gen, connector.GeneratorOptions{RecordsPerSubtask: perSubtask, RatePerSubtask: 8000})).
 			Name("clicks").WithCodec(codec.MustStruct[click]())
 		report := runnel.ProcessBroadcast(runnel.ConnectBroadcast(runnel.KeyBy(clicks, func(c click) string { return c.User }), rs),
-			func() runnel.KeyedBroadcastProcessFunction[string, click, threshold, string, int64, string] { return &overThreshold{} }).
+			func() runnel.KeyedBroadcastProcessFunction[string, click, threshold, string, int64, string] {
+				return &overThreshold{}
+			}).
 			Name("judge").SetParallelism(p)
 		// Its own task at every parallelism: state is matched to chains until operators have uids.
 		report.Rebalance().SinkTo(connector.FileSink(out, func(s string) string { return s })).Name("files").SetParallelism(1)

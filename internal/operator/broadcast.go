@@ -259,7 +259,9 @@ type keyedBroadcastCtx[K comparable, MK comparable, MV any] struct {
 	bs *broadcastState[MK, MV]
 }
 
-func (c keyedBroadcastCtx[K, MK, MV]) State() ReadOnlyBroadcastState[MK, MV] { return readOnly[MK, MV]{c.bs} }
+func (c keyedBroadcastCtx[K, MK, MV]) State() ReadOnlyBroadcastState[MK, MV] {
+	return readOnly[MK, MV]{c.bs}
+}
 
 type broadcastCtx[K comparable, MK comparable, MV any] struct {
 	*Context
