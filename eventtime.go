@@ -35,6 +35,13 @@ type Clock = clockwork.Clock
 // a one-minute timer at once); only jobs that run in this process (Execute) take it.
 func WithClock(c Clock) Option { return func(cfg *Config) { cfg.Clock = c } }
 
+// MetricGroup registers an operator's metrics (RuntimeContext.Metrics): counters and gauges, per subtask
+// in the JobResult and in /metrics as runnel_operator_metric.
+type MetricGroup = operator.MetricGroup
+
+// Counter is an operator metric that counts up, added to on the task goroutine.
+type Counter = operator.Counter
+
 // TimerService gives a keyed function the clocks and timers for the current key; times are epoch ms.
 type TimerService = operator.TimerService
 

@@ -199,6 +199,10 @@ type SubtaskResult struct {
 	// source what it emitted last; absent while it has none (a job without event time, or before the
 	// first). MaxWatermark once its input ended.
 	Watermark *int64 `json:"watermark,omitempty"`
+	// Metrics are the operator metrics of the subtask's current attempt, by "operator/name": the counters
+	// and gauges its functions registered (RuntimeContext.Metrics) and the engine's own, such as a
+	// window's late_records_dropped.
+	Metrics map[string]int64 `json:"metrics,omitempty"`
 }
 
 // Vertex returns the vertex that contains the named operator, or nil.
@@ -601,6 +605,12 @@ func resultOf(name string, s jobcore.Snapshot) *JobResult {
 			if st.HasWatermark {
 				w := st.Watermark
 				sr.Watermark = &w
+			}
+			if len(st.Metrics) > 0 {
+				sr.Metrics = make(map[string]int64, len(st.Metrics))
+				for _, m := range st.Metrics {
+					sr.Metrics[m.Name] = m.Value
+				}
 			}
 			vr.Subtasks = append(vr.Subtasks, sr)
 		}

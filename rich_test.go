@@ -27,14 +27,17 @@ func (l *lifecycle) note(op string, sub int, what string) {
 
 // richMap doubles N; it refuses records before Open.
 type richMap struct {
-	l      *lifecycle
-	sub, p int
-	opened bool
-	n      int
+	l       *lifecycle
+	sub, p  int
+	opened  bool
+	n       int
+	doubled *runnel.Counter
 }
 
 func (m *richMap) Open(ctx runnel.RuntimeContext) error {
 	m.sub, m.p, m.opened = ctx.SubtaskIndex(), ctx.Parallelism(), true
+	m.doubled = ctx.Metrics().Counter("doubled")
+	ctx.Metrics().Gauge("open", func() int64 { return 1 })
 	m.l.note(ctx.OperatorName(), m.sub, fmt.Sprintf("open %d/%d", m.sub, m.p))
 	return nil
 }
@@ -43,6 +46,7 @@ func (m *richMap) Map(c click) (click, error) {
 		return c, fmt.Errorf("record before Open")
 	}
 	m.n++
+	m.doubled.Inc()
 	c.N *= 2
 	return c, nil
 }
@@ -122,6 +126,16 @@ func TestRichFunctionsLifecycle(t *testing.T) {
 				t.Errorf("%s[%d]: %v, want %v", op, sub, got, want)
 			}
 		}
+	}
+	var counted int64
+	for _, s := range res.Vertex("double").Subtasks {
+		counted += s.Metrics["double/doubled"]
+		if s.Metrics["double/open"] != 1 {
+			t.Errorf("double[%d]: gauge %v", s.Index, s.Metrics)
+		}
+	}
+	if counted != int64(len(clicks)) {
+		t.Errorf("the counters say %d records were doubled, want %d", counted, len(clicks))
 	}
 	var wantMain, wantSide, total int
 	for _, c := range clicks {

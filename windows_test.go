@@ -290,15 +290,16 @@ func TestWindowLateness(t *testing.T) {
 		lateness time.Duration
 		backend  string
 		want     []winResult
+		dropped  int64
 	}{
 		{"lateness 50ms", 50 * time.Millisecond, "memory", []winResult{
 			{Key: "a", End: 100, Count: 2, Sum: 3, Min: 1, Max: 2}, {Key: "a", End: 100, Count: 3, Sum: 7, Min: 1, Max: 4},
-			{Key: "a", End: 200, Count: 1, Sum: 16, Min: 16, Max: 16}}},
+			{Key: "a", End: 200, Count: 1, Sum: 16, Min: 16, Max: 16}}, 1},
 		{"lateness 50ms pebble", 50 * time.Millisecond, "pebble", []winResult{
 			{Key: "a", End: 100, Count: 2, Sum: 3, Min: 1, Max: 2}, {Key: "a", End: 100, Count: 3, Sum: 7, Min: 1, Max: 4},
-			{Key: "a", End: 200, Count: 1, Sum: 16, Min: 16, Max: 16}}},
+			{Key: "a", End: 200, Count: 1, Sum: 16, Min: 16, Max: 16}}, 1},
 		{"no lateness", 0, "memory", []winResult{
-			{Key: "a", End: 100, Count: 2, Sum: 3, Min: 1, Max: 2}, {Key: "a", End: 200, Count: 1, Sum: 16, Min: 16, Max: 16}}},
+			{Key: "a", End: 100, Count: 2, Sum: 3, Min: 1, Max: 2}, {Key: "a", End: 200, Count: 1, Sum: 16, Min: 16, Max: 16}}, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := runnel.NewEnvironment(runnel.WithStateBackend(tc.backend), runnel.WithWatermarkInterval(0))
@@ -319,6 +320,9 @@ func TestWindowLateness(t *testing.T) {
 			}
 			if !slices.Equal(sink.got, tc.want) {
 				t.Fatalf("got  %+v\nwant %+v", sink.got, tc.want)
+			}
+			if got := res.Vertex("window").Subtasks[0].Metrics["window/late_records_dropped"]; got != tc.dropped {
+				t.Fatalf("late_records_dropped %d, want %d (metrics %v)", got, tc.dropped, res.Vertex("window").Subtasks[0].Metrics)
 			}
 		})
 	}

@@ -142,6 +142,25 @@ func (c *Context) EmitWatermarkStatus(idle bool) error {
 	return nil
 }
 
+// Metrics implements RuntimeContext.
+func (c *Context) Metrics() MetricGroup { return metricGroup{c} }
+
+type metricGroup struct{ c *Context }
+
+func (g metricGroup) Counter(name string) *Counter {
+	v, err := g.c.rt.Counters.Counter(g.c.operator, name)
+	if err != nil {
+		g.c.fail(err)
+	}
+	return &Counter{v: v}
+}
+
+func (g metricGroup) Gauge(name string, f func() int64) {
+	if err := g.c.rt.Counters.Gauge(g.c.operator, name, f); err != nil {
+		g.c.fail(err)
+	}
+}
+
 // CurrentProcessingTime is the task's clock, in epoch milliseconds.
 func (c *Context) CurrentProcessingTime() int64 { return c.rt.Clock.Now().UnixMilli() }
 
