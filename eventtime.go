@@ -74,6 +74,19 @@ type WatermarkOutput = operator.WatermarkOutput
 // called instead of Write.
 type TimestampedWriter[T any] = operator.TimestampedWriter[T]
 
+// SplitOutput is implemented by the Collector a source reader gets when its stream has event time: a
+// reader of several splits (partitions) emits each one's records through ForSplit(id), so that each split
+// has its own watermark and idleness, and the source's watermark is the lowest of its active splits';
+// ReleaseSplit says a split has ended. At most MaxSplits splits per subtask.
+type SplitOutput[T any] = operator.SplitOutput[T]
+
+// TimestampedCollector is implemented by the Collectors of a source with event time: CollectWithTimestamp
+// hands over a record with a timestamp of its own (a Kafka record's), which the assigner gets as recordTs.
+type TimestampedCollector[T any] = operator.TimestampedCollector[T]
+
+// MaxSplits bounds the splits one source subtask tracks watermarks for.
+const MaxSplits = operator.MaxSplits
+
 // WatermarkStrategy says how a stream gets its timestamps and watermarks. Make one with
 // BoundedOutOfOrderness, MonotonousTimestamps or CustomWatermarks, and refine it with
 // WithTimestampAssigner and WithIdleness.
