@@ -161,3 +161,75 @@ func TestRichFunctionsLifecycle(t *testing.T) {
 		t.Fatalf("main %d (want %d), counted %d (want %d), side %d (want %d)", gotMain, wantMain, gotTotal, total, len(side.Records()), wantSide)
 	}
 }
+
+// merger tags the records of two streams with their side, checking timestamps on a stream with event time.
+type merger struct {
+	runnel.CoProcessBase[string]
+	timed bool
+	n     int
+}
+
+func (m *merger) ProcessElement1(ctx runnel.ProcessContext, c click, out runnel.Collector[string]) error {
+	if ts, ok := ctx.Timestamp(); ok != m.timed || (ok && ts != c.At) {
+		return fmt.Errorf("click %+v: timestamp %d %v", c, ts, ok)
+	}
+	m.n++
+	out.Collect("click " + c.User)
+	return nil
+}
+
+func (m *merger) ProcessElement2(ctx runnel.ProcessContext, o order, out runnel.Collector[string]) error {
+	if ts, ok := ctx.Timestamp(); ok != m.timed || (ok && ts != o.At) {
+		return fmt.Errorf("order %+v: timestamp %d %v", o, ts, ok)
+	}
+	m.n++
+	out.Collect(fmt.Sprint("order ", o.ID))
+	return nil
+}
+
+func (m *merger) EndInput(_ runnel.ProcessContext, out runnel.Collector[string]) error {
+	out.Collect(fmt.Sprint("seen ", m.n))
+	return nil
+}
+
+// TestCoProcess connects two streams that are not keyed, with and without event time, over the network:
+// every record reaches its side's method once, with its timestamp on a stream with event time.
+func TestCoProcess(t *testing.T) {
+	clicks := outOfOrderClicks(1000, 5, 9)
+	var orders []order
+	for i := range 700 {
+		orders = append(orders, order{ID: int64(i), At: int64(i) * 7})
+	}
+	for _, timed := range []bool{false, true} {
+		t.Run(fmt.Sprint("timed ", timed), func(t *testing.T) {
+			env := runnel.NewEnvironment(runnel.WithParallelism(2), runnel.WithTaskManagers(2))
+			cs := runnel.FromSource(env, connector.Collection(clicks)).Name("clicks").WithCodec(codec.MustStruct[click]())
+			os := runnel.FromSource(env, connector.Collection(orders)).Name("orders").WithCodec(codec.MustStruct[order]())
+			if timed {
+				cs = cs.WithTimestamps(runnel.BoundedOutOfOrderness[click](5 * time.Millisecond).WithTimestampAssigner(func(c click, _ int64) int64 { return c.At }))
+				os = os.WithTimestamps(runnel.MonotonousTimestamps[order]().WithTimestampAssigner(func(o order, _ int64) int64 { return o.At }))
+			}
+			merged := runnel.CoProcess(runnel.Connect(cs.Rebalance(), os.Rebalance()),
+				func() runnel.CoProcessFunction[click, order, string] { return &merger{timed: timed} })
+			sink := connector.NewCollect[string]()
+			merged.SinkTo(sink).SetParallelism(1)
+			res, err := env.Execute(context.Background(), "coprocess")
+			if err != nil || res.Status != "FINISHED" {
+				t.Fatalf("%v %+v", err, res)
+			}
+			counts := map[string]int{}
+			seen := 0
+			for _, s := range sink.Records() {
+				var n int
+				if _, err := fmt.Sscanf(s, "seen %d", &n); err == nil {
+					seen += n
+					continue
+				}
+				counts[s]++
+			}
+			if seen != len(clicks)+len(orders) || counts["order 699"] != 1 || len(sink.Records()) != seen+2 {
+				t.Fatalf("seen %d, %d records (want %d + 2 totals)", seen, len(sink.Records()), len(clicks)+len(orders))
+			}
+		})
+	}
+}

@@ -238,3 +238,43 @@ func IntervalJoin[K comparable, A, B, Out any](a *KeyedStream[K, A], b *KeyedStr
 	connectInput(b.s, n, 1)
 	return newStreamOf[Out](env, n, true)
 }
+
+// CoProcessFunction processes two streams that are not keyed: ProcessElement1 gets the first stream's
+// records, ProcessElement2 the second's, in arrival order; no keyed state and no timers.
+type CoProcessFunction[A, B, Out any] = operator.CoProcessFunction[A, B, Out]
+
+// CoProcessBase gives a CoProcessFunction no-op Open, EndInput and Close; embed it.
+type CoProcessBase[Out any] struct{ RichBase }
+
+// EndInput does nothing.
+func (CoProcessBase[Out]) EndInput(ProcessContext, Collector[Out]) error { return nil }
+
+// ConnectedStreams are two streams, of two types, to be processed together.
+type ConnectedStreams[A, B any] struct {
+	a *Stream[A]
+	b *Stream[B]
+}
+
+// Connect connects two streams; both must have event time, or neither.
+func Connect[A, B any](a *Stream[A], b *Stream[B]) *ConnectedStreams[A, B] {
+	switch {
+	case a.env != b.env:
+		a.env.addErr(fmt.Errorf("Connect: the streams belong to different environments (at %s)", origin()))
+	case a.timed != b.timed:
+		a.env.addErr(fmt.Errorf("Connect: one stream has event time and the other has none: give both a WatermarkStrategy (WithTimestamps) (at %s)", origin()))
+	}
+	return &ConnectedStreams[A, B]{a: a, b: b}
+}
+
+// CoProcess runs a co-process function on connected streams; newFn makes one per parallel subtask.
+func CoProcess[A, B, Out any](c *ConnectedStreams[A, B], newFn func() CoProcessFunction[A, B, Out]) *Stream[Out] {
+	env := c.a.env
+	if newFn == nil {
+		nilFunc(env, "CoProcess")
+	}
+	n := env.addNode(graph.OperatorNode, "coprocess", &operator.CoProcessSpec[A, B, Out]{New: newFn, Timed: c.a.timed})
+	n.Inputs = 2
+	connectInput(c.a, n, 0)
+	connectInput(c.b, n, 1)
+	return newStreamOf[Out](env, n, c.a.timed)
+}
