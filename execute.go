@@ -387,7 +387,9 @@ func (e *Environment) run(ctx context.Context, p *prepared, on runOn) (*JobResul
 		sources := map[ident.VertexID]bool{}
 		for _, v := range jg.Vertices {
 			vs = append(vs, checkpoint.Vertex{ID: v.ID, Name: v.Name, Parallelism: int32(v.Parallelism)})
-			sources[v.ID] = v.IsSource()
+			// A source's position cannot be split over another parallelism, unless it keeps it in operator
+			// list state (RescalableSource).
+			sources[v.ID] = v.IsSource() && !operator.SourceRescalable(v.Nodes[0].Payload)
 		}
 		if err := checkpoint.CompatibleVertices(sp.Checkpoint, vs, func(v checkpoint.Vertex) bool { return sources[v.ID] }); err != nil {
 			return nil, fmt.Errorf("job %q: restore from savepoint %s: %w", name, rc.restoreFrom, err)

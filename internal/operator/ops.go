@@ -73,6 +73,10 @@ type Context struct {
 	// side holds the consumers of the operator's side outputs, by tag; a tag may have several (one
 	// record goes to each), and one without a consumer is not here (what is emitted to it is dropped).
 	side []sideOutput
+	// lists are the operator's list states (liststate.go); restoredLists what a restore gave them, for
+	// those declared after it.
+	lists         []opList
+	restoredLists map[string][][]byte
 }
 
 // sideOutput is one consumer of a side output: a Collector[T], or Collector[Timed[T]] on a stream with
