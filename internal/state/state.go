@@ -216,6 +216,12 @@ type KeyedBackend[K comparable] interface {
 	// Restore loads the state in snapshots written by Snapshot of either backend, keeping only entries of
 	// key groups in this backend's range. See the package doc for the order of Restore and registration.
 	Restore(snapshots []io.Reader) error
+	// Sweep clears expired entries of the TTL states (WithTTL) as of now (epoch ms), examining at most
+	// budget slots (heap) or store keys (pebble) and resuming where the previous call stopped; it reports
+	// whether it stopped before the end (a full pass takes keys/budget calls). The operator calls it on a
+	// processing-time deadline, so that expired state that is never read again is freed. A backend
+	// without TTL states returns at once. The error is a pebble failure.
+	Sweep(now int64, budget int) (more bool, err error)
 	// Close releases the backend; the pebble backend closes its store and removes its working directory,
 	// after waiting for snapshot writes in progress. The backend must not be used afterwards.
 	Close() error
@@ -233,6 +239,9 @@ type Options[K comparable] struct {
 	KeyGroupStart, KeyGroupEnd int
 	// Owner names the operator that owns the backend, for error messages; empty for none.
 	Owner string
+	// Now is the task's processing-time clock in epoch ms, which TTL states (WithTTL) expire by; nil means
+	// the system clock.
+	Now func() int64
 	// Dir is where the pebble backend makes its working directory (a fresh directory inside Dir, removed by
 	// Close); empty means the system's temporary directory. The heap backend ignores it.
 	Dir string
@@ -411,9 +420,17 @@ func storeOf(b Backend, k kind, name string) (any, Backend, error) {
 	if b == nil {
 		return nil, nil, noBackend(k, name)
 	}
-	e, engine := b.(engineBackend)
-	if engine {
-		b = e.b
+	engine := false
+	for {
+		switch w := b.(type) {
+		case engineBackend:
+			b, engine = w.b, true
+			continue
+		case ttlBackend:
+			b = w.b
+			continue
+		}
+		break
 	}
 	if strings.HasPrefix(name, ReservedPrefix) && !engine {
 		return nil, nil, fmt.Errorf("%s state %q: names starting with NUL (\\x00) are reserved for the engine's own state "+
@@ -448,6 +465,9 @@ func NewValue[V any](b Backend, name string, c codec.Codec[V]) (ValueState[V], e
 	if c, err = codecOr(c, kindValue, name, "value"); err != nil {
 		return nil, err
 	}
+	if ttl, ok := ttlOf(b); ok {
+		return newTTLValue(store, name, c, ttl)
+	}
 	switch st := store.(type) {
 	case *heapStore:
 		s := &heapValue[V]{st: st, name: name, c: c}
@@ -473,6 +493,9 @@ func NewList[V any](b Backend, name string, c codec.Codec[V]) (ListState[V], err
 	}
 	if c, err = codecOr(c, kindList, name, "element"); err != nil {
 		return nil, err
+	}
+	if ttl, ok := ttlOf(b); ok {
+		return newTTLList(store, name, c, ttl)
 	}
 	switch st := store.(type) {
 	case *heapStore:
@@ -502,6 +525,9 @@ func NewMap[MK comparable, MV any](b Backend, name string, mk codec.Codec[MK], m
 	}
 	if mv, err = codecOr(mv, kindMap, name, "map value"); err != nil {
 		return nil, err
+	}
+	if ttl, ok := ttlOf(b); ok {
+		return newTTLMap(store, name, mk, mv, ttl)
 	}
 	switch st := store.(type) {
 	case *heapStore:
