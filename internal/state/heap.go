@@ -277,6 +277,11 @@ func (b *heapBackend[K]) newSlot(k K) int32 {
 		b.cur = -1 // the current key is being left
 		b.freeCandidates()
 	}
+	if len(b.sweepers) > 0 {
+		// Incremental cleanup: each new key examines a few slots first, so that keys whose TTL state
+		// expired unread are freed as fast as new keys come, whether or not the operator sweeps.
+		_, _ = b.Sweep(b.now(), newKeySweep)
+	}
 	enc, err := b.kc.Append(b.enc[:0], k)
 	b.enc = enc
 	if err != nil {
@@ -302,6 +307,11 @@ func (b *heapBackend[K]) freeCandidates() {
 	}
 	b.candidates = b.candidates[:0]
 }
+
+// newKeySweep is how many slots a new key's SetCurrentKey sweeps in a backend with TTL states: a pass
+// over n slots takes n/newKeySweep new keys, so slots stay within about newKeySweep/(newKeySweep-1) times
+// the keys written within the TTL.
+const newKeySweep = 4
 
 // maxSlots bounds the live keys of a heap backend: slots are int32.
 const maxSlots = 1<<31 - 1

@@ -16,6 +16,9 @@ import (
 	"github.com/runnel-dev/runnel/codec"
 )
 
+// snapshotSweep is how many store keys Snapshot sweeps in a backend with TTL states.
+const snapshotSweep = 1024
+
 // restoreBatchBytes is the size at which Restore commits a pebble batch.
 const restoreBatchBytes = 4 << 20
 
@@ -343,6 +346,11 @@ func (b *pebbleBackend[K]) Snapshot(checkpointID int64) (func(w io.Writer) error
 	}
 	if b.ttls > 0 {
 		h.now = b.now()
+		// Incremental cleanup at each checkpoint, bounded, so that expired entries never read again leave
+		// the store even if the operator does not sweep.
+		if _, err := b.Sweep(h.now, snapshotSweep); err != nil {
+			return nil, err
+		}
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()

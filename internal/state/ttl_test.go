@@ -269,13 +269,14 @@ func TestTTL(t *testing.T) {
 							b.SetCurrentKey(fmt.Sprintf("old%03d", i))
 							h.write("x", int64(i))
 						}
-						clock.ms = 1950
+						clock.ms = 1050 // the old keys are live still: the new keys' incremental sweep keeps them
 						for i := range fresh {
 							b.SetCurrentKey(fmt.Sprintf("new%d", i))
 							h.write("x", int64(i))
 						}
 						b.SetCurrentKey("new0")
-						more, err := b.Sweep(2000, 10)
+						clock.ms = 1120 // the old keys expired at 1100, the fresh expire at 1150
+						more, err := b.Sweep(clock.ms, 10)
 						if err != nil || !more {
 							t.Fatalf("first sweep: more %v, err %v; want more", more, err)
 						}
@@ -284,15 +285,20 @@ func TestTTL(t *testing.T) {
 						if n := live(t, b); n < old+fresh-10 || (bk == 0 && n != old+fresh-10) {
 							t.Fatalf("after sweeping 10: %d live slots or store keys, want %d", n, old+fresh-10)
 						}
-						calls := 1
-						for more {
-							if more, err = b.Sweep(2000, 10); err != nil {
+						// The cursor is where the last sweep (the new keys' too) stopped, and more is false
+						// at the end of the slots or keys: two ends make at least one full pass.
+						calls, ends := 1, 0
+						for ends < 2 {
+							if more, err = b.Sweep(clock.ms, 10); err != nil {
 								t.Fatal(err)
+							}
+							if !more {
+								ends++
 							}
 							calls++
 						}
-						if calls > (old+fresh)/10+1 {
-							t.Errorf("a full pass took %d calls of budget 10 over %d keys", calls, old+fresh)
+						if calls > 2*((old+fresh)/10+1)+1 {
+							t.Errorf("two passes took %d calls of budget 10 over %d keys", calls, old+fresh)
 						}
 						if n := live(t, b); n != fresh {
 							t.Errorf("after a full sweep: %d live slots or store keys, want the %d fresh keys", n, fresh)
@@ -354,6 +360,53 @@ func TestTTLStatesBesidePlainStates(t *testing.T) {
 			}
 			if err := restore(r, snap); err == nil || !strings.Contains(err.Error(), "without a time to live") {
 				t.Errorf("plain snapshot restored into a TTL state: %v", err)
+			}
+		})
+	}
+}
+
+// TestTTLRollingKeysStayBounded: with a new key every millisecond, each written once and never read again,
+// the heap's slots stay near the keys written within the TTL, without any call to Sweep (each new key
+// sweeps a few slots); pebble's store keys shrink at each snapshot by its bounded sweep.
+func TestTTLRollingKeysStayBounded(t *testing.T) {
+	const ttlMs, keys = 100, 10_000
+	for _, bkind := range backendKinds {
+		t.Run(bkind.name, func(t *testing.T) {
+			clock := &manualClock{ms: 1000}
+			o := fullRange(16)
+			o.Now = clock.now
+			b := open(t, bkind.make, o)
+			v, err := NewValue[int64](WithTTL(b, TTL{TTL: ttlMs * time.Millisecond}), "v", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.SealDeclarations()
+			n := keys
+			if bkind.name == "pebble" {
+				n = 2000
+			}
+			peak := 0
+			for i := range n {
+				clock.ms++
+				b.SetCurrentKey(fmt.Sprint(i))
+				v.Update(int64(i))
+				if hb, ok := b.(*heapBackend[string]); ok {
+					peak = max(peak, liveSlots(hb))
+				}
+			}
+			if hb, ok := b.(*heapBackend[string]); ok {
+				// About 4/3 of the 100 keys within the TTL; 2x leaves room.
+				if peak > 2*ttlMs {
+					t.Errorf("heap slots peaked at %d with %d keys within the TTL", peak, ttlMs)
+				}
+				t.Logf("heap: %d keys, slots peaked at %d, %d allocated", n, peak, len(hb.keys))
+				return
+			}
+			before := storeEntries(t, b)
+			clock.ms += ttlMs // all expired: the sweep deletes each key it examines
+			snapshot(t, b, 1)
+			if after := storeEntries(t, b); after != before-snapshotSweep {
+				t.Errorf("snapshot swept %d of %d store keys, want %d", before-after, before, snapshotSweep)
 			}
 		})
 	}
