@@ -607,7 +607,10 @@ func (o *keyOrder) compact() {
 // Restore implements KeyedBackend. Entries of registered states are decoded into them; entries of other
 // states wait as bytes until the state is registered.
 func (b *heapBackend[K]) Restore(snapshots []io.Reader) error {
-	now := b.now()
+	var now int64 // the clock is read only for TTL states (a task's clock is not needed otherwise)
+	if len(b.ttl) > 0 {
+		now = b.now()
+	}
 	for i, src := range snapshots {
 		var states []snapState
 		err := readSnapshot(src, b.groups, func(h *snapHeader) error {

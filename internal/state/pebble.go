@@ -344,6 +344,11 @@ func (b *pebbleBackend[K]) Snapshot(checkpointID int64) (func(w io.Writer) error
 		h.states = append(h.states, snapState{name: s.name, kind: s.kind, flags: s.flags, ttl: s.ttl})
 		ids = append(ids, s.id)
 	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, errors.New("snapshot keyed state: backend is closed")
+	}
 	if b.ttls > 0 {
 		h.now = b.now()
 		// Incremental cleanup at each checkpoint, bounded, so that expired entries never read again leave
@@ -351,11 +356,6 @@ func (b *pebbleBackend[K]) Snapshot(checkpointID int64) (func(w io.Writer) error
 		if _, err := b.Sweep(h.now, snapshotSweep); err != nil {
 			return nil, err
 		}
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return nil, errors.New("snapshot keyed state: backend is closed")
 	}
 	snap := b.db.NewSnapshot()
 	b.pending[snap] = struct{}{}
@@ -477,7 +477,10 @@ func (b *pebbleBackend[K]) Restore(snapshots []io.Reader) error {
 	batch := b.db.NewBatch()
 	defer func() { _ = batch.Close() }()
 	var key []byte
-	now := b.now()
+	var now int64 // the clock is read only for TTL states (a task's clock is not needed otherwise)
+	if b.ttls > 0 {
+		now = b.now()
+	}
 	for i, src := range snapshots {
 		var ids []*pebbleState
 		err := readSnapshot(src, b.groups, func(h *snapHeader) error {

@@ -411,3 +411,31 @@ func TestTTLRollingKeysStayBounded(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkValueUpdateTTL is BenchmarkValueUpdate on a TTL state (a clock read per access), for
+// comparison.
+func BenchmarkValueUpdateTTL(b *testing.B) {
+	const keys = 1024
+	for _, bk := range int64Backends {
+		b.Run(bk.name, func(b *testing.B) {
+			var now int64
+			kb, err := bk.make(Options[int64]{MaxParallelism: 128, KeyGroupEnd: 127, Dir: b.TempDir(), Now: func() int64 { return now }})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { kb.Close() })
+			v, err := NewValue[int64](WithTTL(kb, TTL{TTL: time.Hour}), "v", nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				now++
+				kb.SetCurrentKey(int64(i % keys))
+				n, _ := v.Value()
+				v.Update(n + 1)
+			}
+		})
+	}
+}
