@@ -439,3 +439,75 @@ func BenchmarkValueUpdateTTL(b *testing.B) {
 		})
 	}
 }
+
+// TestTTLRescale: the snapshots of two subtasks, one per backend, each with keys written at different
+// times, restore into one subtask of either backend owning all key groups, and into two again: each key
+// is live exactly while its own write time is within the TTL.
+func TestTTLRescale(t *testing.T) {
+	const maxP, ttlMs, n = 16, 100, 60
+	ttl := TTL{TTL: ttlMs * time.Millisecond}
+	clock := &manualClock{ms: 1000}
+	var snaps [][]byte
+	for sub, bkind := range backendKinds {
+		start, end := KeyGroupRange(maxP, 2, sub)
+		b := open(t, bkind.make, Options[string]{MaxParallelism: maxP, KeyGroupStart: start, KeyGroupEnd: end, Now: clock.now})
+		v, err := NewValue[int64](WithTTL(b, ttl), "v", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kc, err := codec.For[string]()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range n {
+			k := fmt.Sprint(i)
+			enc, err := kc.Append(nil, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if kg := KeyGroup(enc, maxP); kg < start || kg > end {
+				continue
+			}
+			clock.ms = 1000 + int64(i) // key i written at 1000+i
+			b.SetCurrentKey(k)
+			v.Update(int64(i))
+		}
+		clock.ms = 1000 + n
+		snaps = append(snaps, snapshot(t, b, 1))
+	}
+	for _, bkind := range backendKinds {
+		for _, parallelism := range []int{1, 2} {
+			t.Run(fmt.Sprintf("%s/p=%d", bkind.name, parallelism), func(t *testing.T) {
+				rclock := &manualClock{ms: 1000 + ttlMs + n/2} // keys 0..n/2 have expired
+				var got []int
+				for sub := range parallelism {
+					start, end := KeyGroupRange(maxP, parallelism, sub)
+					r := open(t, bkind.make, Options[string]{MaxParallelism: maxP, KeyGroupStart: start, KeyGroupEnd: end, Now: rclock.now})
+					v, err := NewValue[int64](WithTTL(r, ttl), "v", nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := restore(r, snaps...); err != nil {
+						t.Fatal(err)
+					}
+					if err := r.ForEachKey(func(k string) error {
+						if x, ok := v.Value(); ok {
+							got = append(got, int(x))
+						}
+						return nil
+					}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				slices.Sort(got)
+				var want []int
+				for i := n/2 + 1; i < n; i++ {
+					want = append(want, i)
+				}
+				if !slices.Equal(got, want) {
+					t.Errorf("live after rescale: %v, want %v", got, want)
+				}
+			})
+		}
+	}
+}
