@@ -447,3 +447,15 @@ func flagsMismatch(name string, declared, stored byte) error {
 	return fmt.Errorf("keyed state %q is declared %s but was checkpointed %s: its entries are encoded differently; "+
 		"keep the state's TTL setting or give it a new name", name, has(declared), has(stored))
 }
+
+// HasTTL reports whether a state with a time to live is registered on b, for an operator deciding whether
+// to put Sweep on a processing-time deadline (it can only tell after Open).
+func HasTTL(b Backend) bool {
+	switch st := b.store().(type) {
+	case *heapStore:
+		return len(st.ttl) > 0
+	case *pebbleStore:
+		return st.ttls > 0
+	}
+	return false
+}

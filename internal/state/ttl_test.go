@@ -340,6 +340,9 @@ func TestTTLStatesBesidePlainStates(t *testing.T) {
 				t.Errorf("TTL of 1µs: %v, want a refusal", err)
 			}
 			b.SealDeclarations()
+			if !HasTTL(b) || HasTTL(open(t, bkind.make, o)) {
+				t.Error("HasTTL is not true exactly for the backend with a TTL state")
+			}
 			b.SetCurrentKey("k")
 			plain.Update(7)
 			ttl.Update(8)
