@@ -153,7 +153,7 @@ func newKeyedBackend[K comparable](ctx *Context, kc codec.Codec[K]) (state.Keyed
 	info := ctx.rt.Info
 	start, end := state.KeyGroupRange(info.MaxParallelism, info.Parallelism, int(info.Attempt.Index))
 	opts := state.Options[K]{KeyCodec: kc, MaxParallelism: info.MaxParallelism, KeyGroupStart: start, KeyGroupEnd: end,
-		Owner: ctx.operator}
+		Owner: ctx.operator, Now: ctx.CurrentProcessingTime}
 	var (
 		b   state.KeyedBackend[K]
 		err error

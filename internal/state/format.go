@@ -40,19 +40,33 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // snapState describes one state in a snapshot header.
 type snapState struct {
-	name string
-	kind kind
+	name  string
+	kind  kind
+	flags byte // flagTTL or 0
+	// ttl is the time to live in ms of a registered TTL state, for the writer to drop expired entries and
+	// the restorer to skip them; 0 for no filtering (a state without TTL, or a TTL state not registered,
+	// whose entries are carried as they are). It is not written.
+	ttl int64
 }
+
+// flagTTL in a state's header flags marks a state with a time to live: each value (value state), element
+// (list state) or map value (map state) starts with its write time, 8 bytes big-endian epoch ms.
+const flagTTL = 1
 
 // snapHeader is what precedes the entries.
 type snapHeader struct {
 	checkpointID int64
 	groups       keyGroups
 	states       []snapState // sorted by name
+	// now is the processing time (epoch ms) at Snapshot, before which TTL states' entries must have been
+	// written within their ttl to be kept. It is not written.
+	now int64
 }
 
 // snapWriter writes one snapshot: the header, then entries in order, then the trailer.
 type snapWriter struct {
+	h     *snapHeader
+	live  []byte // scratch for the live elements of a TTL list
 	w     io.Writer
 	buf   []byte
 	crc   uint32
@@ -61,7 +75,7 @@ type snapWriter struct {
 }
 
 func newSnapWriter(w io.Writer, h *snapHeader) *snapWriter {
-	s := &snapWriter{w: w, buf: make([]byte, 0, snapBufferBytes)}
+	s := &snapWriter{h: h, w: w, buf: make([]byte, 0, snapBufferBytes)}
 	s.buf = append(s.buf, snapMagic...)
 	s.buf = binary.BigEndian.AppendUint16(s.buf, snapVersion)
 	s.buf = binary.BigEndian.AppendUint64(s.buf, uint64(h.checkpointID))
@@ -72,16 +86,30 @@ func newSnapWriter(w io.Writer, h *snapHeader) *snapWriter {
 	for _, st := range h.states {
 		s.buf = binary.AppendUvarint(s.buf, uint64(len(st.name)))
 		s.buf = append(s.buf, st.name...)
-		s.buf = append(s.buf, byte(st.kind), 0) // kind, flags (none defined yet)
+		s.buf = append(s.buf, byte(st.kind), st.flags)
 	}
 	s.buf = binary.BigEndian.AppendUint32(s.buf, crc32.Checksum(s.buf, castagnoli))
 	return s
 }
 
-// entry appends one entry; mapKey is written only when isMap (the state's kind has map keys).
+// entry appends one entry; mapKey is written only when isMap (the state's kind has map keys). An expired
+// entry of a TTL state is left out (and a TTL list's expired elements).
 func (s *snapWriter) entry(kg, state int, key []byte, isMap bool, mapKey, value []byte) error {
 	if s.err != nil {
 		return s.err
+	}
+	if st := &s.h.states[state]; st.ttl > 0 {
+		live, keep, err := liveTTL(st.kind, value, st.ttl, s.h.now, s.live[:0])
+		if err != nil {
+			return fmt.Errorf("snapshot keyed state %q: %w", st.name, err)
+		}
+		if !keep {
+			return nil
+		}
+		if len(live) != len(value) {
+			s.live = live // the scratch, grown; not value's own bytes
+		}
+		value = live
 	}
 	s.buf = append(s.buf, tagEntry, byte(kg>>8), byte(kg))
 	s.buf = binary.AppendUvarint(s.buf, uint64(state))
@@ -309,6 +337,7 @@ func readSnapshot(src io.Reader, g keyGroups, onHeader func(*snapHeader) error, 
 		if err != nil {
 			return err
 		}
+		var fl byte
 		if k < byte(kindValue) || k > byte(maxK) {
 			return corrupt("state %q has unknown kind %d (version %d snapshot)", name, k, version)
 		}
@@ -317,14 +346,18 @@ func readSnapshot(src io.Reader, g keyGroups, onHeader func(*snapHeader) error, 
 			if err != nil {
 				return err
 			}
-			if flags != 0 {
+			if flags&^flagTTL != 0 {
 				return corrupt("state %q has flags %#x that this build does not know", name, flags)
 			}
+			if flags&flagTTL != 0 && kind(k) != kindValue && kind(k) != kindList && kind(k) != kindMap {
+				return corrupt("%s state %q is marked with a time to live, which only value, list and map state have", kind(k), name)
+			}
+			fl = flags
 		}
 		if i > 0 && string(name) <= h.states[i-1].name {
 			return corrupt("state names out of order: %q after %q", name, h.states[i-1].name)
 		}
-		h.states = append(h.states, snapState{name: string(name), kind: kind(k)})
+		h.states = append(h.states, snapState{name: string(name), kind: kind(k), flags: fl})
 	}
 	if err := r.checksum("header"); err != nil {
 		return err

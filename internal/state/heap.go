@@ -47,6 +47,15 @@ type heapStore struct {
 	marked     []bool
 	// freeSlot frees a slot with no references; set by the generic backend.
 	freeSlot func(slot int32)
+
+	// now is the processing-time clock (epoch ms) of TTL states.
+	now func() int64
+	// ttl holds the time to live (ms) of each registered TTL state, by name.
+	ttl map[string]int64
+	// sweepers clear one slot's expired entries of one TTL state each; sweepAt is the slot the next Sweep
+	// starts at.
+	sweepers []func(slot int, now int64)
+	sweepAt  int
 }
 
 // incRef records that one more table (or timer) holds state for slot.
@@ -99,7 +108,19 @@ func (st *heapStore) candidate(slot int32) {
 // moveTo makes slot (a live slot, or -1) current.
 func (st *heapStore) moveTo(slot int32) { st.cur = slot }
 
-func (st *heapStore) register(name string, t heapTable) error {
+func (st *heapStore) register(name string, t heapTable) error { return st.registerFlags(name, t, 0) }
+
+// registerTTL registers TTL state t with its time to live (ms) and the function that sweeps one slot.
+func (st *heapStore) registerTTL(name string, t heapTable, ms int64, sweep func(slot int, now int64)) error {
+	if err := st.registerFlags(name, t, flagTTL); err != nil {
+		return err
+	}
+	st.ttl[name] = ms
+	st.sweepers = append(st.sweepers, sweep)
+	return nil
+}
+
+func (st *heapStore) registerFlags(name string, t heapTable, flags byte) error {
 	_, dup := st.tables[name]
 	if err := st.checkDeclare(t.kind(), name, dup); err != nil {
 		return err
@@ -110,6 +131,9 @@ func (st *heapStore) register(name string, t heapTable) error {
 	if raw, ok := st.pending[name]; ok {
 		if raw.kind != t.kind() {
 			return fmt.Errorf("keyed state %q is registered as %s state but was restored as %s state", name, t.kind(), raw.kind)
+		}
+		if raw.flags != flags {
+			return flagsMismatch(name, flags, raw.flags)
 		}
 		for slot, entries := range raw.slots {
 			for mk, v := range entries {
@@ -205,7 +229,7 @@ func NewHeap[K comparable](o Options[K]) (KeyedBackend[K], error) {
 	}
 	b := &heapBackend[K]{
 		heapStore: heapStore{declarations: declarations{owner: o.Owner}, cur: -1, groups: g, tables: make(map[string]heapTable),
-			pending: make(map[string]*rawTable), epoch: 1},
+			pending: make(map[string]*rawTable), epoch: 1, now: clockOr(o.Now), ttl: make(map[string]int64)},
 		kc:        kc,
 		slots:     make(map[K]int32),
 		keysEpoch: 1,
@@ -253,6 +277,11 @@ func (b *heapBackend[K]) newSlot(k K) int32 {
 		b.cur = -1 // the current key is being left
 		b.freeCandidates()
 	}
+	if len(b.sweepers) > 0 {
+		// Incremental cleanup: each new key examines a few slots first, so that keys whose TTL state
+		// expired unread are freed as fast as new keys come, whether or not the operator sweeps.
+		_, _ = b.Sweep(b.now(), newKeySweep)
+	}
 	enc, err := b.kc.Append(b.enc[:0], k)
 	b.enc = enc
 	if err != nil {
@@ -278,6 +307,11 @@ func (b *heapBackend[K]) freeCandidates() {
 	}
 	b.candidates = b.candidates[:0]
 }
+
+// newKeySweep is how many slots a new key's SetCurrentKey sweeps in a backend with TTL states: a pass
+// over n slots takes n/newKeySweep new keys, so slots stay within about newKeySweep/(newKeySweep-1) times
+// the keys written within the TTL.
+const newKeySweep = 4
 
 // maxSlots bounds the live keys of a heap backend: slots are int32.
 const maxSlots = 1<<31 - 1
@@ -404,11 +438,16 @@ func (b *heapBackend[K]) Snapshot(checkpointID int64) (func(w io.Writer) error, 
 	h := &snapHeader{checkpointID: checkpointID, groups: b.groups}
 	var caps []heapCapture
 	for name, t := range b.tables {
-		h.states = append(h.states, snapState{name: name, kind: t.kind()})
+		ss := snapState{name: name, kind: t.kind()}
+		if ms, ok := b.ttl[name]; ok {
+			ss.flags, ss.ttl = flagTTL, ms
+			h.now = b.now()
+		}
+		h.states = append(h.states, ss)
 		caps = append(caps, t.capture(n))
 	}
 	for name, t := range b.pending {
-		h.states = append(h.states, snapState{name: name, kind: t.kind})
+		h.states = append(h.states, snapState{name: name, kind: t.kind, flags: t.flags})
 		caps = append(caps, t.capture(n))
 	}
 	b.epoch++
@@ -568,6 +607,10 @@ func (o *keyOrder) compact() {
 // Restore implements KeyedBackend. Entries of registered states are decoded into them; entries of other
 // states wait as bytes until the state is registered.
 func (b *heapBackend[K]) Restore(snapshots []io.Reader) error {
+	var now int64 // the clock is read only for TTL states (a task's clock is not needed otherwise)
+	if len(b.ttl) > 0 {
+		now = b.now()
+	}
 	for i, src := range snapshots {
 		var states []snapState
 		err := readSnapshot(src, b.groups, func(h *snapHeader) error {
@@ -576,17 +619,34 @@ func (b *heapBackend[K]) Restore(snapshots []io.Reader) error {
 				if t, ok := b.tables[s.name]; ok && t.kind() != s.kind {
 					return fmt.Errorf("keyed state %q is registered as %s state but the snapshot holds %s state", s.name, t.kind(), s.kind)
 				}
-				if t, ok := b.pending[s.name]; ok && t.kind != s.kind {
-					return fmt.Errorf("keyed state %q is %s state in one snapshot and %s state in another", s.name, t.kind, s.kind)
+				if _, ok := b.tables[s.name]; ok {
+					if _, ttl := b.ttl[s.name]; ttl != (s.flags&flagTTL != 0) {
+						return flagsMismatch(s.name, s.flags^flagTTL, s.flags)
+					}
+				}
+				if t, ok := b.pending[s.name]; ok && (t.kind != s.kind || t.flags != s.flags) {
+					return fmt.Errorf("keyed state %q is %s state (flags %#x) in one snapshot and %s state (flags %#x) in another",
+						s.name, t.kind, t.flags, s.kind, s.flags)
 				}
 			}
 			return nil
 		}, func(e *snapEntry) error {
+			s := states[e.state]
+			if ms, ok := b.ttl[s.name]; ok {
+				// An entry that expired since the snapshot is not restored (and takes no slot).
+				live, keep, err := liveTTL(s.kind, e.value, ms, now, e.value[:0:0])
+				if err != nil {
+					return fmt.Errorf("restore %s state %q: %w", s.kind, s.name, err)
+				}
+				if !keep {
+					return nil
+				}
+				e.value = live
+			}
 			slot, err := b.slotOf(e.key)
 			if err != nil {
-				return fmt.Errorf("keyed state %q: %w", states[e.state].name, err)
+				return fmt.Errorf("keyed state %q: %w", s.name, err)
 			}
-			s := states[e.state]
 			if t, ok := b.tables[s.name]; ok {
 				if err := t.restore(slot, e.mapKey, e.value); err != nil {
 					return fmt.Errorf("restore %s state %q: %w", s.kind, s.name, err)
@@ -598,7 +658,7 @@ func (b *heapBackend[K]) Restore(snapshots []io.Reader) error {
 				if len(b.tables)+len(b.pending) >= maxStates {
 					return fmt.Errorf("keyed state %q: more than %d states in one operator", s.name, maxStates)
 				}
-				raw = &rawTable{kind: s.kind, slots: make(map[int32]map[string][]byte)}
+				raw = &rawTable{kind: s.kind, flags: s.flags, slots: make(map[int32]map[string][]byte)}
 				b.pending[s.name] = raw
 			}
 			raw.restore(&b.heapStore, slot, e.mapKey, e.value)
@@ -609,6 +669,29 @@ func (b *heapBackend[K]) Restore(snapshots []io.Reader) error {
 		}
 	}
 	return nil
+}
+
+// Sweep implements KeyedBackend: it examines the next budget slots in slot order.
+func (b *heapBackend[K]) Sweep(now int64, budget int) (bool, error) {
+	if len(b.sweepers) == 0 {
+		return false, nil
+	}
+	n := len(b.keys)
+	for i := 0; i < budget && b.sweepAt < n; i++ {
+		slot := b.sweepAt
+		b.sweepAt++
+		for _, f := range b.sweepers {
+			if b.gens[slot]&1 == 0 {
+				break // free, or freed by the previous state's sweep
+			}
+			f(slot, now)
+		}
+	}
+	if b.sweepAt < n {
+		return true, nil
+	}
+	b.sweepAt = 0
+	return false, nil
 }
 
 // Close implements KeyedBackend.
@@ -623,6 +706,7 @@ func (b *heapBackend[K]) Close() error {
 // map key is empty for value and list state).
 type rawTable struct {
 	kind  kind
+	flags byte
 	slots map[int32]map[string][]byte
 }
 

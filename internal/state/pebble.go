@@ -16,6 +16,9 @@ import (
 	"github.com/runnel-dev/runnel/codec"
 )
 
+// snapshotSweep is how many store keys Snapshot sweeps in a backend with TTL states.
+const snapshotSweep = 1024
+
 // restoreBatchBytes is the size at which Restore commits a pebble batch.
 const restoreBatchBytes = 4 << 20
 
@@ -25,6 +28,8 @@ type pebbleState struct {
 	id         uint16
 	kind       kind
 	registered bool
+	flags      byte  // flagTTL for a TTL state
+	ttl        int64 // time to live in ms of a registered TTL state, else 0
 }
 
 // pebbleStore is the non-generic part of the pebble backend.
@@ -40,6 +45,11 @@ type pebbleStore struct {
 	states map[string]*pebbleState
 	byID   []*pebbleState
 	timers []*pebbleTimers // registered timers states, whose caches Restore rebuilds
+	// now is the processing-time clock (epoch ms) of TTL states; sweepFrom the store key the next Sweep
+	// starts at (nil: the start of the range).
+	now       func() int64
+	ttls      int
+	sweepFrom []byte
 	// setCur makes the key with store bytes uvarint(length) ‖ key in key group kg current; set by the
 	// generic backend, for FireUpTo.
 	setCur func(kg int, lenKey []byte) error
@@ -51,30 +61,52 @@ type pebbleStore struct {
 }
 
 func (st *pebbleStore) register(name string, k kind) (uint16, error) {
-	s, ok := st.states[name]
-	if err := st.checkDeclare(k, name, ok && s.registered); err != nil {
-		return 0, err
-	}
-	if ok {
-		if s.kind != k {
-			return 0, fmt.Errorf("keyed state %q is registered as %s state but was restored as %s state", name, k, s.kind)
-		}
-		s.registered = true
-		return s.id, nil
-	}
-	s, err := st.add(name, k)
+	s, err := st.registerFlags(name, k, 0)
 	if err != nil {
 		return 0, err
 	}
-	s.registered = true
 	return s.id, nil
 }
 
-func (st *pebbleStore) add(name string, k kind) (*pebbleState, error) {
+// registerTTL registers a TTL state with its time to live in ms.
+func (st *pebbleStore) registerTTL(name string, k kind, ms int64) (uint16, error) {
+	s, err := st.registerFlags(name, k, flagTTL)
+	if err != nil {
+		return 0, err
+	}
+	s.ttl = ms
+	st.ttls++
+	return s.id, nil
+}
+
+func (st *pebbleStore) registerFlags(name string, k kind, flags byte) (*pebbleState, error) {
+	s, ok := st.states[name]
+	if err := st.checkDeclare(k, name, ok && s.registered); err != nil {
+		return nil, err
+	}
+	if ok {
+		if s.kind != k {
+			return nil, fmt.Errorf("keyed state %q is registered as %s state but was restored as %s state", name, k, s.kind)
+		}
+		if s.flags != flags {
+			return nil, flagsMismatch(name, flags, s.flags)
+		}
+		s.registered = true
+		return s, nil
+	}
+	s, err := st.add(name, k, flags)
+	if err != nil {
+		return nil, err
+	}
+	s.registered = true
+	return s, nil
+}
+
+func (st *pebbleStore) add(name string, k kind, flags byte) (*pebbleState, error) {
 	if len(st.byID) >= maxStates {
 		return nil, fmt.Errorf("keyed state %q: more than %d states in one operator", name, maxStates)
 	}
-	s := &pebbleState{name: name, id: uint16(len(st.byID)), kind: k}
+	s := &pebbleState{name: name, id: uint16(len(st.byID)), kind: k, flags: flags}
 	st.states[name] = s
 	st.byID = append(st.byID, s)
 	return s, nil
@@ -177,7 +209,7 @@ func NewPebble[K comparable](o Options[K]) (KeyedBackend[K], error) {
 	}
 	b := &pebbleBackend[K]{
 		pebbleStore: pebbleStore{declarations: declarations{owner: o.Owner}, db: db, dir: dir, groups: g, states: make(map[string]*pebbleState),
-			pending: make(map[*pebble.Snapshot]struct{})},
+			pending: make(map[*pebble.Snapshot]struct{}), now: clockOr(o.Now)},
 		kc: kc,
 	}
 	b.setCur = b.setCurrentEncoded
@@ -309,13 +341,21 @@ func (b *pebbleBackend[K]) Snapshot(checkpointID int64) (func(w io.Writer) error
 	h := &snapHeader{checkpointID: checkpointID, groups: b.groups}
 	ids := make([]uint16, 0, len(b.byID))
 	for _, s := range slices.SortedFunc(slices.Values(b.byID), func(a, c *pebbleState) int { return strings.Compare(a.name, c.name) }) {
-		h.states = append(h.states, snapState{name: s.name, kind: s.kind})
+		h.states = append(h.states, snapState{name: s.name, kind: s.kind, flags: s.flags, ttl: s.ttl})
 		ids = append(ids, s.id)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
 		return nil, errors.New("snapshot keyed state: backend is closed")
+	}
+	if b.ttls > 0 {
+		h.now = b.now()
+		// Incremental cleanup at each checkpoint, bounded, so that expired entries never read again leave
+		// the store even if the operator does not sweep.
+		if _, err := b.Sweep(h.now, snapshotSweep); err != nil {
+			return nil, err
+		}
 	}
 	snap := b.db.NewSnapshot()
 	b.pending[snap] = struct{}{}
@@ -437,6 +477,10 @@ func (b *pebbleBackend[K]) Restore(snapshots []io.Reader) error {
 	batch := b.db.NewBatch()
 	defer func() { _ = batch.Close() }()
 	var key []byte
+	var now int64 // the clock is read only for TTL states (a task's clock is not needed otherwise)
+	if b.ttls > 0 {
+		now = b.now()
+	}
 	for i, src := range snapshots {
 		var ids []*pebbleState
 		err := readSnapshot(src, b.groups, func(h *snapHeader) error {
@@ -445,17 +489,33 @@ func (b *pebbleBackend[K]) Restore(snapshots []io.Reader) error {
 				ps, ok := b.states[s.name]
 				if !ok {
 					var err error
-					if ps, err = b.add(s.name, s.kind); err != nil {
+					if ps, err = b.add(s.name, s.kind, s.flags); err != nil {
 						return err
 					}
 				} else if ps.kind != s.kind {
 					return fmt.Errorf("keyed state %q is %s state here but %s state in the snapshot", s.name, ps.kind, s.kind)
+				} else if ps.flags != s.flags {
+					if ps.registered {
+						return flagsMismatch(s.name, ps.flags, s.flags)
+					}
+					return fmt.Errorf("keyed state %q has flags %#x in one snapshot and %#x in another", s.name, ps.flags, s.flags)
 				}
 				ids = append(ids, ps)
 			}
 			return nil
 		}, func(e *snapEntry) error {
 			ps := ids[e.state]
+			if ps.ttl > 0 {
+				// An entry that expired since the snapshot is not restored.
+				live, keep, err := liveTTL(ps.kind, e.value, ps.ttl, now, e.value[:0:0])
+				if err != nil {
+					return fmt.Errorf("restore %s state %q: %w", ps.kind, ps.name, err)
+				}
+				if !keep {
+					return nil
+				}
+				e.value = live
+			}
 			key = append(key[:0], byte(e.kg>>8), byte(e.kg), byte(ps.id>>8), byte(ps.id))
 			if ps.kind == kindTimers {
 				// [kg][id][time][uvarint len][key][namespace]: the reader checked the map key's length.
@@ -492,6 +552,68 @@ func (b *pebbleBackend[K]) Restore(snapshots []io.Reader) error {
 		}
 	}
 	return nil
+}
+
+// Sweep implements KeyedBackend: it examines the next budget store keys of the owned key groups, in store
+// order, from where the previous call stopped, and deletes the expired entries of TTL states (and rewrites
+// TTL lists with expired elements). Keys of other states count against the budget too.
+func (b *pebbleBackend[K]) Sweep(now int64, budget int) (bool, error) {
+	if b.ttls == 0 {
+		return false, nil
+	}
+	lo := []byte{byte(b.groups.start >> 8), byte(b.groups.start)}
+	if b.sweepFrom != nil {
+		lo = b.sweepFrom
+	}
+	it, err := b.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: prefixEnd([]byte{byte(b.groups.end >> 8), byte(b.groups.end)})})
+	if err != nil {
+		return false, fmt.Errorf("keyed state: sweep expired entries: %w", err)
+	}
+	var live []byte
+	valid := it.First()
+	for i := 0; valid && i < budget; i, valid = i+1, it.Next() {
+		k := it.Key()
+		if len(k) < 4 {
+			err = fmt.Errorf("store key %x is too short", k)
+			break
+		}
+		id := binary.BigEndian.Uint16(k[2:])
+		if int(id) >= len(b.byID) || b.byID[id].ttl == 0 {
+			continue
+		}
+		ps := b.byID[id]
+		var v []byte
+		if v, err = it.ValueAndErr(); err != nil {
+			break
+		}
+		out, keep, lerr := liveTTL(ps.kind, v, ps.ttl, now, live[:0])
+		if lerr != nil {
+			err = fmt.Errorf("state %q: %w", ps.name, lerr)
+			break
+		}
+		switch {
+		case !keep:
+			err = b.db.Delete(k, pebble.NoSync)
+		case len(out) != len(v):
+			live = out // the scratch, grown; not the iterator's bytes
+			err = b.db.Set(k, live, pebble.NoSync)
+		}
+		if err != nil {
+			break
+		}
+	}
+	if valid && err == nil {
+		b.sweepFrom = bytes.Clone(it.Key()) // not into the old one: it is the open iterator's bound
+	} else {
+		b.sweepFrom = nil
+	}
+	if cerr := errors.Join(it.Error(), it.Close()); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return false, fmt.Errorf("keyed state: sweep expired entries: %w", err)
+	}
+	return valid, nil
 }
 
 // Close implements KeyedBackend: it releases unwritten captures, waits for writes in progress, closes the

@@ -46,6 +46,18 @@
 // memory follows the live keys (Go maps keep their buckets at the peak: flat at the peak of live keys).
 // The pebble backend deletes; its memory is its caches and the timers' per-key-group cache.
 //
+// # Time to live
+//
+// WithTTL marks a backend so that NewValue, NewList and NewMap on it make states that expire in processing
+// time (Options.Now, the task's clock), Flink's state TTL: an entry (a value, each list element, each map
+// entry) lives TTL after its last write, or its last read with RefreshOnRead. Each entry is stored with
+// its write time (stamped: the heap keeps {value, time} in the table, pebble and snapshots 8 bytes
+// big-endian before the encoding; the snapshot header's flags byte marks the state), so TTL survives
+// restore and rescale. Expired entries are cleared when read, left out by the snapshot writer and by
+// Restore, and swept: Sweep(now, budget) examines budget slots (heap) or store keys (pebble) from where it
+// last stopped; each new heap key sweeps 4 slots (so slots follow the keys written within the TTL) and
+// each pebble Snapshot 1024 keys. Backends and states without TTL run exactly the code they ran before.
+//
 // # Timers
 //
 // NewTimers declares a timers state (kind 4): per key, a set of (time, Namespace) pairs, de-duplicated,
@@ -104,15 +116,16 @@
 //	magic "RNLKEYED" (8 bytes), version u16 = 2
 //	checkpoint id i64, max parallelism u32, key group start u32, key group end u32 (the writer's range)
 //	uvarint number of states, then per state: uvarint name length, name, kind byte (1 value, 2 list, 3 map,
-//	  4 timers, 5 list map), flags byte (0; a reader refuses flags it does not know); states are sorted by
-//	  name
+//	  4 timers, 5 list map), flags byte (bit 0: the state has a time to live, value, list and map state
+//	  only; a reader refuses flags it does not know); states are sorted by name
 //	CRC-32C (Castagnoli) u32 of the header so far, so that a damaged header is never interpreted
 //	entries, each: byte 1, key group u16, uvarint state index, uvarint key length, key,
 //	  [map, timers and list map state only: uvarint map key length, map key], uvarint value length, value
 //	byte 0, uvarint number of entries
 //	CRC-32C u32 of every byte above (the header's checksum included)
 //
-// Keys, map keys and values are their codecs' encodings; a list value (of list state, and of each list of
+// Keys, map keys and values are their codecs' encodings (of a TTL state: the write time, 8 bytes
+// big-endian epoch ms, then the encoding, per value, list element and map value); a list value (of list state, and of each list of
 // a list map) is its elements' encodings, each preceded by its uvarint length. A timer is an entry whose
 // map key is its time, namespace A and namespace B, 8 bytes each, sign-flipped (x XOR 1<<63) so that byte
 // order is numeric order, and whose value is empty. Entries are sorted by key group, then state index,
@@ -216,6 +229,13 @@ type KeyedBackend[K comparable] interface {
 	// Restore loads the state in snapshots written by Snapshot of either backend, keeping only entries of
 	// key groups in this backend's range. See the package doc for the order of Restore and registration.
 	Restore(snapshots []io.Reader) error
+	// Sweep clears expired entries of the TTL states (WithTTL) as of now (epoch ms), examining at most
+	// budget slots (heap) or store keys (pebble) and resuming where the previous call stopped; it reports
+	// whether it stopped before the end of the slots or keys (after the end, the next call starts over at
+	// the beginning). The operator calls it on a processing-time deadline, so that expired state that is
+	// never read again is freed; besides, each new heap key sweeps a few slots and each pebble Snapshot
+	// 1024 keys. A backend without TTL states returns at once. The error is a pebble failure.
+	Sweep(now int64, budget int) (more bool, err error)
 	// Close releases the backend; the pebble backend closes its store and removes its working directory,
 	// after waiting for snapshot writes in progress. The backend must not be used afterwards.
 	Close() error
@@ -233,6 +253,9 @@ type Options[K comparable] struct {
 	KeyGroupStart, KeyGroupEnd int
 	// Owner names the operator that owns the backend, for error messages; empty for none.
 	Owner string
+	// Now is the task's processing-time clock in epoch ms, which TTL states (WithTTL) expire by; nil means
+	// the system clock.
+	Now func() int64
 	// Dir is where the pebble backend makes its working directory (a fresh directory inside Dir, removed by
 	// Close); empty means the system's temporary directory. The heap backend ignores it.
 	Dir string
@@ -411,9 +434,17 @@ func storeOf(b Backend, k kind, name string) (any, Backend, error) {
 	if b == nil {
 		return nil, nil, noBackend(k, name)
 	}
-	e, engine := b.(engineBackend)
-	if engine {
-		b = e.b
+	engine := false
+	for {
+		switch w := b.(type) {
+		case engineBackend:
+			b, engine = w.b, true
+			continue
+		case ttlBackend:
+			b = w.b
+			continue
+		}
+		break
 	}
 	if strings.HasPrefix(name, ReservedPrefix) && !engine {
 		return nil, nil, fmt.Errorf("%s state %q: names starting with NUL (\\x00) are reserved for the engine's own state "+
@@ -448,6 +479,9 @@ func NewValue[V any](b Backend, name string, c codec.Codec[V]) (ValueState[V], e
 	if c, err = codecOr(c, kindValue, name, "value"); err != nil {
 		return nil, err
 	}
+	if ttl, ok := ttlOf(b); ok {
+		return newTTLValue(store, name, c, ttl)
+	}
 	switch st := store.(type) {
 	case *heapStore:
 		s := &heapValue[V]{st: st, name: name, c: c}
@@ -473,6 +507,9 @@ func NewList[V any](b Backend, name string, c codec.Codec[V]) (ListState[V], err
 	}
 	if c, err = codecOr(c, kindList, name, "element"); err != nil {
 		return nil, err
+	}
+	if ttl, ok := ttlOf(b); ok {
+		return newTTLList(store, name, c, ttl)
 	}
 	switch st := store.(type) {
 	case *heapStore:
@@ -502,6 +539,9 @@ func NewMap[MK comparable, MV any](b Backend, name string, mk codec.Codec[MK], m
 	}
 	if mv, err = codecOr(mv, kindMap, name, "map value"); err != nil {
 		return nil, err
+	}
+	if ttl, ok := ttlOf(b); ok {
+		return newTTLMap(store, name, mk, mv, ttl)
 	}
 	switch st := store.(type) {
 	case *heapStore:
