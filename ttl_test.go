@@ -208,3 +208,79 @@ func TestStateTTLInAJob(t *testing.T) {
 		})
 	}
 }
+
+// sweptKeys writes a value with a TTL per key and, at the end of its input, counts the keys that still
+// have state (ForEachKey visits a key until its expired state is swept).
+type sweptKeys struct {
+	runnel.KeyedProcessBase[string, int]
+	v runnel.ValueState[int64]
+}
+
+func (f *sweptKeys) Open(ctx runnel.KeyedContext[string]) error {
+	var err error
+	f.v, err = runnel.NewValueState[int64](runnel.WithTTL(ctx, runnel.StateTTL{TTL: time.Second}), "v")
+	return err
+}
+
+func (f *sweptKeys) ProcessElement(_ runnel.KeyedContext[string], op ttlOp, out runnel.Collector[int]) error {
+	f.v.Update(op.V)
+	if op.Key == "last" {
+		out.Collect(-1) // the test's sign that every write was processed
+	}
+	return nil
+}
+
+func (f *sweptKeys) EndInput(ctx runnel.KeyedContext[string], out runnel.Collector[int]) error {
+	n := 0
+	err := ctx.ForEachKey(func(string) error { n++; return nil })
+	out.Collect(n)
+	return err
+}
+
+// TestTTLSweptByTheOperator: a keyed operator with TTL state sweeps it on its processing-time deadline
+// (every second of the task clock), so the keys of expired state are gone without being read again.
+func TestTTLSweptByTheOperator(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
+	env := runnel.NewEnvironment(runnel.WithClock(clock), runnel.WithLogger(quiet))
+	src := newStepSource()
+	out := make(chan int, 4)
+	counts := runnel.Process(runnel.KeyBy(runnel.FromSource(env, src).WithCodec(codec.MustStruct[ttlOp]()), func(op ttlOp) string { return op.Key }),
+		func() runnel.KeyedProcessFunction[string, ttlOp, int] { return &sweptKeys{} })
+	counts.SinkTo(chanSink(out))
+	done := make(chan error, 1)
+	go func() { _, err := env.Execute(context.Background(), "sweep"); done <- err }()
+	for i := range 100 {
+		src.push(ttlOp{Key: fmt.Sprint("k", i), Write: true, V: int64(i)})
+	}
+	src.push(ttlOp{Key: "last", Write: true})
+	if got := <-out; got != -1 {
+		t.Fatalf("got %d before the writes were done", got)
+	}
+	// Past the TTL: the sweep due every second of the task clock frees the expired keys.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for range 2 {
+		if err := clock.BlockUntilContext(ctx, 1); err != nil { // the task's timer for the next sweep
+			t.Fatal(err)
+		}
+		clock.Advance(1500 * time.Millisecond)
+	}
+	if err := clock.BlockUntilContext(ctx, 1); err != nil { // the second sweep ran and set the timer again
+		t.Fatal(err)
+	}
+	src.close()
+	if got := <-out; got != 0 {
+		t.Fatalf("%d keys still have state after their TTL and a sweep, want 0", got)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// chanSink sends what it is given to a channel.
+type chanSink chan int
+
+func (c chanSink) CreateWriter(runnel.RuntimeContext) (runnel.SinkWriter[int], error) { return c, nil }
+func (c chanSink) Write(v int) error                                                  { c <- v; return nil }
+func (c chanSink) Flush() error                                                       { return nil }
+func (c chanSink) Close() error                                                       { return nil }

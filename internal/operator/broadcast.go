@@ -175,6 +175,7 @@ func (s *BroadcastSpec[K, T, R, MK, MV, Out]) Build(ctx *Context, downstream []a
 		return ctx.EmitWatermark(ms)
 	}
 	built.RestoreWatermark = func(floor int64) { op.watermark = max(op.watermark, floor) }
+	withTTLSweep(&built, kc.b)
 	return built, nil
 }
 

@@ -102,11 +102,7 @@ func buildChain(v *graph.JobVertex, rt *task.Runtime, injections []*Injection) (
 		}
 		c.ops[i] = b
 	}
-	for i, b := range c.ops {
-		if b.NextDeadline != nil {
-			c.clocked = append(c.clocked, i)
-		}
-	}
+
 	if v.IsSource() {
 		c.source = c.ops[0].Source
 		if c.source == nil {
@@ -236,13 +232,19 @@ func (c *chain) OnProcessingTime(nowMillis int64) error {
 	return nil
 }
 
-// Open implements task.Chain: tail first, so that an operator's downstream is ready when it emits.
+// Open implements task.Chain: tail first, so that an operator's downstream is ready when it emits. Then
+// it knows which operators have processing-time work (their state is declared in Open).
 func (c *chain) Open() error {
 	for i := len(c.ops) - 1; i >= 0; i-- {
 		if f := c.ops[i].Open; f != nil {
 			if err := c.ctxs[i].guard(f); err != nil {
 				return fmt.Errorf("open %q: %w", c.names[i], err)
 			}
+		}
+	}
+	for i, b := range c.ops {
+		if b.NextDeadline != nil && (b.Clocked == nil || b.Clocked()) {
+			c.clocked = append(c.clocked, i)
 		}
 	}
 	return nil

@@ -69,6 +69,7 @@ func (s *KeyedProcessSpec[K, In, Out]) Build(ctx *Context, downstream []any) (Bu
 		kc.b.Close()
 		return Built{}, err
 	}
+	withTTLSweep(&built, kc.b)
 	return built, nil
 }
 
@@ -109,6 +110,7 @@ func (s *TimedKeyedProcessSpec[K, In, Out]) Build(ctx *Context, downstream []any
 		kc.b.Close()
 		return Built{}, err
 	}
+	withTTLSweep(&built, kc.b)
 	return built, nil
 }
 
@@ -341,4 +343,50 @@ func (o *reduceOp[K, T]) reduce(v T) T {
 		o.ctx.fail(err)
 	}
 	return v
+}
+
+// ttlSweepEvery is how often a keyed operator with state that has a TTL sweeps it, and ttlSweepBudget how
+// many slots (heap) or keys (pebble) one sweep examines: bounded work per mailbox step.
+const (
+	ttlSweepEvery  = 1000 // ms
+	ttlSweepBudget = 1024
+)
+
+// withTTLSweep adds the incremental sweep of expired state to a keyed operator's processing-time work
+// (docs/eventtime.md §5.1), beside its own (timers); an operator without TTL state is not clocked for it.
+func withTTLSweep[K comparable](built *Built, b state.KeyedBackend[K]) {
+	own, ownOn, ownClocked := built.NextDeadline, built.OnProcessingTime, built.Clocked
+	next := int64(math.MinInt64) // the first sweep at once, then every ttlSweepEvery
+	ttl := false                 // decided after Open, when the states are declared
+	built.Clocked = func() bool {
+		ttl = state.HasTTL(b)
+		return ttl || (own != nil && (ownClocked == nil || ownClocked()))
+	}
+	built.NextDeadline = func() int64 {
+		d := int64(math.MaxInt64)
+		if own != nil {
+			d = own()
+		}
+		if ttl {
+			d = min(d, next)
+		}
+		return d
+	}
+	built.OnProcessingTime = func(now int64) error {
+		if ttl && now >= next {
+			more, err := b.Sweep(now, ttlSweepBudget)
+			if err != nil {
+				return err
+			}
+			// A pass not finished goes on at the next step; a finished one waits for the next period.
+			next = now + ttlSweepEvery
+			if more {
+				next = now
+			}
+		}
+		if own != nil && own() <= now {
+			return ownOn(now)
+		}
+		return nil
+	}
 }

@@ -49,6 +49,9 @@ type Built struct {
 	// for an operator without processing-time work.
 	NextDeadline     func() int64
 	OnProcessingTime func(nowMillis int64) error
+	// Clocked, when set, says after Open whether the operator has processing-time work at all (a keyed
+	// operator sweeps expired state only if it declared state with a TTL); nil: it has if NextDeadline is set.
+	Clocked func() bool
 	// RestoreWatermark sets the operator's current watermark to the restored floor (no timer fires and
 	// nothing is emitted); nil when it keeps none.
 	RestoreWatermark func(floor int64)

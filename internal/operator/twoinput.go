@@ -82,6 +82,7 @@ func (s *KeyedCoProcessSpec[K, A, B, Out]) Build(ctx *Context, downstream []any)
 		kc.b.Close()
 		return Built{}, err
 	}
+	withTTLSweep(&built, kc.b)
 	return built, nil
 }
 
