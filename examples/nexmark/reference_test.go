@@ -109,7 +109,7 @@ func refQ3(evs []nexmark.Event) []string {
 func refQ4(evs []nexmark.Event) []string {
 	type closing struct {
 		category, max int64
-		valid        bool
+		valid         bool
 	}
 	auctions := map[int64]*closing{}
 	var as []nexmark.Auction
