@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"reflect"
 	"runtime"
 	"time"
 
@@ -231,6 +232,8 @@ type Environment struct {
 	accs      map[string]Accumulator // RegisterAccumulator's table, at most MaxAccumulators
 	// fixedParallelism names the nodes whose parallelism cannot be set, and why.
 	fixedParallelism map[int]string
+	// sideTags is the type of each side output tag used on a node.
+	sideTags map[int]map[string]reflect.Type
 	// chainsFrom, when set (tests, through export_test.go), is another build of the same job whose
 	// operators Execute runs in every task, as TaskManagers of a cluster run their own builds.
 	chainsFrom *prepared

@@ -41,6 +41,8 @@ type input[T any] struct {
 	patternSet bool
 	hash       func(T, []byte) (uint64, []byte)
 	codec      *codecHolder[T]
+	// side names the side output of node this input reads (an OutputTag's id); empty: its main output.
+	side string
 }
 
 // Stream is a typed stream of records produced by one operator (or, after Union, several).
@@ -157,14 +159,18 @@ func (s *Stream[T]) Rescale() *Stream[T] { return s.repartition(graph.Rescale) }
 func (s *Stream[T]) Broadcast() *Stream[T] { return s.repartition(graph.Broadcast) }
 
 // connect makes the edges from the stream's inputs to node n.
-func connect[T any](s *Stream[T], n *graph.StreamNode) {
+func connect[T any](s *Stream[T], n *graph.StreamNode) { connectInput(s, n, 0) }
+
+// connectInput makes the edges from the stream's inputs to input `input` of node n.
+func connectInput[T any](s *Stream[T], n *graph.StreamNode, input uint8) {
 	if s.timed {
-		connectTimed(s, n)
+		connectTimed(s, n, input)
 		return
 	}
 	for _, in := range s.inputs {
 		spec := &operator.EdgeSpec[T]{Hash: in.hash}
-		e := &graph.StreamEdge{Source: in.node.ID, Target: n.ID, Pattern: in.pattern, PatternSet: in.patternSet, Payload: spec}
+		e := &graph.StreamEdge{Source: in.node.ID, Target: n.ID, Pattern: in.pattern, PatternSet: in.patternSet, Payload: spec,
+			TargetInput: input, SideOutput: in.side}
 		h := in.codec
 		s.env.edges = append(s.env.edges, e)
 		s.env.resolvers = append(s.env.resolvers, edgeResolver{edge: e, resolve: func() error {
@@ -178,13 +184,14 @@ func connect[T any](s *Stream[T], n *graph.StreamNode) {
 }
 
 // connectTimed is connect for a stream with event time: its edges carry Timed[T] with the timed codec.
-func connectTimed[T any](s *Stream[T], n *graph.StreamNode) {
+func connectTimed[T any](s *Stream[T], n *graph.StreamNode, input uint8) {
 	for _, in := range s.inputs {
 		spec := &operator.EdgeSpec[operator.Timed[T]]{Timed: true}
 		if hash := in.hash; hash != nil {
 			spec.Hash = func(v operator.Timed[T], scratch []byte) (uint64, []byte) { return hash(v.V, scratch) }
 		}
-		e := &graph.StreamEdge{Source: in.node.ID, Target: n.ID, Pattern: in.pattern, PatternSet: in.patternSet, Payload: spec}
+		e := &graph.StreamEdge{Source: in.node.ID, Target: n.ID, Pattern: in.pattern, PatternSet: in.patternSet, Payload: spec,
+			TargetInput: input, SideOutput: in.side}
 		h := in.codec
 		s.env.edges = append(s.env.edges, e)
 		s.env.resolvers = append(s.env.resolvers, edgeResolver{edge: e, resolve: func() error {

@@ -128,7 +128,8 @@ type WindowedStream[K comparable, T any] struct {
 	ks       *KeyedStream[K, T]
 	a        WindowAssigner
 	lateness int64
-	all      bool // WindowAll: parallelism 1
+	all      bool   // WindowAll: parallelism 1
+	lateTag  string // SideOutputLateData
 }
 
 // Window cuts a keyed stream into windows.
@@ -168,6 +169,17 @@ func (w *WindowedStream[K, T]) AllowedLateness(d time.Duration) *WindowedStream[
 	return w
 }
 
+// SideOutputLateData sends the records that come too late for every window they belong to (past the
+// allowed lateness) to the side output tag, instead of dropping them: SideOutput(windowed result, tag) is
+// their stream.
+func (w *WindowedStream[K, T]) SideOutputLateData(tag OutputTag[T]) *WindowedStream[K, T] {
+	if tag.id == "" {
+		w.ks.s.env.addErr(fmt.Errorf("SideOutputLateData: the tag has no id: make it with NewOutputTag (at %s)", origin()))
+	}
+	w.lateTag = tag.id
+	return w
+}
+
 // windowNode adds the window operator to the job.
 func windowNode[K comparable, T, ACC, V, Out any](w *WindowedStream[K, T], what string, spec *operator.WindowSpec[K, T, ACC, V, Out]) *Stream[Out] {
 	env := w.ks.s.env
@@ -178,6 +190,7 @@ func windowNode[K comparable, T, ACC, V, Out any](w *WindowedStream[K, T], what 
 		env.addErr(fmt.Errorf("%s: %s need a stream with event time: give it a WatermarkStrategy (WithTimestamps) (at %s)", what, w.a, origin()))
 	}
 	spec.Key, spec.KeyCodec, spec.Assigner, spec.Lateness, spec.Timed = w.ks.key, w.ks.kc, w.a.a, w.lateness, w.ks.s.timed
+	spec.LateTag = w.lateTag
 	name := "window"
 	if w.all {
 		name = "window-all"

@@ -340,7 +340,7 @@ func readCommitted(t *testing.T, dir string) []string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		lines = append(lines, strings.Fields(string(b))...)
+		lines = append(lines, strings.FieldsFunc(string(b), func(r rune) bool { return r == '\n' })...)
 	}
 	slices.Sort(lines)
 	return lines
@@ -446,4 +446,45 @@ func firstDiff(got, want []string) string {
 	}
 	slices.Sort(d)
 	return fmt.Sprint(d[:min(5, len(d))])
+}
+
+// TestLateRecordsGoToSideOutput: with SideOutputLateData, the records past the allowed lateness come out
+// of the window operator's side output (with their own timestamps), chained and over the network, and the
+// window results are those of TestWindowLateness.
+func TestLateRecordsGoToSideOutput(t *testing.T) {
+	script := []click{
+		{User: "a", At: 10, N: 1}, {User: "wm", At: 99}, {User: "a", At: 30, N: 4}, {User: "b", At: 50, N: 2},
+		{User: "a", At: 150, N: 16}, {User: "wm", At: 260}, {User: "a", At: 120, N: 32},
+	}
+	for _, chained := range []bool{true, false} {
+		t.Run(fmt.Sprintf("chained %v", chained), func(t *testing.T) {
+			env := runnel.NewEnvironment(runnel.WithWatermarkInterval(0), runnel.WithChaining(chained), runnel.WithTaskManagers(2))
+			src := runnel.FromSource(env, &onePerPoll{clicks: script}).Name("clicks").WithCodec(codec.MustStruct[click]()).
+				WithTimestamps(runnel.CustomWatermarks(func() runnel.WatermarkGenerator[click] { return markers{} }).
+					WithTimestampAssigner(func(c click, _ int64) int64 { return c.At }))
+			data := src.Filter(func(c click) (bool, error) { return c.User != "wm", nil })
+			late := runnel.NewOutputTag[click]("late")
+			results := runnel.WindowAggregate(runnel.Window(runnel.KeyBy(data, func(c click) string { return c.User }),
+				runnel.TumblingEventTimeWindows(100*time.Millisecond)).SideOutputLateData(late),
+				runnel.AggregateFunction[click, winResult, winResult](winAgg{})).WithCodec(codec.MustStruct[winResult]())
+			sink := &winSink{}
+			results.SinkTo(sink)
+			lateSink := &timedCollect{}
+			runnel.SideOutput(results, late).WithCodec(codec.MustStruct[click]()).SinkTo(lateSink)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			res, err := env.Execute(ctx, "late")
+			if err != nil || res.Status != "FINISHED" {
+				t.Fatalf("%v %+v", err, res)
+			}
+			wantLate := []timedClick{{click{User: "a", At: 30, N: 4}, 30}, {click{User: "b", At: 50, N: 2}, 50}, {click{User: "a", At: 120, N: 32}, 120}}
+			if !slices.Equal(lateSink.recs, wantLate) {
+				t.Fatalf("late records %+v, want %+v", lateSink.recs, wantLate)
+			}
+			want := []winResult{{Key: "a", End: 100, Count: 1, Sum: 1, Min: 1, Max: 1}, {Key: "a", End: 200, Count: 1, Sum: 16, Min: 16, Max: 16}}
+			if !slices.Equal(sink.got, want) {
+				t.Fatalf("windows %+v, want %+v", sink.got, want)
+			}
+		})
+	}
 }

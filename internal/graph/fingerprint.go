@@ -107,4 +107,6 @@ func (e *fingerprinter) streamEdge(se *StreamEdge) {
 	e.int(se.Target)
 	e.uint(uint64(se.Pattern))
 	e.bool(se.PatternSet)
+	e.uint(uint64(se.TargetInput))
+	e.str(se.SideOutput)
 }

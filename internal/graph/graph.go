@@ -104,6 +104,10 @@ type StreamNode struct {
 	Payload any
 	// Origin is where the user created the node (file:line), for error messages.
 	Origin string
+	// Inputs is the number of logical inputs of an operator: 2 for a two-input operator (a co-process
+	// function, a join), whose edges say which input they feed (StreamEdge.TargetInput); else 1 (0 reads
+	// as 1), whatever the number of edges (a union feeds one input through several).
+	Inputs uint8
 }
 
 // StreamEdge connects two stream nodes.
@@ -113,6 +117,12 @@ type StreamEdge struct {
 	// PatternSet records that the user chose the pattern explicitly (a default forward edge silently
 	// becomes rebalance when parallelisms differ; an explicit one is an error).
 	PatternSet bool
+	// TargetInput is the logical input of the target the edge feeds: 0, or 1 for the second input of a
+	// two-input operator.
+	TargetInput uint8
+	// SideOutput names the side output of the source the edge carries (an OutputTag's id); empty for its
+	// main output.
+	SideOutput string
 	// Payload is the API layer's record writer/reader factory for this edge; opaque here.
 	Payload any
 }
@@ -192,6 +202,9 @@ func (g *StreamGraph) Validate() error {
 		if t.Kind == SourceNode {
 			return fmt.Errorf("source %q%s cannot have inputs", t.Name, at(t))
 		}
+		if e.TargetInput >= max(t.Inputs, 1) {
+			return fmt.Errorf("edge %q -> %q feeds input %d of an operator with %d", s.Name, t.Name, e.TargetInput, max(t.Inputs, 1))
+		}
 		if e.Pattern == Forward && e.PatternSet && s.Parallelism != t.Parallelism {
 			return fmt.Errorf("forward partitioning from %q (parallelism %d) to %q (parallelism %d) needs equal parallelism; use Rebalance or Rescale, or set equal parallelism", s.Name, s.Parallelism, t.Name, t.Parallelism)
 		}
@@ -205,6 +218,15 @@ func (g *StreamGraph) Validate() error {
 			return fmt.Errorf("the output of operator %q%s is not consumed by anything (a dangling stream): add a sink or remove the operator", n.Name, at(n))
 		case n.Kind != SourceNode && in == 0:
 			return fmt.Errorf("operator %q%s has no input", n.Name, at(n))
+		}
+		if n.Inputs == 2 {
+			var fed [2]bool
+			for _, e := range g.inEdges(n.ID) {
+				fed[e.TargetInput] = true
+			}
+			if !fed[0] || !fed[1] {
+				return fmt.Errorf("two-input operator %q%s has edges on only one of its inputs", n.Name, at(n))
+			}
 		}
 	}
 	if cyc := g.findCycle(); cyc != nil {

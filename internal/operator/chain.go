@@ -24,8 +24,10 @@ type chain struct {
 	ops     []Built    // head first
 	readers []Reader
 	source  SourceDriver
-	// inputTimed says, per network input, whether it carries a stream with event time.
+	// inputTimed says, per network input, whether it carries a stream with event time; logical is the
+	// head's input it feeds (0, or 1 for a two-input head's second).
 	inputTimed []bool
+	logical    []int
 	// clocked lists the operators with processing-time work (NextDeadline set), head first.
 	clocked []int
 }
@@ -64,7 +66,11 @@ func buildChain(v *graph.JobVertex, rt *task.Runtime, injections []*Injection) (
 				if in == nil {
 					return nil, fmt.Errorf("chained operator %q takes no input", v.Nodes[index[e.Target]].Name)
 				}
-				downstream = append(downstream, in)
+				if e.SideOutput != "" {
+					ctx.side = append(ctx.side, sideOutput{tag: e.SideOutput, out: in})
+				} else {
+					downstream = append(downstream, in)
+				}
 				ctx.wmOut = append(ctx.wmOut, chained{c: c, i: index[e.Target]})
 			}
 		}
@@ -80,7 +86,11 @@ func buildChain(v *graph.JobVertex, rt *task.Runtime, injections []*Injection) (
 			if err != nil {
 				return nil, err
 			}
-			downstream = append(downstream, w)
+			if tag := je.Stream.SideOutput; tag != "" {
+				ctx.side = append(ctx.side, sideOutput{tag: tag, out: w})
+			} else {
+				downstream = append(downstream, w)
+			}
 			if t, ok := w.(watermarkTarget); ok {
 				ctx.wmOut = append(ctx.wmOut, t)
 			}
@@ -108,12 +118,20 @@ func buildChain(v *graph.JobVertex, rt *task.Runtime, injections []*Injection) (
 		if !ok {
 			return nil, fmt.Errorf("edge %s -> %s has no runtime implementation", je.Source.Name, v.Name)
 		}
-		r, err := edge.NewReader(c.ops[0].Input)
+		target := c.ops[0].Input
+		if je.Stream.TargetInput == 1 {
+			target = c.ops[0].Input2
+		}
+		if target == nil {
+			return nil, fmt.Errorf("input %d of %q feeds input %d of %q, which has none", je.InputIndex, v.Name, je.Stream.TargetInput, v.Nodes[0].Name)
+		}
+		r, err := edge.NewReader(target)
 		if err != nil {
 			return nil, fmt.Errorf("input %d of %q: %w", je.InputIndex, v.Name, err)
 		}
 		c.readers = append(c.readers, r)
 		c.inputTimed = append(c.inputTimed, edge.IsTimed())
+		c.logical = append(c.logical, int(je.Stream.TargetInput))
 	}
 	return c, nil
 }
@@ -181,6 +199,9 @@ func (c *chain) RestoreWatermark(floor int64) error {
 
 // InputTimed implements task.Chain.
 func (c *chain) InputTimed(input int) bool { return c.inputTimed[input] }
+
+// LogicalInput implements task.Chain.
+func (c *chain) LogicalInput(input int) int { return c.logical[input] }
 
 // ProcessWatermark implements task.Chain.
 func (c *chain) ProcessWatermark(ms int64) error { return c.watermarkAt(0, ms) }

@@ -115,16 +115,28 @@ func (s *TimedKeyedProcessSpec[K, In, Out]) Build(ctx *Context, downstream []any
 // buildKeyedProcess makes the keyed backend, the context and the function of a keyed process operator,
 // and the operator's hooks but its input and EndInput.
 func buildKeyedProcess[K comparable, In, Out any](ctx *Context, keyCodec codec.Codec[K], newFn func() KeyedProcessFunction[K, In, Out], timed bool) (*keyedContext[K], KeyedProcessFunction[K, In, Out], Built, error) {
-	b, err := newKeyedBackend(ctx, keyCodec)
-	if err != nil {
-		return nil, nil, Built{}, err
-	}
-	kc := &keyedContext[K]{Context: ctx, b: b, timed: timed}
 	fn := newFn()
 	if fn == nil {
-		b.Close()
 		return nil, nil, Built{}, fmt.Errorf("operator %q: process function factory returned nil", ctx.operator)
 	}
+	kc, built, err := buildKeyed[K](ctx, keyCodec, fn, timed)
+	return kc, fn, built, err
+}
+
+// keyedFunction is the lifecycle of the function of a keyed operator.
+type keyedFunction[K comparable] interface {
+	Open(ctx KeyedContext[K]) error
+	Close() error
+}
+
+// buildKeyed makes the keyed backend and context of an operator whose function is fn, and its lifecycle
+// and checkpoint hooks.
+func buildKeyed[K comparable](ctx *Context, keyCodec codec.Codec[K], fn keyedFunction[K], timed bool) (*keyedContext[K], Built, error) {
+	b, err := newKeyedBackend(ctx, keyCodec)
+	if err != nil {
+		return nil, Built{}, err
+	}
+	kc := &keyedContext[K]{Context: ctx, b: b, timed: timed}
 	built := keyedBuilt(b)
 	built.Open = func() error {
 		// Keyed state is declared in Open only: a constructor called later, per record, fails with a
@@ -133,7 +145,7 @@ func buildKeyedProcess[K comparable, In, Out any](ctx *Context, keyCodec codec.C
 		return fn.Open(kc)
 	}
 	built.Close = func() error { return errors.Join(fn.Close(), b.Close()) }
-	return kc, fn, built, nil
+	return kc, built, nil
 }
 
 // newKeyedBackend makes the keyed state backend the job asked for, owning this subtask's key groups.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"runtime/debug"
 
 	"github.com/runnel-dev/runnel/internal/state"
@@ -19,8 +20,10 @@ type NodeSpec interface {
 
 // Built is an operator instance.
 type Built struct {
-	// Input is the operator's Collector[In] (typed as any); nil for sources.
-	Input any
+	// Input is the operator's Collector[In] (typed as any); nil for sources. Input2 is the second input of
+	// a two-input operator, a Collector of its second record type.
+	Input  any
+	Input2 any
 	// Source drives a source operator; nil otherwise.
 	Source SourceDriver
 	// Lifecycle hooks; any may be nil.
@@ -67,7 +70,57 @@ type Context struct {
 	logger   *slog.Logger
 	injs     []*Injection // the failure injections of this operator and subtask, in the order given
 	wmOut    []watermarkTarget
+	// side holds the consumers of the operator's side outputs, by tag; a tag may have several (one
+	// record goes to each), and one without a consumer is not here (what is emitted to it is dropped).
+	side []sideOutput
 }
+
+// sideOutput is one consumer of a side output: a Collector[T], or Collector[Timed[T]] on a stream with
+// event time.
+type sideOutput struct {
+	tag string
+	out any
+}
+
+// EmitSide sends v to the consumers of side output tag of the operator behind ctx, with the timestamp of
+// the record being processed on a stream with event time. A tag no operator reads drops v, as in Flink; a
+// consumer of another type is a bug of the tag's use and fails the task.
+func EmitSide[T any](ctx RuntimeContext, tag string, v T) {
+	c := contextOf(ctx)
+	if c == nil {
+		panic(fmt.Sprintf("side output %q: the context %T is not one the engine gave", tag, ctx))
+	}
+	for _, s := range c.side {
+		if s.tag != tag {
+			continue
+		}
+		switch out := s.out.(type) {
+		case Collector[T]:
+			out.Collect(v)
+		case Collector[Timed[T]]:
+			ts := int64(math.MinInt64)
+			if t, ok := ctx.(interface{ Timestamp() (int64, bool) }); ok {
+				ts, _ = t.Timestamp()
+			}
+			out.Collect(Timed[T]{Ts: ts, V: v})
+		default:
+			c.failf("side output %q carries %T, not %T", tag, s.out, v)
+		}
+	}
+}
+
+// contextOf finds the operator's Context behind a context handed to user code.
+func contextOf(ctx RuntimeContext) *Context {
+	switch c := ctx.(type) {
+	case *Context:
+		return c
+	case interface{ operatorContext() *Context }:
+		return c.operatorContext()
+	}
+	return nil
+}
+
+func (c *Context) operatorContext() *Context { return c }
 
 // EmitWatermark passes watermark ms on to the operator's successors: chained operators and network outputs.
 func (c *Context) EmitWatermark(ms int64) error {

@@ -127,6 +127,8 @@ type WindowSpec[K comparable, T, ACC, V, Out any] struct {
 	ElemCodec codec.Codec[T]
 	// NewProcess makes the process-window function per subtask.
 	NewProcess func() ProcessWindowFunction[K, V, Out]
+	// LateTag, when set, is the side output that late records go to instead of being dropped.
+	LateTag string
 }
 
 func (s *WindowSpec[K, T, ACC, V, Out]) Build(ctx *Context, downstream []any) (Built, error) {
@@ -290,7 +292,11 @@ func (o *windowOp[K, T, ACC, V, Out]) process(v T, ts int64) {
 		o.timers.Register(w.MaxTimestamp(), state.Namespace{A: w.Start, B: w.End})
 	}
 	if !taken {
-		o.late++
+		if o.spec.LateTag != "" {
+			EmitSide(o.kc, o.spec.LateTag, v)
+		} else {
+			o.late++
+		}
 	}
 }
 
@@ -459,7 +465,13 @@ func (c windowContext[K]) CurrentWatermark() int64 { return *c.watermark }
 // windowInput takes the records of a stream without event time (processing-time windows).
 type windowInput[K comparable, T, ACC, V, Out any] struct{ op *windowOp[K, T, ACC, V, Out] }
 
-func (in *windowInput[K, T, ACC, V, Out]) Collect(v T) { in.CollectBatch([]T{v}) }
+func (in *windowInput[K, T, ACC, V, Out]) Collect(v T) {
+	o := in.op
+	prev := o.kc.enter()
+	o.process(v, o.kc.CurrentProcessingTime())
+	o.flush()
+	o.kc.leave(prev)
+}
 
 func (in *windowInput[K, T, ACC, V, Out]) CollectBatch(vs []T) {
 	o := in.op

@@ -102,6 +102,9 @@ type Chain interface {
 	// InputTimed reports whether network input `input` carries a stream with event time, whose channels
 	// carry watermarks (watermarks.go).
 	InputTimed(input int) bool
+	// LogicalInput returns the input of the head that network input `input` feeds: 0, or 1 for the second
+	// input of a two-input operator.
+	LogicalInput(input int) int
 	// ProcessWatermark hands the task's input watermark (epoch ms) to the head, between buffers; it follows
 	// every record before it on every channel.
 	ProcessWatermark(ms int64) error

@@ -30,8 +30,8 @@ import (
 // eventTime is a run's part in event time: the valve, which gate channel is which of its channels, and the
 // processing-time deadline. The task goroutine owns it.
 type eventTime struct {
-	valve *watermark.Valve // nil: no timed input
-	vch   []int32          // gate channel -> valve channel, -1 for a channel of an untimed input
+	valve gateValve // nil: no timed input
+	vch   []int32   // gate channel -> valve channel, -1 for a channel of an untimed input
 	// finished marks the valve channels told OnFinished, so end of data and end of partition count once.
 	finished []bool
 	// ignored counts watermark events that changed nothing (a valve Result with a reason).
@@ -45,23 +45,89 @@ type eventTime struct {
 	off      bool            // the input ended: no more processing-time work
 }
 
-// setupValve builds the valve over the channels of the chain's timed inputs.
+// gateValve is the valve over a task's timed channels, numbered 0..n-1: a watermark.Valve, or a
+// two-input valve when both inputs of a two-input head have event time.
+type gateValve interface {
+	OnWatermark(ch int, w watermark.Watermark) watermark.Result
+	OnIdle(ch int) watermark.Result
+	OnActive(ch int) watermark.Result
+	OnFinished(ch int) watermark.Result
+	// restored returns a valve of the same channels at floor (watermark.NewValveAt).
+	restored(floor watermark.Watermark) gateValve
+}
+
+type oneValve struct{ *watermark.Valve }
+
+func (v oneValve) restored(floor watermark.Watermark) gateValve {
+	return oneValve{watermark.NewValveAt(v.NumChannels(), floor)}
+}
+
+// twoValves numbers the channels of both inputs: the first n[0] are input 0's.
+type twoValves struct {
+	*watermark.TwoInputValve
+	n [2]int
+}
+
+func (v twoValves) split(ch int) (int, int) {
+	if ch < v.n[0] {
+		return 0, ch
+	}
+	return 1, ch - v.n[0]
+}
+
+func (v twoValves) OnWatermark(ch int, w watermark.Watermark) watermark.Result {
+	in, c := v.split(ch)
+	return v.TwoInputValve.OnWatermark(in, c, w)
+}
+func (v twoValves) OnIdle(ch int) watermark.Result {
+	in, c := v.split(ch)
+	return v.TwoInputValve.OnIdle(in, c)
+}
+func (v twoValves) OnActive(ch int) watermark.Result {
+	in, c := v.split(ch)
+	return v.TwoInputValve.OnActive(in, c)
+}
+func (v twoValves) OnFinished(ch int) watermark.Result {
+	in, c := v.split(ch)
+	return v.TwoInputValve.OnFinished(in, c)
+}
+func (v twoValves) restored(floor watermark.Watermark) gateValve {
+	return twoValves{watermark.NewTwoInputValveAt(v.n[0], v.n[1], floor), v.n}
+}
+
+// setupValve builds the valve over the channels of the chain's timed inputs: one valve over them, or a
+// two-input valve when timed channels feed both inputs of the head. An input without event time never
+// counts (it carries no watermarks, and counting it would hold the other back for ever).
 func (r *run) setupValve() {
 	et := &r.et
-	n := 0
-	et.vch = make([]int32, len(r.chanInput))
-	for idx, input := range r.chanInput {
+	var n [2]int
+	for _, input := range r.chanInput {
 		if r.chain.InputTimed(input) {
-			et.vch[idx] = int32(n)
-			n++
-		} else {
-			et.vch[idx] = -1
+			n[r.chain.LogicalInput(input)]++
 		}
 	}
-	if n > 0 {
-		et.valve = watermark.NewValve(n)
-		et.finished = make([]bool, n)
+	et.vch = make([]int32, len(r.chanInput))
+	next := [2]int{0, n[0]}
+	if n[0] == 0 || n[1] == 0 {
+		next = [2]int{0, 0} // one valve over whichever input has event time
 	}
+	for idx, input := range r.chanInput {
+		et.vch[idx] = -1
+		if r.chain.InputTimed(input) {
+			l := r.chain.LogicalInput(input)
+			et.vch[idx] = int32(next[l])
+			next[l]++
+		}
+	}
+	switch {
+	case n[0] > 0 && n[1] > 0:
+		et.valve = twoValves{watermark.NewTwoInputValve(n[0], n[1]), n}
+	case n[0]+n[1] > 0:
+		et.valve = oneValve{watermark.NewValve(n[0] + n[1])}
+	default:
+		return
+	}
+	et.finished = make([]bool, n[0]+n[1])
 }
 
 // onWatermarkEvent feeds a watermark or watermark-status event of gate channel idx to the valve and carries
@@ -224,7 +290,7 @@ func (r *run) restoreFloor(f floorOf) error {
 		return nil
 	}
 	if et := &r.et; et.valve != nil {
-		et.valve = watermark.NewValveAt(et.valve.NumChannels(), watermark.Watermark(f.floor))
+		et.valve = et.valve.restored(watermark.Watermark(f.floor))
 	}
 	r.t.counters.Watermark = f.floor
 	return r.chain.RestoreWatermark(f.floor)
@@ -236,6 +302,9 @@ type NoEventTime struct{}
 
 // InputTimed reports that no input has event time.
 func (NoEventTime) InputTimed(int) bool { return false }
+
+// LogicalInput reports that every input feeds the head's first.
+func (NoEventTime) LogicalInput(int) int { return 0 }
 
 // ProcessWatermark refuses a watermark.
 func (NoEventTime) ProcessWatermark(ms int64) error {

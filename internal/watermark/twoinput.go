@@ -19,6 +19,12 @@ func NewTwoInputValve(n1, n2 int) *TwoInputValve {
 	return &TwoInputValve{inputs: [2]*Valve{NewValve(n1), NewValve(n2)}, combined: NewValve(2)}
 }
 
+// NewTwoInputValveAt returns a two-input valve restored at floor (see NewValveAt): neither input nor the
+// operator goes below it.
+func NewTwoInputValveAt(n1, n2 int, floor Watermark) *TwoInputValve {
+	return &TwoInputValve{inputs: [2]*Valve{NewValveAt(n1, floor), NewValveAt(n2, floor)}, combined: NewValveAt(2, floor)}
+}
+
 // OnWatermark handles watermark w read from channel ch of input 0 or 1; the Result is the operator's.
 func (t *TwoInputValve) OnWatermark(input, ch int, w Watermark) Result {
 	return t.apply(input, t.in(input).OnWatermark(ch, w))

@@ -1,5 +1,7 @@
 package dev.runnel.bench.flink;
 
+import dev.runnel.bench.flink.nexmark.NexmarkJob;
+import dev.runnel.bench.flink.nexmark.Query;
 import org.apache.flink.api.common.JobExecutionResult;
 import org.apache.flink.api.common.JobStatus;
 import org.apache.flink.api.common.RuntimeExecutionMode;
@@ -45,6 +47,7 @@ import java.util.stream.Stream;
  *   java -jar runnel-flink-bench.jar recovery    [--failover region|full] [--duration 10s] [--fail-after 3s] [--rate N] ...
  *   java -jar runnel-flink-bench.jar approximate [same flags as recovery]
  *   java -jar runnel-flink-bench.jar standalone-kill [--failover region|approximate] [--heartbeat-interval 500ms ...]
+ *   java -jar runnel-flink-bench.jar nexmark --query Q --input FILE [--output FILE] [--json] ...
  * </pre>
  */
 public final class Main {
@@ -59,7 +62,10 @@ public final class Main {
             return;
         }
         String job = argv[0];
-        Map<String, String> flags = parseFlags(argv);
+        // --json takes no value; only nexmark has it (every other job always prints JSON).
+        boolean json = job.equals("nexmark") && List.of(argv).contains("--json");
+        Map<String, String> flags = parseFlags(json ? Stream.of(argv).filter(a -> !a.equals("--json"))
+                .toArray(String[]::new) : argv);
         Json result;
         switch (job) {
             case "throughput":
@@ -77,6 +83,16 @@ public final class Main {
             case "nexmark-generate": // JSON lines on stdout: no result object after them
                 dev.runnel.bench.flink.nexmark.Generator.command(flags);
                 return;
+            case "nexmark":
+                Map<String, Object> r = nexmark(flags);
+                if (!json) {
+                    System.out.println(NexmarkJob.describe(r));
+                    System.out.flush();
+                    System.exit(0);
+                }
+                result = new Json();
+                r.forEach(result::put);
+                break;
             default:
                 System.err.println("unknown job: " + job);
                 usage(System.err);
@@ -105,6 +121,10 @@ public final class Main {
         out.println("               --kill-after 3s --wait 120s --settle 2s --restart-attempts 10, and recovery's flags");
         out.println("  nexmark-generate  --events 1000 [--rate 0 --seed 0 --base-time MS --output FILE]: the Nexmark");
         out.println("               generator's events as JSON lines (stdout by default); --rate only spaces the timestamps");
+        out.println("  nexmark      --query q0|q1|q2|q3|q4|q5|q7|q8 (--input FILE (JSON lines) | --events N [--seed S])");
+        out.println("               [--output FILE (JSON lines)]");
+        out.println("               --out-of-orderness 4s --parallelism 2 --checkpoint-interval 0 (off) [--json]");
+        out.println("               without --output: into a blackhole sink, printing events/s");
         out.println("durations take ms, s or m (a bare number is milliseconds)");
     }
 
@@ -516,6 +536,38 @@ public final class Main {
         t.setDaemon(true);
         t.start();
         return t;
+    }
+
+    // ---- nexmark ----------------------------------------------------------------------------
+
+    static Map<String, Object> nexmark(Map<String, String> f) throws Exception {
+        String query = f.get("query");
+        String input = f.get("input");
+        String output = f.get("output");
+        int p = (int) longFlag(f, "parallelism", 2);
+        long bound = durationMs(f, "out-of-orderness", 4_000);
+        long ckptMs = durationMs(f, "checkpoint-interval", 0);
+        long events = longFlag(f, "events", 0);
+        long seed = longFlag(f, "seed", 0);
+        checkUnused(f, "query", "input", "output", "parallelism", "out-of-orderness", "checkpoint-interval", "events", "seed");
+        if (query == null || (input == null) == (events == 0)) {
+            throw new IllegalArgumentException("nexmark needs --query Q and one of --input FILE or --events N");
+        }
+        NexmarkJob.Source source;
+        if (input != null) {
+            source = NexmarkJob.fileSource(Path.of(input));
+        } else {
+            // The generator of examples/nexmark, ported (the same events as `runnel bench nexmark`), unthrottled,
+            // at the nominal rate for its timestamps.
+            source = NexmarkJob.streamSource("generator", events, env -> env
+                    .fromSource(new dev.runnel.bench.flink.nexmark.NexmarkSource(p, events, 0, seed, 0),
+                            org.apache.flink.api.common.eventtime.WatermarkStrategy.noWatermarks(), "nexmark")
+                    .setParallelism(p)
+                    .map(dev.runnel.bench.flink.nexmark.Model::toRow)
+                    .returns(dev.runnel.bench.flink.nexmark.Model.ROW_TYPE));
+        }
+        return NexmarkJob.run(new NexmarkJob.Options(Query.of(query), p, bound, ckptMs),
+                source, output == null ? null : Path.of(output));
     }
 
     // ---- configuration ----------------------------------------------------------------------
