@@ -72,7 +72,7 @@ func All() []Example {
 		},
 		{
 			Name:        "nexmark",
-			Description: "the Nexmark benchmark's queries (--query q0, q1, q2, q5, q7) over its generated auction stream or a JSON lines file, in event time",
+			Description: "the Nexmark benchmark's queries (--query q0, q1, q2, q3, q4, q5, q7, q8) over its generated auction stream or a JSON lines file, in event time",
 			New:         func(fs *pflag.FlagSet) Job { return nexmark.New(fs) },
 		},
 		{

@@ -16,7 +16,7 @@ import (
 // the query needs crosses the network and goes into state.
 
 // Queries are the query names `runnel run nexmark --query` takes, in order.
-var Queries = []string{"q0", "q1", "q2", "q5", "q7"}
+var Queries = []string{"q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8"}
 
 // The windows of the queries (the Nexmark suite's Flink SQL): q5 hops 10 s every 2 s, q7 and q8 tumble
 // every 10 s; all are aligned to the epoch.
@@ -78,10 +78,16 @@ func Build(q string, events *runnel.Stream[Event]) (Result, error) {
 		return q1(events), nil
 	case "q2":
 		return q2(events), nil
+	case "q3":
+		return q3(events), nil
+	case "q4":
+		return q4(events), nil
 	case "q5":
 		return q5(events), nil
 	case "q7":
 		return q7(events), nil
+	case "q8":
+		return q8(events), nil
 	}
 	return Result{}, fmt.Errorf("unknown query %q: use one of %s", q, strings.Join(Queries, ", "))
 }
@@ -96,6 +102,30 @@ func bids[T any](events *runnel.Stream[Event], f func(b *Bid) (T, bool)) *runnel
 		}
 		return nil
 	}).Name("bids")
+}
+
+// people maps the events to f of their persons.
+func people[T any](events *runnel.Stream[Event], f func(p *Person) (T, bool)) *runnel.Stream[T] {
+	return runnel.FlatMap(events, func(e Event, out runnel.Collector[T]) error {
+		if e.Kind == KindPerson {
+			if v, ok := f(&e.Person); ok {
+				out.Collect(v)
+			}
+		}
+		return nil
+	}).Name("people")
+}
+
+// auctions maps the events to f of their auctions.
+func auctions[T any](events *runnel.Stream[Event], f func(a *Auction) (T, bool)) *runnel.Stream[T] {
+	return runnel.FlatMap(events, func(e Event, out runnel.Collector[T]) error {
+		if e.Kind == KindAuction {
+			if v, ok := f(&e.Auction); ok {
+				out.Collect(v)
+			}
+		}
+		return nil
+	}).Name("auctions")
 }
 
 // q0 passes every bid through: {auction, bidder, price, channel, url, dateTime, extra}.
@@ -144,6 +174,284 @@ func q2(events *runnel.Stream[Event]) Result {
 		o := BeginObject(dst)
 		o.Int("auction", r.Auction)
 		o.Int("price", r.Price)
+		return o.End()
+	})
+}
+
+// seller is q3's person side: a person, and whether they live in one of the states q3 selects (the
+// strings are kept only then).
+type seller struct {
+	ID                int64
+	Name, City, State string
+	Match             bool
+}
+
+// item is q3's auction side: an auction of category 10 and its seller.
+type item struct{ ID, Seller int64 }
+
+// localItem is q3's row: an auction of category 10 with its seller in OR, ID or CA.
+type localItem struct {
+	Name, City, State string
+	Auction           int64
+}
+
+// q3 finds local item suggestions: every auction of category 10 joined with its seller, when the seller
+// lives in OR, ID or CA: {name, city, state, id}. A regular join: either side may come first.
+func q3(events *runnel.Stream[Event]) Result {
+	sellers := people(events, func(p *Person) (seller, bool) {
+		if p.State == "OR" || p.State == "ID" || p.State == "CA" {
+			return seller{ID: p.ID, Name: p.Name, City: p.City, State: p.State, Match: true}, true
+		}
+		return seller{ID: p.ID}, true
+	}).WithCodec(codec.MustStruct[seller]())
+	items := auctions(events, func(a *Auction) (item, bool) {
+		return item{ID: a.ID, Seller: a.Seller}, a.Category == 10
+	}).WithCodec(codec.MustStruct[item]())
+	joined := runnel.KeyedCoProcess(runnel.ConnectKeyed(
+		runnel.KeyBy(sellers, func(p seller) int64 { return p.ID }),
+		runnel.KeyBy(items, func(a item) int64 { return a.Seller })),
+		func() runnel.KeyedCoProcessFunction[int64, seller, item, localItem] { return &localItems{} }).
+		Name("join").WithCodec(codec.MustStruct[localItem]())
+	return newResult(joined, func(dst []byte, r *localItem) []byte {
+		o := BeginObject(dst)
+		o.String("name", r.Name)
+		o.String("city", r.City)
+		o.String("state", r.State)
+		o.Int("id", r.Auction)
+		return o.End()
+	})
+}
+
+// localItems is q3's join, keyed by person id: the person (once they came) and the auctions that came
+// before them. A person outside the selected states is kept as a bare marker, so that their auctions are
+// dropped at once rather than kept waiting. State per person: the marker or their three strings, plus the
+// auction ids that wait for a person not yet seen (the generator makes auctions of sellers up to 10 people
+// ahead, so a few per seller). As for the SQL regular join, the people stay: the state grows with them.
+type localItems struct {
+	runnel.KeyedCoProcessBase[int64, localItem]
+	person  runnel.ValueState[seller]
+	waiting runnel.ListState[int64]
+}
+
+func (j *localItems) Open(ctx runnel.KeyedContext[int64]) error {
+	var err error
+	if j.person, err = runnel.NewValueState[seller](ctx, "person"); err != nil {
+		return err
+	}
+	j.waiting, err = runnel.NewListState[int64](ctx, "waiting")
+	return err
+}
+
+func (j *localItems) ProcessElement1(_ runnel.KeyedContext[int64], p seller, out runnel.Collector[localItem]) error {
+	j.person.Update(p)
+	if p.Match {
+		for _, a := range j.waiting.Get() {
+			out.Collect(localItem{Name: p.Name, City: p.City, State: p.State, Auction: a})
+		}
+	}
+	j.waiting.Clear()
+	return nil
+}
+
+func (j *localItems) ProcessElement2(_ runnel.KeyedContext[int64], a item, out runnel.Collector[localItem]) error {
+	p, ok := j.person.Value()
+	switch {
+	case !ok:
+		j.waiting.Add(a.ID)
+	case p.Match:
+		out.Collect(localItem{Name: p.Name, City: p.City, State: p.State, Auction: a.ID})
+	}
+	return nil
+}
+
+// openAuction is q4's auction side, and its state while it runs: the highest valid bid so far.
+type openAuction struct {
+	DateTime, Expires, Category int64
+	Max                         int64
+	HasBid                      bool
+}
+
+// timedPrice is a bid as q4 keeps it.
+type timedPrice struct{ Price, DateTime int64 }
+
+// keyedAuction and keyedBid are q4's two sides: an auction or a bid with the auction id they are keyed by.
+type (
+	keyedAuction struct {
+		ID int64
+		A  openAuction
+	}
+	keyedBid struct {
+		Auction int64
+		B       timedPrice
+	}
+)
+
+// closedAuction is what q4's first stage emits when an auction closes with a valid bid.
+type closedAuction struct{ Category, Price int64 }
+
+// categoryAvg is q4's row.
+type categoryAvg struct{ Category, Avg int64 }
+
+// q4 computes the average closing price per category: an auction's closing price is its highest bid
+// with dateTime in [the auction's dateTime, expires]; after each auction that closes with a valid bid,
+// its category's average (integer division, as Flink SQL's AVG of a BIGINT): {category, avg}. An update
+// stream: the category's last line is its average over every closed auction.
+func q4(events *runnel.Stream[Event]) Result {
+	ids := auctions(events, func(a *Auction) (keyedAuction, bool) {
+		return keyedAuction{ID: a.ID, A: openAuction{DateTime: a.DateTime, Expires: a.Expires, Category: a.Category}}, true
+	}).WithCodec(codec.MustStruct[keyedAuction]())
+	bs := bids(events, func(b *Bid) (keyedBid, bool) {
+		return keyedBid{Auction: b.Auction, B: timedPrice{Price: b.Price, DateTime: b.DateTime}}, true
+	}).WithCodec(codec.MustStruct[keyedBid]())
+	closed := runnel.KeyedCoProcess(runnel.ConnectKeyed(
+		runnel.KeyBy(ids, func(a keyedAuction) int64 { return a.ID }),
+		runnel.KeyBy(bs, func(b keyedBid) int64 { return b.Auction })),
+		func() runnel.KeyedCoProcessFunction[int64, keyedAuction, keyedBid, closedAuction] {
+			return &closingPrice{}
+		}).
+		Name("closing-price").WithCodec(codec.MustStruct[closedAuction]())
+	avgs := runnel.Process(runnel.KeyBy(closed, func(c closedAuction) int64 { return c.Category }),
+		func() runnel.KeyedProcessFunction[int64, closedAuction, categoryAvg] { return &average{} }).
+		Name("average").WithCodec(codec.MustStruct[categoryAvg]())
+	return newResult(avgs, func(dst []byte, r *categoryAvg) []byte {
+		o := BeginObject(dst)
+		o.Int("category", r.Category)
+		o.Int("avg", r.Avg)
+		return o.End()
+	})
+}
+
+// closingPrice is q4's join, keyed by auction id. The auction, once it came, holds its highest valid bid;
+// an event timer at its expiry emits the closing price (nothing for an auction without a valid bid, as
+// the inner join) and frees the key. A bid that comes before its auction waits, with an event timer at
+// its own dateTime: an auction it could count for has a dateTime at or before it, so once the watermark
+// passes it (no late data) no such auction can come and the bid is dropped. State per auction: one
+// openAuction, or the bids waiting for it (the generator bids on auctions up to 10 ahead; they wait
+// about the watermark's bound).
+type closingPrice struct {
+	runnel.KeyedCoProcessBase[int64, closedAuction]
+	open    runnel.ValueState[openAuction]
+	waiting runnel.ListState[timedPrice]
+}
+
+func (c *closingPrice) Open(ctx runnel.KeyedContext[int64]) error {
+	var err error
+	if c.open, err = runnel.NewValueState[openAuction](ctx, "auction"); err != nil {
+		return err
+	}
+	c.waiting, err = runnel.NewListState[timedPrice](ctx, "waiting")
+	return err
+}
+
+// raise counts bid b for auction a if its time is within the auction's.
+func raise(a *openAuction, b timedPrice) {
+	if b.DateTime >= a.DateTime && b.DateTime <= a.Expires && (!a.HasBid || b.Price > a.Max) {
+		a.Max, a.HasBid = b.Price, true
+	}
+}
+
+func (c *closingPrice) ProcessElement1(ctx runnel.KeyedContext[int64], v keyedAuction, _ runnel.Collector[closedAuction]) error {
+	a := v.A
+	for _, b := range c.waiting.Get() {
+		raise(&a, b)
+	}
+	c.waiting.Clear()
+	c.open.Update(a)
+	ctx.TimerService().RegisterEventTimeTimer(a.Expires)
+	return nil
+}
+
+func (c *closingPrice) ProcessElement2(ctx runnel.KeyedContext[int64], v keyedBid, _ runnel.Collector[closedAuction]) error {
+	b := v.B
+	if a, ok := c.open.Value(); ok {
+		raise(&a, b)
+		c.open.Update(a)
+		return nil
+	}
+	c.waiting.Add(b)
+	ctx.TimerService().RegisterEventTimeTimer(b.DateTime)
+	return nil
+}
+
+func (c *closingPrice) OnTimer(_ runnel.TimerContext[int64], ts int64, out runnel.Collector[closedAuction]) error {
+	if a, ok := c.open.Value(); ok {
+		if ts >= a.Expires {
+			if a.HasBid {
+				out.Collect(closedAuction{Category: a.Category, Price: a.Max})
+			}
+			c.open.Clear()
+		}
+		return nil
+	}
+	// No auction yet: the bids up to ts can no longer find one.
+	w := c.waiting.Get()
+	keep := w[:0:0]
+	for _, b := range w {
+		if b.DateTime > ts {
+			keep = append(keep, b)
+		}
+	}
+	if len(keep) == 0 {
+		c.waiting.Clear()
+	} else if len(keep) < len(w) {
+		c.waiting.Update(keep)
+	}
+	return nil
+}
+
+// average is q4's second stage, keyed by category: the running sum and count of closing prices.
+type average struct {
+	runnel.KeyedProcessBase[int64, categoryAvg]
+	sum runnel.ValueState[[2]int64]
+}
+
+func (a *average) Open(ctx runnel.KeyedContext[int64]) error {
+	var err error
+	a.sum, err = runnel.NewValueState[[2]int64](ctx, "sum-count")
+	return err
+}
+
+func (a *average) ProcessElement(ctx runnel.KeyedContext[int64], c closedAuction, out runnel.Collector[categoryAvg]) error {
+	s, _ := a.sum.Value()
+	s[0] += c.Price
+	s[1]++
+	a.sum.Update(s)
+	out.Collect(categoryAvg{Category: ctx.CurrentKey(), Avg: s[0] / s[1]})
+	return nil
+}
+
+// newUser is q8's person side and row (with the window's start).
+type newUser struct {
+	ID    int64
+	Name  string
+	Start int64
+}
+
+// q8 monitors new users: every person who opened an auction as seller in the tumbling window of 10 s in
+// which the person was created: {id, name, window_start}.
+func q8(events *runnel.Stream[Event]) Result {
+	ps := people(events, func(p *Person) (newUser, bool) { return newUser{ID: p.ID, Name: p.Name}, true }).
+		WithCodec(codec.MustStruct[newUser]())
+	sellers := auctions(events, func(a *Auction) (int64, bool) { return a.Seller, true })
+	users := runnel.WindowCoGroup(
+		runnel.KeyBy(ps, func(p newUser) int64 { return p.ID }),
+		runnel.KeyBy(sellers, func(s int64) int64 { return s }),
+		runnel.TumblingEventTimeWindows(WindowSize),
+		func(ctx runnel.WindowContext[int64], ps []newUser, sold []int64, out runnel.Collector[newUser]) error {
+			if len(sold) == 0 {
+				return nil
+			}
+			for _, p := range ps {
+				p.Start = ctx.Window().Start
+				out.Collect(p)
+			}
+			return nil
+		}).Name("new-users").WithCodec(codec.MustStruct[newUser]())
+	return newResult(users, func(dst []byte, u *newUser) []byte {
+		o := BeginObject(dst)
+		o.Int("id", u.ID)
+		o.String("name", u.Name)
+		o.Int("window_start", u.Start)
 		return o.End()
 	})
 }

@@ -339,6 +339,24 @@ func TestNexmarkMatchesReference(t *testing.T) {
 			b.Price = 100 * int64(1+i%13%3)
 		}
 	}
+	// And q4's inclusive end: each of those auctions expires exactly at its last bid before its expiry,
+	// which is made its highest.
+	at := map[int64]int{} // auction id → index of the event
+	last := map[int64]int{}
+	for i, e := range ties {
+		if e.Kind == nexmark.KindAuction {
+			at[e.Auction.ID] = i
+		}
+		if e.Kind == nexmark.KindBid {
+			if j, ok := at[e.Bid.Auction]; ok && e.Bid.DateTime <= ties[j].Auction.Expires {
+				last[e.Bid.Auction] = i
+			}
+		}
+	}
+	for id, i := range last {
+		ties[at[id]].Auction.Expires = ties[i].Bid.DateTime
+		ties[i].Bid.Price = 1000
+	}
 	for _, in := range []struct {
 		name string
 		evs  []nexmark.Event
