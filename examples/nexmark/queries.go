@@ -93,10 +93,10 @@ func Build(q string, events *runnel.Stream[Event]) (Result, error) {
 }
 
 // bids maps the events to f of their bids (the other kinds are dropped).
-func bids[T any](events *runnel.Stream[Event], f func(b *Bid) (T, bool)) *runnel.Stream[T] {
+func bids[T any](events *runnel.Stream[Event], f func(b Bid) (T, bool)) *runnel.Stream[T] {
 	return runnel.FlatMap(events, func(e Event, out runnel.Collector[T]) error {
 		if e.Kind == KindBid {
-			if v, ok := f(&e.Bid); ok {
+			if v, ok := f(e.Bid); ok {
 				out.Collect(v)
 			}
 		}
@@ -105,10 +105,10 @@ func bids[T any](events *runnel.Stream[Event], f func(b *Bid) (T, bool)) *runnel
 }
 
 // people maps the events to f of their persons.
-func people[T any](events *runnel.Stream[Event], f func(p *Person) (T, bool)) *runnel.Stream[T] {
+func people[T any](events *runnel.Stream[Event], f func(p Person) (T, bool)) *runnel.Stream[T] {
 	return runnel.FlatMap(events, func(e Event, out runnel.Collector[T]) error {
 		if e.Kind == KindPerson {
-			if v, ok := f(&e.Person); ok {
+			if v, ok := f(e.Person); ok {
 				out.Collect(v)
 			}
 		}
@@ -117,10 +117,10 @@ func people[T any](events *runnel.Stream[Event], f func(p *Person) (T, bool)) *r
 }
 
 // auctions maps the events to f of their auctions.
-func auctions[T any](events *runnel.Stream[Event], f func(a *Auction) (T, bool)) *runnel.Stream[T] {
+func auctions[T any](events *runnel.Stream[Event], f func(a Auction) (T, bool)) *runnel.Stream[T] {
 	return runnel.FlatMap(events, func(e Event, out runnel.Collector[T]) error {
 		if e.Kind == KindAuction {
-			if v, ok := f(&e.Auction); ok {
+			if v, ok := f(e.Auction); ok {
 				out.Collect(v)
 			}
 		}
@@ -130,7 +130,7 @@ func auctions[T any](events *runnel.Stream[Event], f func(a *Auction) (T, bool))
 
 // q0 passes every bid through: {auction, bidder, price, channel, url, dateTime, extra}.
 func q0(events *runnel.Stream[Event]) Result {
-	s := bids(events, func(b *Bid) (Bid, bool) { return *b, true }).WithCodec(codec.MustStruct[Bid]())
+	s := bids(events, func(b Bid) (Bid, bool) { return b, true }).WithCodec(codec.MustStruct[Bid]())
 	return newResult(s, func(dst []byte, b *Bid) []byte {
 		o := BeginObject(dst)
 		o.Int("auction", b.Auction)
@@ -149,7 +149,7 @@ type euroBid struct{ Auction, Bidder, Milli, DateTime int64 }
 
 // q1 converts every bid's price to euros: {auction, bidder, price: 0.908 × price, dateTime}.
 func q1(events *runnel.Stream[Event]) Result {
-	s := bids(events, func(b *Bid) (euroBid, bool) {
+	s := bids(events, func(b Bid) (euroBid, bool) {
 		return euroBid{Auction: b.Auction, Bidder: b.Bidder, Milli: b.Price * 908, DateTime: b.DateTime}, true
 	}).WithCodec(codec.MustStruct[euroBid]())
 	return newResult(s, func(dst []byte, b *euroBid) []byte {
@@ -167,7 +167,7 @@ type auctionPrice struct{ Auction, Price int64 }
 
 // q2 selects the bids on every 123rd auction: {auction, price}.
 func q2(events *runnel.Stream[Event]) Result {
-	s := bids(events, func(b *Bid) (auctionPrice, bool) {
+	s := bids(events, func(b Bid) (auctionPrice, bool) {
 		return auctionPrice{Auction: b.Auction, Price: b.Price}, b.Auction%123 == 0
 	}).WithCodec(codec.MustStruct[auctionPrice]())
 	return newResult(s, func(dst []byte, r *auctionPrice) []byte {
@@ -198,13 +198,13 @@ type localItem struct {
 // q3 finds local item suggestions: every auction of category 10 joined with its seller, when the seller
 // lives in OR, ID or CA: {name, city, state, id}. A regular join: either side may come first.
 func q3(events *runnel.Stream[Event]) Result {
-	sellers := people(events, func(p *Person) (seller, bool) {
+	sellers := people(events, func(p Person) (seller, bool) {
 		if p.State == "OR" || p.State == "ID" || p.State == "CA" {
 			return seller{ID: p.ID, Name: p.Name, City: p.City, State: p.State, Match: true}, true
 		}
 		return seller{ID: p.ID}, true
 	}).WithCodec(codec.MustStruct[seller]())
-	items := auctions(events, func(a *Auction) (item, bool) {
+	items := auctions(events, func(a Auction) (item, bool) {
 		return item{ID: a.ID, Seller: a.Seller}, a.Category == 10
 	}).WithCodec(codec.MustStruct[item]())
 	joined := runnel.KeyedCoProcess(runnel.ConnectKeyed(
@@ -297,10 +297,10 @@ type categoryAvg struct{ Category, Avg int64 }
 // its category's average (integer division, as Flink SQL's AVG of a BIGINT): {category, avg}. An update
 // stream: the category's last line is its average over every closed auction.
 func q4(events *runnel.Stream[Event]) Result {
-	ids := auctions(events, func(a *Auction) (keyedAuction, bool) {
+	ids := auctions(events, func(a Auction) (keyedAuction, bool) {
 		return keyedAuction{ID: a.ID, A: openAuction{DateTime: a.DateTime, Expires: a.Expires, Category: a.Category}}, true
 	}).WithCodec(codec.MustStruct[keyedAuction]())
-	bs := bids(events, func(b *Bid) (keyedBid, bool) {
+	bs := bids(events, func(b Bid) (keyedBid, bool) {
 		return keyedBid{Auction: b.Auction, B: timedPrice{Price: b.Price, DateTime: b.DateTime}}, true
 	}).WithCodec(codec.MustStruct[keyedBid]())
 	closed := runnel.KeyedCoProcess(runnel.ConnectKeyed(
@@ -430,9 +430,9 @@ type newUser struct {
 // q8 monitors new users: every person who opened an auction as seller in the tumbling window of 10 s in
 // which the person was created: {id, name, window_start}.
 func q8(events *runnel.Stream[Event]) Result {
-	ps := people(events, func(p *Person) (newUser, bool) { return newUser{ID: p.ID, Name: p.Name}, true }).
+	ps := people(events, func(p Person) (newUser, bool) { return newUser{ID: p.ID, Name: p.Name}, true }).
 		WithCodec(codec.MustStruct[newUser]())
-	sellers := auctions(events, func(a *Auction) (int64, bool) { return a.Seller, true })
+	sellers := auctions(events, func(a Auction) (int64, bool) { return a.Seller, true })
 	users := runnel.WindowCoGroup(
 		runnel.KeyBy(ps, func(p newUser) int64 { return p.ID }),
 		runnel.KeyBy(sellers, func(s int64) int64 { return s }),
@@ -485,7 +485,7 @@ func (withWindow) Process(ctx runnel.WindowContext[int64], counts []int64, out r
 // per auction and window, then, keyed by window, the highest counts, emitted when the watermark passes
 // the window (every count of it has arrived by then: each upstream subtask fired it first).
 func q5(events *runnel.Stream[Event]) Result {
-	ids := bids(events, func(b *Bid) (int64, bool) { return b.Auction, true })
+	ids := bids(events, func(b Bid) (int64, bool) { return b.Auction, true })
 	counts := runnel.WindowAggregateProcess(
 		runnel.Window(runnel.KeyBy(ids, func(a int64) int64 { return a }), runnel.SlidingEventTimeWindows(WindowSize, HopSlide)),
 		runnel.AggregateFunction[int64, int64, int64](count{}),
@@ -600,7 +600,7 @@ func (atWindowEnd) Process(ctx runnel.WindowContext[int64], hs []highest, out ru
 // {auction, price, bidder, dateTime, window_end}. Two stages, as q5: the highest bids per auction and
 // window, then, keyed by window, the overall highest.
 func q7(events *runnel.Stream[Event]) Result {
-	bs := bids(events, func(b *Bid) (priceBid, bool) {
+	bs := bids(events, func(b Bid) (priceBid, bool) {
 		return priceBid{Auction: b.Auction, Price: b.Price, Bidder: b.Bidder, DateTime: b.DateTime}, true
 	}).WithCodec(codec.MustStruct[priceBid]())
 	perAuction := runnel.WindowAggregateProcess(
