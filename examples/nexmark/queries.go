@@ -45,10 +45,10 @@ func (r Result) ToCounter(c *Counter) *runnel.SinkOperator { return r.toCount(c)
 func newResult[T any](s *runnel.Stream[T], format func(dst []byte, v *T) []byte) Result {
 	return Result{
 		toFile: func(dir string) *runnel.SinkOperator {
-			var buf []byte // the one sink subtask's scratch line (FileSink calls format from its task only)
+			// A line of its own per record: the output is not the benchmark's path, and a buffer shared by
+			// the closure would be shared by a failed attempt of the sink and its restart too.
 			return s.SinkTo(connector.FileSink(dir, func(v T) string {
-				buf = format(buf[:0], &v)
-				return string(buf)
+				return string(format(make([]byte, 0, 128), &v))
 			})).Name("sink").SetParallelism(1)
 		},
 		toCount: func(c *Counter) *runnel.SinkOperator {
