@@ -35,6 +35,13 @@ type Clock = clockwork.Clock
 // a one-minute timer at once); only jobs that run in this process (Execute) take it.
 func WithClock(c Clock) Option { return func(cfg *Config) { cfg.Clock = c } }
 
+// MetricGroup registers an operator's metrics (RuntimeContext.Metrics): counters and gauges, per subtask
+// in the JobResult and in /metrics as runnel_operator_metric.
+type MetricGroup = operator.MetricGroup
+
+// Counter is an operator metric that counts up, added to on the task goroutine.
+type Counter = operator.Counter
+
 // TimerService gives a keyed function the clocks and timers for the current key; times are epoch ms.
 type TimerService = operator.TimerService
 
@@ -66,6 +73,19 @@ type WatermarkOutput = operator.WatermarkOutput
 // TimestampedWriter is a SinkWriter that wants the timestamps of a stream with event time: WriteTimed is
 // called instead of Write.
 type TimestampedWriter[T any] = operator.TimestampedWriter[T]
+
+// SplitOutput is implemented by the Collector a source reader gets when its stream has event time: a
+// reader of several splits (partitions) emits each one's records through ForSplit(id), so that each split
+// has its own watermark and idleness, and the source's watermark is the lowest of its active splits';
+// ReleaseSplit says a split has ended. At most MaxSplits splits per subtask.
+type SplitOutput[T any] = operator.SplitOutput[T]
+
+// TimestampedCollector is implemented by the Collectors of a source with event time: CollectWithTimestamp
+// hands over a record with a timestamp of its own (a Kafka record's), which the assigner gets as recordTs.
+type TimestampedCollector[T any] = operator.TimestampedCollector[T]
+
+// MaxSplits bounds the splits one source subtask tracks watermarks for.
+const MaxSplits = operator.MaxSplits
 
 // WatermarkStrategy says how a stream gets its timestamps and watermarks. Make one with
 // BoundedOutOfOrderness, MonotonousTimestamps or CustomWatermarks, and refine it with

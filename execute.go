@@ -199,6 +199,10 @@ type SubtaskResult struct {
 	// source what it emitted last; absent while it has none (a job without event time, or before the
 	// first). MaxWatermark once its input ended.
 	Watermark *int64 `json:"watermark,omitempty"`
+	// Metrics are the operator metrics of the subtask's current attempt, by "operator/name": the counters
+	// and gauges its functions registered (RuntimeContext.Metrics) and the engine's own, such as a
+	// window's late_records_dropped.
+	Metrics map[string]int64 `json:"metrics,omitempty"`
 }
 
 // Vertex returns the vertex that contains the named operator, or nil.
@@ -383,7 +387,9 @@ func (e *Environment) run(ctx context.Context, p *prepared, on runOn) (*JobResul
 		sources := map[ident.VertexID]bool{}
 		for _, v := range jg.Vertices {
 			vs = append(vs, checkpoint.Vertex{ID: v.ID, Name: v.Name, Parallelism: int32(v.Parallelism)})
-			sources[v.ID] = v.IsSource()
+			// A source's position cannot be split over another parallelism, unless it keeps it in operator
+			// list state (RescalableSource).
+			sources[v.ID] = v.IsSource() && !operator.SourceRescalable(v.Nodes[0].Payload)
 		}
 		if err := checkpoint.CompatibleVertices(sp.Checkpoint, vs, func(v checkpoint.Vertex) bool { return sources[v.ID] }); err != nil {
 			return nil, fmt.Errorf("job %q: restore from savepoint %s: %w", name, rc.restoreFrom, err)
@@ -601,6 +607,12 @@ func resultOf(name string, s jobcore.Snapshot) *JobResult {
 			if st.HasWatermark {
 				w := st.Watermark
 				sr.Watermark = &w
+			}
+			if len(st.Metrics) > 0 {
+				sr.Metrics = make(map[string]int64, len(st.Metrics))
+				for _, m := range st.Metrics {
+					sr.Metrics[m.Name] = m.Value
+				}
 			}
 			vr.Subtasks = append(vr.Subtasks, sr)
 		}

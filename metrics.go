@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,7 +30,7 @@ type jobCollector struct {
 	snapshot func() *JobResult
 
 	up, uptime, recordsIn, recordsOut, attempt, running *prometheus.Desc
-	watermark                                           *prometheus.Desc
+	watermark, operatorMetric                           *prometheus.Desc
 	ckCompleted, ckFailed, ckAborted, ckLastID          *prometheus.Desc
 	failovers, recordsLost, lastOutage, lastRecovery    *prometheus.Desc
 }
@@ -44,13 +45,15 @@ func newJobCollector(name string, snapshot func() *JobResult, labels prometheus.
 		return prometheus.NewDesc("runnel_"+n, help, labels, job)
 	}
 	return &jobCollector{name: name, snapshot: snapshot,
-		up:           d("job_status", "1 for the job's current status.", "status"),
-		uptime:       d("job_uptime_seconds", "Time since the job started."),
-		recordsIn:    d("records_in_total", "Records the subtask's current attempt took in (from 0 at each restart).", sub...),
-		recordsOut:   d("records_out_total", "Records the subtask's current attempt emitted (from 0 at each restart).", sub...),
-		attempt:      d("subtask_attempt", "The subtask's attempt number: how often it was restarted.", sub...),
-		running:      d("subtask_running", "1 while the subtask runs.", sub...),
-		watermark:    d("subtask_watermark_ms", "The subtask's event-time watermark, in ms since the epoch (absent without event time).", sub...),
+		up:         d("job_status", "1 for the job's current status.", "status"),
+		uptime:     d("job_uptime_seconds", "Time since the job started."),
+		recordsIn:  d("records_in_total", "Records the subtask's current attempt took in (from 0 at each restart).", sub...),
+		recordsOut: d("records_out_total", "Records the subtask's current attempt emitted (from 0 at each restart).", sub...),
+		attempt:    d("subtask_attempt", "The subtask's attempt number: how often it was restarted.", sub...),
+		running:    d("subtask_running", "1 while the subtask runs.", sub...),
+		watermark:  d("subtask_watermark_ms", "The subtask's event-time watermark, in ms since the epoch (absent without event time).", sub...),
+		operatorMetric: d("operator_metric", "An operator metric of the subtask: a counter or gauge of a function (RuntimeContext.Metrics), or the engine's (late_records_dropped).",
+			"vertex", "subtask", "operator", "name"),
 		ckCompleted:  d("checkpoints_completed_total", "Checkpoints completed."),
 		ckFailed:     d("checkpoints_failed_total", "Checkpoints that failed."),
 		ckAborted:    d("checkpoints_aborted_total", "Checkpoints aborted (by a failover or a stop)."),
@@ -89,6 +92,10 @@ func (c *jobCollector) Collect(ch chan<- prometheus.Metric) {
 			gauge(c.running, run, v.Name, i)
 			if s.Watermark != nil {
 				gauge(c.watermark, float64(*s.Watermark), v.Name, i)
+			}
+			for name, val := range s.Metrics {
+				op, metric, _ := strings.Cut(name, "/")
+				gauge(c.operatorMetric, float64(val), v.Name, i, op, metric)
 			}
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"time"
 
 	"github.com/runnel-dev/runnel/codec"
 	"github.com/runnel-dev/runnel/internal/graph"
@@ -200,4 +201,80 @@ func WindowJoin[K comparable, A, B, Out any](a *KeyedStream[K, A], b *KeyedStrea
 		}
 		return nil
 	})
+}
+
+// JoinContext tells an interval join's function the timestamps of the pair it joins.
+type JoinContext = operator.JoinContext
+
+// IntervalJoin joins two keyed streams with event time: a of the first at ta and b of the second at tb,
+// with one key, when ta+lower <= tb <= ta+upper; fn's results take the later timestamp of the two. Each
+// side's records are kept until the watermark passes the last time they could still be joined; a record
+// behind the watermark when it arrives is late and dropped (as in Flink).
+func IntervalJoin[K comparable, A, B, Out any](a *KeyedStream[K, A], b *KeyedStream[K, B], lower, upper time.Duration,
+	fn func(a A, b B, ctx JoinContext, out Collector[Out]) error) *Stream[Out] {
+	env := a.s.env
+	if fn == nil {
+		nilFunc(env, "IntervalJoin")
+	}
+	lo, errLo := millis("IntervalJoin: the lower bound", lower, -1<<62)
+	hi, errHi := millis("IntervalJoin: the upper bound", upper, -1<<62)
+	switch {
+	case errLo != nil || errHi != nil:
+		env.addErr(fmt.Errorf("%w (at %s)", errors.Join(errLo, errHi), origin()))
+	case lo > hi:
+		env.addErr(fmt.Errorf("IntervalJoin: the lower bound %s is above the upper bound %s (at %s)", lower, upper, origin()))
+	case !a.s.timed || !b.s.timed:
+		env.addErr(fmt.Errorf("IntervalJoin: both streams need event time: give them a WatermarkStrategy (WithTimestamps) (at %s)", origin()))
+	}
+	ca, errA := sideCodec(a.s)
+	cb, errB := sideCodec(b.s)
+	if errA != nil || errB != nil {
+		env.addErr(fmt.Errorf("IntervalJoin: the records of both sides are kept in keyed state and need codecs: %w (at %s)", errors.Join(errA, errB), origin()))
+	}
+	n := env.addNode(graph.OperatorNode, "intervaljoin", &operator.IntervalJoinSpec[K, A, B, Out]{Key1: a.key, Key2: b.key,
+		KeyCodec: a.kc, Lower: lo, Upper: hi, CodecA: ca, CodecB: cb, Fn: fn})
+	n.Inputs = 2
+	connectInput(a.s, n, 0)
+	connectInput(b.s, n, 1)
+	return newStreamOf[Out](env, n, true)
+}
+
+// CoProcessFunction processes two streams that are not keyed: ProcessElement1 gets the first stream's
+// records, ProcessElement2 the second's, in arrival order; no keyed state and no timers.
+type CoProcessFunction[A, B, Out any] = operator.CoProcessFunction[A, B, Out]
+
+// CoProcessBase gives a CoProcessFunction no-op Open, EndInput and Close; embed it.
+type CoProcessBase[Out any] struct{ RichBase }
+
+// EndInput does nothing.
+func (CoProcessBase[Out]) EndInput(ProcessContext, Collector[Out]) error { return nil }
+
+// ConnectedStreams are two streams, of two types, to be processed together.
+type ConnectedStreams[A, B any] struct {
+	a *Stream[A]
+	b *Stream[B]
+}
+
+// Connect connects two streams; both must have event time, or neither.
+func Connect[A, B any](a *Stream[A], b *Stream[B]) *ConnectedStreams[A, B] {
+	switch {
+	case a.env != b.env:
+		a.env.addErr(fmt.Errorf("Connect: the streams belong to different environments (at %s)", origin()))
+	case a.timed != b.timed:
+		a.env.addErr(fmt.Errorf("Connect: one stream has event time and the other has none: give both a WatermarkStrategy (WithTimestamps) (at %s)", origin()))
+	}
+	return &ConnectedStreams[A, B]{a: a, b: b}
+}
+
+// CoProcess runs a co-process function on connected streams; newFn makes one per parallel subtask.
+func CoProcess[A, B, Out any](c *ConnectedStreams[A, B], newFn func() CoProcessFunction[A, B, Out]) *Stream[Out] {
+	env := c.a.env
+	if newFn == nil {
+		nilFunc(env, "CoProcess")
+	}
+	n := env.addNode(graph.OperatorNode, "coprocess", &operator.CoProcessSpec[A, B, Out]{New: newFn, Timed: c.a.timed})
+	n.Inputs = 2
+	connectInput(c.a, n, 0)
+	connectInput(c.b, n, 1)
+	return newStreamOf[Out](env, n, c.a.timed)
 }

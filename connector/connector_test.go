@@ -32,13 +32,14 @@ func (c fakeContext) OperatorName() string { return "op" }
 func (c fakeContext) TaskName() string {
 	return fmt.Sprintf("op [%d/%d] #%d", c.subtask+1, c.parallelism, c.attempt)
 }
-func (c fakeContext) SubtaskIndex() int     { return c.subtask }
-func (c fakeContext) Parallelism() int      { return c.parallelism }
-func (c fakeContext) MaxParallelism() int   { return 128 }
-func (c fakeContext) Attempt() int          { return c.attempt }
-func (c fakeContext) Logger() *slog.Logger  { return slog.New(slog.DiscardHandler) }
-func (c fakeContext) Done() <-chan struct{} { return nil }
-func (c fakeContext) Checkpointing() bool   { return false }
+func (c fakeContext) SubtaskIndex() int           { return c.subtask }
+func (c fakeContext) Parallelism() int            { return c.parallelism }
+func (c fakeContext) MaxParallelism() int         { return 128 }
+func (c fakeContext) Attempt() int                { return c.attempt }
+func (c fakeContext) Logger() *slog.Logger        { return slog.New(slog.DiscardHandler) }
+func (c fakeContext) Done() <-chan struct{}       { return nil }
+func (c fakeContext) Checkpointing() bool         { return false }
+func (c fakeContext) Metrics() runnel.MetricGroup { return nil }
 
 func ctxOf(subtask, parallelism int) fakeContext {
 	return fakeContext{subtask: subtask, parallelism: parallelism}

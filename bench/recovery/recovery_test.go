@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/runnel-dev/runnel"
 )
 
 // TestApproximateAndFull runs the benchmark briefly with approximate and full failover and checks that
@@ -198,16 +200,17 @@ func TestNoAllocationPerRecord(t *testing.T) {
 // sinkContext is the runtime context of a sink writer under test.
 type sinkContext struct{ subtask, attempt int }
 
-func (c sinkContext) JobName() string       { return "test" }
-func (c sinkContext) OperatorName() string  { return "sink" }
-func (c sinkContext) TaskName() string      { return "sink" }
-func (c sinkContext) SubtaskIndex() int     { return c.subtask }
-func (c sinkContext) Parallelism() int      { return 4 }
-func (c sinkContext) MaxParallelism() int   { return 128 }
-func (c sinkContext) Attempt() int          { return c.attempt }
-func (c sinkContext) Logger() *slog.Logger  { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-func (c sinkContext) Done() <-chan struct{} { return nil }
-func (c sinkContext) Checkpointing() bool   { return false }
+func (c sinkContext) JobName() string             { return "test" }
+func (c sinkContext) OperatorName() string        { return "sink" }
+func (c sinkContext) TaskName() string            { return "sink" }
+func (c sinkContext) SubtaskIndex() int           { return c.subtask }
+func (c sinkContext) Parallelism() int            { return 4 }
+func (c sinkContext) MaxParallelism() int         { return 128 }
+func (c sinkContext) Attempt() int                { return c.attempt }
+func (c sinkContext) Logger() *slog.Logger        { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+func (c sinkContext) Done() <-chan struct{}       { return nil }
+func (c sinkContext) Checkpointing() bool         { return false }
+func (c sinkContext) Metrics() runnel.MetricGroup { return nil }
 
 func TestEmittedAt(t *testing.T) {
 	ss := []sample{{t: 10, n: 0}, {t: 20, n: 100}, {t: 40, n: 100}, {t: 50, n: 200}}

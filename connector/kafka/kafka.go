@@ -116,6 +116,8 @@ type sourceReader[T any] struct {
 	// offsets holds, per assigned partition, the offset of the next record to emit; restored ones come
 	// from a checkpoint.
 	offsets map[int32]int64
+	// announced says the partitions were announced to a SplitOutput (a stream with event time).
+	announced bool
 	// end holds, for a bounded source, the offset each assigned partition ends at.
 	end map[int32]int64
 
@@ -279,6 +281,20 @@ func (r *sourceReader[T]) PollNext(out runnel.Collector[T]) (runnel.InputStatus,
 		}
 		return runnel.NothingAvailable, nil
 	}
+	// On a stream with event time each partition gets its own watermark (runnel.SplitOutput), and the
+	// record's Kafka timestamp is the assigner's recordTs.
+	splits, _ := out.(runnel.SplitOutput[T])
+	if splits != nil && !r.announced {
+		// Every assigned partition counts from the start, so that one read first does not carry the
+		// watermark past the records of those not read yet.
+		r.announced = true
+		for part := range r.offsets {
+			if end, ok := r.end[part]; ok && r.offsets[part] >= end {
+				continue // already at its end: nothing will come
+			}
+			splits.ForSplit(int(part))
+		}
+	}
 	for _, rec := range batch {
 		if end, ok := r.end[rec.Partition]; ok && rec.Offset >= end {
 			continue // past the end of a bounded partition
@@ -288,8 +304,20 @@ func (r *sourceReader[T]) PollNext(out runnel.Collector[T]) (runnel.InputStatus,
 		if err != nil {
 			return runnel.EndOfInput, fmt.Errorf("kafka source: decode %s[%d]@%d: %w", rec.Topic, rec.Partition, rec.Offset, err)
 		}
-		out.Collect(v)
+		if splits != nil {
+			c := splits.ForSplit(int(rec.Partition))
+			if tc, ok := c.(runnel.TimestampedCollector[T]); ok {
+				tc.CollectWithTimestamp(v, rec.Timestamp.UnixMilli())
+			} else {
+				c.Collect(v)
+			}
+		} else {
+			out.Collect(v)
+		}
 		r.offsets[rec.Partition] = rec.Offset + 1
+		if end, ok := r.end[rec.Partition]; ok && splits != nil && rec.Offset+1 >= end {
+			splits.ReleaseSplit(int(rec.Partition)) // a bounded partition that ended stops counting
+		}
 	}
 	if r.finished() {
 		return runnel.EndOfInput, nil

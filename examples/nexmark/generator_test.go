@@ -33,13 +33,14 @@ func (c fakeContext) OperatorName() string { return "source" }
 func (c fakeContext) TaskName() string {
 	return fmt.Sprintf("source [%d/%d] #0", c.subtask+1, c.parallelism)
 }
-func (c fakeContext) SubtaskIndex() int     { return c.subtask }
-func (c fakeContext) Parallelism() int      { return c.parallelism }
-func (c fakeContext) MaxParallelism() int   { return 128 }
-func (c fakeContext) Attempt() int          { return 0 }
-func (c fakeContext) Logger() *slog.Logger  { return slog.New(slog.DiscardHandler) }
-func (c fakeContext) Done() <-chan struct{} { return nil }
-func (c fakeContext) Checkpointing() bool   { return false }
+func (c fakeContext) SubtaskIndex() int           { return c.subtask }
+func (c fakeContext) Parallelism() int            { return c.parallelism }
+func (c fakeContext) MaxParallelism() int         { return 128 }
+func (c fakeContext) Attempt() int                { return 0 }
+func (c fakeContext) Logger() *slog.Logger        { return slog.New(slog.DiscardHandler) }
+func (c fakeContext) Done() <-chan struct{}       { return nil }
+func (c fakeContext) Checkpointing() bool         { return false }
+func (c fakeContext) Metrics() runnel.MetricGroup { return nil }
 
 // sliceCollector keeps what a reader emits.
 type sliceCollector struct{ events []nexmark.Event }

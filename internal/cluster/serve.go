@@ -223,7 +223,8 @@ func (ss *session) sendCounters() {
 			byJob[k.job] = c
 		}
 		in, out := t.Counters().Snapshot()
-		c.Counts = append(c.Counts, jobcore.AttemptCounters{Attempt: k.attempt, In: in, Out: out, Watermark: t.Counters().PublishedWatermark()})
+		c.Counts = append(c.Counts, jobcore.AttemptCounters{Attempt: k.attempt, In: in, Out: out, Watermark: t.Counters().PublishedWatermark(),
+			Metrics: t.Counters().PublishedMetrics()})
 	}
 	tm.mu.Unlock()
 	for job, c := range byJob {
@@ -452,7 +453,8 @@ func (ss *session) report(j *tmJob, u task.Update) {
 			Lost:    o.Lost, PartialSkipped: o.PartialSkipped, At: max(o.At.Sub(j.start), 0)})
 		return
 	}
-	tu := jobcore.TaskUpdate{Attempt: u.Attempt, State: u.State, RecordsIn: u.RecordsIn, RecordsOut: u.RecordsOut, Watermark: u.Watermark}
+	tu := jobcore.TaskUpdate{Attempt: u.Attempt, State: u.State, RecordsIn: u.RecordsIn, RecordsOut: u.RecordsOut, Watermark: u.Watermark,
+		Metrics: u.Metrics}
 	if u.Err != nil {
 		f := &jobcore.Failure{Message: u.Err.Error(), NonRecoverable: errors.Is(u.Err, scheduler.ErrNonRecoverable), Cause: u.Err}
 		if pe := (*network.PeerError)(nil); errors.As(u.Err, &pe) {

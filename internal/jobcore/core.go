@@ -65,6 +65,7 @@ type execution struct {
 	// watermark is the attempt's last reported watermark; hasWatermark says there is one.
 	watermark    int64
 	hasWatermark bool
+	metrics      []task.Metric
 	// slot is the subtask's logical slot; tm the TaskManager the attempt was deployed to (0: not deployed).
 	slot int
 	tm   TaskManagerID

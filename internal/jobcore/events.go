@@ -104,6 +104,8 @@ type TaskUpdate struct {
 	RecordsIn, RecordsOut uint64
 	// Watermark is the attempt's last watermark (epoch ms; math.MinInt64: none), with a terminal State.
 	Watermark int64
+	// Metrics are the attempt's last operator metrics, with a terminal State.
+	Metrics []task.Metric
 }
 
 // Observation is a fact a running attempt reports (task.Observation), At being the time it happened as a
@@ -123,6 +125,8 @@ type AttemptCounters struct {
 	In, Out uint64
 	// Watermark is the attempt's current watermark (epoch ms; math.MinInt64: none).
 	Watermark int64
+	// Metrics are the attempt's operator metrics (at most task.MaxMetricsPerTask).
+	Metrics []task.Metric
 }
 
 // Counters carries the record counters of the attempts running on one TaskManager.

@@ -26,6 +26,9 @@ func (c *Core) onTaskUpdate(u TaskUpdate) {
 		// The final counts come with the update: the TaskManager forgets an attempt once it ended.
 		ex.in, ex.out = u.RecordsIn, u.RecordsOut
 		ex.setWatermark(u.Watermark)
+		if u.Metrics != nil {
+			ex.metrics = u.Metrics
+		}
 	}
 	switch u.State {
 	case task.Running:
@@ -106,6 +109,9 @@ func (c *Core) onCounters(e Counters) {
 		if ex := c.current(n.Attempt); ex != nil && !ex.state.Terminal() {
 			ex.in, ex.out = n.In, n.Out
 			ex.setWatermark(n.Watermark)
+			if n.Metrics != nil {
+				ex.metrics = n.Metrics
+			}
 		}
 	}
 }

@@ -193,7 +193,7 @@ func (c *Core) maybeRestart() {
 		ex.attempt.Number++
 		ex.state = task.Created
 		ex.in, ex.out = 0, 0
-		ex.watermark, ex.hasWatermark = 0, false
+		ex.watermark, ex.hasWatermark, ex.metrics = 0, false, nil
 		ex.tm = 0
 		ex.createdBy = p.firstRestarting(s)
 		ex.restore = &restoreChoice{cp: restore}

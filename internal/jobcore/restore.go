@@ -20,13 +20,10 @@ func RestoreSpecOf(v *graph.JobVertex, s ident.Subtask, cp *checkpoint.Completed
 		}
 		return &task.RestoreSpec{CheckpointID: cp.ID, Handle: h}
 	}
-	start, end := graph.KeyGroupRange(int(s.Index), v.MaxParallelism, v.Parallelism)
+	// Every old subtask's state, in subtask order: keyed state is filtered to the subtask's key groups as
+	// it is read, and operator list state is redistributed over all of them (even split or union).
 	spec := &task.RestoreSpec{CheckpointID: cp.ID, RescaledFrom: int(old.Parallelism)}
 	for i := range int(old.Parallelism) {
-		os, oe := graph.KeyGroupRange(i, v.MaxParallelism, int(old.Parallelism))
-		if oe < start || os > end {
-			continue
-		}
 		if h, ok := cp.State(ident.Subtask{Vertex: s.Vertex, Index: int32(i)}); ok {
 			spec.Parts = append(spec.Parts, h)
 		}

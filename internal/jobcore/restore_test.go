@@ -9,9 +9,9 @@ import (
 	"github.com/runnel-dev/runnel/internal/ident"
 )
 
-// TestRestoreSpecRescales pins which old subtasks' state a subtask of a rescaled vertex reads: exactly
-// those whose key groups overlap its own, so that every key group it owns is covered and no other state
-// is read.
+// TestRestoreSpecRescales pins which old subtasks' state a subtask of a rescaled vertex reads: every one,
+// in subtask order, so that operator list state can be redistributed over them (keyed state is filtered to
+// the subtask's key groups as it is read), and every key group it owns is covered.
 func TestRestoreSpecRescales(t *testing.T) {
 	const maxP = 128
 	for _, tc := range []struct{ from, to int }{{2, 3}, {3, 2}, {4, 1}, {1, 4}, {5, 7}, {7, 5}, {2, 2}} {
@@ -34,10 +34,13 @@ func TestRestoreSpecRescales(t *testing.T) {
 				}
 				start, end := graph.KeyGroupRange(i, maxP, tc.to)
 				covered := map[int]bool{}
-				for _, h := range spec.Parts {
+				if len(spec.Parts) != tc.from {
+					t.Errorf("subtask %d reads %d old subtasks, want all %d", i, len(spec.Parts), tc.from)
+				}
+				for j, h := range spec.Parts {
 					os, oe := graph.KeyGroupRange(int(h.Attempt.Index), maxP, tc.from)
-					if oe < start || os > end {
-						t.Errorf("subtask %d [%d, %d] reads old subtask %d [%d, %d], which it does not overlap", i, start, end, h.Attempt.Index, os, oe)
+					if int(h.Attempt.Index) != j {
+						t.Errorf("subtask %d: part %d is old subtask %d, want them in subtask order", i, j, h.Attempt.Index)
 					}
 					for kg := os; kg <= oe; kg++ {
 						covered[kg] = true

@@ -27,7 +27,7 @@ func (c *Core) Snapshot() Snapshot {
 		for i := 0; i < v.Parallelism; i++ {
 			ex := c.execs[ident.Subtask{Vertex: v.ID, Index: int32(i)}]
 			st := SubtaskStatus{Index: i, Attempt: int(ex.attempt.Number), State: ex.state, RecordsIn: ex.in, RecordsOut: ex.out,
-				Watermark: ex.watermark, HasWatermark: ex.hasWatermark}
+				Watermark: ex.watermark, HasWatermark: ex.hasWatermark, Metrics: ex.metrics}
 			switch {
 			case ex.tm != 0:
 				st.TaskManager = c.tms[ex.tm].name

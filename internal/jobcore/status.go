@@ -42,6 +42,8 @@ type SubtaskStatus struct {
 	// Watermark is the subtask's last reported watermark (epoch ms), when HasWatermark.
 	Watermark    int64
 	HasWatermark bool
+	// Metrics are the subtask's operator metrics, as last reported ("operator/name").
+	Metrics []task.Metric
 }
 
 // VertexStatus describes one vertex in a snapshot.

@@ -45,7 +45,31 @@ type RuntimeContext interface {
 	// a checkpoint covers when it completes gets a last checkpoint after its end of input; without, it must
 	// commit at its end of input (Flush) itself.
 	Checkpointing() bool
+	// Metrics registers the operator's metrics, which appear per subtask in the JobResult and in /metrics
+	// (runnel_operator_metric). Register them in Open.
+	Metrics() MetricGroup
 }
+
+// MetricGroup registers an operator's metrics; a task holds at most task.MaxMetricsPerTask, and a name
+// may be registered once per operator.
+type MetricGroup interface {
+	// Counter returns a counter to add to from the function (on the task goroutine, without atomics).
+	Counter(name string) *Counter
+	// Gauge registers f, called on the task goroutine when the metrics are published (every 200 ms).
+	Gauge(name string, f func() int64)
+}
+
+// Counter is a metric that counts up.
+type Counter struct{ v *int64 }
+
+// Inc adds one.
+func (c *Counter) Inc() { *c.v++ }
+
+// Add adds n.
+func (c *Counter) Add(n int64) { *c.v += n }
+
+// Value returns the count.
+func (c *Counter) Value() int64 { return *c.v }
 
 // KeyedContext is the context of a keyed function: the key of the current record and access to all keys.
 type KeyedContext[K comparable] interface {

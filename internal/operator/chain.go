@@ -275,17 +275,37 @@ func (c *chain) EndInput() error {
 	return nil
 }
 
-// Snapshot implements task.Chain.
+// Snapshot implements task.Chain. An operator's entry is its own state, with its list states (if it has
+// any) before it.
 func (c *chain) Snapshot(id int64) ([]task.StateWriter, error) {
 	var ws []task.StateWriter
 	for i, op := range c.ops {
-		if op.Snapshot == nil {
+		lists := c.ctxs[i].lists
+		if op.Snapshot == nil && len(lists) == 0 {
 			continue
 		}
 		var w func(io.Writer) error
-		err := c.ctxs[i].guard(func() (err error) { w, err = op.Snapshot(id); return err })
-		if err != nil {
-			return nil, err
+		if op.Snapshot != nil {
+			err := c.ctxs[i].guard(func() (err error) { w, err = op.Snapshot(id); return err })
+			if err != nil {
+				return nil, err
+			}
+		}
+		if len(lists) > 0 {
+			prefix, err := withLists(lists, nil)
+			if err != nil {
+				return nil, fmt.Errorf("operator %q: %w", c.names[i], err)
+			}
+			own := w
+			w = func(out io.Writer) error {
+				if _, err := out.Write(prefix); err != nil {
+					return err
+				}
+				if own == nil {
+					return nil
+				}
+				return own(out)
+			}
 		}
 		if w != nil {
 			ws = append(ws, task.StateWriter{Operator: c.names[i], Write: w})
@@ -294,42 +314,70 @@ func (c *chain) Snapshot(id int64) ([]task.StateWriter, error) {
 	return ws, nil
 }
 
-// Restore implements task.Chain.
-func (c *chain) Restore(states map[string][]byte) error {
-	return restoreEach(c, states, func(i int, data []byte) error {
-		if c.ops[i].Restore == nil {
-			return fmt.Errorf("the checkpoint holds state for operator %q, which keeps no state in this job", c.names[i])
-		}
-		return c.ctxs[i].guard(func() error { return c.ops[i].Restore(data) })
-	})
-}
-
-// RestoreRescaled implements task.Chain.
-func (c *chain) RestoreRescaled(parts map[string][][]byte) error {
-	return restoreEach(c, parts, func(i int, ps [][]byte) error {
-		if c.ops[i].RestoreParts == nil {
-			return fmt.Errorf("operator %q keeps state that is not keyed (a source's position or a sink's state, say), "+
-				"which cannot be split over another parallelism: give it its old parallelism (SetParallelism)", c.names[i])
-		}
-		return c.ctxs[i].guard(func() error { return c.ops[i].RestoreParts(ps) })
-	})
-}
-
-// restoreEach hands each operator of c its entry of states, and refuses entries for operators c lacks.
-func restoreEach[S any](c *chain, states map[string]S, restore func(i int, s S) error) error {
-	for name := range states {
-		if !slices.Contains(c.names, name) {
-			return fmt.Errorf("the checkpoint holds state for operator %q, which is not in this task (%v)", name, c.names)
-		}
-	}
-	for i, name := range c.names {
-		if s, ok := states[name]; ok {
-			if err := restore(i, s); err != nil {
-				return err
-			}
+// restoreLists hands operator i its restored list states.
+func (c *chain) restoreLists(i int, lists map[string][][]byte) error {
+	ctx := c.ctxs[i]
+	ctx.restoredLists = lists
+	for _, l := range ctx.lists {
+		if err := l.restore(lists[l.listName()]); err != nil {
+			return fmt.Errorf("operator %q: %w", c.names[i], err)
 		}
 	}
 	return nil
+}
+
+// Restore implements task.Chain.
+func (c *chain) Restore(states map[string][]byte) error {
+	return restoreEach(c, states, func(i int, data []byte) error {
+		lists, own, err := splitLists(data)
+		if err != nil {
+			return fmt.Errorf("operator %q: %w", c.names[i], err)
+		}
+		if lists != nil {
+			if err := c.restoreLists(i, redistribute([][]restoredList{lists}, 0, 1)); err != nil {
+				return err
+			}
+			if len(own) == 0 {
+				return nil
+			}
+		}
+		if c.ops[i].Restore == nil {
+			return fmt.Errorf("the checkpoint holds state for operator %q, which keeps no state in this job", c.names[i])
+		}
+		return c.ctxs[i].guard(func() error { return c.ops[i].Restore(own) })
+	})
+}
+
+// RestoreRescaled implements task.Chain: list states are redistributed (evenly, or as a union), keyed
+// state filtered to the subtask's key groups; other state cannot be split.
+func (c *chain) RestoreRescaled(parts map[string][][]byte) error {
+	return restoreEach(c, parts, func(i int, ps [][]byte) error {
+		var lists [][]restoredList
+		var own [][]byte
+		hasOwn := false
+		for _, p := range ps {
+			l, o, err := splitLists(p)
+			if err != nil {
+				return fmt.Errorf("operator %q: %w", c.names[i], err)
+			}
+			lists = append(lists, l)
+			own = append(own, o)
+			hasOwn = hasOwn || len(o) > 0
+		}
+		ctx := c.ctxs[i]
+		if err := c.restoreLists(i, redistribute(lists, ctx.SubtaskIndex(), ctx.Parallelism())); err != nil {
+			return err
+		}
+		if !hasOwn {
+			return nil
+		}
+		if c.ops[i].RestoreParts == nil {
+			return fmt.Errorf("operator %q keeps state that is not keyed (a source's position or a sink's state, say), "+
+				"which cannot be split over another parallelism: give it its old parallelism (SetParallelism), "+
+				"or keep it in operator list state (NewOperatorListState)", c.names[i])
+		}
+		return c.ctxs[i].guard(func() error { return c.ops[i].RestoreParts(own) })
+	})
 }
 
 // NotifyCheckpointComplete implements task.Chain.
@@ -355,4 +403,21 @@ func (c *chain) Close() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// restoreEach hands each operator of c its entry of states, and refuses entries for operators c lacks.
+func restoreEach[S any](c *chain, states map[string]S, restore func(i int, s S) error) error {
+	for name := range states {
+		if !slices.Contains(c.names, name) {
+			return fmt.Errorf("the checkpoint holds state for operator %q, which is not in this task (%v)", name, c.names)
+		}
+	}
+	for i, name := range c.names {
+		if s, ok := states[name]; ok {
+			if err := restore(i, s); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

@@ -44,42 +44,79 @@ type WatermarkSpec[T any] struct {
 	Interval time.Duration
 }
 
+// MaxSplits bounds the splits one source subtask tracks watermarks for (SplitOutput.ForSplit): past it
+// the source fails, naming itself, rather than grow a table per split without end.
+const MaxSplits = 4096
+
+// SplitOutput is implemented by the Collector a source reader gets when its stream has event time. A
+// reader that reads several splits (the partitions of a Kafka topic) emits each split's records through
+// ForSplit(id): each split then has its own watermark generator and idleness detector, and the source's
+// watermark is the lowest of its active splits', so a fast split does not make a slow one's records late
+// and an idle one does not hold the others back. ReleaseSplit says a split has ended (it stops counting).
+type SplitOutput[T any] interface {
+	ForSplit(id int) Collector[T]
+	ReleaseSplit(id int)
+}
+
+// TimestampedCollector is implemented by the Collectors of a timed source: CollectWithTimestamp hands over
+// a record with the timestamp it carries (a Kafka record's), which the strategy's assigner gets as recordTs
+// (or which is kept without one).
+type TimestampedCollector[T any] interface {
+	CollectWithTimestamp(v T, ts int64)
+}
+
+// splitWM is the watermark generation of one split: its generator, its idleness, its watermark.
+type splitWM[T any] struct {
+	g        *tsGen[T]
+	id       int
+	builtin  *watermark.Generator
+	custom   WatermarkGenerator[T]
+	idle     *watermark.IdleDetector
+	wm       int64 // the split's watermark (monotone)
+	pending  int64 // what a custom generator emitted since the last flush
+	marked   bool  // a custom generator marked the split idle
+	isIdle   bool  // the idleness detector said idle
+	released bool
+}
+
+// EmitWatermark implements WatermarkOutput for a custom generator.
+func (s *splitWM[T]) EmitWatermark(ts int64) { s.pending = max(s.pending, ts) }
+
+// MarkIdle implements WatermarkOutput.
+func (s *splitWM[T]) MarkIdle() { s.marked = true }
+
+// MarkActive implements WatermarkOutput.
+func (s *splitWM[T]) MarkActive() { s.marked = false }
+
+func (s *splitWM[T]) active() bool { return !s.released && !s.isIdle && !s.marked }
+
 // tsGen is one subtask's watermark generation for a source or a timestamps operator: it stamps records,
-// feeds the generator and the idleness detector, and sends watermarks and statuses on through ctx, only
-// ever upwards.
+// feeds the generators and idleness detectors of its splits (one, unless a reader uses SplitOutput), and
+// sends the lowest active split's watermark and the subtask's status on through ctx, only ever upwards.
 type tsGen[T any] struct {
-	spec    *WatermarkSpec[T]
-	ctx     *Context
-	builtin *watermark.Generator
-	custom  WatermarkGenerator[T]
-	idle    *watermark.IdleDetector
-	period  int64 // ms between periodic calls; 0: none
-	next    int64 // the processing time of the next periodic call; math.MaxInt64: none
-	// emitted is the last watermark sent; pending the highest one a custom generator emitted since, to go
-	// out after the current poll or batch.
-	emitted, pending int64
-	// idleOut says the last status sent was idle; markIdle/markActive are a custom generator's requests.
-	idleOut              bool
-	markIdle, markActive bool
-	ended                bool
+	spec   *WatermarkSpec[T]
+	ctx    *Context
+	main   *splitWM[T] // the split of records collected without ForSplit
+	splits []*splitWM[T]
+	byID   map[int]*splitWM[T]
+	period int64 // ms between periodic calls; 0: none
+	next   int64 // the processing time of the next periodic call; math.MaxInt64: none
+	// emitted is the last watermark sent; idleOut says the last status sent was idle.
+	emitted int64
+	idleOut bool
+	ended   bool
 }
 
 func newTSGen[T any](ctx *Context, spec *WatermarkSpec[T]) (*tsGen[T], error) {
-	g := &tsGen[T]{spec: spec, ctx: ctx, emitted: math.MinInt64, pending: math.MinInt64, next: math.MaxInt64}
-	if spec.NewGenerator != nil {
-		g.custom = spec.NewGenerator()
-		if g.custom == nil {
-			return nil, fmt.Errorf("operator %q: the watermark generator factory returned nil", ctx.operator)
-		}
-	} else {
-		if spec.Bound < 0 {
-			return nil, fmt.Errorf("operator %q: out-of-orderness bound %s is negative", ctx.operator, spec.Bound)
-		}
-		g.builtin = watermark.BoundedOutOfOrderness(spec.Bound)
+	g := &tsGen[T]{spec: spec, ctx: ctx, emitted: math.MinInt64, next: math.MaxInt64, byID: map[int]*splitWM[T]{}}
+	if spec.NewGenerator == nil && spec.Bound < 0 {
+		return nil, fmt.Errorf("operator %q: out-of-orderness bound %s is negative", ctx.operator, spec.Bound)
 	}
-	if spec.Idleness > 0 {
-		g.idle = watermark.IdleAfter(spec.Idleness)
+	main, err := g.newSplit(-1)
+	if err != nil {
+		return nil, err
 	}
+	g.main = main
 	switch {
 	case spec.Interval > 0:
 		g.period = max(spec.Interval.Milliseconds(), 1)
@@ -89,6 +126,38 @@ func newTSGen[T any](ctx *Context, spec *WatermarkSpec[T]) (*tsGen[T], error) {
 	return g, nil
 }
 
+func (g *tsGen[T]) newSplit(id int) (*splitWM[T], error) {
+	s := &splitWM[T]{g: g, id: id, wm: math.MinInt64, pending: math.MinInt64}
+	if g.spec.NewGenerator != nil {
+		if s.custom = g.spec.NewGenerator(); s.custom == nil {
+			return nil, fmt.Errorf("operator %q: the watermark generator factory returned nil", g.ctx.operator)
+		}
+	} else {
+		s.builtin = watermark.BoundedOutOfOrderness(g.spec.Bound)
+	}
+	if g.spec.Idleness > 0 {
+		s.idle = watermark.IdleAfter(g.spec.Idleness)
+	}
+	return s, nil
+}
+
+// split returns split id, made at its first use; the main split (-1) counts only once it had a record.
+func (g *tsGen[T]) split(id int) *splitWM[T] {
+	if s, ok := g.byID[id]; ok {
+		return s
+	}
+	if len(g.byID) == MaxSplits {
+		g.ctx.failf("source reads more than %d splits (SplitOutput.ForSplit), the most one subtask tracks watermarks for", MaxSplits)
+	}
+	s, err := g.newSplit(id)
+	if err != nil {
+		g.ctx.fail(err)
+	}
+	g.byID[id] = s
+	g.splits = append(g.splits, s)
+	return s
+}
+
 // start arms the periodic calls.
 func (g *tsGen[T]) start() {
 	if g.period > 0 {
@@ -96,68 +165,100 @@ func (g *tsGen[T]) start() {
 	}
 }
 
-// stamp returns the record's timestamp and tells the generator and the idleness detector of it.
-func (g *tsGen[T]) stamp(v T, recordTs int64) int64 {
+// stamp returns the timestamp of record v of split s and tells the split's generator and idleness
+// detector of it.
+func (g *tsGen[T]) stamp(s *splitWM[T], v T, recordTs int64) int64 {
+	if s == g.main && len(g.splits) == 0 {
+		g.splits = append(g.splits, s)
+	}
 	ts := recordTs
 	if g.spec.Assign != nil {
 		ts = g.spec.Assign(v, recordTs)
 	}
-	if g.idle != nil {
-		g.idle.OnEvent()
+	if s.idle != nil {
+		s.idle.OnEvent()
 	}
+	s.isIdle, s.marked = false, false
 	if g.idleOut {
 		// A record makes the stream active again. Idleness went out at a tick or after a poll or batch, so
 		// no record precedes this one since: the status goes out before it, as it must.
 		g.status(false)
 	}
-	if g.builtin != nil {
-		g.builtin.OnEvent(ts)
+	if s.builtin != nil {
+		s.builtin.OnEvent(ts)
 	} else {
-		g.custom.OnEvent(v, ts, g)
+		s.custom.OnEvent(v, ts, s)
 	}
 	return ts
 }
 
-// EmitWatermark implements WatermarkOutput for a custom generator.
-func (g *tsGen[T]) EmitWatermark(ts int64) { g.pending = max(g.pending, ts) }
-
-// MarkIdle implements WatermarkOutput.
-func (g *tsGen[T]) MarkIdle() { g.markIdle, g.markActive = true, false }
-
-// MarkActive implements WatermarkOutput.
-func (g *tsGen[T]) MarkActive() { g.markActive, g.markIdle = true, false }
-
-// flush sends what a custom generator emitted during the poll or batch that just ended.
+// flush sends what custom generators emitted during the poll or batch that just ended.
 func (g *tsGen[T]) flush() {
-	if g.markActive {
-		g.markActive = false
-		g.status(false)
+	if g.spec.NewGenerator == nil {
+		return
 	}
-	if g.pending > g.emitted {
-		g.emit(g.pending)
+	for _, s := range g.splits {
+		s.wm = max(s.wm, s.pending)
 	}
-	if g.markIdle {
-		g.markIdle = false
-		g.status(true)
-	}
+	g.combine()
 }
 
-// periodic is the generator's periodic call at processing time now.
+// periodic is the generators' periodic call at processing time now.
 func (g *tsGen[T]) periodic(now int64) {
 	g.next = now + g.period
 	if g.ended {
 		return
 	}
-	if g.builtin != nil {
-		if w, ok := g.builtin.OnPeriodic(); ok && g.spec.Interval > 0 {
-			g.pending = max(g.pending, int64(w))
+	for _, s := range g.splits {
+		switch {
+		case s.builtin != nil && g.spec.Interval > 0:
+			s.wm = max(s.wm, int64(s.builtin.Current()))
+		case s.custom != nil && g.spec.Interval > 0:
+			s.custom.OnPeriodicEmit(s)
+			s.wm = max(s.wm, s.pending)
 		}
-	} else if g.spec.Interval > 0 {
-		g.custom.OnPeriodicEmit(g)
+		if s.idle != nil && s.idle.Tick(now) {
+			s.isIdle = true
+		}
 	}
-	g.flush()
-	if g.idle != nil && g.idle.Tick(now) {
-		g.status(true)
+	g.combine()
+}
+
+// combine sends the lowest watermark of the active splits if it advanced, and the subtask's status: idle
+// once no split is active (and some are idle), active again when one is.
+func (g *tsGen[T]) combine() {
+	if g.ended || len(g.splits) == 0 {
+		return
+	}
+	lo, active, idle := int64(math.MaxInt64), 0, 0
+	for _, s := range g.splits {
+		switch {
+		case s.active():
+			lo = min(lo, s.wm)
+			active++
+		case !s.released:
+			idle++
+		}
+	}
+	if active == 0 {
+		if idle > 0 {
+			g.status(true)
+		}
+		return
+	}
+	if g.idleOut {
+		g.status(false)
+	}
+	if lo != math.MinInt64 {
+		g.emit(lo)
+	}
+}
+
+// release marks split id ended: it stops counting.
+func (g *tsGen[T]) release(id int) {
+	if s, ok := g.byID[id]; ok && !s.released {
+		s.released = true
+		g.combine()
 	}
 }
 
@@ -197,8 +298,8 @@ func (g *tsGen[T]) status(idle bool) {
 
 // hooks sets the processing-time and restore hooks of the operator that owns g.
 func (g *tsGen[T]) hooks(b *Built) {
-	// Restored: never emit below what was emitted before the snapshot. The generator starts afresh and
-	// rebuilds its maximum from the replayed records.
+	// Restored: never emit below what was emitted before the snapshot. The generators start afresh and
+	// rebuild their maxima from the replayed records.
 	b.RestoreWatermark = func(floor int64) { g.emitted = max(g.emitted, floor) }
 	if g.period == 0 {
 		return
@@ -207,21 +308,43 @@ func (g *tsGen[T]) hooks(b *Built) {
 	b.OnProcessingTime = func(now int64) error { g.periodic(now); return nil }
 }
 
-// stampingCollector is the Collector[T] a timed source's reader emits to: it stamps each record and hands
-// it on as Timed[T].
+// stampingCollector is the Collector[T] a timed source's reader emits to (one per split): it stamps each
+// record and hands it on as Timed[T]. The main one is also the reader's SplitOutput.
 type stampingCollector[T any] struct {
 	g    *tsGen[T]
+	s    *splitWM[T]
 	next *batcher[Timed[T]]
+	byID map[int]*stampingCollector[T] // the split collectors made by ForSplit (the main one's only)
 }
 
 func (c *stampingCollector[T]) Collect(v T) {
-	c.next.Collect(Timed[T]{Ts: c.g.stamp(v, math.MinInt64), V: v})
+	c.next.Collect(Timed[T]{Ts: c.g.stamp(c.s, v, math.MinInt64), V: v})
+}
+
+func (c *stampingCollector[T]) CollectWithTimestamp(v T, ts int64) {
+	c.next.Collect(Timed[T]{Ts: c.g.stamp(c.s, v, ts), V: v})
 }
 
 func (c *stampingCollector[T]) CollectBatch(vs []T) {
 	for _, v := range vs {
 		c.Collect(v)
 	}
+}
+
+// ForSplit implements SplitOutput.
+func (c *stampingCollector[T]) ForSplit(id int) Collector[T] {
+	if sc, ok := c.byID[id]; ok {
+		return sc
+	}
+	sc := &stampingCollector[T]{g: c.g, s: c.g.split(id), next: c.next}
+	c.byID[id] = sc
+	return sc
+}
+
+// ReleaseSplit implements SplitOutput.
+func (c *stampingCollector[T]) ReleaseSplit(id int) {
+	c.g.release(id)
+	delete(c.byID, id)
 }
 
 // TimedSourceSpec runs a Source whose stream has event time: the source assigns timestamps and makes
@@ -241,7 +364,7 @@ func (s *TimedSourceSpec[T]) Build(ctx *Context, downstream []any) (Built, error
 		return Built{}, err
 	}
 	b := &batcher[Timed[T]]{next: &countingCollector[Timed[T]]{next: asBatch(wrapIn[Timed[T]](ctx, out)), c: ctx.counters()}}
-	d := &sourceDriver[T]{ctx: ctx, out: &stampingCollector[T]{g: g, next: b},
+	d := &sourceDriver[T]{ctx: ctx, out: &stampingCollector[T]{g: g, s: g.main, next: b, byID: map[int]*stampingCollector[T]{}},
 		after: func(st InputStatus) {
 			b.flush()
 			g.flush()
@@ -307,7 +430,7 @@ type timestampsOp[In, T any] struct {
 func (o *timestampsOp[In, T]) Collect(v In) {
 	prev := o.ctx.enter()
 	x, ts := o.unwrap(v)
-	o.out.Collect(Timed[T]{Ts: o.g.stamp(x, ts), V: x})
+	o.out.Collect(Timed[T]{Ts: o.g.stamp(o.g.main, x, ts), V: x})
 	o.g.flush()
 	o.ctx.leave(prev)
 }
@@ -317,7 +440,7 @@ func (o *timestampsOp[In, T]) CollectBatch(vs []In) {
 	buf := o.buf[:0]
 	for _, v := range vs {
 		x, ts := o.unwrap(v)
-		buf = append(buf, Timed[T]{Ts: o.g.stamp(x, ts), V: x})
+		buf = append(buf, Timed[T]{Ts: o.g.stamp(o.g.main, x, ts), V: x})
 	}
 	o.buf = buf
 	o.out.CollectBatch(buf)

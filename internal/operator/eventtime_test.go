@@ -156,3 +156,89 @@ func TestSourceWatermarks(t *testing.T) {
 		})
 	}
 }
+
+// splitReader emits scripted (split, value) pairs through SplitOutput, one poll per line; a negative
+// value releases its split.
+type splitReader struct{ polls [][][2]int }
+
+func (r *splitReader) PollNext(out Collector[int]) (InputStatus, error) {
+	if len(r.polls) == 0 {
+		return EndOfInput, nil
+	}
+	so := out.(SplitOutput[int])
+	for _, p := range r.polls[0] {
+		if p[1] < 0 {
+			so.ReleaseSplit(p[0])
+			continue
+		}
+		so.ForSplit(p[0]).Collect(p[1])
+	}
+	r.polls = r.polls[1:]
+	if len(r.polls) == 0 {
+		return EndOfInput, nil
+	}
+	return MoreAvailable, nil
+}
+func (r *splitReader) Available() <-chan struct{} { return nil }
+func (r *splitReader) Close() error               { return nil }
+
+type splitSource struct{ polls [][][2]int }
+
+func (s *splitSource) CreateReader(RuntimeContext) (SourceReader[int], error) {
+	return &splitReader{polls: slices.Clone(s.polls)}, nil
+}
+
+// TestSplitWatermarks: a reader that emits per split gets a watermark per split; the source's is the
+// lowest of the active splits', so the fast split does not run ahead of the slow one; an idle split stops
+// holding the others back and a released one stops counting.
+func TestSplitWatermarks(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(time.UnixMilli(1_000_000))
+	rt := &task.Runtime{Info: task.Info{Parallelism: 1, MaxParallelism: 1}, Counters: task.NewCounters(), Logger: slog.Default(), Clock: clock}
+	ctx := NewContext(rt, "src")
+	log := &eventLog{}
+	ctx.wmOut = []watermarkTarget{log}
+	spec := &TimedSourceSpec[int]{Source: &splitSource{polls: [][][2]int{
+		{{0, 100}, {1, 10}, {0, 200}},
+		{{0, 300}},
+		{{0, 400}, {2, 50}},
+		{{2, -1}},
+		{{0, 500}},
+	}}, Watermarks: &WatermarkSpec[int]{Assign: func(v int, _ int64) int64 { return int64(v) }, Interval: 100 * time.Millisecond,
+		Idleness: 250 * time.Millisecond}}
+	b, err := spec.Build(ctx, []any{Collector[Timed[int]](log)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Open(); err != nil {
+		t.Fatal(err)
+	}
+	tick := func() {
+		clock.Advance(100 * time.Millisecond)
+		now := clock.Now().UnixMilli()
+		for b.NextDeadline() <= now {
+			if err := b.OnProcessingTime(now); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	poll := func() {
+		if _, err := b.Source.Poll(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poll() // splits 0 and 1
+	tick() // the lowest: split 1 at 10 -> 9
+	poll() // split 0 at 300; split 1 quiet
+	tick()
+	tick()
+	tick() // split 1 idle: the watermark moves to split 0's
+	poll() // split 2 appears at 50: it holds the watermark at 299 (split 0 is at 399), never moving it back
+	tick()
+	poll() // split 2 released: split 0 alone counts
+	tick()
+	poll() // the end
+	want := []string{"100@100", "10@10", "200@200", "wm 9", "300@300", "wm 299", "400@400", "50@50", "wm 399", "500@500", "wm max"}
+	if !slices.Equal(log.got, want) {
+		t.Fatalf("got  %q\nwant %q", log.got, want)
+	}
+}

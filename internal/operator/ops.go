@@ -73,6 +73,10 @@ type Context struct {
 	// side holds the consumers of the operator's side outputs, by tag; a tag may have several (one
 	// record goes to each), and one without a consumer is not here (what is emitted to it is dropped).
 	side []sideOutput
+	// lists are the operator's list states (liststate.go); restoredLists what a restore gave them, for
+	// those declared after it.
+	lists         []opList
+	restoredLists map[string][][]byte
 }
 
 // sideOutput is one consumer of a side output: a Collector[T], or Collector[Timed[T]] on a stream with
@@ -140,6 +144,25 @@ func (c *Context) EmitWatermarkStatus(idle bool) error {
 		}
 	}
 	return nil
+}
+
+// Metrics implements RuntimeContext.
+func (c *Context) Metrics() MetricGroup { return metricGroup{c} }
+
+type metricGroup struct{ c *Context }
+
+func (g metricGroup) Counter(name string) *Counter {
+	v, err := g.c.rt.Counters.Counter(g.c.operator, name)
+	if err != nil {
+		g.c.fail(err)
+	}
+	return &Counter{v: v}
+}
+
+func (g metricGroup) Gauge(name string, f func() int64) {
+	if err := g.c.rt.Counters.Gauge(g.c.operator, name, f); err != nil {
+		g.c.fail(err)
+	}
 }
 
 // CurrentProcessingTime is the task's clock, in epoch milliseconds.

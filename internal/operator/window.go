@@ -144,6 +144,12 @@ func (s *WindowSpec[K, T, ACC, V, Out]) Build(ctx *Context, downstream []any) (B
 		b.Close()
 		return Built{}, err
 	}
+	v, err := ctx.rt.Counters.Counter(ctx.operator, "late_records_dropped")
+	if err != nil {
+		b.Close()
+		return Built{}, fmt.Errorf("operator %q: %w", ctx.operator, err)
+	}
+	op.late = &Counter{v: v}
 	built := keyedBuilt(b)
 	if s.Timed {
 		out, err := combine[Timed[Out]](ctx, downstream)
@@ -170,8 +176,8 @@ func (s *WindowSpec[K, T, ACC, V, Out]) Build(ctx *Context, downstream []any) (B
 		return op.fn.Open(op.kc)
 	}
 	built.Close = func() error {
-		if op.late > 0 {
-			ctx.Logger().Info("window operator dropped late records", "late_records_dropped", op.late)
+		if n := op.late.Value(); n > 0 {
+			ctx.Logger().Info("window operator dropped late records", "late_records_dropped", n)
 		}
 		return errors.Join(op.fn.Close(), b.Close())
 	}
@@ -211,9 +217,10 @@ type windowOp[K comparable, T, ACC, V, Out any] struct {
 	out    Collector[Out]
 	stamp  *stamper[Out] // the timed output, nil untimed
 	flush  func()
-	// watermark is the operator's input watermark; late counts the records dropped as late.
+	// watermark is the operator's input watermark; late counts the records dropped as late (the metric
+	// late_records_dropped).
 	watermark int64
-	late      uint64
+	late      *Counter
 	wins      []TimeWindow // scratch
 	merging   []TimeWindow // scratch
 	vs        []V          // scratch: the one result of an incremental window
@@ -295,7 +302,7 @@ func (o *windowOp[K, T, ACC, V, Out]) process(v T, ts int64) {
 		if o.spec.LateTag != "" {
 			EmitSide(o.kc, o.spec.LateTag, v)
 		} else {
-			o.late++
+			o.late.Inc()
 		}
 	}
 }

@@ -156,7 +156,8 @@ func encodeFromTaskManager(env protocol.Envelope) (*pb.FromTaskManager, error) {
 		if err := checkState(b.State); err != nil {
 			return nil, fmt.Errorf("TaskUpdate of %s: %w", b.Attempt, err)
 		}
-		u := &pb.TaskUpdate{Attempt: encodeAttempt(b.Attempt), State: pb.TaskState(b.State), RecordsIn: b.RecordsIn, RecordsOut: b.RecordsOut, Watermark: b.Watermark}
+		u := &pb.TaskUpdate{Attempt: encodeAttempt(b.Attempt), State: pb.TaskState(b.State), RecordsIn: b.RecordsIn, RecordsOut: b.RecordsOut, Watermark: b.Watermark,
+			Metrics: encodeMetrics(b.Metrics)}
 		if f := b.Failure; f != nil {
 			if f.Kind != jobcore.FailureTask && f.Kind != jobcore.FailureDeploy {
 				return nil, fmt.Errorf("TaskUpdate of %s: unknown failure kind %d", b.Attempt, f.Kind)
@@ -180,7 +181,8 @@ func encodeFromTaskManager(env protocol.Envelope) (*pb.FromTaskManager, error) {
 	case jobcore.Counters:
 		c := &pb.Counters{}
 		for _, a := range b.Counts {
-			c.Counts = append(c.Counts, &pb.AttemptCounters{Attempt: encodeAttempt(a.Attempt), In: a.In, Out: a.Out, Watermark: a.Watermark})
+			c.Counts = append(c.Counts, &pb.AttemptCounters{Attempt: encodeAttempt(a.Attempt), In: a.In, Out: a.Out, Watermark: a.Watermark,
+				Metrics: encodeMetrics(a.Metrics)})
 		}
 		m.Body = &pb.FromTaskManager_Counters{Counters: c}
 	case jobcore.SubpartitionsSampled:
@@ -224,7 +226,8 @@ func decodeFromTaskManager(m *pb.FromTaskManager) (env protocol.Envelope, bye *p
 		if err := checkState(st); err != nil {
 			return env, nil, fmt.Errorf("TaskUpdate: %w", err)
 		}
-		tu := jobcore.TaskUpdate{Attempt: decodeAttempt(u.GetAttempt()), State: st, RecordsIn: u.GetRecordsIn(), RecordsOut: u.GetRecordsOut(), Watermark: u.GetWatermark()}
+		tu := jobcore.TaskUpdate{Attempt: decodeAttempt(u.GetAttempt()), State: st, RecordsIn: u.GetRecordsIn(), RecordsOut: u.GetRecordsOut(), Watermark: u.GetWatermark(),
+			Metrics: decodeMetrics(u.GetMetrics())}
 		if f := u.GetFailure(); f != nil {
 			kind := jobcore.FailureKind(f.GetKind())
 			if f.GetKind() != pb.FailureKind_FAILURE_KIND_TASK && f.GetKind() != pb.FailureKind_FAILURE_KIND_DEPLOY {
@@ -251,7 +254,8 @@ func decodeFromTaskManager(m *pb.FromTaskManager) (env protocol.Envelope, bye *p
 	case *pb.FromTaskManager_Counters:
 		var c jobcore.Counters
 		for _, a := range b.Counters.GetCounts() {
-			c.Counts = append(c.Counts, jobcore.AttemptCounters{Attempt: decodeAttempt(a.GetAttempt()), In: a.GetIn(), Out: a.GetOut(), Watermark: a.GetWatermark()})
+			c.Counts = append(c.Counts, jobcore.AttemptCounters{Attempt: decodeAttempt(a.GetAttempt()), In: a.GetIn(), Out: a.GetOut(), Watermark: a.GetWatermark(),
+				Metrics: decodeMetrics(a.GetMetrics())})
 		}
 		env.Body = c
 	case *pb.FromTaskManager_SubpartitionsSampled:
@@ -523,4 +527,26 @@ func (e *remoteError) Error() string { return e.text }
 
 func (e *remoteError) Is(target error) bool {
 	return e.notReady && target == checkpoint.ErrTaskNotReady
+}
+
+func encodeMetrics(ms []task.Metric) []*pb.Metric {
+	if len(ms) == 0 {
+		return nil
+	}
+	out := make([]*pb.Metric, len(ms))
+	for i, m := range ms {
+		out[i] = &pb.Metric{Name: m.Name, Value: m.Value}
+	}
+	return out
+}
+
+func decodeMetrics(ms []*pb.Metric) []task.Metric {
+	if len(ms) == 0 {
+		return nil
+	}
+	out := make([]task.Metric, len(ms))
+	for i, m := range ms {
+		out[i] = task.Metric{Name: m.GetName(), Value: m.GetValue()}
+	}
+	return out
 }

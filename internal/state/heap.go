@@ -29,12 +29,22 @@ type heapStore struct {
 	// slotOf finds or adds the slot of an encoded key; set by the generic backend.
 	slotOf func(encodedKey []byte) (int32, error)
 
-	// refs counts, per slot, the tables that hold state for the slot's key plus its timers (and restored
-	// entries of unregistered states). A slot whose count falls to zero is freed: at once, or, for the
-	// current key, when the current key changes (pendingFree), so that a function may Clear and then
-	// Update the same key. len(refs) is the number of slots.
-	refs        []int32
-	pendingFree bool
+	// refs counts, per slot, the list, map and list map tables that hold state for the slot's key, plus
+	// its timers and restored entries of unregistered states. Value tables are not counted: whether a slot
+	// has a value is one load of their present flags, checked when a slot might be freed (unreferenced),
+	// so that Update of a value, the per-record write, costs exactly what it did before slots were freed.
+	// A slot left unreferenced is freed at once, unless it is the current key's: that one becomes a
+	// candidate (so that a function may Clear and then Update the same key), and candidates still
+	// unreferenced are freed when the next new key needs a slot. So setting a known key checks nothing,
+	// and slots never outgrow the peak of live keys by more than the current one. len(refs) is the number
+	// of slots.
+	refs []int32
+	// values are the registered value tables, for unreferenced.
+	values []heapTable
+	// candidates are slots whose count reached zero while current, and new keys' slots; marked[s] says s
+	// is in it, so it holds each slot at most once (at most one entry per slot).
+	candidates []int32
+	marked     []bool
 	// freeSlot frees a slot with no references; set by the generic backend.
 	freeSlot func(slot int32)
 }
@@ -50,31 +60,44 @@ func (st *heapStore) decRef(slot int32) {
 	case n > 0:
 	case n < 0:
 		panic(fmt.Sprintf("state: reference count of slot %d below zero", slot))
-	case slot == st.cur:
-		st.pendingFree = true
 	default:
+		st.released(slot)
+	}
+}
+
+// released is called when slot may have lost its last state: the current key's slot becomes a candidate,
+// another is freed if unreferenced.
+func (st *heapStore) released(slot int32) {
+	if slot == st.cur {
+		st.candidate(slot)
+	} else if st.unreferenced(slot) {
 		st.freeSlot(slot)
 	}
 }
 
-// release frees the current slot if it was left without references; it runs before the current key
-// changes.
-func (st *heapStore) release() {
-	st.pendingFree = false
-	if c := st.cur; c >= 0 && st.refs[c] == 0 {
-		st.freeSlot(c)
-		st.cur = -1
+// unreferenced reports whether no table and no timer holds state for slot.
+func (st *heapStore) unreferenced(slot int32) bool {
+	if st.refs[slot] != 0 {
+		return false
+	}
+	for _, t := range st.values {
+		if t.hasSlot(int(slot)) {
+			return false
+		}
+	}
+	return true
+}
+
+// candidate records that slot may be left without references.
+func (st *heapStore) candidate(slot int32) {
+	if !st.marked[slot] {
+		st.marked[slot] = true
+		st.candidates = append(st.candidates, slot)
 	}
 }
 
-// moveTo makes slot (a live slot, or -1) current, freeing the previous current slot if it has no
-// references left.
-func (st *heapStore) moveTo(slot int32) {
-	if st.pendingFree {
-		st.release()
-	}
-	st.cur = slot
-}
+// moveTo makes slot (a live slot, or -1) current.
+func (st *heapStore) moveTo(slot int32) { st.cur = slot }
 
 func (st *heapStore) register(name string, t heapTable) error {
 	_, dup := st.tables[name]
@@ -95,13 +118,18 @@ func (st *heapStore) register(name string, t heapTable) error {
 				}
 			}
 		}
+	}
+	st.tables[name] = t
+	if t.kind() == kindValue {
+		st.values = append(st.values, t)
+	}
+	if raw, ok := st.pending[name]; ok {
 		delete(st.pending, name)
-		// The table took over the raw entries' references (it added its own first).
+		// The table holds the raw entries now (registered, so that unreferenced sees a value table's).
 		for slot := range raw.slots {
 			st.decRef(slot)
 		}
 	}
-	st.tables[name] = t
 	return nil
 }
 
@@ -162,6 +190,11 @@ type keyOrder struct {
 	stale   int       // arena bytes of dropped entries
 	order   []heapKey // the entries, sorted
 	spare   []heapKey // the previous order's memory, reused by the next merge
+	// base and n are the generations array and length of the capture the order was last brought to. A
+	// captured array never changes (a slot changed after a capture copies the array first), so a capture
+	// with the same array and at least as many slots differs only by slots appended after n.
+	base *uint32
+	n    int
 }
 
 // NewHeap makes an empty heap (in-memory) backend.
@@ -190,12 +223,10 @@ func NewHeap[K comparable](o Options[K]) (KeyedBackend[K], error) {
 
 func (b *heapBackend[K]) store() any { return &b.heapStore }
 
-// SetCurrentKey implements KeyedBackend. A key with state costs one map lookup; a new key is encoded once
-// to check its key group. The previous key's slot is freed here if it was left without state.
+// SetCurrentKey implements KeyedBackend. A known key costs one map lookup; a new key is encoded once to
+// check its key group, and first frees the slots left without state (the previous current key's among
+// them).
 func (b *heapBackend[K]) SetCurrentKey(k K) {
-	if b.pendingFree {
-		b.release()
-	}
 	if b.ints != nil {
 		x := *(*uint64)(unsafe.Pointer(&k))
 		if s, ok := b.ints.get(x); ok {
@@ -218,6 +249,10 @@ func (b *heapBackend[K]) SetCurrentKey(k K) {
 }
 
 func (b *heapBackend[K]) newSlot(k K) int32 {
+	if len(b.candidates) > 0 {
+		b.cur = -1 // the current key is being left
+		b.freeCandidates()
+	}
 	enc, err := b.kc.Append(b.enc[:0], k)
 	b.enc = enc
 	if err != nil {
@@ -228,9 +263,20 @@ func (b *heapBackend[K]) newSlot(k K) int32 {
 			k, kg, b.groups.start, b.groups.end, ErrKeyGroupOutOfRange)})
 	}
 	s := b.addSlot(k)
-	// The new key holds no state yet: unless a state takes it, it is freed when the key changes.
-	b.pendingFree = true
+	// The new key holds no state yet: unless a state takes it, it is freed when another new key comes.
+	b.candidate(s)
 	return s
+}
+
+// freeCandidates frees the candidate slots that are live, not current and without references.
+func (b *heapBackend[K]) freeCandidates() {
+	for _, s := range b.candidates {
+		b.marked[s] = false
+		if b.gens[s]&1 == 1 && s != b.cur && b.unreferenced(s) {
+			b.freeSlotAt(s)
+		}
+	}
+	b.candidates = b.candidates[:0]
 }
 
 // maxSlots bounds the live keys of a heap backend: slots are int32.
@@ -252,6 +298,7 @@ func (b *heapBackend[K]) addSlot(k K) int32 {
 		b.keys = append(b.keys, k)
 		b.gens = append(b.gens, 1)
 		b.refs = append(b.refs, 0)
+		b.marked = append(b.marked, false)
 	}
 	b.slots[k] = s
 	return s
@@ -320,15 +367,15 @@ func (b *heapBackend[K]) ForEachKey(f func(k K) error) error {
 			b.moveTo(-1)
 		case b.gens[prev] == prevGen: // still the same key's slot
 			b.moveTo(prev)
-			b.pendingFree = b.refs[prev] == 0
-		default: // f cleared the previous key's state and its slot was freed
+			b.candidate(prev) // f may have cleared it; freeCandidates checks
+		default: // f made a new key current, which freed the previous key's slot
 			b.SetCurrentKey(prevKey)
 		}
 	}()
 	n := len(b.keys)
 	for i := range n {
-		if b.refs[i] == 0 {
-			continue
+		if b.gens[i]&1 == 0 {
+			continue // free
 		}
 		has := false
 		for _, t := range b.tables {
@@ -428,27 +475,39 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 // uvarint(len) ‖ key (the bytes the canonical order sorts by), sorted and merged in. A capture written
 // after a newer one brings the order back to itself; the next write moves it forward again.
 func updateOrder[K comparable](o *keyOrder, keys []K, gens []uint32, kc codec.Codec[K], maxP int) error {
+	if len(gens) == 0 {
+		o.order, o.arena, o.stale, o.base, o.n = o.order[:0], o.arena[:0], 0, nil, 0
+		clear(o.covered)
+		return nil
+	}
 	if len(o.covered) < len(gens) {
 		o.covered = append(o.covered, make([]uint32, len(gens)-len(o.covered))...)
 	}
-	// Drop entries the capture does not hold (freed, reused, or past its slots).
-	kept := o.order[:0]
-	for _, e := range o.order {
-		if int(e.slot) < len(gens) && gens[e.slot] == e.gen {
-			kept = append(kept, e)
-			continue
+	from := 0
+	if &gens[0] == o.base && len(gens) >= o.n {
+		from = o.n // only slots appended since can be new; every entry still holds
+	} else {
+		// Drop entries the capture does not hold (freed, reused, or past its slots).
+		kept := o.order[:0]
+		for _, e := range o.order {
+			if int(e.slot) < len(gens) && gens[e.slot] == e.gen {
+				kept = append(kept, e)
+				continue
+			}
+			if o.covered[e.slot] == e.gen {
+				o.covered[e.slot] = 0
+			}
+			o.stale += int(e.n)
 		}
-		if o.covered[e.slot] == e.gen {
-			o.covered[e.slot] = 0
-		}
-		o.stale += int(e.n)
+		o.order = kept
 	}
-	o.order = kept
+	o.base, o.n = &gens[0], len(gens)
 	var (
 		enc   []byte
 		added []heapKey
 	)
-	for i, g := range gens {
+	for i := from; i < len(gens); i++ {
+		g := gens[i]
 		if g&1 == 0 || o.covered[i] == g {
 			continue // free, or in the order already
 		}
@@ -555,7 +614,8 @@ func (b *heapBackend[K]) Restore(snapshots []io.Reader) error {
 // Close implements KeyedBackend.
 func (b *heapBackend[K]) Close() error {
 	b.slots, b.keys, b.gens, b.refs, b.free, b.tables, b.pending, b.ints = nil, nil, nil, nil, nil, nil, nil, nil
-	b.cur, b.pendingFree = -1, false
+	b.candidates, b.marked = nil, nil
+	b.cur = -1
 	return nil
 }
 
@@ -641,10 +701,7 @@ func (s *heapValue[V]) Update(v V) {
 		s.grow(slot)
 	}
 	s.values[slot] = v
-	if !s.present[slot] {
-		s.present[slot] = true
-		s.st.incRef(int32(slot))
-	}
+	s.present[slot] = true
 }
 
 // fold stores fn(value, x) in slot, or x when slot has no value, and returns what it stored; an error of
@@ -655,15 +712,11 @@ func (s *heapValue[V]) fold(slot int, x V, fn func(acc, x V) (V, error)) (V, err
 		if x, err = fn(s.values[slot], x); err != nil {
 			return x, err
 		}
-		s.values[slot] = x
-		return x, nil
-	}
-	if slot >= len(s.values) {
+	} else if slot >= len(s.values) {
 		s.grow(slot)
 	}
 	s.values[slot] = x
 	s.present[slot] = true
-	s.st.incRef(int32(slot))
 	return x, nil
 }
 
@@ -672,7 +725,7 @@ func (s *heapValue[V]) Clear() {
 		var zero V
 		s.values[slot] = zero
 		s.present[slot] = false
-		s.st.decRef(int32(slot))
+		s.st.released(int32(slot))
 	}
 }
 
@@ -688,10 +741,7 @@ func (s *heapValue[V]) restore(slot int32, _, value []byte) error {
 	if err := s.c.Decode(value, &s.values[slot]); err != nil {
 		return err
 	}
-	if !s.present[slot] {
-		s.present[slot] = true
-		s.st.incRef(slot)
-	}
+	s.present[slot] = true
 	return nil
 }
 

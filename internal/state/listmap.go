@@ -295,10 +295,4 @@ func (s *pebbleListMap[MK, V]) Range(f func(MK, []V) bool) {
 	s.st.check(it.Error(), s.name, "range")
 }
 
-func (s *pebbleListMap[MK, V]) Clear() {
-	k, ok := s.st.keyFor(s.id)
-	if !ok {
-		return
-	}
-	s.st.check(s.st.db.DeleteRange(k, prefixEnd(k), pebble.NoSync), s.name, "clear")
-}
+func (s *pebbleListMap[MK, V]) Clear() { s.st.clearPrefix(s.id, s.name) }

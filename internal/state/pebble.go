@@ -695,10 +695,22 @@ func (s *pebbleMap[MK, MV]) Range(f func(MK, MV) bool) {
 	s.st.check(it.Error(), s.name, "range")
 }
 
-func (s *pebbleMap[MK, MV]) Clear() {
-	k, ok := s.st.keyFor(s.id)
+func (s *pebbleMap[MK, MV]) Clear() { s.st.clearPrefix(s.id, s.name) }
+
+// clearPrefix deletes the current key's entries of map-keyed state id, one point delete each. A range
+// delete would be one write, but every range tombstone in the memtable is fragmented again by each later
+// read until a flush, so clearing per key (a window's state, say) made reads slow down with every clear;
+// the entries of one key are few.
+func (st *pebbleStore) clearPrefix(id uint16, name string) {
+	k, ok := st.keyFor(id)
 	if !ok {
 		return
 	}
-	s.st.check(s.st.db.DeleteRange(k, prefixEnd(k), pebble.NoSync), s.name, "clear")
+	prefix := bytes.Clone(k)
+	it, err := st.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	st.check(err, name, "clear")
+	for valid := it.First(); valid; valid = it.Next() {
+		st.check(st.db.Delete(it.Key(), pebble.NoSync), name, "clear")
+	}
+	st.check(errors.Join(it.Error(), it.Close()), name, "clear")
 }

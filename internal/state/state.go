@@ -1,11 +1,12 @@
-// Package state owns keyed state: the per-key values, lists and maps that keyed operators read and write for
-// the key of the record being processed, the two backends that hold it, and the snapshot format that carries
-// it into checkpoints and back.
+// Package state owns keyed state: the per-key values, lists, maps, list maps and timers that keyed
+// operators read and write for the key of the record being processed, the two backends that hold it, and
+// the snapshot format that carries it into checkpoints and back.
 //
 // # Backends
 //
 // A keyed operator subtask owns one KeyedBackend. It sets the key of each record with SetCurrentKey; the
-// state handles (ValueState, ListState, MapState) then read and write that key's state.
+// state handles (ValueState, ListState, MapState, ListMapState, Timers) then read and write that key's
+// state.
 //
 //   - NewHeap keeps state in memory. Keys are mapped to dense slots once per record (one hash-map lookup);
 //     every state is then a slice indexed by slot, so reading or updating a value costs no further lookup and
@@ -15,12 +16,57 @@
 //   - NewPebble keeps state in a cockroachdb/pebble store in a private working directory, for state larger
 //     than memory. Every access encodes the key (and the value) with its codec; keys are laid out as
 //     [key group, 2 bytes big-endian][state id, 2 bytes big-endian][uvarint length of the key][key][map key]
-//     (the map key only for map state), so one key group is one contiguous range and the map entries of
-//     one key share one prefix. The length before the key keeps keys that are prefixes of other keys apart.
-//     List state is one value per key, appended to with a pebble merge (concatenation), so Add does not read
-//     the list. Writes use pebble.NoSync with the write-ahead log off: the working directory is scratch
-//     space, never reopened; durability comes from checkpoints. A pebble error in a state access panics
-//     with an *AccessError (the handles have no error results); the task turns the panic into a failure.
+//     (the map key only for map and list map state; timers differ, see below), so one key group is one
+//     contiguous range and the map entries of one key share one prefix. The length before the key keeps
+//     keys that are prefixes of other keys apart. List state is one value per key, and a list map's list
+//     one value per map key, appended to with a pebble merge (concatenation), so Add and Append do not read
+//     the list. Clearing a map or list map deletes its entries one by one (range tombstones would slow
+//     every later read until a flush). Writes use pebble.NoSync with the write-ahead log off: the working
+//     directory is scratch space, never reopened; durability comes from checkpoints. A pebble error in a
+//     state access panics with an *AccessError (the handles have no error results); the task turns the
+//     panic into a failure.
+//
+// # Freeing heap keys
+//
+// A heap slot is freed once its key holds no state: each slot counts the list, map and list map tables
+// holding state for it plus its timers (and restored entries of states not yet registered); Clear, the
+// removal of a map's or list map's last entry, an emptied list and a fired or deleted last timer
+// decrement it. Values are not counted but looked up (one flag per value table) when a slot might be
+// freed, so that updating a value, the per-record write, does no more than before. Once nothing holds
+// the slot, the key leaves
+// the slot map and the integer index (deleted by backward shift, without tombstones), the slot's key is
+// zeroed and the slot goes on a free list that new keys take first; every table already holds nothing for
+// it, since each operation that drops a slot's last state zeroes what the table kept. The current key's
+// slot is never freed while it is current, so a function may Clear and then Update the same key: it is
+// freed, if still without state, when the next new key needs a slot (which then takes it), so that
+// setting a known key checks nothing; a key that is only read never keeps a slot. Snapshots share
+// the key and generation slices with their capture, so freeing or reusing a slot copies them first, once
+// per snapshot epoch. The snapshot order cache records the generation of each slot it holds; entries of
+// freed or reused slots are dropped by the next write, which merges the reused slots in like new keys. So
+// memory follows the live keys (Go maps keep their buckets at the peak: flat at the peak of live keys).
+// The pebble backend deletes; its memory is its caches and the timers' per-key-group cache.
+//
+// # Timers
+//
+// NewTimers declares a timers state (kind 4): per key, a set of (time, Namespace) pairs, de-duplicated,
+// fired by FireUpTo in time order with their key current. Timers are keyed state, so they are checkpointed,
+// restored and rescaled like every other state. On the heap they are a binary min-heap of 32-byte entries
+// with a position index (a map from timer to a fixed id, and the heap index by id); ties in time fire by
+// slot, then namespace. In pebble each timer is one entry [key group][state id][time, 8 bytes][uvarint key
+// length][key][namespace, 16 bytes] with an empty value (times and namespaces sign-flipped big-endian, so
+// byte order is numeric order), so a key group's timers are one range in time order; in memory only the
+// earliest time of each owned key group and a min-heap of key groups by it (Flink's per-key-group priority
+// queue cache). FireUpTo seeks the head key group from its earliest live time, past the tombstones of
+// fired timers; ties in time fire by key group, then key bytes, then namespace. Register reads before it
+// writes, so that Len is exact and re-registering an existing timer (a window's, once per record) writes
+// nothing.
+//
+// # Reserved names
+//
+// State names that start with NUL (ReservedPrefix) are the engine's: "\x00timers/event",
+// "\x00timers/processing", "\x00window/acc", "\x00window/elems", ... Every constructor refuses such a
+// name, naming the rule, unless its backend came through Engine, which the operators call and the public
+// API does not offer.
 //
 // # Key groups
 //
@@ -34,39 +80,49 @@
 // # Snapshots
 //
 // KeyedBackend.Snapshot runs on the task goroutine and only captures state (heap: copies of the slot tables
-// and copy-on-write for lists and maps; pebble: a pebble snapshot). The returned write function serializes
-// the capture on any goroutine, while the task goes on processing records; changes made after Snapshot never
-// reach the bytes. Both backends write one canonical format (see the snapshot format below), byte for byte
-// equal for equal contents, so a snapshot of either backend restores into either.
+// and of the timer heap array, and copy-on-write for lists, maps and list maps; pebble: a pebble snapshot).
+// The returned write function serializes the capture on any goroutine, while the task goes on processing
+// records; changes made after Snapshot never reach the bytes. Both backends write one canonical format (see
+// the snapshot format below), byte for byte equal for equal contents, so a snapshot of either backend
+// restores into either. The heap writer sorts its copy of the timers into the format's order; the pebble
+// writer sorts each key group's timers (memory: one key group's timers).
 //
 // Restore reads one or more snapshots (after a rescale, those of several old subtasks) and keeps the entries
-// of the key groups this subtask owns. States may be registered before or after Restore: entries of a state
+// of the key groups this subtask owns; timers are entries like any other, so rescaling redistributes them
+// with no code of their own. States may be registered before or after Restore: entries of a state
 // that is not registered yet are kept (heap: as bytes; pebble: under a state id reserved for the name) and
-// handed to the state when it is registered, with a check that the kind (value, list, map) matches. States
+// handed to the state when it is registered, with a check that the kind matches. States
 // that are never registered are carried into later snapshots unchanged, so no state is dropped because an
 // operator declares it late. The order the task uses is: build the backend, open the operators (they
 // register their state in Open, and SealDeclarations ends that), Restore, then process records. A failed Restore leaves the backend in an
 // unspecified state: Close it and start over.
 //
-// # Snapshot format (version 1)
+// # Snapshot format (version 2; version 1 still read)
 //
 // All fixed-width integers are big-endian.
 //
-//	magic "RNLKEYED" (8 bytes), version u16 = 1
+//	magic "RNLKEYED" (8 bytes), version u16 = 2
 //	checkpoint id i64, max parallelism u32, key group start u32, key group end u32 (the writer's range)
-//	uvarint number of states, then per state: uvarint name length, name, kind byte (1 value, 2 list, 3 map);
-//	  states are sorted by name
+//	uvarint number of states, then per state: uvarint name length, name, kind byte (1 value, 2 list, 3 map,
+//	  4 timers, 5 list map), flags byte (0; a reader refuses flags it does not know); states are sorted by
+//	  name
 //	CRC-32C (Castagnoli) u32 of the header so far, so that a damaged header is never interpreted
 //	entries, each: byte 1, key group u16, uvarint state index, uvarint key length, key,
-//	  [map state only: uvarint map key length, map key], uvarint value length, value
+//	  [map, timers and list map state only: uvarint map key length, map key], uvarint value length, value
 //	byte 0, uvarint number of entries
 //	CRC-32C u32 of every byte above (the header's checksum included)
 //
-// Keys, map keys and values are their codecs' encodings; a list value is its elements' encodings, each
-// preceded by its uvarint length. Entries are sorted by key group, then state index, then the bytes
-// uvarint(key length) ‖ key ‖ map key. A reader checks the magic, version, order, lengths, that each
-// entry's key group is the hash of its key, the count and the checksum; any failure is an error wrapping
-// ErrCorruptSnapshot (truncation wraps io.ErrUnexpectedEOF as well).
+// Keys, map keys and values are their codecs' encodings; a list value (of list state, and of each list of
+// a list map) is its elements' encodings, each preceded by its uvarint length. A timer is an entry whose
+// map key is its time, namespace A and namespace B, 8 bytes each, sign-flipped (x XOR 1<<63) so that byte
+// order is numeric order, and whose value is empty. Entries are sorted by key group, then state index,
+// then the bytes uvarint(key length) ‖ key ‖ map key (so a key's timers come in time order). A reader
+// checks the magic, version, order, lengths, that each entry's key group is the hash of its key, that a
+// timer's map key is 24 bytes and its value empty, the count and the checksum; any failure is an error
+// wrapping ErrCorruptSnapshot (truncation wraps io.ErrUnexpectedEOF as well).
+//
+// Version 1 is version 2 without the flags byte and with kinds 1 to 3 only; it is still read, and a
+// restored backend writes version 2.
 //
 // # What it must not touch
 //

@@ -90,7 +90,10 @@ type heapTimer struct {
 	ts   int64
 	ns   Namespace
 	slot int32
+	id   int32 // the timer's index in heapTimers.where, fixed while it lives
 }
+
+func (x *heapTimer) key() timerKey { return timerKey{ts: x.ts, ns: x.ns, slot: x.slot} }
 
 // timerKey identifies a timer for de-duplication and deletion.
 type timerKey struct {
@@ -117,14 +120,18 @@ func lessTimer(a, b *heapTimer) bool {
 // maxHeapTimers bounds the timers of one heap timers state: positions are int32.
 const maxHeapTimers = math.MaxInt32
 
-// heapTimers is Timers on the heap: a binary min-heap and a position index. Each timer holds a reference
-// on its key's slot, so a key with timers keeps its slot.
+// heapTimers is Timers on the heap: a binary min-heap and a position index. The index maps a timer to a
+// fixed id, and where maps the id to the timer's place in the heap, so moving a timer in the heap writes
+// an array, not the map. Each timer holds a reference on its key's slot, so a key with timers keeps its
+// slot.
 type heapTimers struct {
-	st    *heapStore
-	name  string
-	h     []heapTimer
-	pos   map[timerKey]int32 // index in h of every timer
-	count []int32            // timers per slot, for hasSlot
+	st      *heapStore
+	name    string
+	h       []heapTimer
+	pos     map[timerKey]int32 // id of every timer
+	where   []int32            // heap index by id
+	freeIDs []int32            // ids of removed timers, for reuse; at most len(where)
+	count   []int32            // timers per slot, for hasSlot
 }
 
 func (t *heapTimers) kind() kind { return kindTimers }
@@ -157,9 +164,17 @@ func (t *heapTimers) add(slot int32, ts int64, ns Namespace) {
 	if len(t.h) >= maxHeapTimers {
 		panic(&AccessError{State: t.name, Op: "register timer", Err: fmt.Errorf("more than %d timers", maxHeapTimers)})
 	}
+	var id int32
+	if n := len(t.freeIDs); n > 0 {
+		id, t.freeIDs = t.freeIDs[n-1], t.freeIDs[:n-1]
+	} else {
+		id = int32(len(t.where))
+		t.where = append(t.where, 0)
+	}
 	i := len(t.h)
-	t.h = append(t.h, heapTimer{ts: ts, ns: ns, slot: slot})
-	t.pos[k] = int32(i)
+	t.h = append(t.h, heapTimer{ts: ts, ns: ns, slot: slot, id: id})
+	t.where[id] = int32(i)
+	t.pos[k] = id
 	t.up(i)
 	for len(t.count) <= int(slot) {
 		t.count = append(t.count, 0)
@@ -173,11 +188,11 @@ func (t *heapTimers) Delete(ts int64, ns Namespace) {
 	if slot < 0 {
 		return
 	}
-	i, ok := t.pos[timerKey{ts: ts, ns: ns, slot: slot}]
+	id, ok := t.pos[timerKey{ts: ts, ns: ns, slot: slot}]
 	if !ok {
 		return
 	}
-	t.removeAt(int(i))
+	t.removeAt(int(t.where[id]))
 }
 
 // removeAt removes the timer at index i and releases its slot reference.
@@ -188,7 +203,8 @@ func (t *heapTimers) removeAt(i int) {
 		t.swap(i, last)
 	}
 	t.h = t.h[:last]
-	delete(t.pos, timerKey(x))
+	delete(t.pos, x.key())
+	t.freeIDs = append(t.freeIDs, x.id)
 	if i < last && !t.down(i) {
 		t.up(i)
 	}
@@ -199,7 +215,8 @@ func (t *heapTimers) removeAt(i int) {
 func (t *heapTimers) FireUpTo(ts int64, f func(ts int64, ns Namespace) error) error {
 	for len(t.h) > 0 && t.h[0].ts <= ts {
 		x := t.h[0]
-		// Current first, so that the timer's reference, released next, leaves the slot pending, not freed.
+		// Current first, so that the timer's reference, released next, leaves the slot a candidate, not
+		// freed: f runs with its key.
 		t.st.moveTo(x.slot)
 		t.removeAt(0)
 		if err := f(x.ts, x.ns); err != nil {
@@ -211,9 +228,7 @@ func (t *heapTimers) FireUpTo(ts int64, f func(ts int64, ns Namespace) error) er
 
 func (t *heapTimers) swap(i, j int) {
 	t.h[i], t.h[j] = t.h[j], t.h[i]
-	a, b := &t.h[i], &t.h[j]
-	t.pos[timerKey(*a)] = int32(i)
-	t.pos[timerKey(*b)] = int32(j)
+	t.where[t.h[i].id], t.where[t.h[j].id] = int32(i), int32(j)
 }
 
 func (t *heapTimers) up(i int) {
@@ -327,6 +342,14 @@ func (t *pebbleTimers) bounds(kg int) (lo, hi []byte) {
 	return lo, prefixEnd(lo)
 }
 
+// boundsFrom returns the store key range of key group kg's timers at or after time from. Fired and deleted
+// timers stay in the store as tombstones until compaction; seeking from the earliest live time, not from
+// the start of the key group, steps over them instead of through them.
+func (t *pebbleTimers) boundsFrom(kg int, from int64) (lo, hi []byte) {
+	lo, hi = t.bounds(kg)
+	return binary.BigEndian.AppendUint64(lo, flip(from)), hi
+}
+
 // splitTimerKey splits a timers store key into key group, time, the key's uvarint(length) ‖ key, the key
 // and the namespace.
 func splitTimerKey(k []byte) (kg int, ts int64, lenKey, key []byte, ns Namespace, err error) {
@@ -411,16 +434,16 @@ func (t *pebbleTimers) Delete(ts int64, ns Namespace) {
 	t.st.check(t.st.db.Delete(k, pebble.NoSync), t.name, "delete timer")
 	t.n--
 	if i := int32(kg - t.start); t.earliest[i] == ts {
-		t.recompute(i)
+		t.recompute(i, ts)
 	}
 	if kg == t.itKG {
 		t.stale = true
 	}
 }
 
-// recompute reads key group i's earliest time from the store.
-func (t *pebbleTimers) recompute(i int32) {
-	lo, hi := t.bounds(t.start + int(i))
+// recompute reads key group i's earliest time, which is at least from, from the store.
+func (t *pebbleTimers) recompute(i int32, from int64) {
+	lo, hi := t.boundsFrom(t.start+int(i), from)
 	it, err := t.st.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	t.st.check(err, t.name, "timers")
 	if it.First() {
@@ -485,7 +508,7 @@ func (t *pebbleTimers) FireUpTo(upTo int64, f func(ts int64, ns Namespace) error
 					return fmt.Errorf("timers state %q: fire: %w", t.name, err)
 				}
 			}
-			lo, hi := t.bounds(kg)
+			lo, hi := t.boundsFrom(kg, t.earliest[i])
 			if it, err = t.st.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi}); err != nil {
 				it = nil
 				return fmt.Errorf("timers state %q: fire: %w", t.name, err)

@@ -200,6 +200,7 @@ type Counters struct {
 	Watermark               int64
 	publishedIn, publishOut atomic.Uint64
 	publishedWatermark      atomic.Int64
+	m                       metrics
 }
 
 // NewCounters returns counters at zero, with no watermark.
@@ -214,6 +215,7 @@ func (c *Counters) Publish() {
 	c.publishedIn.Store(c.In)
 	c.publishOut.Store(c.Out)
 	c.publishedWatermark.Store(c.Watermark)
+	c.publishMetrics()
 }
 
 // PublishedWatermark returns the last published watermark (math.MinInt64: none yet).
@@ -288,6 +290,8 @@ type Update struct {
 	RecordsIn, RecordsOut uint64
 	// Watermark is the attempt's last watermark, with a terminal State (math.MinInt64: none).
 	Watermark int64
+	// Metrics are the attempt's operator metrics as last published, with a terminal State.
+	Metrics []Metric
 }
 
 // ObservationKind says what a task observed.
@@ -408,6 +412,7 @@ func (t *Task) setState(s State, err error) {
 		if s.Terminal() {
 			u.RecordsIn, u.RecordsOut = t.counters.Snapshot()
 			u.Watermark = t.counters.PublishedWatermark()
+			u.Metrics = t.counters.PublishedMetrics()
 		}
 		t.env.Report(u)
 	}
