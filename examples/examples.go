@@ -12,6 +12,7 @@ import (
 	"github.com/runnel-dev/runnel/examples/clickstream"
 	"github.com/runnel-dev/runnel/examples/fraud"
 	"github.com/runnel-dev/runnel/examples/internal/run"
+	"github.com/runnel-dev/runnel/examples/nexmark"
 	"github.com/runnel-dev/runnel/examples/sequence"
 	"github.com/runnel-dev/runnel/examples/wordcount"
 )
@@ -68,6 +69,11 @@ func All() []Example {
 			Name:        "fraud",
 			Description: "fraud detection: a large transaction within a minute of a small one on the same account raises an alert (keyed state and a processing-time timer)",
 			New:         func(fs *pflag.FlagSet) Job { return fraud.New(fs) },
+		},
+		{
+			Name:        "nexmark",
+			Description: "the Nexmark benchmark's queries (--query q0, q1, q2, q3, q4, q5, q7, q8) over its generated auction stream or a JSON lines file, in event time",
+			New:         func(fs *pflag.FlagSet) Job { return nexmark.New(fs) },
 		},
 		{
 			Name:        "sequence",

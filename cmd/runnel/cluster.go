@@ -44,7 +44,7 @@ func buildExample(ex examples.Example, args []string, out io.Writer, opts ...run
 		return nil, nil, fmt.Errorf("%s: %w", ex.Name, err)
 	}
 	env := runnel.NewEnvironment(append(f.jobOptions(), opts...)...)
-	if err := job.Build(env, examples.Options{Out: out, Duration: f.duration}); err != nil {
+	if err := job.Build(env, examples.Options{Out: out, Duration: f.duration, Restoring: f.fromSavepoint != ""}); err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", ex.Name, err)
 	}
 	return env, job, env.Err()

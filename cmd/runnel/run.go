@@ -85,7 +85,7 @@ func newRunCmd() *cobra.Command {
 		c.RunE = func(cmd *cobra.Command, _ []string) error {
 			build := func(opts []runnel.Option) (*runnel.Environment, examples.Job, error) {
 				env := runnel.NewEnvironment(append(opts, runnel.WithTaskManagers(f.taskManagers), runnel.WithMetrics(f.metricsAddr))...)
-				if err := job.Build(env, examples.Options{Out: cmd.OutOrStdout(), Duration: f.duration}); err != nil {
+				if err := job.Build(env, examples.Options{Out: cmd.OutOrStdout(), Duration: f.duration, Restoring: f.fromSavepoint != ""}); err != nil {
 					return nil, nil, err
 				}
 				return env, job, nil

@@ -1,10 +1,11 @@
-// Package nexmark is the Nexmark benchmark's data model for Runnel: the events (Person, Auction, Bid), their
+// Package nexmark is the Nexmark benchmark in Runnel: the events (Person, Auction, Bid), their
 // codec, the deterministic generator of the suite as a Runnel source, and the JSON lines format the suite's
 // input and output files use (a reader as a source, and an allocation-free writer).
 //
 // The generator is one documented algorithm (see Generator) that bench/flink ports to Java event for event;
-// testdata/generator-1000.jsonl pins both. The queries of docs/eventtime.md §10.4 are written on top of this
-// package, and `runnel run nexmark` registers them; this package owns the data, not the jobs.
+// testdata/generator-1000.jsonl pins both. On top of the data, the package has the suite's queries q0, q1,
+// q2, q3, q4, q5, q7 and q8 as jobs in event time (Build, docs/eventtime.md §10.4) and the bundled example
+// that runs them (Job: `runnel run nexmark`); `runnel bench nexmark` measures them.
 //
 // Like every example it is built on the public API (runnel, codec, connector) only and must not import
 // Runnel's internal packages.

@@ -13,6 +13,9 @@ type Options struct {
 	// Duration is the run's time limit (0: until bounded sources end). Examples with an optionally
 	// unbounded source run unbounded when it is set.
 	Duration time.Duration
+	// Restoring says that the run resumes from a savepoint or checkpoint (--from-savepoint): output an
+	// earlier run left behind is then this run's too.
+	Restoring bool
 }
 
 // Writer returns Out, or io.Discard when it is nil.

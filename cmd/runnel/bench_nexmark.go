@@ -1,0 +1,380 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/runnel-dev/runnel"
+	"github.com/runnel-dev/runnel/examples/nexmark"
+)
+
+// nexmarkBenchConfig configures `runnel bench nexmark`.
+type nexmarkBenchConfig struct {
+	query              string
+	events             uint64
+	runs               int
+	checkpointInterval time.Duration
+	outOfOrderness     time.Duration
+	// The memory run: a fixed rate for a duration, RSS every rssEvery.
+	rate     int64
+	duration time.Duration
+	rssEvery time.Duration
+	// cpuProfile, when set, is the file a CPU profile of the runs goes to.
+	cpuProfile string
+}
+
+// nexmarkRun is one measured run over a bounded generated stream.
+type nexmarkRun struct {
+	Events      uint64        `json:"events"`
+	Results     int64         `json:"results"`
+	Elapsed     time.Duration `json:"elapsed_ns"`
+	EventsPerS  float64       `json:"events_per_s"`
+	Checkpoints int64         `json:"checkpoints"`
+}
+
+// nexmarkBenchResult is what `runnel bench nexmark --json` prints for a throughput measurement.
+type nexmarkBenchResult struct {
+	Query              string        `json:"query"`
+	Parallelism        int           `json:"parallelism"`
+	CheckpointInterval time.Duration `json:"checkpoint_interval_ns"`
+	Runs               []nexmarkRun  `json:"runs"`
+	// EventsPerS is the median of the runs'.
+	EventsPerS float64 `json:"events_per_s"`
+}
+
+// rssSample is one reading of the memory run.
+type rssSample struct {
+	At     time.Duration `json:"at_ns"`
+	RSS    int64         `json:"rss_bytes"`
+	Events int64         `json:"events"` // generated so far (over all subtasks)
+}
+
+// nexmarkBenchParallelism is the parallelism of every operator of the benchmark (the issue's).
+const nexmarkBenchParallelism = 2
+
+func newNexmarkBenchCmd() *cobra.Command {
+	var cfg nexmarkBenchConfig
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "nexmark",
+		Short: "a Nexmark query over the generated stream at parallelism 2: events per second (or, with --rate and --duration, RSS over time)",
+		Long: `Runs one Nexmark query (runnel run nexmark's) at parallelism 2 over the built-in generator, unthrottled,
+into a sink that counts and discards. events/s = events / (the last record at the sink - the first poll of
+a source); the median of --runs runs is reported.
+
+With --rate R --duration D the stream is unbounded at R events/s for D, and the process's RSS (VmRSS of
+/proc/self/status) is printed every --rss-every: memory should stay flat.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := cfg.validate(); err != nil {
+				return usageError(err)
+			}
+			out := cmd.OutOrStdout()
+			if cfg.cpuProfile != "" {
+				f, err := os.Create(cfg.cpuProfile)
+				if err != nil {
+					return usageError(fmt.Errorf("invalid --cpuprofile: %w", err))
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return fmt.Errorf("--cpuprofile: %w", err)
+				}
+				defer pprof.StopCPUProfile()
+			}
+			if cfg.duration > 0 {
+				return runNexmarkRSS(cmd.Context(), cfg, out, asJSON)
+			}
+			res, err := benchNexmark(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return json.NewEncoder(out).Encode(res)
+			}
+			fmt.Fprintf(out, "nexmark %s: %d events, parallelism %d", cfg.query, cfg.events, nexmarkBenchParallelism)
+			if cfg.checkpointInterval > 0 {
+				fmt.Fprintf(out, ", checkpoints every %s", cfg.checkpointInterval)
+			}
+			fmt.Fprintln(out)
+			for i, r := range res.Runs {
+				fmt.Fprintf(out, "run %d              %12.0f events/s  (%v, %d results, %d checkpoints)\n", i+1, r.EventsPerS,
+					r.Elapsed.Round(time.Millisecond), r.Results, r.Checkpoints)
+			}
+			fmt.Fprintf(out, "median             %12.0f events/s\n", res.EventsPerS)
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&cfg.query, "query", "", "the query: "+strings.Join(nexmark.Queries, ", "))
+	fl.Uint64Var(&cfg.events, "events", 20_000_000, "events per run")
+	fl.IntVar(&cfg.runs, "runs", 3, "runs; the median is reported")
+	fl.DurationVar(&cfg.checkpointInterval, "checkpoint-interval", 0, "take checkpoints this often (0: none)")
+	fl.DurationVar(&cfg.outOfOrderness, "out-of-orderness", nexmark.DefaultOutOfOrderness, "the watermark bound")
+	fl.Int64Var(&cfg.rate, "rate", 0, "with --duration: events per second")
+	fl.DurationVar(&cfg.duration, "duration", 0, "run unbounded at --rate for this long and report RSS (0: the throughput measurement)")
+	fl.DurationVar(&cfg.rssEvery, "rss-every", time.Minute, "with --duration: how often to report RSS")
+	fl.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the runs to this file")
+	fl.BoolVar(&asJSON, "json", false, "print one JSON object (the memory run: one per sample, then a summary)")
+	return cmd
+}
+
+func (c nexmarkBenchConfig) validate() error {
+	var errs []error
+	if !slices.Contains(nexmark.Queries, c.query) {
+		errs = append(errs, fmt.Errorf("invalid --query %q: use one of %s", c.query, strings.Join(nexmark.Queries, ", ")))
+	}
+	if c.checkpointInterval < 0 {
+		errs = append(errs, fmt.Errorf("invalid --checkpoint-interval %s: must not be negative", c.checkpointInterval))
+	}
+	if c.outOfOrderness < 0 || c.outOfOrderness%time.Millisecond != 0 {
+		errs = append(errs, fmt.Errorf("invalid --out-of-orderness %s: whole milliseconds, at least 0", c.outOfOrderness))
+	}
+	switch {
+	case c.duration < 0:
+		errs = append(errs, fmt.Errorf("invalid --duration %s: must not be negative", c.duration))
+	case c.duration > 0 && c.rate <= 0:
+		errs = append(errs, errors.New("--duration runs at a fixed rate: set --rate to a positive events/s"))
+	case c.duration > 0 && c.rssEvery <= 0:
+		errs = append(errs, fmt.Errorf("invalid --rss-every %s: must be positive", c.rssEvery))
+	case c.duration == 0 && c.rate != 0:
+		errs = append(errs, errors.New("--rate is for the memory run: set --duration too (the throughput run is unthrottled)"))
+	case c.duration == 0 && c.events < 1:
+		errs = append(errs, fmt.Errorf("invalid --events %d: must be at least 1", c.events))
+	case c.duration == 0 && c.runs < 1:
+		errs = append(errs, fmt.Errorf("invalid --runs %d: must be at least 1", c.runs))
+	}
+	return errors.Join(errs...)
+}
+
+// benchNexmark runs the throughput measurement.
+func benchNexmark(ctx context.Context, cfg nexmarkBenchConfig) (nexmarkBenchResult, error) {
+	res := nexmarkBenchResult{Query: cfg.query, Parallelism: nexmarkBenchParallelism, CheckpointInterval: cfg.checkpointInterval}
+	for range cfg.runs {
+		r, err := benchNexmarkOnce(ctx, cfg)
+		if err != nil {
+			return res, err
+		}
+		res.Runs = append(res.Runs, r)
+	}
+	eps := make([]float64, len(res.Runs))
+	for i, r := range res.Runs {
+		eps[i] = r.EventsPerS
+	}
+	slices.Sort(eps)
+	res.EventsPerS = eps[len(eps)/2]
+	return res, nil
+}
+
+// nexmarkBenchJob builds the query over the generated stream of gen into a counting sink. probe records
+// the first poll of a source.
+func nexmarkBenchJob(cfg nexmarkBenchConfig, gen nexmark.GeneratorConfig, probe *pollProbe) (*runnel.Environment, *nexmark.Counter, error) {
+	opts := []runnel.Option{runnel.WithParallelism(nexmarkBenchParallelism), runnel.WithLogger(slog.New(slog.DiscardHandler))}
+	if cfg.checkpointInterval > 0 {
+		opts = append(opts, runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: cfg.checkpointInterval}))
+	}
+	env := runnel.NewEnvironment(opts...)
+	events := nexmark.Events(env, &probedSource{src: nexmark.Source(gen), probe: probe}, 0, cfg.outOfOrderness)
+	q, err := nexmark.Build(cfg.query, events)
+	if err != nil {
+		return nil, nil, err
+	}
+	c := &nexmark.Counter{}
+	q.ToCounter(c)
+	return env, c, env.Err()
+}
+
+func benchNexmarkOnce(ctx context.Context, cfg nexmarkBenchConfig) (nexmarkRun, error) {
+	probe := &pollProbe{}
+	env, c, err := nexmarkBenchJob(cfg, nexmark.GeneratorConfig{Events: cfg.events}, probe)
+	if err != nil {
+		return nexmarkRun{}, err
+	}
+	res, err := env.Execute(ctx, "nexmark-bench-"+cfg.query)
+	end := time.Now()
+	if err != nil {
+		return nexmarkRun{}, fmt.Errorf("nexmark %s: %w", cfg.query, err)
+	}
+	if res.Status != "FINISHED" {
+		return nexmarkRun{}, fmt.Errorf("nexmark %s: job %s: %s", cfg.query, res.Status, res.Error)
+	}
+	if last := c.Last(); !last.IsZero() {
+		end = last // a query whose last result comes before the job's end is measured to that result
+	}
+	r := nexmarkRun{Events: cfg.events, Results: c.Count(), Elapsed: end.Sub(probe.first())}
+	if res.Checkpoints != nil {
+		r.Checkpoints = res.Checkpoints.Completed
+	}
+	r.EventsPerS = float64(cfg.events) / r.Elapsed.Seconds()
+	return r, nil
+}
+
+// runNexmarkRSS runs the query unbounded at a fixed rate for the duration and reports RSS every
+// rssEvery, then the first and last samples.
+func runNexmarkRSS(ctx context.Context, cfg nexmarkBenchConfig, out io.Writer, asJSON bool) error {
+	probe := &pollProbe{}
+	env, _, err := nexmarkBenchJob(cfg, nexmark.GeneratorConfig{Rate: cfg.rate}, probe)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.duration)
+	defer cancel()
+	start := time.Now()
+	done := make(chan struct{})
+	var samples []rssSample
+	var sampleErr error
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(cfg.rssEvery)
+		defer tick.Stop()
+		enc := json.NewEncoder(out)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			rss, err := readRSS()
+			if err != nil {
+				sampleErr = err
+				return
+			}
+			s := rssSample{At: time.Since(start).Round(time.Second), RSS: rss, Events: probe.polled.Load()}
+			samples = append(samples, s)
+			if asJSON {
+				enc.Encode(s)
+			} else {
+				fmt.Fprintf(out, "%8s  RSS %7.1f MiB  %d events\n", s.At, float64(rss)/(1<<20), s.Events)
+			}
+		}
+	}()
+	res, err := env.Execute(ctx, "nexmark-rss-"+cfg.query)
+	cancel()
+	<-done
+	if err != nil {
+		return fmt.Errorf("nexmark %s: %w", cfg.query, err)
+	}
+	if res.Status != "CANCELED" {
+		return fmt.Errorf("nexmark %s: job %s before --duration: %s", cfg.query, res.Status, res.Error)
+	}
+	if sampleErr != nil {
+		return sampleErr
+	}
+	if len(samples) > 0 && !asJSON {
+		first, last := samples[0], samples[len(samples)-1]
+		fmt.Fprintf(out, "RSS %0.1f MiB at %s, %0.1f MiB at %s (%+.1f%%)\n", float64(first.RSS)/(1<<20), first.At,
+			float64(last.RSS)/(1<<20), last.At, 100*(float64(last.RSS)/float64(first.RSS)-1))
+	}
+	return nil
+}
+
+// readRSS returns this process's resident set size: VmRSS of /proc/self/status.
+func readRSS() (int64, error) {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0, fmt.Errorf("reading RSS: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("reading RSS: VmRSS %q: %w", rest, err)
+			}
+			return kb << 10, nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, fmt.Errorf("reading RSS: %w", err)
+	}
+	return 0, errors.New("reading RSS: no VmRSS in /proc/self/status")
+}
+
+// pollProbe records when a source first polled, and how many events the sources emitted.
+type pollProbe struct {
+	firstNs atomic.Int64
+	polled  atomic.Int64
+}
+
+func (p *pollProbe) first() time.Time { return time.Unix(0, p.firstNs.Load()) }
+
+// probedSource is a source that tells its probe when it first polled; it is the source it wraps otherwise.
+type probedSource struct {
+	src   runnel.Source[nexmark.Event]
+	probe *pollProbe
+}
+
+func (s *probedSource) CreateReader(ctx runnel.RuntimeContext) (runnel.SourceReader[nexmark.Event], error) {
+	r, err := s.src.CreateReader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cr, ok := r.(runnel.CheckpointedReader)
+	if !ok {
+		return nil, errors.New("probedSource: the generator's reader is not checkpointed")
+	}
+	return &probedReader{SourceReader: r, cr: cr, probe: s.probe}, nil
+}
+
+type probedReader struct {
+	runnel.SourceReader[nexmark.Event]
+	cr     runnel.CheckpointedReader
+	probe  *pollProbe
+	polled bool
+	count  countingCollector
+}
+
+func (r *probedReader) PollNext(out runnel.Collector[nexmark.Event]) (runnel.InputStatus, error) {
+	if !r.polled {
+		r.polled = true
+		r.probe.firstNs.CompareAndSwap(0, time.Now().UnixNano())
+	}
+	if r.count.out != out {
+		r.count = countingCollector{out: out, probe: r.probe}
+		if bc, ok := out.(runnel.BatchCollector[nexmark.Event]); ok {
+			r.count.batch = bc
+		}
+	}
+	if r.count.batch != nil {
+		return r.SourceReader.PollNext(&r.count)
+	}
+	return r.SourceReader.PollNext(countingPlain{&r.count})
+}
+
+// SnapshotState implements runnel.CheckpointedReader.
+func (r *probedReader) SnapshotState(id int64) ([]byte, error) { return r.cr.SnapshotState(id) }
+
+// RestoreState implements runnel.CheckpointedReader.
+func (r *probedReader) RestoreState(b []byte) error { return r.cr.RestoreState(b) }
+
+// countingCollector counts what the reader emits into the probe, as a BatchCollector.
+type countingCollector struct {
+	out   runnel.Collector[nexmark.Event]
+	batch runnel.BatchCollector[nexmark.Event]
+	probe *pollProbe
+}
+
+func (c *countingCollector) Collect(e nexmark.Event) { c.probe.polled.Add(1); c.out.Collect(e) }
+func (c *countingCollector) CollectBatch(es []nexmark.Event) {
+	c.probe.polled.Add(int64(len(es)))
+	c.batch.CollectBatch(es)
+}
+
+// countingPlain is countingCollector without the batch method, for a collector that has none.
+type countingPlain struct{ c *countingCollector }
+
+func (c countingPlain) Collect(e nexmark.Event) { c.c.Collect(e) }
