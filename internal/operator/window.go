@@ -282,8 +282,15 @@ func (o *windowOp[K, T, ACC, V, Out]) process(v T, ts int64) {
 			continue
 		}
 		taken = true
-		if err := o.add(w, v); err != nil {
+		created, err := o.add(w, v)
+		if err != nil {
 			o.kc.fail(err)
+		}
+		// An incremental window's timers are registered with its accumulator (they are restored together);
+		// a listing window's, and a session's (merging moves them), at every record (finding out whether a
+		// list is new would cost a read).
+		if !created && o.acc != nil && o.spec.Assigner.Kind != Session && !(o.spec.Assigner.EventTime && w.MaxTimestamp() <= o.watermark) {
+			continue
 		}
 		if c := o.cleanupTime(w); c != w.MaxTimestamp() {
 			o.timers.Register(c, state.Namespace{A: w.Start, B: w.End})
@@ -307,10 +314,11 @@ func (o *windowOp[K, T, ACC, V, Out]) process(v T, ts int64) {
 	}
 }
 
-func (o *windowOp[K, T, ACC, V, Out]) add(w TimeWindow, v T) error {
+// add adds v to window w and says whether w's accumulator was new (always false for a listing window).
+func (o *windowOp[K, T, ACC, V, Out]) add(w TimeWindow, v T) (bool, error) {
 	if o.acc == nil {
 		o.elems.Append(w, v)
-		return nil
+		return false, nil
 	}
 	a, ok := o.acc.Get(w)
 	if !ok {
@@ -318,10 +326,10 @@ func (o *windowOp[K, T, ACC, V, Out]) add(w TimeWindow, v T) error {
 	}
 	a, err := o.spec.Inc.Add(v, a)
 	if err != nil {
-		return err
+		return false, err
 	}
 	o.acc.Put(w, a)
-	return nil
+	return !ok, nil
 }
 
 // mergeSessions merges the current key's session windows that overlap w into one, moving their contents
