@@ -383,16 +383,19 @@ func (e *Environment) run(ctx context.Context, p *prepared, on runOn) (*JobResul
 		}
 		restored = info
 		defer sp.Close()
-		var vs []checkpoint.Vertex
-		sources := map[ident.VertexID]bool{}
-		for _, v := range jg.Vertices {
-			vs = append(vs, checkpoint.Vertex{ID: v.ID, Name: v.Name, Parallelism: int32(v.Parallelism)})
+		dropped, err := jobcore.CheckRestore(sp.Checkpoint, jobcore.RestoreCheck{
+			Vertices: jg.Vertices,
 			// A source's position cannot be split over another parallelism, unless it keeps it in operator
 			// list state (RescalableSource).
-			sources[v.ID] = v.IsSource() && !operator.SourceRescalable(v.Nodes[0].Payload)
-		}
-		if err := checkpoint.CompatibleVertices(sp.Checkpoint, vs, func(v checkpoint.Vertex) bool { return sources[v.ID] }); err != nil {
+			Fixed:                 func(v *graph.JobVertex) bool { return v.IsSource() && !operator.SourceRescalable(v.Nodes[0].Payload) },
+			AllowNonRestoredState: rc.allowDropped,
+		})
+		if err != nil {
 			return nil, fmt.Errorf("job %q: restore from savepoint %s: %w", name, rc.restoreFrom, err)
+		}
+		if len(dropped) > 0 {
+			lg.Warn("restore: dropping the state of operators the job no longer has (allow-non-restored-state)",
+				"job", name, "location", rc.restoreFrom, "uids", dropped)
 		}
 		jmCfg.Savepoint = sp
 		jmCfg.Setup.Savepoint = rc.restoreFrom

@@ -97,9 +97,20 @@ func WithSavepointOnStop(dir string) Option { return func(c *Config) { c.Savepoi
 // WithRestoreFrom starts the job from a savepoint, a retained checkpoint directory chk-N, or a checkpoint
 // storage directory (its newest valid checkpoint; newer damaged ones are passed over, listed in
 // JobResult.RestoredFrom and logged at WARN). dir must exist: nothing is created, and a missing directory
-// fails Execute with an error naming it. The job's tasks must match the savepoint's: same operators and
-// chaining, sources at their old parallelism; operators with keyed state may change theirs.
+// fails Execute with an error naming it.
+//
+// State is mapped to operators by their uid (Stream.Uid; the name when none was set), not to tasks: the
+// job may chain its operators otherwise, rename an operator that has a Uid, add operators (they start
+// empty) and drop stateless ones. Sources keep their old parallelism unless they keep their position in
+// operator list state; operators with keyed state may change theirs. State of an operator the job no longer
+// has fails Execute, naming its uid, unless WithAllowNonRestoredState. (Checkpoints written before uids
+// were recorded are restored only into the same operators and chaining.)
 func WithRestoreFrom(dir string) Option { return func(c *Config) { c.RestoreFrom = dir } }
+
+// WithAllowNonRestoredState lets WithRestoreFrom start the job although the checkpoint holds state of
+// operators the job no longer has: that state is dropped, and its uids are logged at WARN (Flink's
+// --allowNonRestoredState).
+func WithAllowNonRestoredState() Option { return func(c *Config) { c.AllowNonRestoredState = true } }
 
 // WithExchangeMode sets which network edges are pipelined and which blocking: "pipelined" (default,
 // streaming), "blocking" (every edge: each task runs to completion before its consumers start, and a failure
@@ -127,6 +138,7 @@ type recoveryConfig struct {
 	injections    []*operator.Injection
 	savepointDir  string
 	restoreFrom   string
+	allowDropped  bool
 	exchange      graph.ExchangeMode
 	scheduling    scheduler.SchedulingMode
 	pipelinedType graph.PartitionType
@@ -140,7 +152,10 @@ func (c *Config) recovery(job string) (*recoveryConfig, error) {
 		errs = append(errs, fmt.Errorf("CheckpointConfig.Interval: must not be negative, got %s", cp.Interval))
 	}
 	rc.checkpointing = cp.Interval > 0 || c.SavepointOnStop != ""
-	rc.savepointDir, rc.restoreFrom = c.SavepointOnStop, c.RestoreFrom
+	rc.savepointDir, rc.restoreFrom, rc.allowDropped = c.SavepointOnStop, c.RestoreFrom, c.AllowNonRestoredState
+	if c.AllowNonRestoredState && c.RestoreFrom == "" {
+		errs = append(errs, errors.New("AllowNonRestoredState (--allow-non-restored-state) applies to a restore: give WithRestoreFrom (--from-savepoint) too"))
+	}
 	if cp.Unaligned {
 		errs = append(errs, errors.New("CheckpointConfig.Unaligned: unaligned checkpoints are not supported yet; use aligned checkpoints (Mode ExactlyOnce) or AtLeastOnce"))
 	}

@@ -110,9 +110,12 @@ type Config struct {
 	FailureInjections  []string
 	SavepointOnStop    string
 	RestoreFrom        string
-	ExchangeMode       string
-	Scheduling         string
-	NoSlotSharing      bool
+	// AllowNonRestoredState lets a restore drop state of operators the job no longer has
+	// (WithAllowNonRestoredState).
+	AllowNonRestoredState bool
+	ExchangeMode          string
+	Scheduling            string
+	NoSlotSharing         bool
 	// MetricsAddr, if set, is where Execute serves the job's Prometheus metrics (/metrics); MetricsListener
 	// is the same on a listener the caller opened.
 	MetricsAddr     string

@@ -96,6 +96,22 @@ func (s *Stream[T]) Name(name string) *Stream[T] {
 	return s
 }
 
+// Uid gives the operator that produces the stream a stable id: the name of its state in checkpoints and
+// savepoints. A job restored from a savepoint finds each operator's state by its uid, so a stateful
+// operator with a Uid keeps its state when it is renamed, when operators are added or removed around it,
+// or when the job chains differently. Without one the uid is the operator's name. Uids must be unique in
+// a job.
+func (s *Stream[T]) Uid(id string) *Stream[T] {
+	if n := s.node("Uid"); n != nil {
+		if id == "" {
+			s.env.addErr(fmt.Errorf("Uid: operator uid must not be empty (at %s)", origin()))
+			return s
+		}
+		n.Uid = id
+	}
+	return s
+}
+
 // SetParallelism sets the parallelism of the operator that produces the stream.
 func (s *Stream[T]) SetParallelism(p int) *Stream[T] {
 	if n := s.node("SetParallelism"); n != nil {
@@ -290,6 +306,16 @@ func FlatMap[In, Out any](s *Stream[In], fn func(In, Collector[Out]) error) *Str
 type SinkOperator struct {
 	env  *Environment
 	node *graph.StreamNode
+}
+
+// Uid gives the sink a stable id, the name of its state in checkpoints (see Stream.Uid).
+func (o *SinkOperator) Uid(id string) *SinkOperator {
+	if id == "" {
+		o.env.addErr(fmt.Errorf("Uid: operator uid must not be empty (at %s)", origin()))
+		return o
+	}
+	o.node.Uid = id
+	return o
 }
 
 // Name names the sink.

@@ -52,6 +52,7 @@ type runFlags struct {
 	injectFailures     []string
 	savepointOnStop    string
 	fromSavepoint      string
+	allowNonRestored   bool
 	exchangeMode       string
 	scheduling         string
 }
@@ -125,6 +126,7 @@ func (f *runFlags) register(pf *pflag.FlagSet) {
 	pf.StringVar(&f.savepointOnStop, "savepoint-on-stop", "", "write a savepoint to this directory when the job is stopped (--duration, Ctrl-C or SIGTERM); checked before the job runs")
 	pf.StringVar(&f.fromSavepoint, "from-savepoint", "", "start from a savepoint directory, or from the newest valid checkpoint of a checkpoint storage directory (which must exist;\n"+
 		"damaged newer checkpoints are passed over with a WARN)")
+	pf.BoolVar(&f.allowNonRestored, "allow-non-restored-state", false, "with --from-savepoint: drop, with a WARN, the state of operators (uids) the job no longer has, rather than refuse to start")
 	pf.StringVar(&f.exchangeMode, "exchange-mode", "pipelined", "pipelined, blocking (bounded jobs: every shuffle spilled, each task its own failover region) or forward-pipelined")
 	pf.StringVar(&f.scheduling, "scheduling", "pipelined-region", "pipelined-region or eager")
 	pf.StringArrayVar(&f.injectFailures, "inject-failure", nil, "make a task fail once, on purpose: OPERATOR[SUBTASK]@WHEN, WHEN a duration since the start (2s)\n"+
@@ -225,6 +227,9 @@ func (f runFlags) recoveryOptions() []runnel.Option {
 	}
 	if f.fromSavepoint != "" {
 		opts = append(opts, runnel.WithRestoreFrom(f.fromSavepoint))
+	}
+	if f.allowNonRestored {
+		opts = append(opts, runnel.WithAllowNonRestoredState())
 	}
 	opts = append(opts, runnel.WithExchangeMode(f.exchangeMode), runnel.WithScheduling(f.scheduling))
 	return opts

@@ -84,6 +84,9 @@ type Task struct {
 	Attempt ident.Attempt
 	// Name is the vertex's name (its operator chain), recorded in the metadata for Compatible.
 	Name string
+	// Operators are the uids of the vertex's operators, head first, recorded in the metadata so that a
+	// restore can place each operator's state (Vertex.Operators).
+	Operators []string
 	// Source marks a subtask without inputs. Triggers go to the running sources and, once some subtasks
 	// finished, to every running subtask whose Upstream all finished; every running subtask must
 	// acknowledge.
@@ -401,6 +404,7 @@ func NewCoordinator(cfg Config, tasks []Task, nextID int64) (*Coordinator, error
 		history: make(map[int64]outcome),
 	}
 	names := make(map[ident.VertexID]string)
+	operators := make(map[ident.VertexID][]string)
 	counts := make(map[ident.VertexID]int32)
 	for _, t := range tasks {
 		if _, dup := c.tasks[t.Attempt.Subtask]; dup {
@@ -416,6 +420,9 @@ func NewCoordinator(cfg Config, tasks []Task, nextID int64) (*Coordinator, error
 			return nil, fmt.Errorf("checkpoint coordinator: vertex v%d named both %q and %q", t.Attempt.Vertex, n, t.Name)
 		}
 		names[t.Attempt.Vertex] = t.Name
+		if _, ok := operators[t.Attempt.Vertex]; !ok {
+			operators[t.Attempt.Vertex] = slices.Clone(t.Operators)
+		}
 		counts[t.Attempt.Vertex]++
 		switch {
 		case t.Source && len(t.Upstream) > 0:
@@ -443,7 +450,7 @@ func NewCoordinator(cfg Config, tasks []Task, nextID int64) (*Coordinator, error
 				return nil, fmt.Errorf("checkpoint coordinator: vertex v%d has %d subtasks but no index %d", id, p, i)
 			}
 		}
-		c.vertices = append(c.vertices, Vertex{ID: id, Name: names[id], Parallelism: p})
+		c.vertices = append(c.vertices, Vertex{ID: id, Name: names[id], Parallelism: p, Operators: operators[id]})
 	}
 	slices.SortFunc(c.vertices, func(a, b Vertex) int { return cmp.Compare(a.ID, b.ID) })
 	return c, nil

@@ -797,7 +797,7 @@ func TestCompletedCheckpointContent(t *testing.T) {
 	if cp.ID != 41 || cp.TimestampMillis != 1000 || cp.CompletedMillis != 1104 || cp.Mode != AtLeastOnce {
 		t.Fatalf("checkpoint header %d @%d..%d %s", cp.ID, cp.TimestampMillis, cp.CompletedMillis, cp.Mode)
 	}
-	wantV := []Vertex{{0, "gen", 2}, {1, "map", 2}, {2, "sink", 1}}
+	wantV := []Vertex{{0, "gen", 2, nil}, {1, "map", 2, nil}, {2, "sink", 1, nil}}
 	if fmt.Sprint(cp.Vertices) != fmt.Sprint(wantV) {
 		t.Fatalf("vertices %v, want %v", cp.Vertices, wantV)
 	}

@@ -20,7 +20,8 @@ const (
 	envelopeOverhead = envelopeHeader + envelopeTrailer
 
 	// formatVersion is the envelope and payload version this build writes and the highest it reads.
-	formatVersion uint16 = 1
+	// Version 2 (metadata with operator uids) reads version 1 objects as well; state blobs did not change.
+	formatVersion uint16 = 2
 )
 
 var (

@@ -124,13 +124,18 @@ type IncompatibleError struct {
 	Extra []string
 	// Mismatched describes operators present on both sides whose shape differs (parallelism, vertex id).
 	Mismatched []string
+	// ByUID says the checkpoint maps state to operators by uid (format 2): Missing then lists uids, and
+	// the state could be dropped on purpose.
+	ByUID bool
 }
 
 // Error implements error.
 func (e *IncompatibleError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "checkpoint %d does not match the job's operators:", e.CheckpointID)
-	if len(e.Missing) > 0 {
+	if len(e.Missing) > 0 && e.ByUID {
+		fmt.Fprintf(&b, " checkpoint has state for operator uids missing from the job: %s (give the operator that should keep it this Uid, or drop the state with --allow-non-restored-state / WithAllowNonRestoredState);", quoteList(e.Missing))
+	} else if len(e.Missing) > 0 {
 		fmt.Fprintf(&b, " checkpoint has state for operators missing from the job: %s;", quoteList(e.Missing))
 	}
 	if len(e.Extra) > 0 {

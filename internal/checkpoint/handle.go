@@ -66,6 +66,10 @@ type StateHandle struct {
 	// Inline is small state kept in the metadata itself (a source offset, say). Keep it small: metadata is
 	// bounded by MaxMetadataBytes as a whole.
 	Inline []byte
+	// Operators lists, sorted, the uids of the operators whose state the blobs hold. A restore places each
+	// operator's state by it, whatever vertex the operator is in then. Empty in checkpoints of format 1,
+	// which are restored only into the same vertices.
+	Operators []string
 }
 
 // Vertex records one job vertex (an operator chain) as it was when a checkpoint was taken.
@@ -75,6 +79,9 @@ type Vertex struct {
 	Name string
 	// Parallelism is the number of subtasks.
 	Parallelism int32
+	// Operators are the uids of the vertex's operators, head first (graph.JobVertex.UIDs). Empty in
+	// checkpoints of format 1.
+	Operators []string
 }
 
 // CompletedCheckpoint is a checkpoint every expected subtask acknowledged: what the job master persists
@@ -176,6 +183,26 @@ func (cp *CompletedCheckpoint) Validate() error {
 						cp.ID, b.Key, b.Size, envelopeOverhead)
 				}
 			}
+			for j, op := range h.Operators {
+				if j > 0 && op <= h.Operators[j-1] {
+					return fmt.Errorf("checkpoint %d: %s: operators not sorted and unique at %q", cp.ID, h.Attempt, op)
+				}
+				if len(v.Operators) > 0 && !slices.Contains(v.Operators, op) {
+					return fmt.Errorf("checkpoint %d: %s holds state of operator %q, which vertex %q lacks", cp.ID, h.Attempt, op, v.Name)
+				}
+			}
+		}
+	}
+	uids := map[string]ident.VertexID{}
+	for _, v := range cp.Vertices {
+		for _, op := range v.Operators {
+			if op == "" {
+				return fmt.Errorf("checkpoint %d: vertex %q has an operator without a uid", cp.ID, v.Name)
+			}
+			if w, dup := uids[op]; dup {
+				return fmt.Errorf("checkpoint %d: operator uid %q is in vertices v%d and v%d", cp.ID, op, w, v.ID)
+			}
+			uids[op] = v.ID
 		}
 	}
 	return nil

@@ -15,9 +15,11 @@ const MaxMetadataBytes = 64 << 20
 
 const metadataKey = "_metadata"
 
-// Metadata payload, format version 1: JSON, so that an operator can read a checkpoint with standard tools
-// once the 16-byte header is skipped. These structs are the format; CompletedCheckpoint may grow without
-// changing them. Unknown fields are rejected: a new field means a new format version.
+// Metadata payload: JSON, so that an operator can read a checkpoint with standard tools once the 16-byte
+// header is skipped. These structs are the format; CompletedCheckpoint may grow without changing them.
+// Unknown fields are rejected: a new field means a new format version. Version 2 added the operators of
+// vertices and states (the uids that map state to operators); version 1 metadata, without them, still
+// reads.
 type metaV1 struct {
 	ID              int64      `json:"id"`
 	TimestampMillis int64      `json:"timestamp_ms"`
@@ -31,6 +33,8 @@ type vertexV1 struct {
 	ID          int32  `json:"id"`
 	Name        string `json:"name"`
 	Parallelism int32  `json:"parallelism"`
+	// Operators: since version 2.
+	Operators []string `json:"operators,omitempty"`
 }
 
 type stateV1 struct {
@@ -40,6 +44,8 @@ type stateV1 struct {
 	Finished bool     `json:"finished,omitempty"`
 	Inline   []byte   `json:"inline,omitempty"`
 	Blobs    []blobV1 `json:"blobs,omitempty"`
+	// Operators: since version 2.
+	Operators []string `json:"operators,omitempty"`
 }
 
 type blobV1 struct {
@@ -62,15 +68,16 @@ func EncodeMetadata(cp *CompletedCheckpoint) ([]byte, error) {
 		States:          make([]stateV1, len(cp.States)),
 	}
 	for i, v := range cp.Vertices {
-		m.Vertices[i] = vertexV1{ID: int32(v.ID), Name: v.Name, Parallelism: v.Parallelism}
+		m.Vertices[i] = vertexV1{ID: int32(v.ID), Name: v.Name, Parallelism: v.Parallelism, Operators: v.Operators}
 	}
 	for i, h := range cp.States {
 		s := stateV1{
-			Vertex:   int32(h.Attempt.Vertex),
-			Index:    h.Attempt.Index,
-			Attempt:  h.Attempt.Number,
-			Finished: h.Finished,
-			Inline:   h.Inline,
+			Vertex:    int32(h.Attempt.Vertex),
+			Index:     h.Attempt.Index,
+			Attempt:   h.Attempt.Number,
+			Finished:  h.Finished,
+			Inline:    h.Inline,
+			Operators: h.Operators,
 		}
 		for _, b := range h.Blobs {
 			s.Blobs = append(s.Blobs, blobV1(b))
@@ -127,7 +134,7 @@ func DecodeMetadata(key string, obj []byte) (*CompletedCheckpoint, error) {
 		States:          make([]StateHandle, len(m.States)),
 	}
 	for i, v := range m.Vertices {
-		cp.Vertices[i] = Vertex{ID: ident.VertexID(v.ID), Name: v.Name, Parallelism: v.Parallelism}
+		cp.Vertices[i] = Vertex{ID: ident.VertexID(v.ID), Name: v.Name, Parallelism: v.Parallelism, Operators: v.Operators}
 	}
 	for i, s := range m.States {
 		h := StateHandle{
@@ -135,8 +142,9 @@ func DecodeMetadata(key string, obj []byte) (*CompletedCheckpoint, error) {
 				Subtask: ident.Subtask{Vertex: ident.VertexID(s.Vertex), Index: s.Index},
 				Number:  s.Attempt,
 			},
-			Finished: s.Finished,
-			Inline:   s.Inline,
+			Finished:  s.Finished,
+			Inline:    s.Inline,
+			Operators: s.Operators,
 		}
 		for _, b := range s.Blobs {
 			h.Blobs = append(h.Blobs, BlobRef(b))

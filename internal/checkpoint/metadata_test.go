@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"go/parser"
 	"go/token"
@@ -19,11 +20,13 @@ func sampleCheckpoint() *CompletedCheckpoint {
 		TimestampMillis: 1_700_000_000_000,
 		CompletedMillis: 1_700_000_000_250,
 		Mode:            AtLeastOnce,
-		Vertices:        []Vertex{{ID: 0, Name: "Source: gen -> map", Parallelism: 2}, {ID: 2, Name: "check", Parallelism: 1}},
+		Vertices: []Vertex{{ID: 0, Name: "Source: gen -> map", Parallelism: 2, Operators: []string{"gen", "map"}},
+			{ID: 2, Name: "check", Parallelism: 1, Operators: []string{"checker"}}},
 		States: []StateHandle{
-			{Attempt: att(0, 0, 0), Inline: []byte{0, 1, 2, 255}},
+			{Attempt: att(0, 0, 0), Inline: []byte{0, 1, 2, 255}, Operators: []string{"gen"}},
 			{Attempt: att(0, 1, 3), Finished: true},
-			{Attempt: att(2, 0, 1), Blobs: []BlobRef{{Key: "v2-0-a1-state", Size: 120, CRC: 0xdeadbeef}, {Key: "v2-0-a1-keyed", Size: 20, CRC: 1}}},
+			{Attempt: att(2, 0, 1), Blobs: []BlobRef{{Key: "v2-0-a1-state", Size: 120, CRC: 0xdeadbeef}, {Key: "v2-0-a1-keyed", Size: 20, CRC: 1}},
+				Operators: []string{"checker"}},
 		},
 	}
 }
@@ -108,7 +111,7 @@ func TestEnvelopeProblems(t *testing.T) {
 		}
 	}
 	newer := bytes.Clone(obj)
-	newer[4] = 2
+	newer[4] = byte(formatVersion + 1)
 	if _, _, err := open("k", magicState, newer); !errors.Is(err, ErrUnsupportedVersion) || errors.Is(err, ErrCorrupt) {
 		t.Errorf("newer version: %v", err)
 	}
@@ -120,13 +123,17 @@ func TestEnvelopeProblems(t *testing.T) {
 
 func TestDecodeRejectsInconsistentMetadata(t *testing.T) {
 	for name, body := range map[string]string{
-		"unknown field":      `{"id":1,"mode":"exactly_once","vertices":[{"id":0,"name":"a","parallelism":1}],"states":[{"vertex":0,"index":0,"attempt":0}],"extra":1}`,
-		"unknown mode":       `{"id":1,"mode":"sometimes","vertices":[{"id":0,"name":"a","parallelism":1}],"states":[{"vertex":0,"index":0,"attempt":0}]}`,
-		"missing subtask":    `{"id":1,"mode":"exactly_once","vertices":[{"id":0,"name":"a","parallelism":2}],"states":[{"vertex":0,"index":0,"attempt":0}]}`,
-		"two documents":      `{"id":1,"mode":"exactly_once","vertices":[{"id":0,"name":"a","parallelism":1}],"states":[{"vertex":0,"index":0,"attempt":0}]} {}`,
-		"blob leaves dir":    `{"id":1,"mode":"exactly_once","vertices":[{"id":0,"name":"a","parallelism":1}],"states":[{"vertex":0,"index":0,"attempt":0,"blobs":[{"key":"../x","size":30,"crc32c":1}]}]}`,
-		"finished has state": `{"id":1,"mode":"exactly_once","vertices":[{"id":0,"name":"a","parallelism":1}],"states":[{"vertex":0,"index":0,"attempt":0,"finished":true,"inline":"AA=="}]}`,
-		"not json":           `hello`,
+		"unknown field":                      `{"id":1,"mode":"exactly_once","vertices":[{"id":0,"name":"a","parallelism":1}],"states":[{"vertex":0,"index":0,"attempt":0}],"extra":1}`,
+		"unknown mode":                       `{"id":1,"mode":"sometimes","vertices":[{"id":0,"name":"a","parallelism":1}],"states":[{"vertex":0,"index":0,"attempt":0}]}`,
+		"missing subtask":                    `{"id":1,"mode":"exactly_once","vertices":[{"id":0,"name":"a","parallelism":2}],"states":[{"vertex":0,"index":0,"attempt":0}]}`,
+		"two documents":                      `{"id":1,"mode":"exactly_once","vertices":[{"id":0,"name":"a","parallelism":1}],"states":[{"vertex":0,"index":0,"attempt":0}]} {}`,
+		"blob leaves dir":                    `{"id":1,"mode":"exactly_once","vertices":[{"id":0,"name":"a","parallelism":1}],"states":[{"vertex":0,"index":0,"attempt":0,"blobs":[{"key":"../x","size":30,"crc32c":1}]}]}`,
+		"finished has state":                 `{"id":1,"mode":"exactly_once","vertices":[{"id":0,"name":"a","parallelism":1}],"states":[{"vertex":0,"index":0,"attempt":0,"finished":true,"inline":"AA=="}]}`,
+		"not json":                           `hello`,
+		"uid in two vertices":                `{"id":1,"mode":"exactly_once","vertices":[{"id":0,"name":"a","parallelism":1,"operators":["x"]},{"id":1,"name":"b","parallelism":1,"operators":["x"]}],"states":[{"vertex":0,"index":0,"attempt":0},{"vertex":1,"index":0,"attempt":0}]}`,
+		"empty uid":                          `{"id":1,"mode":"exactly_once","vertices":[{"id":0,"name":"a","parallelism":1,"operators":[""]}],"states":[{"vertex":0,"index":0,"attempt":0}]}`,
+		"state of another vertex's operator": `{"id":1,"mode":"exactly_once","vertices":[{"id":0,"name":"a","parallelism":1,"operators":["x"]}],"states":[{"vertex":0,"index":0,"attempt":0,"operators":["y"]}]}`,
+		"operators unsorted":                 `{"id":1,"mode":"exactly_once","vertices":[{"id":0,"name":"a","parallelism":1,"operators":["x","y"]}],"states":[{"vertex":0,"index":0,"attempt":0,"operators":["y","x"]}]}`,
 	} {
 		obj, _ := seal(magicMetadata, []byte(body))
 		_, err := DecodeMetadata("k", obj)
@@ -134,6 +141,22 @@ func TestDecodeRejectsInconsistentMetadata(t *testing.T) {
 		if !errors.As(err, &ce) || ce.Problem != ProblemBadPayload {
 			t.Errorf("%s: %v, want bad payload", name, err)
 		}
+	}
+}
+
+// TestMetadataVersion1Reads: metadata written before operator uids were recorded (format 1, without
+// "operators") still decodes, with no operators, which maps its state to vertices as before.
+func TestMetadataVersion1Reads(t *testing.T) {
+	body := `{"id":3,"timestamp_ms":5,"completed_ms":6,"mode":"exactly_once","vertices":[{"id":0,"name":"gen -> sum","parallelism":1}],"states":[{"vertex":0,"index":0,"attempt":2,"blobs":[{"key":"v0-0-a2-state","size":40,"crc32c":7}]}]}`
+	obj, _ := seal(magicMetadata, []byte(body))
+	binary.LittleEndian.PutUint16(obj[4:], 1)
+	binary.LittleEndian.PutUint32(obj[len(obj)-4:], checksum(obj[:len(obj)-4]))
+	cp, err := DecodeMetadata("k", obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := cp.Vertices[0]; v.Name != "gen -> sum" || v.Operators != nil || cp.States[0].Operators != nil || len(cp.States[0].Blobs) != 1 {
+		t.Fatalf("decoded %+v", cp)
 	}
 }
 

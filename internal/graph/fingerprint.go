@@ -34,6 +34,7 @@ func Fingerprint(jg *JobGraph) [32]byte {
 		for _, n := range v.Nodes {
 			e.int(n.ID)
 			e.str(n.Name)
+			e.str(n.Uid)
 			e.uint(uint64(n.Kind))
 			e.int(n.Parallelism)
 			e.int(n.MaxParallelism)

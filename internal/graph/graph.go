@@ -10,6 +10,7 @@ package graph
 
 import (
 	"fmt"
+	"strings"
 )
 
 // Pattern is how records of an edge are distributed over the consumer's parallel subtasks.
@@ -93,8 +94,12 @@ const (
 
 // StreamNode is one operator of the user's program.
 type StreamNode struct {
-	ID             int
-	Name           string
+	ID   int
+	Name string
+	// Uid is the operator's stable id: the name of its state in checkpoints and savepoints, which maps
+	// that state back to the operator when the job is restored, whatever the chaining, the vertex ids or
+	// the operator's name. Empty means the name (UID returns the effective one).
+	Uid            string
 	Kind           NodeKind
 	Parallelism    int
 	MaxParallelism int
@@ -108,6 +113,14 @@ type StreamNode struct {
 	// function, a join), whose edges say which input they feed (StreamEdge.TargetInput); else 1 (0 reads
 	// as 1), whatever the number of edges (a union feeds one input through several).
 	Inputs uint8
+}
+
+// UID returns the operator's stable id: Uid, or the name when none was set.
+func (n *StreamNode) UID() string {
+	if n.Uid != "" {
+		return n.Uid
+	}
+	return n.Name
 }
 
 // StreamEdge connects two stream nodes.
@@ -171,6 +184,7 @@ func (g *StreamGraph) Validate() error {
 		return fmt.Errorf("job %q has no operators: add a source and a sink", g.JobName)
 	}
 	names := make(map[string]*StreamNode)
+	uids := make(map[string]*StreamNode)
 	ids := make(map[int]*StreamNode)
 	for _, n := range g.Nodes {
 		if n.Name == "" {
@@ -180,6 +194,13 @@ func (g *StreamGraph) Validate() error {
 			return fmt.Errorf("two operators are named %q%s%s: operator names must be unique in a job (they identify state and failure-injection targets); give one of them another name", n.Name, at(prev), at(n))
 		}
 		names[n.Name] = n
+		if strings.HasPrefix(n.UID(), "\x00") {
+			return fmt.Errorf("operator %q%s: its uid %q begins with a NUL byte, which names the task's own state", n.Name, at(n), n.UID())
+		}
+		if prev, dup := uids[n.UID()]; dup {
+			return fmt.Errorf("operators %q%s and %q%s have the same uid %q: uids must be unique in a job (they name each operator's state in checkpoints); give one of them another Uid", prev.Name, at(prev), n.Name, at(n), n.UID())
+		}
+		uids[n.UID()] = n
 		if _, dup := ids[n.ID]; dup {
 			return fmt.Errorf("duplicate operator id %d", n.ID)
 		}

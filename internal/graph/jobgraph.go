@@ -25,6 +25,16 @@ func (v *JobVertex) Head() *StreamNode { return v.Nodes[0] }
 // IsSource reports whether the vertex starts with a source.
 func (v *JobVertex) IsSource() bool { return v.Nodes[0].Kind == SourceNode }
 
+// UIDs returns the stable ids of the chain's operators, head first: the names of their states in a
+// checkpoint.
+func (v *JobVertex) UIDs() []string {
+	uids := make([]string, len(v.Nodes))
+	for i, n := range v.Nodes {
+		uids[i] = n.UID()
+	}
+	return uids
+}
+
 // Contains reports whether the chain holds the node.
 func (v *JobVertex) Contains(nodeID int) bool {
 	for _, n := range v.Nodes {

@@ -176,7 +176,7 @@ func (c *Core) checkpointTasks() []checkpoint.Task {
 				up = append(up, ident.Subtask{Vertex: e.Source.ID, Index: int32(p)})
 			}
 		}
-		tasks = append(tasks, checkpoint.Task{Attempt: c.execs[s].attempt, Name: v.Name, Source: v.IsSource(), Upstream: up})
+		tasks = append(tasks, checkpoint.Task{Attempt: c.execs[s].attempt, Name: v.Name, Operators: v.UIDs(), Source: v.IsSource(), Upstream: up})
 	}
 	return tasks
 }

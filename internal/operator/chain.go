@@ -20,6 +20,7 @@ func ChainFactory(v *graph.JobVertex, injections []*Injection) task.ChainFactory
 
 type chain struct {
 	names   []string   // head first
+	uids    []string   // the operators' stable ids, head first: the names of their entries in a state blob
 	ctxs    []*Context // head first
 	ops     []Built    // head first
 	readers []Reader
@@ -36,7 +37,7 @@ func buildChain(v *graph.JobVertex, rt *task.Runtime, injections []*Injection) (
 	if len(rt.Outputs) != len(v.Outputs) {
 		return nil, fmt.Errorf("vertex %q has %d outputs, task has %d partitions", v.Name, len(v.Outputs), len(rt.Outputs))
 	}
-	c := &chain{names: make([]string, len(v.Nodes)), ctxs: make([]*Context, len(v.Nodes)), ops: make([]Built, len(v.Nodes))}
+	c := &chain{names: make([]string, len(v.Nodes)), uids: v.UIDs(), ctxs: make([]*Context, len(v.Nodes)), ops: make([]Built, len(v.Nodes))}
 	index := make(map[int]int, len(v.Nodes))
 	for i, n := range v.Nodes {
 		index[n.ID] = i
@@ -310,7 +311,7 @@ func (c *chain) Snapshot(id int64) ([]task.StateWriter, error) {
 			}
 		}
 		if w != nil {
-			ws = append(ws, task.StateWriter{Operator: c.names[i], Write: w})
+			ws = append(ws, task.StateWriter{Operator: c.uids[i], Write: w})
 		}
 	}
 	return ws, nil
@@ -407,15 +408,16 @@ func (c *chain) Close() error {
 	return errors.Join(errs...)
 }
 
-// restoreEach hands each operator of c its entry of states, and refuses entries for operators c lacks.
+// restoreEach hands each operator of c its entry of states (by uid), and refuses entries for operators c
+// lacks.
 func restoreEach[S any](c *chain, states map[string]S, restore func(i int, s S) error) error {
-	for name := range states {
-		if !slices.Contains(c.names, name) {
-			return fmt.Errorf("the checkpoint holds state for operator %q, which is not in this task (%v)", name, c.names)
+	for uid := range states {
+		if !slices.Contains(c.uids, uid) {
+			return fmt.Errorf("the checkpoint holds state for operator uid %q, which is not in this task (%v)", uid, c.uids)
 		}
 	}
-	for i, name := range c.names {
-		if s, ok := states[name]; ok {
+	for i, uid := range c.uids {
+		if s, ok := states[uid]; ok {
 			if err := restore(i, s); err != nil {
 				return err
 			}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/runnel-dev/runnel/internal/checkpoint"
@@ -309,6 +310,10 @@ func encodeDeployment(d jobcore.Deployment) *pb.Deploy {
 		for _, h := range r.Parts {
 			rs.Parts = append(rs.Parts, encodeHandle(h))
 		}
+		for _, sr := range r.Reads {
+			rs.Reads = append(rs.Reads, &pb.StateRead{Handle: encodeHandle(sr.Handle), Operators: slices.Clone(sr.Operators),
+				RescaledFrom: int64(sr.RescaledFrom)})
+		}
 		out.Restore = rs
 	}
 	for _, i := range d.FiredInjections {
@@ -356,6 +361,10 @@ func decodeDeployment(p *pb.Deploy) (jobcore.Deployment, error) {
 		for _, h := range r.GetParts() {
 			rs.Parts = append(rs.Parts, decodeHandle(h))
 		}
+		for _, sr := range r.GetReads() {
+			rs.Reads = append(rs.Reads, task.StateRead{Handle: decodeHandle(sr.GetHandle()), Operators: nilIfEmpty(sr.GetOperators()),
+				RescaledFrom: int(sr.GetRescaledFrom())})
+		}
 		d.Restore = rs
 	}
 	for _, i := range p.GetFiredInjections() {
@@ -390,7 +399,8 @@ func decodeChannel(c *pb.Channel) jobcore.Channel {
 }
 
 func encodeHandle(h checkpoint.StateHandle) *pb.StateHandle {
-	out := &pb.StateHandle{Attempt: encodeAttempt(h.Attempt), Finished: h.Finished, Inline: cloneBytes(h.Inline)}
+	out := &pb.StateHandle{Attempt: encodeAttempt(h.Attempt), Finished: h.Finished, Inline: cloneBytes(h.Inline),
+		Operators: slices.Clone(h.Operators)}
 	for _, b := range h.Blobs {
 		out.Blobs = append(out.Blobs, &pb.BlobRef{Key: b.Key, Size: b.Size, Crc: b.CRC})
 	}
@@ -398,7 +408,8 @@ func encodeHandle(h checkpoint.StateHandle) *pb.StateHandle {
 }
 
 func decodeHandle(h *pb.StateHandle) checkpoint.StateHandle {
-	out := checkpoint.StateHandle{Attempt: decodeAttempt(h.GetAttempt()), Finished: h.GetFinished(), Inline: nilIfEmpty(h.GetInline())}
+	out := checkpoint.StateHandle{Attempt: decodeAttempt(h.GetAttempt()), Finished: h.GetFinished(), Inline: nilIfEmpty(h.GetInline()),
+		Operators: nilIfEmpty(h.GetOperators())}
 	for _, b := range h.GetBlobs() {
 		out.Blobs = append(out.Blobs, checkpoint.BlobRef{Key: b.GetKey(), Size: b.GetSize(), CRC: b.GetCrc()})
 	}

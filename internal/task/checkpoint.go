@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
+	"strings"
 
 	"github.com/runnel-dev/runnel/internal/barrier"
 	"github.com/runnel-dev/runnel/internal/checkpoint"
@@ -57,6 +59,23 @@ type RestoreSpec struct {
 	SameRun bool
 	// Read reads the state blobs; nil means the checkpoint storage (a savepoint brings its own).
 	Read func(ctx context.Context, ref checkpoint.BlobRef) ([]byte, error)
+	// Reads, when not empty, replaces Handle, RescaledFrom and Parts: the job is restored into other
+	// vertices than the checkpoint's (operators chained otherwise, added or removed), and each read names
+	// the operators whose state this subtask takes from one old subtask. The task's own entries (channel
+	// positions, the watermark floor, the end of input) are combined over the reads: positions are dropped,
+	// the lowest floor holds, and the input had ended only if it had in every read.
+	Reads []StateRead
+}
+
+// StateRead is one old subtask's state that a re-mapped subtask takes part of.
+type StateRead struct {
+	Handle checkpoint.StateHandle
+	// Operators are the uids of the operators whose entries this subtask takes from the handle's blobs.
+	Operators []string
+	// RescaledFrom, when not zero, is the parallelism the operators' old vertex had: the handle is then
+	// one of that vertex's subtasks, each of which is read, and the operators' keyed state is filtered to
+	// this subtask's key groups.
+	RescaledFrom int
 }
 
 // stateBlobName is the name of the one blob that holds all operator states of a subtask.
@@ -110,6 +129,7 @@ func (r *run) performCheckpoint(id, ts int64, flags uint32) {
 			Abort(fmt.Errorf("forward barrier of checkpoint %d: %w", id, err))
 		}
 	}
+	operators := operatorsOf(writers)
 	r.async.Add(1)
 	go func() {
 		defer r.async.Done()
@@ -149,8 +169,22 @@ func (r *run) performCheckpoint(id, ts int64, flags uint32) {
 			cs.Decline(id, me, fmt.Errorf("write state of checkpoint %d: %w", id, err))
 			return
 		}
-		cs.Ack(id, me, checkpoint.StateHandle{Attempt: me, Blobs: []checkpoint.BlobRef{ref}})
+		cs.Ack(id, me, checkpoint.StateHandle{Attempt: me, Blobs: []checkpoint.BlobRef{ref}, Operators: operators})
 	}()
+}
+
+// operatorsOf lists, sorted, the operator uids that have an entry among writers (the task's own entries,
+// whose names begin with a NUL, are not operators): what the checkpoint metadata records, so that a restore
+// knows which operators' state it must place.
+func operatorsOf(writers []StateWriter) []string {
+	var ops []string
+	for _, w := range writers {
+		if !strings.HasPrefix(w.Operator, "\x00") {
+			ops = append(ops, w.Operator)
+		}
+	}
+	slices.Sort(ops)
+	return ops
 }
 
 // encodeStates frames the operators' states into one blob: count, then per operator its name and its
@@ -231,6 +265,9 @@ func (r *run) restore() (finished bool, err error) {
 		read = func(ctx context.Context, ref checkpoint.BlobRef) ([]byte, error) {
 			return cs.Store.ReadState(ctx, spec.CheckpointID, ref)
 		}
+	}
+	if len(spec.Reads) > 0 {
+		return r.restoreRemapped(spec, read)
 	}
 	if spec.RescaledFrom > 0 {
 		return false, r.restoreRescaled(spec, read)
@@ -319,6 +356,92 @@ func (r *run) restoreRescaled(spec *RestoreSpec, read func(context.Context, chec
 		return fmt.Errorf("restore from checkpoint %d: %w", spec.CheckpointID, err)
 	}
 	return nil
+}
+
+// restoreRemapped restores a subtask of a job whose operators sit in other vertices than in the checkpoint
+// (spec.Reads): each read hands the named operators their entries, whole when their old vertex had this
+// parallelism, as parts to filter by key group otherwise. Channel positions belong to other channels and
+// are dropped; the lowest watermark floor holds; the subtask had finished, or its input had ended, only if
+// that holds for every read (a mix cannot be restored: part of the new chain would have input left, part
+// none).
+func (r *run) restoreRemapped(spec *RestoreSpec, read func(context.Context, checkpoint.BlobRef) ([]byte, error)) (bool, error) {
+	me := r.t.cfg.Info
+	fail := func(format string, args ...any) (bool, error) {
+		return false, fmt.Errorf("restore from checkpoint %d: %s: %w", spec.CheckpointID, me.Name(), fmt.Errorf(format, args...))
+	}
+	whole := map[string][]byte{}
+	parts := map[string][][]byte{}
+	var floors floorOf
+	finished, ended := 0, 0
+	for _, sr := range spec.Reads {
+		if sr.Handle.Finished {
+			finished++
+			continue
+		}
+		found := 0
+		hadEnded := false
+		for _, ref := range sr.Handle.Blobs {
+			data, err := read(r.asyncCtx, ref)
+			if err != nil {
+				return fail("%w", err)
+			}
+			m, err := decodeStates(data)
+			if err != nil {
+				return fail("%w", err)
+			}
+			for k, v := range m {
+				switch {
+				case k == inputEndedName:
+					hadEnded = true
+				case k == watermarkName:
+					if err := floors.add(v); err != nil {
+						return fail("%w", err)
+					}
+				case slices.Contains(sr.Operators, k):
+					found++
+					if sr.RescaledFrom > 0 {
+						parts[k] = append(parts[k], v)
+					} else {
+						whole[k] = v
+					}
+				}
+			}
+		}
+		if found != len(sr.Operators) {
+			return fail("the state of %s holds %d of the %d operators %v its metadata lists", sr.Handle.Attempt, found, len(sr.Operators), sr.Operators)
+		}
+		if hadEnded {
+			if sr.RescaledFrom > 0 {
+				return fail("cannot rescale operators %v from parallelism %d to %d: subtask %d: %w",
+					sr.Operators, sr.RescaledFrom, me.Parallelism, sr.Handle.Attempt.Index, errRescaleEnded)
+			}
+			ended++
+		}
+	}
+	switch n := len(spec.Reads); {
+	case finished == n:
+		return true, nil
+	case finished > 0:
+		return fail("%d of the %d old subtasks whose state it takes had finished, the others not: a job whose operators are chained otherwise cannot be restored from a checkpoint taken while part of it had finished", finished, n)
+	case ended == n:
+		r.fin.restoredEnded = true
+	case ended > 0:
+		return fail("the input had ended in %d of the %d old subtasks whose state it takes, not in the others: a job whose operators are chained otherwise cannot be restored from a checkpoint taken while part of its input had ended", ended, n)
+	}
+	if len(whole) > 0 {
+		if err := r.chain.Restore(whole); err != nil {
+			return fail("%w", err)
+		}
+	}
+	if len(parts) > 0 {
+		if err := r.chain.RestoreRescaled(parts); err != nil {
+			return fail("rescaling: %w", err)
+		}
+	}
+	if err := r.restoreFloor(floors); err != nil {
+		return fail("%w", err)
+	}
+	return false, nil
 }
 
 // apply carries out what the barrier aligner decided, in the order the aligner documents.
