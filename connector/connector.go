@@ -194,8 +194,11 @@ func (r *generatorReader[T]) SnapshotState(int64) ([]byte, error) {
 // restart on.
 func (r *generatorReader[T]) RestoreState(b []byte) error {
 	v, n := binary.Uvarint(b)
-	if n != len(b) || n <= 0 || (r.bounded && v > r.limit) {
+	if n != len(b) || n <= 0 {
 		return fmt.Errorf("generator: bad checkpointed position % x", b)
+	}
+	if r.bounded && v > r.limit {
+		return fmt.Errorf("generator: the checkpoint was taken at record %d of this subtask, past the %d records it now generates (RecordsPerSubtask): restore with at least as many records, or unbounded", v, r.limit)
 	}
 	r.seq = v
 	r.base = v

@@ -470,19 +470,20 @@ func TestGeneratorBadState(t *testing.T) {
 		opts       connector.GeneratorOptions
 		subtask, p int
 		state      []byte
+		wantErr    string
 	}{
-		{"empty", connector.GeneratorOptions{}, 0, 1, nil},
-		{"truncated varint", connector.GeneratorOptions{}, 0, 1, []byte{0xff}},
-		{"trailing bytes", connector.GeneratorOptions{}, 0, 1, append(uvarint(3), 1)},
-		{"past the limit", connector.GeneratorOptions{RecordsPerSubtask: 10}, 0, 1, uvarint(11)},
-		{"past the split", connector.GeneratorOptions{TotalRecords: 10}, 1, 3, uvarint(4)},
-		{"past an empty split", connector.GeneratorOptions{TotalRecords: 2}, 3, 4, uvarint(1)},
+		{"empty", connector.GeneratorOptions{}, 0, 1, nil, "bad checkpointed position"},
+		{"truncated varint", connector.GeneratorOptions{}, 0, 1, []byte{0xff}, "bad checkpointed position"},
+		{"trailing bytes", connector.GeneratorOptions{}, 0, 1, append(uvarint(3), 1), "bad checkpointed position"},
+		{"past the limit", connector.GeneratorOptions{RecordsPerSubtask: 10}, 0, 1, uvarint(11), "taken at record 11 of this subtask, past the 10 records"},
+		{"past the split", connector.GeneratorOptions{TotalRecords: 10}, 1, 3, uvarint(4), "past the 3 records"},
+		{"past an empty split", connector.GeneratorOptions{TotalRecords: 2}, 3, 4, uvarint(1), "past the 0 records"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newReader(t, connector.Generator(genFn, tc.opts), ctxOf(tc.subtask, tc.p))
-			if err := checkpointed(t, r).RestoreState(tc.state); err == nil {
-				t.Fatalf("RestoreState(% x) succeeded", tc.state)
+			if err := checkpointed(t, r).RestoreState(tc.state); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("RestoreState(% x): %v, want an error saying %q", tc.state, err, tc.wantErr)
 			}
 		})
 	}
