@@ -1,0 +1,241 @@
+package network
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+)
+
+// This file holds the in-flight log of exactly-once local recovery (docs/taskfailover.md §2): a copy of
+// every buffer a subpartition was given since the barrier of the last completed checkpoint, so that a
+// restarted consumer can read its input again from that barrier. It is a building block; subpartitions do
+// not keep one yet.
+
+// LogBudget is the memory a TaskManager lends its in-flight logs, shared by all of them: logs take it in
+// chunks of logChunkSize and give a chunk back when truncation frees every buffer in it. Freed chunks are
+// kept for reuse (up to the budget), so logs that truncate at every checkpoint allocate nothing in steady
+// state. Safe for concurrent use.
+type LogBudget struct {
+	max  int64
+	used atomic.Int64
+	mu   sync.Mutex
+	free [][]byte
+}
+
+// logChunkSize is the unit in which logs take memory; a buffer larger than it takes a chunk of its own size.
+const logChunkSize = 1 << 20
+
+// NewLogBudget returns a budget of maxBytes (at least one chunk).
+func NewLogBudget(maxBytes int64) (*LogBudget, error) {
+	if maxBytes < logChunkSize {
+		return nil, fmt.Errorf("in-flight log budget of %d bytes is below the %d-byte chunk logs take memory in", maxBytes, logChunkSize)
+	}
+	return &LogBudget{max: maxBytes}, nil
+}
+
+// Used returns the bytes lent out.
+func (b *LogBudget) Used() int64 { return b.used.Load() }
+
+// take lends a chunk of at least n bytes, or returns nil when the budget is spent.
+func (b *LogBudget) take(n int) []byte {
+	size := max(n, logChunkSize)
+	if b.used.Add(int64(size)) > b.max {
+		b.used.Add(-int64(size))
+		return nil
+	}
+	if size == logChunkSize {
+		b.mu.Lock()
+		if k := len(b.free); k > 0 {
+			c := b.free[k-1]
+			b.free = b.free[:k-1]
+			b.mu.Unlock()
+			return c[:0]
+		}
+		b.mu.Unlock()
+	}
+	return make([]byte, 0, size)
+}
+
+// give returns a chunk.
+func (b *LogBudget) give(c []byte) {
+	b.used.Add(-int64(cap(c)))
+	if cap(c) == logChunkSize {
+		b.mu.Lock()
+		b.free = append(b.free, c)
+		b.mu.Unlock()
+	}
+}
+
+// inflightLog is one subpartition's log. Not safe for concurrent use: the subpartition's lock guards it.
+//
+// Positions are absolute entry indexes since the log began (entries[0] is at base); chunks are numbered
+// likewise (chunks[0] is at chunkBase), and an entry's bytes lie in one chunk.
+type inflightLog struct {
+	budget    *LogBudget
+	entries   []loggedBuffer
+	base      int64
+	chunks    []logChunk // oldest first; the last is appended to
+	chunkBase int64
+	marks     []logMark
+	// validFrom is the absolute index from which the log is complete: when the budget ran out, everything
+	// before the buffer that did not fit was dropped, and that buffer too.
+	validFrom int64
+	bytes     int64 // of the buffers held
+}
+
+type loggedBuffer struct {
+	hdr   Header
+	chunk int64 // absolute index of its chunk
+	off   int   // where its bytes start in the chunk
+	data  []byte
+}
+
+type logChunk struct {
+	mem []byte
+}
+
+type logMark struct {
+	checkpoint int64
+	at         int64 // absolute index of the first entry after the barrier
+}
+
+func newInflightLog(budget *LogBudget) *inflightLog { return &inflightLog{budget: budget} }
+
+// end is the absolute index after the last entry.
+func (l *inflightLog) end() int64 { return l.base + int64(len(l.entries)) }
+
+// add copies b (sealed) into the log; barrier, when not zero, says b is the barrier of that checkpoint,
+// after which a consumer restored from it reads again. When the budget is spent the log drops what it
+// holds and b, and is complete again only from the next buffer (validFrom): it never blocks the producer.
+func (l *inflightLog) add(b *Buffer, barrier int64) {
+	data := b.Bytes()
+	n := len(l.chunks)
+	if n == 0 || cap(l.chunks[n-1].mem)-len(l.chunks[n-1].mem) < len(data) {
+		mem := l.budget.take(len(data))
+		if mem == nil {
+			l.dropBefore(l.end())
+			l.base++ // b's place: it is not kept
+			l.validFrom = l.end()
+			l.marks = l.marks[:0] // every mark points into what was dropped, or at b
+			return
+		}
+		l.chunks = append(l.chunks, logChunk{mem: mem})
+		n++
+	}
+	c := &l.chunks[n-1]
+	off := len(c.mem)
+	c.mem = append(c.mem, data...)
+	l.entries = append(l.entries, loggedBuffer{hdr: b.Header, chunk: l.chunkBase + int64(n-1), off: off, data: c.mem[off : off+len(data) : off+len(data)]})
+	l.bytes += int64(len(data))
+	if barrier != 0 {
+		l.marks = append(l.marks, logMark{checkpoint: barrier, at: l.end()})
+	}
+}
+
+// dropBefore drops the entries before absolute index at and gives back every chunk none of whose entries
+// is left.
+func (l *inflightLog) dropBefore(at int64) {
+	n := int(min(at, l.end()) - l.base)
+	if n <= 0 {
+		return
+	}
+	for i := range n {
+		l.bytes -= int64(len(l.entries[i].data))
+		l.entries[i] = loggedBuffer{}
+	}
+	l.entries = l.entries[n:]
+	l.base += int64(n)
+	for len(l.chunks) > 0 && (len(l.entries) == 0 || l.entries[0].chunk > l.chunkBase) {
+		l.budget.give(l.chunks[0].mem)
+		l.chunks[0] = logChunk{}
+		l.chunks = l.chunks[1:]
+		l.chunkBase++
+	}
+}
+
+// truncate drops what came before the barrier of checkpoint id, which completed: no consumer is restored
+// from an older one. Marks up to id go too.
+func (l *inflightLog) truncate(id int64) {
+	i := 0
+	for i < len(l.marks) && l.marks[i].checkpoint <= id {
+		i++
+	}
+	if i == 0 {
+		return
+	}
+	m := l.marks[i-1]
+	l.marks = append(l.marks[:0], l.marks[i:]...)
+	if m.checkpoint == id {
+		l.dropBefore(m.at)
+	}
+}
+
+// cutBack drops what came after the barrier of checkpoint id: a new attempt of the producer restored id
+// and regenerates it. It reports false when the log has no mark of id (nothing is dropped then).
+func (l *inflightLog) cutBack(id int64) bool {
+	i := len(l.marks) - 1
+	for i >= 0 && l.marks[i].checkpoint != id {
+		i--
+	}
+	if i < 0 || l.marks[i].at < l.validFrom {
+		return false
+	}
+	at := l.marks[i].at
+	for j := int(at - l.base); j < len(l.entries); j++ {
+		l.bytes -= int64(len(l.entries[j].data))
+		l.entries[j] = loggedBuffer{}
+	}
+	l.entries = l.entries[:at-l.base]
+	l.marks = l.marks[:i+1]
+	keep := 0 // chunks up to the last kept entry's
+	if k := len(l.entries); k > 0 {
+		keep = int(l.entries[k-1].chunk-l.chunkBase) + 1
+	}
+	for j := keep; j < len(l.chunks); j++ {
+		l.budget.give(l.chunks[j].mem)
+		l.chunks[j] = logChunk{}
+	}
+	l.chunks = l.chunks[:keep]
+	if keep > 0 {
+		// Appends go on right after the last entry kept.
+		last := l.entries[len(l.entries)-1]
+		c := &l.chunks[keep-1]
+		c.mem = c.mem[:last.off+len(last.data)]
+	}
+	return true
+}
+
+// inflightReader reads a log from a mark on, while the log grows.
+type inflightReader struct {
+	l  *inflightLog
+	at int64
+}
+
+// readerAt returns a reader from the barrier of checkpoint id, or an error saying why the log cannot give
+// one: no mark of id (truncated, or never taken), or the log is not complete that far back.
+func (l *inflightLog) readerAt(id int64) (*inflightReader, error) {
+	for _, m := range l.marks {
+		if m.checkpoint == id {
+			if m.at < l.validFrom {
+				return nil, fmt.Errorf("in-flight log: incomplete before entry %d, and checkpoint %d's barrier is at %d", l.validFrom, id, m.at)
+			}
+			return &inflightReader{l: l, at: m.at}, nil
+		}
+	}
+	return nil, fmt.Errorf("in-flight log: no barrier of checkpoint %d (the log was complete from entry %d, and truncated to %d)", id, l.validFrom, l.base)
+}
+
+// next returns the next logged buffer's header and bytes (valid until the log drops them), or ok false at
+// the end of what was logged so far.
+func (r *inflightReader) next() (h Header, data []byte, ok bool, err error) {
+	l := r.l
+	if r.at < l.base {
+		return Header{}, nil, false, fmt.Errorf("in-flight log: reader at entry %d, dropped (the log starts at %d)", r.at, l.base)
+	}
+	if r.at >= l.end() {
+		return Header{}, nil, false, nil
+	}
+	e := l.entries[r.at-l.base]
+	r.at++
+	return e.hdr, e.data, true, nil
+}

@@ -1,0 +1,192 @@
+package network
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+// loggable returns a sealed data buffer outside any pool whose payload is n bytes, all tag.
+func loggable(seq uint64, n int, tag byte) *Buffer {
+	b := &Buffer{data: make([]byte, HeaderSize, HeaderSize+n)}
+	b.reset(KindData, seq)
+	b.Starts = 1
+	b.data = append(b.data, bytes.Repeat([]byte{tag}, n)...)
+	b.Seal()
+	return b
+}
+
+// TestInflightLogRandom drives a log and a model (the list of buffers with their barrier marks) with the
+// same seeded adds, truncations, cut-backs and reads from a mark, and checks that every read gives the
+// model's buffers after the mark, byte for byte, and that the budget lent is exactly the log's chunks
+// (given back when the log empties).
+func TestInflightLogRandom(t *testing.T) {
+	for seed := uint64(1); seed <= 10; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 3))
+		budget, err := NewLogBudget(64 << 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := newInflightLog(budget)
+		type entry struct {
+			seq  uint64
+			data []byte
+		}
+		var model []entry
+		marks := map[int64]int{} // checkpoint → index in model of the first entry after its barrier
+		var order []int64        // marks in id order
+		seq, id := uint64(0), int64(0)
+		for op := range 3000 {
+			switch r := rng.IntN(100); {
+			case r < 85:
+				size := 1 + rng.IntN(40<<10)
+				if rng.IntN(50) == 0 {
+					size = logChunkSize + rng.IntN(1000) // larger than a chunk: a chunk of its own
+				}
+				b := loggable(seq, size, byte(op))
+				barrier := int64(0)
+				if rng.IntN(10) == 0 {
+					id++
+					barrier = id
+				}
+				l.add(b, barrier)
+				model = append(model, entry{seq, bytes.Clone(b.Bytes())})
+				seq++
+				if barrier != 0 {
+					marks[barrier] = len(model)
+					order = append(order, barrier)
+				}
+			case r < 93 && len(order) > 0:
+				c := order[rng.IntN(len(order))]
+				l.truncate(c)
+				at := marks[c]
+				model = model[at:]
+				var left []int64
+				for _, o := range order {
+					if o > c {
+						marks[o] -= at
+						left = append(left, o)
+					} else {
+						delete(marks, o)
+					}
+				}
+				order = left
+			case len(order) > 0:
+				c := order[rng.IntN(len(order))]
+				if !l.cutBack(c) {
+					t.Fatalf("seed %d op %d: no mark of %d to cut back to", seed, op, c)
+				}
+				model = model[:marks[c]]
+				var left []int64
+				for _, o := range order {
+					if o <= c {
+						left = append(left, o)
+					} else {
+						delete(marks, o)
+					}
+				}
+				order = left
+			}
+			if len(order) > 0 && op%7 == 0 {
+				c := order[rng.IntN(len(order))]
+				rd, err := l.readerAt(c)
+				if err != nil {
+					t.Fatalf("seed %d op %d: %v", seed, op, err)
+				}
+				for i := marks[c]; ; i++ {
+					h, data, ok, err := rd.next()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !ok {
+						if i != len(model) {
+							t.Fatalf("seed %d op %d: read %d entries from mark %d, want %d", seed, op, i-marks[c], c, len(model)-marks[c])
+						}
+						break
+					}
+					if h.FirstSeq != model[i].seq || !bytes.Equal(data, model[i].data) {
+						t.Fatalf("seed %d op %d: entry %d from mark %d is seq %d (%d bytes), want seq %d (%d bytes)",
+							seed, op, i-marks[c], c, h.FirstSeq, len(data), model[i].seq, len(model[i].data))
+					}
+				}
+			}
+			var want int64
+			for _, c := range l.chunks {
+				want += int64(cap(c.mem))
+			}
+			if budget.Used() != want {
+				t.Fatalf("seed %d op %d: budget lent %d bytes, the log holds chunks of %d", seed, op, budget.Used(), want)
+			}
+			var held int64
+			for _, e := range model {
+				held += int64(len(e.data))
+			}
+			if l.bytes != held {
+				t.Fatalf("seed %d op %d: log counts %d bytes, holds %d", seed, op, l.bytes, held)
+			}
+		}
+		l.dropBefore(l.end())
+		if budget.Used() != 0 {
+			t.Fatalf("seed %d: %d bytes still lent after the log emptied", seed, budget.Used())
+		}
+	}
+}
+
+// TestInflightLogBudget: a log whose budget runs out drops what it holds and the buffer that did not fit,
+// never blocks, and is complete again from the next buffer: a reader from a barrier before that is refused,
+// saying why; one from a later barrier reads.
+func TestInflightLogBudget(t *testing.T) {
+	if _, err := NewLogBudget(1000); err == nil {
+		t.Fatal("a budget below one chunk was made")
+	}
+	budget, _ := NewLogBudget(2 * logChunkSize)
+	l := newInflightLog(budget)
+	l.add(loggable(0, 100, 1), 1)
+	for i := range 5 {
+		l.add(loggable(uint64(1+i), logChunkSize/2-64-HeaderSize, 2), 0) // two a chunk: the fifth needs a third
+	}
+	if _, err := l.readerAt(1); err == nil || !strings.Contains(err.Error(), "no barrier of checkpoint 1") {
+		t.Fatalf("reader from a barrier dropped for the budget: %v", err)
+	}
+	if l.validFrom != 6 || len(l.entries) != 0 || budget.Used() != 0 {
+		t.Fatalf("after the budget ran out: valid from %d, %d entries, %d bytes lent", l.validFrom, len(l.entries), budget.Used())
+	}
+	l.add(loggable(6, 100, 3), 2)
+	l.add(loggable(7, 100, 4), 0)
+	rd, err := l.readerAt(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, data, ok, err := rd.next()
+	if err != nil || !ok || h.FirstSeq != 7 || data[HeaderSize] != 4 || binary.LittleEndian.Uint64(data[12:]) != 7 {
+		t.Fatalf("first entry after barrier 2: seq %d ok %v err %v", h.FirstSeq, ok, err)
+	}
+	if l.cutBack(9) {
+		t.Fatal("cut back to a checkpoint without a mark")
+	}
+}
+
+// TestInflightLogAllocations: a log truncated at every checkpoint reuses its chunks: adding buffers
+// allocates nothing in steady state beyond the entry list's growth, which truncation keeps bounded.
+func TestInflightLogAllocations(t *testing.T) {
+	budget, _ := NewLogBudget(64 << 20)
+	l := newInflightLog(budget)
+	b := loggable(0, 32<<10-HeaderSize, 7)
+	id := int64(0)
+	round := func() {
+		for range 200 {
+			l.add(b, 0)
+		}
+		id++
+		l.add(b, id)
+		l.truncate(id - 1)
+	}
+	for range 10 {
+		round()
+	}
+	if allocs := testing.AllocsPerRun(20, round); allocs > 1 {
+		t.Fatalf("%v allocations per round of 201 logged buffers", allocs)
+	}
+}
