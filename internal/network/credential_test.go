@@ -340,7 +340,7 @@ func TestVersion1ClientRefused(t *testing.T) {
 			}
 			rerr := parseErrorFrame(frames[0].payload)
 			if !errors.Is(rerr, ErrProtocol) || !strings.Contains(rerr.Error(), "unsupported protocol version 1") ||
-				!strings.Contains(rerr.Error(), "this server speaks version 2") {
+				!strings.Contains(rerr.Error(), "this server speaks version 3") {
 				t.Fatalf("got %v, want ErrProtocol naming versions 1 and 2", rerr)
 			}
 			if st := p.Stats(); st.ViewsCreated != 0 {

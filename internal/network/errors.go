@@ -12,6 +12,10 @@ var (
 	// ErrCorrupt reports bytes that violate the framing: a bad header, a record that does not continue where
 	// the previous buffer said it would, an impossible length.
 	ErrCorrupt = errors.New("network: corrupt data")
+	// ErrLogIncomplete reports a read of an in-flight log from a point it no longer holds: truncated past
+	// it, or dropped when the log's budget ran out. The consumer cannot be replayed; its job master falls
+	// back to restarting more.
+	ErrLogIncomplete = errors.New("network: in-flight log incomplete")
 	// ErrRecordTooLarge reports a record longer than the configured maximum record size.
 	ErrRecordTooLarge = errors.New("network: record too large")
 	// ErrPartitionNotFound reports a request for a partition the producer side does not (yet) have.

@@ -8,8 +8,8 @@ import (
 
 // This file holds the in-flight log of exactly-once local recovery (docs/taskfailover.md §2): a copy of
 // every buffer a subpartition was given since the barrier of the last completed checkpoint, so that a
-// restarted consumer can read its input again from that barrier. It is a building block; subpartitions do
-// not keep one yet.
+// restarted consumer can read its input again from that barrier. Subpartitions of partitions made with
+// PartitionOptions.Log keep one.
 
 // LogBudget is the memory a TaskManager lends its in-flight logs, shared by all of them: logs take it in
 // chunks of logChunkSize and give a chunk back when truncation frees every buffer in it. Freed chunks are
@@ -99,7 +99,11 @@ type logMark struct {
 	at         int64 // absolute index of the first entry after the barrier
 }
 
-func newInflightLog(budget *LogBudget) *inflightLog { return &inflightLog{budget: budget} }
+// newInflightLog returns an empty log with the mark of checkpoint 0 at its start: a consumer that restored
+// no checkpoint reads from there.
+func newInflightLog(budget *LogBudget) *inflightLog {
+	return &inflightLog{budget: budget, marks: []logMark{{checkpoint: 0, at: 0}}}
+}
 
 // end is the absolute index after the last entry.
 func (l *inflightLog) end() int64 { return l.base + int64(len(l.entries)) }
@@ -154,19 +158,15 @@ func (l *inflightLog) dropBefore(at int64) {
 }
 
 // truncate drops what came before the barrier of checkpoint id, which completed: no consumer is restored
-// from an older one. Marks up to id go too.
+// from an older one. The marks of older checkpoints go too; id's stays, for consumers that restore it.
 func (l *inflightLog) truncate(id int64) {
 	i := 0
-	for i < len(l.marks) && l.marks[i].checkpoint <= id {
+	for i < len(l.marks) && l.marks[i].checkpoint < id {
 		i++
 	}
-	if i == 0 {
-		return
-	}
-	m := l.marks[i-1]
 	l.marks = append(l.marks[:0], l.marks[i:]...)
-	if m.checkpoint == id {
-		l.dropBefore(m.at)
+	if len(l.marks) > 0 && l.marks[0].checkpoint == id {
+		l.dropBefore(l.marks[0].at)
 	}
 }
 

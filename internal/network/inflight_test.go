@@ -65,7 +65,7 @@ func TestInflightLogRandom(t *testing.T) {
 				model = model[at:]
 				var left []int64
 				for _, o := range order {
-					if o > c {
+					if o >= c {
 						marks[o] -= at
 						left = append(left, o)
 					} else {

@@ -55,6 +55,16 @@ func (m *PartitionManager) CreateView(id ident.PartitionID, sub int, owner ident
 	return p.CreateView(sub, owner, credit, listener)
 }
 
+// CreateViewFrom is CreateView reading an in-flight log from the barrier of checkpoint from
+// (ResultPartition.CreateViewFrom).
+func (m *PartitionManager) CreateViewFrom(id ident.PartitionID, sub int, owner ident.Attempt, credit int, listener func(), from int64) (*View, error) {
+	p, err := m.Lookup(id)
+	if err != nil {
+		return nil, err
+	}
+	return p.CreateViewFrom(sub, owner, credit, listener, from)
+}
+
 // Release releases and forgets the partition (deleting a blocking partition's spill files); unknown IDs are
 // ignored.
 func (m *PartitionManager) Release(id ident.PartitionID) {

@@ -31,6 +31,12 @@ type PartitionOptions struct {
 	Blocking bool
 	// SpillDir is the directory of a blocking partition's spill files; "" means os.TempDir().
 	SpillDir string
+	// Log, for a reconnectable partition, keeps an in-flight log per subpartition (exactly-once local
+	// recovery, docs/taskfailover.md §2) in memory lent by this budget: a copy of every buffer since the
+	// barrier of the last checkpoint the producer was told completed (TruncateLog). A reader then loses
+	// nothing when it goes away: while none is attached the log keeps what comes, and a newer attempt of
+	// the consumer reads again from the barrier of the checkpoint it restored (CreateViewFrom).
+	Log *LogBudget
 }
 
 // ResultPartition is the output of one producer attempt for one intermediate result. The writing methods
@@ -101,6 +107,9 @@ func NewResultPartition(id ident.PartitionID, opts PartitionOptions, pool *Buffe
 	if opts.MaxRecordSize < 0 {
 		return nil, fmt.Errorf("result partition %s: negative max record size %d", id, opts.MaxRecordSize)
 	}
+	if opts.Log != nil && !opts.Reconnectable {
+		return nil, fmt.Errorf("result partition %s: PartitionOptions.Log needs Reconnectable (an in-flight log serves newer attempts of the consumer)", id)
+	}
 	if opts.Blocking {
 		if opts.Reconnectable {
 			return nil, fmt.Errorf("result partition %s: PartitionOptions.Blocking and Reconnectable are mutually exclusive (a blocking partition is read after its producer finished, a reconnectable one while it runs); set at most one", id)
@@ -125,6 +134,9 @@ func NewResultPartition(id ident.PartitionID, opts PartitionOptions, pool *Buffe
 	}
 	for i := range p.subs {
 		p.subs[i] = &Subpartition{partition: p, index: i}
+		if opts.Log != nil {
+			p.subs[i].log = newInflightLog(opts.Log)
+		}
 		if opts.Blocking {
 			p.subs[i].spill = &spillWriter{}
 		}
@@ -179,6 +191,34 @@ func (p *ResultPartition) RecordsWritten() uint64 {
 // only.
 func (p *ResultPartition) NextSequence(i int) uint64 { return p.nextSeq[i] }
 
+// CreateViewFrom is CreateView for a partition with an in-flight log (PartitionOptions.Log): the reader reads
+// the log from the barrier of checkpoint from (0: from the partition's start), then what comes live. When
+// the log no longer reaches back that far (truncated past it, or incomplete after its budget ran out) it
+// fails with an error wrapping ErrLogIncomplete. Without a log, from is ignored.
+func (p *ResultPartition) CreateViewFrom(i int, owner ident.Attempt, credit int, listener func(), from int64) (*View, error) {
+	if i < 0 || i >= len(p.subs) {
+		return nil, fmt.Errorf("result partition %s has %d subpartitions, %s asked for %d: %w", p.id, len(p.subs), owner, i, ErrInvalidRequest)
+	}
+	return p.subs[i].createView(owner, credit, listener, from)
+}
+
+// TruncateLog tells the partition's in-flight logs that checkpoint id completed: what came before its
+// barrier is dropped (no consumer restores an older checkpoint). No-op without a log.
+func (p *ResultPartition) TruncateLog(id int64) {
+	for _, s := range p.subs {
+		s.truncateLog(id)
+	}
+}
+
+// LogBytes returns the bytes the partition's in-flight logs hold.
+func (p *ResultPartition) LogBytes() int64 {
+	var n int64
+	for _, s := range p.subs {
+		n += s.logBytes()
+	}
+	return n
+}
+
 // CreateView attaches a reader for subpartition i owned by the consumer attempt owner with initial credit.
 // listener is called (from any goroutine, without locks held) whenever data may have become available.
 // For a blocking partition whose producer has not finished it returns an error wrapping ErrPartitionNotReady
@@ -187,7 +227,7 @@ func (p *ResultPartition) CreateView(i int, owner ident.Attempt, credit int, lis
 	if i < 0 || i >= len(p.subs) {
 		return nil, fmt.Errorf("result partition %s has %d subpartitions, %s asked for %d: %w", p.id, len(p.subs), owner, i, ErrInvalidRequest)
 	}
-	return p.subs[i].createView(owner, credit, listener)
+	return p.subs[i].createView(owner, credit, listener, 0)
 }
 
 // EmitRecord appends one serialized record to subpartition sub, splitting it over as many buffers as it

@@ -1,6 +1,7 @@
 package network
 
 import (
+	"bytes"
 	"fmt"
 	"sync"
 
@@ -55,6 +56,10 @@ type Subpartition struct {
 	// counter, whatever the stream: the memory is fixed.
 	lastWatermark, lastStatus Event
 	addedSeq                  uint64
+
+	// log is the in-flight log (PartitionOptions.Log), or nil. Every buffer given to the subpartition goes
+	// into it; it is queued only for a reader that reads live (not one still reading the log).
+	log *inflightLog
 }
 
 // Index returns the subpartition's index in its partition.
@@ -86,6 +91,20 @@ func (s *Subpartition) add(b *Buffer, isEnd bool) error {
 	if s.partition.opts.Reconnectable {
 		s.noteLocked(b)
 	}
+	if s.log != nil {
+		s.log.add(b, barrierOf(b))
+		if s.view == nil || s.view.replay != nil {
+			// No reader, or one still reading the log, which holds b now: nothing is lost, and the
+			// producer never waits.
+			s.stats.BuffersAdded++
+			if isEnd {
+				s.finished = true
+			}
+			s.mu.Unlock()
+			b.Recycle()
+			return nil
+		}
+	}
 	if s.view == nil && s.hadView && s.partition.opts.Reconnectable {
 		// The consumer went away; never block the producer on it. Whole buffers are dropped and counted.
 		s.stats.BuffersDropped++
@@ -113,6 +132,42 @@ func (s *Subpartition) add(b *Buffer, isEnd bool) error {
 		notify()
 	}
 	return nil
+}
+
+// barrierOf returns the checkpoint id of a barrier event buffer, else 0. One byte is looked at for any
+// other buffer.
+func barrierOf(b *Buffer) int64 {
+	if b.Kind != KindEvent {
+		return 0
+	}
+	p := b.Payload()
+	if len(p) == 0 || EventType(p[0]) != EventBarrier {
+		return 0
+	}
+	e, err := DecodeEvent(p)
+	if err != nil {
+		panic(fmt.Sprintf("own barrier buffer does not decode: %v", err))
+	}
+	return e.CheckpointID
+}
+
+// truncateLog drops the log before the barrier of checkpoint id, which completed.
+func (s *Subpartition) truncateLog(id int64) {
+	s.mu.Lock()
+	if s.log != nil {
+		s.log.truncate(id)
+	}
+	s.mu.Unlock()
+}
+
+// logBytes returns the bytes the log holds.
+func (s *Subpartition) logBytes() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.log == nil {
+		return 0
+	}
+	return s.log.bytes
 }
 
 // noteLocked records, for a reconnectable subpartition, what a newer reader must be re-sent (see
@@ -144,7 +199,7 @@ func (s *Subpartition) noteLocked(b *Buffer) {
 // createView attaches a reader. For reconnectable and blocking partitions a newer attempt of the consumer
 // replaces the current view (which is released first); an older attempt is rejected. A view of a blocking
 // subpartition reads its spill file from the start.
-func (s *Subpartition) createView(owner ident.Attempt, credit int, listener func()) (*View, error) {
+func (s *Subpartition) createView(owner ident.Attempt, credit int, listener func(), from int64) (*View, error) {
 	if credit < 0 {
 		return nil, fmt.Errorf("subpartition %s/%d: negative initial credit %d", s.partition.id, s.index, credit)
 	}
@@ -170,16 +225,33 @@ func (s *Subpartition) createView(owner ident.Attempt, credit int, listener func
 			return nil, fmt.Errorf("subpartition %s/%d requested by %s, last reader %s: %w",
 				s.partition.id, s.index, owner, s.lastView, ErrStaleAttempt)
 		}
+	}
+	// Every reader of a logged subpartition starts in the log: at the barrier of the checkpoint its
+	// consumer restored, or at the start. The log holds the watermarks, statuses and end of partition too,
+	// so nothing needs re-sending.
+	var replay *inflightReader
+	if s.log != nil {
+		rd, err := s.log.readerAt(from)
+		if err != nil {
+			s.mu.Unlock()
+			return nil, fmt.Errorf("subpartition %s/%d requested by %s from checkpoint %d: %w: %w", s.partition.id, s.index, owner, from, ErrLogIncomplete, err)
+		}
+		replay = rd
+	}
+	if s.hadView {
 		if old := s.view; old != nil {
 			s.releaseViewLocked(old)
 			replaced = old
 		}
 	}
-	v := &View{sub: s, owner: owner, credit: credit, listener: listener}
+	v := &View{sub: s, owner: owner, credit: credit, listener: listener, replay: replay}
 	if blocking {
 		v.spill = s.newSpillReaderLocked(v, credit)
 	}
-	if s.hadView && s.partition.opts.Reconnectable {
+	if s.log != nil {
+		s.eopQueued = s.finished
+	}
+	if s.hadView && s.partition.opts.Reconnectable && s.log == nil {
 		// A newer attempt: the queue is empty (releasing the previous view dropped it, and buffers added
 		// since were dropped), so what is pushed now comes first. The watermark goes before the status:
 		// a valve records a watermark on an idle channel too, so the reader ends in the state the
@@ -190,7 +262,7 @@ func (s *Subpartition) createView(owner ident.Attempt, credit int, listener func
 			}
 		}
 	}
-	if s.partition.opts.Reconnectable && s.finished && !s.eopQueued {
+	if s.partition.opts.Reconnectable && s.finished && !s.eopQueued && s.log == nil {
 		// The producer has finished but this reader would never learn it: its end-of-partition went to a
 		// reader that is gone, or was dropped while none was attached.
 		s.queue.push(endOfPartitionBuffer(s.partition.nextSeq[s.index]))
@@ -206,7 +278,7 @@ func (s *Subpartition) createView(owner ident.Attempt, credit int, listener func
 	}
 	s.hadView = true
 	s.stats.ViewsCreated++
-	notify := credit > 0 && (s.queue.len() > 0 || blocking)
+	notify := credit > 0 && (s.queue.len() > 0 || blocking || v.replay != nil)
 	s.mu.Unlock()
 	if replaced != nil {
 		if replaced.spill != nil {
@@ -270,6 +342,9 @@ func (s *Subpartition) release() {
 	for b := s.queue.pop(); b != nil; b = s.queue.pop() {
 		b.Recycle()
 	}
+	if s.log != nil {
+		s.log.dropBefore(s.log.end()) // its chunks go back to the budget
+	}
 	if s.spill != nil {
 		s.removeSpillLocked()
 	}
@@ -293,6 +368,9 @@ type View struct {
 	owner    ident.Attempt
 	listener func()
 	spill    *spillReader // views of blocking subpartitions only
+	// replay reads the in-flight log until it has caught up with it (guarded by sub.mu); then nil, and
+	// the view reads the queue like any other.
+	replay *inflightReader
 	// guarded by sub.mu
 	credit   int
 	released bool
@@ -318,6 +396,34 @@ func (v *View) Poll() (*Buffer, error) {
 	if s.released {
 		s.mu.Unlock()
 		return nil, fmt.Errorf("subpartition %s/%d: %w", s.partition.id, s.index, ErrPartitionReleased)
+	}
+	if v.replay != nil {
+		if v.credit == 0 {
+			s.mu.Unlock()
+			return nil, nil
+		}
+		h, data, ok, err := v.replay.next()
+		if err != nil {
+			s.mu.Unlock()
+			return nil, fmt.Errorf("subpartition %s/%d, reader %s: %w: %w", s.partition.id, s.index, v.owner, ErrLogIncomplete, err)
+		}
+		if ok {
+			// A copy outside any pool: the log may drop its bytes once a later checkpoint completes,
+			// while this buffer may still be on its way.
+			b := &Buffer{Header: h, data: bytes.Clone(data)}
+			v.credit--
+			consumedNow := false
+			if s.finished && h.Kind == KindEvent && v.replay.at == s.log.end() {
+				s.consumed = true
+				consumedNow = true
+			}
+			s.mu.Unlock()
+			if consumedNow {
+				s.partition.subpartitionConsumed()
+			}
+			return b, nil
+		}
+		v.replay = nil // caught up: from now on add queues for this view
 	}
 	if v.credit == 0 || s.queue.len() == 0 {
 		s.mu.Unlock()
@@ -350,6 +456,9 @@ func (v *View) HasData() bool {
 func (v *View) hasMoreLocked() bool {
 	if v.spill != nil {
 		return !v.drained
+	}
+	if v.replay != nil {
+		return v.replay.at < v.sub.log.end() || v.sub.queue.len() > 0
 	}
 	return v.sub.queue.len() > 0
 }

@@ -75,6 +75,9 @@ type DialOptions struct {
 	// ServerOptions.Admit ignores them; zero values are what a job without credentials sends.
 	Job        [JobIDSize]byte
 	Credential [CredentialSize]byte
+	// ReplayFrom, for a partition with an in-flight log, is the checkpoint whose barrier the channel reads
+	// from (ResultPartition.CreateViewFrom; 0: the partition's start). Ignored by other partitions.
+	ReplayFrom int64
 	// TLS, if set, makes the connection TLS (1.3 at least, whatever the config says): the config's
 	// RootCAs verify the server, its Certificates are presented to a server that asks for one, and an
 	// empty ServerName is the host of the dialed address. The config is cloned.
@@ -187,7 +190,7 @@ func DialRemoteChannel(ctx context.Context, addr string, pid ident.PartitionID, 
 		writerDone: make(chan struct{}),
 	}
 	req := partitionRequest{partition: pid, subpartition: sub, consumer: owner, credit: credits, bufferSize: pool.Size(),
-		job: opts.Job, credential: opts.Credential}
+		job: opts.Job, credential: opts.Credential, replayFrom: opts.ReplayFrom}
 	var tlsConfig *tls.Config
 	if opts.TLS != nil {
 		tlsConfig = opts.TLS

@@ -608,7 +608,7 @@ func (c *serverConn) createView() (*View, int, error) {
 		return nil, 0, fmt.Errorf("partition %s writes buffers of %d bytes, consumer %s has buffers of %d bytes: %w",
 			r.partition, bufferSize, r.consumer, r.bufferSize, ErrInvalidRequest)
 	}
-	v, err := p.CreateView(r.subpartition, r.consumer, r.credit, c.onAvailable)
+	v, err := p.CreateViewFrom(r.subpartition, r.consumer, r.credit, c.onAvailable, r.replayFrom)
 	if err != nil {
 		return nil, 0, err
 	}

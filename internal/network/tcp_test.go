@@ -127,8 +127,13 @@ func (e *testEnv) partition(result ident.ResultID, bufSize, nbuf int, opts Parti
 // open opens a channel on subpartition sub of pid for owner with the given credit. A TCP channel gets a
 // consumer pool of exactly credits buffers of bufSize bytes.
 func (e *testEnv) open(pid ident.PartitionID, sub int, owner ident.Attempt, credits, bufSize int, notify func()) (InputChannel, error) {
+	return e.openFrom(pid, sub, owner, credits, bufSize, notify, 0)
+}
+
+// openFrom is open reading an in-flight log from the barrier of checkpoint from.
+func (e *testEnv) openFrom(pid ident.PartitionID, sub int, owner ident.Attempt, credits, bufSize int, notify func(), from int64) (InputChannel, error) {
 	if e.srv == nil {
-		v, err := e.pm.CreateView(pid, sub, owner, credits, notify)
+		v, err := e.pm.CreateViewFrom(pid, sub, owner, credits, notify, from)
 		if err != nil {
 			return nil, err
 		}
@@ -137,7 +142,9 @@ func (e *testEnv) open(pid ident.PartitionID, sub int, owner ident.Attempt, cred
 		return ch, nil
 	}
 	pool := NewBufferPool("consumer "+owner.String(), bufSize, max(credits, 1))
-	ch, err := DialRemoteChannel(context.Background(), e.srv.Addr(), pid, sub, owner, pool, credits, notify, e.dialOptions(pid, sub, owner))
+	opts := e.dialOptions(pid, sub, owner)
+	opts.ReplayFrom = from
+	ch, err := DialRemoteChannel(context.Background(), e.srv.Addr(), pid, sub, owner, pool, credits, notify, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -849,7 +856,7 @@ func TestServerRejectsBadClients(t *testing.T) {
 		{"credit before request", func([]byte) []byte { return cat(wirePreamble[:], appendAddCredit(nil, 1)) }, "unexpected frame type AddCredit"},
 		{"oversized request", func([]byte) []byte {
 			return cat(wirePreamble[:], appendFrameHeader(nil, framePartitionRequest, 1<<30))
-		}, "PartitionRequest frame of 1073741824 bytes, want 88"},
+		}, "PartitionRequest frame of 1073741824 bytes, want 96"},
 		{"oversized credit", func(req []byte) []byte { return cat(req, appendFrameHeader(nil, frameAddCredit, 1<<31)) }, "AddCredit frame of 2147483648 bytes, want 4"},
 		{"buffer from client", func(req []byte) []byte { return cat(req, appendFrameHeader(nil, frameBuffer, 30)) }, "unexpected frame type Buffer"},
 	}

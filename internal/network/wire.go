@@ -23,7 +23,8 @@ package network
 //	PartitionRequest  result i32, producer vertex i32, producer index i32, producer attempt i32,
 //	                  subpartition u32, consumer vertex i32, consumer index i32, consumer attempt i32,
 //	                  initial credit u32, consumer buffer size u32,
-//	                  job id (16 bytes), credential (32 bytes, see credential.go)               (88 bytes)
+//	                  job id (16 bytes), credential (32 bytes, see credential.go),
+//	                  replay from checkpoint i64 (in-flight logs; 0: from the start)          (96 bytes)
 //	RequestOK         producer buffer size u32: the largest Buffer frame the server will send   (4 bytes)
 //	Error             code u8, then a UTF-8 message of at most maxErrorMessageBytes              (1..513 bytes)
 //	Buffer            one network buffer exactly as in memory, header and payload (Buffer.Bytes) (20..buffer size)
@@ -31,7 +32,7 @@ package network
 //	Close             empty                                                                      (0 bytes)
 //
 // Versions. Version 2 added the job id and the credential to the PartitionRequest (version 1 had the 40
-// bytes before them); nothing else changed. A server answers a preamble of any other version with an Error
+// bytes before them); version 3 added the checkpoint to replay an in-flight log from; nothing else changed. A server answers a preamble of any other version with an Error
 // frame naming both versions, whose layout every version shares, and closes.
 //
 // The length of a frame is checked against the maximum for its type before anything is allocated or copied:
@@ -65,7 +66,7 @@ var (
 )
 
 // protocolVersion is the version of the wire format spoken by this package (see Versions above).
-const protocolVersion = 2
+const protocolVersion = 3
 
 // preambleSize is the length of the fixed bytes a client sends right after connecting.
 const preambleSize = 8
@@ -133,7 +134,7 @@ var (
 
 // Payload sizes of the control frames.
 const (
-	partitionRequestSize = 88
+	partitionRequestSize = 96
 	// requestIntsSize is the part of a PartitionRequest before the job id: ten 32-bit integers.
 	requestIntsSize = 40
 	requestOKSize   = 4
@@ -164,6 +165,7 @@ const (
 	codeCorrupt           errorCode = 9
 	codePartitionNotReady errorCode = 10
 	codeBadCredential     errorCode = 11
+	codeLogIncomplete     errorCode = 12
 )
 
 // codeSentinels maps error codes to the sentinel errors they stand for, in the order codeOf tries them.
@@ -181,6 +183,7 @@ var codeSentinels = []struct {
 	{codeProtocol, ErrProtocol},
 	{codeCorrupt, ErrCorrupt},
 	{codeBadCredential, ErrBadCredential},
+	{codeLogIncomplete, ErrLogIncomplete},
 }
 
 // codeOf classifies err for an Error frame.
@@ -220,6 +223,7 @@ type partitionRequest struct {
 	bufferSize   int
 	job          [JobIDSize]byte
 	credential   [CredentialSize]byte
+	replayFrom   int64
 }
 
 // appendFrameHeader appends the type and length of a frame.
@@ -241,7 +245,8 @@ func appendPartitionRequest(dst []byte, r partitionRequest) []byte {
 		dst = binary.LittleEndian.AppendUint32(dst, v)
 	}
 	dst = append(dst, r.job[:]...)
-	return append(dst, r.credential[:]...)
+	dst = append(dst, r.credential[:]...)
+	return binary.LittleEndian.AppendUint64(dst, uint64(r.replayFrom))
 }
 
 // parsePartitionRequest decodes the payload of a PartitionRequest frame (its length was checked).
@@ -265,6 +270,7 @@ func parsePartitionRequest(p []byte) partitionRequest {
 	}
 	copy(r.job[:], p[requestIntsSize:])
 	copy(r.credential[:], p[requestIntsSize+JobIDSize:])
+	r.replayFrom = int64(binary.LittleEndian.Uint64(p[requestIntsSize+JobIDSize+CredentialSize:]))
 	return r
 }
 
