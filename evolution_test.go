@@ -24,6 +24,7 @@ type evolving struct {
 	allowDrop   bool
 	restoreFrom string
 	savepointTo string
+	rate        float64 // records a second per source subtask; 0: as fast as possible
 }
 
 func (e evolving) build(sumsOut, maxima runnel.Sink[keyed]) *runnel.Environment {
@@ -40,7 +41,7 @@ func (e evolving) build(sumsOut, maxima runnel.Sink[keyed]) *runnel.Environment 
 	}
 	env := runnel.NewEnvironment(opts...)
 	src := runnel.FromSource(env, connector.Generator(func(sub int, s uint64) keyed { return keyed{F0: int64(s*2+uint64(sub)) % keys, F1: 1} },
-		connector.GeneratorOptions{RecordsPerSubtask: perSubtask, RatePerSubtask: 6000})).Name("source").WithCodec(keyedCodec)
+		connector.GeneratorOptions{RecordsPerSubtask: perSubtask, RatePerSubtask: e.rate})).Name("source").WithCodec(keyedCodec)
 	// A stateless map chained to the source in every version: with chaining, the source's vertex is
 	// "source -> double", without, two vertices.
 	in := runnel.Map(src, func(v keyed) (keyed, error) { v.F1 *= 2; return v, nil }).Name("double").WithCodec(keyedCodec)
@@ -93,7 +94,9 @@ func TestJobEvolutionAcrossSavepoint(t *testing.T) {
 			if tc.then != nil {
 				then = tc.then(then)
 			}
-			first.savepointTo = t.TempDir() + "/sp"
+			// The first run is throttled (two seconds of input, stopped after 150 ms: the savepoint falls
+			// inside the input on a loaded machine too), the restored one is not.
+			first.savepointTo, first.rate = t.TempDir()+"/sp", 1500
 			then.restoreFrom = first.savepointTo
 			ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
 			defer cancel()

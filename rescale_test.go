@@ -19,10 +19,12 @@ import (
 // be exact: the sums carry their keyed state across the rescale, the max keeps its own.
 func TestRescaleKeepsDownstreamParallelism(t *testing.T) {
 	const keys, perSubtask = 40, 3000
-	build := func(sumP int, direct, behind runnel.Sink[keyed], opts ...runnel.Option) *runnel.Environment {
+	// The first run is throttled (two seconds of input, stopped after 150 ms, so that the savepoint falls
+	// inside the input on a loaded machine too), the rescaled one is not.
+	build := func(sumP int, rate float64, direct, behind runnel.Sink[keyed], opts ...runnel.Option) *runnel.Environment {
 		env := runnel.NewEnvironment(append([]runnel.Option{runnel.WithParallelism(2), runnel.WithLogger(quiet)}, opts...)...)
 		src := runnel.FromSource(env, connector.Generator(func(sub int, s uint64) keyed { return keyed{F0: int64(s*2+uint64(sub)) % keys, F1: 1} },
-			connector.GeneratorOptions{RecordsPerSubtask: perSubtask, RatePerSubtask: 6000})).Name("source")
+			connector.GeneratorOptions{RecordsPerSubtask: perSubtask, RatePerSubtask: rate})).Name("source")
 		sums := runnel.Reduce(runnel.KeyBy(src.WithCodec(keyedCodec), func(v keyed) int64 { return v.F0 }),
 			func(a, b keyed) (keyed, error) { a.F1 += b.F1; return a, nil }).Name("sum").WithCodec(keyedCodec).SetParallelism(sumP)
 		sums.Rebalance().SinkTo(direct).Name("direct").SetParallelism(1)
@@ -42,7 +44,7 @@ func TestRescaleKeepsDownstreamParallelism(t *testing.T) {
 			dir := t.TempDir() + "/sp"
 			ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
 			defer cancel()
-			res, err := build(tc.from, connector.Discard[keyed](), connector.Discard[keyed](), runnel.WithSavepointOnStop(dir)).Execute(ctx, "first")
+			res, err := build(tc.from, 1500, connector.Discard[keyed](), connector.Discard[keyed](), runnel.WithSavepointOnStop(dir)).Execute(ctx, "first")
 			if err != nil || res.Status != "CANCELED" || res.Savepoint != dir {
 				t.Fatalf("first run: %v, %+v", err, res)
 			}
@@ -50,7 +52,7 @@ func TestRescaleKeepsDownstreamParallelism(t *testing.T) {
 				t.Fatalf("the savepoint must fall inside the input: the source emitted %+v", v)
 			}
 			direct, behind := connector.NewCollect[keyed](), connector.NewCollect[keyed]()
-			res, err = build(tc.to, direct, behind, runnel.WithRestoreFrom(dir)).Execute(context.Background(), "rescaled")
+			res, err = build(tc.to, 0, direct, behind, runnel.WithRestoreFrom(dir)).Execute(context.Background(), "rescaled")
 			if err != nil || res.Status != "FINISHED" {
 				t.Fatalf("rescaled run: %v, %+v", err, res)
 			}

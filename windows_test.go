@@ -359,11 +359,13 @@ func TestTimersAndWindowsAcrossSavepointAndRescale(t *testing.T) {
 	gen := func(sub int, seq uint64) click {
 		return click{User: fmt.Sprintf("k%d", (seq*2+uint64(sub))%keys), At: int64(seq) * 2, N: int64(seq%7) + 1}
 	}
-	build := func(windowP int, out, chk string, opts ...runnel.Option) *runnel.Environment {
+	// The first run is throttled to 2000 records a second per subtask (two seconds of input, stopped after
+	// 200 ms: the savepoint falls inside the input even on a loaded machine), the restored one is not.
+	build := func(windowP int, out, chk string, rate float64, opts ...runnel.Option) *runnel.Environment {
 		env := runnel.NewEnvironment(append([]runnel.Option{runnel.WithParallelism(2), runnel.WithLogger(quiet),
 			runnel.WithWatermarkInterval(2 * time.Millisecond),
 			runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 50 * time.Millisecond, Storage: chk})}, opts...)...)
-		src := runnel.FromSource(env, connector.Generator(gen, connector.GeneratorOptions{RecordsPerSubtask: perSubtask, RatePerSubtask: 8000})).
+		src := runnel.FromSource(env, connector.Generator(gen, connector.GeneratorOptions{RecordsPerSubtask: perSubtask, RatePerSubtask: rate})).
 			Name("source").WithCodec(codec.MustStruct[click]()).
 			WithTimestamps(runnel.MonotonousTimestamps[click]().WithTimestampAssigner(func(c click, _ int64) int64 { return c.At }))
 		results := runnel.WindowAggregate(runnel.Window(runnel.KeyBy(src, func(c click) string { return c.User }),
@@ -397,7 +399,7 @@ func TestTimersAndWindowsAcrossSavepointAndRescale(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 			defer cancel()
-			res, err := build(2, out, filepath.Join(dir, "chk"), runnel.WithStateBackend(tc.backend), runnel.WithSavepointOnStop(sp)).
+			res, err := build(2, out, filepath.Join(dir, "chk"), 2000, runnel.WithStateBackend(tc.backend), runnel.WithSavepointOnStop(sp)).
 				Execute(ctx, "first")
 			if err != nil || res.Status != "CANCELED" || res.Savepoint != sp {
 				t.Fatalf("first run: %v, %+v", err, res)
@@ -405,7 +407,7 @@ func TestTimersAndWindowsAcrossSavepointAndRescale(t *testing.T) {
 			if v := res.Vertex("source"); v == nil || v.RecordsOut == 0 || v.RecordsOut >= 2*perSubtask {
 				t.Fatalf("the savepoint must fall inside the input: the source emitted %+v", v)
 			}
-			res, err = build(tc.to, out, filepath.Join(dir, "chk2"), runnel.WithStateBackend(tc.backend), runnel.WithRestoreFrom(sp)).
+			res, err = build(tc.to, out, filepath.Join(dir, "chk2"), 0, runnel.WithStateBackend(tc.backend), runnel.WithRestoreFrom(sp)).
 				Execute(context.Background(), "rescaled")
 			if err != nil || res.Status != "FINISHED" {
 				t.Fatalf("rescaled run: %v, %+v", err, res)

@@ -157,8 +157,11 @@ func TestRunNexmark(t *testing.T) {
 			if err := json.Unmarshal(b, &r); err != nil {
 				t.Fatal(err)
 			}
-			if len(r.Failovers) != len(tc.inject) {
-				t.Fatalf("%d failovers, want %d: %s", len(r.Failovers), len(tc.inject), b)
+			// Every injection fires once; two may land in one failover, when the second subtask reaches its
+			// count while the first failure's restart is cancelling it (a failure of a task being cancelled
+			// is part of the failover under way), which depends on timing.
+			if len(r.Failovers) < 1 || len(r.Failovers) > len(tc.inject) {
+				t.Fatalf("%d failovers, want 1 to %d: %s", len(r.Failovers), len(tc.inject), b)
 			}
 			restored := 0
 			for _, f := range r.Failovers {

@@ -31,9 +31,14 @@ type RecordDecoder struct {
 	synced   bool
 	skipping bool // joining: skipping the rest of a record whose start was never seen
 	nextSeq  uint64
+	// dropBelow, set by Rejoin, is the first record a rejoined decoder returns: records before it, which
+	// a restarted producer regenerates and the consumer has had already, are dropped as they are decoded.
+	dropBelow uint64
 
 	// PartialRecordsSkipped counts records whose start was never seen by this decoder.
 	PartialRecordsSkipped uint64
+	// DuplicatesDropped counts records a rejoined decoder dropped (Rejoin).
+	DuplicatesDropped uint64
 }
 
 // NewRecordDecoder makes a decoder that rejects records over maxRecordSize bytes (0 means the default).
@@ -50,6 +55,17 @@ func (d *RecordDecoder) Reset() {
 	*d = RecordDecoder{maxRecordSize: d.maxRecordSize, partial: d.partial[:0], PartialRecordsSkipped: skipped}
 }
 
+// Rejoin prepares the decoder for a channel whose producer was restarted and regenerates its output from an
+// earlier record on (exactly-once local recovery, docs/taskfailover.md §5): it forgets its state like Reset,
+// joins the regenerated stream at its first buffer, and drops every record before dropBelow (the next record
+// the consumer had not had yet: NextSeq before the call), counting them in DuplicatesDropped. A record that
+// spans buffers is dropped whole. The per-record path is unchanged: the dropping is done in SetBuffer.
+func (d *RecordDecoder) Rejoin(dropBelow uint64) {
+	skipped, dups := d.PartialRecordsSkipped, d.DuplicatesDropped
+	*d = RecordDecoder{maxRecordSize: d.maxRecordSize, partial: d.partial[:0], PartialRecordsSkipped: skipped,
+		DuplicatesDropped: dups, dropBelow: dropBelow}
+}
+
 // Synced reports whether the decoder has seen a record boundary with a known sequence number.
 func (d *RecordDecoder) Synced() bool { return d.synced }
 
@@ -64,6 +80,36 @@ func (d *RecordDecoder) InRecord() bool { return d.inRecord }
 // It returns the sequence number of the first record that starts in the buffer, and whether the decoder
 // synchronised on this buffer (its first buffer, for a decoder that joined mid-stream).
 func (d *RecordDecoder) SetBuffer(b *Buffer) (joined bool, err error) {
+	joined, err = d.setBuffer(b)
+	if err != nil || d.dropBelow == 0 {
+		return joined, err
+	}
+	if joined && d.nextSeq > d.dropBelow {
+		return joined, fmt.Errorf("%w: the regenerated stream starts at record %d, after record %d that the consumer has not had", ErrCorrupt, d.nextSeq, d.dropBelow)
+	}
+	return joined, d.dropDuplicates()
+}
+
+// dropDuplicates decodes and drops the records of the current buffer before dropBelow; once past it the
+// decoder is an ordinary one again.
+func (d *RecordDecoder) dropDuplicates() error {
+	for d.synced && d.nextSeq < d.dropBelow {
+		rec, err := d.Next()
+		if err != nil {
+			return err
+		}
+		if rec == nil {
+			return nil // the buffer is used up; the next one goes on dropping
+		}
+		d.DuplicatesDropped++
+	}
+	if d.synced {
+		d.dropBelow = 0
+	}
+	return nil
+}
+
+func (d *RecordDecoder) setBuffer(b *Buffer) (joined bool, err error) {
 	if b.Kind != KindData {
 		return false, fmt.Errorf("%w: decoder given a %s buffer", ErrCorrupt, b.Kind)
 	}

@@ -191,6 +191,20 @@ func (p *ResultPartition) RecordsWritten() uint64 {
 // only.
 func (p *ResultPartition) NextSequence(i int) uint64 { return p.nextSeq[i] }
 
+// SetNextSequence makes the next record of subpartition sub carry sequence number seq: a restored producer
+// under task failover numbers its output on from the position its checkpoint recorded, so that its
+// regenerated records carry the numbers they had. Producer goroutine only, before anything is written to sub.
+func (p *ResultPartition) SetNextSequence(sub int, seq uint64) error {
+	if sub < 0 || sub >= len(p.subs) {
+		return fmt.Errorf("result partition %s: no subpartition %d", p.id, sub)
+	}
+	if p.current[sub] != nil || p.nextSeq[sub] != 0 {
+		return fmt.Errorf("result partition %s: subpartition %d was written to already (next record %d)", p.id, sub, p.nextSeq[sub])
+	}
+	p.nextSeq[sub] = seq
+	return nil
+}
+
 // CreateViewFrom is CreateView for a partition with an in-flight log (PartitionOptions.Log): the reader reads
 // the log from the barrier of checkpoint from (0: from the partition's start), then what comes live. When
 // the log no longer reaches back that far (truncated past it, or incomplete after its budget ran out) it

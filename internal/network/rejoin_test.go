@@ -1,0 +1,143 @@
+package network
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// streamOf writes records from..to-1 (patterned, 8 to 8+maxRec-1 bytes, the size a function of the record)
+// into a fresh partition with buffers of bufSize bytes, numbering them from from, and returns its buffers
+// in order.
+func streamOf(t *testing.T, from, to, bufSize, maxRec, flushEvery int) []*Buffer {
+	t.Helper()
+	pool := NewBufferPool("stream", bufSize, 1<<14)
+	p, err := NewResultPartition(testPID, PartitionOptions{Subpartitions: 1, MaxRecordSize: 1 << 20}, pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SetNextSequence(0, uint64(from)); err != nil {
+		t.Fatal(err)
+	}
+	for i := from; i < to; i++ {
+		if err := p.EmitRecord(0, patterned(i, 8+(i*37)%maxRec)); err != nil {
+			t.Fatal(err)
+		}
+		if flushEvery > 0 && i%flushEvery == 0 {
+			p.Flush(0) // a buffer that ends at a record's end
+		}
+	}
+	p.Flush(0)
+	v, err := p.CreateView(0, testConsumer, 1<<14, func() {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*Buffer
+	for {
+		b, err := v.Poll()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b == nil {
+			return out
+		}
+		out = append(out, b)
+	}
+}
+
+// TestRejoinDropsRegeneratedRecords: a decoder that read the first k records of a stream (stopping mid
+// buffer, inside a record that spans buffers, or at a buffer's end) and is then rejoined at its next record
+// reads a regenerated stream of the same records from m <= k on, cut into buffers of another size, and
+// returns exactly the records from k on, each once and whole, having dropped k - m; a regenerated stream
+// that starts after k is refused, since records would be missing.
+func TestRejoinDropsRegeneratedRecords(t *testing.T) {
+	const n = 400
+	for _, tc := range []struct {
+		name            string
+		buffers         int // how many buffers of the original stream the decoder read
+		origSize, regen int
+		maxRec          int
+		flushEvery      int // in the original stream
+		from            int // where the regenerated stream starts
+		wantErr         string
+	}{
+		{name: "from the start, smaller buffers", buffers: 30, origSize: 128, regen: 64, maxRec: 300, from: 0},
+		{name: "from a later record, larger buffers", buffers: 41, origSize: 96, regen: 512, maxRec: 300, from: -3},
+		{name: "from exactly where it stopped", buffers: 25, origSize: 128, regen: 128, maxRec: 300, from: -1},
+		{name: "small records, stopped at a record's end", buffers: 25, origSize: 256, regen: 100, maxRec: 12, flushEvery: 1, from: -3},
+		{name: "a gap", buffers: 20, origSize: 128, regen: 128, maxRec: 300, from: -2, wantErr: "regenerated stream starts at record"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			orig := streamOf(t, 0, n, tc.origSize, tc.maxRec, tc.flushEvery)
+			dec := NewRecordDecoder(1 << 20)
+			var got []uint64
+			read := func(b *Buffer) error {
+				if _, err := dec.SetBuffer(b); err != nil {
+					return err
+				}
+				for {
+					rec, err := dec.Next()
+					if err != nil {
+						return err
+					}
+					if rec == nil {
+						return nil
+					}
+					seq := dec.NextSeq() - 1
+					if err := checkPatterned(rec, seq); err != nil {
+						return err
+					}
+					if want := 8 + (int(seq)*37)%tc.maxRec; len(rec) != want {
+						return fmt.Errorf("record %d has %d bytes, want %d", seq, len(rec), want)
+					}
+					got = append(got, seq)
+				}
+			}
+			for _, b := range orig[:tc.buffers] {
+				if err := read(b); err != nil {
+					t.Fatal(err)
+				}
+			}
+			k := int(dec.NextSeq())
+			inRecord := dec.InRecord()
+			from := tc.from
+			switch from {
+			case -1:
+				from = k
+			case -2:
+				from = k + 1
+			case -3:
+				from = k / 2
+			}
+			dec.Rejoin(uint64(k))
+			var err error
+			for _, b := range streamOf(t, from, n, tc.regen, tc.maxRec, 0) {
+				if err = read(b); err != nil {
+					break
+				}
+			}
+			if tc.wantErr != "" {
+				if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != n {
+				t.Fatalf("%d records, want %d (stopped at %d, inside a record: %v)", len(got), n, k, inRecord)
+			}
+			for i, s := range got {
+				if s != uint64(i) {
+					t.Fatalf("record %d is %d", i, s)
+				}
+			}
+			if dec.DuplicatesDropped != uint64(k-from) {
+				t.Fatalf("dropped %d, want %d", dec.DuplicatesDropped, k-from)
+			}
+			t.Logf("stopped at record %d (inside a record: %v), dropped %d", k, inRecord, dec.DuplicatesDropped)
+		})
+	}
+}
