@@ -15,6 +15,7 @@ func TestEventRoundTrip(t *testing.T) {
 		{Type: EventBarrier, CheckpointID: 7, TimestampMillis: 1234, Flags: 1},
 		{Type: EventCancelCheckpoint, CheckpointID: 9},
 		{Type: EventEndOfData},
+		{Type: EventProducerRestarted, CheckpointID: 3},
 		WatermarkEvent(0),
 		WatermarkEvent(1_700_000_000_123),
 		WatermarkEvent(-42),
@@ -34,7 +35,7 @@ func TestEventRoundTrip(t *testing.T) {
 		want    string // in the error
 	}{
 		{"unknown type 0", Event{Type: 0}.append(nil), "unknown event type 0"},
-		{"unknown type 7", Event{Type: 7}.append(nil), "unknown event type 7"},
+		{"unknown type 8", Event{Type: 8}.append(nil), "unknown event type 8"},
 		{"unknown type 255", Event{Type: 255}.append(nil), "unknown event type 255"},
 		{"short", Event{Type: EventEndOfData}.append(nil)[:eventSize-1], "event payload of 20 bytes, want 21"},
 		{"long", append(Event{Type: EventEndOfData}.append(nil), 0), "event payload of 22 bytes, want 21"},
@@ -76,6 +77,7 @@ func FuzzDecodeEvent(f *testing.F) {
 		{Type: EventBarrier, CheckpointID: 7, TimestampMillis: 1234, Flags: 1},
 		{Type: EventCancelCheckpoint, CheckpointID: 9},
 		{Type: EventEndOfData},
+		{Type: EventProducerRestarted, CheckpointID: 3},
 		WatermarkEvent(1_700_000_000_123),
 		WatermarkEvent(math.MinInt64),
 		WatermarkStatusEvent(true),

@@ -96,7 +96,8 @@ type logChunk struct {
 
 type logMark struct {
 	checkpoint int64
-	at         int64 // absolute index of the first entry after the barrier
+	at         int64  // absolute index of the first entry after the barrier
+	seq        uint64 // the sequence number of the first record after the barrier
 }
 
 // newInflightLog returns an empty log with the mark of checkpoint 0 at its start: a consumer that restored
@@ -132,7 +133,7 @@ func (l *inflightLog) add(b *Buffer, barrier int64) {
 	l.entries = append(l.entries, loggedBuffer{hdr: b.Header, chunk: l.chunkBase + int64(n-1), off: off, data: c.mem[off : off+len(data) : off+len(data)]})
 	l.bytes += int64(len(data))
 	if barrier != 0 {
-		l.marks = append(l.marks, logMark{checkpoint: barrier, at: l.end()})
+		l.marks = append(l.marks, logMark{checkpoint: barrier, at: l.end(), seq: b.FirstSeq})
 	}
 }
 
@@ -170,14 +171,21 @@ func (l *inflightLog) truncate(id int64) {
 	}
 }
 
+// markOf returns the mark of checkpoint id, if the log has it and is complete from there.
+func (l *inflightLog) markOf(id int64) (logMark, int, bool) {
+	for i, m := range l.marks {
+		if m.checkpoint == id {
+			return m, i, m.at >= l.validFrom
+		}
+	}
+	return logMark{}, -1, false
+}
+
 // cutBack drops what came after the barrier of checkpoint id: a new attempt of the producer restored id
 // and regenerates it. It reports false when the log has no mark of id (nothing is dropped then).
 func (l *inflightLog) cutBack(id int64) bool {
-	i := len(l.marks) - 1
-	for i >= 0 && l.marks[i].checkpoint != id {
-		i--
-	}
-	if i < 0 || l.marks[i].at < l.validFrom {
+	_, i, ok := l.markOf(id)
+	if !ok {
 		return false
 	}
 	at := l.marks[i].at

@@ -191,6 +191,78 @@ func (p *ResultPartition) RecordsWritten() uint64 {
 // only.
 func (p *ResultPartition) NextSequence(i int) uint64 { return p.nextSeq[i] }
 
+// Takeover hands the partition to a new attempt of its producer under task failover (docs/taskfailover.md
+// §1, §5): the new attempt restored checkpoint id and regenerates, record for record, what came after its
+// barrier. Every subpartition's log is cut back to that barrier, what the failed attempt had not sealed is
+// dropped, the next record numbers go back to those at the barrier, and a reader that reads live gets
+// EventProducerRestarted ahead of the regenerated buffers (after those of the failed attempt it has not
+// read yet, which are the same records), on which its consumer rejoins its decoder so that what it had
+// already is dropped. The new attempt writes into pool, and its writes abort when cancel closes.
+//
+// Call it from the new attempt before it writes, once the failed attempt's goroutine has ended. It fails,
+// changing nothing, when a subpartition has no log, no complete log back to the barrier of id, or an end of
+// partition a reader already took. A reader still reading the log (a consumer behind, or restarted itself)
+// is moved back to the barrier if it had passed it, and gets the event first.
+func (p *ResultPartition) Takeover(pool *BufferPool, cancel <-chan struct{}, id int64) error {
+	if p.opts.Log == nil {
+		return fmt.Errorf("result partition %s: takeover needs an in-flight log (PartitionOptions.Log)", p.id)
+	}
+	for _, s := range p.subs { // in index order, the only order subpartition locks are taken together
+		s.mu.Lock()
+	}
+	var wake []func()
+	defer func() {
+		for _, s := range p.subs {
+			s.mu.Unlock()
+		}
+		for _, f := range wake { // listeners may take the locks
+			f()
+		}
+	}()
+	marks := make([]logMark, len(p.subs))
+	for i, s := range p.subs {
+		m, _, ok := s.log.markOf(id)
+		switch {
+		case s.released:
+			return fmt.Errorf("result partition %s: takeover: subpartition %d: %w", p.id, i, ErrPartitionReleased)
+		case !ok:
+			return fmt.Errorf("result partition %s: takeover from checkpoint %d: subpartition %d: %w (no complete log from its barrier)", p.id, id, i, ErrLogIncomplete)
+		case s.consumed:
+			return fmt.Errorf("result partition %s: takeover from checkpoint %d: subpartition %d's end of partition was read already", p.id, id, i)
+		}
+		marks[i] = m
+	}
+	for i, s := range p.subs {
+		s.log.cutBack(id)
+		s.finished, s.eopQueued = false, false
+		s.addedSeq = marks[i].seq
+		if v := s.view; v != nil {
+			ev := eventBuffer(Event{Type: EventProducerRestarted, CheckpointID: id}, marks[i].seq)
+			switch {
+			case v.replay == nil:
+				s.queue.push(ev) // after the failed attempt's buffers the reader has not had: the same records
+			case v.replay.at > marks[i].at:
+				// A reader still in the log, past the barrier: it reads the regenerated entries from the
+				// barrier on, after the event that makes its consumer drop what it had.
+				v.replay.at, v.pending = marks[i].at, ev
+			default:
+				// A reader in the log before the barrier has had nothing of what is regenerated.
+			}
+			if v.credit > 0 {
+				wake = append(wake, v.listener)
+			}
+		}
+		if b := p.current[i]; b != nil {
+			p.current[i] = nil
+			b.Recycle()
+		}
+		p.nextSeq[i] = marks[i].seq
+	}
+	p.pool, p.cancel = pool, cancel
+	p.flushRequested.Store(false)
+	return nil
+}
+
 // SetNextSequence makes the next record of subpartition sub carry sequence number seq: a restored producer
 // under task failover numbers its output on from the position its checkpoint recorded, so that its
 // regenerated records carry the numbers they had. Producer goroutine only, before anything is written to sub.

@@ -371,6 +371,8 @@ type View struct {
 	// replay reads the in-flight log until it has caught up with it (guarded by sub.mu); then nil, and
 	// the view reads the queue like any other.
 	replay *inflightReader
+	// pending is an event a takeover gave a reader of the log, delivered before anything else.
+	pending *Buffer
 	// guarded by sub.mu
 	credit   int
 	released bool
@@ -396,6 +398,13 @@ func (v *View) Poll() (*Buffer, error) {
 	if s.released {
 		s.mu.Unlock()
 		return nil, fmt.Errorf("subpartition %s/%d: %w", s.partition.id, s.index, ErrPartitionReleased)
+	}
+	if v.pending != nil && v.credit > 0 {
+		b := v.pending
+		v.pending = nil
+		v.credit--
+		s.mu.Unlock()
+		return b, nil
 	}
 	if v.replay != nil {
 		if v.credit == 0 {
@@ -456,6 +465,9 @@ func (v *View) HasData() bool {
 func (v *View) hasMoreLocked() bool {
 	if v.spill != nil {
 		return !v.drained
+	}
+	if v.pending != nil {
+		return true
 	}
 	if v.replay != nil {
 		return v.replay.at < v.sub.log.end() || v.sub.queue.len() > 0

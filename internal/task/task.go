@@ -880,6 +880,12 @@ func (r *run) processBuffer(idx int, buf *network.Buffer) (bool, error) {
 				r.apply(r.aligner.OnCancelMarker(idx, ev.CheckpointID))
 			}
 			return false, nil
+		case network.EventProducerRestarted:
+			// The producer was taken over by a new attempt that regenerates its output from an earlier
+			// record (task failover): drop what this channel had already.
+			dec := r.decoders[idx]
+			dec.Rejoin(dec.NextSeq())
+			return false, nil
 		default:
 			return false, fmt.Errorf("input channel %d: unexpected %s event", idx, ev.Type)
 		}
