@@ -27,7 +27,7 @@ func TestLayering(t *testing.T) {
 		"internal/network":      {"internal/ident"},
 		"internal/state":        {"codec"},
 		"internal/scheduler":    {"internal/graph", "internal/ident"},
-		"internal/task":         {"internal/barrier", "internal/checkpoint", "internal/ident", "internal/network", "internal/watermark"},
+		"internal/task":         {"internal/barrier", "internal/checkpoint", "internal/determinants", "internal/ident", "internal/network", "internal/watermark"},
 		"internal/operator":     {"codec", "internal/graph", "internal/ident", "internal/network", "internal/state", "internal/task", "internal/watermark"},
 		"internal/jobcore":      {"internal/checkpoint", "internal/graph", "internal/ident", "internal/scheduler", "internal/task"},
 		"internal/protocol":     {},

@@ -159,6 +159,11 @@ func (g *InputGate) Next() (int, *Buffer, error) {
 	}
 }
 
+// NextFrom returns the next buffer of channel i, or nil when it has none now, whatever the other channels
+// hold: a task that replays the input order its failed attempt recorded (docs/taskfailover.md §4) takes its
+// buffers so. The channel's Notify wakes Wake as usual; the round-robin order of Next is left as it was.
+func (g *InputGate) NextFrom(i int) (*Buffer, error) { return g.channels[i].Poll() }
+
 // Recycle returns a buffer obtained from channel i.
 func (g *InputGate) Recycle(i int, b *Buffer) { g.channels[i].Recycle(b) }
 

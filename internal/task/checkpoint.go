@@ -101,6 +101,13 @@ func (r *run) performCheckpoint(id, ts int64, flags uint32) {
 		return
 	}
 	me := r.t.cfg.Info.Attempt
+	if d := r.t.cfg.Determinants; d != nil && r.replay == nil {
+		// A restore from id replays what the task took after this point.
+		if err := d.Mark(id); err != nil && !r.recordErr {
+			r.recordErr = true
+			r.t.log.Warn("determinant log", "err", err)
+		}
+	}
 	writers, err := r.chain.Snapshot(id)
 	if err != nil {
 		cs.Decline(id, me, fmt.Errorf("snapshot: %w", err))

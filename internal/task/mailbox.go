@@ -224,6 +224,9 @@ func (r *run) runMail() {
 	}
 	if id := m.completeUpTo; id > r.completeHeard && r.chain != nil {
 		r.completeHeard = id
+		if d := r.t.cfg.Determinants; d != nil && r.replay == nil {
+			d.Truncate(id) // no attempt will restore an older checkpoint
+		}
 		if err := r.chain.NotifyCheckpointComplete(id); err != nil {
 			Abort(fmt.Errorf("checkpoint %d complete: %w", id, err))
 		}

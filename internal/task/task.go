@@ -28,6 +28,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/runnel-dev/runnel/internal/barrier"
+	"github.com/runnel-dev/runnel/internal/determinants"
 	"github.com/runnel-dev/runnel/internal/ident"
 	"github.com/runnel-dev/runnel/internal/network"
 )
@@ -276,6 +277,13 @@ type Config struct {
 	// triggered before this attempt was deployed, and the producers that were not restarted may still send
 	// them while restarted ones never will.
 	SkipCheckpointsUpTo int64
+	// Determinants, when set, is the subtask's determinant log (docs/taskfailover.md §3), owned by the
+	// TaskManager and handed to each attempt: the task records in it the channel it took each input buffer
+	// from, marks the barriers it took, and truncates it when a checkpoint completes. With Replay, the
+	// attempt first takes its input buffers in the order the log holds (what a failed attempt recorded
+	// since the checkpoint this one restored), then goes on live, appending. In-process only.
+	Determinants *determinants.Log
+	Replay       bool
 }
 
 // Update reports a state change of a task attempt, or (with Observation set) something it observed while
@@ -488,6 +496,12 @@ type run struct {
 	aligner    *barrier.Aligner
 	channels   []ChannelSpec // by gate channel index
 	restored   []uint64      // per channel: records consumed at the restored checkpoint
+	// replay reads the determinant log while the attempt replays (Config.Replay); nil once live. next is
+	// the entry whose buffer it waits for, when have.
+	replay     *determinants.Reader
+	replayNext determinants.Entry
+	replayHave bool
+	recordErr  bool // the determinant log broke: said once
 	joined     []bool
 	outputSeen bool
 	async      sync.WaitGroup // goroutines writing checkpoint state
@@ -545,6 +559,14 @@ func (r *run) execute() (err error) {
 		r.aligner = barrier.New(r.gate.NumChannels(), mode)
 		if id := t.cfg.SkipCheckpointsUpTo; id > 0 {
 			r.apply(r.aligner.OnAbortUpTo(id))
+		}
+	}
+	if t.cfg.Replay {
+		if t.cfg.Determinants == nil {
+			return errors.New("replay: no determinant log")
+		}
+		if r.replay, err = t.cfg.Determinants.Reader(); err != nil {
+			return fmt.Errorf("replay: %w", err)
 		}
 	}
 	t.setState(Running, nil)
@@ -674,9 +696,15 @@ func (r *run) connect(ctx context.Context, c ChannelSpec, idx, credits int) (net
 	if !c.Local {
 		return t.env.ConnectRemote(ctx, c, owner, r.inPool, credits, notify)
 	}
+	// A partition with an in-flight log (task failover) is read from the barrier of the checkpoint this
+	// attempt restored, or from its start; others ignore it.
+	var from int64
+	if rs := t.cfg.Restore; rs != nil {
+		from = rs.CheckpointID
+	}
 	backoff := time.Millisecond
 	for {
-		v, err := t.env.Partitions.CreateView(c.Partition, c.Subpartition, owner, credits, notify)
+		v, err := t.env.Partitions.CreateViewFrom(c.Partition, c.Subpartition, owner, credits, notify, from)
 		if err == nil {
 			return network.NewLocalInputChannel(v), nil
 		}
@@ -804,7 +832,7 @@ func (r *run) inputLoop() error {
 		if err := r.handleMail(tick); err != nil {
 			return err
 		}
-		idx, buf, err := r.gate.Next()
+		idx, buf, err := r.nextBuffer()
 		if err != nil {
 			return fmt.Errorf("input channel %d: %w", idx, err)
 		}
@@ -823,6 +851,51 @@ func (r *run) inputLoop() error {
 			return nil
 		}
 	}
+}
+
+// nextBuffer returns the next input buffer and its channel (nil: none now). While the attempt replays, that
+// is the next buffer of the channel the determinant log names, whatever the others hold; live, the gate's
+// next, which is recorded in the log if the task keeps one.
+func (r *run) nextBuffer() (int, *network.Buffer, error) {
+	if r.replay != nil {
+		if !r.replayHave {
+			e, ok, err := r.replay.Next()
+			if err != nil {
+				return -1, nil, fmt.Errorf("replay: %w", err)
+			}
+			if !ok {
+				r.replay = nil // the log is used up: live from here, appending
+				return r.nextBuffer()
+			}
+			if (e.Kind != determinants.Buffer && e.Kind != determinants.Event) || e.Channel >= r.gate.NumChannels() {
+				return -1, nil, fmt.Errorf("replay: determinant %v, which this task cannot replay", e)
+			}
+			r.replayNext, r.replayHave = e, true
+		}
+		idx := r.replayNext.Channel
+		buf, err := r.gate.NextFrom(idx)
+		if err != nil || buf == nil {
+			return idx, nil, err
+		}
+		if isEvent := buf.Kind == network.KindEvent; isEvent != (r.replayNext.Kind == determinants.Event) {
+			return idx, nil, fmt.Errorf("replay diverged: the log says %v, the channel has a %s buffer", r.replayNext, buf.Kind)
+		}
+		r.replayHave = false
+		return idx, buf, nil
+	}
+	idx, buf, err := r.gate.Next()
+	if buf != nil && r.t.cfg.Determinants != nil {
+		kind := determinants.Buffer
+		if buf.Kind == network.KindEvent {
+			kind = determinants.Event
+		}
+		if err := r.t.cfg.Determinants.Append(determinants.Entry{Kind: kind, Channel: idx}); err != nil && !r.recordErr {
+			// The log cannot be replayed any more; the job master falls back when this subtask fails.
+			r.recordErr = true
+			r.t.log.Warn("determinant log", "err", err)
+		}
+	}
+	return idx, buf, err
 }
 
 // processBuffer handles one buffer of channel idx and recycles it. It returns true once every channel

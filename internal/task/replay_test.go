@@ -1,0 +1,130 @@
+package task
+
+import (
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/runnel-dev/runnel/internal/determinants"
+	"github.com/runnel-dev/runnel/internal/ident"
+	"github.com/runnel-dev/runnel/internal/network"
+)
+
+// orderChain records the records it is given, in order (each record names its producer and number).
+type orderChain struct {
+	finishChain
+	omu   sync.Mutex
+	order []string
+}
+
+func (c *orderChain) ProcessBuffer(_ int, dec *network.RecordDecoder) (int, error) {
+	n := 0
+	for {
+		rec, err := dec.Next()
+		if err != nil || rec == nil {
+			return n, err
+		}
+		v, _ := binary.Uvarint(rec)
+		c.omu.Lock()
+		c.order = append(c.order, fmt.Sprintf("%c%d", 'A'+v/1000, v%1000))
+		c.omu.Unlock()
+		n++
+	}
+}
+
+func (c *orderChain) seen() []string {
+	c.omu.Lock()
+	defer c.omu.Unlock()
+	return slices.Clone(c.order)
+}
+
+// TestReplayTakesTheRecordedOrder: a task reading two channels from partitions with in-flight logs records
+// the channel of every buffer it takes; producer A writes all its records first, then B. A new attempt that
+// replays the log reads the same channels again from their start — where both are full at once, so the
+// gate alone would interleave them — and its chain sees the records in exactly the order the first attempt
+// saw; an attempt that does not replay (the control) sees another order, so the test can tell.
+func TestReplayTakesTheRecordedOrder(t *testing.T) {
+	const perProducer = 40
+	h := newFinishHarness(t)
+	budget, err := network.NewLogBudget(8 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := h.mem.NewPool("producers", 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Destroy()
+	var parts []*network.ResultPartition
+	var in InputSpec
+	for i := range 2 {
+		id := ident.PartitionID{Result: ident.ResultID(20 + i), Producer: ident.Attempt{Subtask: ident.Subtask{Vertex: ident.VertexID(5 + i)}}}
+		p, err := network.NewResultPartition(id, network.PartitionOptions{Subpartitions: 1, MaxRecordSize: 1 << 10, Reconnectable: true, Log: budget}, pool, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.pm.Register(p); err != nil {
+			t.Fatal(err)
+		}
+		parts = append(parts, p)
+		in.Channels = append(in.Channels, ChannelSpec{Partition: id, Local: true})
+	}
+	log, err := determinants.New(determinants.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(attempt int32, replay bool, write func()) []string {
+		t.Helper()
+		c := &orderChain{}
+		cfg := Config{
+			Info:   Info{JobName: "replay", VertexName: "join", Attempt: ident.Attempt{Subtask: ident.Subtask{Vertex: 1}, Number: attempt}, Parallelism: 1, MaxParallelism: 1},
+			Inputs: []InputSpec{in}, Chain: func(rt *Runtime) (Chain, error) { c.rt = rt; return c, nil },
+			BufferTimeout: -1, MaxRecordSize: 1 << 10, CreditsPerChannel: 2, ConnectTimeout: 5 * time.Second,
+			Determinants: log, Replay: replay,
+		}
+		if attempt == 2 {
+			cfg.Determinants = nil // the control: no log, no replay
+		}
+		_, wait := h.start(cfg)
+		if write != nil {
+			write()
+		}
+		h.await("FINISHED")
+		wait()
+		return c.seen()
+	}
+	emit := func(p int, n int) {
+		if err := parts[p].EmitRecord(0, binary.AppendUvarint(nil, uint64(1000*p+n))); err != nil {
+			t.Fatal(err)
+		}
+		parts[p].Flush(0) // a buffer a record: every record is a step of its own
+	}
+	first := run(0, false, func() {
+		for n := range perProducer {
+			emit(0, n)
+		}
+		time.Sleep(50 * time.Millisecond) // A's records are taken before B writes
+		for n := range perProducer {
+			emit(1, n)
+		}
+		for _, p := range parts {
+			if err := p.Finish(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	if len(first) != 2*perProducer || log.Len() == 0 {
+		t.Fatalf("first attempt saw %d records, recorded %d steps", len(first), log.Len())
+	}
+	replayed := run(1, true, nil)
+	if !slices.Equal(replayed, first) {
+		t.Fatalf("the replay took another order:\n got %v\nwant %v", replayed, first)
+	}
+	control := run(2, false, nil)
+	if slices.Equal(control, first) {
+		t.Fatalf("without the log the order is the same (%v): the test proves nothing", control)
+	}
+}
