@@ -388,7 +388,9 @@ func (r *gatedReader[T]) NotifyCheckpointComplete(int64) error {
 	return nil
 }
 
-func (r *gatedReader[T]) SnapshotState(int64) ([]byte, error) { return binary.AppendUvarint(nil, r.seq), nil }
+func (r *gatedReader[T]) SnapshotState(int64) ([]byte, error) {
+	return binary.AppendUvarint(nil, r.seq), nil
+}
 
 func (r *gatedReader[T]) RestoreState(b []byte) error {
 	v, n := binary.Uvarint(b)
