@@ -97,7 +97,7 @@ func TestWindowsExactlyOnceUnderFailures(t *testing.T) {
 		{sliding, "aggregate", "full", "pebble", 2, []string{"windows[0]@2000"}},
 		{sliding, "reduce", "region", "pebble", 1, []string{"clicks[1]@1500", "windows[1]@3500"}},
 		{session, "aggregate", "full", "pebble", 1, []string{"windows[0]@3000", "files[1]@100"}},
-		{session, "process", "region", "memory", 2, []string{"windows[1]@2500"}},
+		{session, "process", "region", "pebble", 2, []string{"windows[1]@2500"}},
 		{session, "aggregate-process", "region", "memory", 2, []string{"windows[0]@1800", "windows[1]@3800"}},
 		{sliding, "aggregate-process", "full", "memory", 1, []string{"windows[1]@2200"}},
 	} {

@@ -66,7 +66,7 @@ func readLines(t *testing.T, path string) []string {
 // TestSessionsMatchReference runs the sessionizer (locally and over TCP, with and without --output) and
 // compares its sessions with the reference: every line once with --output, the summary's counts without.
 // Under failures injected into the session windows and the file sink with checkpoints, region and full
-// failover, locally and over TCP, --output still holds every session exactly once.
+// failover, memory and pebble, locally and over TCP, --output still holds every session exactly once.
 func TestSessionsMatchReference(t *testing.T) {
 	const records, users = 20_000, 25
 	const gap, bound = 200 * time.Millisecond, 100 * time.Millisecond
@@ -98,8 +98,8 @@ func TestSessionsMatchReference(t *testing.T) {
 		{name: "tcp output", output: true, opts: []runnel.Option{runnel.WithParallelism(3), runnel.WithTaskManagers(2)}},
 		{name: "region failover memory tcp", output: true, rate: 25_000, inject: []string{"sessions[1]@6000"},
 			opts: []runnel.Option{runnel.WithParallelism(2), runnel.WithTaskManagers(2), runnel.WithFailover("region")}},
-		{name: "full failover memory local", output: true, rate: 25_000, inject: []string{"sessions[0]@5000", "output[0]@100"},
-			opts: []runnel.Option{runnel.WithParallelism(2), runnel.WithFailover("full")}},
+		{name: "full failover pebble local", output: true, rate: 25_000, inject: []string{"sessions[0]@5000", "output[0]@100"},
+			opts: []runnel.Option{runnel.WithParallelism(2), runnel.WithStateBackend("pebble"), runnel.WithFailover("full")}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			j := sessions.New(nil)
