@@ -14,6 +14,7 @@ import (
 	"github.com/runnel-dev/runnel/examples/internal/run"
 	"github.com/runnel-dev/runnel/examples/nexmark"
 	"github.com/runnel-dev/runnel/examples/sequence"
+	"github.com/runnel-dev/runnel/examples/sessions"
 	"github.com/runnel-dev/runnel/examples/wordcount"
 )
 
@@ -79,6 +80,11 @@ func All() []Example {
 			Name:        "sequence",
 			Description: "semantics checker: per-key sequence numbers through map -> keyBy -> check; reports lost, duplicated and out-of-order records",
 			New:         func(fs *pflag.FlagSet) Job { return sequence.New(fs) },
+		},
+		{
+			Name:        "sessions",
+			Description: "sessionizer: out-of-order click events keyed by user into event-time session windows (--gap), one summary per session (user, start, end, clicks, distinct pages)",
+			New:         func(fs *pflag.FlagSet) Job { return sessions.New(fs) },
 		},
 		{
 			Name:        "wordcount",

@@ -1,15 +1,11 @@
 package nexmark
 
 import (
-	"bufio"
-	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -54,7 +50,7 @@ func New(fs *pflag.FlagSet) *Job {
 }
 
 // partsDir is where the FileSink writes the parts of Output.
-func (j *Job) partsDir() string { return j.Output + ".parts" }
+func (j *Job) partsDir() string { return run.PartsDir(j.Output) }
 
 // Build adds the query's job to env.
 func (j *Job) Build(env *runnel.Environment, opts run.Options) error {
@@ -94,98 +90,11 @@ func (j *Job) Build(env *runnel.Environment, opts run.Options) error {
 	if err := run.CheckWritableFile(j.Output); err != nil {
 		return fmt.Errorf("--output: %w", err)
 	}
-	if err := j.prepareParts(opts.Restoring); err != nil {
+	if err := run.PrepareParts(j.Output, opts.Restoring); err != nil {
 		return fmt.Errorf("--output: %w", err)
 	}
 	res.ToFile(j.partsDir())
 	return nil
-}
-
-// prepareParts makes the parts directory. A run that does not resume from a savepoint or checkpoint
-// starts it empty: the part files of an earlier run there (which ended before it joined them) are not
-// this run's output. A resumed run keeps them: the parts committed before the savepoint are its output.
-func (j *Job) prepareParts(restoring bool) error {
-	dir := j.partsDir()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	if restoring {
-		return nil
-	}
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return err
-	}
-	for _, e := range entries {
-		if n := e.Name(); !e.IsDir() && (strings.HasPrefix(n, "part-") || strings.HasPrefix(n, ".part-")) {
-			if err := os.Remove(filepath.Join(dir, n)); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// part is one committed part file: part-RUN-SUBTASK-N.
-type part struct {
-	name, run string
-	sub, n    uint64
-}
-
-// committedParts lists the committed parts in dir in the order they were written: by run, subtask and
-// number (the sink has one subtask, so this is the order of its records).
-func committedParts(dir string) ([]part, error) {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	var parts []part
-	for _, e := range entries {
-		f := strings.Split(e.Name(), "-")
-		if e.IsDir() || len(f) != 4 || f[0] != "part" {
-			continue // hidden (in progress, pending) or not the sink's
-		}
-		sub, err1 := strconv.ParseUint(f[2], 10, 64)
-		n, err2 := strconv.ParseUint(f[3], 10, 64)
-		if err1 != nil || err2 != nil {
-			return nil, fmt.Errorf("%s: a part file name that is not part-RUN-SUBTASK-N: %s", dir, e.Name())
-		}
-		parts = append(parts, part{name: e.Name(), run: f[1], sub: sub, n: n})
-	}
-	slices.SortFunc(parts, func(a, b part) int {
-		return cmp.Or(cmp.Compare(a.run, b.run), cmp.Compare(a.sub, b.sub), cmp.Compare(a.n, b.n))
-	})
-	return parts, nil
-}
-
-// joinParts writes the committed parts into Output (through a temporary file renamed over it, so a reader
-// sees the old file or the new one) and returns the lines written.
-func (j *Job) joinParts() (int64, error) {
-	dir := j.partsDir()
-	parts, err := committedParts(dir)
-	if err != nil {
-		return 0, err
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(j.Output), "."+filepath.Base(j.Output)+".tmp-*")
-	if err != nil {
-		return 0, err
-	}
-	defer os.Remove(tmp.Name()) // after the rename: nothing there
-	w := bufio.NewWriterSize(tmp, 256<<10)
-	var lines int64
-	for _, p := range parts {
-		b, err := os.ReadFile(filepath.Join(dir, p.name))
-		if err != nil {
-			tmp.Close()
-			return 0, err
-		}
-		lines += int64(strings.Count(string(b), "\n"))
-		w.Write(b)
-	}
-	if err := errors.Join(w.Flush(), tmp.Sync(), tmp.Close()); err != nil {
-		return 0, fmt.Errorf("writing %s: %w", tmp.Name(), err)
-	}
-	return lines, os.Rename(tmp.Name(), j.Output)
 }
 
 // finish joins the committed results into --output once the job ended (whoever asks first: the report or
@@ -195,10 +104,7 @@ func (j *Job) finish(res *runnel.JobResult) {
 		return
 	}
 	j.joined = true
-	j.lines, j.joinErr = j.joinParts()
-	if j.joinErr == nil && res.Status == "FINISHED" {
-		j.joinErr = os.RemoveAll(j.partsDir())
-	}
+	j.lines, j.joinErr = run.JoinParts(j.Output, res.Status == "FINISHED")
 	if j.joinErr != nil {
 		j.joinErr = fmt.Errorf("--output %s: %w", j.Output, j.joinErr)
 	}

@@ -267,6 +267,13 @@ func shuffleWithin(evs []nexmark.Event, bound int64, seed uint64) []nexmark.Even
 // and returns the lines of FILE.
 func runQuery(t *testing.T, q, input string, opts ...runnel.Option) []string {
 	t.Helper()
+	lines, _ := runQueryResult(t, q, input, opts...)
+	return lines
+}
+
+// runQueryResult is runQuery that also returns the job's result.
+func runQueryResult(t *testing.T, q, input string, opts ...runnel.Option) ([]string, *runnel.JobResult) {
+	t.Helper()
 	j := nexmark.New(nil)
 	j.Query, j.Input = q, input
 	j.Output = filepath.Join(t.TempDir(), q+".jsonl")
@@ -291,9 +298,9 @@ func runQuery(t *testing.T, q, input string, opts ...runnel.Option) []string {
 		t.Fatal(err)
 	}
 	if len(b) == 0 {
-		return nil
+		return nil, res
 	}
-	return strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	return strings.Split(strings.TrimSuffix(string(b), "\n"), "\n"), res
 }
 
 // sameLines compares two lists of lines as multisets, naming the first few differences.

@@ -1,9 +1,11 @@
 package operator
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/runnel-dev/runnel/codec"
 	"github.com/runnel-dev/runnel/internal/state"
@@ -151,6 +153,21 @@ func (s *WindowSpec[K, T, ACC, V, Out]) Build(ctx *Context, downstream []any) (B
 	}
 	op.late = &Counter{v: v}
 	built := keyedBuilt(b)
+	if op.sessions != nil {
+		restore, restoreParts := built.Restore, built.RestoreParts
+		built.Restore = func(data []byte) error {
+			if err := restore(data); err != nil {
+				return err
+			}
+			return op.listRestoredSessions(b)
+		}
+		built.RestoreParts = func(parts [][]byte) error {
+			if err := restoreParts(parts); err != nil {
+				return err
+			}
+			return op.listRestoredSessions(b)
+		}
+	}
 	if s.Timed {
 		out, err := combine[Timed[Out]](ctx, downstream)
 		if err != nil {
@@ -207,16 +224,20 @@ func (s *WindowSpec[K, T, ACC, V, Out]) Build(ctx *Context, downstream []any) (B
 }
 
 type windowOp[K comparable, T, ACC, V, Out any] struct {
-	spec   *WindowSpec[K, T, ACC, V, Out]
-	kc     *keyedContext[K]
-	wc     windowContext[K]
-	acc    state.MapState[TimeWindow, ACC]   // incremental windows
-	elems  state.ListMapState[TimeWindow, T] // listing windows
-	timers state.Timers                      // event or processing time, as the assigner
-	fn     ProcessWindowFunction[K, V, Out]
-	out    Collector[Out]
-	stamp  *stamper[Out] // the timed output, nil untimed
-	flush  func()
+	spec  *WindowSpec[K, T, ACC, V, Out]
+	kc    *keyedContext[K]
+	wc    windowContext[K]
+	acc   state.MapState[TimeWindow, ACC]   // incremental windows
+	elems state.ListMapState[TimeWindow, T] // listing windows
+	// sessions is, per key, its session windows and the state window each one's contents are under (session
+	// assigners only): a session that grows keeps its contents where they are, and finding a key's sessions
+	// is one read, not a scan of its contents (which on pebble passes every version a merge left behind).
+	sessions state.ValueState[[]sessionWindow]
+	timers   state.Timers // event or processing time, as the assigner
+	fn       ProcessWindowFunction[K, V, Out]
+	out      Collector[Out]
+	stamp    *stamper[Out] // the timed output, nil untimed
+	flush    func()
 	// watermark is the operator's input watermark; late counts the records dropped as late (the metric
 	// late_records_dropped).
 	watermark int64
@@ -240,6 +261,11 @@ func newWindowOp[K comparable, T, ACC, V, Out any](ctx *Context, s *WindowSpec[K
 		}
 	} else if op.elems, err = state.NewListMap[TimeWindow, T](eb, "\x00window/elems", wc, s.ElemCodec); err != nil {
 		return nil, fmt.Errorf("operator %q: %w", ctx.operator, err)
+	}
+	if s.Assigner.Kind == Session {
+		if op.sessions, err = state.NewValue[[]sessionWindow](eb, "\x00window/sessions", sessionsCodec{}); err != nil {
+			return nil, fmt.Errorf("operator %q: %w", ctx.operator, err)
+		}
 	}
 	name := "\x00timers/processing"
 	if s.Assigner.EventTime {
@@ -275,14 +301,15 @@ func (o *windowOp[K, T, ACC, V, Out]) process(v T, ts int64) {
 	o.wins = o.spec.Assigner.assign(ts, o.wins[:0])
 	taken := false
 	for _, w := range o.wins {
+		ns := w // where w's contents are
 		if o.spec.Assigner.Kind == Session {
-			w = o.mergeSessions(w)
+			w, ns = o.mergeSessions(w)
 		}
 		if o.isLate(w) {
 			continue
 		}
 		taken = true
-		created, err := o.add(w, v)
+		created, err := o.add(ns, v)
 		if err != nil {
 			o.kc.fail(err)
 		}
@@ -332,74 +359,180 @@ func (o *windowOp[K, T, ACC, V, Out]) add(w TimeWindow, v T) (bool, error) {
 	return !ok, nil
 }
 
-// mergeSessions merges the current key's session windows that overlap w into one, moving their contents
-// and timers to it, and returns it (w itself when nothing overlaps). A merged window that would be late is
-// returned unmerged: the record is then dropped, and the windows stay as they were.
-func (o *windowOp[K, T, ACC, V, Out]) mergeSessions(w TimeWindow) TimeWindow {
+// sessionWindow is a session window of a key and the window its contents are stored under: the window
+// it began as, or the state window of a session it merged into.
+type sessionWindow struct {
+	W, State TimeWindow
+}
+
+// mergeSessions merges the current key's session windows that overlap w into one and returns it with the
+// state window its contents are under (w and w when nothing overlaps: a new session). A merged window that
+// would be late is returned without a change: the record is then dropped, and the windows stay as they
+// were. Extending one session moves nothing: its contents stay under its state window, and only the
+// key's list of sessions is written; when sessions merge, the others' contents join the first one's.
+func (o *windowOp[K, T, ACC, V, Out]) mergeSessions(w TimeWindow) (TimeWindow, TimeWindow) {
+	set, _ := o.sessions.Value()
 	o.merging = o.merging[:0]
 	union := w
-	collect := func(x TimeWindow) {
-		if x.intersects(w) {
-			o.merging = append(o.merging, x)
-			union = union.cover(x)
-		}
-	}
-	if o.acc != nil {
-		o.acc.Range(func(x TimeWindow, _ ACC) bool { collect(x); return true })
-	} else {
-		o.elems.Range(func(x TimeWindow, _ []T) bool { collect(x); return true })
-	}
-	if len(o.merging) == 0 || o.isLate(union) {
-		return union
-	}
-	if len(o.merging) == 1 && o.merging[0] == union {
-		return union
-	}
-	var merged ACC
-	var elems []T
-	first := true
-	for _, x := range o.merging {
-		o.timers.Delete(x.MaxTimestamp(), state.Namespace{A: x.Start, B: x.End})
-		o.timers.Delete(o.cleanupTime(x), state.Namespace{A: x.Start, B: x.End})
-		if o.acc != nil {
-			a, _ := o.acc.Get(x)
-			if first {
-				merged = a
-			} else {
-				var err error
-				if merged, err = o.spec.Inc.Merge(merged, a); err != nil {
-					o.kc.fail(err)
-				}
+	first := -1
+	for i, s := range set {
+		if s.W.intersects(w) {
+			o.merging = append(o.merging, s.State)
+			union = union.cover(s.W)
+			if first < 0 {
+				first = i
 			}
-			o.acc.Remove(x)
-		} else {
-			elems = append(elems, o.elems.Get(x)...)
-			o.elems.Remove(x)
 		}
-		first = false
 	}
+	if o.isLate(union) {
+		return union, union
+	}
+	if first >= 0 && len(o.merging) == 1 && set[first].W == union {
+		return union, set[first].State // within a session: nothing changes
+	}
+	// A new list, never the one read: the heap backend's snapshot may still hold that one.
+	next := make([]sessionWindow, 0, len(set)+1)
+	target := w
+	if first >= 0 {
+		target = set[first].State
+	}
+	for _, s := range set {
+		if !s.W.intersects(w) {
+			next = append(next, s)
+			continue
+		}
+		o.timers.Delete(s.W.MaxTimestamp(), state.Namespace{A: s.W.Start, B: s.W.End})
+		o.timers.Delete(o.cleanupTime(s.W), state.Namespace{A: s.W.Start, B: s.W.End})
+		if s.State != target {
+			o.mergeContents(target, s.State)
+		}
+	}
+	o.sessions.Update(append(next, sessionWindow{W: union, State: target}))
+	return union, target
+}
+
+// mergeContents moves the contents of state window from into state window to.
+func (o *windowOp[K, T, ACC, V, Out]) mergeContents(to, from TimeWindow) {
 	if o.acc != nil {
-		o.acc.Put(union, merged)
-	} else {
-		for _, e := range elems {
-			o.elems.Append(union, e)
+		b, okB := o.acc.Get(from)
+		if !okB {
+			return
+		}
+		if a, okA := o.acc.Get(to); okA {
+			var err error
+			if b, err = o.spec.Inc.Merge(a, b); err != nil {
+				o.kc.fail(err)
+			}
+		}
+		o.acc.Put(to, b)
+		o.acc.Remove(from)
+		return
+	}
+	for _, e := range slices.Clone(o.elems.Get(from)) {
+		o.elems.Append(to, e)
+	}
+	o.elems.Remove(from)
+}
+
+// listRestoredSessions gives every key with session windows but no list of them (a checkpoint from before
+// the lists, where each window was its own state window) its list, once after a restore.
+func (o *windowOp[K, T, ACC, V, Out]) listRestoredSessions(b state.KeyedBackend[K]) error {
+	return b.ForEachKey(func(K) error {
+		if _, ok := o.sessions.Value(); ok {
+			return nil
+		}
+		var set []sessionWindow
+		if o.acc != nil {
+			o.acc.Range(func(x TimeWindow, _ ACC) bool { set = append(set, sessionWindow{W: x, State: x}); return true })
+		} else {
+			o.elems.Range(func(x TimeWindow, _ []T) bool { set = append(set, sessionWindow{W: x, State: x}); return true })
+		}
+		if len(set) > 0 {
+			o.sessions.Update(set)
+		}
+		return nil
+	})
+}
+
+// stateWindow is where window w's contents are: w itself unless w is a session that merged into another's.
+func (o *windowOp[K, T, ACC, V, Out]) stateWindow(w TimeWindow) TimeWindow {
+	if o.sessions == nil {
+		return w
+	}
+	set, _ := o.sessions.Value()
+	for _, s := range set {
+		if s.W == w {
+			return s.State
 		}
 	}
-	return union
+	return w
+}
+
+// dropSession removes session w from the current key's list once its state is gone.
+func (o *windowOp[K, T, ACC, V, Out]) dropSession(w TimeWindow) {
+	set, _ := o.sessions.Value()
+	i := slices.IndexFunc(set, func(s sessionWindow) bool { return s.W == w })
+	switch {
+	case i < 0:
+	case len(set) == 1:
+		o.sessions.Clear()
+	default:
+		o.sessions.Update(slices.Delete(slices.Clone(set), i, i+1))
+	}
+}
+
+// sessionsCodec encodes a key's session windows: a count, then each session's four times (varints).
+type sessionsCodec struct{}
+
+func (sessionsCodec) Append(dst []byte, v []sessionWindow) ([]byte, error) {
+	dst = binary.AppendUvarint(dst, uint64(len(v)))
+	for _, s := range v {
+		dst = binary.AppendVarint(dst, s.W.Start)
+		dst = binary.AppendVarint(dst, s.W.End)
+		dst = binary.AppendVarint(dst, s.State.Start)
+		dst = binary.AppendVarint(dst, s.State.End)
+	}
+	return dst, nil
+}
+
+func (sessionsCodec) Decode(src []byte, v *[]sessionWindow) error {
+	n, k := binary.Uvarint(src)
+	if k <= 0 || n > uint64(len(src)) {
+		return fmt.Errorf("%w: session windows: bad count", codec.ErrMalformed)
+	}
+	src = src[k:]
+	out := make([]sessionWindow, n)
+	for i := range out {
+		var t [4]int64
+		for j := range t {
+			x, k := binary.Varint(src)
+			if k <= 0 {
+				return fmt.Errorf("%w: session windows: session %d of %d is cut short", codec.ErrMalformed, i, n)
+			}
+			t[j], src = x, src[k:]
+		}
+		out[i] = sessionWindow{W: TimeWindow{Start: t[0], End: t[1]}, State: TimeWindow{Start: t[2], End: t[3]}}
+	}
+	if len(src) != 0 {
+		return fmt.Errorf("%w: session windows: %d bytes after the last", codec.ErrMalformed, len(src))
+	}
+	*v = out
+	return nil
 }
 
 // fire hands window w's contents to the process function.
 func (o *windowOp[K, T, ACC, V, Out]) fire(w TimeWindow) error {
 	var vs []V
+	sw := o.stateWindow(w)
 	if o.acc != nil {
-		a, ok := o.acc.Get(w)
+		a, ok := o.acc.Get(sw)
 		if !ok {
 			return nil
 		}
 		o.vs = append(o.vs[:0], o.spec.Inc.Result(a))
 		vs = o.vs
 	} else {
-		es := o.elems.Get(w)
+		es := o.elems.Get(sw)
 		if len(es) == 0 {
 			return nil
 		}
@@ -426,10 +559,14 @@ func (o *windowOp[K, T, ACC, V, Out]) onTimer(ts int64, ns state.Namespace) erro
 		}
 	}
 	if ts == o.cleanupTime(w) {
+		sw := o.stateWindow(w)
 		if o.acc != nil {
-			o.acc.Remove(w)
+			o.acc.Remove(sw)
 		} else {
-			o.elems.Remove(w)
+			o.elems.Remove(sw)
+		}
+		if o.sessions != nil {
+			o.dropSession(w)
 		}
 	}
 	return nil
