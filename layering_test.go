@@ -44,6 +44,8 @@ func TestLayering(t *testing.T) {
 		"examples/clickstream": {"", "codec", "connector", "examples/internal/run"},
 		"examples/sequence":    {"", "codec", "connector", "examples/internal/run"},
 		"examples/nexmark":     {"", "codec", "connector", "examples/internal/run"},
+		"examples/fraud":       {"", "codec", "connector", "examples/internal/run"},
+		"examples/sessions":    {"", "codec", "connector", "examples/internal/run"},
 	}
 	for dir, ok := range allowed {
 		pkg, err := build.ImportDir(filepath.FromSlash(dir), 0)
