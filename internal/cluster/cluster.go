@@ -218,9 +218,9 @@ func (tm *TaskManager) NumPartitions() int {
 	return n
 }
 
-func (tm *TaskManager) connectRemote(ctx context.Context, spec task.ChannelSpec, owner ident.Attempt, pool *network.BufferPool, credits int, notify func()) (network.InputChannel, error) {
+func (tm *TaskManager) connectRemote(ctx context.Context, spec task.ChannelSpec, owner ident.Attempt, pool *network.BufferPool, credits int, notify func(), replayFrom int64) (network.InputChannel, error) {
 	opts := tm.cfg.DataDial
-	opts.Job, opts.Credential = spec.Job, spec.Credential
+	opts.Job, opts.Credential, opts.ReplayFrom = spec.Job, spec.Credential, replayFrom
 	return network.DialRemoteChannel(ctx, spec.Address, spec.Partition, spec.Subpartition, owner, pool, credits, notify, opts)
 }
 

@@ -328,7 +328,10 @@ type Observation struct {
 }
 
 // RemoteConnector opens a channel to a partition on another TaskManager.
-type RemoteConnector func(ctx context.Context, spec ChannelSpec, owner ident.Attempt, pool *network.BufferPool, credits int, notify func()) (network.InputChannel, error)
+//
+// replayFrom is the checkpoint whose barrier a partition with an in-flight log is read from (the one the
+// attempt restored; 0: its start), as network.DialOptions.ReplayFrom.
+type RemoteConnector func(ctx context.Context, spec ChannelSpec, owner ident.Attempt, pool *network.BufferPool, credits int, notify func(), replayFrom int64) (network.InputChannel, error)
 
 // Env is what the hosting TaskManager provides.
 type Env struct {
@@ -693,14 +696,14 @@ func (r *run) connect(ctx context.Context, c ChannelSpec, idx, credits int) (net
 	t := r.t
 	owner := t.cfg.Info.Attempt
 	notify := r.gate.Notifier(idx)
-	if !c.Local {
-		return t.env.ConnectRemote(ctx, c, owner, r.inPool, credits, notify)
-	}
 	// A partition with an in-flight log (task failover) is read from the barrier of the checkpoint this
 	// attempt restored, or from its start; others ignore it.
 	var from int64
 	if rs := t.cfg.Restore; rs != nil {
 		from = rs.CheckpointID
+	}
+	if !c.Local {
+		return t.env.ConnectRemote(ctx, c, owner, r.inPool, credits, notify, from)
 	}
 	backoff := time.Millisecond
 	for {
