@@ -12,6 +12,7 @@ import (
 
 	"github.com/runnel-dev/runnel/internal/barrier"
 	"github.com/runnel-dev/runnel/internal/checkpoint"
+	"github.com/runnel-dev/runnel/internal/determinants"
 	"github.com/runnel-dev/runnel/internal/ident"
 	"github.com/runnel-dev/runnel/internal/network"
 )
@@ -106,6 +107,10 @@ func (r *run) performCheckpoint(id, ts int64, flags uint32) {
 		if err := d.Mark(id); err != nil && !r.recordErr {
 			r.recordErr = true
 			r.t.log.Warn("determinant log", "err", err)
+		}
+		if r.stepped != nil {
+			// A replay from this mark starts at this time, whatever came before the mark.
+			r.record(determinants.Entry{Kind: determinants.Time, Value: r.stepped.ms.Load()})
 		}
 	}
 	writers, err := r.chain.Snapshot(id)

@@ -1,12 +1,18 @@
 package task
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
+	"io"
+	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 
 	"github.com/runnel-dev/runnel/internal/determinants"
 	"github.com/runnel-dev/runnel/internal/ident"
@@ -126,5 +132,133 @@ func TestReplayTakesTheRecordedOrder(t *testing.T) {
 	control := run(2, false, nil)
 	if slices.Equal(control, first) {
 		t.Fatalf("without the log the order is the same (%v): the test proves nothing", control)
+	}
+}
+
+// timedOrderChain is orderChain with a processing-time timer: the first record arms one 10 ms later, and
+// its firing is seen as "T@<ms>" among the records.
+type timedOrderChain struct {
+	orderChain
+	deadline int64
+	armed    bool
+}
+
+func (c *timedOrderChain) ProcessBuffer(input int, dec *network.RecordDecoder) (int, error) {
+	n, err := c.orderChain.ProcessBuffer(input, dec)
+	c.omu.Lock()
+	if !c.armed && n > 0 {
+		c.armed, c.deadline = true, c.rt.Clock.Now().UnixMilli()+10 // the task's clock, as operators read it
+	}
+	c.omu.Unlock()
+	return n, err
+}
+
+func (c *timedOrderChain) NextDeadline() int64 {
+	c.omu.Lock()
+	defer c.omu.Unlock()
+	if c.deadline == 0 {
+		return math.MaxInt64
+	}
+	return c.deadline
+}
+
+func (c *timedOrderChain) OnProcessingTime(now int64) error {
+	c.omu.Lock()
+	defer c.omu.Unlock()
+	if c.deadline != 0 && now >= c.deadline {
+		c.deadline = 0
+		c.order = append(c.order, fmt.Sprintf("T@%d", now))
+	}
+	return nil
+}
+
+// TestReplayRunsTimersWhereTheyRan: the first attempt arms a processing-time timer from the time its first
+// record was processed, and the timer fires (the clock advanced by 20 ms) between producer A's records and
+// B's; the log records the times and the firing. A replaying attempt, whose own clock stands 777 s later and
+// never moves, arms the timer from the recorded time and runs it at the same point with the same time; a
+// control without the log never fires it.
+func TestReplayRunsTimersWhereTheyRan(t *testing.T) {
+	h := newFinishHarness(t)
+	budget, _ := network.NewLogBudget(8 << 20)
+	pool, err := h.mem.NewPool("producers", 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Destroy()
+	var parts []*network.ResultPartition
+	var in InputSpec
+	for i := range 2 {
+		id := ident.PartitionID{Result: ident.ResultID(30 + i), Producer: ident.Attempt{Subtask: ident.Subtask{Vertex: ident.VertexID(5 + i)}}}
+		p, err := network.NewResultPartition(id, network.PartitionOptions{Subpartitions: 1, MaxRecordSize: 1 << 10, Reconnectable: true, Log: budget}, pool, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.pm.Register(p); err != nil {
+			t.Fatal(err)
+		}
+		parts = append(parts, p)
+		in.Channels = append(in.Channels, ChannelSpec{Partition: id, Local: true})
+	}
+	dets, _ := determinants.New(determinants.DefaultConfig())
+	run := func(attempt int32, withLog bool, during func(*timedOrderChain, *clockwork.FakeClock)) []string {
+		t.Helper()
+		clock := clockwork.NewFakeClockAt(time.UnixMilli(1_000_000 + int64(attempt)*777_000))
+		c := &timedOrderChain{}
+		cfg := Config{
+			Info:   Info{JobName: "replay", VertexName: "timed", Attempt: ident.Attempt{Subtask: ident.Subtask{Vertex: 1}, Number: attempt}, Parallelism: 1, MaxParallelism: 1},
+			Inputs: []InputSpec{in}, Chain: func(rt *Runtime) (Chain, error) { c.rt = rt; return c, nil },
+			BufferTimeout: -1, MaxRecordSize: 1 << 10, CreditsPerChannel: 2, ConnectTimeout: 5 * time.Second,
+		}
+		if withLog {
+			cfg.Determinants, cfg.Replay = dets, attempt > 0
+		}
+		tk := New(cfg, Env{Partitions: h.pm, Memory: h.mem, Report: func(u Update) { h.updates <- u }, Clock: clock,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		done := make(chan struct{})
+		go func() { defer close(done); tk.Run() }()
+		if during != nil {
+			during(c, clock)
+		}
+		h.await("FINISHED")
+		<-done
+		return c.seen()
+	}
+	emit := func(p, n int) {
+		if err := parts[p].EmitRecord(0, binary.AppendUvarint(nil, uint64(1000*p+n))); err != nil {
+			t.Fatal(err)
+		}
+		parts[p].Flush(0)
+	}
+	first := run(0, true, func(c *timedOrderChain, clock *clockwork.FakeClock) {
+		for n := range 5 {
+			emit(0, n)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := clock.BlockUntilContext(ctx, 1); err != nil { // the task armed its timer
+			t.Fatal(err)
+		}
+		clock.Advance(20 * time.Millisecond)
+		deadline := time.Now().Add(5 * time.Second)
+		for !slices.Contains(c.seen(), "T@1000020") && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		for n := range 5 {
+			emit(1, n)
+		}
+		for _, p := range parts {
+			if err := p.Finish(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	if !slices.Contains(first, "T@1000020") {
+		t.Fatalf("the first attempt's timer did not fire: %v", first)
+	}
+	if replayed := run(1, true, nil); !slices.Equal(replayed, first) {
+		t.Fatalf("the replay ran the timer elsewhere:\n got %v\nwant %v", replayed, first)
+	}
+	if control := run(2, false, nil); slices.Contains(control, "T@1000020") {
+		t.Fatalf("the control fired the timer without the log: %v", control)
 	}
 }

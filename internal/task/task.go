@@ -502,6 +502,7 @@ type run struct {
 	// replay reads the determinant log while the attempt replays (Config.Replay); nil once live. next is
 	// the entry whose buffer it waits for, when have.
 	replay     *determinants.Reader
+	stepped    *stepClock // the operators' clock when the task keeps a determinant log
 	replayNext determinants.Entry
 	replayHave bool
 	recordErr  bool // the determinant log broke: said once
@@ -537,6 +538,11 @@ func (r *run) execute() (err error) {
 	rt = &Runtime{Info: t.cfg.Info, Outputs: r.outputs, FlushEveryRecord: t.cfg.BufferTimeout == 0,
 		Checkpointing: t.cfg.Checkpoints != nil && t.cfg.Checkpoints.FinalCheckpoint,
 		Counters:      t.counters, Cancel: t.cancel, Logger: t.log, StateBackend: t.cfg.StateBackend, Clock: t.env.Clock}
+	if t.cfg.Determinants != nil {
+		r.stepped = &stepClock{Clock: t.env.Clock}
+		r.stepped.ms.Store(t.env.Clock.Now().UnixMilli())
+		rt.Clock = r.stepped
+	}
 	chain, err := t.cfg.Chain(rt)
 	if err != nil {
 		return fmt.Errorf("build operator chain: %w", err)
@@ -860,21 +866,30 @@ func (r *run) inputLoop() error {
 // is the next buffer of the channel the determinant log names, whatever the others hold; live, the gate's
 // next, which is recorded in the log if the task keeps one.
 func (r *run) nextBuffer() (int, *network.Buffer, error) {
-	if r.replay != nil {
-		if !r.replayHave {
-			e, ok, err := r.replay.Next()
-			if err != nil {
-				return -1, nil, fmt.Errorf("replay: %w", err)
+	for r.replay != nil && !r.replayHave {
+		e, ok, err := r.replay.Next()
+		switch {
+		case err != nil:
+			return -1, nil, fmt.Errorf("replay: %w", err)
+		case !ok:
+			r.replay = nil // the log is used up: live from here, appending
+		case e.Kind == determinants.Time:
+			if r.stepped != nil {
+				r.stepped.ms.Store(e.Value)
 			}
-			if !ok {
-				r.replay = nil // the log is used up: live from here, appending
-				return r.nextBuffer()
+		case e.Kind == determinants.Timers:
+			// The failed attempt's processing-time timers ran here, at this time.
+			if err := r.chain.OnProcessingTime(e.Value); err != nil {
+				return -1, nil, err
 			}
-			if (e.Kind != determinants.Buffer && e.Kind != determinants.Event) || e.Channel >= r.gate.NumChannels() {
-				return -1, nil, fmt.Errorf("replay: determinant %v, which this task cannot replay", e)
-			}
+			r.checkOutput()
+		case (e.Kind != determinants.Buffer && e.Kind != determinants.Event) || e.Channel >= r.gate.NumChannels():
+			return -1, nil, fmt.Errorf("replay: determinant %v, which this task cannot replay", e)
+		default:
 			r.replayNext, r.replayHave = e, true
 		}
+	}
+	if r.replay != nil {
 		idx := r.replayNext.Channel
 		buf, err := r.gate.NextFrom(idx)
 		if err != nil || buf == nil {
@@ -887,18 +902,29 @@ func (r *run) nextBuffer() (int, *network.Buffer, error) {
 		return idx, buf, nil
 	}
 	idx, buf, err := r.gate.Next()
-	if buf != nil && r.t.cfg.Determinants != nil {
+	if buf != nil {
+		r.step()
 		kind := determinants.Buffer
 		if buf.Kind == network.KindEvent {
 			kind = determinants.Event
 		}
-		if err := r.t.cfg.Determinants.Append(determinants.Entry{Kind: kind, Channel: idx}); err != nil && !r.recordErr {
-			// The log cannot be replayed any more; the job master falls back when this subtask fails.
-			r.recordErr = true
-			r.t.log.Warn("determinant log", "err", err)
-		}
+		r.record(determinants.Entry{Kind: kind, Channel: idx})
 	}
 	return idx, buf, err
+}
+
+// record appends a step to the determinant log, if the task keeps one and is live. A log that breaks (past
+// its bound) is said once; it cannot be replayed any more, and the job master falls back when this subtask
+// fails.
+func (r *run) record(e determinants.Entry) {
+	d := r.t.cfg.Determinants
+	if d == nil || r.replay != nil {
+		return
+	}
+	if err := d.Append(e); err != nil && !r.recordErr {
+		r.recordErr = true
+		r.t.log.Warn("determinant log", "err", err)
+	}
 }
 
 // processBuffer handles one buffer of channel idx and recycles it. It returns true once every channel
