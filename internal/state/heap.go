@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"math"
 	"slices"
 	"sort"
 	"sync"
@@ -915,8 +914,9 @@ type heapList[V any] struct {
 	name  string
 	c     codec.Codec[V]
 	lists [][]V
-	// epoch is the epoch in which each list's array was made by this table: a list changes in place only
-	// in that epoch, so it is also the epoch of the list's last change (for the segment cache).
+	// epoch is the epoch in which each list's array was made (or the list emptied) by this table: a list
+	// changes in place only in that epoch, so it is also the epoch of the list's last change (for the
+	// segment cache).
 	epoch []uint32
 	sc    *segCache
 }
@@ -966,7 +966,7 @@ func (s *heapList[V]) Update(vs []V) {
 	slot := s.slot()
 	switch had := len(s.lists[slot]) > 0; {
 	case len(vs) == 0:
-		s.lists[slot] = nil
+		s.lists[slot], s.epoch[slot] = nil, s.st.epoch
 		if had {
 			s.st.decRef(int32(slot))
 		}
@@ -984,7 +984,7 @@ func (s *heapList[V]) Update(vs []V) {
 
 func (s *heapList[V]) Clear() {
 	if slot := int(s.st.cur); slot >= 0 && slot < len(s.lists) && len(s.lists[slot]) > 0 {
-		s.lists[slot] = nil
+		s.lists[slot], s.epoch[slot] = nil, s.st.epoch
 		s.st.decRef(int32(slot))
 	}
 }
@@ -1026,13 +1026,7 @@ type listCapture[V any] struct {
 
 func (c *listCapture[V]) kind() kind { return kindList }
 
-// changedAt reports an empty list as changed: emptying a list leaves its epoch as it was.
-func (c *listCapture[V]) changedAt(slot int) uint32 {
-	if slot >= len(c.lists) || len(c.lists[slot]) == 0 {
-		return math.MaxUint32
-	}
-	return epochAt(c.epochs, slot)
-}
+func (c *listCapture[V]) changedAt(slot int) uint32 { return epochAt(c.epochs, slot) }
 
 func (c *listCapture[V]) segments() *segCache { return c.sc }
 
@@ -1104,8 +1098,8 @@ type heapMap[MK comparable, MV any] struct {
 	kc   codec.Codec[MK]
 	vc   codec.Codec[MV]
 	maps []map[MK]MV
-	// epoch is the epoch in which each map was made by this table: a map changes in place only in that
-	// epoch, so it is also the epoch of the map's last change (for the segment cache).
+	// epoch is the epoch in which each map was made (or emptied) by this table: a map changes in place
+	// only in that epoch, so it is also the epoch of the map's last change (for the segment cache).
 	epoch []uint32
 	sc    *segCache
 }
@@ -1170,7 +1164,7 @@ func (s *heapMap[MK, MV]) Remove(mk MK) {
 		return
 	}
 	if len(m) == 1 {
-		s.maps[s.st.cur] = nil
+		s.maps[s.st.cur], s.epoch[s.st.cur] = nil, s.st.epoch
 		s.st.decRef(s.st.cur)
 		return
 	}
@@ -1189,7 +1183,7 @@ func (s *heapMap[MK, MV]) Range(f func(MK, MV) bool) {
 
 func (s *heapMap[MK, MV]) Clear() {
 	if slot := int(s.st.cur); slot >= 0 && slot < len(s.maps) && len(s.maps[slot]) > 0 {
-		s.maps[slot] = nil
+		s.maps[slot], s.epoch[slot] = nil, s.st.epoch
 		s.st.decRef(int32(slot))
 	}
 }
@@ -1239,13 +1233,7 @@ type entrySpan struct{ k0, k1, v1 int }
 
 func (c *mapCapture[MK, MV]) kind() kind { return kindMap }
 
-// changedAt reports an empty map as changed: emptying a map leaves its epoch as it was.
-func (c *mapCapture[MK, MV]) changedAt(slot int) uint32 {
-	if slot >= len(c.maps) || len(c.maps[slot]) == 0 {
-		return math.MaxUint32
-	}
-	return epochAt(c.epochs, slot)
-}
+func (c *mapCapture[MK, MV]) changedAt(slot int) uint32 { return epochAt(c.epochs, slot) }
 
 func (c *mapCapture[MK, MV]) segments() *segCache { return c.sc }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math"
 	"slices"
 
 	"github.com/cockroachdb/pebble"
@@ -127,7 +126,7 @@ func (s *heapListMap[MK, V]) Remove(mk MK) {
 	}
 	slot := s.st.cur
 	if len(m) == 1 {
-		s.maps[slot] = nil
+		s.maps[slot], s.epoch[slot] = nil, s.st.epoch
 		s.st.decRef(slot)
 		return
 	}
@@ -146,7 +145,7 @@ func (s *heapListMap[MK, V]) Range(f func(MK, []V) bool) {
 
 func (s *heapListMap[MK, V]) Clear() {
 	if slot := s.st.cur; slot >= 0 && int(slot) < len(s.maps) && len(s.maps[slot]) > 0 {
-		s.maps[slot] = nil
+		s.maps[slot], s.epoch[slot] = nil, s.st.epoch
 		s.st.decRef(slot)
 	}
 }
@@ -196,13 +195,7 @@ type listMapCapture[MK comparable, V any] struct {
 
 func (c *listMapCapture[MK, V]) kind() kind { return kindListMap }
 
-// changedAt reports an empty map as changed: emptying a map leaves its epoch as it was.
-func (c *listMapCapture[MK, V]) changedAt(slot int) uint32 {
-	if slot >= len(c.maps) || len(c.maps[slot]) == 0 {
-		return math.MaxUint32
-	}
-	return epochAt(c.epochs, slot)
-}
+func (c *listMapCapture[MK, V]) changedAt(slot int) uint32 { return epochAt(c.epochs, slot) }
 
 func (c *listMapCapture[MK, V]) segments() *segCache { return c.sc }
 

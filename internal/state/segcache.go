@@ -25,7 +25,7 @@ package state
 // snapshot), nor are value states (a value is one entry, encoded about as fast as it is copied) nor the
 // restored entries of unregistered states. The cost is memory: a cached state's segments are about as
 // large as its part of the snapshot, kept from one write to the next (garbage, the segments no longer
-// used, is compacted away when it reaches a quarter of the arena).
+// used, is compacted away when it reaches a quarter of the bytes).
 
 // cachedCapture is a capture whose slots can be told unchanged since an epoch.
 type cachedCapture interface {
@@ -43,16 +43,25 @@ type segCache struct {
 	// it, so segments of another index are of no use.
 	state int
 	segs  []segment // by slot
-	arena []byte
-	live  int    // arena bytes of the segments in segs
-	write uint64 // counts writes, for used
+	// chunks hold the segments' bytes. They are filled in turn and never grow, so that storing a segment
+	// never copies the others; the last one is being filled.
+	chunks [][]byte
+	size   int    // bytes in chunks
+	live   int    // bytes of the segments in segs
+	write  uint64 // counts writes, for used
 	// reused counts the segments copied into snapshots (tests check that the cache is used).
 	reused int
 }
 
+// segChunkBytes is the size of a segment chunk (a larger segment gets a chunk of its own), and
+// segCompactBytes the garbage below which chunks are not compacted. Variables for tests, which make both
+// small so that their few keys fill several chunks and compact.
+var segChunkBytes, segCompactBytes = 1 << 20, 1 << 20
+
 // segment is the encoding of one slot's entries.
 type segment struct {
-	at    int    // offset in arena
+	chunk int32  // index in chunks
+	at    int32  // offset in the chunk
 	n     int32  // bytes
 	count int32  // entries
 	gen   uint32 // the slot's generation; 0 for no segment
@@ -60,18 +69,16 @@ type segment struct {
 	used  uint64 // the last write that wrote it
 }
 
+func (s *segment) bytes(chunks [][]byte) []byte { return chunks[s.chunk][s.at : s.at+s.n] }
+
 // begin prepares the cache for a write of the state at index state.
 func (c *segCache) begin(state int) {
 	if c.state != state {
-		c.reset()
+		clear(c.segs)
+		c.chunks, c.size, c.live = nil, 0, 0
 		c.state = state
 	}
 	c.write++
-}
-
-func (c *segCache) reset() {
-	clear(c.segs)
-	c.arena, c.live = c.arena[:0], 0
 }
 
 // lookup returns slot's segment if it holds the slot's entries in a capture of epoch with the slot's
@@ -86,7 +93,7 @@ func (c *segCache) lookup(slot int, gen, epoch, changed uint32) ([]byte, int, bo
 	}
 	s.used = c.write
 	c.reused++
-	return c.arena[s.at : s.at+int(s.n)], int(s.count), true
+	return s.bytes(c.chunks), int(s.count), true
 }
 
 // store records b, the count entries of slot in a capture of epoch, with the slot's generation gen.
@@ -102,13 +109,26 @@ func (c *segCache) store(slot int, gen, epoch uint32, b []byte, count int) {
 		*s = segment{}
 		return
 	}
-	*s = segment{at: len(c.arena), n: int32(len(b)), count: int32(count), gen: gen, epoch: epoch, used: c.write}
-	c.arena = append(c.arena, b...)
+	chunk, at := c.place(b)
+	*s = segment{chunk: chunk, at: at, n: int32(len(b)), count: int32(count), gen: gen, epoch: epoch, used: c.write}
 	c.live += len(b)
 }
 
-// finish drops the segments the write did not use (keys gone, or without state) and compacts the arena
-// when a quarter of it is garbage.
+// place copies b into the chunks and returns where.
+func (c *segCache) place(b []byte) (int32, int32) {
+	last := len(c.chunks) - 1
+	if last < 0 || len(c.chunks[last])+len(b) > cap(c.chunks[last]) {
+		c.chunks = append(c.chunks, make([]byte, 0, max(segChunkBytes, len(b))))
+		last++
+	}
+	at := len(c.chunks[last])
+	c.chunks[last] = append(c.chunks[last], b...)
+	c.size += len(b)
+	return int32(last), int32(at)
+}
+
+// finish drops the segments the write did not use (keys gone, or without state) and compacts the chunks
+// when a quarter of their bytes is garbage.
 func (c *segCache) finish() {
 	for i := range c.segs {
 		if s := &c.segs[i]; s.gen != 0 && s.used != c.write {
@@ -116,18 +136,16 @@ func (c *segCache) finish() {
 			*s = segment{}
 		}
 	}
-	if garbage := len(c.arena) - c.live; 4*garbage < len(c.arena) || garbage < 64<<10 {
+	if garbage := c.size - c.live; 4*garbage < c.size || garbage < segCompactBytes {
 		return
 	}
-	arena := make([]byte, 0, c.live+c.live/4)
+	old := c.chunks
+	c.chunks, c.size = nil, 0
 	for i := range c.segs {
 		if s := &c.segs[i]; s.gen != 0 {
-			at := len(arena)
-			arena = append(arena, c.arena[s.at:s.at+int(s.n)]...)
-			s.at = at
+			s.chunk, s.at = c.place(s.bytes(old))
 		}
 	}
-	c.arena = arena
 }
 
 // epochAt returns epochs[slot], 0 past its end (a slot the table never changed).

@@ -110,8 +110,20 @@ func (w *failingWriter) Write(p []byte) (int, error) {
 // the next one (out of order), some hold on to a capture over several snapshots, and some writes of the
 // cached backend fail halfway.
 func TestSegmentCacheMatchesFullEncoding(t *testing.T) {
-	for _, seed := range []uint64{1, 2, 3, 4} {
-		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
+	chunk, compact := segChunkBytes, segCompactBytes
+	t.Cleanup(func() { segChunkBytes, segCompactBytes = chunk, compact })
+	for _, tc := range []struct {
+		seed           uint64
+		chunk, compact int
+	}{
+		{seed: 1, chunk: chunk, compact: compact},
+		{seed: 2, chunk: chunk, compact: compact},
+		{seed: 3, chunk: 64, compact: 0}, // many chunks, compacted at every quarter of garbage
+		{seed: 4, chunk: 200, compact: 0},
+	} {
+		seed := tc.seed
+		t.Run(fmt.Sprintf("seed=%d,chunk=%d", seed, tc.chunk), func(t *testing.T) {
+			segChunkBytes, segCompactBytes = tc.chunk, tc.compact
 			clock := int64(1_000_000)
 			now := func() int64 { return clock }
 			cached, full := newSegStates(t, false, now), newSegStates(t, true, now)
