@@ -533,7 +533,7 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 			for _, k := range order[lo:hi] {
 				slot := int(k.slot)
 				if sc != nil {
-					if b, n, ok := sc.lookup(slot, k.gen, epoch, cc.changedAt(slot)); ok {
+					if b, n, ok := sc.lookup(k.slot, k.gen, gens, epoch, cc); ok {
 						if err := sw.raw(b, n); err != nil {
 							return err
 						}
@@ -548,7 +548,7 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 					return err
 				}
 				if sc != nil && sw.err == nil {
-					sc.store(slot, k.gen, epoch, sw.buf[mark:], int(sw.count-count))
+					sc.store(k.slot, k.gen, epoch, sw.buf[mark:], int(sw.count-count))
 				}
 				if err := sw.maybeFlush(); err != nil {
 					return err

@@ -12,14 +12,21 @@ package state
 // unchanged keys cost a copy instead of an encoding.
 //
 // Whether a key's state changed is told by epochs, which the tables keep anyway for copy on write: a
-// map, list map or list table records per slot the epoch in which it last changed the slot's map or list
-// (it makes a fresh one on the first change of an epoch, so a captured one is never changed again), and
-// the timers table records the epoch of each slot's last added or removed timer. A segment records the
-// epoch of the capture it was encoded from and the slot's generation (so a freed or reused slot never
-// matches). A capture of epoch F reuses the segment of epoch E if E <= F, the slot's generation is the
-// same and the slot's state last changed in an epoch <= E: nothing changed in epochs E+1..F, so the
-// entries of capture F are those of capture E. Each segment carries its own epoch, so that a write that
-// fails halfway, or captures written out of order, leave only segments that are true of their epoch.
+// map, list map or list table records per slot the epoch in which it last changed (or emptied) the slot's
+// map or list (it makes a fresh one on the first change of an epoch, so a captured one is never changed
+// again), and the timers table records the epoch of each slot's last added or removed timer. A segment
+// records the epoch of the capture it was encoded from and the slot's generation (so a freed or reused
+// slot never matches). A capture of epoch F reuses the segment of epoch E if E <= F, the slot's
+// generation is the same and the slot's state last changed in an epoch <= E: nothing changed in epochs
+// E+1..F, so the entries of capture F are those of capture E.
+//
+// The segments are kept in the order the last write wrote them, the snapshot's canonical key order, and
+// the next write walks them with a cursor as it walks its keys in the same order: no lookup by slot, and
+// the segments (and mostly their bytes) are read in sequence. A segment under the cursor whose slot does
+// not hold the key any more is dropped; one whose key is still live belongs to a key further on, so the
+// key being written has none. Each write builds the next list from the segments it reused and those it
+// encoded, and takes it only if it completes, so a write that fails halfway leaves the last list as it
+// was; captures written out of order find their segments too new (E > F) and encode.
 //
 // TTL states are not cached (the writer drops expired entries, which depends on the time of the
 // snapshot), nor are value states (a value is one entry, encoded about as fast as it is copied) nor the
@@ -37,18 +44,18 @@ type cachedCapture interface {
 	segments() *segCache
 }
 
-// segCache holds the segments of one state: per slot, the snapshot bytes of the slot's entries.
+// segCache holds the segments of one state: the snapshot bytes of each key's entries.
 type segCache struct {
 	// state is the index of the state in the snapshots the segments were written for: an entry holds
 	// it, so segments of another index are of no use.
 	state int
-	segs  []segment // by slot
+	list  []segment // the last complete write's segments, in its order
+	next  []segment // the current write's
+	cur   int       // the cursor in list
 	// chunks hold the segments' bytes. They are filled in turn and never grow, so that storing a segment
 	// never copies the others; the last one is being filled.
 	chunks [][]byte
-	size   int    // bytes in chunks
-	live   int    // bytes of the segments in segs
-	write  uint64 // counts writes, for used
+	size   int // bytes in chunks
 	// reused counts the segments copied into snapshots (tests check that the cache is used).
 	reused int
 }
@@ -58,15 +65,15 @@ type segCache struct {
 // small so that their few keys fill several chunks and compact.
 var segChunkBytes, segCompactBytes = 1 << 20, 1 << 20
 
-// segment is the encoding of one slot's entries.
+// segment is the encoding of one key's entries.
 type segment struct {
+	slot  int32
+	gen   uint32 // the slot's generation
+	epoch uint32 // of the capture the segment was encoded from
+	count int32  // entries
 	chunk int32  // index in chunks
 	at    int32  // offset in the chunk
 	n     int32  // bytes
-	count int32  // entries
-	gen   uint32 // the slot's generation; 0 for no segment
-	epoch uint32 // of the capture the segment was encoded from
-	used  uint64 // the last write that wrote it
 }
 
 func (s *segment) bytes(chunks [][]byte) []byte { return chunks[s.chunk][s.at : s.at+s.n] }
@@ -74,44 +81,42 @@ func (s *segment) bytes(chunks [][]byte) []byte { return chunks[s.chunk][s.at : 
 // begin prepares the cache for a write of the state at index state.
 func (c *segCache) begin(state int) {
 	if c.state != state {
-		clear(c.segs)
-		c.chunks, c.size, c.live = nil, 0, 0
+		c.list, c.chunks, c.size = c.list[:0], nil, 0
 		c.state = state
 	}
-	c.write++
+	c.next, c.cur = c.next[:0], 0
 }
 
-// lookup returns slot's segment if it holds the slot's entries in a capture of epoch with the slot's
-// generation gen and last change changed.
-func (c *segCache) lookup(slot int, gen, epoch, changed uint32) ([]byte, int, bool) {
-	if slot >= len(c.segs) {
-		return nil, 0, false
+// lookup returns the segment of the key in slot (generation gen) of a capture of epoch whose slots have
+// generations gens, if it holds the key's entries: cc tells when they last changed. Keys must come in
+// the canonical order.
+func (c *segCache) lookup(slot int32, gen uint32, gens []uint32, epoch uint32, cc cachedCapture) ([]byte, int, bool) {
+	for c.cur < len(c.list) {
+		s := &c.list[c.cur]
+		if s.slot == slot && s.gen == gen {
+			c.cur++
+			if s.epoch > epoch || cc.changedAt(int(slot)) > s.epoch {
+				return nil, 0, false
+			}
+			c.next = append(c.next, *s)
+			c.reused++
+			return s.bytes(c.chunks), int(s.count), true
+		}
+		if int(s.slot) < len(gens) && gens[s.slot] == s.gen {
+			return nil, 0, false // a live key further on: this one has no segment
+		}
+		c.cur++ // the key is gone
 	}
-	s := &c.segs[slot]
-	if s.gen != gen || s.epoch > epoch || changed > s.epoch {
-		return nil, 0, false
-	}
-	s.used = c.write
-	c.reused++
-	return s.bytes(c.chunks), int(s.count), true
+	return nil, 0, false
 }
 
-// store records b, the count entries of slot in a capture of epoch, with the slot's generation gen.
-func (c *segCache) store(slot int, gen, epoch uint32, b []byte, count int) {
-	if slot >= len(c.segs) {
-		c.segs = append(c.segs, make([]segment, slot+1-len(c.segs))...)
-	}
-	s := &c.segs[slot]
-	if s.gen != 0 {
-		c.live -= int(s.n)
-	}
+// store records b, the count entries of the key in slot (generation gen) of a capture of epoch.
+func (c *segCache) store(slot int32, gen, epoch uint32, b []byte, count int) {
 	if count == 0 {
-		*s = segment{}
 		return
 	}
 	chunk, at := c.place(b)
-	*s = segment{chunk: chunk, at: at, n: int32(len(b)), count: int32(count), gen: gen, epoch: epoch, used: c.write}
-	c.live += len(b)
+	c.next = append(c.next, segment{slot: slot, gen: gen, epoch: epoch, count: int32(count), chunk: chunk, at: at, n: int32(len(b))})
 }
 
 // place copies b into the chunks and returns where.
@@ -127,24 +132,22 @@ func (c *segCache) place(b []byte) (int32, int32) {
 	return int32(last), int32(at)
 }
 
-// finish drops the segments the write did not use (keys gone, or without state) and compacts the chunks
-// when a quarter of their bytes is garbage.
+// finish takes the segments of a completed write as the list, and compacts the chunks when a quarter
+// of their bytes is garbage (segments of keys that changed or went).
 func (c *segCache) finish() {
-	for i := range c.segs {
-		if s := &c.segs[i]; s.gen != 0 && s.used != c.write {
-			c.live -= int(s.n)
-			*s = segment{}
-		}
+	c.list, c.next = c.next, c.list[:0]
+	live := 0
+	for i := range c.list {
+		live += int(c.list[i].n)
 	}
-	if garbage := c.size - c.live; 4*garbage < c.size || garbage < segCompactBytes {
+	if garbage := c.size - live; 4*garbage < c.size || garbage < segCompactBytes {
 		return
 	}
 	old := c.chunks
 	c.chunks, c.size = nil, 0
-	for i := range c.segs {
-		if s := &c.segs[i]; s.gen != 0 {
-			s.chunk, s.at = c.place(s.bytes(old))
-		}
+	for i := range c.list {
+		s := &c.list[i]
+		s.chunk, s.at = c.place(s.bytes(old))
 	}
 }
 
