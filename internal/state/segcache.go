@@ -6,7 +6,7 @@ package state
 // and rescales by key group. Encoding every entry again at every checkpoint, though, costs the writer
 // time in proportion to the whole state, while between two checkpoints a stream usually changes a small
 // part of it (q5's windows of auctions whose bids have stopped stay as they were until they fire). So
-// the writer keeps, per state and slot, the bytes it wrote for that key's entries last time (a segment),
+// the writer keeps, per state and key, the bytes it wrote for the key's entries last time (a segment),
 // and copies them instead of encoding again when the key's state has not changed since: what the
 // snapshot holds stays exactly what a fresh encoding would write (the format is canonical), only
 // unchanged keys cost a copy instead of an encoding.

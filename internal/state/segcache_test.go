@@ -234,3 +234,43 @@ func logEntryDiff(t *testing.T, a, f []byte) {
 		}
 	}
 }
+
+// TestSegmentsFollowTheLiveKeys checks that the segments of keys that went are let go: after most keys
+// clear their state, the next snapshots leave the segment bytes at about what the remaining keys need.
+func TestSegmentsFollowTheLiveKeys(t *testing.T) {
+	chunk, compact := segChunkBytes, segCompactBytes
+	t.Cleanup(func() { segChunkBytes, segCompactBytes = chunk, compact })
+	segChunkBytes, segCompactBytes = 4<<10, 0
+	s := newSegStates(t, false, func() int64 { return 0 })
+	const keys, kept = 2000, 100
+	for k := range int64(keys) {
+		for x := range 4 {
+			s.apply(k, 0, x) // four map entries
+		}
+		s.apply(k, 8, int(k)) // a timer
+	}
+	snapshot := func() *segCache {
+		t.Helper()
+		write, err := s.b.Snapshot(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := write(io.Discard); err != nil {
+			t.Fatal(err)
+		}
+		return s.m.(*heapMap[benchWindow, int64]).sc
+	}
+	full := snapshot().size
+	for k := int64(kept); k < keys; k++ {
+		s.apply(k, 2, 0)      // clear the map
+		s.apply(k, 9, int(k)) // delete the timer
+	}
+	snapshot()
+	sc := snapshot()
+	if len(sc.list) != kept {
+		t.Fatalf("%d segments after %d keys kept their state", len(sc.list), kept)
+	}
+	if limit := full * kept / keys * 4 / 3; sc.size > limit+segChunkBytes {
+		t.Fatalf("%d segment bytes for %d keys (%d for all %d)", sc.size, kept, full, keys)
+	}
+}
