@@ -72,6 +72,9 @@ type snapWriter struct {
 	crc   uint32
 	count uint64
 	err   error
+	// hold keeps entry from flushing: the heap writer flushes between keys (maybeFlush), so that the bytes
+	// of one key's entries are contiguous in buf for its segment cache.
+	hold bool
 }
 
 func newSnapWriter(w io.Writer, h *snapHeader) *snapWriter {
@@ -122,6 +125,24 @@ func (s *snapWriter) entry(kg, state int, key []byte, isMap bool, mapKey, value 
 	s.buf = binary.AppendUvarint(s.buf, uint64(len(value)))
 	s.buf = append(s.buf, value...)
 	s.count++
+	if len(s.buf) >= snapBufferBytes && !s.hold {
+		s.flush()
+	}
+	return s.err
+}
+
+// raw appends count entries already encoded (a segment of an earlier snapshot) as they are.
+func (s *snapWriter) raw(b []byte, count int) error {
+	if s.err != nil {
+		return s.err
+	}
+	s.buf = append(s.buf, b...)
+	s.count += uint64(count)
+	return nil
+}
+
+// maybeFlush flushes the buffer once it is full.
+func (s *snapWriter) maybeFlush() error {
 	if len(s.buf) >= snapBufferBytes {
 		s.flush()
 	}

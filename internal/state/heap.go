@@ -56,6 +56,10 @@ type heapStore struct {
 	// starts at.
 	sweepers []func(slot int, now int64)
 	sweepAt  int
+
+	// encodeAll makes the snapshot writer encode every key, without the segment cache: the reference
+	// that tests hold the cache to.
+	encodeAll bool
 }
 
 // incRef records that one more table (or timer) holds state for slot.
@@ -174,8 +178,23 @@ type heapTable interface {
 // heapCapture is a frozen view of one state, serialized by the snapshot's write function.
 type heapCapture interface {
 	kind() kind
-	// entries calls emit for slot's entries, map entries in map key byte order.
-	entries(slot int, emit func(mapKey, value []byte) error) error
+	// entries calls out.emit for slot's entries, map entries in map key byte order.
+	entries(slot int, out *slotEmitter) error
+}
+
+// slotEmitter writes the entries of one key of one state: the snapshot writer sets its fields for each
+// key and hands it to the capture, so that no closure is made per key.
+type slotEmitter struct {
+	sw    *snapWriter
+	kg    int
+	state int
+	key   []byte
+	isMap bool
+}
+
+// emit writes one entry of the current key.
+func (e *slotEmitter) emit(mapKey, value []byte) error {
+	return e.sw.entry(e.kg, e.state, e.key, e.isMap, mapKey, value)
 }
 
 // heapBackend is the heap KeyedBackend.
@@ -450,6 +469,7 @@ func (b *heapBackend[K]) Snapshot(checkpointID int64) (func(w io.Writer) error, 
 		h.states = append(h.states, snapState{name: name, kind: t.kind, flags: t.flags})
 		caps = append(caps, t.capture(n))
 	}
+	epoch := b.epoch
 	b.epoch++
 	idx := make([]int, len(h.states))
 	for i := range idx {
@@ -462,9 +482,9 @@ func (b *heapBackend[K]) Snapshot(checkpointID int64) (func(w io.Writer) error, 
 		states[i], sorted[i] = h.states[j], caps[j]
 	}
 	h.states = states
-	kc, maxP, ord := b.kc, b.groups.maxP, &b.order
+	kc, maxP, ord, encodeAll := b.kc, b.groups.maxP, &b.order, b.encodeAll
 	return func(w io.Writer) error {
-		return writeHeap(w, h, sorted, keys, gens, kc, maxP, ord)
+		return writeHeap(w, h, sorted, keys, gens, kc, maxP, ord, epoch, encodeAll)
 	}, nil
 }
 
@@ -477,7 +497,10 @@ type heapKey struct {
 	n    int32 // length of that
 }
 
-func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, keys []K, gens []uint32, kc codec.Codec[K], maxP int, ord *keyOrder) error {
+// writeHeap writes a capture of epoch epoch. The keys of each state whose entries did not change since a
+// segment of them was written are copied from it (segcache.go); the others are encoded, and their bytes
+// kept as their new segment.
+func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, keys []K, gens []uint32, kc codec.Codec[K], maxP int, ord *keyOrder, epoch uint32, encodeAll bool) error {
 	ord.mu.Lock()
 	defer ord.mu.Unlock()
 	if err := updateOrder(ord, keys, gens, kc, maxP); err != nil {
@@ -485,28 +508,64 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 	}
 	arena, order := ord.arena, ord.order
 	sw := newSnapWriter(w, h)
+	sw.hold = true
+	out := &slotEmitter{sw: sw}
+	cached := make([]cachedCapture, len(caps))
+	for si, c := range caps {
+		if cc, ok := c.(cachedCapture); ok && h.states[si].flags&flagTTL == 0 && !encodeAll {
+			cached[si] = cc
+			cc.segments().begin(si)
+		}
+	}
 	for lo := 0; lo < len(order); {
 		hi := lo + 1
 		for hi < len(order) && order[hi].kg == order[lo].kg {
 			hi++
 		}
+		out.kg = int(order[lo].kg)
 		for si, c := range caps {
-			isMap := c.kind().hasMapKey()
+			out.state, out.isMap = si, c.kind().hasMapKey()
+			cc := cached[si]
+			var sc *segCache
+			if cc != nil {
+				sc = cc.segments()
+			}
 			for _, k := range order[lo:hi] {
+				slot := int(k.slot)
+				if sc != nil {
+					if b, n, ok := sc.lookup(k.slot, k.gen, gens, epoch, cc); ok {
+						if err := sw.raw(b, n); err != nil {
+							return err
+						}
+						continue
+					}
+				}
 				sortKey := arena[k.at : k.at+int(k.n)]
 				_, ln := binary.Uvarint(sortKey)
-				key := sortKey[ln:]
-				err := c.entries(int(k.slot), func(mapKey, value []byte) error {
-					return sw.entry(int(k.kg), si, key, isMap, mapKey, value)
-				})
-				if err != nil {
+				out.key = sortKey[ln:]
+				mark, count := len(sw.buf), sw.count
+				if err := c.entries(slot, out); err != nil {
+					return err
+				}
+				if sc != nil && sw.err == nil {
+					sc.store(k.slot, k.gen, epoch, sw.buf[mark:], int(sw.count-count))
+				}
+				if err := sw.maybeFlush(); err != nil {
 					return err
 				}
 			}
 		}
 		lo = hi
 	}
-	return sw.finish()
+	if err := sw.finish(); err != nil {
+		return err
+	}
+	for _, cc := range cached {
+		if cc != nil {
+			cc.segments().finish()
+		}
+	}
+	return nil
 }
 
 // updateOrder makes o hold exactly the live slots of a capture (keys and gens): entries of slots freed or
@@ -738,10 +797,10 @@ type rawCapture struct {
 
 func (c *rawCapture) kind() kind { return c.k }
 
-func (c *rawCapture) entries(slot int, emit func(mapKey, value []byte) error) error {
+func (c *rawCapture) entries(slot int, out *slotEmitter) error {
 	m := c.slots[int32(slot)]
 	for _, mk := range slices.Sorted(maps.Keys(m)) {
-		if err := emit([]byte(mk), m[mk]); err != nil {
+		if err := out.emit([]byte(mk), m[mk]); err != nil {
 			return err
 		}
 	}
@@ -838,7 +897,7 @@ type valueCapture[V any] struct {
 
 func (c *valueCapture[V]) kind() kind { return kindValue }
 
-func (c *valueCapture[V]) entries(slot int, emit func(mapKey, value []byte) error) error {
+func (c *valueCapture[V]) entries(slot int, out *slotEmitter) error {
 	if slot >= len(c.present) || !c.present[slot] {
 		return nil
 	}
@@ -846,7 +905,7 @@ func (c *valueCapture[V]) entries(slot int, emit func(mapKey, value []byte) erro
 	if c.buf, err = c.c.Append(c.buf[:0], c.values[slot]); err != nil {
 		return fmt.Errorf("snapshot keyed state: encode value: %w", err)
 	}
-	return emit(nil, c.buf)
+	return out.emit(nil, c.buf)
 }
 
 // heapList is a ListState on the heap.
@@ -855,7 +914,11 @@ type heapList[V any] struct {
 	name  string
 	c     codec.Codec[V]
 	lists [][]V
-	epoch []uint32 // epoch in which each list's array was made by this table
+	// epoch is the epoch in which each list's array was made (or the list emptied) by this table: a list
+	// changes in place only in that epoch, so it is also the epoch of the list's last change (for the
+	// segment cache).
+	epoch []uint32
+	sc    *segCache
 }
 
 func (s *heapList[V]) kind() kind { return kindList }
@@ -903,7 +966,7 @@ func (s *heapList[V]) Update(vs []V) {
 	slot := s.slot()
 	switch had := len(s.lists[slot]) > 0; {
 	case len(vs) == 0:
-		s.lists[slot] = nil
+		s.lists[slot], s.epoch[slot] = nil, s.st.epoch
 		if had {
 			s.st.decRef(int32(slot))
 		}
@@ -921,7 +984,7 @@ func (s *heapList[V]) Update(vs []V) {
 
 func (s *heapList[V]) Clear() {
 	if slot := int(s.st.cur); slot >= 0 && slot < len(s.lists) && len(s.lists[slot]) > 0 {
-		s.lists[slot] = nil
+		s.lists[slot], s.epoch[slot] = nil, s.st.epoch
 		s.st.decRef(int32(slot))
 	}
 }
@@ -929,7 +992,11 @@ func (s *heapList[V]) Clear() {
 func (s *heapList[V]) hasSlot(slot int) bool { return slot < len(s.lists) && len(s.lists[slot]) > 0 }
 
 func (s *heapList[V]) capture(n int) heapCapture {
-	return &listCapture[V]{c: s.c, lists: slices.Clone(s.lists[:min(n, len(s.lists))])}
+	if s.sc == nil {
+		s.sc = &segCache{}
+	}
+	return &listCapture[V]{c: s.c, lists: slices.Clone(s.lists[:min(n, len(s.lists))]),
+		epochs: slices.Clone(s.epoch[:min(n, len(s.epoch))]), sc: s.sc}
 }
 
 func (s *heapList[V]) restore(slot int32, _, value []byte) error {
@@ -950,14 +1017,20 @@ func (s *heapList[V]) restore(slot int32, _, value []byte) error {
 }
 
 type listCapture[V any] struct {
-	c     codec.Codec[V]
-	lists [][]V
-	buf   []byte
+	c      codec.Codec[V]
+	lists  [][]V
+	epochs []uint32
+	sc     *segCache
+	buf    []byte
 }
 
 func (c *listCapture[V]) kind() kind { return kindList }
 
-func (c *listCapture[V]) entries(slot int, emit func(mapKey, value []byte) error) error {
+func (c *listCapture[V]) changedAt(slot int) uint32 { return epochAt(c.epochs, slot) }
+
+func (c *listCapture[V]) segments() *segCache { return c.sc }
+
+func (c *listCapture[V]) entries(slot int, out *slotEmitter) error {
 	if slot >= len(c.lists) || len(c.lists[slot]) == 0 {
 		return nil
 	}
@@ -965,7 +1038,7 @@ func (c *listCapture[V]) entries(slot int, emit func(mapKey, value []byte) error
 	if c.buf, err = appendList(c.buf[:0], c.c, c.lists[slot]); err != nil {
 		return fmt.Errorf("snapshot keyed state: %w", err)
 	}
-	return emit(nil, c.buf)
+	return out.emit(nil, c.buf)
 }
 
 // appendList appends the list encoding: each element's encoding preceded by its uvarint length.
@@ -1020,12 +1093,15 @@ func decodeList[V any](c codec.Codec[V], src []byte, dst []V) ([]V, error) {
 
 // heapMap is a MapState on the heap.
 type heapMap[MK comparable, MV any] struct {
-	st    *heapStore
-	name  string
-	kc    codec.Codec[MK]
-	vc    codec.Codec[MV]
-	maps  []map[MK]MV
-	epoch []uint32 // epoch in which each map was made by this table
+	st   *heapStore
+	name string
+	kc   codec.Codec[MK]
+	vc   codec.Codec[MV]
+	maps []map[MK]MV
+	// epoch is the epoch in which each map was made (or emptied) by this table: a map changes in place
+	// only in that epoch, so it is also the epoch of the map's last change (for the segment cache).
+	epoch []uint32
+	sc    *segCache
 }
 
 func (s *heapMap[MK, MV]) kind() kind { return kindMap }
@@ -1088,7 +1164,7 @@ func (s *heapMap[MK, MV]) Remove(mk MK) {
 		return
 	}
 	if len(m) == 1 {
-		s.maps[s.st.cur] = nil
+		s.maps[s.st.cur], s.epoch[s.st.cur] = nil, s.st.epoch
 		s.st.decRef(s.st.cur)
 		return
 	}
@@ -1107,7 +1183,7 @@ func (s *heapMap[MK, MV]) Range(f func(MK, MV) bool) {
 
 func (s *heapMap[MK, MV]) Clear() {
 	if slot := int(s.st.cur); slot >= 0 && slot < len(s.maps) && len(s.maps[slot]) > 0 {
-		s.maps[slot] = nil
+		s.maps[slot], s.epoch[slot] = nil, s.st.epoch
 		s.st.decRef(int32(slot))
 	}
 }
@@ -1115,7 +1191,11 @@ func (s *heapMap[MK, MV]) Clear() {
 func (s *heapMap[MK, MV]) hasSlot(slot int) bool { return slot < len(s.maps) && len(s.maps[slot]) > 0 }
 
 func (s *heapMap[MK, MV]) capture(n int) heapCapture {
-	return &mapCapture[MK, MV]{kc: s.kc, vc: s.vc, maps: slices.Clone(s.maps[:min(n, len(s.maps))])}
+	if s.sc == nil {
+		s.sc = &segCache{}
+	}
+	return &mapCapture[MK, MV]{kc: s.kc, vc: s.vc, maps: slices.Clone(s.maps[:min(n, len(s.maps))]),
+		epochs: slices.Clone(s.epoch[:min(n, len(s.epoch))]), sc: s.sc}
 }
 
 func (s *heapMap[MK, MV]) restore(slot int32, mapKey, value []byte) error {
@@ -1139,22 +1219,30 @@ type mapCapture[MK comparable, MV any] struct {
 	kc     codec.Codec[MK]
 	vc     codec.Codec[MV]
 	maps   []map[MK]MV
+	epochs []uint32
+	sc     *segCache
 	arena  []byte
+	spans  []entrySpan
 	sorted []mapEntry
 }
 
 type mapEntry struct{ k, v []byte }
 
+// entrySpan locates one encoded map entry in an arena: the key is [k0, k1), the value [k1, v1).
+type entrySpan struct{ k0, k1, v1 int }
+
 func (c *mapCapture[MK, MV]) kind() kind { return kindMap }
 
-func (c *mapCapture[MK, MV]) entries(slot int, emit func(mapKey, value []byte) error) error {
+func (c *mapCapture[MK, MV]) changedAt(slot int) uint32 { return epochAt(c.epochs, slot) }
+
+func (c *mapCapture[MK, MV]) segments() *segCache { return c.sc }
+
+func (c *mapCapture[MK, MV]) entries(slot int, out *slotEmitter) error {
 	if slot >= len(c.maps) || len(c.maps[slot]) == 0 {
 		return nil
 	}
 	// Encode every entry into one arena, then slice it: the arena does not move once filled.
-	c.arena = c.arena[:0]
-	type span struct{ k0, k1, v1 int }
-	spans := make([]span, 0, len(c.maps[slot]))
+	c.arena, c.spans = c.arena[:0], c.spans[:0]
 	for mk, mv := range c.maps[slot] {
 		var err error
 		k0 := len(c.arena)
@@ -1165,19 +1253,33 @@ func (c *mapCapture[MK, MV]) entries(slot int, emit func(mapKey, value []byte) e
 		if c.arena, err = c.vc.Append(c.arena, mv); err != nil {
 			return fmt.Errorf("snapshot keyed state: encode map value: %w", err)
 		}
-		spans = append(spans, span{k0, k1, len(c.arena)})
+		c.spans = append(c.spans, entrySpan{k0, k1, len(c.arena)})
 	}
-	c.sorted = c.sorted[:0]
-	for _, s := range spans {
-		c.sorted = append(c.sorted, mapEntry{k: c.arena[s.k0:s.k1], v: c.arena[s.k1:s.v1]})
-	}
-	slices.SortFunc(c.sorted, func(a, b mapEntry) int { return bytes.Compare(a.k, b.k) })
+	c.sorted = sortEntries(c.sorted[:0], c.arena, c.spans)
 	for _, e := range c.sorted {
-		if err := emit(e.k, e.v); err != nil {
+		if err := out.emit(e.k, e.v); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// sortEntries appends the entries of spans in arena to dst in key byte order. A key's map is small as a
+// rule (a window operator's: the few windows a key is in), so small ones are insertion sorted.
+func sortEntries(dst []mapEntry, arena []byte, spans []entrySpan) []mapEntry {
+	for _, s := range spans {
+		dst = append(dst, mapEntry{k: arena[s.k0:s.k1], v: arena[s.k1:s.v1]})
+	}
+	if len(dst) > 16 {
+		slices.SortFunc(dst, func(a, b mapEntry) int { return bytes.Compare(a.k, b.k) })
+		return dst
+	}
+	for i := 1; i < len(dst); i++ {
+		for j := i; j > 0 && bytes.Compare(dst[j].k, dst[j-1].k) < 0; j-- {
+			dst[j], dst[j-1] = dst[j-1], dst[j]
+		}
+	}
+	return dst
 }
 
 // intIndex maps 8-byte integer keys to slots: open addressing with linear probing, at most half full, so a

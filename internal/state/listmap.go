@@ -69,7 +69,8 @@ type heapListMap[MK comparable, V any] struct {
 	kc    codec.Codec[MK]
 	vc    codec.Codec[V]
 	maps  []map[MK][]V
-	epoch []uint32
+	epoch []uint32 // as heapMap's
+	sc    *segCache
 }
 
 func (s *heapListMap[MK, V]) kind() kind { return kindListMap }
@@ -125,7 +126,7 @@ func (s *heapListMap[MK, V]) Remove(mk MK) {
 	}
 	slot := s.st.cur
 	if len(m) == 1 {
-		s.maps[slot] = nil
+		s.maps[slot], s.epoch[slot] = nil, s.st.epoch
 		s.st.decRef(slot)
 		return
 	}
@@ -144,7 +145,7 @@ func (s *heapListMap[MK, V]) Range(f func(MK, []V) bool) {
 
 func (s *heapListMap[MK, V]) Clear() {
 	if slot := s.st.cur; slot >= 0 && int(slot) < len(s.maps) && len(s.maps[slot]) > 0 {
-		s.maps[slot] = nil
+		s.maps[slot], s.epoch[slot] = nil, s.st.epoch
 		s.st.decRef(slot)
 	}
 }
@@ -154,7 +155,11 @@ func (s *heapListMap[MK, V]) hasSlot(slot int) bool {
 }
 
 func (s *heapListMap[MK, V]) capture(n int) heapCapture {
-	return &listMapCapture[MK, V]{kc: s.kc, vc: s.vc, maps: slices.Clone(s.maps[:min(n, len(s.maps))])}
+	if s.sc == nil {
+		s.sc = &segCache{}
+	}
+	return &listMapCapture[MK, V]{kc: s.kc, vc: s.vc, maps: slices.Clone(s.maps[:min(n, len(s.maps))]),
+		epochs: slices.Clone(s.epoch[:min(n, len(s.epoch))]), sc: s.sc}
 }
 
 func (s *heapListMap[MK, V]) restore(slot int32, mapKey, value []byte) error {
@@ -181,19 +186,24 @@ type listMapCapture[MK comparable, V any] struct {
 	kc     codec.Codec[MK]
 	vc     codec.Codec[V]
 	maps   []map[MK][]V
+	epochs []uint32
+	sc     *segCache
 	arena  []byte
+	spans  []entrySpan
 	sorted []mapEntry
 }
 
 func (c *listMapCapture[MK, V]) kind() kind { return kindListMap }
 
-func (c *listMapCapture[MK, V]) entries(slot int, emit func(mapKey, value []byte) error) error {
+func (c *listMapCapture[MK, V]) changedAt(slot int) uint32 { return epochAt(c.epochs, slot) }
+
+func (c *listMapCapture[MK, V]) segments() *segCache { return c.sc }
+
+func (c *listMapCapture[MK, V]) entries(slot int, out *slotEmitter) error {
 	if slot >= len(c.maps) || len(c.maps[slot]) == 0 {
 		return nil
 	}
-	c.arena = c.arena[:0]
-	type span struct{ k0, k1, v1 int }
-	spans := make([]span, 0, len(c.maps[slot]))
+	c.arena, c.spans = c.arena[:0], c.spans[:0]
 	for mk, l := range c.maps[slot] {
 		var err error
 		k0 := len(c.arena)
@@ -204,15 +214,11 @@ func (c *listMapCapture[MK, V]) entries(slot int, emit func(mapKey, value []byte
 		if c.arena, err = appendList(c.arena, c.vc, l); err != nil {
 			return fmt.Errorf("snapshot keyed state: %w", err)
 		}
-		spans = append(spans, span{k0, k1, len(c.arena)})
+		c.spans = append(c.spans, entrySpan{k0, k1, len(c.arena)})
 	}
-	c.sorted = c.sorted[:0]
-	for _, s := range spans {
-		c.sorted = append(c.sorted, mapEntry{k: c.arena[s.k0:s.k1], v: c.arena[s.k1:s.v1]})
-	}
-	slices.SortFunc(c.sorted, func(a, b mapEntry) int { return bytes.Compare(a.k, b.k) })
+	c.sorted = sortEntries(c.sorted[:0], c.arena, c.spans)
 	for _, e := range c.sorted {
-		if err := emit(e.k, e.v); err != nil {
+		if err := out.emit(e.k, e.v); err != nil {
 			return err
 		}
 	}

@@ -96,8 +96,15 @@
 // The returned write function serializes the capture on any goroutine, while the task goes on processing
 // records; changes made after Snapshot never reach the bytes. Both backends write one canonical format (see
 // the snapshot format below), byte for byte equal for equal contents, so a snapshot of either backend
-// restores into either. The heap writer sorts its copy of the timers into the format's order; the pebble
-// writer sorts each key group's timers (memory: one key group's timers).
+// restores into either. The heap writer groups its copy of the timers by key in linear time (a counting
+// sort by slot); the pebble writer sorts each key group's timers (memory: one key group's timers).
+//
+// Every snapshot is a full one, but the heap writer encodes only what changed: it keeps, per map, list
+// map, list and timers state, the bytes it wrote for each key's entries (segments, in the snapshot's key
+// order) and copies them into the next snapshot when the key's state has not changed since, which the
+// epochs that copy on write keeps per slot tell (segcache.go). A snapshot is byte for byte what encoding
+// every key would write. Value and TTL states are encoded every time. The segments cost memory about the
+// size of those states' part of the snapshot.
 //
 // Restore reads one or more snapshots (after a rescale, those of several old subtasks) and keeps the entries
 // of the key groups this subtask owns; timers are entries like any other, so rescaling redistributes them

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"sort"
 
 	"github.com/cockroachdb/pebble"
 )
@@ -132,6 +131,9 @@ type heapTimers struct {
 	where   []int32            // heap index by id
 	freeIDs []int32            // ids of removed timers, for reuse; at most len(where)
 	count   []int32            // timers per slot, for hasSlot
+	// changed is the epoch of the last timer added or removed per slot, for the segment cache.
+	changed []uint32
+	sc      *segCache
 }
 
 func (t *heapTimers) kind() kind { return kindTimers }
@@ -178,8 +180,10 @@ func (t *heapTimers) add(slot int32, ts int64, ns Namespace) {
 	t.up(i)
 	for len(t.count) <= int(slot) {
 		t.count = append(t.count, 0)
+		t.changed = append(t.changed, 0)
 	}
 	t.count[slot]++
+	t.changed[slot] = t.st.epoch
 	t.st.incRef(slot)
 }
 
@@ -209,6 +213,7 @@ func (t *heapTimers) removeAt(i int) {
 		t.up(i)
 	}
 	t.count[x.slot]--
+	t.changed[x.slot] = t.st.epoch
 	t.st.decRef(x.slot)
 }
 
@@ -263,9 +268,12 @@ func (t *heapTimers) down(i int) bool {
 	return i > start
 }
 
-// capture copies the heap array (32 bytes a timer); the writer sorts the copy.
-func (t *heapTimers) capture(int) heapCapture {
-	return &timersCapture{timers: slices.Clone(t.h)}
+// capture copies the heap array (32 bytes a timer); the writer groups the copy by slot.
+func (t *heapTimers) capture(n int) heapCapture {
+	if t.sc == nil {
+		t.sc = &segCache{}
+	}
+	return &timersCapture{timers: slices.Clone(t.h), slots: n, changed: slices.Clone(t.changed[:min(n, len(t.changed))]), sc: t.sc}
 }
 
 func (t *heapTimers) restore(slot int32, mapKey, _ []byte) error {
@@ -277,31 +285,74 @@ func (t *heapTimers) restore(slot int32, mapKey, _ []byte) error {
 	return nil
 }
 
-// timersCapture is a copy of a heap timers array, sorted on first use into the snapshot order: by slot,
-// then time and namespace (byte order of the map keys).
+// timersCapture is a copy of a heap timers array, grouped on first use by slot (a counting sort: one pass
+// to count, one to place, linear in the timers), each slot's timers then sorted by time and namespace (byte
+// order of the map keys) when the writer reaches the slot.
 type timersCapture struct {
 	timers []heapTimer
-	sorted bool
+	slots  int         // the slots of the capture; every timer's slot is below it
+	by     []heapTimer // timers grouped by slot, after the first use
+	start  []int32     // by[start[s]:start[s+1]] are slot s's timers
 	buf    [timerKeyBytes]byte
+	// changed is the heap timers' per slot, as of the capture.
+	changed []uint32
+	sc      *segCache
 }
 
 func (c *timersCapture) kind() kind { return kindTimers }
 
-func (c *timersCapture) entries(slot int, emit func(mapKey, value []byte) error) error {
-	if !c.sorted {
-		slices.SortFunc(c.timers, func(a, b heapTimer) int {
-			return cmp.Or(cmp.Compare(a.slot, b.slot), cmp.Compare(a.ts, b.ts), cmp.Compare(a.ns.A, b.ns.A), cmp.Compare(a.ns.B, b.ns.B))
-		})
-		c.sorted = true
+func (c *timersCapture) changedAt(slot int) uint32 { return epochAt(c.changed, slot) }
+
+func (c *timersCapture) segments() *segCache { return c.sc }
+
+// group fills by and start.
+func (c *timersCapture) group() {
+	c.start = make([]int32, c.slots+1)
+	for i := range c.timers {
+		c.start[c.timers[i].slot+1]++
 	}
-	i := sort.Search(len(c.timers), func(i int) bool { return int(c.timers[i].slot) >= slot })
-	for ; i < len(c.timers) && int(c.timers[i].slot) == slot; i++ {
-		x := &c.timers[i]
-		if err := emit(appendTimerKey(c.buf[:0], x.ts, x.ns), nil); err != nil {
+	for s := 1; s <= c.slots; s++ {
+		c.start[s] += c.start[s-1]
+	}
+	c.by = make([]heapTimer, len(c.timers))
+	next := slices.Clone(c.start[:c.slots])
+	for i := range c.timers {
+		s := c.timers[i].slot
+		c.by[next[s]] = c.timers[i]
+		next[s]++
+	}
+	c.timers = nil
+}
+
+func (c *timersCapture) entries(slot int, out *slotEmitter) error {
+	if c.start == nil {
+		c.group()
+	}
+	if slot >= c.slots {
+		return nil
+	}
+	ts := c.by[c.start[slot]:c.start[slot+1]]
+	// A key holds few timers as a rule (a window operator's: one or two per window), so insertion sort.
+	if len(ts) > 16 {
+		slices.SortFunc(ts, cmpTimerKey)
+	} else {
+		for i := 1; i < len(ts); i++ {
+			for j := i; j > 0 && cmpTimerKey(ts[j], ts[j-1]) < 0; j-- {
+				ts[j], ts[j-1] = ts[j-1], ts[j]
+			}
+		}
+	}
+	for i := range ts {
+		if err := out.emit(appendTimerKey(c.buf[:0], ts[i].ts, ts[i].ns), nil); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// cmpTimerKey orders one slot's timers as their snapshot map keys: by time, then namespace.
+func cmpTimerKey(a, b heapTimer) int {
+	return cmp.Or(cmp.Compare(a.ts, b.ts), cmp.Compare(a.ns.A, b.ns.A), cmp.Compare(a.ns.B, b.ns.B))
 }
 
 // pebbleTimers is Timers in pebble: one store entry per timer, [key group][state id][time, 8 bytes

@@ -359,7 +359,7 @@ func newTTLList[V any](store any, name string, c codec.Codec[V], ttl TTL) (ListS
 			switch {
 			case live == len(l):
 			case live == 0:
-				in.lists[slot] = nil
+				in.lists[slot], in.epoch[slot] = nil, st.epoch
 				st.decRef(int32(slot))
 			default:
 				// A fresh array: a capture may share the old one.
@@ -411,7 +411,7 @@ func newTTLMap[MK comparable, MV any](store any, name string, mk codec.Codec[MK]
 			switch {
 			case len(dead) == 0:
 			case len(dead) == len(m):
-				in.maps[slot] = nil
+				in.maps[slot], in.epoch[slot] = nil, st.epoch
 				st.decRef(int32(slot))
 			default:
 				w := in.writableAt(slot)

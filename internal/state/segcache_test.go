@@ -1,0 +1,276 @@
+package state
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/runnel-dev/runnel/codec"
+)
+
+// segStates are the states of one backend of TestSegmentCacheMatchesFullEncoding: one of each kind the
+// segment cache covers, a value state and a TTL map (which it must leave out).
+type segStates struct {
+	b      KeyedBackend[int64]
+	m      MapState[benchWindow, int64]
+	l      ListState[string]
+	lm     ListMapState[int32, int64]
+	timers Timers
+	v      ValueState[int64]
+	ttl    MapState[int64, int64]
+}
+
+func newSegStates(t *testing.T, encodeAll bool, now func() int64) *segStates {
+	t.Helper()
+	kb, err := NewHeap[int64](Options[int64]{MaxParallelism: 16, KeyGroupEnd: 15, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { kb.Close() })
+	kb.(*heapBackend[int64]).encodeAll = encodeAll
+	s := &segStates{b: kb}
+	eb := Engine(kb)
+	errs := []error{}
+	var e error
+	s.m, e = NewMap[benchWindow, int64](eb, "\x00window/acc", codec.MustStruct[benchWindow](), nil)
+	errs = append(errs, e)
+	s.l, e = NewList[string](kb, "list", nil)
+	errs = append(errs, e)
+	s.lm, e = NewListMap[int32, int64](eb, "\x00window/elems", nil, nil)
+	errs = append(errs, e)
+	s.timers, e = NewTimers[int64](eb, "\x00timers/event")
+	errs = append(errs, e)
+	s.v, e = NewValue[int64](kb, "value", nil)
+	errs = append(errs, e)
+	s.ttl, e = NewMap[int64, int64](WithTTL(kb, TTL{TTL: 50 * time.Millisecond}), "ttl", nil, nil)
+	errs = append(errs, e)
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	kb.SealDeclarations()
+	return s
+}
+
+// apply performs operation op (drawn by the test) on key k.
+func (s *segStates) apply(k int64, op, x int) {
+	s.b.SetCurrentKey(k)
+	w := benchWindow{Start: int64(x % 4), End: int64(x%4) + 10}
+	switch op {
+	case 0:
+		n, _ := s.m.Get(w)
+		s.m.Put(w, n+1)
+	case 1:
+		s.m.Remove(w)
+	case 2:
+		s.m.Clear()
+	case 3:
+		s.l.Add(fmt.Sprint(x))
+	case 4:
+		s.l.Update([]string{fmt.Sprint(x), "u"})
+	case 5:
+		s.l.Clear()
+	case 6:
+		s.lm.Append(int32(x%3), int64(x))
+	case 7:
+		s.lm.Remove(int32(x % 3))
+	case 8:
+		s.timers.Register(int64(x%50), Namespace{A: int64(x % 2)})
+	case 9:
+		s.timers.Delete(int64(x%50), Namespace{A: int64(x % 2)})
+	case 10:
+		_ = s.timers.FireUpTo(int64(x%10), func(int64, Namespace) error { return nil })
+	case 11:
+		s.v.Update(int64(x))
+	case 12:
+		s.v.Clear()
+	case 13:
+		s.ttl.Put(int64(x%3), int64(x))
+	}
+}
+
+// failingWriter fails once after n bytes.
+type failingWriter struct{ n int }
+
+func (w *failingWriter) Write(p []byte) (int, error) {
+	if len(p) > w.n {
+		return w.n, errors.New("storage down")
+	}
+	w.n -= len(p)
+	return len(p), nil
+}
+
+// TestSegmentCacheMatchesFullEncoding holds the segment cache to the encoding of every key: two heap
+// backends take the same random operations (on few keys, so that keys are freed and their slots reused,
+// and on most of them rarely, so that many keys stay unchanged between snapshots), and every snapshot of
+// the cached one must be byte for byte the snapshot of the other. Some rounds write their snapshot after
+// the next one (out of order), some hold on to a capture over several snapshots, and some writes of the
+// cached backend fail halfway.
+func TestSegmentCacheMatchesFullEncoding(t *testing.T) {
+	chunk, compact := segChunkBytes, segCompactBytes
+	t.Cleanup(func() { segChunkBytes, segCompactBytes = chunk, compact })
+	for _, tc := range []struct {
+		seed           uint64
+		chunk, compact int
+	}{
+		{seed: 1, chunk: chunk, compact: compact},
+		{seed: 2, chunk: chunk, compact: compact},
+		{seed: 3, chunk: 64, compact: 0}, // many chunks, compacted at every quarter of garbage
+		{seed: 4, chunk: 200, compact: 0},
+	} {
+		seed := tc.seed
+		t.Run(fmt.Sprintf("seed=%d,chunk=%d", seed, tc.chunk), func(t *testing.T) {
+			segChunkBytes, segCompactBytes = tc.chunk, tc.compact
+			clock := int64(1_000_000)
+			now := func() int64 { return clock }
+			cached, full := newSegStates(t, false, now), newSegStates(t, true, now)
+			rng := rand.New(rand.NewPCG(seed, 7))
+			type pending struct {
+				id   int64
+				a, f func(io.Writer) error
+			}
+			var held []*pending
+			write := func(p *pending, fail bool) {
+				t.Helper()
+				if fail {
+					if err := p.a(&failingWriter{n: rng.IntN(200)}); err == nil {
+						// A small snapshot may fit; it is then checked like any other.
+						t.Logf("snapshot %d fit before the failure", p.id)
+					}
+					return
+				}
+				var a, f bytes.Buffer
+				if err := p.a(&a); err != nil {
+					t.Fatal(err)
+				}
+				if err := p.f(&f); err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(a.Bytes(), f.Bytes()) {
+					logEntryDiff(t, a.Bytes(), f.Bytes())
+					t.Fatalf("snapshot %d: the cached writer wrote %d bytes, the full encoding %d, and they differ", p.id, a.Len(), f.Len())
+				}
+			}
+			for round := range 60 {
+				// Most rounds touch a few hot keys; some touch many.
+				ops, keys := 20, int64(8)
+				if round%7 == 0 {
+					ops, keys = 300, 120
+				}
+				for range ops {
+					k, op, x := rng.Int64N(keys), rng.IntN(14), rng.IntN(1000)
+					cached.apply(k, op, x)
+					full.apply(k, op, x)
+				}
+				clock += int64(rng.IntN(30))
+				id := int64(round)
+				a, err := cached.b.Snapshot(id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				f, err := full.b.Snapshot(id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				p := &pending{id: id, a: a, f: f}
+				switch r := rng.IntN(10); {
+				case r < 2: // written after a later one
+					held = append(held, p)
+				case r < 3:
+					write(p, true)
+				default:
+					write(p, false)
+					for _, h := range held {
+						write(h, false)
+					}
+					held = held[:0]
+				}
+			}
+			for _, h := range held {
+				write(h, false)
+			}
+			// The test means something only if each covered state copied segments.
+			for name, sc := range map[string]*segCache{
+				"map": cached.m.(*heapMap[benchWindow, int64]).sc, "list": cached.l.(*heapList[string]).sc,
+				"list map": cached.lm.(*heapListMap[int32, int64]).sc, "timers": cached.timers.(*heapTimers).sc,
+			} {
+				if sc == nil || sc.reused == 0 {
+					t.Errorf("%s state: no segment reused", name)
+				}
+			}
+		})
+	}
+}
+
+// logEntryDiff logs the first entries in which snapshots a (cached) and f (full encoding) differ.
+func logEntryDiff(t *testing.T, a, f []byte) {
+	t.Helper()
+	dump := func(b []byte) (out []string) {
+		err := readSnapshot(bytes.NewReader(b), keyGroups{maxP: 16, end: 15}, func(*snapHeader) error { return nil }, func(e *snapEntry) error {
+			out = append(out, fmt.Sprintf("key group %d state %d key %x map key %x value %x", e.kg, e.state, e.key, e.mapKey, e.value))
+			return nil
+		})
+		if err != nil {
+			out = append(out, err.Error())
+		}
+		return out
+	}
+	da, df := dump(a), dump(f)
+	shown := 0
+	for i := 0; i < max(len(da), len(df)) && shown < 5; i++ {
+		var x, y string
+		if i < len(da) {
+			x = da[i]
+		}
+		if i < len(df) {
+			y = df[i]
+		}
+		if x != y {
+			t.Logf("entry %d: cached %q, full %q", i, x, y)
+			shown++
+		}
+	}
+}
+
+// TestSegmentsFollowTheLiveKeys checks that the segments of keys that went are let go: after most keys
+// clear their state, the next snapshots leave the segment bytes at about what the remaining keys need.
+func TestSegmentsFollowTheLiveKeys(t *testing.T) {
+	chunk, compact := segChunkBytes, segCompactBytes
+	t.Cleanup(func() { segChunkBytes, segCompactBytes = chunk, compact })
+	segChunkBytes, segCompactBytes = 4<<10, 0
+	s := newSegStates(t, false, func() int64 { return 0 })
+	const keys, kept = 2000, 100
+	for k := range int64(keys) {
+		for x := range 4 {
+			s.apply(k, 0, x) // four map entries
+		}
+		s.apply(k, 8, int(k)) // a timer
+	}
+	snapshot := func() *segCache {
+		t.Helper()
+		write, err := s.b.Snapshot(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := write(io.Discard); err != nil {
+			t.Fatal(err)
+		}
+		return s.m.(*heapMap[benchWindow, int64]).sc
+	}
+	full := snapshot().size
+	for k := int64(kept); k < keys; k++ {
+		s.apply(k, 2, 0)      // clear the map
+		s.apply(k, 9, int(k)) // delete the timer
+	}
+	snapshot()
+	sc := snapshot()
+	if len(sc.list) != kept {
+		t.Fatalf("%d segments after %d keys kept their state", len(sc.list), kept)
+	}
+	if limit := full * kept / keys * 4 / 3; sc.size > limit+segChunkBytes {
+		t.Fatalf("%d segment bytes for %d keys (%d for all %d)", sc.size, kept, full, keys)
+	}
+}
