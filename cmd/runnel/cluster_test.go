@@ -541,7 +541,9 @@ func TestJobWaitsForATaskManagerToJoin(t *testing.T) {
 }
 
 // TestCancelWithSavepoint stops a cluster job with runnel cancel --savepoint, and starts it again from the
-// savepoint on the cluster: its TaskManagers read the savepoint the JobManager wrote.
+// savepoint on the cluster: its TaskManagers read the savepoint the JobManager wrote. The second run does
+// not chain ("source -> map" becomes two tasks): the operators' state is mapped to them by uid across the
+// processes.
 func TestCancelWithSavepoint(t *testing.T) {
 	c := startCluster(t, 2, 2)
 	dir := t.TempDir()
@@ -580,7 +582,7 @@ func TestCancelWithSavepoint(t *testing.T) {
 	}
 	again := filepath.Join(dir, "again.json")
 	if _, stderr, code := runCLI(t, "submit", "sequence", "--jobmanager", c.addr, "--report", again, "--records", "0", "--rate", "2000",
-		"--duration", "500ms", "--from-savepoint", sp, "--checkpoint-interval", "50ms", "--checkpoint-storage", filepath.Join(dir, "chk2")); code != 0 {
+		"--duration", "500ms", "--no-chaining", "--from-savepoint", sp, "--checkpoint-interval", "50ms", "--checkpoint-storage", filepath.Join(dir, "chk2")); code != 0 {
 		t.Fatalf("submit from the savepoint: exit %d: %s", code, stderr)
 	}
 	var a struct {
