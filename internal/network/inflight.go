@@ -1,7 +1,9 @@
 package network
 
 import (
+	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 )
@@ -20,6 +22,12 @@ type LogBudget struct {
 	used atomic.Int64
 	mu   sync.Mutex
 	free [][]byte
+	// Spilling (Spill): a log that needs memory the budget does not have writes its chunks to a file of
+	// its own in dir, up to maxDisk bytes over all logs.
+	dir      string
+	maxDisk  int64
+	diskUsed atomic.Int64
+	files    atomic.Int64 // names the logs' spill files
 }
 
 // logChunkSize is the unit in which logs take memory; a buffer larger than it takes a chunk of its own size.
@@ -32,6 +40,27 @@ func NewLogBudget(maxBytes int64) (*LogBudget, error) {
 	}
 	return &LogBudget{max: maxBytes}, nil
 }
+
+// Spill lets logs that run out of memory write their oldest chunks to files in dir (which must exist), up to
+// maxDisk bytes in all; past that they drop what they hold as without spilling. Call it before the budget
+// is used.
+func (b *LogBudget) Spill(dir string, maxDisk int64) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("in-flight log spill directory: %w", err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("in-flight log spill directory %s is not a directory", dir)
+	}
+	if maxDisk < logChunkSize {
+		return fmt.Errorf("in-flight log disk budget of %d bytes is below one %d-byte chunk", maxDisk, logChunkSize)
+	}
+	b.dir, b.maxDisk = dir, maxDisk
+	return nil
+}
+
+// DiskUsed returns the bytes the logs' spill files hold.
+func (b *LogBudget) DiskUsed() int64 { return b.diskUsed.Load() }
 
 // Used returns the bytes lent out.
 func (b *LogBudget) Used() int64 { return b.used.Load() }
@@ -81,17 +110,25 @@ type inflightLog struct {
 	// before the buffer that did not fit was dropped, and that buffer too.
 	validFrom int64
 	bytes     int64 // of the buffers held
+	// file holds the chunks spilled to disk (LogBudget.Spill), fileSize bytes of them; it is emptied when
+	// the last spilled chunk goes.
+	file     *os.File
+	fileSize int64
+	scratch  []byte // a spilled buffer read back
 }
 
 type loggedBuffer struct {
 	hdr   Header
 	chunk int64 // absolute index of its chunk
 	off   int   // where its bytes start in the chunk
-	data  []byte
+	n     int   // its length
 }
 
+// logChunk is a chunk of the log's buffers, in memory (mem) or, spilled, at fileOff in the log's file.
 type logChunk struct {
-	mem []byte
+	mem     []byte
+	spilled bool
+	fileOff int64
 }
 
 type logMark struct {
@@ -115,8 +152,11 @@ func (l *inflightLog) end() int64 { return l.base + int64(len(l.entries)) }
 func (l *inflightLog) add(b *Buffer, barrier int64) {
 	data := b.Bytes()
 	n := len(l.chunks)
-	if n == 0 || cap(l.chunks[n-1].mem)-len(l.chunks[n-1].mem) < len(data) {
+	if n == 0 || l.chunks[n-1].spilled || cap(l.chunks[n-1].mem)-len(l.chunks[n-1].mem) < len(data) {
 		mem := l.budget.take(len(data))
+		if mem == nil && l.spill() {
+			mem = l.budget.take(len(data))
+		}
 		if mem == nil {
 			l.dropBefore(l.end())
 			l.base++ // b's place: it is not kept
@@ -130,7 +170,7 @@ func (l *inflightLog) add(b *Buffer, barrier int64) {
 	c := &l.chunks[n-1]
 	off := len(c.mem)
 	c.mem = append(c.mem, data...)
-	l.entries = append(l.entries, loggedBuffer{hdr: b.Header, chunk: l.chunkBase + int64(n-1), off: off, data: c.mem[off : off+len(data) : off+len(data)]})
+	l.entries = append(l.entries, loggedBuffer{hdr: b.Header, chunk: l.chunkBase + int64(n-1), off: off, n: len(data)})
 	l.bytes += int64(len(data))
 	if barrier != 0 {
 		l.marks = append(l.marks, logMark{checkpoint: barrier, at: l.end(), seq: b.FirstSeq})
@@ -145,17 +185,109 @@ func (l *inflightLog) dropBefore(at int64) {
 		return
 	}
 	for i := range n {
-		l.bytes -= int64(len(l.entries[i].data))
+		l.bytes -= int64(l.entries[i].n)
 		l.entries[i] = loggedBuffer{}
 	}
 	l.entries = l.entries[n:]
 	l.base += int64(n)
 	for len(l.chunks) > 0 && (len(l.entries) == 0 || l.entries[0].chunk > l.chunkBase) {
-		l.budget.give(l.chunks[0].mem)
-		l.chunks[0] = logChunk{}
+		l.freeChunk(&l.chunks[0])
 		l.chunks = l.chunks[1:]
 		l.chunkBase++
 	}
+	l.emptyFile()
+}
+
+// freeChunk gives a chunk's memory back; a spilled chunk's bytes stay in the file until emptyFile.
+func (l *inflightLog) freeChunk(c *logChunk) {
+	if !c.spilled {
+		l.budget.give(c.mem)
+	}
+	*c = logChunk{}
+}
+
+// emptyFile truncates the spill file once no spilled chunk is left: appends and drops go front to back, so
+// that happens whenever a checkpoint's truncation reaches past what was spilled.
+func (l *inflightLog) emptyFile() {
+	if l.file == nil || l.fileSize == 0 {
+		return
+	}
+	for i := range l.chunks {
+		if l.chunks[i].spilled {
+			return
+		}
+	}
+	if err := l.file.Truncate(0); err == nil {
+		l.budget.diskUsed.Add(-l.fileSize)
+		l.fileSize = 0
+	}
+}
+
+// spill writes the log's chunks in memory to its file, oldest first, and gives their memory back; it
+// reports whether it freed any. It stops at the disk budget, and does nothing without one.
+func (l *inflightLog) spill() bool {
+	b := l.budget
+	if b.dir == "" {
+		return false
+	}
+	if l.file == nil {
+		f, err := os.CreateTemp(b.dir, fmt.Sprintf("runnel-inflight-%d-*.log", b.files.Add(1)))
+		if err != nil {
+			return false
+		}
+		l.file = f
+	}
+	freed := false
+	for i := range l.chunks {
+		c := &l.chunks[i]
+		if c.spilled || len(c.mem) == 0 {
+			continue
+		}
+		if b.diskUsed.Add(int64(len(c.mem))) > b.maxDisk {
+			b.diskUsed.Add(-int64(len(c.mem)))
+			break
+		}
+		if _, err := l.file.WriteAt(c.mem, l.fileSize); err != nil {
+			b.diskUsed.Add(-int64(len(c.mem)))
+			break
+		}
+		c.fileOff, c.spilled = l.fileSize, true
+		l.fileSize += int64(len(c.mem))
+		b.give(c.mem)
+		c.mem = nil
+		freed = true
+	}
+	return freed
+}
+
+// entryBytes returns the bytes of entry e: a slice of its chunk in memory, or, spilled, read back into the
+// log's scratch (valid until the next call).
+func (l *inflightLog) entryBytes(e loggedBuffer) ([]byte, error) {
+	c := &l.chunks[e.chunk-l.chunkBase]
+	if !c.spilled {
+		return c.mem[e.off : e.off+e.n : e.off+e.n], nil
+	}
+	if cap(l.scratch) < e.n {
+		l.scratch = make([]byte, e.n)
+	}
+	buf := l.scratch[:e.n]
+	if _, err := l.file.ReadAt(buf, c.fileOff+int64(e.off)); err != nil {
+		return nil, fmt.Errorf("in-flight log: read a spilled buffer back: %w", err)
+	}
+	return buf, nil
+}
+
+// close removes the log's spill file and gives everything back.
+func (l *inflightLog) close() error {
+	l.dropBefore(l.end())
+	if l.file == nil {
+		return nil
+	}
+	l.budget.diskUsed.Add(-l.fileSize)
+	l.fileSize = 0
+	err := errors.Join(l.file.Close(), os.Remove(l.file.Name()))
+	l.file = nil
+	return err
 }
 
 // truncate drops what came before the barrier of checkpoint id, which completed: no consumer is restored
@@ -190,7 +322,7 @@ func (l *inflightLog) cutBack(id int64) bool {
 	}
 	at := l.marks[i].at
 	for j := int(at - l.base); j < len(l.entries); j++ {
-		l.bytes -= int64(len(l.entries[j].data))
+		l.bytes -= int64(l.entries[j].n)
 		l.entries[j] = loggedBuffer{}
 	}
 	l.entries = l.entries[:at-l.base]
@@ -200,16 +332,16 @@ func (l *inflightLog) cutBack(id int64) bool {
 		keep = int(l.entries[k-1].chunk-l.chunkBase) + 1
 	}
 	for j := keep; j < len(l.chunks); j++ {
-		l.budget.give(l.chunks[j].mem)
-		l.chunks[j] = logChunk{}
+		l.freeChunk(&l.chunks[j])
 	}
 	l.chunks = l.chunks[:keep]
-	if keep > 0 {
-		// Appends go on right after the last entry kept.
+	if keep > 0 && !l.chunks[keep-1].spilled {
+		// Appends go on right after the last entry kept (after a spilled chunk, in a new one).
 		last := l.entries[len(l.entries)-1]
 		c := &l.chunks[keep-1]
-		c.mem = c.mem[:last.off+len(last.data)]
+		c.mem = c.mem[:last.off+last.n]
 	}
+	l.emptyFile()
 	return true
 }
 
@@ -244,6 +376,10 @@ func (r *inflightReader) next() (h Header, data []byte, ok bool, err error) {
 		return Header{}, nil, false, nil
 	}
 	e := l.entries[r.at-l.base]
+	data, err = l.entryBytes(e)
+	if err != nil {
+		return Header{}, nil, false, err
+	}
 	r.at++
-	return e.hdr, e.data, true, nil
+	return e.hdr, data, true, nil
 }

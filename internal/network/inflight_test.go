@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"testing"
 )
@@ -22,12 +23,30 @@ func loggable(seq uint64, n int, tag byte) *Buffer {
 // same seeded adds, truncations, cut-backs and reads from a mark, and checks that every read gives the
 // model's buffers after the mark, byte for byte, and that the budget lent is exactly the log's chunks
 // (given back when the log empties).
+//
+// With spill, the memory is two chunks and the rest goes to disk: the same must hold, the file must hold
+// what the log says it spilled, and it must be emptied.
 func TestInflightLogRandom(t *testing.T) {
+	for _, spill := range []bool{false, true} {
+		t.Run(map[bool]string{false: "memory", true: "spilling"}[spill], func(t *testing.T) { testInflightLogRandom(t, spill) })
+	}
+}
+
+func testInflightLogRandom(t *testing.T, spill bool) {
 	for seed := uint64(1); seed <= 10; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 3))
-		budget, err := NewLogBudget(64 << 20)
+		mem := int64(64 << 20)
+		if spill {
+			mem = 2 * logChunkSize
+		}
+		budget, err := NewLogBudget(mem)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if spill {
+			if err := budget.Spill(t.TempDir(), 1<<30); err != nil {
+				t.Fatal(err)
+			}
 		}
 		l := newInflightLog(budget)
 		type entry struct {
@@ -114,7 +133,9 @@ func TestInflightLogRandom(t *testing.T) {
 			}
 			var want int64
 			for _, c := range l.chunks {
-				want += int64(cap(c.mem))
+				if !c.spilled {
+					want += int64(cap(c.mem))
+				}
 			}
 			if budget.Used() != want {
 				t.Fatalf("seed %d op %d: budget lent %d bytes, the log holds chunks of %d", seed, op, budget.Used(), want)
@@ -126,11 +147,71 @@ func TestInflightLogRandom(t *testing.T) {
 			if l.bytes != held {
 				t.Fatalf("seed %d op %d: log counts %d bytes, holds %d", seed, op, l.bytes, held)
 			}
+			if l.validFrom != 0 {
+				t.Fatalf("seed %d op %d: the log dropped what it held (complete from %d)", seed, op, l.validFrom)
+			}
+			if budget.DiskUsed() != l.fileSize {
+				t.Fatalf("seed %d op %d: disk used %d, the file holds %d", seed, op, budget.DiskUsed(), l.fileSize)
+			}
 		}
-		l.dropBefore(l.end())
-		if budget.Used() != 0 {
-			t.Fatalf("seed %d: %d bytes still lent after the log emptied", seed, budget.Used())
+		if spill && l.file == nil {
+			t.Fatalf("seed %d: nothing was spilled: the test proves nothing", seed)
 		}
+		if err := l.close(); err != nil {
+			t.Fatal(err)
+		}
+		if budget.Used() != 0 || budget.DiskUsed() != 0 {
+			t.Fatalf("seed %d: %d bytes still lent, %d on disk, after the log closed", seed, budget.Used(), budget.DiskUsed())
+		}
+	}
+}
+
+// TestInflightLogSpillBudget: past its disk budget too, a spilling log drops what it holds as one without
+// spilling does, and says so to a reader; its file is emptied, and removed when it closes.
+func TestInflightLogSpillBudget(t *testing.T) {
+	budget, _ := NewLogBudget(logChunkSize)
+	dir := t.TempDir()
+	if err := budget.Spill(dir, 2*logChunkSize); err != nil {
+		t.Fatal(err)
+	}
+	if err := (&LogBudget{}).Spill(dir+"/none", 2*logChunkSize); err == nil {
+		t.Fatal("a spill directory that does not exist was taken")
+	}
+	l := newInflightLog(budget)
+	size := logChunkSize/2 - 64 - HeaderSize
+	for i := range 4 { // two chunks: one spilled, the second in memory
+		l.add(loggable(uint64(i), size, byte(i)), 0)
+	}
+	if l.validFrom != 0 || budget.DiskUsed() == 0 {
+		t.Fatalf("within the budgets: complete from %d, %d bytes on disk", l.validFrom, budget.DiskUsed())
+	}
+	rd, err := l.readerAt(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		h, data, ok, err := rd.next()
+		if err != nil || !ok || h.FirstSeq != uint64(i) || data[HeaderSize] != byte(i) || len(data) != HeaderSize+size {
+			t.Fatalf("entry %d read back: seq %d, %d bytes, ok %v, err %v", i, h.FirstSeq, len(data), ok, err)
+		}
+	}
+	for i := 4; i < 8; i++ { // two more chunks: past the disk budget
+		l.add(loggable(uint64(i), size, byte(i)), 0)
+	}
+	if l.validFrom == 0 {
+		t.Fatal("past the disk budget the log kept everything")
+	}
+	if _, err := l.readerAt(0); err == nil {
+		t.Fatal("a reader from the start of a log that dropped it")
+	}
+	if budget.DiskUsed() != 0 || l.fileSize != 0 {
+		t.Fatalf("after the drop: %d bytes on disk", budget.DiskUsed())
+	}
+	if err := l.close(); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Fatalf("spill files left after close: %v", left)
 	}
 }
 

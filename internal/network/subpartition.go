@@ -343,7 +343,9 @@ func (s *Subpartition) release() {
 		b.Recycle()
 	}
 	if s.log != nil {
-		s.log.dropBefore(s.log.end()) // its chunks go back to the budget
+		// Its chunks go back to the budget, its spill file is removed. A file that cannot be removed is
+		// left for the TaskManager's temporary directory to take with it.
+		_ = s.log.close()
 	}
 	if s.spill != nil {
 		s.removeSpillLocked()
