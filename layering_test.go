@@ -32,7 +32,7 @@ func TestLayering(t *testing.T) {
 		"internal/jobcore":      {"internal/checkpoint", "internal/graph", "internal/ident", "internal/scheduler", "internal/task"},
 		"internal/protocol":     {},
 		"internal/jobmaster":    {"internal/checkpoint", "internal/graph", "internal/ident", "internal/jobcore", "internal/network", "internal/protocol", "internal/scheduler", "internal/task", "internal/buildinfo"},
-		"internal/cluster":      {"internal/checkpoint", "internal/ident", "internal/jobcore", "internal/network", "internal/protocol", "internal/scheduler", "internal/task"},
+		"internal/cluster":      {"internal/checkpoint", "internal/determinants", "internal/ident", "internal/jobcore", "internal/network", "internal/protocol", "internal/scheduler", "internal/task"},
 		// The REST API serves what its Source returns: it reaches into no loop, core or cluster package.
 		"internal/rest":      {},
 		"internal/buildinfo": {"internal/protocol"},

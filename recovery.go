@@ -201,7 +201,7 @@ func (c *Config) recovery(job string) (*recoveryConfig, error) {
 		if cp.ApproximateLocalRecovery && mode != scheduler.ApproximateFailover {
 			errs = append(errs, fmt.Errorf("CheckpointConfig.ApproximateLocalRecovery with WithFailover(%q): approximate local recovery is its own failover strategy; drop WithFailover or use \"approximate\"", failover))
 		}
-		if mode == scheduler.ApproximateFailover {
+		if mode == scheduler.ApproximateFailover || mode == scheduler.TaskFailover {
 			rc.pipelinedType = graph.PipelinedApproximate
 			if cp.Unaligned {
 				errs = append(errs, errors.New("CheckpointConfig.Unaligned with approximate local recovery: unaligned checkpoints would save in-flight data that approximate recovery drops; use aligned checkpoints"))

@@ -117,7 +117,8 @@ func (f *runFlags) register(pf *pflag.FlagSet) {
 	pf.StringVar(&f.checkpointMode, "checkpoint-mode", string(runnel.ExactlyOnce), "checkpoint mode: exactly-once (aligned barriers) or at-least-once")
 	pf.IntVar(&f.tolerableFailed, "tolerable-failed-checkpoints", 0, "consecutive failed checkpoints tolerated; one more fails the job over through its restart strategy (a full restart from the latest checkpoint)")
 	pf.StringVar(&f.checkpointStorage, "checkpoint-storage", "", "where checkpoints go: a directory, file://DIR, s3://BUCKET/PREFIX or mem:// (default: a temporary directory, removed afterwards)")
-	pf.StringVar(&f.failover, "failover", "region", "failover strategy: full (restart every task), region (restart the pipelined regions that must) or approximate (restart the failed subtask and everything downstream while upstream keeps running; the loss is counted)")
+	pf.StringVar(&f.failover, "failover", "region", "failover strategy: full (restart every task), region (restart the pipelined regions that must) approximate (restart the failed subtask and everything downstream while upstream keeps running; the loss is counted)\n"+
+		"or task (restart only the failed subtask, exactly once: its inputs replayed from in-flight logs in the recorded order)")
 	pf.StringVar(&f.restartStrategy, "restart-strategy", "", "restart strategy: none, fixed-delay:attempts=3,delay=1s, exponential-delay:initial=100ms,max=10s,multiplier=2,reset=1m,jitter=0.1,immediate=1\n"+
 		"or failure-rate:max-failures=3,interval=1m,delay=1s. Default: none without checkpointing; with it\n"+
 		runnel.DefaultRestartWithCheckpoints+":\n"+
@@ -171,9 +172,9 @@ func (f runFlags) validate() error {
 		errs = append(errs, fmt.Errorf("invalid --checkpoint-mode %q: use %s or %s", f.checkpointMode, runnel.ExactlyOnce, runnel.AtLeastOnce))
 	}
 	switch f.failover {
-	case "full", "region", "approximate":
+	case "full", "region", "approximate", "task":
 	default:
-		errs = append(errs, fmt.Errorf("invalid --failover %q: use full, region or approximate", f.failover))
+		errs = append(errs, fmt.Errorf("invalid --failover %q: use full, region, approximate or task", f.failover))
 	}
 	if f.restartStrategy != "" {
 		if _, err := scheduler.ParseRestartStrategy(f.restartStrategy); err != nil {

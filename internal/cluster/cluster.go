@@ -68,7 +68,10 @@ type TaskManager struct {
 	log    *slog.Logger
 	memory *network.NetworkMemory
 	server *network.Server
-	spill  string // spill directory of blocking partitions, removed at shutdown
+	spill  string // spill directory of blocking partitions (and in-flight logs), removed at shutdown
+	// logs is the memory and disk of the in-flight logs of logged partitions (task failover): 256 MiB,
+	// then up to 4 GiB spilled to the spill directory.
+	logs *network.LogBudget
 	// snapshotWriters bounds the checkpoint writers running at once to half the cores (at least one), so
 	// that writing large state leaves the tasks a core of their own.
 	snapshotWriters chan struct{}
@@ -131,8 +134,21 @@ func NewTaskManager(cfg TaskManagerConfig) (*TaskManager, error) {
 		return nil, fmt.Errorf("TaskManager %s: spill directory: %w", cfg.Name, err)
 	}
 	tm.server, tm.spill = srv, spill
+	if tm.logs, err = network.NewLogBudget(InflightLogMemory); err == nil {
+		err = tm.logs.Spill(spill, InflightLogDisk)
+	}
+	if err != nil {
+		srv.Close()
+		return nil, fmt.Errorf("TaskManager %s: in-flight logs: %w", cfg.Name, err)
+	}
 	return tm, nil
 }
+
+// The in-flight logs' budget of a TaskManager (docs/taskfailover.md §2.3): memory, then disk.
+const (
+	InflightLogMemory = 256 << 20
+	InflightLogDisk   = 4 << 30
+)
 
 // admit is the data server's check of a partition request: the job must be set up here and the
 // credential must be the one its job master issued to that consumer attempt for that subpartition. A job
@@ -175,6 +191,7 @@ func (tm *TaskManager) start(job protocol.JobID, pm *network.PartitionManager, c
 	env := task.Env{
 		Partitions: pm, Memory: tm.memory, Logger: tm.log, Report: report,
 		ConnectRemote: tm.connectRemote, SpillDir: tm.spill, SnapshotWriters: tm.snapshotWriters, Clock: tm.cfg.Clock,
+		LogBudget: tm.logs,
 	}
 	t := task.New(cfg, env)
 	k := taskKey{job, cfg.Info.Attempt}

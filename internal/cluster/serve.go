@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/runnel-dev/runnel/internal/checkpoint"
+	"github.com/runnel-dev/runnel/internal/determinants"
 	"github.com/runnel-dev/runnel/internal/ident"
 	"github.com/runnel-dev/runnel/internal/jobcore"
 	"github.com/runnel-dev/runnel/internal/network"
@@ -65,6 +66,29 @@ type tmJob struct {
 	// pm holds the job's result partitions: one manager per job, so that the small partition ids of two
 	// jobs never meet, and a partition request is served only from the job its credential names.
 	pm *network.PartitionManager
+	// dets holds the determinant logs of the job's subtasks that ran here under task failover: they outlive
+	// a failed attempt, whose successor replays them; bounded by the job's subtasks, each log by its
+	// determinants.Config.
+	detsMu sync.Mutex
+	dets   map[ident.Subtask]*determinants.Log
+}
+
+// determinants returns subtask s's determinant log, made on first use.
+func (j *tmJob) determinants(s ident.Subtask) (*determinants.Log, error) {
+	j.detsMu.Lock()
+	defer j.detsMu.Unlock()
+	if d, ok := j.dets[s]; ok {
+		return d, nil
+	}
+	d, err := determinants.New(determinants.DefaultConfig())
+	if err != nil {
+		return nil, err
+	}
+	if j.dets == nil {
+		j.dets = make(map[ident.Subtask]*determinants.Log)
+	}
+	j.dets[s] = d
+	return d, nil
 }
 
 // taskKey names a task attempt on a TaskManager that may run several jobs.
@@ -423,8 +447,14 @@ func (ss *session) deploy(job protocol.JobID, dep jobcore.Deployment) error {
 	}
 	cfg := task.Config{Info: dep.Info, Outputs: dep.Outputs, Inputs: dep.Inputs, Chain: chain, BufferTimeout: dep.BufferTimeout,
 		MaxRecordSize: dep.MaxRecordSize, CreditsPerChannel: dep.CreditsPerChannel, StateBackend: dep.StateBackend,
-		SkipCheckpointsUpTo: dep.SkipCheckpointsUpTo, Restore: dep.Restore}
+		SkipCheckpointsUpTo: dep.SkipCheckpointsUpTo, Restore: dep.Restore,
+		Replay: dep.Replay, TakeOver: dep.TakeOver, PartitionAttempt: dep.PartitionAttempt}
 	cfg.Info.TaskManager = tm.cfg.Name
+	if dep.Determinants {
+		if cfg.Determinants, err = j.determinants(dep.Info.Attempt.Subtask); err != nil {
+			return fmt.Errorf("TaskManager %s: %w", tm.cfg.Name, err)
+		}
+	}
 	if cs := dep.Checkpoints; cs != nil {
 		cfg.Checkpoints = &task.CheckpointSetup{Store: j.build.Store, AtLeastOnce: cs.AtLeastOnce, FinalCheckpoint: cs.FinalCheckpoint,
 			Ack: func(id int64, from ident.Attempt, h checkpoint.StateHandle) {

@@ -125,7 +125,7 @@ func New(cfg Config) (*Log, error) {
 	if cfg.MaxBytes < 1 || cfg.MaxMarks < 1 {
 		return nil, fmt.Errorf("determinant log: MaxBytes and MaxMarks must be positive, got %d and %d", cfg.MaxBytes, cfg.MaxMarks)
 	}
-	return &Log{cfg: cfg}, nil
+	return &Log{cfg: cfg, marks: []mark{{checkpoint: 0}}}, nil
 }
 
 // Broken returns the error that broke the log, or nil.
@@ -193,30 +193,31 @@ func (l *Log) Mark(id int64) error {
 	if n := len(l.marks); n > 0 && l.marks[n-1].checkpoint >= id {
 		return fmt.Errorf("determinant log: mark of checkpoint %d after checkpoint %d", id, l.marks[n-1].checkpoint)
 	}
-	if len(l.marks) >= l.cfg.MaxMarks {
-		l.broken = fmt.Errorf("%w: %d checkpoints taken and not completed, above the bound of %d", ErrBroken, len(l.marks)+1, l.cfg.MaxMarks)
+	n := len(l.marks) // marks of checkpoints, not the log's start
+	if n > 0 && l.marks[0].checkpoint == 0 {
+		n--
+	}
+	if n >= l.cfg.MaxMarks {
+		l.broken = fmt.Errorf("%w: %d checkpoints taken and not completed, above the bound of %d", ErrBroken, n+1, l.cfg.MaxMarks)
 		return l.broken
 	}
 	l.marks = append(l.marks, mark{checkpoint: id, at: l.end, entries: l.appended, bytes: l.appendedBytes})
 	return nil
 }
 
-// Truncate drops every entry before the mark of checkpoint id, which completed, and every mark up to it:
-// no restore will go back further. A checkpoint the task took no mark for (it was not part of it) drops the
-// marks of older ones only.
+// Truncate drops every entry before the mark of checkpoint id, which completed, and the marks of older
+// checkpoints: no restore will go back further. Id's mark stays, for ReaderAt(id). A checkpoint the task
+// took no mark for (it was not part of it) drops the marks of older ones only.
 func (l *Log) Truncate(id int64) {
 	i := 0
-	for i < len(l.marks) && l.marks[i].checkpoint <= id {
+	for i < len(l.marks) && l.marks[i].checkpoint < id {
 		i++
 	}
-	if i == 0 {
-		return
-	}
-	m := l.marks[i-1]
 	l.marks = append(l.marks[:0], l.marks[i:]...)
-	if m.checkpoint != id {
+	if len(l.marks) == 0 || l.marks[0].checkpoint != id {
 		return
 	}
+	m := l.marks[0]
 	l.dropped, l.droppedBytes = m.entries, m.bytes
 	// Free the segments wholly before the mark (never the one appended to), then move head within the
 	// first one left.
@@ -235,6 +236,20 @@ func (l *Log) Truncate(id int64) {
 		l.segments[0] = l.segments[0][:0]
 		l.start, l.head = l.end, 0
 	}
+}
+
+// ReaderAt returns a cursor from the mark of checkpoint id (0: the log's start, while nothing was
+// truncated): the steps a new attempt that restored id replays. It fails when the log has no such mark.
+func (l *Log) ReaderAt(id int64) (*Reader, error) {
+	if l.broken != nil {
+		return nil, l.broken
+	}
+	for _, m := range l.marks {
+		if m.checkpoint == id {
+			return &Reader{l: l, at: m.at}, nil
+		}
+	}
+	return nil, fmt.Errorf("determinant log: no mark of checkpoint %d", id)
 }
 
 // Reader returns a cursor over the kept entries, oldest first, for a new attempt's replay. Entries appended
@@ -301,6 +316,6 @@ func (l *Log) Reset() {
 	l.segments = l.segments[:0]
 	l.start, l.head, l.end = 0, 0, 0
 	l.appended, l.appendedBytes, l.dropped, l.droppedBytes = 0, 0, 0, 0
-	l.marks = l.marks[:0]
+	l.marks = append(l.marks[:0], mark{checkpoint: 0})
 	l.broken = nil
 }

@@ -79,6 +79,31 @@ func TestLog(t *testing.T) {
 			if got := readAll(t, l); fmt.Sprint(got) != fmt.Sprint(tc.want) || l.Len() != int64(len(tc.want)) {
 				t.Fatalf("entries %v (Len %d), want %v", got, l.Len(), tc.want)
 			}
+			// A restore of the last checkpoint truncated to (or of none) replays what the log holds.
+			var last int64
+			for _, s := range tc.steps {
+				if s.truncate != 0 {
+					last = s.truncate
+				}
+			}
+			if rd, err := l.ReaderAt(last); err == nil {
+				var got []Entry
+				for {
+					e, ok, err := rd.Next()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !ok {
+						break
+					}
+					got = append(got, e)
+				}
+				if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+					t.Fatalf("ReaderAt(%d): %v, want %v", last, got, tc.want)
+				}
+			} else if last == 0 || tc.name != "completion of a checkpoint without a mark keeps everything" {
+				t.Fatalf("ReaderAt(%d): %v", last, err)
+			}
 		})
 	}
 }

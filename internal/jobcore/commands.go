@@ -166,6 +166,12 @@ type Deployment struct {
 	// the savepoint the job started from (Restore.CheckpointID is that of Config.Savepoint), the driver
 	// reads through the savepoint it opened.
 	Restore *task.RestoreSpec
+	// Task failover (docs/taskfailover.md): Determinants asks the TaskManager for the subtask's determinant
+	// log (kept across its attempts); Replay and TakeOver mark an attempt that a task failover restarted,
+	// which replays the log and takes over the partitions of attempt PartitionAttempt (task.Config).
+	Determinants     bool
+	Replay, TakeOver bool
+	PartitionAttempt int32
 }
 
 // CheckpointSettings are the checkpoint settings a task needs (task.CheckpointSetup without the storage

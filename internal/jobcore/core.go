@@ -79,6 +79,16 @@ type execution struct {
 	// createdBy is the failover that deployed this attempt (nil for a first attempt): what the attempt
 	// observes as it rejoins its inputs is that failover's loss.
 	createdBy *Failover
+	// owner is the attempt number in the ids of the subtask's partitions: the attempt's own, except after a
+	// task failover, whose new attempt takes over its predecessor's partitions (docs/taskfailover.md);
+	// taskRestart marks such an attempt until it is deployed.
+	owner       int32
+	taskRestart bool
+}
+
+// partition returns the id of the subtask's partition of result r, as its consumers read it.
+func (ex *execution) partition(r ident.ResultID) ident.PartitionID {
+	return ident.PartitionID{Result: r, Producer: ident.Attempt{Subtask: ex.attempt.Subtask, Number: ex.owner}}
 }
 
 // taskManager is what the core knows of a TaskManager that granted it slots.
@@ -572,6 +582,13 @@ func (c *Core) descriptor(ex *execution) Deployment {
 	if cc := c.cfg.Checkpoint; cc != nil {
 		d.Checkpoints = &CheckpointSettings{AtLeastOnce: cc.Mode == checkpoint.AtLeastOnce, FinalCheckpoint: cc.IntervalMillis > 0}
 	}
+	if c.cfg.Failover == scheduler.TaskFailover {
+		// Every task keeps a determinant log, its outputs in-flight logs; a task-failover restart replays
+		// the log and takes over its predecessor's partitions.
+		d.Determinants = true
+		d.PartitionAttempt = ex.owner
+		d.Replay, d.TakeOver = ex.taskRestart, ex.taskRestart
+	}
 	if cp := ex.restoredFrom; cp != nil {
 		if d.Restore = RestoreSpecOf(v, ex.attempt.Subtask, cp); d.Restore != nil {
 			// Channel positions belong to producer attempts of this run only.
@@ -580,7 +597,8 @@ func (c *Core) descriptor(ex *execution) Deployment {
 	}
 	for _, e := range v.Outputs {
 		d.Outputs = append(d.Outputs, task.OutputSpec{Result: e.Result, Subpartitions: len(graph.ConsumersOf(e, idx)),
-			Reconnectable: e.PartitionType.Reconnectable(), Blocking: e.PartitionType == graph.Blocking})
+			Reconnectable: e.PartitionType.Reconnectable(), Blocking: e.PartitionType == graph.Blocking,
+			Logged: c.cfg.Failover == scheduler.TaskFailover && e.PartitionType.Reconnectable()})
 	}
 	for _, e := range v.Inputs {
 		var in task.InputSpec
@@ -588,7 +606,7 @@ func (c *Core) descriptor(ex *execution) Deployment {
 			prod := c.execs[ident.Subtask{Vertex: e.Source.ID, Index: int32(p)}]
 			g := c.slots[prod.slot]
 			in.Channels = append(in.Channels, task.ChannelSpec{
-				Partition:    ident.PartitionID{Result: e.Result, Producer: prod.attempt},
+				Partition:    prod.partition(e.Result),
 				Subpartition: graph.SubpartitionIndex(e, p, idx),
 				Local:        g.TaskManager == ex.tm,
 				Address:      g.DataAddress,

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/runnel-dev/runnel/internal/graph"
+	"github.com/runnel-dev/runnel/internal/scheduler"
 	"github.com/runnel-dev/runnel/internal/task"
 )
 
@@ -54,10 +55,11 @@ func (c *Core) onTaskUpdate(u TaskUpdate) {
 		}
 		c.onFailed(ex, u.Failure)
 	}
-	if u.State == task.Failed || u.State == task.Canceled {
+	if (u.State == task.Failed || u.State == task.Canceled) && !(c.cfg.Failover == scheduler.TaskFailover && c.status == StatusRunning) {
 		// Released only now, after the failover cancelled its consumers: they must not wait on its data,
-		// and must not report its disappearance as failures of their own.
-		c.send(ex.tm, ReleasePartitions{Attempt: u.Attempt})
+		// and must not report its disappearance as failures of their own. Under task failover the next
+		// attempt takes them over instead, its consumers reading on.
+		c.send(ex.tm, ReleasePartitions{Attempt: ex.partition(0).Producer})
 	}
 	if u.State.Terminal() {
 		// Also after a failure: a second failing subtask may be the last one to stop.

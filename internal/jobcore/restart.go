@@ -9,6 +9,7 @@ import (
 
 	"github.com/runnel-dev/runnel/internal/graph"
 	"github.com/runnel-dev/runnel/internal/ident"
+	"github.com/runnel-dev/runnel/internal/scheduler"
 	"github.com/runnel-dev/runnel/internal/task"
 )
 
@@ -98,7 +99,7 @@ func (c *Core) markLossBaseline(ev *Failover) {
 				if restarted[prod] || pex.tm == 0 || c.tms[pex.tm].lost {
 					continue
 				}
-				ch := Channel{Partition: ident.PartitionID{Result: e.Result, Producer: pex.attempt}, Subpartition: graph.SubpartitionIndex(e, p, int(r.Index))}
+				ch := Channel{Partition: pex.partition(e.Result), Subpartition: graph.SubpartitionIndex(e, p, int(r.Index))}
 				ps := byTM[pex.tm]
 				if ps == nil {
 					ps = &pendingSample{to: pex.tm, ev: ev, consumers: make(map[Channel]ident.Subtask)}
@@ -191,6 +192,11 @@ func (c *Core) maybeRestart() {
 		// back is counted again by this failover (see LossLedger).
 		c.ledger.RollBack(s, restoreID)
 		ex.attempt.Number++
+		// Under task failover the new attempt takes over its predecessor's partitions (their ids stay);
+		// otherwise it makes its own.
+		if ex.taskRestart = c.cfg.Failover == scheduler.TaskFailover; !ex.taskRestart {
+			ex.owner = ex.attempt.Number
+		}
 		ex.state = task.Created
 		ex.in, ex.out = 0, 0
 		ex.watermark, ex.hasWatermark, ex.metrics = 0, false, nil

@@ -287,3 +287,56 @@ func readsLive(p *ResultPartition) bool {
 	defer s.mu.Unlock()
 	return s.view != nil && s.view.replay == nil
 }
+
+// TestLoggedReaderAtTheEndHearsOfMore: a reader that read the whole log while its credit ran out stays a
+// reader of the log (it never polled past the end); when the producer then writes more, which goes into
+// the log only, the reader must be told, or it waits for ever (found by task failover's sequence runs,
+// where the producer had finished and the restarted consumer waited on a buffer it was never told of).
+func TestLoggedReaderAtTheEndHearsOfMore(t *testing.T) {
+	budget, _ := NewLogBudget(8 << 20)
+	pool := NewBufferPool("producer", 96, 64)
+	p, err := NewResultPartition(testPID, PartitionOptions{Subpartitions: 1, MaxRecordSize: 1 << 10, Reconnectable: true, Log: budget}, pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if err := p.EmitRecord(0, patterned(i, 20)); err != nil {
+			t.Fatal(err)
+		}
+		p.Flush(0)
+	}
+	woken := make(chan struct{}, 16)
+	v, err := p.CreateViewFrom(0, testConsumer, 3, func() { woken <- struct{}{} }, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []*Buffer
+	for range 3 {
+		b, err := v.Poll()
+		if err != nil || b == nil {
+			t.Fatalf("poll: %v, %v", b, err)
+		}
+		got = append(got, b)
+	}
+	if b, _ := v.Poll(); b != nil {
+		t.Fatal("a fourth buffer without credit")
+	}
+	for range got {
+		v.AddCredit(1)
+	}
+	for len(woken) > 0 {
+		<-woken
+	}
+	if err := p.EmitRecord(0, patterned(3, 20)); err != nil {
+		t.Fatal(err)
+	}
+	p.Flush(0)
+	select {
+	case <-woken:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the reader was not told of the buffer written after it read the log")
+	}
+	if b, err := v.Poll(); err != nil || b == nil || b.FirstSeq != 3 {
+		t.Fatalf("the new buffer: %v, %v", b, err)
+	}
+}

@@ -93,15 +93,21 @@ func (s *Subpartition) add(b *Buffer, isEnd bool) error {
 	}
 	if s.log != nil {
 		s.log.add(b, barrierOf(b))
-		if s.view == nil || s.view.replay != nil {
+		if v := s.view; v == nil || v.replay != nil {
 			// No reader, or one still reading the log, which holds b now: nothing is lost, and the
-			// producer never waits.
+			// producer never waits. A reader in the log may have read all of it: it hears of b.
 			s.stats.BuffersAdded++
 			if isEnd {
 				s.finished = true
 			}
+			if v != nil && v.credit > 0 {
+				notify = v.listener
+			}
 			s.mu.Unlock()
 			b.Recycle()
+			if notify != nil {
+				notify()
+			}
 			return nil
 		}
 	}

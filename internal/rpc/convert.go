@@ -288,10 +288,14 @@ func encodeDeployment(d jobcore.Deployment) *pb.Deploy {
 		CreditsPerChannel:   int64(d.CreditsPerChannel),
 		StateBackend:        d.StateBackend,
 		SkipCheckpointsUpTo: d.SkipCheckpointsUpTo,
+		Determinants:        d.Determinants,
+		Replay:              d.Replay,
+		TakeOver:            d.TakeOver,
+		PartitionAttempt:    d.PartitionAttempt,
 	}
 	for _, o := range d.Outputs {
 		out.Outputs = append(out.Outputs, &pb.OutputSpec{Result: int32(o.Result), Subpartitions: int64(o.Subpartitions),
-			Reconnectable: o.Reconnectable, Blocking: o.Blocking})
+			Reconnectable: o.Reconnectable, Blocking: o.Blocking, Logged: o.Logged})
 	}
 	for _, in := range d.Inputs {
 		spec := &pb.InputSpec{}
@@ -332,10 +336,14 @@ func decodeDeployment(p *pb.Deploy) (jobcore.Deployment, error) {
 		CreditsPerChannel:   int(p.GetCreditsPerChannel()),
 		StateBackend:        p.GetStateBackend(),
 		SkipCheckpointsUpTo: p.GetSkipCheckpointsUpTo(),
+		Determinants:        p.GetDeterminants(),
+		Replay:              p.GetReplay(),
+		TakeOver:            p.GetTakeOver(),
+		PartitionAttempt:    p.GetPartitionAttempt(),
 	}
 	for _, o := range p.GetOutputs() {
 		d.Outputs = append(d.Outputs, task.OutputSpec{Result: ident.ResultID(o.GetResult()), Subpartitions: int(o.GetSubpartitions()),
-			Reconnectable: o.GetReconnectable(), Blocking: o.GetBlocking()})
+			Reconnectable: o.GetReconnectable(), Blocking: o.GetBlocking(), Logged: o.GetLogged()})
 	}
 	for _, in := range p.GetInputs() {
 		var spec task.InputSpec

@@ -40,9 +40,13 @@ const (
 	// nothing upstream, except the producer of a consumed partition that is no longer available (and its
 	// downstream). It needs a job graph without PIPELINED_BOUNDED edges.
 	ApproximateFailover
+	// TaskFailover restarts only the failed subtask, exactly once: its producers keep what they sent in
+	// in-flight logs, it replays its inputs in the order it had recorded, and its consumers drop what they
+	// had already (docs/taskfailover.md). Like approximate failover it needs reconnectable edges.
+	TaskFailover
 )
 
-var failoverModes = []FailoverMode{FullFailover, RegionFailover, ApproximateFailover}
+var failoverModes = []FailoverMode{FullFailover, RegionFailover, ApproximateFailover, TaskFailover}
 
 // String returns the mode's name as users write it and reports show it: "full", "region" or "approximate".
 func (m FailoverMode) String() string {
@@ -53,6 +57,8 @@ func (m FailoverMode) String() string {
 		return "region"
 	case ApproximateFailover:
 		return "approximate"
+	case TaskFailover:
+		return "task"
 	}
 	return fmt.Sprintf("failover-mode(%d)", uint8(m))
 }
@@ -64,7 +70,7 @@ func ParseFailoverStrategy(name string) (FailoverMode, error) {
 			return m, nil
 		}
 	}
-	return 0, fmt.Errorf("unknown failover strategy %q: valid values are full, region, approximate", name)
+	return 0, fmt.Errorf("unknown failover strategy %q: valid values are full, region, approximate, task", name)
 }
 
 // NewFailoverStrategy builds the failover strategy mode over topo. available may be nil (see
@@ -87,8 +93,28 @@ func NewFailoverStrategy(mode FailoverMode, topo *Topology, available PartitionA
 			}
 		}
 		return &approximateFailover{topo: topo, available: available}, nil
+	case TaskFailover:
+		for _, e := range topo.jg.Edges {
+			if e.PartitionType == graph.PipelinedBounded {
+				return nil, fmt.Errorf("task failover needs reconnectable edges, but the edge from %q to %q is %s: build the job graph with PipelinedType PipelinedApproximate, or use region failover",
+					e.Source.Name, e.Target.Name, e.PartitionType)
+			}
+		}
+		return &taskFailover{topo: topo}, nil
 	}
-	return nil, fmt.Errorf("unknown failover strategy %s: valid values are full, region, approximate", mode)
+	return nil, fmt.Errorf("unknown failover strategy %s: valid values are full, region, approximate, task", mode)
+}
+
+// taskFailover restarts the failed subtask alone.
+type taskFailover struct {
+	topo *Topology
+}
+
+func (f *taskFailover) TasksToRestart(failed ident.Subtask) []ident.Subtask {
+	if !f.topo.Contains(failed) {
+		return nil
+	}
+	return []ident.Subtask{failed}
 }
 
 type fullFailover struct {

@@ -336,9 +336,9 @@ func TestFailoverExhaustive(t *testing.T) {
 				}
 				for _, mode := range failoverModes {
 					fs, err := NewFailoverStrategy(mode, topo, pred)
-					if mode == ApproximateFailover && !approx && slices.ContainsFunc(jg.Edges, func(e *graph.JobEdge) bool { return e.PartitionType == graph.PipelinedBounded }) {
+					if (mode == ApproximateFailover || mode == TaskFailover) && !approx && slices.ContainsFunc(jg.Edges, func(e *graph.JobEdge) bool { return e.PartitionType == graph.PipelinedBounded }) {
 						if err == nil {
-							t.Fatalf("%s: approximate failover accepted bounded edges", name)
+							t.Fatalf("%s: %s failover accepted bounded edges", name, mode)
 						}
 						continue
 					}
@@ -355,6 +355,8 @@ func TestFailoverExhaustive(t *testing.T) {
 							want = oracleRestart(jg, s, label, oraclePred)
 						case ApproximateFailover:
 							want = oracleRestart(jg, s, nil, oraclePred)
+						case TaskFailover:
+							want = []ident.Subtask{s}
 						}
 						if !slices.Equal(got, want) {
 							t.Fatalf("%s, %s, %s failover of %s:\n got %s\nwant %s", name, pname, mode, s, fmtSubtasks(jg, got), fmtSubtasks(jg, want))

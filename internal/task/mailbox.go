@@ -227,6 +227,9 @@ func (r *run) runMail() {
 		if d := r.t.cfg.Determinants; d != nil && r.replay == nil {
 			d.Truncate(id) // no attempt will restore an older checkpoint
 		}
+		for _, p := range r.outputs {
+			p.TruncateLog(id) // nor will any consumer
+		}
 		if err := r.chain.NotifyCheckpointComplete(id); err != nil {
 			Abort(fmt.Errorf("checkpoint %d complete: %w", id, err))
 		}

@@ -232,6 +232,8 @@ type OutputSpec struct {
 	Reconnectable bool
 	// Blocking partitions are spilled and consumable once the producer finished.
 	Blocking bool
+	// Logged partitions (task failover) keep an in-flight log per subpartition in Env.LogBudget.
+	Logged bool
 }
 
 // ChannelSpec describes one input channel: which subpartition of which partition, and where it lives.
@@ -284,6 +286,12 @@ type Config struct {
 	// since the checkpoint this one restored), then goes on live, appending. In-process only.
 	Determinants *determinants.Log
 	Replay       bool
+	// PartitionAttempt is the attempt number in the ids of the partitions the task writes: its own, except
+	// under task failover, where a subtask's partitions keep the id of the attempt that made them and each
+	// new attempt takes them over (TakeOver: ResultPartition.Takeover from the restored checkpoint) instead
+	// of making new ones, so that the consumers, which keep running, keep their channels.
+	PartitionAttempt int32
+	TakeOver         bool
 }
 
 // Update reports a state change of a task attempt, or (with Observation set) something it observed while
@@ -341,6 +349,8 @@ type Env struct {
 	Logger        *slog.Logger
 	// SpillDir holds the spill files of blocking partitions.
 	SpillDir string
+	// LogBudget is the memory (and disk) of the in-flight logs of the TaskManager's logged partitions.
+	LogBudget *network.LogBudget
 	// Report receives every state change; it must not block for long.
 	Report func(Update)
 	// Clock is the processing time of the TaskManager's tasks; nil: the wall clock.
@@ -574,7 +584,11 @@ func (r *run) execute() (err error) {
 		if t.cfg.Determinants == nil {
 			return errors.New("replay: no determinant log")
 		}
-		if r.replay, err = t.cfg.Determinants.Reader(); err != nil {
+		var from int64
+		if rs := t.cfg.Restore; rs != nil {
+			from = rs.CheckpointID
+		}
+		if r.replay, err = t.cfg.Determinants.ReaderAt(from); err != nil {
 			return fmt.Errorf("replay: %w", err)
 		}
 	}
@@ -627,12 +641,40 @@ func (r *run) setupOutputs() error {
 		return fmt.Errorf("deploy: %w", err)
 	}
 	r.outPool = pool
+	owner := t.cfg.Info.Attempt
+	if t.cfg.TakeOver {
+		owner.Number = t.cfg.PartitionAttempt
+	}
+	var from int64
+	if rs := t.cfg.Restore; rs != nil {
+		from = rs.CheckpointID
+	}
 	for _, o := range t.cfg.Outputs {
-		id := ident.PartitionID{Result: o.Result, Producer: t.cfg.Info.Attempt}
-		p, err := network.NewResultPartition(id, network.PartitionOptions{
+		id := ident.PartitionID{Result: o.Result, Producer: owner}
+		if t.cfg.TakeOver {
+			// The failed attempt's partition, which its consumers still read: regenerate into it from the
+			// barrier of the restored checkpoint.
+			p, err := t.env.Partitions.Lookup(id)
+			if err != nil {
+				return fmt.Errorf("take over partition %s: %w", id, err)
+			}
+			if err := p.Takeover(pool, t.cancel, from); err != nil {
+				return err
+			}
+			r.outputs = append(r.outputs, p)
+			continue
+		}
+		opts := network.PartitionOptions{
 			Subpartitions: o.Subpartitions, Reconnectable: o.Reconnectable, MaxRecordSize: t.cfg.MaxRecordSize,
 			Blocking: o.Blocking, SpillDir: t.env.SpillDir,
-		}, pool, t.cancel)
+		}
+		if o.Logged {
+			if t.env.LogBudget == nil {
+				return fmt.Errorf("deploy: partition %s is logged, but the TaskManager has no in-flight log budget", id)
+			}
+			opts.Log = t.env.LogBudget
+		}
+		p, err := network.NewResultPartition(id, opts, pool, t.cancel)
 		if err != nil {
 			return err
 		}
