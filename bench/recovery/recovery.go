@@ -114,7 +114,7 @@ var Scenarios = []string{ScenarioBeforeShuffle, ScenarioAfterState}
 const FailedSubtask = 1
 
 // Strategies are the failover strategies the benchmark knows, in the order it runs them by default.
-var Strategies = []string{"full", "region", "approximate"}
+var Strategies = []string{"full", "region", "approximate", "task"}
 
 const (
 	sampleInterval = 10 * time.Millisecond

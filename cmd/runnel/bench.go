@@ -136,7 +136,7 @@ approximate recovery leaves running and full or region failover restore.`,
 			return recovery.WriteTable(out, res)
 		},
 	}
-	cmd.Flags().StringSliceVar(&cfg.Failovers, "failover", recovery.Strategies, "failover strategies to run, in order (full, region, approximate)")
+	cmd.Flags().StringSliceVar(&cfg.Failovers, "failover", recovery.Strategies, "failover strategies to run, in order (full, region, approximate, task)")
 	cmd.Flags().DurationVar(&cfg.Duration, "duration", recovery.DefaultDuration, "length of each run")
 	cmd.Flags().DurationVar(&cfg.FailAfter, "fail-after", recovery.DefaultFailAfter, "when map[1] fails, after the job started")
 	cmd.Flags().Float64Var(&cfg.Rate, "rate", recovery.DefaultRate, "records per second over all source subtasks (0: as fast as possible)")
