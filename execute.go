@@ -118,11 +118,13 @@ type FailoverResult struct {
 	TaskManager string `json:"taskmanager,omitempty"`
 	Cause       string `json:"cause"`
 	// FailedAt is when the job master learned of the failure; the durations below are measured from it.
-	FailedAt           time.Time `json:"failed_at"`
-	Strategy           string    `json:"strategy"`
-	Restarted          []string  `json:"restarted"`
-	CheckpointRestored *int64    `json:"checkpoint_restored"`
-	RecoveryMillis     int64     `json:"recovery_ms"`
+	FailedAt time.Time `json:"failed_at"`
+	Strategy string    `json:"strategy"`
+	// Fallback, under task failover, says why this failover restarted by region instead.
+	Fallback           string   `json:"fallback,omitempty"`
+	Restarted          []string `json:"restarted"`
+	CheckpointRestored *int64   `json:"checkpoint_restored"`
+	RecoveryMillis     int64    `json:"recovery_ms"`
 	// OutageMillis runs from the failure until the restarted tail subtasks emitted output again. Both
 	// durations are rounded up to whole milliseconds.
 	OutageMillis int64 `json:"outage_ms"`
@@ -556,7 +558,7 @@ func resultOf(name string, s jobcore.Snapshot) *JobResult {
 			PartialRecordsSkipped: e.PartialRecordsSkipped})
 	}
 	for _, f := range s.Failovers {
-		fr := FailoverResult{Failed: subtaskName(f.Failed), Strategy: f.Strategy, CheckpointRestored: f.CheckpointRestored, Restarted: []string{}, FailedAt: f.FailedAt}
+		fr := FailoverResult{Failed: subtaskName(f.Failed), Strategy: f.Strategy, Fallback: f.Fallback, CheckpointRestored: f.CheckpointRestored, Restarted: []string{}, FailedAt: f.FailedAt}
 		if f.Global {
 			fr.Failed = "job"
 		}

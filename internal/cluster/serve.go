@@ -454,6 +454,16 @@ func (ss *session) deploy(job protocol.JobID, dep jobcore.Deployment) error {
 		if cfg.Determinants, err = j.determinants(dep.Info.Attempt.Subtask); err != nil {
 			return fmt.Errorf("TaskManager %s: %w", tm.cfg.Name, err)
 		}
+		if !dep.Replay {
+			// A first attempt, or one a region fallback restarted: its history starts at the checkpoint
+			// it restores, not after its predecessor's.
+			cfg.Determinants.Reset()
+			if r := dep.Restore; r != nil {
+				if err := cfg.Determinants.Mark(r.CheckpointID); err != nil {
+					return fmt.Errorf("TaskManager %s: %w", tm.cfg.Name, err)
+				}
+			}
+		}
 	}
 	if cs := dep.Checkpoints; cs != nil {
 		cfg.Checkpoints = &task.CheckpointSetup{Store: j.build.Store, AtLeastOnce: cs.AtLeastOnce, FinalCheckpoint: cs.FinalCheckpoint,

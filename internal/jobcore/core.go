@@ -84,6 +84,8 @@ type execution struct {
 	// taskRestart marks such an attempt until it is deployed.
 	owner       int32
 	taskRestart bool
+	// replaying marks an attempt deployed by a task failover until it reports ReplayDone.
+	replaying bool
 }
 
 // partition returns the id of the subtask's partition of result r, as its consumers read it.
@@ -111,6 +113,9 @@ type restartPlan struct {
 	// TaskManager loss while it is out widens the plan and clears both: the answer is then stale.
 	verify   uint64
 	verified *restoreChoice
+	// fallback says the plan restarts by region (task failover could not be had): its attempts make new
+	// partitions and start new determinant logs.
+	fallback bool
 }
 
 // restoreChoice is the checkpoint a restart restores (cp nil: none).
@@ -147,6 +152,9 @@ type Core struct {
 	topo     *scheduler.Topology
 	sched    scheduler.SchedulingStrategy
 	failover scheduler.FailoverStrategy
+	// fallback is region failover, for a job under task failover: what restarts when the logs a task
+	// failover needs are gone (docs/taskfailover.md §7).
+	fallback scheduler.FailoverStrategy
 	restart  scheduler.RestartStrategy
 
 	now       time.Duration
@@ -225,6 +233,11 @@ func New(cfg Config) (*Core, error) {
 	var err error
 	if c.failover, err = scheduler.NewFailoverStrategy(cfg.Failover, c.topo, c.partitionAvailable); err != nil {
 		return nil, fmt.Errorf("job core: %w", err)
+	}
+	if cfg.Failover == scheduler.TaskFailover {
+		if c.fallback, err = scheduler.NewFailoverStrategy(scheduler.RegionFailover, c.topo, c.partitionAvailable); err != nil {
+			return nil, fmt.Errorf("job core: %w", err)
+		}
 	}
 	if c.sched, err = scheduler.NewSchedulingStrategy(cfg.Scheduling, c.topo); err != nil {
 		return nil, fmt.Errorf("job core: %w", err)

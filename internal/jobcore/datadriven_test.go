@@ -272,7 +272,7 @@ func (h *harness) job(lines []string) string {
 		}
 	}
 	gopts := graph.JobGraphOptions{PipelinedType: graph.PipelinedBounded}
-	if cfg.Failover == scheduler.ApproximateFailover {
+	if cfg.Failover == scheduler.ApproximateFailover || cfg.Failover == scheduler.TaskFailover {
 		gopts.PipelinedType = graph.PipelinedApproximate
 	}
 	h.core = nil
@@ -548,6 +548,8 @@ func (h *harness) event(line string) ([]string, error) {
 			o.Kind = task.FirstOutput
 		case "input-ended":
 			o.Kind = task.InputEnded
+		case "replay-done":
+			o.Kind = task.ReplayDone
 		default:
 			return nil, fmt.Errorf("bad observation %q", pos[1])
 		}
@@ -776,6 +778,9 @@ func (h *harness) flush() []string {
 			it.kind = "probe"
 		case Deploy:
 			it.kind, it.text = "deploy", h.fmtAttempt(b.Deployment.Info.Attempt)
+			if b.Deployment.Replay {
+				it.text += "(replay)"
+			}
 			if ex := c.current(b.Deployment.Info.Attempt); ex != nil {
 				it.group = ex.createdBy
 			}
@@ -957,6 +962,9 @@ func (h *harness) fmtFailover(n int, f Failover) string {
 		s += " taskmanager=" + f.TaskManager
 	}
 	s += fmt.Sprintf(" strategy=%s restart=%s", f.Strategy, h.subtasks(f.Restarted))
+	if f.Fallback != "" {
+		s += " fallback=" + strconv.Quote(f.Fallback)
+	}
 	if f.Cause != nil {
 		s += " cause=" + strconv.Quote(f.Cause.Error())
 	}

@@ -16,9 +16,11 @@ type Failover struct {
 	// lost with all its tasks); Failed is then the lowest of them. Empty for a single failure.
 	FailedSubtasks []ident.Subtask
 	// TaskManager names the TaskManager whose loss caused the event ("" for a task's own failure).
-	TaskManager        string
-	Cause              error
-	Strategy           string
+	TaskManager string
+	Cause       error
+	Strategy    string
+	// Fallback, under task failover, says why this failover restarted by region instead ("": it did not).
+	Fallback           string
 	Restarted          []ident.Subtask
 	CheckpointRestored *int64
 	FailedAt           time.Time

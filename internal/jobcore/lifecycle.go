@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/runnel-dev/runnel/internal/graph"
+	"github.com/runnel-dev/runnel/internal/ident"
 	"github.com/runnel-dev/runnel/internal/scheduler"
 	"github.com/runnel-dev/runnel/internal/task"
 )
@@ -55,7 +56,9 @@ func (c *Core) onTaskUpdate(u TaskUpdate) {
 		}
 		c.onFailed(ex, u.Failure)
 	}
-	if (u.State == task.Failed || u.State == task.Canceled) && !(c.cfg.Failover == scheduler.TaskFailover && c.status == StatusRunning) {
+	takenOver := c.cfg.Failover == scheduler.TaskFailover && c.status == StatusRunning &&
+		!(c.plan != nil && c.plan.fallback && c.plan.subtasks[u.Attempt.Subtask])
+	if (u.State == task.Failed || u.State == task.Canceled) && !takenOver {
 		// Released only now, after the failover cancelled its consumers: they must not wait on its data,
 		// and must not report its disappearance as failures of their own. Under task failover the next
 		// attempt takes them over instead, its consumers reading on.
@@ -95,7 +98,18 @@ func (c *Core) onFailed(ex *execution, f *Failure) {
 			}
 		}
 	}
-	c.startFailoverOf(&s, nil, "", cause, c.failover.TasksToRestart(s), c.cfg.Failover.String(), sameIncident)
+	set, strategy := c.failover.TasksToRestart(s), c.cfg.Failover.String()
+	if why := c.taskFailoverFallback(s); why != "" {
+		set, strategy = c.fallback.TasksToRestart(s), "region"
+		c.log(LogWarn, "task failover falls back to region failover", "failed", c.name(s), "why", why)
+		defer func() {
+			if c.plan != nil {
+				c.plan.fallback = true
+				c.plan.events[len(c.plan.events)-1].Fallback = why
+			}
+		}()
+	}
+	c.startFailoverOf(&s, nil, "", cause, set, strategy, sameIncident)
 	if f != nil && f.PeerDataAddress != "" && c.plan != nil {
 		for id, tm := range c.tms {
 			if tm.dataAddress == f.PeerDataAddress && !tm.lost && !c.plan.suspects[id] {
@@ -104,6 +118,34 @@ func (c *Core) onFailed(ex *execution, f *Failure) {
 			}
 		}
 	}
+}
+
+// taskFailoverFallback says why subtask s's failure cannot be recovered by task failover ("" when it can,
+// or the job is not under task failover): a producer or consumer of it is restarting or still replaying
+// (its replay took its input in an order recorded against the buffers of a producer that is restarting
+// too, or it is one of them), or a restart already falls back.
+func (c *Core) taskFailoverFallback(s ident.Subtask) string {
+	if c.fallback == nil {
+		return ""
+	}
+	if c.plan != nil && c.plan.fallback {
+		return "a failover in progress restarts by region already"
+	}
+	neighbours := c.cfg.Job.Downstream(s)
+	for _, e := range c.cfg.Job.Vertex(s.Vertex).Inputs {
+		for _, p := range graph.ProducersOf(e, int(s.Index)) {
+			neighbours = append(neighbours, ident.Subtask{Vertex: e.Source.ID, Index: int32(p)})
+		}
+	}
+	for _, n := range neighbours {
+		if c.plan != nil && c.plan.subtasks[n] {
+			return fmt.Sprintf("%s, which it reads from or writes to, is restarting too", c.name(n))
+		}
+		if ex := c.execs[n]; ex.replaying {
+			return fmt.Sprintf("%s, which it reads from or writes to, is still replaying its input", c.name(n))
+		}
+	}
+	return ""
 }
 
 func (c *Core) onCounters(e Counters) {
@@ -210,6 +252,10 @@ func (c *Core) checkDone() {
 // is measured against its producer's counters: a second sample, whose answer completes the loss.
 func (c *Core) onObservation(o Observation) {
 	ex := c.current(o.Attempt)
+	if ex != nil && o.Kind == task.ReplayDone {
+		ex.replaying = false
+		return
+	}
 	if ex != nil && o.Kind == task.InputEnded {
 		// The attempt waits for a checkpoint covering its end; once every input ended, the final
 		// checkpoint is triggered at once.

@@ -194,9 +194,10 @@ func (c *Core) maybeRestart() {
 		ex.attempt.Number++
 		// Under task failover the new attempt takes over its predecessor's partitions (their ids stay);
 		// otherwise it makes its own.
-		if ex.taskRestart = c.cfg.Failover == scheduler.TaskFailover; !ex.taskRestart {
+		if ex.taskRestart = c.cfg.Failover == scheduler.TaskFailover && !p.fallback; !ex.taskRestart {
 			ex.owner = ex.attempt.Number
 		}
+		ex.replaying = ex.taskRestart
 		ex.state = task.Created
 		ex.in, ex.out = 0, 0
 		ex.watermark, ex.hasWatermark, ex.metrics = 0, false, nil
@@ -361,8 +362,13 @@ func (c *Core) onTaskManagerLost(e TaskManagerLost) {
 	}
 	if len(failed) > 0 {
 		var set []ident.Subtask
+		strategy, fs := c.cfg.Failover.String(), c.failover
+		if c.fallback != nil {
+			// The TaskManager's in-flight logs and determinant logs are gone with it.
+			strategy, fs = "region", c.fallback
+		}
 		for _, f := range failed {
-			for _, r := range c.failover.TasksToRestart(f) {
+			for _, r := range fs.TasksToRestart(f) {
 				if !slices.Contains(set, r) {
 					set = append(set, r)
 				}
@@ -370,7 +376,11 @@ func (c *Core) onTaskManagerLost(e TaskManagerLost) {
 		}
 		slices.SortFunc(set, compareSubtasks)
 		cause := fmt.Errorf("TaskManager %s lost: %s", tm.name, e.Reason)
-		c.startFailoverOf(&failed[0], failed, tm.name, cause, set, c.cfg.Failover.String(), suspected)
+		c.startFailoverOf(&failed[0], failed, tm.name, cause, set, strategy, suspected)
+		if c.fallback != nil && c.plan != nil {
+			c.plan.fallback = true
+			c.plan.events[len(c.plan.events)-1].Fallback = "TaskManager " + tm.name + " was lost, and its in-flight and determinant logs with it"
+		}
 	} else if len(planned) > 0 && c.status == StatusRunning {
 		// A failover in progress restarts this TaskManager's subtasks already: the failures that started it
 		// (a consumer's connection to it closing, say) were the first signs of this loss. The event says so.

@@ -37,6 +37,9 @@ type PartitionOptions struct {
 	// nothing when it goes away: while none is attached the log keeps what comes, and a newer attempt of
 	// the consumer reads again from the barrier of the checkpoint it restored (CreateViewFrom).
 	Log *LogBudget
+	// LogFrom names the checkpoint a logged partition's producer restored (0: none): the log starts at its
+	// barrier, so that a consumer restored from it reads from the start of this partition.
+	LogFrom int64
 }
 
 // ResultPartition is the output of one producer attempt for one intermediate result. The writing methods
@@ -136,6 +139,7 @@ func NewResultPartition(id ident.PartitionID, opts PartitionOptions, pool *Buffe
 		p.subs[i] = &Subpartition{partition: p, index: i}
 		if opts.Log != nil {
 			p.subs[i].log = newInflightLog(opts.Log)
+			p.subs[i].log.marks[0].checkpoint = opts.LogFrom
 		}
 		if opts.Blocking {
 			p.subs[i].spill = &spillWriter{}

@@ -168,7 +168,7 @@ func encodeFromTaskManager(env protocol.Envelope) (*pb.FromTaskManager, error) {
 		}
 		m.Body = &pb.FromTaskManager_TaskUpdate{TaskUpdate: u}
 	case jobcore.Observation:
-		if b.Kind > task.InputEnded {
+		if b.Kind > task.ReplayDone {
 			return nil, fmt.Errorf("an Observation of %s: unknown kind %d", b.Attempt, b.Kind)
 		}
 		m.Body = &pb.FromTaskManager_Observation{Observation: &pb.Observation{Attempt: encodeAttempt(b.Attempt), Kind: pb.ObservationKind(b.Kind),
@@ -240,7 +240,7 @@ func decodeFromTaskManager(m *pb.FromTaskManager) (env protocol.Envelope, bye *p
 		env.Body = tu
 	case *pb.FromTaskManager_Observation:
 		o := b.Observation
-		if o.GetKind() < 0 || o.GetKind() > pb.ObservationKind_OBSERVATION_KIND_INPUT_ENDED {
+		if o.GetKind() < 0 || o.GetKind() > pb.ObservationKind_OBSERVATION_KIND_REPLAY_DONE {
 			return env, nil, fmt.Errorf("an Observation: unknown kind %d", o.GetKind())
 		}
 		env.Body = jobcore.Observation{Attempt: decodeAttempt(o.GetAttempt()), Kind: task.ObservationKind(o.GetKind()),

@@ -323,6 +323,10 @@ const (
 	// InputEnded: the attempt's input ended and its operators heard EndInput; it waits for a checkpoint
 	// that covers its end before it finishes (see finish.go).
 	InputEnded
+	// ReplayDone: the attempt replayed its determinant log to the end and reads live (task failover): a
+	// failure of a neighbour no longer needs the replay, and the job master takes it as a task failure of
+	// its own again.
+	ReplayDone
 )
 
 // Observation is a fact a running task reports to the job master.
@@ -672,7 +676,7 @@ func (r *run) setupOutputs() error {
 			if t.env.LogBudget == nil {
 				return fmt.Errorf("deploy: partition %s is logged, but the TaskManager has no in-flight log budget", id)
 			}
-			opts.Log = t.env.LogBudget
+			opts.Log, opts.LogFrom = t.env.LogBudget, from
 		}
 		p, err := network.NewResultPartition(id, opts, pool, t.cancel)
 		if err != nil {
@@ -915,6 +919,7 @@ func (r *run) nextBuffer() (int, *network.Buffer, error) {
 			return -1, nil, fmt.Errorf("replay: %w", err)
 		case !ok:
 			r.replay = nil // the log is used up: live from here, appending
+			r.t.observe(Observation{Kind: ReplayDone, At: time.Now()})
 		case e.Kind == determinants.Time:
 			if r.stepped != nil {
 				r.stepped.ms.Store(e.Value)
