@@ -46,6 +46,8 @@ type Config struct {
 	Runs int
 	// CheckpointInterval turns on checkpoints in the engine run (0: off).
 	CheckpointInterval time.Duration
+	// Failover is the engine run's failover strategy ("": the default, region).
+	Failover string
 }
 
 // CheckpointResult compares the engine with and without checkpoints.
@@ -90,6 +92,51 @@ func RunCheckpointOverhead(ctx context.Context, cfg Config, interval time.Durati
 	res.CheckpointedRPS = float64(cfg.Records) / median(checked).Seconds()
 	res.Ratio = res.CheckpointedRPS / res.EngineRPS
 	res.Checkpoints = lastCheckpoints.Load()
+	return res, nil
+}
+
+// FailoverResult compares the checkpointed pipeline under a failover strategy with the same pipeline under
+// region failover, at the same checkpoint interval: what the strategy costs while nothing fails (task
+// failover's in-flight logs and determinants, docs/taskfailover.md).
+type FailoverResult struct {
+	Failover       string  `json:"failover"`
+	RegionRPS      float64 `json:"region_rps"`
+	StrategyRPS    float64 `json:"strategy_rps"`
+	Ratio          float64 `json:"ratio"`
+	IntervalMillis int64   `json:"checkpoint_interval_ms"`
+}
+
+// RunFailoverOverhead runs the checkpointed standard pipeline under region failover and under strategy,
+// alternating, and compares the medians.
+func RunFailoverOverhead(ctx context.Context, cfg Config, interval time.Duration, strategy string) (*FailoverResult, error) {
+	if cfg.Parallelism == 0 {
+		cfg.Parallelism = 2
+	}
+	if cfg.Runs <= 0 {
+		cfg.Runs = 3
+	}
+	if interval <= 0 {
+		return nil, fmt.Errorf("throughput: checkpoint interval must be positive, got %s", interval)
+	}
+	var region, other []time.Duration
+	for i := 0; i < cfg.Runs; i++ {
+		c := cfg
+		c.CheckpointInterval = interval
+		c.Failover = "region"
+		t, _, _, err := runEngine(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+		region = append(region, t)
+		c.Failover = strategy
+		if t, _, _, err = runEngine(ctx, c); err != nil {
+			return nil, err
+		}
+		other = append(other, t)
+	}
+	res := &FailoverResult{Failover: strategy, IntervalMillis: interval.Milliseconds(),
+		RegionRPS: float64(cfg.Records) / median(region).Seconds(), StrategyRPS: float64(cfg.Records) / median(other).Seconds()}
+	res.Ratio = res.StrategyRPS / res.RegionRPS
 	return res, nil
 }
 
@@ -177,6 +224,9 @@ func runEngine(ctx context.Context, cfg Config) (time.Duration, uint64, float64,
 		runnel.WithBufferTimeout(100 * time.Millisecond), runnel.WithLogger(logger)}
 	if cfg.CheckpointInterval > 0 {
 		opts = append(opts, runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: cfg.CheckpointInterval}))
+	}
+	if cfg.Failover != "" {
+		opts = append(opts, runnel.WithFailover(cfg.Failover))
 	}
 	env := runnel.NewEnvironment(opts...)
 	src := runnel.FromSource(env, connector.Generator(func(s int, seq uint64) Record {

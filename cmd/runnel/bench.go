@@ -60,6 +60,7 @@ func newCheckpointBenchCmd() *cobra.Command {
 	var cfg throughput.Config
 	var interval time.Duration
 	var asJSON bool
+	var failover string
 	cmd := &cobra.Command{
 		Use:   "checkpoints",
 		Short: "the standard pipeline with checkpoints every --interval, as a ratio to the same pipeline without",
@@ -71,11 +72,30 @@ func newCheckpointBenchCmd() *cobra.Command {
 			if interval <= 0 {
 				return usageError(fmt.Errorf("invalid --interval %s: must be positive", interval))
 			}
+			out := cmd.OutOrStdout()
+			if failover != "" {
+				switch failover {
+				case "full", "region", "approximate", "task":
+				default:
+					return usageError(fmt.Errorf("invalid --failover %q: use full, region, approximate or task", failover))
+				}
+				res, err := throughput.RunFailoverOverhead(cmd.Context(), cfg, interval, failover)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return json.NewEncoder(out).Encode(res)
+				}
+				fmt.Fprintf(out, "records               %d (keys %d, parallelism 2, checkpoints every %s)\n", cfg.Records, cfg.Keys, interval)
+				fmt.Fprintf(out, "region failover       %12.0f records/s\n", res.RegionRPS)
+				fmt.Fprintf(out, "%-21s %12.0f records/s\n", failover+" failover", res.StrategyRPS)
+				fmt.Fprintf(out, "ratio                 %12.3f\n", res.Ratio)
+				return nil
+			}
 			res, err := throughput.RunCheckpointOverhead(cmd.Context(), cfg, interval)
 			if err != nil {
 				return err
 			}
-			out := cmd.OutOrStdout()
 			if asJSON {
 				return json.NewEncoder(out).Encode(res)
 			}
@@ -91,6 +111,7 @@ func newCheckpointBenchCmd() *cobra.Command {
 	cmd.Flags().IntVar(&cfg.Runs, "runs", 3, "alternating runs without and with checkpoints; medians are reported")
 	cmd.Flags().DurationVar(&interval, "interval", time.Second, "checkpoint interval")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
+	cmd.Flags().StringVar(&failover, "failover", "", "compare the checkpointed pipeline under this failover strategy (task, approximate, full) with it under region failover, instead of with and without checkpoints")
 	return cmd
 }
 

@@ -318,3 +318,29 @@ func TestBenchThroughputProcesses(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchCheckpointsFailover compares the checkpointed pipeline under task failover with region failover
+// (few records): both figures and their ratio come out; an unknown strategy is a usage error.
+func TestBenchCheckpointsFailover(t *testing.T) {
+	stdout, stderr, code := runCLI(t, "bench", "checkpoints", "--failover", "task", "--records", "200000", "--runs", "1",
+		"--interval", "20ms", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, stderr)
+	}
+	var r struct {
+		Failover    string  `json:"failover"`
+		RegionRPS   float64 `json:"region_rps"`
+		StrategyRPS float64 `json:"strategy_rps"`
+		Ratio       float64 `json:"ratio"`
+		Interval    int64   `json:"checkpoint_interval_ms"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
+		t.Fatalf("%v: %s", err, stdout)
+	}
+	if r.Failover != "task" || r.RegionRPS <= 0 || r.StrategyRPS <= 0 || r.Interval != 20 || r.Ratio != r.StrategyRPS/r.RegionRPS {
+		t.Fatalf("%s", stdout)
+	}
+	if _, stderr, code := runCLI(t, "bench", "checkpoints", "--failover", "nope"); code != exitUsage || !strings.Contains(stderr, `invalid --failover "nope"`) {
+		t.Errorf("unknown strategy: exit %d, %s", code, stderr)
+	}
+}
