@@ -3,6 +3,7 @@ package network
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -349,6 +350,8 @@ func (l *inflightLog) cutBack(id int64) bool {
 type inflightReader struct {
 	l  *inflightLog
 	at int64
+	// until bounds what a view replays: the log's end when the view was made.
+	until int64
 }
 
 // readerAt returns a reader from the barrier of checkpoint id, or an error saying why the log cannot give
@@ -359,7 +362,7 @@ func (l *inflightLog) readerAt(id int64) (*inflightReader, error) {
 			if m.at < l.validFrom {
 				return nil, fmt.Errorf("in-flight log: incomplete before entry %d, and checkpoint %d's barrier is at %d", l.validFrom, id, m.at)
 			}
-			return &inflightReader{l: l, at: m.at}, nil
+			return &inflightReader{l: l, at: m.at, until: math.MaxInt64}, nil
 		}
 	}
 	return nil, fmt.Errorf("in-flight log: no barrier of checkpoint %d (the log was complete from entry %d, and truncated to %d)", id, l.validFrom, l.base)

@@ -241,17 +241,18 @@ func (p *ResultPartition) Takeover(pool *BufferPool, cancel <-chan struct{}, id 
 		s.finished, s.eopQueued = false, false
 		s.addedSeq = marks[i].seq
 		if v := s.view; v != nil {
-			ev := eventBuffer(Event{Type: EventProducerRestarted, CheckpointID: id}, marks[i].seq)
-			switch {
-			case v.replay == nil:
-				s.queue.push(ev) // after the failed attempt's buffers the reader has not had: the same records
-			case v.replay.at > marks[i].at:
-				// A reader still in the log, past the barrier: it reads the regenerated entries from the
-				// barrier on, after the event that makes its consumer drop what it had.
-				v.replay.at, v.pending = marks[i].at, ev
-			default:
-				// A reader in the log before the barrier has had nothing of what is regenerated.
+			if r := v.replay; r != nil && r.until > marks[i].at {
+				// A reader still replaying past the barrier: what it was to replay from there is cut, and
+				// its queue (which follows the cut part) goes too; it reads the rest of the log up to the
+				// barrier, then the event and the regenerated buffers.
+				r.until, r.at = marks[i].at, min(r.at, marks[i].at)
+				for b := s.queue.pop(); b != nil; b = s.queue.pop() {
+					b.Recycle()
+				}
 			}
+			// After the failed attempt's buffers the reader has not had (the same records), the event that
+			// makes its consumer drop what it had of the regenerated ones.
+			s.queue.push(eventBuffer(Event{Type: EventProducerRestarted, CheckpointID: id}, marks[i].seq))
 			if v.credit > 0 {
 				wake = append(wake, v.listener)
 			}

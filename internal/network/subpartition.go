@@ -93,21 +93,16 @@ func (s *Subpartition) add(b *Buffer, isEnd bool) error {
 	}
 	if s.log != nil {
 		s.log.add(b, barrierOf(b))
-		if v := s.view; v == nil || v.replay != nil {
-			// No reader, or one still reading the log, which holds b now: nothing is lost, and the
-			// producer never waits. A reader in the log may have read all of it: it hears of b.
+		if s.view == nil {
+			// No reader: the log holds b, nothing is lost, and the producer never waits on a reader that
+			// is gone. A reader reads what came after its creation from the queue, so backpressure holds
+			// as for any other subpartition.
 			s.stats.BuffersAdded++
 			if isEnd {
 				s.finished = true
 			}
-			if v != nil && v.credit > 0 {
-				notify = v.listener
-			}
 			s.mu.Unlock()
 			b.Recycle()
-			if notify != nil {
-				notify()
-			}
 			return nil
 		}
 	}
@@ -130,7 +125,7 @@ func (s *Subpartition) add(b *Buffer, isEnd bool) error {
 		s.finished = true
 		s.eopQueued = true
 	}
-	if v := s.view; v != nil && v.credit > 0 && s.queue.len() == 1 {
+	if v := s.view; v != nil && v.credit > 0 && s.queue.len() == 1 && v.replay == nil {
 		notify = v.listener
 	}
 	s.mu.Unlock()
@@ -249,6 +244,10 @@ func (s *Subpartition) createView(owner ident.Attempt, credit int, listener func
 			s.releaseViewLocked(old)
 			replaced = old
 		}
+	}
+	if replay != nil {
+		// The log is replayed up to here; what comes later is queued for the view.
+		replay.until = s.log.end()
 	}
 	v := &View{sub: s, owner: owner, credit: credit, listener: listener, replay: replay}
 	if blocking {
@@ -376,11 +375,9 @@ type View struct {
 	owner    ident.Attempt
 	listener func()
 	spill    *spillReader // views of blocking subpartitions only
-	// replay reads the in-flight log until it has caught up with it (guarded by sub.mu); then nil, and
-	// the view reads the queue like any other.
+	// replay reads the in-flight log from the view's barrier to where the log ended when the view was made
+	// (guarded by sub.mu); then nil, and the view reads the queue, which holds what came since.
 	replay *inflightReader
-	// pending is an event a takeover gave a reader of the log, delivered before anything else.
-	pending *Buffer
 	// guarded by sub.mu
 	credit   int
 	released bool
@@ -407,12 +404,8 @@ func (v *View) Poll() (*Buffer, error) {
 		s.mu.Unlock()
 		return nil, fmt.Errorf("subpartition %s/%d: %w", s.partition.id, s.index, ErrPartitionReleased)
 	}
-	if v.pending != nil && v.credit > 0 {
-		b := v.pending
-		v.pending = nil
-		v.credit--
-		s.mu.Unlock()
-		return b, nil
+	if v.replay != nil && v.replay.at >= v.replay.until {
+		v.replay = nil // replayed: the queue holds what came since
 	}
 	if v.replay != nil {
 		if v.credit == 0 {
@@ -430,7 +423,7 @@ func (v *View) Poll() (*Buffer, error) {
 			b := &Buffer{Header: h, data: bytes.Clone(data)}
 			v.credit--
 			consumedNow := false
-			if s.finished && h.Kind == KindEvent && v.replay.at == s.log.end() {
+			if s.finished && h.Kind == KindEvent && v.replay.at == s.log.end() && s.queue.len() == 0 {
 				s.consumed = true
 				consumedNow = true
 			}
@@ -474,11 +467,8 @@ func (v *View) hasMoreLocked() bool {
 	if v.spill != nil {
 		return !v.drained
 	}
-	if v.pending != nil {
+	if v.replay != nil && v.replay.at < v.replay.until {
 		return true
-	}
-	if v.replay != nil {
-		return v.replay.at < v.sub.log.end() || v.sub.queue.len() > 0
 	}
 	return v.sub.queue.len() > 0
 }
