@@ -285,7 +285,7 @@ func (e *Environment) Execute(ctx context.Context, name string) (*JobResult, err
 		slots = (maxP + e.cfg.TaskManagers - 1) / e.cfg.TaskManagers
 	}
 	mc, err := startMiniCluster(cluster.MiniClusterConfig{
-		TaskManagers: e.cfg.TaskManagers, SlotsPerTM: slots, NetworkMemoryBytes: e.cfg.NetworkMemoryBytes,
+		TaskManagers: e.cfg.TaskManagers, SlotsPerTM: slots, NetworkMemoryBytes: e.cfg.NetworkMemoryBytes, InflightLogMemory: e.cfg.InflightLogMemory,
 		BufferSize: e.cfg.BufferSize, Logger: e.cfg.Logger, Clock: e.cfg.Clock,
 	})
 	if err != nil {

@@ -222,6 +222,8 @@ func TestBadRecoveryConfig(t *testing.T) {
 		{runnel.WithFailureInjection("nosuch[0]@10"), `no operator is named "nosuch"`},
 		{runnel.WithFailureInjection("source[5]@10"), "parallelism"},
 		{runnel.WithTaskManagers(runnel.MaxTaskManagers + 1), "WithTaskManagers: between 1 and 1024 TaskManagers"},
+		{runnel.WithInflightLogMemory(1000), "WithInflightLogMemory: 1000 bytes is below the 1 MiB chunk"},
+		{runnel.WithAllowNonRestoredState(), "AllowNonRestoredState (--allow-non-restored-state) applies to a restore"},
 	}
 	for _, tc := range cases {
 		env := runnel.NewEnvironment(tc.opt, runnel.WithLogger(quiet))

@@ -100,16 +100,19 @@ type Config struct {
 	TaskManagers       int
 	SlotsPerTM         int
 	NetworkMemoryBytes int64
-	Logger             *slog.Logger
-	ProgressInterval   time.Duration
-	Progress           func(*JobResult)
-	Checkpoint         CheckpointConfig
-	Failover           string
-	RestartStrategy    string
-	StateBackend       string
-	FailureInjections  []string
-	SavepointOnStop    string
-	RestoreFrom        string
+	// InflightLogMemory is each TaskManager's memory for task failover's in-flight logs
+	// (WithInflightLogMemory; 0: 256 MiB).
+	InflightLogMemory int64
+	Logger            *slog.Logger
+	ProgressInterval  time.Duration
+	Progress          func(*JobResult)
+	Checkpoint        CheckpointConfig
+	Failover          string
+	RestartStrategy   string
+	StateBackend      string
+	FailureInjections []string
+	SavepointOnStop   string
+	RestoreFrom       string
 	// AllowNonRestoredState lets a restore drop state of operators the job no longer has
 	// (WithAllowNonRestoredState).
 	AllowNonRestoredState bool
@@ -183,6 +186,14 @@ func WithSlotSharing(on bool) Option { return func(c *Config) { c.NoSlotSharing 
 // WithNetworkMemory sets each TaskManager's network buffer budget in bytes (default 128 MiB).
 func WithNetworkMemory(bytes int64) Option { return func(c *Config) { c.NetworkMemoryBytes = bytes } }
 
+// WithInflightLogMemory sets each TaskManager's memory for the in-flight logs of task failover (default
+// 256 MiB); past it the logs spill to disk, up to 4 GiB, and past that a log is incomplete and a failure it
+// would have served falls back to region failover. A log holds what its producer sent since the last
+// completed checkpoint: size it to a checkpoint interval of the job's output.
+func WithInflightLogMemory(bytes int64) Option {
+	return func(c *Config) { c.InflightLogMemory = bytes }
+}
+
 // WithLogger sets the logger of the runtime (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(c *Config) { c.Logger = l } }
 
@@ -210,6 +221,9 @@ func (c *Config) validate() error {
 	}
 	if c.SlotsPerTM < 0 {
 		errs = append(errs, fmt.Errorf("WithSlotsPerTaskManager: must not be negative, got %d", c.SlotsPerTM))
+	}
+	if c.InflightLogMemory != 0 && c.InflightLogMemory < 1<<20 {
+		errs = append(errs, fmt.Errorf("WithInflightLogMemory: %d bytes is below the 1 MiB chunk in-flight logs take memory in", c.InflightLogMemory))
 	}
 	if c.NetworkMemoryBytes < int64(c.BufferSize) {
 		errs = append(errs, fmt.Errorf("WithNetworkMemory: %d bytes do not hold one buffer of %d bytes", c.NetworkMemoryBytes, c.BufferSize))

@@ -34,7 +34,9 @@ type TaskManagerConfig struct {
 	DataAddr, DataAdvertise string
 	// NetworkMemoryBytes and BufferSize size its network buffers (zero: the defaults).
 	NetworkMemoryBytes int64
-	BufferSize         int
+	// InflightLogMemory is the memory of task failover's in-flight logs (zero: 256 MiB).
+	InflightLogMemory int64
+	BufferSize        int
 	// JobManagerWait, when set, makes the TaskManager exit with an error after it has been without a
 	// JobManager this long; without it, it keeps trying to register (a daemon).
 	JobManagerWait time.Duration
@@ -71,7 +73,7 @@ func ServeTaskManager(ctx context.Context, cfg TaskManagerConfig) error {
 	if err != nil {
 		return fmt.Errorf("taskmanager: %w", err)
 	}
-	tc := cluster.TaskManagerConfig{Name: cfg.Name, Slots: cfg.Slots, NetworkMemoryBytes: cfg.NetworkMemoryBytes,
+	tc := cluster.TaskManagerConfig{Name: cfg.Name, Slots: cfg.Slots, NetworkMemoryBytes: cfg.NetworkMemoryBytes, InflightLogMemory: cfg.InflightLogMemory,
 		BufferSize: cfg.BufferSize, DataAddress: cfg.DataAddr, DataAdvertise: cfg.DataAdvertise, Build: build, Logger: lg,
 		Registered: cfg.Registered}
 	tc.DataServer.TLS, tc.DataDial.TLS = serverTLS, clientTLS

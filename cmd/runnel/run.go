@@ -53,6 +53,7 @@ type runFlags struct {
 	savepointOnStop    string
 	fromSavepoint      string
 	allowNonRestored   bool
+	inflightLogMemory  int64
 	exchangeMode       string
 	scheduling         string
 }
@@ -127,6 +128,7 @@ func (f *runFlags) register(pf *pflag.FlagSet) {
 	pf.StringVar(&f.savepointOnStop, "savepoint-on-stop", "", "write a savepoint to this directory when the job is stopped (--duration, Ctrl-C or SIGTERM); checked before the job runs")
 	pf.StringVar(&f.fromSavepoint, "from-savepoint", "", "start from a savepoint directory, or from the newest valid checkpoint of a checkpoint storage directory (which must exist;\n"+
 		"damaged newer checkpoints are passed over with a WARN)")
+	pf.Int64Var(&f.inflightLogMemory, "inflight-log-memory", 0, "with --failover task: each TaskManager's bytes of memory for the in-flight logs before they spill (0: 256 MiB)")
 	pf.BoolVar(&f.allowNonRestored, "allow-non-restored-state", false, "with --from-savepoint: drop, with a WARN, the state of operators (uids) the job no longer has, rather than refuse to start")
 	pf.StringVar(&f.exchangeMode, "exchange-mode", "pipelined", "pipelined, blocking (bounded jobs: every shuffle spilled, each task its own failover region) or forward-pipelined")
 	pf.StringVar(&f.scheduling, "scheduling", "pipelined-region", "pipelined-region or eager")
@@ -231,6 +233,9 @@ func (f runFlags) recoveryOptions() []runnel.Option {
 	}
 	if f.allowNonRestored {
 		opts = append(opts, runnel.WithAllowNonRestoredState())
+	}
+	if f.inflightLogMemory != 0 {
+		opts = append(opts, runnel.WithInflightLogMemory(f.inflightLogMemory))
 	}
 	opts = append(opts, runnel.WithExchangeMode(f.exchangeMode), runnel.WithScheduling(f.scheduling))
 	return opts

@@ -36,7 +36,10 @@ type TaskManagerConfig struct {
 	Slots int
 	// NetworkMemoryBytes is the budget of all buffer pools of the TaskManager's tasks.
 	NetworkMemoryBytes int64
-	BufferSize         int
+	// InflightLogMemory is the memory of the in-flight logs of task failover before they spill (0:
+	// InflightLogMemory, the constant).
+	InflightLogMemory int64
+	BufferSize        int
 	// DataAddress is where the TCP data server listens ("127.0.0.1:0" picks a port).
 	DataAddress string
 	// DataAdvertise, when set, is the address other TaskManagers are told to reach the data server at
@@ -134,7 +137,11 @@ func NewTaskManager(cfg TaskManagerConfig) (*TaskManager, error) {
 		return nil, fmt.Errorf("TaskManager %s: spill directory: %w", cfg.Name, err)
 	}
 	tm.server, tm.spill = srv, spill
-	if tm.logs, err = network.NewLogBudget(InflightLogMemory); err == nil {
+	logMem := cfg.InflightLogMemory
+	if logMem == 0 {
+		logMem = InflightLogMemory
+	}
+	if tm.logs, err = network.NewLogBudget(logMem); err == nil {
 		err = tm.logs.Spill(spill, InflightLogDisk)
 	}
 	if err != nil {
@@ -256,6 +263,7 @@ type MiniClusterConfig struct {
 	TaskManagers       int
 	SlotsPerTM         int
 	NetworkMemoryBytes int64
+	InflightLogMemory  int64
 	BufferSize         int
 	Logger             *slog.Logger
 	// Clock is the processing time of every task; nil: the wall clock.
@@ -275,7 +283,7 @@ func StartMiniCluster(cfg MiniClusterConfig) (*MiniCluster, error) {
 	mc := &MiniCluster{}
 	for i := 0; i < cfg.TaskManagers; i++ {
 		tm, err := NewTaskManager(TaskManagerConfig{
-			Name: fmt.Sprintf("tm-%d", i+1), Slots: cfg.SlotsPerTM, NetworkMemoryBytes: cfg.NetworkMemoryBytes,
+			Name: fmt.Sprintf("tm-%d", i+1), Slots: cfg.SlotsPerTM, NetworkMemoryBytes: cfg.NetworkMemoryBytes, InflightLogMemory: cfg.InflightLogMemory,
 			BufferSize: cfg.BufferSize, Logger: cfg.Logger, Clock: cfg.Clock,
 		})
 		if err != nil {
