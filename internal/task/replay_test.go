@@ -47,14 +47,10 @@ func (c *orderChain) seen() []string {
 	return slices.Clone(c.order)
 }
 
-// TestReplayTakesTheRecordedOrder: a task reading two channels from partitions with in-flight logs records
-// the channel of every buffer it takes; producer A writes all its records first, then B. A new attempt that
-// replays the log reads the same channels again from their start — where both are full at once, so the
-// gate alone would interleave them — and its chain sees the records in exactly the order the first attempt
-// saw; an attempt that does not replay (the control) sees another order, so the test can tell.
-func TestReplayTakesTheRecordedOrder(t *testing.T) {
-	const perProducer = 40
-	h := newFinishHarness(t)
+// loggedInputs makes two producers' logged partitions (results firstResult and firstResult+1) in h's
+// partition manager, and the input of a task that reads both, one channel each.
+func loggedInputs(t *testing.T, h *finishHarness, firstResult int) ([]*network.ResultPartition, InputSpec) {
+	t.Helper()
 	budget, err := network.NewLogBudget(8 << 20)
 	if err != nil {
 		t.Fatal(err)
@@ -63,11 +59,11 @@ func TestReplayTakesTheRecordedOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pool.Destroy()
+	t.Cleanup(pool.Destroy)
 	var parts []*network.ResultPartition
 	var in InputSpec
 	for i := range 2 {
-		id := ident.PartitionID{Result: ident.ResultID(20 + i), Producer: ident.Attempt{Subtask: ident.Subtask{Vertex: ident.VertexID(5 + i)}}}
+		id := ident.PartitionID{Result: ident.ResultID(firstResult + i), Producer: ident.Attempt{Subtask: ident.Subtask{Vertex: ident.VertexID(5 + i)}}}
 		p, err := network.NewResultPartition(id, network.PartitionOptions{Subpartitions: 1, MaxRecordSize: 1 << 10, Reconnectable: true, Log: budget}, pool, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -78,6 +74,18 @@ func TestReplayTakesTheRecordedOrder(t *testing.T) {
 		parts = append(parts, p)
 		in.Channels = append(in.Channels, ChannelSpec{Partition: id, Local: true})
 	}
+	return parts, in
+}
+
+// TestReplayTakesTheRecordedOrder: a task reading two channels from partitions with in-flight logs records
+// the channel of every buffer it takes; producer A writes all its records first, then B. A new attempt that
+// replays the log reads the same channels again from their start — where both are full at once, so the
+// gate alone would interleave them — and its chain sees the records in exactly the order the first attempt
+// saw; an attempt that does not replay (the control) sees another order, so the test can tell.
+func TestReplayTakesTheRecordedOrder(t *testing.T) {
+	const perProducer = 40
+	h := newFinishHarness(t)
+	parts, in := loggedInputs(t, h, 20)
 	log, err := determinants.New(determinants.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -179,26 +187,7 @@ func (c *timedOrderChain) OnProcessingTime(now int64) error {
 // control without the log never fires it.
 func TestReplayRunsTimersWhereTheyRan(t *testing.T) {
 	h := newFinishHarness(t)
-	budget, _ := network.NewLogBudget(8 << 20)
-	pool, err := h.mem.NewPool("producers", 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Destroy()
-	var parts []*network.ResultPartition
-	var in InputSpec
-	for i := range 2 {
-		id := ident.PartitionID{Result: ident.ResultID(30 + i), Producer: ident.Attempt{Subtask: ident.Subtask{Vertex: ident.VertexID(5 + i)}}}
-		p, err := network.NewResultPartition(id, network.PartitionOptions{Subpartitions: 1, MaxRecordSize: 1 << 10, Reconnectable: true, Log: budget}, pool, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := h.pm.Register(p); err != nil {
-			t.Fatal(err)
-		}
-		parts = append(parts, p)
-		in.Channels = append(in.Channels, ChannelSpec{Partition: id, Local: true})
-	}
+	parts, in := loggedInputs(t, h, 30)
 	dets, _ := determinants.New(determinants.DefaultConfig())
 	run := func(attempt int32, withLog bool, during func(*timedOrderChain, *clockwork.FakeClock)) []string {
 		t.Helper()
