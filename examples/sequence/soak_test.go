@@ -15,7 +15,8 @@ import (
 
 // TestSoak runs the checker job many times with one failure injected at a random subtask and record count,
 // under every failover strategy, over local channels and TCP, and requires the checker's verdict each time:
-// exactly once for full and region failover, the reported loss exactly for approximate recovery. It is
+// exactly once for full, region and task failover (which must also have restarted the failed subtask alone,
+// or said why it fell back), the reported loss exactly for approximate recovery. It is
 // behind the soak build tag (a few minutes):
 //
 //	go test -tags soak -run Soak -v ./examples/sequence
@@ -26,7 +27,7 @@ func TestSoak(t *testing.T) {
 	runs := envInt(t, "SOAK_RUNS", 12)
 	rng := rand.New(rand.NewPCG(uint64(seed), 7))
 	ops := []string{"source", "map", "check"}
-	for _, failover := range []string{"full", "region", "approximate"} {
+	for _, failover := range []string{"full", "region", "approximate", "task"} {
 		for i := range runs {
 			op := fmt.Sprintf("%s[%d]@%d", ops[rng.IntN(len(ops))], rng.IntN(2), 2000+rng.IntN(30000))
 			tms := 1 + rng.IntN(2)
@@ -46,6 +47,13 @@ func TestSoak(t *testing.T) {
 				verdict := job.Checker(res).Verdict
 				if verdict != sequence.VerdictOK && (failover != "approximate" || verdict != sequence.VerdictApproximateOK) {
 					t.Fatalf("%s (failovers %+v)", out.String(), res.Failovers)
+				}
+				if failover == "task" {
+					for _, f := range res.Failovers {
+						if (f.Strategy != "task" || len(f.Restarted) != 1) && f.Fallback == "" {
+							t.Fatalf("task failover %+v restarted more than the failed subtask without saying why", f)
+						}
+					}
 				}
 			})
 		}
