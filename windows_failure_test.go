@@ -105,19 +105,10 @@ func TestWindowsExactlyOnceUnderFailures(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			withStart := tc.fn == "process" || tc.fn == "aggregate-process"
 			want := winLines(referenceWindows(clicks, tc.as.name, tc.as.size, tc.as.slide, tc.as.gap), withStart)
-			dir := t.TempDir()
-			out := filepath.Join(dir, "out")
-			if err := os.Mkdir(out, 0o755); err != nil {
-				t.Fatal(err)
-			}
 			// The sources hold after a fifth of their records until a checkpoint completed: a window
 			// subtask gets well over 3,300 records, at most 1,600 of them before, so a failure of it between
 			// 1,700 and 3,300 restores a checkpoint.
-			env := runnel.NewEnvironment(runnel.WithParallelism(2), runnel.WithLogger(quiet), runnel.WithTaskManagers(tc.tms),
-				runnel.WithStateBackend(tc.backend), runnel.WithFailover(tc.failover),
-				runnel.WithWatermarkInterval(2*time.Millisecond),
-				runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 20 * time.Millisecond, Storage: filepath.Join(dir, "chk")}),
-				runnel.WithRestartStrategy("fixed-delay:attempts=8,delay=10ms"), runnel.WithFailureInjection(tc.inject...))
+			env, out := failingEnv(t, tc.tms, tc.backend, tc.failover, tc.inject)
 			// Subtask s emits clicks s, s+2, s+4, ...: in order within the bound.
 			src := runnel.FromSource(env, gate(func(sub int, seq uint64) click { return clicks[int(seq)*2+sub] }, n)).
 				Name("clicks").WithCodec(codec.MustStruct[click]()).
@@ -162,6 +153,24 @@ func TestWindowsExactlyOnceUnderFailures(t *testing.T) {
 // and restored a checkpoint at least once, so that an exactly-once result says something about recovery.
 // A failure that strikes while an earlier failover is still cancelling is part of that one, so there are
 // between one and len(injected) failovers.
+// failingEnv is the environment of the exactly-once tests: parallelism 2 on tms TaskManagers, the backend
+// and failover given, checkpoints every 20 ms, the failures inject; out is an empty directory for the
+// FileSink.
+func failingEnv(t *testing.T, tms int, backend, failover string, inject []string) (*runnel.Environment, string) {
+	t.Helper()
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out")
+	if err := os.Mkdir(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	env := runnel.NewEnvironment(runnel.WithParallelism(2), runnel.WithLogger(quiet), runnel.WithTaskManagers(tms),
+		runnel.WithStateBackend(backend), runnel.WithFailover(failover),
+		runnel.WithWatermarkInterval(2*time.Millisecond),
+		runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 20 * time.Millisecond, Storage: filepath.Join(dir, "chk")}),
+		runnel.WithRestartStrategy("fixed-delay:attempts=8,delay=10ms"), runnel.WithFailureInjection(inject...))
+	return env, out
+}
+
 func checkFailedOver(t *testing.T, res *runnel.JobResult, strategy string, injected []string) {
 	t.Helper()
 	if len(res.Failovers) == 0 || len(res.Failovers) > len(injected) {
@@ -238,18 +247,9 @@ func TestTwoInputJoinsExactlyOnceUnderFailures(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("%s join %s %s %dTM", tc.join, tc.failover, tc.backend, tc.tms), func(t *testing.T) {
 			want := refs[tc.join]
-			dir := t.TempDir()
-			out := filepath.Join(dir, "out")
-			if err := os.Mkdir(out, 0o755); err != nil {
-				t.Fatal(err)
-			}
 			// The sources hold after a fifth of their records (1,200 of both) until a checkpoint completed:
 			// join[0] gets over 4,000 records, so a failure of it past 1,200 restores a checkpoint.
-			env := runnel.NewEnvironment(runnel.WithParallelism(2), runnel.WithLogger(quiet), runnel.WithTaskManagers(tc.tms),
-				runnel.WithStateBackend(tc.backend), runnel.WithFailover(tc.failover),
-				runnel.WithWatermarkInterval(2*time.Millisecond),
-				runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 20 * time.Millisecond, Storage: filepath.Join(dir, "chk")}),
-				runnel.WithRestartStrategy("fixed-delay:attempts=8,delay=10ms"), runnel.WithFailureInjection(tc.inject...))
+			env, out := failingEnv(t, tc.tms, tc.backend, tc.failover, tc.inject)
 			orders := runnel.FromSource(env, gate(orderOf, n)).
 				Name("orders").WithCodec(codec.MustStruct[order]()).
 				WithTimestamps(runnel.MonotonousTimestamps[order]().WithTimestampAssigner(func(o order, _ int64) int64 { return o.At }))

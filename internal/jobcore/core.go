@@ -88,9 +88,14 @@ type execution struct {
 	replaying bool
 }
 
+// partitionOwner is the attempt the ids of the subtask's partitions name.
+func (ex *execution) partitionOwner() ident.Attempt {
+	return ident.Attempt{Subtask: ex.attempt.Subtask, Number: ex.owner}
+}
+
 // partition returns the id of the subtask's partition of result r, as its consumers read it.
 func (ex *execution) partition(r ident.ResultID) ident.PartitionID {
-	return ident.PartitionID{Result: r, Producer: ident.Attempt{Subtask: ex.attempt.Subtask, Number: ex.owner}}
+	return ident.PartitionID{Result: r, Producer: ex.partitionOwner()}
 }
 
 // taskManager is what the core knows of a TaskManager that granted it slots.

@@ -62,7 +62,7 @@ func (c *Core) onTaskUpdate(u TaskUpdate) {
 		// Released only now, after the failover cancelled its consumers: they must not wait on its data,
 		// and must not report its disappearance as failures of their own. Under task failover the next
 		// attempt takes them over instead, its consumers reading on.
-		c.send(ex.tm, ReleasePartitions{Attempt: ex.partition(0).Producer})
+		c.send(ex.tm, ReleasePartitions{Attempt: ex.partitionOwner()})
 	}
 	if u.State.Terminal() {
 		// Also after a failure: a second failing subtask may be the last one to stop.
@@ -131,13 +131,7 @@ func (c *Core) taskFailoverFallback(s ident.Subtask) string {
 	if c.plan != nil && c.plan.fallback {
 		return "a failover in progress restarts by region already"
 	}
-	neighbours := c.cfg.Job.Downstream(s)
-	for _, e := range c.cfg.Job.Vertex(s.Vertex).Inputs {
-		for _, p := range graph.ProducersOf(e, int(s.Index)) {
-			neighbours = append(neighbours, ident.Subtask{Vertex: e.Source.ID, Index: int32(p)})
-		}
-	}
-	for _, n := range neighbours {
+	for _, n := range append(c.cfg.Job.Downstream(s), c.cfg.Job.Upstream(s)...) {
 		if c.plan != nil && c.plan.subtasks[n] {
 			return fmt.Sprintf("%s, which it reads from or writes to, is restarting too", c.name(n))
 		}

@@ -125,7 +125,7 @@ func (s *Subpartition) add(b *Buffer, isEnd bool) error {
 		s.finished = true
 		s.eopQueued = true
 	}
-	if v := s.view; v != nil && v.credit > 0 && s.queue.len() == 1 && v.replay == nil {
+	if v := s.view; v != nil && v.credit > 0 && s.queue.len() == 1 {
 		notify = v.listener
 	}
 	s.mu.Unlock()

@@ -79,21 +79,27 @@ func (c *processContext) Timestamp() (int64, bool)  { return c.ts, c.timed }
 func (c *processContext) CurrentWatermark() int64   { return c.watermark }
 func (c *processContext) operatorContext() *Context { return c.Context }
 
-func (s *ProcessSpec[In, Out]) Build(ctx *Context, downstream []any) (Built, error) {
-	fn := s.New()
-	if fn == nil {
-		return Built{}, fmt.Errorf("operator %q: the process function factory returned nil", ctx.operator)
-	}
-	pc := &processContext{Context: ctx, timed: s.Timed, watermark: math.MinInt64, ts: math.MinInt64}
-	b := Built{
-		Open:  func() error { return fn.Open(ctx) },
-		Close: fn.Close,
+// processBuilt is what a process function (one or two inputs) builds on: its context, which follows the
+// operator's watermark, and its lifecycle.
+func processBuilt(ctx *Context, timed bool, open func(RuntimeContext) error, close func() error) (*processContext, Built) {
+	pc := &processContext{Context: ctx, timed: timed, watermark: math.MinInt64, ts: math.MinInt64}
+	return pc, Built{
+		Open:  func() error { return open(ctx) },
+		Close: close,
 		Watermark: func(ms int64) error {
 			pc.watermark = max(pc.watermark, ms)
 			return ctx.EmitWatermark(ms)
 		},
 		RestoreWatermark: func(floor int64) { pc.watermark = max(pc.watermark, floor) },
 	}
+}
+
+func (s *ProcessSpec[In, Out]) Build(ctx *Context, downstream []any) (Built, error) {
+	fn := s.New()
+	if fn == nil {
+		return Built{}, fmt.Errorf("operator %q: the process function factory returned nil", ctx.operator)
+	}
+	pc, b := processBuilt(ctx, s.Timed, fn.Open, fn.Close)
 	if s.Timed {
 		out, err := combine[Timed[Out]](ctx, downstream)
 		if err != nil {
@@ -151,16 +157,7 @@ func (s *CoProcessSpec[A, B, Out]) Build(ctx *Context, downstream []any) (Built,
 	if fn == nil {
 		return Built{}, fmt.Errorf("operator %q: the co-process function factory returned nil", ctx.operator)
 	}
-	pc := &processContext{Context: ctx, timed: s.Timed, watermark: math.MinInt64, ts: math.MinInt64}
-	b := Built{
-		Open:  func() error { return fn.Open(ctx) },
-		Close: fn.Close,
-		Watermark: func(ms int64) error {
-			pc.watermark = max(pc.watermark, ms)
-			return ctx.EmitWatermark(ms)
-		},
-		RestoreWatermark: func(floor int64) { pc.watermark = max(pc.watermark, floor) },
-	}
+	pc, b := processBuilt(ctx, s.Timed, fn.Open, fn.Close)
 	if s.Timed {
 		out, err := combine[Timed[Out]](ctx, downstream)
 		if err != nil {

@@ -287,13 +287,9 @@ func (r *run) restore() (finished bool, err error) {
 	states := map[string][]byte{}
 	var floors floorOf
 	for _, ref := range spec.Handle.Blobs {
-		data, err := read(r.asyncCtx, ref)
+		m, err := r.readStates(spec, read, ref)
 		if err != nil {
-			return false, fmt.Errorf("restore from checkpoint %d: %w", spec.CheckpointID, err)
-		}
-		m, err := decodeStates(data)
-		if err != nil {
-			return false, fmt.Errorf("restore from checkpoint %d: %w", spec.CheckpointID, err)
+			return false, err
 		}
 		for k, v := range m {
 			if k == inputEndedName {
@@ -321,6 +317,19 @@ func (r *run) restore() (finished bool, err error) {
 	return false, nil
 }
 
+// readStates reads one state blob of spec and decodes its entries.
+func (r *run) readStates(spec *RestoreSpec, read func(context.Context, checkpoint.BlobRef) ([]byte, error), ref checkpoint.BlobRef) (map[string][]byte, error) {
+	data, err := read(r.asyncCtx, ref)
+	if err != nil {
+		return nil, fmt.Errorf("restore from checkpoint %d: %w", spec.CheckpointID, err)
+	}
+	m, err := decodeStates(data)
+	if err != nil {
+		return nil, fmt.Errorf("restore from checkpoint %d: %w", spec.CheckpointID, err)
+	}
+	return m, nil
+}
+
 // restoreRescaled restores a subtask whose vertex had another parallelism in the checkpoint: every
 // operator's state is gathered from the overlapping old subtasks and handed to the chain as parts. The
 // input channels' consumed positions belong to the old channels and are dropped.
@@ -334,13 +343,9 @@ func (r *run) restoreRescaled(spec *RestoreSpec, read func(context.Context, chec
 				spec.CheckpointID, me.Name(), spec.RescaledFrom, me.Parallelism, h.Attempt.Index)
 		}
 		for _, ref := range h.Blobs {
-			data, err := read(r.asyncCtx, ref)
+			m, err := r.readStates(spec, read, ref)
 			if err != nil {
-				return fmt.Errorf("restore from checkpoint %d: %w", spec.CheckpointID, err)
-			}
-			m, err := decodeStates(data)
-			if err != nil {
-				return fmt.Errorf("restore from checkpoint %d: %w", spec.CheckpointID, err)
+				return err
 			}
 			if _, ok := m[inputEndedName]; ok {
 				return fmt.Errorf("restore from checkpoint %d: cannot rescale %s from parallelism %d to %d: subtask %d: %w",
@@ -393,13 +398,9 @@ func (r *run) restoreRemapped(spec *RestoreSpec, read func(context.Context, chec
 		found := 0
 		hadEnded := false
 		for _, ref := range sr.Handle.Blobs {
-			data, err := read(r.asyncCtx, ref)
+			m, err := r.readStates(spec, read, ref)
 			if err != nil {
-				return fail("%w", err)
-			}
-			m, err := decodeStates(data)
-			if err != nil {
-				return fail("%w", err)
+				return false, err
 			}
 			for k, v := range m {
 				switch {

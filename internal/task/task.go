@@ -294,6 +294,15 @@ type Config struct {
 	TakeOver         bool
 }
 
+// restoredID is the checkpoint the attempt restores (0: none): where its determinant log is replayed from,
+// and the barrier its logged input and output partitions are read and taken over from.
+func (c *Config) restoredID() int64 {
+	if c.Restore == nil {
+		return 0
+	}
+	return c.Restore.CheckpointID
+}
+
 // Update reports a state change of a task attempt, or (with Observation set) something it observed while
 // running, in which case State is not a change.
 type Update struct {
@@ -588,11 +597,7 @@ func (r *run) execute() (err error) {
 		if t.cfg.Determinants == nil {
 			return errors.New("replay: no determinant log")
 		}
-		var from int64
-		if rs := t.cfg.Restore; rs != nil {
-			from = rs.CheckpointID
-		}
-		if r.replay, err = t.cfg.Determinants.ReaderAt(from); err != nil {
+		if r.replay, err = t.cfg.Determinants.ReaderAt(t.cfg.restoredID()); err != nil {
 			return fmt.Errorf("replay: %w", err)
 		}
 	}
@@ -649,10 +654,7 @@ func (r *run) setupOutputs() error {
 	if t.cfg.TakeOver {
 		owner.Number = t.cfg.PartitionAttempt
 	}
-	var from int64
-	if rs := t.cfg.Restore; rs != nil {
-		from = rs.CheckpointID
-	}
+	from := t.cfg.restoredID()
 	for _, o := range t.cfg.Outputs {
 		id := ident.PartitionID{Result: o.Result, Producer: owner}
 		if t.cfg.TakeOver {
@@ -750,10 +752,7 @@ func (r *run) connect(ctx context.Context, c ChannelSpec, idx, credits int) (net
 	notify := r.gate.Notifier(idx)
 	// A partition with an in-flight log (task failover) is read from the barrier of the checkpoint this
 	// attempt restored, or from its start; others ignore it.
-	var from int64
-	if rs := t.cfg.Restore; rs != nil {
-		from = rs.CheckpointID
-	}
+	from := t.cfg.restoredID()
 	if !c.Local {
 		return t.env.ConnectRemote(ctx, c, owner, r.inPool, credits, notify, from)
 	}
