@@ -136,6 +136,21 @@ type FailoverResult struct {
 	PartialRecordsSkipped uint64 `json:"partial_records_skipped"`
 	// Channels breaks the loss down by channel, for the channels that lost anything.
 	Channels []ChannelLossResult `json:"channels,omitempty"`
+	// RecordsReplayed counts, under task failover, the records the restarted subtask read again from its
+	// producers' in-flight logs; DuplicatesDropped those its consumers dropped because it regenerated them
+	// (they had had them before it failed). Replay breaks both down by channel.
+	RecordsReplayed   uint64                `json:"records_replayed"`
+	DuplicatesDropped uint64                `json:"duplicates_dropped"`
+	Replay            []ChannelReplayResult `json:"replay,omitempty"`
+}
+
+// ChannelReplayResult is what task failover did on one channel in one failover: on a channel into the
+// restarted subtask, the records it replayed; on one out of it, the duplicates its consumer dropped.
+type ChannelReplayResult struct {
+	From              string `json:"from"`
+	To                string `json:"to"`
+	RecordsReplayed   uint64 `json:"records_replayed"`
+	DuplicatesDropped uint64 `json:"duplicates_dropped"`
 }
 
 // ChannelLossResult is the loss of one channel in one failover, from a producer subtask ("VERTEX[i]") that
@@ -153,13 +168,16 @@ type ChannelLossResult struct {
 // JobResult.Failovers, which keeps the last 1000 so that a long job's memory stays flat. Edges breaks the
 // loss down by edge of the job graph (tasks, by name), over all failovers.
 type FailoverTotals struct {
-	Failovers             int              `json:"failovers"`
-	Omitted               int              `json:"omitted"`
-	RecordsLost           uint64           `json:"records_lost"`
-	RecordsDropped        uint64           `json:"records_dropped"`
-	BuffersDropped        uint64           `json:"buffers_dropped"`
-	PartialRecordsSkipped uint64           `json:"partial_records_skipped"`
-	Edges                 []EdgeLossResult `json:"edges"`
+	Failovers             int    `json:"failovers"`
+	Omitted               int    `json:"omitted"`
+	RecordsLost           uint64 `json:"records_lost"`
+	RecordsDropped        uint64 `json:"records_dropped"`
+	BuffersDropped        uint64 `json:"buffers_dropped"`
+	PartialRecordsSkipped uint64 `json:"partial_records_skipped"`
+	// RecordsReplayed and DuplicatesDropped sum those of the task failovers.
+	RecordsReplayed   uint64           `json:"records_replayed"`
+	DuplicatesDropped uint64           `json:"duplicates_dropped"`
+	Edges             []EdgeLossResult `json:"edges"`
 }
 
 // EdgeLossResult is the loss on the channels from one task to another, over all failovers.
@@ -543,7 +561,7 @@ func resultOf(name string, s jobcore.Snapshot) *JobResult {
 	t := s.FailoverTotals
 	r.FailoverTotals = FailoverTotals{Failovers: t.Failovers, Omitted: t.Omitted, RecordsLost: t.RecordsLost,
 		RecordsDropped: t.RecordsDropped, BuffersDropped: t.BuffersDropped, PartialRecordsSkipped: t.PartialRecordsSkipped,
-		Edges: []EdgeLossResult{}}
+		RecordsReplayed: t.RecordsReplayed, DuplicatesDropped: t.DuplicatesDropped, Edges: []EdgeLossResult{}}
 	vertexName := func(id ident.VertexID) string {
 		for _, vs := range s.Vertices {
 			if vs.Vertex.ID == id {
@@ -583,6 +601,11 @@ func resultOf(name string, s jobcore.Snapshot) *JobResult {
 			fr.Channels = append(fr.Channels, ChannelLossResult{From: subtaskName(c.Producer), To: subtaskName(c.Consumer),
 				RecordsLost: c.RecordsLost, RecordsDropped: c.RecordsDropped, BuffersDropped: c.BuffersDropped,
 				PartialRecordsSkipped: c.PartialRecordsSkipped})
+		}
+		fr.RecordsReplayed, fr.DuplicatesDropped = f.RecordsReplayed, f.DuplicatesDropped
+		for _, c := range f.Replay {
+			fr.Replay = append(fr.Replay, ChannelReplayResult{From: subtaskName(c.Producer), To: subtaskName(c.Consumer),
+				RecordsReplayed: c.RecordsReplayed, DuplicatesDropped: c.DuplicatesDropped})
 		}
 		r.Failovers = append(r.Failovers, fr)
 	}

@@ -40,6 +40,7 @@
 // # Figures
 //
 //   - outage_ms, recovery_ms, records_lost, records_dropped, buffers_dropped, partial_records_skipped,
+//     records_replayed, duplicates_dropped (task failover),
 //     restarted_subtasks (the length of "restarted"): the engine's failover report.
 //   - sink_gap_ms: the outage as the sinks saw it. The sinks time every record's arrival per path, over all
 //     sink subtasks and attempts; sink_gap_ms is the silence of the affected path (the time between two
@@ -257,9 +258,12 @@ type Result struct {
 	RecordsDropped         uint64  `json:"records_dropped"`
 	BuffersDropped         uint64  `json:"buffers_dropped"`
 	PartialRecordsSkipped  uint64  `json:"partial_records_skipped"`
-	CheckerRecordsLost     int64   `json:"checker_records_lost"`
-	RecordsDuplicated      int64   `json:"records_duplicated"`
-	KeysChecked            int     `json:"keys_checked"`
+	// RecordsReplayed and DuplicatesDropped are task failover's (FailoverResult).
+	RecordsReplayed    uint64 `json:"records_replayed"`
+	DuplicatesDropped  uint64 `json:"duplicates_dropped"`
+	CheckerRecordsLost int64  `json:"checker_records_lost"`
+	RecordsDuplicated  int64  `json:"records_duplicated"`
+	KeysChecked        int    `json:"keys_checked"`
 	// RecordsChecked is the number of records in the checker's state at the end (restored ones included,
 	// records processed by an attempt whose state was rolled back not).
 	RecordsChecked    int64    `json:"records_checked"`
@@ -620,6 +624,8 @@ func analyse(cfg Config, strategy string, pr *probes, res *runnel.JobResult, sam
 		r.RecordsDropped += f.RecordsDropped
 		r.BuffersDropped += f.BuffersDropped
 		r.PartialRecordsSkipped += f.PartialRecordsSkipped
+		r.RecordsReplayed += f.RecordsReplayed
+		r.DuplicatesDropped += f.DuplicatesDropped
 		r.RestartedSubtasks += len(f.Restarted)
 		r.Restarted = append(r.Restarted, f.Restarted...)
 	}

@@ -608,6 +608,12 @@ func failoverAttrs(f runnel.FailoverResult) []any {
 	if f.RecoveryMillis > 0 {
 		attrs = append(attrs, "recovery", (time.Duration(f.RecoveryMillis) * time.Millisecond).String())
 	}
+	if f.Fallback != "" {
+		attrs = append(attrs, "fallback", f.Fallback)
+	}
+	if f.RecordsReplayed+f.DuplicatesDropped > 0 {
+		attrs = append(attrs, "records_replayed", f.RecordsReplayed, "duplicates_dropped", f.DuplicatesDropped)
+	}
 	return append(attrs, "cause", f.Cause)
 }
 

@@ -19,6 +19,14 @@ import (
 // subtask, and lost nothing.
 func TestTaskFailoverExactlyOnce(t *testing.T) {
 	const records, keys, p = 60_000, 8, 2
+	// Each failure replays what its producers sent since the restored checkpoint and regenerates what its
+	// consumers had had since: over the cases, both must have happened.
+	var replayed, dropped uint64
+	defer func() {
+		if !t.Failed() && (replayed == 0 || dropped == 0) {
+			t.Errorf("over every failover, %d records replayed and %d duplicates dropped: both should be counted", replayed, dropped)
+		}
+	}()
 	for _, tc := range []struct {
 		name   string
 		opts   []runnel.Option
@@ -53,6 +61,12 @@ func TestTaskFailoverExactlyOnce(t *testing.T) {
 					t.Fatalf("failover %d restarted %v, not the failed %s", i, f.Restarted, f.Failed)
 				}
 				failures[f.Failed]++
+				checkReplayReport(t, i, f)
+				replayed, dropped = replayed+f.RecordsReplayed, dropped+f.DuplicatesDropped
+			}
+			if tot := res.FailoverTotals; tot.RecordsReplayed != sumOf(res.Failovers, true) || tot.DuplicatesDropped != sumOf(res.Failovers, false) {
+				t.Fatalf("totals replayed %d, dropped %d; the failovers say %d, %d", tot.RecordsReplayed, tot.DuplicatesDropped,
+					sumOf(res.Failovers, true), sumOf(res.Failovers, false))
 			}
 			for _, v := range res.Vertices {
 				for _, s := range v.Subtasks {
@@ -64,4 +78,35 @@ func TestTaskFailoverExactlyOnce(t *testing.T) {
 			}
 		})
 	}
+}
+
+// checkReplayReport checks the replay part of task failover i's report: records replayed only on channels
+// into the failed subtask, duplicates dropped only on channels out of it, per channel adding up to the
+// failover's totals.
+func checkReplayReport(t *testing.T, i int, f runnel.FailoverResult) {
+	t.Helper()
+	var replayed, dropped uint64
+	for _, c := range f.Replay {
+		if (c.RecordsReplayed > 0 && c.To != f.Failed) || (c.DuplicatesDropped > 0 && c.From != f.Failed) {
+			t.Fatalf("failover %d of %s reports %+v: replayed records are read by the failed subtask, duplicates are its own", i, f.Failed, c)
+		}
+		replayed, dropped = replayed+c.RecordsReplayed, dropped+c.DuplicatesDropped
+	}
+	if replayed != f.RecordsReplayed || dropped != f.DuplicatesDropped {
+		t.Fatalf("failover %d: channels add up to %d replayed, %d dropped; it reports %d, %d", i, replayed, dropped, f.RecordsReplayed, f.DuplicatesDropped)
+	}
+	t.Logf("failover %d of %s: %d records replayed, %d duplicates dropped, by channel %+v", i, f.Failed, f.RecordsReplayed, f.DuplicatesDropped, f.Replay)
+}
+
+// sumOf sums the failovers' records replayed (replayed) or duplicates dropped.
+func sumOf(fs []runnel.FailoverResult, replayed bool) uint64 {
+	var n uint64
+	for _, f := range fs {
+		if replayed {
+			n += f.RecordsReplayed
+		} else {
+			n += f.DuplicatesDropped
+		}
+	}
+	return n
 }

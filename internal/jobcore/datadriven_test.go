@@ -31,7 +31,7 @@ import (
 // [next=ID] (answers NextID, grants, sets up, and runs everything), grant TM slots=N, setup-ok TM,
 // setup-fail TM err=..., update ATTEMPT STATE [err=...] [peer=TM] [kind=deploy] [nonrecoverable],
 // running|canceled|finished ATTEMPT... (or "all": every deployed attempt), observe ATTEMPT joined
-// from=ATTEMPT sub=N lost=N | first-output | input-ended, sampled token=N (CHANNEL dropped=R/B)... |
+// from=ATTEMPT sub=N lost=N | replayed|dropped from=ATTEMPT sub=N records=N | first-output | input-ended | replay-done, sampled token=N (CHANNEL dropped=R/B)... |
 // missing, counters ATTEMPT in=N out=N, lose TM reason=..., alive TM, tick, cancel, stop [dir=DIR],
 // checkpoint ID (a tick that must trigger it, every running attempt acks, the commit succeeds), ack
 // ATTEMPT|all id=ID, decline ATTEMPT id=ID [err=...] [not-ready], storage op=N [err=...] [corrupt]
@@ -528,22 +528,29 @@ func (h *harness) event(line string) ([]string, error) {
 			return nil, err
 		}
 		o := Observation{Attempt: a, At: h.now}
-		switch pos[1] {
-		case "joined":
+		// The channel from=ATTEMPT sub=N into a.
+		channel := func() (Channel, error) {
 			from, err := h.attempt(kv["from"])
 			if err != nil {
-				return nil, err
+				return Channel{}, err
 			}
 			sub, _ := strconv.Atoi(kv["sub"])
-			lost, _ := strconv.ParseUint(kv["lost"], 10, 64)
 			var res ident.ResultID
 			for _, e := range h.jg.Vertex(a.Vertex).Inputs {
 				if e.Source.ID == from.Vertex {
 					res = e.Result
 				}
 			}
-			o.Kind, o.Lost = task.ChannelJoined, lost
-			o.Channel = Channel{Partition: ident.PartitionID{Result: res, Producer: from}, Subpartition: sub}
+			return Channel{Partition: ident.PartitionID{Result: res, Producer: from}, Subpartition: sub}, nil
+		}
+		switch pos[1] {
+		case "joined", "replayed", "dropped":
+			if o.Channel, err = channel(); err != nil {
+				return nil, err
+			}
+			o.Lost, _ = strconv.ParseUint(kv["lost"], 10, 64)
+			o.Records, _ = strconv.ParseUint(kv["records"], 10, 64)
+			o.Kind = map[string]task.ObservationKind{"joined": task.ChannelJoined, "replayed": task.ChannelReplayed, "dropped": task.DuplicatesDropped}[pos[1]]
 		case "first-output":
 			o.Kind = task.FirstOutput
 		case "input-ended":
@@ -982,6 +989,13 @@ func (h *harness) fmtFailover(n int, f Failover) string {
 		for _, ch := range f.Channels {
 			s += fmt.Sprintf("\n  channel %s->%s lost=%d dropped=%d/%d", h.core.name(ch.Producer), h.core.name(ch.Consumer),
 				ch.RecordsLost, ch.RecordsDropped, ch.BuffersDropped)
+		}
+	}
+	if f.RecordsReplayed+f.DuplicatesDropped > 0 {
+		s += fmt.Sprintf(" records_replayed=%d duplicates_dropped=%d", f.RecordsReplayed, f.DuplicatesDropped)
+		for _, ch := range f.Replay {
+			s += fmt.Sprintf("\n  channel %s->%s replayed=%d duplicates=%d", h.core.name(ch.Producer), h.core.name(ch.Consumer),
+				ch.RecordsReplayed, ch.DuplicatesDropped)
 		}
 	}
 	return s

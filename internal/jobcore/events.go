@@ -116,7 +116,9 @@ type Observation struct {
 	Channel        Channel
 	Lost           uint64
 	PartialSkipped uint64
-	At             time.Duration
+	// Records is the count of a ChannelReplayed or a DuplicatesDropped.
+	Records uint64
+	At      time.Duration
 }
 
 // AttemptCounters are the record counters of one running attempt.

@@ -37,6 +37,11 @@ type Failover struct {
 	RecordsLost, RecordsDropped, BuffersDropped, PartialRecordsSkipped uint64
 	// Channels breaks the loss down by channel (only channels that lost something).
 	Channels []ChannelLoss
+	// RecordsReplayed counts, under task failover, the records the restarted subtask read again from its
+	// producers' in-flight logs; DuplicatesDropped those its consumers dropped because the restarted
+	// subtask regenerated them. Replay breaks both down by channel (only channels with any).
+	RecordsReplayed, DuplicatesDropped uint64
+	Replay                             []ChannelReplay
 
 	// What the event keeps only until its restarted attempts have rejoined and emitted (see settle): the
 	// subtasks not yet running again, the restarted tails not yet emitting, and the producers' counters of
@@ -50,6 +55,30 @@ type Failover struct {
 type ChannelLoss struct {
 	Producer, Consumer                                                 ident.Subtask
 	RecordsLost, RecordsDropped, BuffersDropped, PartialRecordsSkipped uint64
+}
+
+// ChannelReplay is what task failover did on one channel in one failover: into the restarted subtask, the
+// records it replayed; out of it, the records its consumer dropped as duplicates.
+type ChannelReplay struct {
+	Producer, Consumer                 ident.Subtask
+	RecordsReplayed, DuplicatesDropped uint64
+}
+
+// AddReplay counts what task failover did on one channel, in one entry per channel.
+func (f *Failover) AddReplay(r ChannelReplay) {
+	if r.RecordsReplayed+r.DuplicatesDropped == 0 {
+		return
+	}
+	f.RecordsReplayed += r.RecordsReplayed
+	f.DuplicatesDropped += r.DuplicatesDropped
+	for i := range f.Replay {
+		if c := &f.Replay[i]; c.Producer == r.Producer && c.Consumer == r.Consumer {
+			c.RecordsReplayed += r.RecordsReplayed
+			c.DuplicatesDropped += r.DuplicatesDropped
+			return
+		}
+	}
+	f.Replay = append(f.Replay, r)
 }
 
 // Channel names one subpartition of one result partition: the channel from one producer attempt to one
@@ -147,6 +176,7 @@ func (f *Failover) Report() Failover {
 	c := *f
 	c.awaiting, c.tails, c.baseline = nil, nil, nil
 	c.Channels = append([]ChannelLoss(nil), f.Channels...)
+	c.Replay = append([]ChannelReplay(nil), f.Replay...)
 	c.Restarted = append([]ident.Subtask(nil), f.Restarted...)
 	c.FailedSubtasks = append([]ident.Subtask(nil), f.FailedSubtasks...)
 	if f.CheckpointRestored != nil {

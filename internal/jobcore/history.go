@@ -12,6 +12,8 @@ type FailoverTotals struct {
 	// Failovers counts them all; Omitted those no longer listed in detail.
 	Failovers, Omitted                                                 int
 	RecordsLost, RecordsDropped, BuffersDropped, PartialRecordsSkipped uint64
+	// RecordsReplayed and DuplicatesDropped sum what task failover replayed and dropped (Failover).
+	RecordsReplayed, DuplicatesDropped uint64
 	// Edges breaks the loss down by edge of the job graph (producer vertex to consumer vertex), in order of
 	// first loss: bounded by the number of edges.
 	Edges []EdgeLoss
@@ -122,6 +124,8 @@ func (h *History) Trim(current Current, ledger *LossLedger) {
 		if excess > 0 && ev.settled() && !referenced[ev] {
 			excess--
 			h.folded.Omitted++
+			h.folded.RecordsReplayed += ev.RecordsReplayed
+			h.folded.DuplicatesDropped += ev.DuplicatesDropped
 			for _, c := range ev.Channels {
 				h.folded.addChannel(c)
 			}
@@ -136,7 +140,8 @@ func (h *History) Trim(current Current, ledger *LossLedger) {
 // Totals sums every failover of the job: the folded ones and those listed.
 func (h *History) Totals() FailoverTotals {
 	t := FailoverTotals{Omitted: h.folded.Omitted, Failovers: h.folded.Omitted + len(h.events),
-		Edges: append([]EdgeLoss(nil), h.folded.Edges...)}
+		Edges:           append([]EdgeLoss(nil), h.folded.Edges...),
+		RecordsReplayed: h.folded.RecordsReplayed, DuplicatesDropped: h.folded.DuplicatesDropped}
 	// The channels hold all of a failover's loss.
 	for _, e := range t.Edges {
 		t.RecordsLost += e.RecordsLost
@@ -145,6 +150,8 @@ func (h *History) Totals() FailoverTotals {
 		t.PartialRecordsSkipped += e.PartialRecordsSkipped
 	}
 	for _, ev := range h.events {
+		t.RecordsReplayed += ev.RecordsReplayed
+		t.DuplicatesDropped += ev.DuplicatesDropped
 		for _, c := range ev.Channels {
 			t.addChannel(c)
 		}

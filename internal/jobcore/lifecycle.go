@@ -250,6 +250,13 @@ func (c *Core) onObservation(o Observation) {
 		ex.replaying = false
 		return
 	}
+	if o.Kind == task.DuplicatesDropped {
+		// Reported by a consumer that kept running: the failover is the one that restarted its producer.
+		if pex := c.execs[o.Channel.Partition.Producer.Subtask]; pex != nil && pex.createdBy != nil {
+			pex.createdBy.AddReplay(ChannelReplay{Producer: o.Channel.Partition.Producer.Subtask, Consumer: o.Attempt.Subtask, DuplicatesDropped: o.Records})
+		}
+		return
+	}
 	if ex != nil && o.Kind == task.InputEnded {
 		// The attempt waits for a checkpoint covering its end; once every input ended, the final
 		// checkpoint is triggered at once.
@@ -263,6 +270,8 @@ func (c *Core) onObservation(o Observation) {
 	}
 	ev := ex.createdBy
 	switch o.Kind {
+	case task.ChannelReplayed:
+		ev.AddReplay(ChannelReplay{Producer: o.Channel.Partition.Producer.Subtask, Consumer: o.Attempt.Subtask, RecordsReplayed: o.Records})
 	case task.ChannelJoined:
 		cl := ChannelLoss{Producer: o.Channel.Partition.Producer.Subtask, Consumer: o.Attempt.Subtask,
 			RecordsLost: o.Lost, PartialRecordsSkipped: o.PartialSkipped}

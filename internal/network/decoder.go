@@ -58,13 +58,27 @@ func (d *RecordDecoder) Reset() {
 // Rejoin prepares the decoder for a channel whose producer was restarted and regenerates its output from an
 // earlier record on (exactly-once local recovery, docs/taskfailover.md §5): it forgets its state like Reset,
 // joins the regenerated stream at its first buffer, and drops every record before dropBelow (the next record
-// the consumer had not had yet: NextSeq before the call), counting them in DuplicatesDropped. A record that
+// the consumer had not had yet: Resume before the call), counting them in DuplicatesDropped. A record that
 // spans buffers is dropped whole. The per-record path is unchanged: the dropping is done in SetBuffer.
 func (d *RecordDecoder) Rejoin(dropBelow uint64) {
 	skipped, dups := d.PartialRecordsSkipped, d.DuplicatesDropped
 	*d = RecordDecoder{maxRecordSize: d.maxRecordSize, partial: d.partial[:0], PartialRecordsSkipped: skipped,
 		DuplicatesDropped: dups, dropBelow: dropBelow}
 }
+
+// Resume returns the sequence number of the first record the consumer has not had: what a Rejoin drops up
+// to. It is NextSeq, except while a rejoined decoder still drops regenerated records, when it is the bound
+// that Rejoin was given (NextSeq is then below it: those records were had, before the producer restarted).
+func (d *RecordDecoder) Resume() uint64 {
+	if d.dropBelow != 0 {
+		return d.dropBelow
+	}
+	return d.nextSeq
+}
+
+// Rejoining reports whether a rejoined decoder still drops regenerated records (Rejoin): false once it
+// returned or passed the first record the consumer had not had.
+func (d *RecordDecoder) Rejoining() bool { return d.dropBelow != 0 }
 
 // Synced reports whether the decoder has seen a record boundary with a known sequence number.
 func (d *RecordDecoder) Synced() bool { return d.synced }

@@ -141,3 +141,60 @@ func TestRejoinDropsRegeneratedRecords(t *testing.T) {
 		})
 	}
 }
+
+// TestRejoinAgainWhileDropping: a producer that restarts a second time while its consumer still drops what
+// the first restart regenerated must not make the consumer return the records between where its dropping
+// had got to and the first record it had not had: Resume, not NextSeq, is where the consumer stands.
+func TestRejoinAgainWhileDropping(t *testing.T) {
+	const n, k = 300, 200
+	orig := streamOf(t, 0, n, 128, 60, 0)
+	dec := NewRecordDecoder(1 << 20)
+	var got []uint64
+	read := func(bs []*Buffer, until func() bool) {
+		t.Helper()
+		for _, b := range bs {
+			if until() {
+				return
+			}
+			if _, err := dec.SetBuffer(b); err != nil {
+				t.Fatal(err)
+			}
+			for {
+				rec, err := dec.Next()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if rec == nil {
+					break
+				}
+				got = append(got, dec.NextSeq()-1)
+			}
+		}
+	}
+	read(orig, func() bool { return dec.NextSeq() >= k })
+	had := dec.Resume()
+	dec.Rejoin(had)
+	// The first regenerated stream, from record 10: read until the decoder dropped past record 50, but not
+	// up to where the consumer stood.
+	read(streamOf(t, 10, n, 64, 60, 0), func() bool { return dec.Synced() && dec.NextSeq() > 50 })
+	if !dec.Rejoining() || dec.NextSeq() >= had {
+		t.Fatalf("the decoder should still be dropping: next %d, had up to %d", dec.NextSeq(), had)
+	}
+	if dec.Resume() != had {
+		t.Fatalf("Resume %d while dropping, want %d", dec.Resume(), had)
+	}
+	dropped := dec.DuplicatesDropped
+	dec.Rejoin(dec.Resume())
+	read(streamOf(t, 0, n, 96, 60, 0), func() bool { return false })
+	if len(got) != n {
+		t.Fatalf("%d records, want %d", len(got), n)
+	}
+	for i, s := range got {
+		if s != uint64(i) {
+			t.Fatalf("record %d is %d", i, s)
+		}
+	}
+	if dec.Rejoining() || dec.DuplicatesDropped != dropped+had {
+		t.Fatalf("dropped %d (rejoining %v), want %d", dec.DuplicatesDropped, dec.Rejoining(), dropped+had)
+	}
+}

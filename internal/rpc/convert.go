@@ -168,11 +168,11 @@ func encodeFromTaskManager(env protocol.Envelope) (*pb.FromTaskManager, error) {
 		}
 		m.Body = &pb.FromTaskManager_TaskUpdate{TaskUpdate: u}
 	case jobcore.Observation:
-		if b.Kind > task.ReplayDone {
+		if b.Kind > task.DuplicatesDropped {
 			return nil, fmt.Errorf("an Observation of %s: unknown kind %d", b.Attempt, b.Kind)
 		}
 		m.Body = &pb.FromTaskManager_Observation{Observation: &pb.Observation{Attempt: encodeAttempt(b.Attempt), Kind: pb.ObservationKind(b.Kind),
-			Channel: encodeChannel(b.Channel), Lost: b.Lost, PartialSkipped: b.PartialSkipped, AtNanos: int64(b.At)}}
+			Channel: encodeChannel(b.Channel), Lost: b.Lost, PartialSkipped: b.PartialSkipped, AtNanos: int64(b.At), Records: b.Records}}
 	case jobcore.CheckpointAck:
 		m.Body = &pb.FromTaskManager_CheckpointAck{CheckpointAck: &pb.CheckpointAck{Id: b.ID, Attempt: encodeAttempt(b.Attempt),
 			Handle: encodeHandle(b.Handle)}}
@@ -240,11 +240,11 @@ func decodeFromTaskManager(m *pb.FromTaskManager) (env protocol.Envelope, bye *p
 		env.Body = tu
 	case *pb.FromTaskManager_Observation:
 		o := b.Observation
-		if o.GetKind() < 0 || o.GetKind() > pb.ObservationKind_OBSERVATION_KIND_REPLAY_DONE {
+		if o.GetKind() < 0 || o.GetKind() > pb.ObservationKind_OBSERVATION_KIND_DUPLICATES_DROPPED {
 			return env, nil, fmt.Errorf("an Observation: unknown kind %d", o.GetKind())
 		}
 		env.Body = jobcore.Observation{Attempt: decodeAttempt(o.GetAttempt()), Kind: task.ObservationKind(o.GetKind()),
-			Channel: decodeChannel(o.GetChannel()), Lost: o.GetLost(), PartialSkipped: o.GetPartialSkipped(), At: time.Duration(o.GetAtNanos())}
+			Channel: decodeChannel(o.GetChannel()), Lost: o.GetLost(), PartialSkipped: o.GetPartialSkipped(), At: time.Duration(o.GetAtNanos()), Records: o.GetRecords()}
 	case *pb.FromTaskManager_CheckpointAck:
 		a := b.CheckpointAck
 		env.Body = jobcore.CheckpointAck{ID: a.GetId(), Attempt: decodeAttempt(a.GetAttempt()), Handle: decodeHandle(a.GetHandle())}

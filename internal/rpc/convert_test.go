@@ -101,9 +101,9 @@ func (f *filler) fill(v reflect.Value) {
 		return
 	case obsKindType:
 		if f.full {
-			v.SetUint(1 + f.next(uint64(task.InputEnded)))
+			v.SetUint(1 + f.next(uint64(task.DuplicatesDropped)))
 		} else {
-			v.SetUint(f.next(uint64(task.InputEnded) + 1))
+			v.SetUint(f.next(uint64(task.DuplicatesDropped) + 1))
 		}
 		return
 	case failKindType:

@@ -251,3 +251,81 @@ func TestReplayRunsTimersWhereTheyRan(t *testing.T) {
 		t.Fatalf("the control fired the timer without the log: %v", control)
 	}
 }
+
+// TestProducerRestartedTwiceWhileDropping: a consumer reads records 0..99 of a logged producer; the
+// producer is taken over (task failover) and regenerates 0..49, then is taken over again and regenerates
+// 0..99. The consumer must hand its chain each record once: the second restart comes while it still drops
+// what the first regenerated, and the first record it has not had is still 100, not the 50 its decoder
+// had got to. It reports the duplicates it dropped once, when it is past them.
+func TestProducerRestartedTwiceWhileDropping(t *testing.T) {
+	h := newFinishHarness(t)
+	parts, in := loggedInputs(t, h, 40)
+	in.Channels = in.Channels[:1]
+	p := parts[0]
+	c := &orderChain{}
+	cfg := Config{
+		Info:   Info{JobName: "rejoin", VertexName: "consumer", Attempt: ident.Attempt{Subtask: ident.Subtask{Vertex: 1}}, Parallelism: 1, MaxParallelism: 1},
+		Inputs: []InputSpec{in}, Chain: func(rt *Runtime) (Chain, error) { c.rt = rt; return c, nil },
+		BufferTimeout: -1, MaxRecordSize: 1 << 10, CreditsPerChannel: 2, ConnectTimeout: 5 * time.Second,
+	}
+	_, wait := h.start(cfg)
+	emit := func(n int) {
+		for i := range n {
+			if err := p.EmitRecord(0, binary.AppendUvarint(nil, uint64(i))); err != nil {
+				t.Fatal(err)
+			}
+			p.Flush(0)
+		}
+	}
+	pool, err := h.mem.NewPool("taken over", 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Destroy)
+	emit(100)
+	// The consumer reads live when the producer restarts: its queue keeps what it has not had, then the
+	// events and the regenerated buffers follow in order.
+	for deadline := time.Now().Add(10 * time.Second); len(c.seen()) < 100; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the consumer read %d records of 100", len(c.seen()))
+		}
+	}
+	for _, regenerate := range []int{50, 100} {
+		if err := p.Takeover(pool, make(chan struct{}), 0); err != nil {
+			t.Fatal(err)
+		}
+		emit(regenerate)
+	}
+	if err := p.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	var dropped []uint64
+	timeout := time.After(10 * time.Second)
+	for done := false; !done; {
+		select {
+		case u := <-h.updates:
+			if o := u.Observation; o != nil && o.Kind == DuplicatesDropped {
+				dropped = append(dropped, o.Records)
+			}
+			if u.State.Terminal() {
+				if u.State != Finished {
+					t.Fatalf("consumer ended %s: %v", u.State, u.Err)
+				}
+				done = true
+			}
+		case <-timeout:
+			t.Fatal("the consumer did not finish")
+		}
+	}
+	wait()
+	want := make([]string, 100)
+	for i := range want {
+		want[i] = fmt.Sprintf("A%d", i)
+	}
+	if got := c.seen(); !slices.Equal(got, want) {
+		t.Fatalf("the chain saw %d records %v, want 0..99 once each", len(got), got)
+	}
+	if !slices.Equal(dropped, []uint64{150}) {
+		t.Fatalf("duplicates reported %v, want one report of 150 (50 of the first regeneration, 100 of the second)", dropped)
+	}
+}

@@ -336,6 +336,14 @@ const (
 	// failure of a neighbour no longer needs the replay, and the job master takes it as a task failure of
 	// its own again.
 	ReplayDone
+	// ChannelReplayed: Records is how many records the attempt read again on the channel while it replayed
+	// (task failover): those its producer's in-flight log held from the restored checkpoint on. Reported
+	// just before ReplayDone, for each channel with any.
+	ChannelReplayed
+	// DuplicatesDropped: the channel's producer was taken over by a new attempt (task failover), which
+	// regenerated records this consumer had had already; Records is how many it dropped before the first
+	// new one.
+	DuplicatesDropped
 )
 
 // Observation is a fact a running task reports to the job master.
@@ -346,6 +354,8 @@ type Observation struct {
 	// Lost and PartialSkipped describe a ChannelJoined.
 	Lost           uint64
 	PartialSkipped uint64
+	// Records is the count of a ChannelReplayed or a DuplicatesDropped.
+	Records uint64
 }
 
 // RemoteConnector opens a channel to a partition on another TaskManager.
@@ -530,12 +540,16 @@ type run struct {
 	replayHave bool
 	recordErr  bool // the determinant log broke: said once
 	joined     []bool
-	outputSeen bool
-	async      sync.WaitGroup // goroutines writing checkpoint state
-	snapMemory chan []byte    // memory of the last state blob, for the next one (capacity 1)
-	asyncCtx   context.Context
-	stopAsync  context.CancelFunc
-	mail       mail // the mail being carried out (its memory is reused)
+	// rejoined marks the channels whose producer restarted (EventProducerRestarted) and whose decoder is
+	// still to report the duplicates it dropped, counted from dropsBefore.
+	rejoined    []bool
+	dropsBefore []uint64
+	outputSeen  bool
+	async       sync.WaitGroup // goroutines writing checkpoint state
+	snapMemory  chan []byte    // memory of the last state blob, for the next one (capacity 1)
+	asyncCtx    context.Context
+	stopAsync   context.CancelFunc
+	mail        mail // the mail being carried out (its memory is reused)
 	// completeHeard is the highest checkpoint completion the chain heard of.
 	completeHeard int64
 	fin           finishing // end of input and the final checkpoint (finish.go)
@@ -742,6 +756,8 @@ func (r *run) setupInputs() error {
 	r.ended = make([]bool, total)
 	r.restored = make([]uint64, total)
 	r.joined = make([]bool, total)
+	r.rejoined = make([]bool, total)
+	r.dropsBefore = make([]uint64, total)
 	return nil
 }
 
@@ -918,7 +934,7 @@ func (r *run) nextBuffer() (int, *network.Buffer, error) {
 			return -1, nil, fmt.Errorf("replay: %w", err)
 		case !ok:
 			r.replay = nil // the log is used up: live from here, appending
-			r.t.observe(Observation{Kind: ReplayDone, At: time.Now()})
+			r.replayed()
 		case e.Kind == determinants.Time:
 			if r.stepped != nil {
 				r.stepped.ms.Store(e.Value)
@@ -1031,8 +1047,13 @@ func (r *run) processBuffer(idx int, buf *network.Buffer) (bool, error) {
 		case network.EventProducerRestarted:
 			// The producer was taken over by a new attempt that regenerates its output from an earlier
 			// record (task failover): drop what this channel had already.
+			// Resume, not NextSeq: a producer that restarts again while the decoder still drops what the
+			// last attempt regenerated must not make it return records it had before.
 			dec := r.decoders[idx]
-			dec.Rejoin(dec.NextSeq())
+			if !r.rejoined[idx] {
+				r.rejoined[idx], r.dropsBefore[idx] = true, dec.DuplicatesDropped
+			}
+			dec.Rejoin(dec.Resume())
 			return false, nil
 		default:
 			return false, fmt.Errorf("input channel %d: unexpected %s event", idx, ev.Type)
@@ -1048,6 +1069,10 @@ func (r *run) processBuffer(idx int, buf *network.Buffer) (bool, error) {
 	}
 	if joined && !r.joined[idx] {
 		r.join(idx, dec.NextSeq(), dec.PartialRecordsSkipped)
+	}
+	if r.rejoined[idx] && !dec.Rejoining() {
+		r.rejoined[idx] = false
+		r.t.observe(Observation{Kind: DuplicatesDropped, At: time.Now(), Channel: r.channels[idx], Records: dec.DuplicatesDropped - r.dropsBefore[idx]})
 	}
 	n, err := r.chain.ProcessBuffer(r.chanInput[idx], dec)
 	r.t.counters.In += uint64(n)
@@ -1067,6 +1092,17 @@ func (r *run) join(idx int, firstSeq, partial uint64) {
 		lost = firstSeq - r.restored[idx]
 	}
 	r.t.observe(Observation{Kind: ChannelJoined, At: time.Now(), Channel: r.channels[idx], Lost: lost, PartialSkipped: partial})
+}
+
+// replayed reports the end of the replay: the records read again on each input channel, then ReplayDone.
+func (r *run) replayed() {
+	now := time.Now()
+	for idx, dec := range r.decoders {
+		if dec.Synced() && dec.NextSeq() > r.restored[idx] {
+			r.t.observe(Observation{Kind: ChannelReplayed, At: now, Channel: r.channels[idx], Records: dec.NextSeq() - r.restored[idx]})
+		}
+	}
+	r.t.observe(Observation{Kind: ReplayDone, At: now})
 }
 
 // checkOutput reports the first record the attempt emitted, and sends it on at once: a restarted task's
