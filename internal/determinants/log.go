@@ -56,7 +56,9 @@ func (k Kind) String() string {
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
 
-// Entry is one step. Channel is meaningful for Buffer and Event, Value for the others.
+// Entry is one step. Channel is meaningful for Buffer and Event. Value, for Buffer and Event, is the
+// number of records the task emitted since its previous Buffer or Event step (never negative): a replay
+// that emits another number has diverged (docs/taskfailover.md §8); for the other kinds it is as they say.
 type Entry struct {
 	Kind    Kind
 	Channel int
@@ -147,14 +149,18 @@ func (l *Log) Append(e Entry) error {
 	if e.Kind < Buffer || e.Kind > maxKind {
 		return fmt.Errorf("determinant log: append of an entry of %s", e.Kind)
 	}
-	var tmp [1 + binary.MaxVarintLen64]byte
+	var tmp [1 + 2*binary.MaxVarintLen64]byte
 	tmp[0] = byte(e.Kind)
 	var n int
 	if e.Kind == Buffer || e.Kind == Event {
 		if e.Channel < 0 {
 			return fmt.Errorf("determinant log: %s of channel %d", e.Kind, e.Channel)
 		}
+		if e.Value < 0 {
+			return fmt.Errorf("determinant log: %s of channel %d after %d records", e.Kind, e.Channel, e.Value)
+		}
 		n = 1 + binary.PutUvarint(tmp[1:], uint64(e.Channel))
+		n += binary.PutUvarint(tmp[n:], uint64(e.Value))
 	} else {
 		n = 1 + binary.PutVarint(tmp[1:], e.Value)
 	}
@@ -291,9 +297,15 @@ func (r *Reader) Next() (e Entry, ok bool, err error) {
 	var k int
 	switch kind {
 	case Buffer, Event:
-		var c uint64
-		c, k = binary.Uvarint(b[1:])
-		e = Entry{Kind: kind, Channel: int(c)}
+		c, kc := binary.Uvarint(b[1:])
+		var out uint64
+		if kc > 0 {
+			out, k = binary.Uvarint(b[1+kc:])
+			if k > 0 {
+				k += kc
+			}
+		}
+		e = Entry{Kind: kind, Channel: int(c), Value: int64(out)}
 	case Time, Timers, Poll, Watermark:
 		e.Kind = kind
 		e.Value, k = binary.Varint(b[1:])

@@ -44,9 +44,9 @@ func TestLog(t *testing.T) {
 		want  []Entry
 	}{
 		{"empty", nil, nil},
-		{"every kind, extreme values", []step{{append: []Entry{b(0), ev(1 << 20), tm(math.MinInt64), {Kind: Timers, Value: math.MaxInt64},
+		{"every kind, extreme values", []step{{append: []Entry{b(0), ev(1 << 20), {Kind: Buffer, Channel: 2, Value: math.MaxInt64}, tm(math.MinInt64), {Kind: Timers, Value: math.MaxInt64},
 			{Kind: Poll, Value: 4096}, {Kind: Watermark, Value: -1}}}},
-			[]Entry{b(0), ev(1 << 20), tm(math.MinInt64), {Kind: Timers, Value: math.MaxInt64}, {Kind: Poll, Value: 4096}, {Kind: Watermark, Value: -1}}},
+			[]Entry{b(0), ev(1 << 20), {Kind: Buffer, Channel: 2, Value: math.MaxInt64}, tm(math.MinInt64), {Kind: Timers, Value: math.MaxInt64}, {Kind: Poll, Value: 4096}, {Kind: Watermark, Value: -1}}},
 		{"truncate at a mark", []step{{append: []Entry{b(0), b(1)}}, {mark: 3}, {append: []Entry{b(2)}}, {truncate: 3}}, []Entry{b(2)}},
 		{"truncate at a later mark drops the older ones", []step{{append: []Entry{b(0)}}, {mark: 3}, {append: []Entry{b(1)}}, {mark: 4},
 			{append: []Entry{b(2)}}, {truncate: 4}}, []Entry{b(2)}},
@@ -112,8 +112,8 @@ func TestLogRefuses(t *testing.T) {
 	if _, err := New(Config{}); err == nil {
 		t.Fatal("a log without bounds was made")
 	}
-	l, _ := New(Config{MaxBytes: 10, MaxMarks: 2})
-	for _, e := range []Entry{{}, {Kind: maxKind + 1}, {Kind: Buffer, Channel: -1}} {
+	l, _ := New(Config{MaxBytes: 15, MaxMarks: 2})
+	for _, e := range []Entry{{}, {Kind: maxKind + 1}, {Kind: Buffer, Channel: -1}, {Kind: Event, Channel: 1, Value: -1}} {
 		if err := l.Append(e); err == nil || errors.Is(err, ErrBroken) {
 			t.Errorf("Append(%v): %v, want a refusal that does not break the log", e, err)
 		}
@@ -130,7 +130,7 @@ func TestLogRefuses(t *testing.T) {
 		}
 	}
 	err := l.Append(Entry{Kind: Buffer, Channel: 1})
-	if !errors.Is(err, ErrBroken) || !strings.Contains(err.Error(), "12 bytes") || !strings.Contains(err.Error(), "bound of 10") {
+	if !errors.Is(err, ErrBroken) || !strings.Contains(err.Error(), "18 bytes") || !strings.Contains(err.Error(), "bound of 15") {
 		t.Fatalf("append past the bound: %v", err)
 	}
 	if _, err := l.Reader(); !errors.Is(err, ErrBroken) {
@@ -177,7 +177,7 @@ func TestLogRandom(t *testing.T) {
 					var e Entry
 					switch rng.IntN(3) {
 					case 0:
-						e = Entry{Kind: Buffer, Channel: rng.IntN(1 << uint(rng.IntN(30)))}
+						e = Entry{Kind: Buffer, Channel: rng.IntN(1 << uint(rng.IntN(30))), Value: rng.Int64N(1 << uint(rng.IntN(62)))}
 					case 1:
 						e = Entry{Kind: Time, Value: rng.Int64() - math.MaxInt64/2}
 					default:
@@ -260,7 +260,7 @@ func TestLogBytesBounded(t *testing.T) {
 	if allocs := testing.AllocsPerRun(20, round); allocs != 0 {
 		t.Fatalf("%v allocations per round of 30000 appends, a mark and a truncation", allocs)
 	}
-	if l.Bytes() != 30_000*2 {
+	if l.Bytes() != 30_000*3 { // kind, channel, records emitted (0)
 		t.Fatalf("%d bytes kept", l.Bytes())
 	}
 }

@@ -3,11 +3,13 @@ package task
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -328,4 +330,84 @@ func TestProducerRestartedTwiceWhileDropping(t *testing.T) {
 	if !slices.Equal(dropped, []uint64{150}) {
 		t.Fatalf("duplicates reported %v, want one report of 150 (50 of the first regeneration, 100 of the second)", dropped)
 	}
+}
+
+// emittingChain is orderChain that counts an output record per input record, and two for record A7 when
+// twice is set: an operator that does not emit the same for the same input.
+type emittingChain struct {
+	orderChain
+	twice bool
+}
+
+func (c *emittingChain) ProcessBuffer(input int, dec *network.RecordDecoder) (int, error) {
+	n, err := c.orderChain.ProcessBuffer(input, dec)
+	c.rt.Counters.Out += uint64(n)
+	if c.twice && slices.Contains(c.seen(), "A7") {
+		c.twice = false
+		c.rt.Counters.Out++
+	}
+	return n, err
+}
+
+// TestReplayDivergenceIsFound: the determinant log records, with every step, the records the task emitted
+// since the step before; a replay whose operator emits one record more than the failed attempt did after
+// the same input fails with ErrReplayDiverged, naming the step, instead of going on with output that its
+// consumers would drop wrongly. A replay that emits the same passes (the control).
+func TestReplayDivergenceIsFound(t *testing.T) {
+	h := newFinishHarness(t)
+	parts, in := loggedInputs(t, h, 60)
+	log, err := determinants.New(determinants.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(attempt int32, replay, twice bool, write func()) Update {
+		t.Helper()
+		c := &emittingChain{twice: twice}
+		cfg := Config{
+			Info:   Info{JobName: "replay", VertexName: "emit", Attempt: ident.Attempt{Subtask: ident.Subtask{Vertex: 1}, Number: attempt}, Parallelism: 1, MaxParallelism: 1},
+			Inputs: []InputSpec{in}, Chain: func(rt *Runtime) (Chain, error) { c.rt = rt; return c, nil },
+			BufferTimeout: -1, MaxRecordSize: 1 << 10, CreditsPerChannel: 2, ConnectTimeout: 5 * time.Second,
+			Determinants: log, Replay: replay,
+		}
+		_, wait := h.start(cfg)
+		if write != nil {
+			write()
+		}
+		defer wait()
+		for {
+			select {
+			case u := <-h.updates:
+				if u.Observation == nil && u.State.Terminal() {
+					return u
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the task did not end")
+			}
+		}
+	}
+	if u := run(0, false, false, func() {
+		for n := range 20 {
+			for p := range parts {
+				if err := parts[p].EmitRecord(0, binary.AppendUvarint(nil, uint64(1000*p+n))); err != nil {
+					t.Fatal(err)
+				}
+				parts[p].Flush(0)
+			}
+		}
+		for _, p := range parts {
+			if err := p.Finish(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}); u.State != Finished {
+		t.Fatalf("the first attempt ended %s: %v", u.State, u.Err)
+	}
+	if u := run(1, true, false, nil); u.State != Finished {
+		t.Fatalf("a faithful replay ended %s: %v", u.State, u.Err)
+	}
+	u := run(2, true, true, nil)
+	if u.State != Failed || !errors.Is(u.Err, ErrReplayDiverged) || !strings.Contains(u.Err.Error(), "had emitted 1 records since its previous step, this attempt 2") {
+		t.Fatalf("a diverging replay ended %s: %v", u.State, u.Err)
+	}
+	t.Log(u.Err)
 }

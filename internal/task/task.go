@@ -516,6 +516,11 @@ func (t *Task) Run() {
 
 var errCanceled = errors.New("task canceled")
 
+// ErrReplayDiverged reports a replay under task failover that did not take the steps the failed attempt
+// took (docs/taskfailover.md §8): the attempt fails rather than emit what its consumers would drop wrongly,
+// and the job master falls back to region failover.
+var ErrReplayDiverged = errors.New("replay diverged")
+
 // run holds the resources of one execution.
 type run struct {
 	t          *Task
@@ -538,6 +543,10 @@ type run struct {
 	stepped    *stepClock // the operators' clock when the task keeps a determinant log
 	replayNext determinants.Entry
 	replayHave bool
+	// stepOut is the task's output record count when it took its last buffer or event: each step's entry
+	// records the records emitted since, which the replay checks. replaySteps counts the replayed steps.
+	stepOut     uint64
+	replaySteps int64
 	recordErr  bool // the determinant log broke: said once
 	joined     []bool
 	// rejoined marks the channels whose producer restarted (EventProducerRestarted) and whose decoder is
@@ -957,9 +966,18 @@ func (r *run) nextBuffer() (int, *network.Buffer, error) {
 		if err != nil || buf == nil {
 			return idx, nil, err
 		}
+		r.replaySteps++
 		if isEvent := buf.Kind == network.KindEvent; isEvent != (r.replayNext.Kind == determinants.Event) {
-			return idx, nil, fmt.Errorf("replay diverged: the log says %v, the channel has a %s buffer", r.replayNext, buf.Kind)
+			return idx, nil, fmt.Errorf("%w: at step %d the log says %v, the channel has a %s buffer", ErrReplayDiverged, r.replaySteps, r.replayNext, buf.Kind)
 		}
+		// The steps before this one must have emitted what they emitted in the failed attempt: otherwise
+		// what this attempt regenerates is not what its consumers had, and dropping it would lose or
+		// duplicate records (docs/taskfailover.md §8).
+		if out := r.t.counters.Out - r.stepOut; out != uint64(r.replayNext.Value) {
+			return idx, nil, fmt.Errorf("%w: before step %d (%v) the failed attempt had emitted %d records since its previous step, this attempt %d; an operator does not emit the same for the same input (randomness, wall-clock time read directly, or state outside Runnel's)",
+				ErrReplayDiverged, r.replaySteps, r.replayNext, r.replayNext.Value, out)
+		}
+		r.stepOut = r.t.counters.Out
 		r.replayHave = false
 		return idx, buf, nil
 	}
@@ -970,7 +988,8 @@ func (r *run) nextBuffer() (int, *network.Buffer, error) {
 		if buf.Kind == network.KindEvent {
 			kind = determinants.Event
 		}
-		r.record(determinants.Entry{Kind: kind, Channel: idx})
+		r.record(determinants.Entry{Kind: kind, Channel: idx, Value: int64(r.t.counters.Out - r.stepOut)})
+		r.stepOut = r.t.counters.Out
 	}
 	return idx, buf, err
 }
