@@ -60,6 +60,11 @@ type SourceReader[T any] = operator.SourceReader[T]
 // CheckpointedReader is a SourceReader whose position can be checkpointed (see operator.CheckpointedReader).
 type CheckpointedReader = operator.CheckpointedReader
 
+// DeterministicReader is a SourceReader that says whether it replays the same records in the same order
+// from a restored position, which task failover needs of a failed source (see
+// operator.DeterministicReader); without it a source's failure under task failover restarts by region.
+type DeterministicReader = operator.DeterministicReader
+
 // CheckpointListener is a SourceReader or SinkWriter told when a checkpoint is complete (see
 // operator.CheckpointListener).
 type CheckpointListener = operator.CheckpointListener

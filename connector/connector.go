@@ -50,6 +50,9 @@ func (r *collectionReader[T]) PollNext(out runnel.Collector[T]) (runnel.InputSta
 
 func (r *collectionReader[T]) Available() <-chan struct{} { return nil }
 
+// ReplaysDeterministically implements runnel.DeterministicReader: the items come in index order.
+func (r *collectionReader[T]) ReplaysDeterministically() bool { return true }
+
 // SnapshotState implements runnel.CheckpointedReader: the index of the next item.
 func (r *collectionReader[T]) SnapshotState(int64) ([]byte, error) {
 	return binary.AppendUvarint(nil, uint64(r.next)), nil
@@ -185,6 +188,10 @@ func (r *generatorReader[T]) arm(d time.Duration) {
 
 func (r *generatorReader[T]) Available() <-chan struct{} { return r.wake }
 
+// ReplaysDeterministically implements runnel.DeterministicReader: record n is a function of n, whatever the
+// rate lets a poll emit.
+func (r *generatorReader[T]) ReplaysDeterministically() bool { return true }
+
 // SnapshotState implements runnel.CheckpointedReader: the next sequence number.
 func (r *generatorReader[T]) SnapshotState(int64) ([]byte, error) {
 	return binary.AppendUvarint(nil, r.seq), nil
@@ -295,6 +302,10 @@ func (r *textReader) PollNext(out runnel.Collector[string]) (runnel.InputStatus,
 }
 
 func (r *textReader) Available() <-chan struct{} { return nil }
+
+// ReplaysDeterministically implements runnel.DeterministicReader: the lines of its range, in file order (of
+// a file that does not change under it).
+func (r *textReader) ReplaysDeterministically() bool { return true }
 
 // SnapshotState implements runnel.CheckpointedReader: the byte offset of the next line.
 func (r *textReader) SnapshotState(int64) ([]byte, error) {

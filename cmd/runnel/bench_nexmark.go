@@ -361,6 +361,12 @@ func (r *probedReader) SnapshotState(id int64) ([]byte, error) { return r.cr.Sna
 // RestoreState implements runnel.CheckpointedReader.
 func (r *probedReader) RestoreState(b []byte) error { return r.cr.RestoreState(b) }
 
+// ReplaysDeterministically implements runnel.DeterministicReader as the probed reader does.
+func (r *probedReader) ReplaysDeterministically() bool {
+	dr, ok := r.SourceReader.(runnel.DeterministicReader)
+	return ok && dr.ReplaysDeterministically()
+}
+
 // countingCollector counts what the reader emits into the probe, as a BatchCollector.
 type countingCollector struct {
 	out   runnel.Collector[nexmark.Event]

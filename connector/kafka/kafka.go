@@ -344,6 +344,13 @@ func (r *sourceReader[T]) finished() bool {
 // Available implements runnel.SourceReader.
 func (r *sourceReader[T]) Available() <-chan struct{} { return r.ready }
 
+// ReplaysDeterministically implements runnel.DeterministicReader, for a subtask restored with the offset
+// of exactly one partition: the records of one partition come in offset order. With several, they are
+// merged in the order the fetches return them, which a replay would not repeat; with none restored (a
+// failure before the first checkpoint) the partitions are not known yet. Either way task failover falls
+// back to region failover for this subtask.
+func (r *sourceReader[T]) ReplaysDeterministically() bool { return len(r.offsets) == 1 }
+
 // SnapshotState implements runnel.CheckpointedReader: per partition, the offset of the next record.
 func (r *sourceReader[T]) SnapshotState(int64) ([]byte, error) {
 	parts := make([]int32, 0, len(r.offsets))

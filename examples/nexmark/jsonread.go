@@ -294,6 +294,9 @@ func (r *jsonReader) PollNext(out runnel.Collector[Event]) (runnel.InputStatus, 
 // Available implements runnel.SourceReader; a file is always available.
 func (r *jsonReader) Available() <-chan struct{} { return nil }
 
+// ReplaysDeterministically implements runnel.DeterministicReader: the file's events in file order.
+func (r *jsonReader) ReplaysDeterministically() bool { return true }
+
 // SnapshotState implements runnel.CheckpointedReader: the offset and the number of the next line.
 func (r *jsonReader) SnapshotState(int64) ([]byte, error) {
 	return binary.AppendUvarint(binary.AppendUvarint(nil, uint64(r.offset)), uint64(r.line)), nil

@@ -110,6 +110,10 @@ func (r *generatorReader) arm(d time.Duration) {
 // Available implements runnel.SourceReader.
 func (r *generatorReader) Available() <-chan struct{} { return r.wake }
 
+// ReplaysDeterministically implements runnel.DeterministicReader: event n is a function of n (its dateTime
+// too), whatever the rate lets a poll emit.
+func (r *generatorReader) ReplaysDeterministically() bool { return true }
+
 // SnapshotState implements runnel.CheckpointedReader: the next event number.
 func (r *generatorReader) SnapshotState(int64) ([]byte, error) {
 	return binary.AppendUvarint(nil, r.next), nil

@@ -123,6 +123,16 @@ type CheckpointedReader interface {
 	RestoreState(state []byte) error
 }
 
+// DeterministicReader is a SourceReader that can say whether, rewound to its position (RestoreState, or
+// its start), it emits the same records in the same order again however its polls are cut: what task
+// failover needs of a source (docs/taskfailover.md §7). Asked once, after the restore of a subtask restarted
+// by task failover; a reader that does not implement it, or answers false, makes that failover fall back
+// to region failover. A reader that merges several inputs in the order they arrive (a Kafka source with
+// several partitions) must answer false.
+type DeterministicReader interface {
+	ReplaysDeterministically() bool
+}
+
 // CheckpointedWriter is a SinkWriter with state that is checkpointed and restored with the job's (for
 // example what it has written but not yet committed, or what it has seen).
 type CheckpointedWriter interface {

@@ -262,6 +262,14 @@ func (c *chain) IsSource() bool { return c.source != nil }
 // PollSource implements task.Chain.
 func (c *chain) PollSource() (task.SourceStatus, error) { return c.source.Poll() }
 
+// CheckReplay implements task.ReplayChecker: a source chain replays only if its reader says it can.
+func (c *chain) CheckReplay() error {
+	if c.source == nil {
+		return nil
+	}
+	return c.source.CheckReplay()
+}
+
 // SourceAvailable implements task.Chain.
 func (c *chain) SourceAvailable() <-chan struct{} { return c.source.Available() }
 

@@ -61,6 +61,8 @@ type Built struct {
 type SourceDriver interface {
 	Poll() (InputStatus, error)
 	Available() <-chan struct{}
+	// CheckReplay says, after the reader's restore, why it cannot replay for task failover (nil: it can).
+	CheckReplay() error
 }
 
 // Context implements RuntimeContext for one operator of one subtask.
@@ -531,6 +533,13 @@ func (d *sourceDriver[T]) poll() (InputStatus, error) {
 }
 
 func (d *sourceDriver[T]) Available() <-chan struct{} { return d.reader.Available() }
+
+func (d *sourceDriver[T]) CheckReplay() error {
+	if dr, ok := d.reader.(DeterministicReader); ok && dr.ReplaysDeterministically() {
+		return nil
+	}
+	return fmt.Errorf("source %q cannot replay for task failover: its reader does not say that it emits the same records in the same order from a restored position (runnel.DeterministicReader)", d.ctx.operator)
+}
 
 type countingCollector[T any] struct {
 	next BatchCollector[T]

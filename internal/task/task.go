@@ -303,6 +303,13 @@ func (c *Config) restoredID() int64 {
 	return c.Restore.CheckpointID
 }
 
+// ReplayChecker is a Chain that can say, after its restore, why it cannot replay for task failover (a source
+// whose reader is not deterministic). An attempt that replays fails with its error, and the job master falls
+// back to region failover.
+type ReplayChecker interface {
+	CheckReplay() error
+}
+
 // Update reports a state change of a task attempt, or (with Observation set) something it observed while
 // running, in which case State is not a change.
 type Update struct {
@@ -547,8 +554,8 @@ type run struct {
 	// records the records emitted since, which the replay checks. replaySteps counts the replayed steps.
 	stepOut     uint64
 	replaySteps int64
-	recordErr  bool // the determinant log broke: said once
-	joined     []bool
+	recordErr   bool // the determinant log broke: said once
+	joined      []bool
 	// rejoined marks the channels whose producer restarted (EventProducerRestarted) and whose decoder is
 	// still to report the duplicates it dropped, counted from dropsBefore.
 	rejoined    []bool
@@ -622,6 +629,11 @@ func (r *run) execute() (err error) {
 		}
 		if r.replay, err = t.cfg.Determinants.ReaderAt(t.cfg.restoredID()); err != nil {
 			return fmt.Errorf("replay: %w", err)
+		}
+		if rc, ok := chain.(ReplayChecker); ok {
+			if err := rc.CheckReplay(); err != nil {
+				return fmt.Errorf("replay: %w", err)
+			}
 		}
 	}
 	t.setState(Running, nil)
