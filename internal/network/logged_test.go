@@ -55,6 +55,10 @@ func TestLoggedPartitionReplaysFromABarrier(t *testing.T) {
 		first.ch.Release()
 		close(firstDone)
 		produced.Wait() // nobody reads: a producer that waited on the log's reader would hang here
+		// What the first reader's queue held when it went is in the log: nothing was dropped.
+		if st := p.Stats(); st.BuffersDropped+st.RecordsDropped != 0 {
+			t.Fatalf("a logged partition reports %d buffers (%d records) dropped", st.BuffersDropped, st.RecordsDropped)
+		}
 
 		check := func(attempt int32, from int64, firstRecord int, barriers string) {
 			t.Helper()

@@ -311,9 +311,13 @@ func (s *Subpartition) releaseViewLocked(v *View) {
 	if s.partition.opts.Reconnectable {
 		s.eopQueued = false
 		for b := s.queue.pop(); b != nil; b = s.queue.pop() {
-			s.stats.BuffersDropped++
-			if b.Kind == KindData {
-				s.stats.RecordsDropped += uint64(b.Starts)
+			// A logged subpartition's buffers are in its log too, where a restarted reader reads them
+			// again: not dropped.
+			if s.log == nil {
+				s.stats.BuffersDropped++
+				if b.Kind == KindData {
+					s.stats.RecordsDropped += uint64(b.Starts)
+				}
 			}
 			b.Recycle()
 		}
