@@ -304,7 +304,8 @@ func (e *Environment) Execute(ctx context.Context, name string) (*JobResult, err
 	}
 	mc, err := startMiniCluster(cluster.MiniClusterConfig{
 		TaskManagers: e.cfg.TaskManagers, SlotsPerTM: slots, NetworkMemoryBytes: e.cfg.NetworkMemoryBytes, InflightLogMemory: e.cfg.InflightLogMemory,
-		BufferSize: e.cfg.BufferSize, Logger: e.cfg.Logger, Clock: e.cfg.Clock,
+		InflightLogDisk: e.cfg.InflightLogDisk,
+		BufferSize:      e.cfg.BufferSize, Logger: e.cfg.Logger, Clock: e.cfg.Clock,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("job %q: %w", name, err)

@@ -175,6 +175,7 @@ func AddTaskManagerFlags(fs *pflag.FlagSet) func() (TaskManagerConfig, error) {
 	fs.StringVar(&cfg.DataAdvertise, "data-advertise", "", "the address other TaskManagers reach the data server at (default: where it listens)")
 	fs.Int64Var(&cfg.NetworkMemoryBytes, "network-memory", 0, "bytes of network buffers (0: 128 MiB)")
 	fs.Int64Var(&cfg.InflightLogMemory, "inflight-log-memory", 0, "bytes of memory for task failover's in-flight logs before they spill to disk (0: 256 MiB)")
+	fs.Int64Var(&cfg.InflightLogDisk, "inflight-log-disk", 0, "bytes of disk for task failover's in-flight logs past their memory (0: 4 GiB; -1: no spilling)")
 	fs.IntVar(&cfg.BufferSize, "buffer-size", 0, "network buffer size, the JobManager's (0: the default)")
 	fs.DurationVar(&cfg.JobManagerWait, "jobmanager-wait", 0, "exit after this long without a JobManager (0: keep trying)")
 	tls := AddTLSFlags(fs)
@@ -182,6 +183,9 @@ func AddTaskManagerFlags(fs *pflag.FlagSet) func() (TaskManagerConfig, error) {
 		c := cfg
 		if c.Slots < 1 {
 			return c, fmt.Errorf("invalid --slots %d: must be at least 1", c.Slots)
+		}
+		if d := c.InflightLogDisk; d != 0 && d != NoInflightLogDisk && d < 1<<20 {
+			return c, fmt.Errorf("invalid --inflight-log-disk %d: at least 1 MiB (1048576), or -1 for no spilling", d)
 		}
 		c.TLS = tls()
 		return c, nil

@@ -223,6 +223,8 @@ func TestBadRecoveryConfig(t *testing.T) {
 		{runnel.WithFailureInjection("source[5]@10"), "parallelism"},
 		{runnel.WithTaskManagers(runnel.MaxTaskManagers + 1), "WithTaskManagers: between 1 and 1024 TaskManagers"},
 		{runnel.WithInflightLogMemory(1000), "WithInflightLogMemory: 1000 bytes is below the 1 MiB chunk"},
+		{runnel.WithInflightLogDisk(1000), "WithInflightLogDisk: 1000 bytes is below the 1 MiB chunk"},
+		{runnel.WithInflightLogDisk(-2), "WithInflightLogDisk: -2 bytes is below the 1 MiB chunk"},
 		{runnel.WithAllowNonRestoredState(), "AllowNonRestoredState (--allow-non-restored-state) applies to a restore"},
 	}
 	for _, tc := range cases {

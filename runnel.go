@@ -108,6 +108,9 @@ type Config struct {
 	// InflightLogMemory is each TaskManager's memory for task failover's in-flight logs
 	// (WithInflightLogMemory; 0: 256 MiB).
 	InflightLogMemory int64
+	// InflightLogDisk is each TaskManager's disk for the in-flight logs past their memory
+	// (WithInflightLogDisk; 0: 4 GiB; NoInflightLogDisk: no spilling).
+	InflightLogDisk   int64
 	Logger            *slog.Logger
 	ProgressInterval  time.Duration
 	Progress          func(*JobResult)
@@ -199,6 +202,17 @@ func WithInflightLogMemory(bytes int64) Option {
 	return func(c *Config) { c.InflightLogMemory = bytes }
 }
 
+// WithInflightLogDisk sets each TaskManager's disk for the in-flight logs of task failover past their
+// memory (default 4 GiB, in the TaskManager's spill directory), at least 1 MiB; NoInflightLogDisk turns
+// spilling off. A log that finds neither memory nor disk room drops what it holds: a failure that would
+// have needed it falls back to region failover, which says so.
+func WithInflightLogDisk(bytes int64) Option {
+	return func(c *Config) { c.InflightLogDisk = bytes }
+}
+
+// NoInflightLogDisk, given to WithInflightLogDisk, keeps the in-flight logs in memory only.
+const NoInflightLogDisk = -1
+
 // WithLogger sets the logger of the runtime (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(c *Config) { c.Logger = l } }
 
@@ -229,6 +243,9 @@ func (c *Config) validate() error {
 	}
 	if c.InflightLogMemory != 0 && c.InflightLogMemory < 1<<20 {
 		errs = append(errs, fmt.Errorf("WithInflightLogMemory: %d bytes is below the 1 MiB chunk in-flight logs take memory in", c.InflightLogMemory))
+	}
+	if c.InflightLogDisk != 0 && c.InflightLogDisk != NoInflightLogDisk && c.InflightLogDisk < 1<<20 {
+		errs = append(errs, fmt.Errorf("WithInflightLogDisk: %d bytes is below the 1 MiB chunk in-flight logs spill in (NoInflightLogDisk turns spilling off)", c.InflightLogDisk))
 	}
 	if c.NetworkMemoryBytes < int64(c.BufferSize) {
 		errs = append(errs, fmt.Errorf("WithNetworkMemory: %d bytes do not hold one buffer of %d bytes", c.NetworkMemoryBytes, c.BufferSize))

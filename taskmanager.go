@@ -36,7 +36,9 @@ type TaskManagerConfig struct {
 	NetworkMemoryBytes int64
 	// InflightLogMemory is the memory of task failover's in-flight logs (zero: 256 MiB).
 	InflightLogMemory int64
-	BufferSize        int
+	// InflightLogDisk is their disk past that memory (zero: 4 GiB; negative: none).
+	InflightLogDisk int64
+	BufferSize      int
 	// JobManagerWait, when set, makes the TaskManager exit with an error after it has been without a
 	// JobManager this long; without it, it keeps trying to register (a daemon).
 	JobManagerWait time.Duration
@@ -74,7 +76,8 @@ func ServeTaskManager(ctx context.Context, cfg TaskManagerConfig) error {
 		return fmt.Errorf("taskmanager: %w", err)
 	}
 	tc := cluster.TaskManagerConfig{Name: cfg.Name, Slots: cfg.Slots, NetworkMemoryBytes: cfg.NetworkMemoryBytes, InflightLogMemory: cfg.InflightLogMemory,
-		BufferSize: cfg.BufferSize, DataAddress: cfg.DataAddr, DataAdvertise: cfg.DataAdvertise, Build: build, Logger: lg,
+		InflightLogDisk: cfg.InflightLogDisk,
+		BufferSize:      cfg.BufferSize, DataAddress: cfg.DataAddr, DataAdvertise: cfg.DataAdvertise, Build: build, Logger: lg,
 		Registered: cfg.Registered}
 	tc.DataServer.TLS, tc.DataDial.TLS = serverTLS, clientTLS
 	tm, err := cluster.NewTaskManager(tc)

@@ -103,8 +103,10 @@ func newSubmitCmd() *cobra.Command {
 					return usageError(fmt.Errorf("--%s is not a flag of submit: the cluster's TaskManagers are its own, and the JobManager serves the metrics (runnel jobmanager --rest-addr)", name))
 				}
 			}
-			if cmd.Flags().Changed("inflight-log-memory") {
-				return usageError(errors.New("--inflight-log-memory is not a flag of submit: the in-flight logs live in the TaskManagers, give it to runnel taskmanager"))
+			for _, name := range []string{"inflight-log-memory", "inflight-log-disk"} {
+				if cmd.Flags().Changed(name) {
+					return usageError(fmt.Errorf("--%s is not a flag of submit: the in-flight logs live in the TaskManagers, give it to runnel taskmanager", name))
+				}
 			}
 			args := jobArgs(cmd)
 			f := f

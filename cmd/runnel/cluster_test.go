@@ -634,6 +634,8 @@ func TestClusterExitCodes(t *testing.T) {
 		{[]string{"jobmanager", "--heartbeat-interval", "1s", "--heartbeat-timeout", "1s"}, exitUsage, "at least twice"},
 		{[]string{"taskmanager", "--tls-cert", "x.pem"}, exitUsage, "go together"},
 		{[]string{"taskmanager", "--slots", "0"}, exitUsage, "--slots"},
+		{[]string{"taskmanager", "--inflight-log-disk", "4096"}, exitUsage, "--inflight-log-disk 4096: at least 1 MiB"},
+		{[]string{"submit", "sequence", "--inflight-log-disk", "-1"}, exitUsage, "--inflight-log-disk is not a flag of submit"},
 		{[]string{"taskmanager", "--jobmanager", "127.0.0.1:1", "--jobmanager-wait", "300ms"}, exitFailed, "--jobmanager-wait"},
 		{[]string{"submit", "sequence", "--jobmanager", "127.0.0.1:1"}, exitFailed, "did not answer"},
 		{[]string{"submit", "sequence", "--taskmanagers", "2"}, exitUsage, "not a flag of submit"},

@@ -54,6 +54,7 @@ type runFlags struct {
 	fromSavepoint      string
 	allowNonRestored   bool
 	inflightLogMemory  int64
+	inflightLogDisk    int64
 	exchangeMode       string
 	scheduling         string
 }
@@ -129,6 +130,7 @@ func (f *runFlags) register(pf *pflag.FlagSet) {
 	pf.StringVar(&f.fromSavepoint, "from-savepoint", "", "start from a savepoint directory, or from the newest valid checkpoint of a checkpoint storage directory (which must exist;\n"+
 		"damaged newer checkpoints are passed over with a WARN)")
 	pf.Int64Var(&f.inflightLogMemory, "inflight-log-memory", 0, "with --failover task: each TaskManager's bytes of memory for the in-flight logs before they spill (0: 256 MiB)")
+	pf.Int64Var(&f.inflightLogDisk, "inflight-log-disk", 0, "with --failover task: each TaskManager's bytes of disk for the in-flight logs past their memory (0: 4 GiB; -1: no spilling)")
 	pf.BoolVar(&f.allowNonRestored, "allow-non-restored-state", false, "with --from-savepoint: drop, with a WARN, the state of operators (uids) the job no longer has, rather than refuse to start")
 	pf.StringVar(&f.exchangeMode, "exchange-mode", "pipelined", "pipelined, blocking (bounded jobs: every shuffle spilled, each task its own failover region) or forward-pipelined")
 	pf.StringVar(&f.scheduling, "scheduling", "pipelined-region", "pipelined-region or eager")
@@ -236,6 +238,9 @@ func (f runFlags) recoveryOptions() []runnel.Option {
 	}
 	if f.inflightLogMemory != 0 {
 		opts = append(opts, runnel.WithInflightLogMemory(f.inflightLogMemory))
+	}
+	if f.inflightLogDisk != 0 {
+		opts = append(opts, runnel.WithInflightLogDisk(f.inflightLogDisk))
 	}
 	opts = append(opts, runnel.WithExchangeMode(f.exchangeMode), runnel.WithScheduling(f.scheduling))
 	return opts

@@ -39,7 +39,10 @@ type TaskManagerConfig struct {
 	// InflightLogMemory is the memory of the in-flight logs of task failover before they spill (0:
 	// InflightLogMemory, the constant).
 	InflightLogMemory int64
-	BufferSize        int
+	// InflightLogDisk is the disk the in-flight logs spill to past their memory (0: InflightLogDisk, the
+	// constant; negative: none, a log past its memory drops what it holds).
+	InflightLogDisk int64
+	BufferSize      int
 	// DataAddress is where the TCP data server listens ("127.0.0.1:0" picks a port).
 	DataAddress string
 	// DataAdvertise, when set, is the address other TaskManagers are told to reach the data server at
@@ -73,7 +76,7 @@ type TaskManager struct {
 	server *network.Server
 	spill  string // spill directory of blocking partitions (and in-flight logs), removed at shutdown
 	// logs is the memory and disk of the in-flight logs of logged partitions (task failover): 256 MiB,
-	// then up to 4 GiB spilled to the spill directory.
+	// then up to 4 GiB spilled to the spill directory (by default: InflightLogMemory, InflightLogDisk).
 	logs *network.LogBudget
 	// snapshotWriters bounds the checkpoint writers running at once to half the cores (at least one), so
 	// that writing large state leaves the tasks a core of their own.
@@ -141,8 +144,12 @@ func NewTaskManager(cfg TaskManagerConfig) (*TaskManager, error) {
 	if logMem == 0 {
 		logMem = InflightLogMemory
 	}
-	if tm.logs, err = network.NewLogBudget(logMem); err == nil {
-		err = tm.logs.Spill(spill, InflightLogDisk)
+	logDisk := cfg.InflightLogDisk
+	if logDisk == 0 {
+		logDisk = InflightLogDisk
+	}
+	if tm.logs, err = network.NewLogBudget(logMem); err == nil && logDisk > 0 {
+		err = tm.logs.Spill(spill, logDisk)
 	}
 	if err != nil {
 		srv.Close()
@@ -264,6 +271,7 @@ type MiniClusterConfig struct {
 	SlotsPerTM         int
 	NetworkMemoryBytes int64
 	InflightLogMemory  int64
+	InflightLogDisk    int64 // as TaskManagerConfig's
 	BufferSize         int
 	Logger             *slog.Logger
 	// Clock is the processing time of every task; nil: the wall clock.
@@ -284,7 +292,7 @@ func StartMiniCluster(cfg MiniClusterConfig) (*MiniCluster, error) {
 	for i := 0; i < cfg.TaskManagers; i++ {
 		tm, err := NewTaskManager(TaskManagerConfig{
 			Name: fmt.Sprintf("tm-%d", i+1), Slots: cfg.SlotsPerTM, NetworkMemoryBytes: cfg.NetworkMemoryBytes, InflightLogMemory: cfg.InflightLogMemory,
-			BufferSize: cfg.BufferSize, Logger: cfg.Logger, Clock: cfg.Clock,
+			InflightLogDisk: cfg.InflightLogDisk, BufferSize: cfg.BufferSize, Logger: cfg.Logger, Clock: cfg.Clock,
 		})
 		if err != nil {
 			_ = mc.Close()
