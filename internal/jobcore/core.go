@@ -84,8 +84,12 @@ type execution struct {
 	// taskRestart marks such an attempt until it is deployed.
 	owner       int32
 	taskRestart bool
-	// replaying marks an attempt deployed by a task failover until it reports ReplayDone.
+	// replaying marks an attempt deployed by a task failover until it reports ReplayDone; a source, which
+	// replays no input and reports none, until a checkpoint newer than settledBy completes (settledBy: the
+	// newest triggered when it was restarted). Until then its consumers' determinants since the restored
+	// checkpoint name buffers of the failed attempt, which its log no longer holds.
 	replaying bool
+	settledBy int64
 }
 
 // partitionOwner is the attempt the ids of the subtask's partitions name.
@@ -160,7 +164,11 @@ type Core struct {
 	// fallback is region failover, for a job under task failover: what restarts when the logs a task
 	// failover needs are gone (docs/taskfailover.md §7).
 	fallback scheduler.FailoverStrategy
-	restart  scheduler.RestartStrategy
+	// fallbackUpstream is region failover that takes no partition for available: what restarts when an
+	// in-flight log a restarted subtask reads is incomplete. Its producers restart too (a consumer
+	// restarted alone would read the same incomplete log again), and theirs, up to the sources.
+	fallbackUpstream scheduler.FailoverStrategy
+	restart          scheduler.RestartStrategy
 
 	now       time.Duration
 	started   time.Time
@@ -241,6 +249,10 @@ func New(cfg Config) (*Core, error) {
 	}
 	if cfg.Failover == scheduler.TaskFailover {
 		if c.fallback, err = scheduler.NewFailoverStrategy(scheduler.RegionFailover, c.topo, c.partitionAvailable); err != nil {
+			return nil, fmt.Errorf("job core: %w", err)
+		}
+		none := func(ident.ResultID, ident.Subtask) bool { return false }
+		if c.fallbackUpstream, err = scheduler.NewFailoverStrategy(scheduler.RegionFailover, c.topo, none); err != nil {
 			return nil, fmt.Errorf("job core: %w", err)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 
 	"github.com/runnel-dev/runnel/internal/graph"
 	"github.com/runnel-dev/runnel/internal/ident"
@@ -99,8 +100,8 @@ func (c *Core) onFailed(ex *execution, f *Failure) {
 		}
 	}
 	set, strategy := c.failover.TasksToRestart(s), c.cfg.Failover.String()
-	if why := c.taskFailoverFallback(s); why != "" {
-		set, strategy = c.fallback.TasksToRestart(s), "region"
+	if why, fs := c.taskFailoverFallback(s, cause); why != "" {
+		set, strategy = c.widenForFallback(fs.TasksToRestart(s), fs), "region"
 		c.log(LogWarn, "task failover falls back to region failover", "failed", c.name(s), "why", why)
 		defer func() {
 			if c.plan != nil {
@@ -120,27 +121,67 @@ func (c *Core) onFailed(ex *execution, f *Failure) {
 	}
 }
 
-// taskFailoverFallback says why subtask s's failure cannot be recovered by task failover ("" when it can,
-// or the job is not under task failover): a producer or consumer of it is restarting or still replaying
-// (its replay took its input in an order recorded against the buffers of a producer that is restarting
-// too, or it is one of them), or a restart already falls back.
-func (c *Core) taskFailoverFallback(s ident.Subtask) string {
+// taskFailoverFallback says why subtask s's failure (of cause) cannot be recovered by task failover, and
+// by which strategy it is then (why "" when it can, or the job is not under task failover):
+//   - s itself failed while a task failover restarted it and it still replayed: its producers' in-flight
+//     logs could not give it its input again, its own partitions could not be taken over, or its replay
+//     diverged. Another replay from the same logs would fail the same way, again and again until the
+//     restart strategy gave up. When a log was incomplete, the producers restart too (fallbackUpstream).
+//   - a producer or consumer of it is restarting or still replaying: its replay took its input in an order
+//     recorded against the buffers of a producer that is restarting too, or it is one of them.
+//   - a restart in progress falls back already.
+func (c *Core) taskFailoverFallback(s ident.Subtask, cause error) (string, scheduler.FailoverStrategy) {
 	if c.fallback == nil {
-		return ""
+		return "", nil
 	}
 	if c.plan != nil && c.plan.fallback {
-		return "a failover in progress restarts by region already"
+		return "a failover in progress restarts by region already", c.fallback
+	}
+	if c.execs[s].replaying {
+		if cause != nil && strings.Contains(cause.Error(), logIncompleteText) {
+			return "an in-flight log its replay needs was incomplete (a log past its memory and disk budget drops what it holds), so its producers restart too: " + cause.Error(), c.fallbackUpstream
+		}
+		return fmt.Sprintf("it failed again while restarting under task failover, before its replay was done: %v", cause), c.fallback
 	}
 	for _, n := range append(c.cfg.Job.Downstream(s), c.cfg.Job.Upstream(s)...) {
 		if c.plan != nil && c.plan.subtasks[n] {
-			return fmt.Sprintf("%s, which it reads from or writes to, is restarting too", c.name(n))
+			return fmt.Sprintf("%s, which it reads from or writes to, is restarting too", c.name(n)), c.fallback
 		}
-		if ex := c.execs[n]; ex.replaying {
-			return fmt.Sprintf("%s, which it reads from or writes to, is still replaying its input", c.name(n))
+		if ex := c.execs[n]; ex.replaying && c.cfg.Job.Vertex(n.Vertex).IsSource() {
+			return fmt.Sprintf("%s, which it reads from, restarted by task failover and completed no checkpoint since", c.name(n)), c.fallback
+		} else if ex.replaying {
+			return fmt.Sprintf("%s, which it reads from or writes to, is still replaying its input", c.name(n)), c.fallback
 		}
 	}
-	return ""
+	return "", nil
 }
+
+// widenForFallback returns set, a fallback's restart, with the region failover restart (by fs) of every
+// subtask a restart in progress holds. A fallback makes every subtask of the plan restart by region (new
+// partitions, no replay), also one a task failover had put in it alone: its consumers must then restart
+// with it, or they would read its old partition, which no attempt writes any more, for ever.
+func (c *Core) widenForFallback(set []ident.Subtask, fs scheduler.FailoverStrategy) []ident.Subtask {
+	if c.plan == nil || c.plan.fallback {
+		return set // none, or its subtasks' regions are in it already
+	}
+	for _, p := range c.subtasks {
+		if !c.plan.subtasks[p] {
+			continue
+		}
+		for _, r := range fs.TasksToRestart(p) {
+			if !slices.Contains(set, r) {
+				set = append(set, r)
+			}
+		}
+	}
+	slices.SortFunc(set, compareSubtasks)
+	return set
+}
+
+// logIncompleteText is the text of network.ErrLogIncomplete, which a task failure wraps when an in-flight
+// log could not serve a read (jobcore does not import network; a failure that crossed a process boundary
+// is only its text anyway). A test holds the two together.
+const logIncompleteText = "in-flight log incomplete"
 
 func (c *Core) onCounters(e Counters) {
 	for _, n := range e.Counts {

@@ -197,7 +197,7 @@ func (c *Core) maybeRestart() {
 		if ex.taskRestart = c.cfg.Failover == scheduler.TaskFailover && !p.fallback; !ex.taskRestart {
 			ex.owner = ex.attempt.Number
 		}
-		ex.replaying = ex.taskRestart
+		ex.replaying, ex.settledBy = ex.taskRestart, c.lastTriggered
 		ex.state = task.Created
 		ex.in, ex.out = 0, 0
 		ex.watermark, ex.hasWatermark, ex.metrics = 0, false, nil
@@ -373,6 +373,9 @@ func (c *Core) onTaskManagerLost(e TaskManagerLost) {
 					set = append(set, r)
 				}
 			}
+		}
+		if c.fallback != nil {
+			set = c.widenForFallback(set, fs)
 		}
 		slices.SortFunc(set, compareSubtasks)
 		cause := fmt.Errorf("TaskManager %s lost: %s", tm.name, e.Reason)
