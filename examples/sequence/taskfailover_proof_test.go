@@ -224,3 +224,44 @@ func TestTaskFailoverNextToAnotherRecovery(t *testing.T) {
 		})
 	}
 }
+
+// TestTaskFailoverDuringACheckpoint fails a source, a map and a checker subtask one after the other while
+// checkpoints follow each other back to back (one triggered as soon as the last completed, about one a
+// millisecond), so that each failure strikes a checkpoint in progress: the failed subtask may have
+// acknowledged it already (a source or map, which the checker's slower snapshot makes wait, on pebble
+// above all), or not (the checker, aligning its two inputs or snapshotting), while the job master waits
+// for the rest of the acknowledgements. The checkpoint in progress is aborted; the next ones complete;
+// every failure, the later ones too, is a task failover of the failed subtask alone; exactly once.
+func TestTaskFailoverDuringACheckpoint(t *testing.T) {
+	busy := standard
+	busy.interval = time.Millisecond
+	inject := []string{"source[1]@8000", "map[0]@16000", "check[0]@33000"}
+	for _, tc := range []struct {
+		name string
+		opts []runnel.Option
+	}{
+		{"memory, local", nil},
+		{"memory, tcp", []runnel.Option{runnel.WithTaskManagers(2)}},
+		{"pebble, local", []runnel.Option{runnel.WithStateBackend("pebble")}},
+		{"pebble, tcp", []runnel.Option{runnel.WithStateBackend("pebble"), runnel.WithTaskManagers(2)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := busy.run(t, inject, tc.opts...)
+			checkFailovers(t, res, want{"source[1]", ""}, want{"map[0]", ""}, want{"check[0]", ""})
+			cp := res.Checkpoints
+			// A failure between two checkpoints aborts none; three of them in a row between checkpoints
+			// that leave well under a millisecond between them do not happen.
+			if cp.Aborted < 1 {
+				t.Fatalf("checkpoints %+v: no failure struck a checkpoint in progress", *cp)
+			}
+			for i, f := range res.Failovers {
+				// The checkpoint restored, the one the failure aborted, and at least one after it.
+				if f.CheckpointRestored == nil || cp.LastCompletedID < *f.CheckpointRestored+2 {
+					t.Fatalf("failover %d restored checkpoint %s, the last completed is %d: no checkpoint completed after it",
+						i, ptr(f.CheckpointRestored), cp.LastCompletedID)
+				}
+			}
+			t.Logf("checkpoints %+v", *cp)
+		})
+	}
+}
