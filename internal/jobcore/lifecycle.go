@@ -1,6 +1,7 @@
 package jobcore
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -124,9 +125,12 @@ func (c *Core) onFailed(ex *execution, f *Failure) {
 // taskFailoverFallback says why subtask s's failure (of cause) cannot be recovered by task failover, and
 // by which strategy it is then (why "" when it can, or the job is not under task failover):
 //   - s itself failed while a task failover restarted it and it still replayed: its producers' in-flight
-//     logs could not give it its input again, its own partitions could not be taken over, or its replay
-//     diverged. Another replay from the same logs would fail the same way, again and again until the
-//     restart strategy gave up. When a log was incomplete, the producers restart too (fallbackUpstream).
+//     logs could not give it its input again, its own partitions could not be taken over, its replay
+//     diverged (task.ErrReplayDiverged), or it is a source that cannot replay. Another replay from the
+//     same logs would fail the same way, again and again until the restart strategy gave up. When a log
+//     was incomplete, the producers restart too (fallbackUpstream). (A failure of the replay's own, an
+//     exception in a user function, would survive another task failover; it falls back too, as a cause
+//     the job master cannot tell from the others.)
 //   - a producer or consumer of it is restarting or still replaying: its replay took its input in an order
 //     recorded against the buffers of a producer that is restarting too, or it is one of them.
 //   - a restart in progress falls back already.
@@ -140,6 +144,9 @@ func (c *Core) taskFailoverFallback(s ident.Subtask, cause error) (string, sched
 	if c.execs[s].replaying {
 		if cause != nil && strings.Contains(cause.Error(), logIncompleteText) {
 			return "an in-flight log its replay needs was incomplete (a log past its memory and disk budget drops what it holds), so its producers restart too: " + cause.Error(), c.fallbackUpstream
+		}
+		if errors.Is(cause, task.ErrReplayDiverged) || cause != nil && strings.Contains(cause.Error(), task.ErrReplayDiverged.Error()) {
+			return "its replay diverged from the failed attempt: " + cause.Error(), c.fallback
 		}
 		return fmt.Sprintf("it failed again while restarting under task failover, before its replay was done: %v", cause), c.fallback
 	}
