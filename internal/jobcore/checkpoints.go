@@ -181,17 +181,6 @@ func (c *Core) checkpointTasks() []checkpoint.Task {
 	return tasks
 }
 
-// settleSources ends the replay of the sources a task failover restarted before checkpoint id was
-// triggered (see execution.replaying): id's barriers went out in their new attempts' output, so a consumer
-// that fails from now on restores a checkpoint whose part of their logs the new attempts wrote.
-func (c *Core) settleSources(id int64) {
-	for s, ex := range c.execs {
-		if ex.replaying && id > ex.settledBy && c.cfg.Job.Vertex(s.Vertex).IsSource() {
-			ex.replaying = false
-		}
-	}
-}
-
 // carryOut turns what the coordinator asked for into ops and messages, in the order checkpoint.Ready
 // documents. Decisions it can take at once (a trigger that cannot be delivered is declined as not ready)
 // feed the coordinator again, until nothing is left.
@@ -210,7 +199,6 @@ func (c *Core) carryOut(r checkpoint.Ready) {
 			}
 			c.storage(Retain{N: c.cfg.Checkpoint.Retained}, 0)
 			c.pruneLedger(cp.ID)
-			c.settleSources(cp.ID)
 		}
 		for _, ab := range r.Aborted {
 			c.log(LogDebug, "checkpoint aborted", "id", ab.ID, "reason", ab.Reason, "err", ab.Err)

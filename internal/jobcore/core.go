@@ -84,12 +84,9 @@ type execution struct {
 	// taskRestart marks such an attempt until it is deployed.
 	owner       int32
 	taskRestart bool
-	// replaying marks an attempt deployed by a task failover until it reports ReplayDone; a source, which
-	// replays no input and reports none, until a checkpoint newer than settledBy completes (settledBy: the
-	// newest triggered when it was restarted). Until then its consumers' determinants since the restored
-	// checkpoint name buffers of the failed attempt, which its log no longer holds.
+	// replaying marks an attempt deployed by a task failover until it reports ReplayDone (a source, which
+	// replays no input and reports none, until it runs).
 	replaying bool
-	settledBy int64
 }
 
 // partitionOwner is the attempt the ids of the subtask's partitions name.

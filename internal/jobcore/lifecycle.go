@@ -36,6 +36,9 @@ func (c *Core) onTaskUpdate(u TaskUpdate) {
 	}
 	switch u.State {
 	case task.Running:
+		if ex.replaying && c.cfg.Job.Vertex(u.Attempt.Vertex).IsSource() {
+			ex.replaying = false // a source replays no input: it rewound and took its partitions over
+		}
 		for _, ev := range c.history.Events() {
 			ev.Running(u.Attempt.Subtask, c.wall(c.now))
 		}
@@ -154,9 +157,7 @@ func (c *Core) taskFailoverFallback(s ident.Subtask, cause error) (string, sched
 		if c.plan != nil && c.plan.subtasks[n] {
 			return fmt.Sprintf("%s, which it reads from or writes to, is restarting too", c.name(n)), c.fallback
 		}
-		if ex := c.execs[n]; ex.replaying && c.cfg.Job.Vertex(n.Vertex).IsSource() {
-			return fmt.Sprintf("%s, which it reads from, restarted by task failover and completed no checkpoint since", c.name(n)), c.fallback
-		} else if ex.replaying {
+		if c.execs[n].replaying {
 			return fmt.Sprintf("%s, which it reads from or writes to, is still replaying its input", c.name(n)), c.fallback
 		}
 	}

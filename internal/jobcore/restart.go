@@ -197,7 +197,7 @@ func (c *Core) maybeRestart() {
 		if ex.taskRestart = c.cfg.Failover == scheduler.TaskFailover && !p.fallback; !ex.taskRestart {
 			ex.owner = ex.attempt.Number
 		}
-		ex.replaying, ex.settledBy = ex.taskRestart, c.lastTriggered
+		ex.replaying = ex.taskRestart
 		ex.state = task.Created
 		ex.in, ex.out = 0, 0
 		ex.watermark, ex.hasWatermark, ex.metrics = 0, false, nil
