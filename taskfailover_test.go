@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -104,4 +105,108 @@ func TestTaskFailoverReplaysArrivalOrder(t *testing.T) {
 			}
 		})
 	}
+}
+
+// undeclaredSource is connector.Generator's reader without its ReplaysDeterministically: a reader written
+// by a user who did not say that its replay is deterministic.
+type undeclaredSource struct{ src runnel.Source[string] }
+
+func (u undeclaredSource) CreateReader(ctx runnel.RuntimeContext) (runnel.SourceReader[string], error) {
+	r, err := u.src.CreateReader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return undeclaredReader{SourceReader: r, CheckpointedReader: r.(runnel.CheckpointedReader)}, nil
+}
+
+type undeclaredReader struct {
+	runnel.SourceReader[string]
+	runnel.CheckpointedReader
+}
+
+// TestTaskFailoverFallsBackWhenReplayCannotHold: under task failover a failed subtask whose new attempt
+// cannot replay what the failed one did falls back to region failover, exactly once, and says why: a
+// source whose reader does not say it replays deterministically, and a flat map that emits more for the
+// same input in its new attempt (the per-step output check of the replay finds it). Without the checks the
+// first is silently trusted and the second regenerates output that does not match what its consumer
+// drops.
+func TestTaskFailoverFallsBackWhenReplayCannotHold(t *testing.T) {
+	const records = 6000
+	for _, tc := range []struct {
+		name, inject, why string
+		undeclared        bool
+		diverge           bool
+	}{
+		{name: "undeclared source", inject: "source[0]@3000", why: "cannot replay for task failover", undeclared: true},
+		{name: "diverging flat map", inject: "double[0]@3000", why: "replay diverged", diverge: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := t.TempDir()
+			env := runnel.NewEnvironment(runnel.WithLogger(quiet), runnel.WithParallelism(1), runnel.WithChaining(false),
+				runnel.WithFailover("task"), runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 100 * time.Millisecond}),
+				runnel.WithRestartStrategy("fixed-delay:attempts=5,delay=10ms"), runnel.WithFailureInjection(tc.inject))
+			var src runnel.Source[string] = connector.Generator(func(_ int, s uint64) string { return strconv.FormatUint(s, 10) },
+				connector.GeneratorOptions{RecordsPerSubtask: records, RatePerSubtask: 6000})
+			if tc.undeclared {
+				src = undeclaredSource{src}
+			}
+			var opens atomic.Int32
+			double := runnel.FlatMapWith(runnel.FromSource(env, src).Name("source").WithCodec(codec.String()),
+				func() runnel.FlatMapFunction[string, string] { return &onceThenTwice{opens: &opens, diverge: tc.diverge} }).Name("double")
+			double.SinkTo(connector.FileSink(out, func(s string) string { return s })).Name("files")
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			res, err := env.Execute(ctx, "fallback")
+			if err != nil || res.Status != "FINISHED" {
+				t.Fatalf("%v: %+v", err, res)
+			}
+			var region *runnel.FailoverResult
+			for i, f := range res.Failovers {
+				if f.Strategy == "region" {
+					region = &res.Failovers[i]
+				}
+			}
+			if region == nil || !strings.Contains(region.Fallback, tc.why) {
+				t.Fatalf("failovers %+v, want a region fallback saying %q", res.Failovers, tc.why)
+			}
+			t.Logf("fallback: %s", region.Fallback)
+			seen := map[string]int{}
+			for _, l := range readCommitted(t, out) {
+				seen[l]++
+			}
+			for i := range records {
+				want := 1
+				if tc.diverge && i%100 == 0 && opens.Load() > 1 {
+					want = -1 // the last attempts emit it twice or once, as their function says: at least once
+				}
+				k := strconv.Itoa(i)
+				if (want == 1 && seen[k] != 1) || (want == -1 && seen[k] < 1) {
+					t.Fatalf("record %d committed %d times", i, seen[k])
+				}
+			}
+		})
+	}
+}
+
+// onceThenTwice emits each record once; with diverge, after its first Open (a later attempt), every
+// hundredth record twice: a function that is not deterministic across attempts.
+type onceThenTwice struct {
+	opens   *atomic.Int32
+	diverge bool
+	twice   bool
+}
+
+func (f *onceThenTwice) Open(runnel.RuntimeContext) error {
+	f.twice = f.diverge && f.opens.Add(1) > 1
+	return nil
+}
+
+func (f *onceThenTwice) Close() error { return nil }
+
+func (f *onceThenTwice) FlatMap(v string, out runnel.Collector[string]) error {
+	out.Collect(v)
+	if n, _ := strconv.Atoi(v); f.twice && n%100 == 0 {
+		out.Collect(v)
+	}
+	return nil
 }
