@@ -314,7 +314,7 @@ func (e *Environment) Execute(ctx context.Context, name string) (*JobResult, err
 	if clusterStarted != nil {
 		clusterStarted(mc.MiniCluster)
 	}
-	return e.run(ctx, p, runOn{dispatcher: mc.dispatcher, requireSlots: true, catalog: mc.catalog, chains: chains})
+	return e.run(ctx, p, runOn{dispatcher: mc.dispatcher, requireSlots: true, catalog: mc.catalog, chains: chains, taskManagers: mc.TMs})
 }
 
 // runOn says where run runs a job: the dispatcher of its TaskManagers, and for the mini-cluster the catalog
@@ -331,6 +331,8 @@ type runOn struct {
 	slotWait time.Duration
 	// started, when set, is called with the driver before the job starts (the JobManager's table of jobs).
 	started func(*jobmaster.Driver)
+	// taskManagers are the mini-cluster's TaskManagers, whose in-flight logs the job's metrics show.
+	taskManagers []*cluster.TaskManager
 }
 
 // run runs a prepared job on the TaskManagers of on and blocks until it ends (see Execute).
@@ -448,7 +450,7 @@ func (e *Environment) run(ctx context.Context, p *prepared, on runOn) (*JobResul
 			lg = slog.Default()
 		}
 		lg.Info("metrics", "job", name, "url", "http://"+ln.Addr().String()+"/metrics")
-		ms := startMetrics(ln, name, func() *JobResult { return resultOf(name, jm.Snapshot()) })
+		ms := startMetrics(ln, name, func() *JobResult { return resultOf(name, jm.Snapshot()) }, on.taskManagers)
 		defer func() {
 			if err := ms.stop(); err != nil {
 				lg.Warn("metrics server", "job", name, "err", err)

@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/runnel-dev/runnel/internal/cluster"
 )
 
 // WithMetrics serves the job's metrics in the Prometheus text format at http://addr/metrics while Execute
@@ -122,6 +124,57 @@ func (c *jobCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// inflightLogCollector reads the in-flight log budgets of TaskManagers (task failover,
+// docs/taskfailover.md §2.3) at every scrape: what their logs hold in memory and on disk, against the
+// budget's limits, and what the spiller did.
+type inflightLogCollector struct {
+	tms                               []*cluster.TaskManager
+	memory, disk, memoryMax, diskMax  *prometheus.Desc
+	spilled, drops, spillErrors, logs *prometheus.Desc
+}
+
+func newInflightLogCollector(tms []*cluster.TaskManager) *inflightLogCollector {
+	d := func(n, help string) *prometheus.Desc {
+		return prometheus.NewDesc("runnel_inflight_log_"+n, help, []string{"taskmanager"}, nil)
+	}
+	return &inflightLogCollector{tms: tms,
+		memory:      d("memory_bytes", "Memory the TaskManager's in-flight logs hold (task failover), in chunks lent by its budget."),
+		disk:        d("disk_bytes", "Bytes the TaskManager's in-flight logs spilled to disk and still hold."),
+		memoryMax:   d("memory_limit_bytes", "The TaskManager's in-flight log memory budget (--inflight-log-memory)."),
+		diskMax:     d("disk_limit_bytes", "The most the TaskManager's in-flight logs may spill to disk."),
+		spilled:     d("spilled_bytes_total", "Bytes the TaskManager's spiller wrote to the in-flight logs' spill files."),
+		drops:       d("drops_total", "Times an in-flight log found no memory and dropped what it held: a failure then falls back to region failover."),
+		spillErrors: d("spill_errors_total", "Writes of in-flight log chunks to disk that failed."),
+		logs:        d("logs", "Open in-flight logs: one per subpartition of a logged partition."),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *inflightLogCollector) Describe(ch chan<- *prometheus.Desc) {
+	prometheus.DescribeByCollect(c, ch)
+}
+
+// Collect implements prometheus.Collector.
+func (c *inflightLogCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, tm := range c.tms {
+		b := tm.InflightLogs()
+		st := b.Stats()
+		name := tm.Name()
+		for _, m := range []struct {
+			d *prometheus.Desc
+			t prometheus.ValueType
+			v int64
+		}{
+			{c.memory, prometheus.GaugeValue, b.Used()}, {c.disk, prometheus.GaugeValue, b.DiskUsed()},
+			{c.memoryMax, prometheus.GaugeValue, b.Max()}, {c.diskMax, prometheus.GaugeValue, b.MaxDisk()},
+			{c.spilled, prometheus.CounterValue, st.BytesSpilled}, {c.drops, prometheus.CounterValue, st.Drops},
+			{c.spillErrors, prometheus.CounterValue, st.SpillErrors}, {c.logs, prometheus.GaugeValue, int64(st.Logs)},
+		} {
+			ch <- prometheus.MustNewConstMetric(m.d, m.t, float64(m.v), name)
+		}
+	}
+}
+
 // metricsServer serves a job's metrics over HTTP until stopped.
 type metricsServer struct {
 	srv  *http.Server
@@ -129,10 +182,14 @@ type metricsServer struct {
 	err  error
 }
 
-// startMetrics serves the job's metrics on ln; stop ends the server and waits for it.
-func startMetrics(ln net.Listener, name string, snapshot func() *JobResult) *metricsServer {
+// startMetrics serves the job's metrics on ln, and those of the in-process TaskManagers tms; stop ends the
+// server and waits for it.
+func startMetrics(ln net.Listener, name string, snapshot func() *JobResult, tms []*cluster.TaskManager) *metricsServer {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(newJobCollector(name, snapshot, nil), collectors.NewGoCollector())
+	if len(tms) > 0 {
+		reg.MustRegister(newInflightLogCollector(tms))
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	m := &metricsServer{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}

@@ -152,7 +152,9 @@ func TestTaskFailoverFallsBackWhenReplayCannotHold(t *testing.T) {
 			}
 			var opens atomic.Int32
 			double := runnel.FlatMapWith(runnel.FromSource(env, src).Name("source").WithCodec(codec.String()),
-				func() runnel.FlatMapFunction[string, string] { return &onceThenTwice{opens: &opens, diverge: tc.diverge} }).Name("double")
+				func() runnel.FlatMapFunction[string, string] {
+					return &onceThenTwice{opens: &opens, diverge: tc.diverge}
+				}).Name("double")
 			double.SinkTo(connector.FileSink(out, func(s string) string { return s })).Name("files")
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()

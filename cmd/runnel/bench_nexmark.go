@@ -29,6 +29,9 @@ type nexmarkBenchConfig struct {
 	runs               int
 	checkpointInterval time.Duration
 	outOfOrderness     time.Duration
+	// failover is the failover strategy ("": the default, region); under task failover every output is
+	// logged (docs/taskfailover.md), which is what a run with it measures.
+	failover string
 	// The memory run: a fixed rate for a duration, RSS every rssEvery.
 	rate     int64
 	duration time.Duration
@@ -51,6 +54,7 @@ type nexmarkBenchResult struct {
 	Query              string        `json:"query"`
 	Parallelism        int           `json:"parallelism"`
 	CheckpointInterval time.Duration `json:"checkpoint_interval_ns"`
+	Failover           string        `json:"failover,omitempty"`
 	Runs               []nexmarkRun  `json:"runs"`
 	// EventsPerS is the median of the runs'.
 	EventsPerS float64 `json:"events_per_s"`
@@ -109,6 +113,9 @@ With --rate R --duration D the stream is unbounded at R events/s for D, and the 
 			if cfg.checkpointInterval > 0 {
 				fmt.Fprintf(out, ", checkpoints every %s", cfg.checkpointInterval)
 			}
+			if cfg.failover != "" {
+				fmt.Fprintf(out, ", %s failover", cfg.failover)
+			}
 			fmt.Fprintln(out)
 			for i, r := range res.Runs {
 				fmt.Fprintf(out, "run %d              %12.0f events/s  (%v, %d results, %d checkpoints)\n", i+1, r.EventsPerS,
@@ -124,6 +131,7 @@ With --rate R --duration D the stream is unbounded at R events/s for D, and the 
 	fl.IntVar(&cfg.runs, "runs", 3, "runs; the median is reported")
 	fl.DurationVar(&cfg.checkpointInterval, "checkpoint-interval", 0, "take checkpoints this often (0: none)")
 	fl.DurationVar(&cfg.outOfOrderness, "out-of-orderness", nexmark.DefaultOutOfOrderness, "the watermark bound")
+	fl.StringVar(&cfg.failover, "failover", "", "the failover strategy the job runs under: full, region (the default), approximate or task (every output logged for exactly-once local recovery)")
 	fl.Int64Var(&cfg.rate, "rate", 0, "with --duration: events per second")
 	fl.DurationVar(&cfg.duration, "duration", 0, "run unbounded at --rate for this long and report RSS (0: the throughput measurement)")
 	fl.DurationVar(&cfg.rssEvery, "rss-every", time.Minute, "with --duration: how often to report RSS")
@@ -139,6 +147,11 @@ func (c nexmarkBenchConfig) validate() error {
 	}
 	if c.checkpointInterval < 0 {
 		errs = append(errs, fmt.Errorf("invalid --checkpoint-interval %s: must not be negative", c.checkpointInterval))
+	}
+	switch c.failover {
+	case "", "full", "region", "approximate", "task":
+	default:
+		errs = append(errs, fmt.Errorf("invalid --failover %q: use full, region, approximate or task", c.failover))
 	}
 	if c.outOfOrderness < 0 || c.outOfOrderness%time.Millisecond != 0 {
 		errs = append(errs, fmt.Errorf("invalid --out-of-orderness %s: whole milliseconds, at least 0", c.outOfOrderness))
@@ -162,7 +175,7 @@ func (c nexmarkBenchConfig) validate() error {
 
 // benchNexmark runs the throughput measurement.
 func benchNexmark(ctx context.Context, cfg nexmarkBenchConfig) (nexmarkBenchResult, error) {
-	res := nexmarkBenchResult{Query: cfg.query, Parallelism: nexmarkBenchParallelism, CheckpointInterval: cfg.checkpointInterval}
+	res := nexmarkBenchResult{Query: cfg.query, Parallelism: nexmarkBenchParallelism, CheckpointInterval: cfg.checkpointInterval, Failover: cfg.failover}
 	for range cfg.runs {
 		r, err := benchNexmarkOnce(ctx, cfg)
 		if err != nil {
@@ -185,6 +198,9 @@ func nexmarkBenchJob(cfg nexmarkBenchConfig, gen nexmark.GeneratorConfig, probe 
 	opts := []runnel.Option{runnel.WithParallelism(nexmarkBenchParallelism), runnel.WithLogger(slog.New(slog.DiscardHandler))}
 	if cfg.checkpointInterval > 0 {
 		opts = append(opts, runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: cfg.checkpointInterval}))
+	}
+	if cfg.failover != "" {
+		opts = append(opts, runnel.WithFailover(cfg.failover))
 	}
 	env := runnel.NewEnvironment(opts...)
 	events := nexmark.Events(env, &probedSource{src: nexmark.Source(gen), probe: probe}, 0, cfg.outOfOrderness)

@@ -207,28 +207,33 @@ func lastPerCategory(t *testing.T, lines []string) []string {
 	return out
 }
 
-// TestBenchNexmark runs the benchmark briefly: the throughput run's JSON, with checkpoints, and the memory
-// run's RSS samples.
+// TestBenchNexmark runs the benchmark briefly: the throughput run's JSON, with checkpoints, under the
+// default failover and under task failover, and the memory run's RSS samples.
 func TestBenchNexmark(t *testing.T) {
-	stdout, stderr, code := runCLI(t, "bench", "nexmark", "--query", "q5", "--events", "50000", "--runs", "2",
-		"--checkpoint-interval", "50ms", "--json")
-	if code != 0 {
-		t.Fatalf("exit %d:\n%s", code, stderr)
-	}
-	var res nexmarkBenchResult
-	if err := json.Unmarshal([]byte(stdout), &res); err != nil {
-		t.Fatalf("%v: %s", err, stdout)
-	}
-	if res.Query != "q5" || res.Parallelism != 2 || len(res.Runs) != 2 || res.EventsPerS <= 0 {
-		t.Fatalf("result: %s", stdout)
-	}
-	for _, r := range res.Runs {
-		if r.Events != 50_000 || r.Results < 1 || r.Elapsed <= 0 || r.EventsPerS <= 0 {
-			t.Fatalf("run: %s", stdout)
+	for _, failover := range []string{"", "task"} {
+		args := []string{"bench", "nexmark", "--query", "q5", "--events", "50000", "--runs", "2", "--checkpoint-interval", "50ms", "--json"}
+		if failover != "" {
+			args = append(args, "--failover", failover)
+		}
+		stdout, stderr, code := runCLI(t, args...)
+		if code != 0 {
+			t.Fatalf("exit %d:\n%s", code, stderr)
+		}
+		var res nexmarkBenchResult
+		if err := json.Unmarshal([]byte(stdout), &res); err != nil {
+			t.Fatalf("%v: %s", err, stdout)
+		}
+		if res.Query != "q5" || res.Parallelism != 2 || len(res.Runs) != 2 || res.EventsPerS <= 0 || res.Failover != failover {
+			t.Fatalf("result: %s", stdout)
+		}
+		for _, r := range res.Runs {
+			if r.Events != 50_000 || r.Results < 1 || r.Elapsed <= 0 || r.EventsPerS <= 0 {
+				t.Fatalf("run: %s", stdout)
+			}
 		}
 	}
 
-	stdout, stderr, code = runCLI(t, "bench", "nexmark", "--query", "q0", "--rate", "20000", "--duration", "1500ms",
+	stdout, stderr, code := runCLI(t, "bench", "nexmark", "--query", "q0", "--rate", "20000", "--duration", "1500ms",
 		"--rss-every", "400ms", "--json")
 	if code != 0 {
 		t.Fatalf("exit %d:\n%s", code, stderr)
@@ -248,6 +253,10 @@ func TestBenchNexmark(t *testing.T) {
 
 	_, stderr, code = runCLI(t, "bench", "nexmark", "--query", "q6")
 	if code != 2 || !strings.Contains(stderr, `invalid --query "q6"`) {
+		t.Fatalf("exit %d:\n%s", code, stderr)
+	}
+	_, stderr, code = runCLI(t, "bench", "nexmark", "--query", "q5", "--failover", "nope")
+	if code != 2 || !strings.Contains(stderr, `invalid --failover "nope"`) {
 		t.Fatalf("exit %d:\n%s", code, stderr)
 	}
 }

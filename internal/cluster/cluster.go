@@ -76,7 +76,8 @@ type TaskManager struct {
 	server *network.Server
 	spill  string // spill directory of blocking partitions (and in-flight logs), removed at shutdown
 	// logs is the memory and disk of the in-flight logs of logged partitions (task failover): 256 MiB,
-	// then up to 4 GiB spilled to the spill directory (by default: InflightLogMemory, InflightLogDisk).
+	// then up to 4 GiB spilled to the spill directory (by default: InflightLogMemory, InflightLogDisk) by
+	// the budget's spiller goroutine, which Shutdown stops.
 	logs *network.LogBudget
 	// snapshotWriters bounds the checkpoint writers running at once to half the cores (at least one), so
 	// that writing large state leaves the tasks a core of their own.
@@ -197,6 +198,10 @@ func (tm *TaskManager) DataListenAddress() string { return tm.server.Addr() }
 // Slots is the number of task slots.
 func (tm *TaskManager) Slots() int { return tm.cfg.Slots }
 
+// InflightLogs returns the budget of the TaskManager's in-flight logs (task failover): its memory and disk
+// use, for metrics.
+func (tm *TaskManager) InflightLogs() *network.LogBudget { return tm.logs }
+
 // Memory returns the TaskManager's network memory.
 func (tm *TaskManager) Memory() *network.NetworkMemory { return tm.memory }
 
@@ -262,6 +267,9 @@ func (tm *TaskManager) Shutdown() error {
 	tm.mu.Unlock()
 	tm.cancelAll()
 	err := tm.server.Close()
+	// The tasks are gone: stop the in-flight logs' spiller (it finishes the chunk it writes) before its
+	// directory goes.
+	tm.logs.Close()
 	return errors.Join(err, os.RemoveAll(tm.spill))
 }
 

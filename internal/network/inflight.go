@@ -18,17 +18,44 @@ import (
 // chunks of logChunkSize and give a chunk back when truncation frees every buffer in it. Freed chunks are
 // kept for reuse (up to the budget), so logs that truncate at every checkpoint allocate nothing in steady
 // state. Safe for concurrent use.
+//
+// With Spill, a goroutine of the budget's own (the spiller) writes the logs' oldest chunks to disk once
+// more than three quarters of the memory is lent, until half of it is free again: a producer never writes
+// to disk, never waits for the spiller, and finds memory free as long as the spiller keeps up. When it
+// does not (the disk is slower than the producers, its budget is spent, or a write failed), a log that
+// finds no memory drops what it holds, as without spilling, and the job master falls back to region
+// failover for a failure that needs it (docs/taskfailover.md §7).
 type LogBudget struct {
 	max  int64
 	used atomic.Int64
 	mu   sync.Mutex
 	free [][]byte
-	// Spilling (Spill): a log that needs memory the budget does not have writes its chunks to a file of
-	// its own in dir, up to maxDisk bytes over all logs.
+	// Spilling (Spill): logs' chunks go to a file per log in dir, up to maxDisk bytes over all logs.
 	dir      string
 	maxDisk  int64
 	diskUsed atomic.Int64
 	files    atomic.Int64 // names the logs' spill files
+	// high and low are the spiller's marks: it is woken when a chunk is taken past high and spills down to
+	// low.
+	high, low int64
+	// diskFull is set when the spiller found no room on disk for a chunk, and cleared when a log gives disk
+	// back: until then waking it is pointless.
+	diskFull atomic.Bool
+	wake     chan struct{} // capacity 1: a pending wake-up
+	stop     chan struct{}
+	done     chan struct{} // closed when the spiller has returned
+	stopOnce sync.Once
+	// writeAt writes a chunk to a spill file ((*os.File).WriteAt; tests slow it down or fail it).
+	writeAt func(f *os.File, p []byte, off int64) (int, error)
+
+	// logsMu guards logs and truncs. Lock order: a log's lock (its subpartition's), then logsMu.
+	logsMu sync.Mutex
+	logs   map[*inflightLog]struct{} // the open logs, for the spiller to choose from
+	truncs []*inflightLog            // logs whose spill file emptied, for the spiller to truncate
+
+	spilled     atomic.Int64 // bytes written to spill files, ever
+	spillErrors atomic.Int64 // chunk writes that failed
+	drops       atomic.Int64 // times a log found no memory and dropped what it held
 }
 
 // logChunkSize is the unit in which logs take memory; a buffer larger than it takes a chunk of its own size.
@@ -39,13 +66,24 @@ func NewLogBudget(maxBytes int64) (*LogBudget, error) {
 	if maxBytes < logChunkSize {
 		return nil, fmt.Errorf("in-flight log budget of %d bytes is below the %d-byte chunk logs take memory in", maxBytes, logChunkSize)
 	}
-	return &LogBudget{max: maxBytes}, nil
+	return &LogBudget{max: maxBytes, logs: make(map[*inflightLog]struct{})}, nil
 }
 
-// Spill lets logs that run out of memory write their oldest chunks to files in dir (which must exist), up to
-// maxDisk bytes in all; past that they drop what they hold as without spilling. Call it before the budget
-// is used.
+// Spill lets logs spill their chunks to files in dir (which must exist), up to maxDisk bytes in all, and
+// starts the spiller goroutine; past maxDisk they drop what they hold as without spilling. Call it once,
+// before the budget is used, and Close when the budget's logs are done with.
 func (b *LogBudget) Spill(dir string, maxDisk int64) error {
+	if err := b.configureSpill(dir, maxDisk); err != nil {
+		return err
+	}
+	b.stop, b.done = make(chan struct{}), make(chan struct{})
+	go b.runSpiller()
+	return nil
+}
+
+// configureSpill sets the spill directory and disk budget without starting the spiller (tests drive it
+// with spillDown).
+func (b *LogBudget) configureSpill(dir string, maxDisk int64) error {
 	fi, err := os.Stat(dir)
 	if err != nil {
 		return fmt.Errorf("in-flight log spill directory: %w", err)
@@ -56,8 +94,27 @@ func (b *LogBudget) Spill(dir string, maxDisk int64) error {
 	if maxDisk < logChunkSize {
 		return fmt.Errorf("in-flight log disk budget of %d bytes is below one %d-byte chunk", maxDisk, logChunkSize)
 	}
+	if b.dir != "" {
+		return fmt.Errorf("in-flight log budget: Spill called twice (spilling to %s already)", b.dir)
+	}
 	b.dir, b.maxDisk = dir, maxDisk
+	b.high, b.low = b.max/4*3, b.max/2
+	b.wake = make(chan struct{}, 1)
+	if b.writeAt == nil {
+		b.writeAt = (*os.File).WriteAt
+	}
 	return nil
+}
+
+// Close stops the spiller and waits for it: for at most the chunk it is writing (a chunk is 1 MiB, or one
+// buffer larger than that) and the spill files it was asked to truncate. Logs still open keep working
+// after it, without spilling; their files go when they close. Idempotent; a no-op without Spill.
+func (b *LogBudget) Close() {
+	if b.stop == nil {
+		return
+	}
+	b.stopOnce.Do(func() { close(b.stop) })
+	<-b.done
 }
 
 // DiskUsed returns the bytes the logs' spill files hold.
@@ -66,10 +123,41 @@ func (b *LogBudget) DiskUsed() int64 { return b.diskUsed.Load() }
 // Used returns the bytes lent out.
 func (b *LogBudget) Used() int64 { return b.used.Load() }
 
-// take lends a chunk of at least n bytes, or returns nil when the budget is spent.
+// Max returns the memory of the budget.
+func (b *LogBudget) Max() int64 { return b.max }
+
+// MaxDisk returns the bytes the logs may spill to disk in all (0 without Spill).
+func (b *LogBudget) MaxDisk() int64 { return b.maxDisk }
+
+// LogBudgetStats counts what a budget's logs did over its life.
+type LogBudgetStats struct {
+	// BytesSpilled counts the bytes the spiller wrote to spill files.
+	BytesSpilled int64
+	// SpillErrors counts chunk writes that failed (the log they were for spills no more).
+	SpillErrors int64
+	// Drops counts the times a log found no memory and dropped what it held, becoming incomplete.
+	Drops int64
+	// Logs is the number of open logs.
+	Logs int
+}
+
+// Stats returns the budget's counters.
+func (b *LogBudget) Stats() LogBudgetStats {
+	b.logsMu.Lock()
+	n := len(b.logs)
+	b.logsMu.Unlock()
+	return LogBudgetStats{BytesSpilled: b.spilled.Load(), SpillErrors: b.spillErrors.Load(), Drops: b.drops.Load(), Logs: n}
+}
+
+// take lends a chunk of at least n bytes, or returns nil when the budget is spent. Past the high mark it
+// wakes the spiller, without waiting for it.
 func (b *LogBudget) take(n int) []byte {
 	size := max(n, logChunkSize)
-	if b.used.Add(int64(size)) > b.max {
+	used := b.used.Add(int64(size))
+	if used > b.high {
+		b.poke()
+	}
+	if used > b.max {
 		b.used.Add(-int64(size))
 		return nil
 	}
@@ -96,12 +184,110 @@ func (b *LogBudget) give(c []byte) {
 	}
 }
 
-// inflightLog is one subpartition's log. Not safe for concurrent use: the subpartition's lock guards it.
+// poke wakes the spiller if there is one and the disk has room; it never blocks.
+func (b *LogBudget) poke() {
+	if b.wake == nil || b.diskFull.Load() {
+		return
+	}
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
+}
+
+// gaveDisk notes that a log gave n bytes of disk back.
+func (b *LogBudget) gaveDisk(n int64) {
+	b.diskUsed.Add(-n)
+	b.diskFull.Store(false)
+}
+
+func (b *LogBudget) register(l *inflightLog) {
+	b.logsMu.Lock()
+	b.logs[l] = struct{}{}
+	b.logsMu.Unlock()
+}
+
+func (b *LogBudget) unregister(l *inflightLog) {
+	b.logsMu.Lock()
+	delete(b.logs, l)
+	b.logsMu.Unlock()
+}
+
+// runSpiller is the spiller goroutine: woken past the high mark, it truncates the files that emptied and
+// spills down to the low mark.
+func (b *LogBudget) runSpiller() {
+	defer close(b.done)
+	for {
+		select {
+		case <-b.stop:
+			b.truncateFiles()
+			return
+		case <-b.wake:
+		}
+		b.truncateFiles()
+		b.spillDown(b.low, b.stop)
+	}
+}
+
+// spillDown spills chunks, the oldest of the log with the most memory first, until at most target bytes
+// are lent, stop closes, or nothing more can be spilled. The spiller's loop; tests call it directly.
+func (b *LogBudget) spillDown(target int64, stop <-chan struct{}) {
+	for b.used.Load() > target && !b.diskFull.Load() {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		l := b.fullest()
+		if l == nil || !l.spillOne() {
+			return
+		}
+	}
+}
+
+// fullest returns the open log with the most memory it could spill, or nil.
+func (b *LogBudget) fullest() *inflightLog {
+	b.logsMu.Lock()
+	defer b.logsMu.Unlock()
+	var best *inflightLog
+	var most int64
+	for l := range b.logs {
+		if n := l.inMemory.Load(); n > most && !l.broken.Load() {
+			best, most = l, n
+		}
+	}
+	return best
+}
+
+// truncateFiles truncates the spill files that emptied (inflightLog.emptyFile) to what they hold now.
+func (b *LogBudget) truncateFiles() {
+	b.logsMu.Lock()
+	ts := b.truncs
+	b.truncs = nil
+	b.logsMu.Unlock()
+	for _, l := range ts {
+		l.mu.Lock()
+		if !l.truncPending || l.closed || l.file == nil {
+			l.mu.Unlock()
+			continue
+		}
+		l.truncPending = false
+		// Only this goroutine writes to the file, so its size cannot change before the truncation.
+		f, size := l.file, l.fileSize
+		l.mu.Unlock()
+		// A file closed meanwhile (its log closed) fails here, and is gone anyway.
+		_ = f.Truncate(size)
+	}
+}
+
+// inflightLog is one subpartition's log. Not safe for concurrent use: the subpartition's lock (mu) guards
+// it, and the budget's spiller takes that lock too.
 //
 // Positions are absolute entry indexes since the log began (entries[0] is at base); chunks are numbered
 // likewise (chunks[0] is at chunkBase), and an entry's bytes lie in one chunk.
 type inflightLog struct {
 	budget    *LogBudget
+	mu        *sync.Mutex
 	entries   []loggedBuffer
 	base      int64
 	chunks    []logChunk // oldest first; the last is appended to
@@ -111,11 +297,28 @@ type inflightLog struct {
 	// before the buffer that did not fit was dropped, and that buffer too.
 	validFrom int64
 	bytes     int64 // of the buffers held
-	// file holds the chunks spilled to disk (LogBudget.Spill), fileSize bytes of them; it is emptied when
-	// the last spilled chunk goes.
+	// file holds the chunks spilled to disk (LogBudget.Spill), fileSize bytes of them (with the chunk being
+	// written); it is emptied when the last spilled chunk goes, and truncated by the spiller.
 	file     *os.File
 	fileSize int64
 	scratch  []byte // a spilled buffer read back
+	// writing is the chunk the spiller is writing, or nil: the spiller writes one chunk at a time, without
+	// the lock, so the log neither appends to it nor gives its memory back meanwhile.
+	writing      *spillWrite
+	truncPending bool // the file emptied: the spiller is to truncate it
+	closed       bool
+	// inMemory is the memory of the chunks the spiller could take (in memory, not being written); written
+	// under mu, read by the spiller to choose a log.
+	inMemory atomic.Int64
+	broken   atomic.Bool // a write to the file failed: the log spills no more
+}
+
+// spillWrite is a chunk on its way to the file.
+type spillWrite struct {
+	chunk   int64  // absolute index
+	mem     []byte // the chunk's memory, as it was when the spiller took it
+	off     int64  // where it goes in the file
+	dropped bool   // the log dropped the chunk meanwhile: its memory is the spiller's to give back
 }
 
 type loggedBuffer struct {
@@ -129,6 +332,7 @@ type loggedBuffer struct {
 type logChunk struct {
 	mem     []byte
 	spilled bool
+	writing bool // the spiller is writing mem to the file (inflightLog.writing)
 	fileOff int64
 }
 
@@ -138,10 +342,12 @@ type logMark struct {
 	seq        uint64 // the sequence number of the first record after the barrier
 }
 
-// newInflightLog returns an empty log with the mark of checkpoint 0 at its start: a consumer that restored
-// no checkpoint reads from there.
-func newInflightLog(budget *LogBudget) *inflightLog {
-	return &inflightLog{budget: budget, marks: []logMark{{checkpoint: 0, at: 0}}}
+// newInflightLog returns an empty log, guarded by mu, with the mark of checkpoint 0 at its start: a
+// consumer that restored no checkpoint reads from there. It is the budget's until close.
+func newInflightLog(budget *LogBudget, mu *sync.Mutex) *inflightLog {
+	l := &inflightLog{budget: budget, mu: mu, marks: []logMark{{checkpoint: 0, at: 0}}}
+	budget.register(l)
+	return l
 }
 
 // end is the absolute index after the last entry.
@@ -149,16 +355,15 @@ func (l *inflightLog) end() int64 { return l.base + int64(len(l.entries)) }
 
 // add copies b (sealed) into the log; barrier, when not zero, says b is the barrier of that checkpoint,
 // after which a consumer restored from it reads again. When the budget is spent the log drops what it
-// holds and b, and is complete again only from the next buffer (validFrom): it never blocks the producer.
+// holds and b, and is complete again only from the next buffer (validFrom): it never blocks the producer,
+// and never touches the disk (the spiller does, LogBudget).
 func (l *inflightLog) add(b *Buffer, barrier int64) {
 	data := b.Bytes()
 	n := len(l.chunks)
-	if n == 0 || l.chunks[n-1].spilled || cap(l.chunks[n-1].mem)-len(l.chunks[n-1].mem) < len(data) {
+	if n == 0 || l.chunks[n-1].spilled || l.chunks[n-1].writing || cap(l.chunks[n-1].mem)-len(l.chunks[n-1].mem) < len(data) {
 		mem := l.budget.take(len(data))
-		if mem == nil && l.spill() {
-			mem = l.budget.take(len(data))
-		}
 		if mem == nil {
+			l.budget.drops.Add(1)
 			l.dropBefore(l.end())
 			l.base++ // b's place: it is not kept
 			l.validFrom = l.end()
@@ -166,6 +371,7 @@ func (l *inflightLog) add(b *Buffer, barrier int64) {
 			return
 		}
 		l.chunks = append(l.chunks, logChunk{mem: mem})
+		l.inMemory.Add(int64(cap(mem)))
 		n++
 	}
 	c := &l.chunks[n-1]
@@ -199,18 +405,24 @@ func (l *inflightLog) dropBefore(at int64) {
 	l.emptyFile()
 }
 
-// freeChunk gives a chunk's memory back; a spilled chunk's bytes stay in the file until emptyFile.
+// freeChunk gives a chunk's memory back; a spilled chunk's bytes stay in the file until emptyFile, and a
+// chunk being written is left to the spiller, which gives its memory back when the write is done.
 func (l *inflightLog) freeChunk(c *logChunk) {
-	if !c.spilled {
+	switch {
+	case c.writing:
+		l.writing.dropped = true
+	case !c.spilled:
+		l.inMemory.Add(-int64(cap(c.mem)))
 		l.budget.give(c.mem)
 	}
 	*c = logChunk{}
 }
 
-// emptyFile truncates the spill file once no spilled chunk is left: appends and drops go front to back, so
-// that happens whenever a checkpoint's truncation reaches past what was spilled.
+// emptyFile empties the spill file's account once no spilled chunk is left (appends and drops go front to
+// back, so that happens whenever a checkpoint's truncation reaches past what was spilled), and asks the
+// spiller to truncate the file: no disk call is made here, on the producer's goroutine.
 func (l *inflightLog) emptyFile() {
-	if l.file == nil || l.fileSize == 0 {
+	if l.file == nil || l.fileSize == 0 || l.writing != nil {
 		return
 	}
 	for i := range l.chunks {
@@ -218,47 +430,108 @@ func (l *inflightLog) emptyFile() {
 			return
 		}
 	}
-	if err := l.file.Truncate(0); err == nil {
-		l.budget.diskUsed.Add(-l.fileSize)
-		l.fileSize = 0
+	l.budget.gaveDisk(l.fileSize)
+	l.fileSize = 0
+	if !l.truncPending && !l.closed {
+		l.truncPending = true
+		b := l.budget
+		b.logsMu.Lock()
+		b.truncs = append(b.truncs, l)
+		b.logsMu.Unlock()
+		b.poke()
 	}
 }
 
-// spill writes the log's chunks in memory to its file, oldest first, and gives their memory back; it
-// reports whether it freed any. It stops at the disk budget, and does nothing without one.
-func (l *inflightLog) spill() bool {
+// spillOne writes the log's oldest chunk in memory to its file and gives its memory back; the spiller's
+// step. It takes the log's lock only to choose the chunk and to account for it, never across the write. It
+// reports whether it freed memory.
+func (l *inflightLog) spillOne() bool {
 	b := l.budget
-	if b.dir == "" {
+	l.mu.Lock()
+	if l.closed || l.broken.Load() || l.writing != nil {
+		l.mu.Unlock()
 		return false
 	}
 	if l.file == nil {
+		l.mu.Unlock()
 		f, err := os.CreateTemp(b.dir, fmt.Sprintf("runnel-inflight-%d-*.log", b.files.Add(1)))
 		if err != nil {
+			b.spillErrors.Add(1)
+			l.broken.Store(true)
+			return false
+		}
+		l.mu.Lock()
+		if l.closed {
+			l.mu.Unlock()
+			_ = errors.Join(f.Close(), os.Remove(f.Name()))
 			return false
 		}
 		l.file = f
 	}
-	freed := false
-	for i := range l.chunks {
-		c := &l.chunks[i]
-		if c.spilled || len(c.mem) == 0 {
-			continue
-		}
-		if b.diskUsed.Add(int64(len(c.mem))) > b.maxDisk {
-			b.diskUsed.Add(-int64(len(c.mem)))
-			break
-		}
-		if _, err := l.file.WriteAt(c.mem, l.fileSize); err != nil {
-			b.diskUsed.Add(-int64(len(c.mem)))
-			break
-		}
-		c.fileOff, c.spilled = l.fileSize, true
-		l.fileSize += int64(len(c.mem))
-		b.give(c.mem)
-		c.mem = nil
-		freed = true
+	i := 0
+	for i < len(l.chunks) && (l.chunks[i].spilled || len(l.chunks[i].mem) == 0) {
+		i++
 	}
-	return freed
+	if i == len(l.chunks) {
+		l.mu.Unlock()
+		return false
+	}
+	c := &l.chunks[i]
+	size := int64(len(c.mem))
+	if b.diskUsed.Add(size) > b.maxDisk {
+		b.diskUsed.Add(-size)
+		b.diskFull.Store(true)
+		if b.diskUsed.Load()+size <= b.maxDisk { // disk given back meanwhile
+			b.diskFull.Store(false)
+		}
+		l.mu.Unlock()
+		return false
+	}
+	w := &spillWrite{chunk: l.chunkBase + int64(i), mem: c.mem, off: l.fileSize}
+	c.writing = true
+	l.writing = w
+	l.fileSize += size
+	l.inMemory.Add(-int64(cap(c.mem)))
+	f := l.file
+	l.mu.Unlock()
+
+	_, err := b.writeAt(f, w.mem, w.off)
+
+	l.mu.Lock()
+	l.writing = nil
+	switch {
+	case err != nil:
+		l.fileSize -= size // the write was the file's last
+		b.gaveDisk(size)
+		b.spillErrors.Add(1)
+		l.broken.Store(true)
+		if w.dropped {
+			b.give(w.mem)
+		} else {
+			c := &l.chunks[w.chunk-l.chunkBase]
+			c.writing = false
+			l.inMemory.Add(int64(cap(c.mem)))
+		}
+	case w.dropped:
+		b.give(w.mem)
+	default:
+		c := &l.chunks[w.chunk-l.chunkBase]
+		c.writing, c.spilled, c.fileOff, c.mem = false, true, w.off, nil
+		b.give(w.mem)
+		b.spilled.Add(size)
+	}
+	if l.closed {
+		// close left the file to this write.
+		b.gaveDisk(l.fileSize)
+		l.fileSize = 0
+		l.file = nil
+		l.mu.Unlock()
+		_ = errors.Join(f.Close(), os.Remove(f.Name()))
+		return err == nil
+	}
+	l.emptyFile()
+	l.mu.Unlock()
+	return err == nil
 }
 
 // entryBytes returns the bytes of entry e: a slice of its chunk in memory, or, spilled, read back into the
@@ -278,13 +551,20 @@ func (l *inflightLog) entryBytes(e loggedBuffer) ([]byte, error) {
 	return buf, nil
 }
 
-// close removes the log's spill file and gives everything back.
+// close removes the log's spill file and gives everything back; a chunk being written is given back, and
+// the file removed, by the spiller when its write is done. A log that cannot remove its file leaves it for
+// the TaskManager's spill directory to take with it.
 func (l *inflightLog) close() error {
 	l.dropBefore(l.end())
-	if l.file == nil {
+	if l.closed {
 		return nil
 	}
-	l.budget.diskUsed.Add(-l.fileSize)
+	l.closed = true
+	l.budget.unregister(l)
+	if l.file == nil || l.writing != nil {
+		return nil
+	}
+	l.budget.gaveDisk(l.fileSize)
 	l.fileSize = 0
 	err := errors.Join(l.file.Close(), os.Remove(l.file.Name()))
 	l.file = nil
@@ -336,8 +616,9 @@ func (l *inflightLog) cutBack(id int64) bool {
 		l.freeChunk(&l.chunks[j])
 	}
 	l.chunks = l.chunks[:keep]
-	if keep > 0 && !l.chunks[keep-1].spilled {
-		// Appends go on right after the last entry kept (after a spilled chunk, in a new one).
+	if keep > 0 && !l.chunks[keep-1].spilled && !l.chunks[keep-1].writing {
+		// Appends go on right after the last entry kept (after a spilled chunk, or one being written, in a
+		// new one).
 		last := l.entries[len(l.entries)-1]
 		c := &l.chunks[keep-1]
 		c.mem = c.mem[:last.off+last.n]

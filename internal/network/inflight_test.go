@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -24,8 +25,9 @@ func loggable(seq uint64, n int, tag byte) *Buffer {
 // model's buffers after the mark, byte for byte, and that the budget lent is exactly the log's chunks
 // (given back when the log empties).
 //
-// With spill, the memory is two chunks and the rest goes to disk: the same must hold, the file must hold
-// what the log says it spilled, and it must be emptied.
+// With spill, the memory is two chunks and the rest goes to disk: before each add the spiller's step runs
+// (synchronously here) as far as the buffer needs, now and then further; the same must hold, the file
+// must hold what the log says it spilled, and it must be emptied.
 func TestInflightLogRandom(t *testing.T) {
 	for _, spill := range []bool{false, true} {
 		t.Run(map[bool]string{false: "memory", true: "spilling"}[spill], func(t *testing.T) { testInflightLogRandom(t, spill) })
@@ -44,11 +46,11 @@ func testInflightLogRandom(t *testing.T, spill bool) {
 			t.Fatal(err)
 		}
 		if spill {
-			if err := budget.Spill(t.TempDir(), 1<<30); err != nil {
+			if err := budget.configureSpill(t.TempDir(), 1<<30); err != nil {
 				t.Fatal(err)
 			}
 		}
-		l := newInflightLog(budget)
+		l := newInflightLog(budget, &sync.Mutex{})
 		type entry struct {
 			seq  uint64
 			data []byte
@@ -65,6 +67,15 @@ func testInflightLogRandom(t *testing.T, spill bool) {
 					size = logChunkSize + rng.IntN(1000) // larger than a chunk: a chunk of its own
 				}
 				b := loggable(seq, size, byte(op))
+				if spill {
+					// The spiller kept up: the buffer finds room. Now and then it spills further.
+					target := budget.max - int64(max(len(b.Bytes()), logChunkSize))
+					if rng.IntN(5) == 0 {
+						target = 0
+					}
+					budget.spillDown(target, nil)
+					budget.truncateFiles()
+				}
 				barrier := int64(0)
 				if rng.IntN(10) == 0 {
 					id++
@@ -171,16 +182,20 @@ func testInflightLogRandom(t *testing.T, spill bool) {
 func TestInflightLogSpillBudget(t *testing.T) {
 	budget, _ := NewLogBudget(logChunkSize)
 	dir := t.TempDir()
-	if err := budget.Spill(dir, 2*logChunkSize); err != nil {
+	if err := budget.configureSpill(dir, 2*logChunkSize); err != nil {
 		t.Fatal(err)
 	}
 	if err := (&LogBudget{}).Spill(dir+"/none", 2*logChunkSize); err == nil {
 		t.Fatal("a spill directory that does not exist was taken")
 	}
-	l := newInflightLog(budget)
+	l := newInflightLog(budget, &sync.Mutex{})
 	size := logChunkSize/2 - 64 - HeaderSize
-	for i := range 4 { // two chunks: one spilled, the second in memory
+	add := func(i int) {
+		budget.spillDown(0, nil) // what the spiller does between two buffers when it keeps up
 		l.add(loggable(uint64(i), size, byte(i)), 0)
+	}
+	for i := range 4 { // two chunks: one spilled, the second in memory
+		add(i)
 	}
 	if l.validFrom != 0 || budget.DiskUsed() == 0 {
 		t.Fatalf("within the budgets: complete from %d, %d bytes on disk", l.validFrom, budget.DiskUsed())
@@ -196,7 +211,7 @@ func TestInflightLogSpillBudget(t *testing.T) {
 		}
 	}
 	for i := 4; i < 8; i++ { // two more chunks: past the disk budget
-		l.add(loggable(uint64(i), size, byte(i)), 0)
+		add(i)
 	}
 	if l.validFrom == 0 {
 		t.Fatal("past the disk budget the log kept everything")
@@ -223,7 +238,7 @@ func TestInflightLogBudget(t *testing.T) {
 		t.Fatal("a budget below one chunk was made")
 	}
 	budget, _ := NewLogBudget(2 * logChunkSize)
-	l := newInflightLog(budget)
+	l := newInflightLog(budget, &sync.Mutex{})
 	l.add(loggable(0, 100, 1), 1)
 	for i := range 5 {
 		l.add(loggable(uint64(1+i), logChunkSize/2-64-HeaderSize, 2), 0) // two a chunk: the fifth needs a third
@@ -253,7 +268,7 @@ func TestInflightLogBudget(t *testing.T) {
 // allocates nothing in steady state beyond the entry list's growth, which truncation keeps bounded.
 func TestInflightLogAllocations(t *testing.T) {
 	budget, _ := NewLogBudget(64 << 20)
-	l := newInflightLog(budget)
+	l := newInflightLog(budget, &sync.Mutex{})
 	b := loggable(0, 32<<10-HeaderSize, 7)
 	id := int64(0)
 	round := func() {

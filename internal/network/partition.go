@@ -138,7 +138,7 @@ func NewResultPartition(id ident.PartitionID, opts PartitionOptions, pool *Buffe
 	for i := range p.subs {
 		p.subs[i] = &Subpartition{partition: p, index: i}
 		if opts.Log != nil {
-			p.subs[i].log = newInflightLog(opts.Log)
+			p.subs[i].log = newInflightLog(opts.Log, &p.subs[i].mu)
 			p.subs[i].log.marks[0].checkpoint = opts.LogFrom
 		}
 		if opts.Blocking {

@@ -1,0 +1,80 @@
+package runnel_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/runnel-dev/runnel"
+	"github.com/runnel-dev/runnel/connector"
+)
+
+// TestInflightLogMetrics scrapes a task-failover job on two TaskManagers whose in-flight logs have 1 MiB of
+// memory: each TaskManager shows its logs' memory against that limit, and its spiller's bytes on disk and
+// written, growing past what the memory holds.
+func TestInflightLogMetrics(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + ln.Addr().String() + "/metrics"
+	env := runnel.NewEnvironment(runnel.WithParallelism(2), runnel.WithTaskManagers(2), runnel.WithChaining(false),
+		runnel.WithMetricsListener(ln), runnel.WithFailover("task"), runnel.WithInflightLogMemory(1<<20),
+		runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 10 * time.Second}))
+	src := runnel.FromSource(env, connector.Generator(func(_ int, seq uint64) int64 { return int64(seq) },
+		connector.GeneratorOptions{RatePerSubtask: 200_000})).Name("numbers")
+	runnel.Map(src, func(v int64) (int64, error) { return 2 * v, nil }).Name("double").SinkTo(connector.Discard[int64]()).Name("sink")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { _, err := env.Execute(ctx, "logged"); done <- err }()
+
+	value := func(body, metric, tm string) (float64, bool) {
+		m := regexp.MustCompile(`(?m)^runnel_inflight_log_` + metric + `\{taskmanager="` + tm + `"\} (\S+)$`).FindStringSubmatch(body)
+		if m == nil {
+			return 0, false
+		}
+		v, err := strconv.ParseFloat(m[1], 64)
+		return v, err == nil
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for _, tm := range []string{"tm-1", "tm-2"} {
+		for {
+			var body string
+			if resp, err := http.Get(url); err == nil {
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				body = string(b)
+			}
+			limit, _ := value(body, "memory_limit_bytes", tm)
+			mem, okMem := value(body, "memory_bytes", tm)
+			disk, _ := value(body, "disk_bytes", tm)
+			spilled, _ := value(body, "spilled_bytes_total", tm)
+			logs, _ := value(body, "logs", tm)
+			if limit != 1<<20 && body != "" {
+				t.Fatalf("%s: memory limit %v, want %d:\n%s", tm, limit, 1<<20, body)
+			}
+			if mem > limit {
+				t.Fatalf("%s: the logs hold %v bytes of memory, past the limit %v", tm, mem, limit)
+			}
+			// Records at 200,000/s of 8 bytes and more for ten seconds between checkpoints: past 1 MiB
+			// within a second or two.
+			if okMem && disk > 1<<20 && spilled >= disk && logs >= 1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: after 15 s, %v bytes in memory, %v on disk, %v spilled, %v logs:\n%s", tm, mem, disk, spilled, logs, body)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
