@@ -45,13 +45,13 @@ func TestNexmarkExactlyOnceUnderFailures(t *testing.T) {
 		{"q3", "full", "memory", 2, []string{"join[1]@160"}},
 		{"q4", "region", "memory", 1, []string{"closing-price[1]@5000", "average[1]@300"}},
 		// Task failover: only the failed subtask restarts, its inputs replayed from the in-flight logs and
-		// its window timers and arrival order from its determinants. (Two failures of count[0], at 3800
-		// and 5200, give q5 late duplicates of its last windows about one run in five under load: see
-		// docs/taskfailover.md §13, session 7.)
+		// its window timers and arrival order from its determinants; two failures of one subtask, the
+		// second perhaps while it still replays the first (then a fallback, saying so).
 		{"q5", "task", "memory", 1, []string{"count[1]@4500"}},
 		{"q5", "task", "pebble", 2, []string{"count[0]@3800"}},
 		{"q5", "task", "memory", 2, []string{"hottest[1]@40"}},
 		{"q7", "task", "memory", 2, []string{"highest-per-auction[1]@4500"}},
+		{"q5", "task", "memory", 2, []string{"count[0]@3800", "count[0]@1500"}},
 	} {
 		t.Run(fmt.Sprintf("%s %s %s %dTM", tc.query, tc.failover, tc.backend, tc.tms), func(t *testing.T) {
 			want := references[tc.query](evs)
@@ -67,14 +67,24 @@ func TestNexmarkExactlyOnceUnderFailures(t *testing.T) {
 				t.Fatalf("%d failovers for %d injected failures: %+v", len(res.Failovers), len(tc.inject), res.Failovers)
 			}
 			restored := false
-			for _, f := range res.Failovers {
+			for i, f := range res.Failovers {
+				t.Logf("failover %d: %s of %s, restarted %v, checkpoint %v, replayed %d, dropped %d %s", i, f.Strategy, f.Failed, f.Restarted,
+					f.CheckpointRestored != nil, f.RecordsReplayed, f.DuplicatesDropped, f.Fallback)
+				// A second failure of a subtask still replaying after its first falls back, saying so.
+				fellBack := tc.failover == "task" && len(tc.inject) > 1 && f.Strategy == "region" && f.Fallback != ""
+				if fellBack {
+					restored = restored || f.CheckpointRestored != nil
+					continue
+				}
 				if f.Strategy != tc.failover || !strings.Contains(f.Cause, "injected failure") {
 					t.Fatalf("failover %+v, want strategy %s for an injected failure", f, tc.failover)
 				}
 				if tc.failover == "task" && (len(f.Restarted) != 1 || f.Restarted[0] != f.Failed || f.RecordsLost != 0) {
 					t.Fatalf("task failover of %s restarted %v and lost %d records: want the failed subtask alone, nothing lost", f.Failed, f.Restarted, f.RecordsLost)
 				}
-				restored = restored || f.CheckpointRestored != nil
+				// A task failover before the first checkpoint replays from the start: restored nothing, but
+				// replayed.
+				restored = restored || f.CheckpointRestored != nil || (tc.failover == "task" && f.RecordsReplayed > 0)
 			}
 			if !restored {
 				t.Fatalf("no failover restored a checkpoint: %+v", res.Failovers)
