@@ -19,12 +19,13 @@ import (
 // subtask, and lost nothing.
 func TestTaskFailoverExactlyOnce(t *testing.T) {
 	const records, keys, p = 60_000, 8, 2
-	// Each failure replays what its producers sent since the restored checkpoint and regenerates what its
-	// consumers had had since: over the cases, both must have happened.
+	// Each failure of a task with inputs replays what its producers sent since the restored checkpoint: over
+	// the cases that must have happened. (What its consumers drop as duplicates may be nothing: with
+	// checkpoints this frequent they often had nothing of it since the barrier, which flushes.)
 	var replayed, dropped uint64
 	defer func() {
-		if !t.Failed() && (replayed == 0 || dropped == 0) {
-			t.Errorf("over every failover, %d records replayed and %d duplicates dropped: both should be counted", replayed, dropped)
+		if !t.Failed() && replayed == 0 {
+			t.Errorf("over every failover, %d records replayed (%d duplicates dropped): replays should be counted", replayed, dropped)
 		}
 	}()
 	for _, tc := range []struct {
