@@ -35,7 +35,9 @@ var (
 )
 
 // seal frames payload in an envelope of version writeVersion and returns the object and its checksum.
-func seal(magic [4]byte, payload []byte) ([]byte, uint32) { return sealVersion(magic, payload, writeVersion) }
+func seal(magic [4]byte, payload []byte) ([]byte, uint32) {
+	return sealVersion(magic, payload, writeVersion)
+}
 
 // sealVersion is seal with the given version.
 func sealVersion(magic [4]byte, payload []byte, version uint16) ([]byte, uint32) {

@@ -261,12 +261,8 @@ func readMetadata(ctx context.Context, b Bucket, prefix string) (*CompletedCheck
 	return DecodeMetadata(key, obj)
 }
 
-// load reads the metadata under prefix and verifies every blob it lists; wantID 0 accepts any id.
-func load(ctx context.Context, b Bucket, prefix string, wantID int64) (*CompletedCheckpoint, error) {
-	return loadFor(ctx, b, prefix, wantID, nil)
-}
-
-// loadFor is load verifying only the blobs of the subtasks for which only returns true (nil: all).
+// loadFor reads the metadata under prefix (wantID 0 accepts any id) and verifies the blobs of the
+// subtasks for which only returns true (nil: all).
 func loadFor(ctx context.Context, b Bucket, prefix string, wantID int64, only func(ident.Subtask) bool) (*CompletedCheckpoint, error) {
 	return loadShared(ctx, b, b, prefix, wantID, only)
 }
