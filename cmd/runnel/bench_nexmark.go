@@ -28,6 +28,7 @@ type nexmarkBenchConfig struct {
 	events             uint64
 	runs               int
 	checkpointInterval time.Duration
+	incremental        bool
 	outOfOrderness     time.Duration
 	// The memory run: a fixed rate for a duration, RSS every rssEvery.
 	rate     int64
@@ -108,6 +109,9 @@ With --rate R --duration D the stream is unbounded at R events/s for D, and the 
 			fmt.Fprintf(out, "nexmark %s: %d events, parallelism %d", cfg.query, cfg.events, nexmarkBenchParallelism)
 			if cfg.checkpointInterval > 0 {
 				fmt.Fprintf(out, ", checkpoints every %s", cfg.checkpointInterval)
+				if cfg.incremental {
+					fmt.Fprint(out, " (incremental)")
+				}
 			}
 			fmt.Fprintln(out)
 			for i, r := range res.Runs {
@@ -123,6 +127,7 @@ With --rate R --duration D the stream is unbounded at R events/s for D, and the 
 	fl.Uint64Var(&cfg.events, "events", 20_000_000, "events per run")
 	fl.IntVar(&cfg.runs, "runs", 3, "runs; the median is reported")
 	fl.DurationVar(&cfg.checkpointInterval, "checkpoint-interval", 0, "take checkpoints this often (0: none)")
+	fl.BoolVar(&cfg.incremental, "incremental-checkpoints", false, "with --checkpoint-interval: incremental checkpoints (runnel.WithIncrementalCheckpoints)")
 	fl.DurationVar(&cfg.outOfOrderness, "out-of-orderness", nexmark.DefaultOutOfOrderness, "the watermark bound")
 	fl.Int64Var(&cfg.rate, "rate", 0, "with --duration: events per second")
 	fl.DurationVar(&cfg.duration, "duration", 0, "run unbounded at --rate for this long and report RSS (0: the throughput measurement)")
@@ -185,6 +190,9 @@ func nexmarkBenchJob(cfg nexmarkBenchConfig, gen nexmark.GeneratorConfig, probe 
 	opts := []runnel.Option{runnel.WithParallelism(nexmarkBenchParallelism), runnel.WithLogger(slog.New(slog.DiscardHandler))}
 	if cfg.checkpointInterval > 0 {
 		opts = append(opts, runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: cfg.checkpointInterval}))
+		if cfg.incremental {
+			opts = append(opts, runnel.WithIncrementalCheckpoints())
+		}
 	}
 	env := runnel.NewEnvironment(opts...)
 	events := nexmark.Events(env, &probedSource{src: nexmark.Source(gen), probe: probe}, 0, cfg.outOfOrderness)
