@@ -287,7 +287,10 @@ func (c *chain) Snapshot(id int64) ([]task.StateWriter, error) {
 		if op.Snapshot == nil && len(lists) == 0 {
 			continue
 		}
-		var w, delta func(io.Writer) error
+		var (
+			w     func(io.Writer) error
+			delta func(io.Writer) (int64, error)
+		)
 		switch {
 		case op.SnapshotIncremental != nil:
 			err := c.ctxs[i].guard(func() (err error) { w, delta, err = op.SnapshotIncremental(id); return err })
@@ -305,8 +308,14 @@ func (c *chain) Snapshot(id int64) ([]task.StateWriter, error) {
 			if err != nil {
 				return nil, fmt.Errorf("operator %q: %w", c.names[i], err)
 			}
-			if delta != nil {
-				delta = prefixed(prefix, delta)
+			if own := delta; own != nil {
+				delta = func(out io.Writer) (int64, error) {
+					if _, err := out.Write(prefix); err != nil {
+						return 0, err
+					}
+					n, err := own(out)
+					return n + int64(len(prefix)), err // the list states are written whole
+				}
 			}
 			w = prefixed(prefix, w)
 		}

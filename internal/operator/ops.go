@@ -35,7 +35,7 @@ type Built struct {
 	Snapshot func(id int64) (func(w io.Writer) error, error)
 	// SnapshotIncremental, if set, replaces Snapshot: it returns the capture's full writer and its delta
 	// writer (task.StateWriter.Delta), for keyed state on the heap backend.
-	SnapshotIncremental func(id int64) (full, delta func(w io.Writer) error, err error)
+	SnapshotIncremental func(id int64) (full func(w io.Writer) error, delta func(w io.Writer) (superseded int64, err error), err error)
 	Restore             func(data []byte) error
 	// RestoreParts loads state written by several subtasks of another parallelism, keeping what belongs to
 	// this subtask; only keyed operators have it (nil: the state cannot be rescaled).

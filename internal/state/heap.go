@@ -459,13 +459,13 @@ func (b *heapBackend[K]) Snapshot(checkpointID int64) (func(w io.Writer) error, 
 }
 
 // SnapshotIncremental implements IncrementalSnapshotter: the writers of one capture, full and delta.
-func (b *heapBackend[K]) SnapshotIncremental(checkpointID int64) (full, delta func(w io.Writer) error, err error) {
+func (b *heapBackend[K]) SnapshotIncremental(checkpointID int64) (full func(w io.Writer) error, delta func(w io.Writer) (int64, error), err error) {
 	full, delta = b.capture(checkpointID)
 	return full, delta, nil
 }
 
 // capture captures the state and returns its full and delta writers.
-func (b *heapBackend[K]) capture(checkpointID int64) (full, delta func(w io.Writer) error) {
+func (b *heapBackend[K]) capture(checkpointID int64) (full func(w io.Writer) error, delta func(w io.Writer) (int64, error)) {
 	n := len(b.keys)
 	// Shared with the capture: a slot changed in place copies both first (ownKeys), and appends go past n.
 	keys, gens := b.keys[:n:n], b.gens[:n:n]
@@ -499,9 +499,10 @@ func (b *heapBackend[K]) capture(checkpointID int64) (full, delta func(w io.Writ
 	h.states = states
 	kc, maxP, ord, encodeAll := b.kc, b.groups.maxP, &b.order, b.encodeAll
 	full = func(w io.Writer) error {
-		return writeHeap(w, h, sorted, keys, gens, kc, maxP, ord, epoch, encodeAll, false)
+		_, err := writeHeap(w, h, sorted, keys, gens, kc, maxP, ord, epoch, encodeAll, false)
+		return err
 	}
-	delta = func(w io.Writer) error {
+	delta = func(w io.Writer) (int64, error) {
 		return writeHeap(w, h, sorted, keys, gens, kc, maxP, ord, epoch, encodeAll, true)
 	}
 	return full, delta
@@ -518,12 +519,14 @@ type heapKey struct {
 
 // writeHeap writes a capture of epoch epoch. The keys of each state whose entries did not change since a
 // segment of them was written are copied from it (segcache.go); the others are encoded, and their bytes
-// kept as their new segment.
-func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, keys []K, gens []uint32, kc codec.Codec[K], maxP int, ord *keyOrder, epoch uint32, encodeAll, delta bool) error {
+// kept as their new segment. A delta (see incremental.go) returns how many bytes of the snapshots it
+// builds on it supersedes: the base's entries of the keys it replaces or deletes and, for each state it
+// writes whole, as many bytes as it writes of it (about what the state took before).
+func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, keys []K, gens []uint32, kc codec.Codec[K], maxP int, ord *keyOrder, epoch uint32, encodeAll, delta bool) (superseded int64, err error) {
 	ord.mu.Lock()
 	defer ord.mu.Unlock()
 	if err := updateOrder(ord, keys, gens, kc, maxP); err != nil {
-		return err
+		return 0, err
 	}
 	arena, order := ord.arena, ord.order
 	if delta && ord.written == 0 {
@@ -573,7 +576,10 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 							continue // unchanged since the base: the delta leaves it out
 						}
 						if err := sw.raw(b, n); err != nil {
-							return err
+							return 0, err
+						}
+						if delta {
+							superseded += int64(len(b))
 						}
 						continue
 					}
@@ -584,16 +590,19 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 				out.key = sortKey[ln:]
 				mark, count := len(sw.buf), sw.count
 				if err := c.entries(slot, out); err != nil {
-					return err
+					return 0, err
 				}
 				if sc != nil && sw.err == nil {
 					sc.store(k.slot, k.gen, epoch, sw.buf[mark:], int(sw.count-count))
+				}
+				if delta && !isDelta {
+					superseded += int64(len(sw.buf) - mark)
 				}
 				if isDelta && found == segStale && sw.count == count {
 					sw.delete(out.kg, si, out.key) // it had entries in the base, it has none now
 				}
 				if err := sw.maybeFlush(); err != nil {
-					return err
+					return 0, err
 				}
 			}
 		}
@@ -606,14 +615,16 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 		sc := cc.segments()
 		sc.rest()
 		if h.states[si].delta {
+			superseded += sc.stale
 			for i := range sc.gone {
 				kg, key := sc.goneKey(&sc.gone[i])
 				sw.delete(kg, si, key)
+				superseded += int64(sc.gone[i].n)
 			}
 		}
 	}
 	if err := sw.finish(); err != nil {
-		return err
+		return 0, err
 	}
 	for _, cc := range cached {
 		if cc != nil {
@@ -621,7 +632,7 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 		}
 	}
 	ord.written = h.checkpointID
-	return nil
+	return superseded, nil
 }
 
 // updateOrder makes o hold exactly the live slots of a capture (keys and gens): entries of slots freed or

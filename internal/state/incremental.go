@@ -34,12 +34,14 @@ type IncrementalSnapshotter interface {
 	// writes a full snapshot, delta a delta snapshot that builds on the previous snapshot this backend
 	// wrote (with either writer). Call one of them, once. delta is correct only if the previous write
 	// completed, nothing else was written since, and that snapshot is restored before this one.
-	SnapshotIncremental(checkpointID int64) (full, delta func(w io.Writer) error, err error)
+	// delta returns how many bytes of the snapshots it builds on it supersedes (entries it replaces or
+	// deletes), which tells the caller when a chain holds more superseded bytes than live ones.
+	SnapshotIncremental(checkpointID int64) (full func(w io.Writer) error, delta func(w io.Writer) (superseded int64, err error), err error)
 }
 
 // SnapshotIncremental returns b's full and delta writers of a capture for checkpointID, or, for a
 // backend that writes no deltas (pebble), its Snapshot writer and a nil delta.
-func SnapshotIncremental[K comparable](b KeyedBackend[K], checkpointID int64) (full, delta func(w io.Writer) error, err error) {
+func SnapshotIncremental[K comparable](b KeyedBackend[K], checkpointID int64) (full func(w io.Writer) error, delta func(w io.Writer) (int64, error), err error) {
 	if is, ok := b.(IncrementalSnapshotter); ok {
 		return is.SnapshotIncremental(checkpointID)
 	}

@@ -54,7 +54,7 @@ func TestDeltaChainsRestoreExactly(t *testing.T) {
 					t.Fatal(err)
 				}
 				if tc.failEvery > 0 && round%tc.failEvery == 0 {
-					if err := dw(&failingWriter{n: rng.IntN(100)}); err == nil {
+					if _, err := dw(&failingWriter{n: rng.IntN(100)}); err == nil {
 						t.Logf("round %d: the delta fit before the failure", round)
 					}
 					full = true // not stored: the next one cannot build on it
@@ -66,7 +66,7 @@ func TestDeltaChainsRestoreExactly(t *testing.T) {
 						t.Fatal(err)
 					}
 					chain = chain[:0]
-				} else if err := dw(&piece); err != nil {
+				} else if _, err := dw(&piece); err != nil {
 					t.Fatal(err)
 				}
 				full = false
@@ -172,12 +172,13 @@ func TestDeltaChainsRescale(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			w := dw
-			if round == 1 {
-				w = fw
-			}
 			var b bytes.Buffer
-			if err := w(&b); err != nil {
+			if round == 1 {
+				err = fw(&b)
+			} else {
+				_, err = dw(&b)
+			}
+			if err != nil {
 				t.Fatal(err)
 			}
 			chains[i] = append(chains[i], b.Bytes())
@@ -256,12 +257,13 @@ func TestDeltaDamage(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		w := dw
-		if round == 1 {
-			w = fw
-		}
 		var b bytes.Buffer
-		if err := w(&b); err != nil {
+		if round == 1 {
+			err = fw(&b)
+		} else {
+			_, err = dw(&b)
+		}
+		if err != nil {
 			t.Fatal(err)
 		}
 		chain = append(chain, b.Bytes())

@@ -65,6 +65,8 @@ type segCache struct {
 	// deleting and gone: while a delta snapshot is written, the segments of keys that went.
 	deleting bool
 	gone     []segment
+	// stale counts the bytes of segments of keys that changed, in this write.
+	stale int64
 }
 
 // segChunkBytes is the size of a segment chunk (a larger segment gets a chunk of its own), and
@@ -96,7 +98,7 @@ func (c *segCache) begin(state int, deleting bool) bool {
 		c.state = state
 	}
 	c.next, c.cur, c.valid = c.next[:0], 0, false
-	c.deleting, c.gone = deleting, c.gone[:0]
+	c.deleting, c.gone, c.stale = deleting, c.gone[:0], 0
 	return ok
 }
 
@@ -116,6 +118,7 @@ func (c *segCache) lookup(slot int32, gen uint32, gens []uint32, epoch uint32, c
 		if s.slot == slot && s.gen == gen {
 			c.cur++
 			if s.epoch > epoch || cc.changedAt(int(slot)) > s.epoch {
+				c.stale += int64(s.n)
 				return nil, 0, segStale
 			}
 			c.next = append(c.next, *s)

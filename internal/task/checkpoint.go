@@ -23,10 +23,10 @@ type StateWriter struct {
 	Operator string
 	Write    func(w io.Writer) error
 	// Delta, if not nil, writes the same capture as a delta of the operator's previous write, which the
-	// restore applies on top of the entries it builds on (incremental checkpoints). The task calls it only
-	// when the previous write of the chain was stored and none happened since, and calls either Write or
-	// Delta, once.
-	Delta func(w io.Writer) error
+	// restore applies on top of the entries it builds on (incremental checkpoints), and returns how many
+	// bytes of the entries it builds on it supersedes. The task calls it only when the previous write of
+	// the chain was stored and none happened since, and calls either Write or Delta, once.
+	Delta func(w io.Writer) (superseded int64, err error)
 }
 
 // StateStore is where tasks write and read their checkpointed state.
@@ -68,11 +68,16 @@ type incremental struct {
 	// prev is closed when the last write started so far has finished (nil before the first).
 	prev chan struct{}
 	// chain lists the blobs the next delta builds on, oldest (a full one) first; nil after a failed
-	// write, so that the next one is full. base and deltas are the sizes of the full blob and of the
-	// deltas after it: the chain starts again with a full blob once the deltas outgrow the full one
-	// (a restore then reads at most about twice the state), or after maxChain blobs.
-	chain        []checkpoint.BlobRef
-	base, deltas int64
+	// write, so that the next one is full. total is their size, dead how much of it later blobs
+	// supersede (what the deltas report, and the entries of operators that write no deltas, which each
+	// blob holds whole); whole is that part of the last blob. The chain starts again with a full blob once
+	// dead bytes are as many as live ones (a restore reads at most about twice the state), or after
+	// maxChain blobs.
+	chain              []checkpoint.BlobRef
+	total, dead, whole int64
+	// superseded and written gather, while a blob is encoded, what its deltas supersede and the size of
+	// its entries of operators that write no deltas.
+	superseded, written int64
 }
 
 // maxChain bounds the blobs a restore of an incremental checkpoint reads per subtask.
@@ -264,22 +269,39 @@ func (r *run) performCheckpoint(id, ts int64, flags uint32) {
 
 // plan returns the writers of the next incremental blob: the deltas of the operators that write them
 // when the chain may grow, the whole state otherwise, and the task's entry naming the deltas; and how
-// many deltas there are.
+// many deltas there are. The writers count what stored needs.
 func (c *incremental) plan(writers []StateWriter) ([]StateWriter, int) {
-	if c.chain == nil || len(c.chain) >= maxChain || c.deltas >= c.base {
-		return writers, 0 // a full blob starts the chain (again)
-	}
+	c.superseded, c.written = 0, 0
+	full := c.chain == nil || len(c.chain) >= maxChain || 2*c.dead >= c.total
 	out := make([]StateWriter, 0, len(writers)+1)
 	var names []string
 	for _, w := range writers {
-		if w.Delta != nil {
+		switch {
+		case w.Delta != nil && !full:
 			names = append(names, w.Operator)
-			w.Write = w.Delta
+			delta := w.Delta
+			w.Write = func(out io.Writer) error {
+				n, err := delta(out)
+				c.superseded += n
+				return err
+			}
+		case w.Delta == nil:
+			write := w.Write
+			w.Write = func(out io.Writer) error {
+				b, _ := out.(*checkpoint.Blob)
+				if b == nil {
+					return write(out)
+				}
+				at := b.Len()
+				err := write(out)
+				c.written += int64(b.Len() - at)
+				return err
+			}
 		}
 		out = append(out, w)
 	}
 	if len(names) == 0 {
-		return writers, 0
+		return out, 0
 	}
 	entry := binary.AppendUvarint(nil, uint64(len(names)))
 	for _, n := range names {
@@ -293,10 +315,12 @@ func (c *incremental) plan(writers []StateWriter) ([]StateWriter, int) {
 // stored records a blob written with delta entries or without, and returns the chain the handle lists.
 func (c *incremental) stored(ref checkpoint.BlobRef, delta bool) []checkpoint.BlobRef {
 	if !delta {
-		c.chain, c.base, c.deltas = nil, ref.Size, 0
+		c.chain, c.total, c.dead = nil, 0, 0
 	} else {
-		c.deltas += ref.Size
+		c.dead += c.whole + c.superseded
 	}
+	c.total += ref.Size
+	c.whole = c.written
 	c.chain = append(slices.Clip(c.chain), ref)
 	return slices.Clone(c.chain)
 }
