@@ -42,6 +42,11 @@ func (f *bucketCounts) ProcessElement(_ runnel.KeyedContext[int64], v keyed, out
 // incrementalJob is generator -> keyBy -> bucketCounts (parallelism p) -> collect sink at 1. Most keys
 // are touched rarely (key s*s % keys), so that deltas leave most of them out.
 func incrementalJob(p int, rate float64, sink runnel.Sink[keyed], opts ...runnel.Option) *runnel.Environment {
+	return incrementalJobOf(p, rate, false, sink, opts...)
+}
+
+// incrementalJobOf is incrementalJob, evolved with an operator chained behind counts if evolved says so.
+func incrementalJobOf(p int, rate float64, evolved bool, sink runnel.Sink[keyed], opts ...runnel.Option) *runnel.Environment {
 	const perSubtask, keys = 4000, 500
 	env := runnel.NewEnvironment(append([]runnel.Option{runnel.WithParallelism(2), runnel.WithLogger(quiet)}, opts...)...)
 	src := runnel.FromSource(env, connector.Generator(func(sub int, s uint64) keyed {
@@ -50,6 +55,11 @@ func incrementalJob(p int, rate float64, sink runnel.Sink[keyed], opts ...runnel
 	counts := runnel.Process(runnel.KeyBy(src, func(v keyed) int64 { return v.F0 }),
 		func() runnel.KeyedProcessFunction[int64, keyed, keyed] { return &bucketCounts{} }).
 		Name("counts").WithCodec(keyedCodec).SetParallelism(p)
+	if evolved {
+		// A stateless operator chained behind counts: the vertex holds other uids than in the
+		// checkpoint, so its state is re-mapped by uid.
+		counts = runnel.Map(counts, func(v keyed) (keyed, error) { return v, nil }).Name("pass").Uid("pass").WithCodec(keyedCodec)
+	}
 	counts.Rebalance().SinkTo(sink).Name("sink").SetParallelism(1)
 	return env
 }
@@ -66,7 +76,8 @@ func incrementalWant() map[int64]int64 {
 
 // TestIncrementalCheckpointsRestoreAndRescale stops a job with incremental checkpoints every 20 ms
 // after a while, with a savepoint, and restores it at other parallelisms: from the savepoint (2 to 3)
-// and from the retained checkpoints in its storage (2 to 1, reading the shared blobs there). The
+// and from the retained checkpoints in its storage (2 to 1, reading the shared blobs there; and into a
+// job with an operator chained behind the stateful one, whose state is then re-mapped by uid). The
 // checkpoints must really be chains (a handle lists several blobs), and every restored run must count
 // exactly. The storage holds, after the first run, every shared blob a retained checkpoint lists and no
 // other one of a checkpoint up to the newest. Then a shared blob that only the newest checkpoint lists
@@ -103,16 +114,18 @@ func TestIncrementalCheckpointsRestoreAndRescale(t *testing.T) {
 		t.Fatalf("checkpoint %d is not incremental: %+v", latestCP.ID, latestCP.States)
 	}
 	for _, tc := range []struct {
-		name string
-		p    int
-		from string
+		name    string
+		p       int
+		from    string
+		evolved bool
 	}{
-		{"savepoint 2 to 3", 3, sp},
-		{"storage 2 to 1", 1, storage},
+		{"savepoint 2 to 3", 3, sp, false},
+		{"storage 2 to 1", 1, storage, false},
+		{"storage re-mapped by uid", 2, storage, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sink := connector.NewCollect[keyed]()
-			res, err := incrementalJob(tc.p, 0, sink, runnel.WithIncrementalCheckpoints(), runnel.WithRestoreFrom(tc.from),
+			res, err := incrementalJobOf(tc.p, 0, tc.evolved, sink, runnel.WithIncrementalCheckpoints(), runnel.WithRestoreFrom(tc.from),
 				runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 20 * time.Millisecond})).Execute(context.Background(), "rescaled")
 			if err != nil || res.Status != "FINISHED" || res.RestoredFrom == nil {
 				t.Fatalf("restored run: %v, %+v", err, res)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/runnel-dev/runnel/internal/graph"
 	"github.com/runnel-dev/runnel/internal/network"
+	"github.com/runnel-dev/runnel/internal/state"
 	"github.com/runnel-dev/runnel/internal/task"
 )
 
@@ -436,6 +437,7 @@ func (c *chain) restorePieces(i int, chains [][][]byte, rescaled bool) error {
 	var lists [][]restoredList
 	var own [][]byte
 	for _, pieces := range chains {
+		var keyed [][]byte
 		for j, p := range pieces {
 			l, o, err := splitLists(p)
 			if err != nil {
@@ -444,8 +446,11 @@ func (c *chain) restorePieces(i int, chains [][][]byte, rescaled bool) error {
 			if j == len(pieces)-1 {
 				lists = append(lists, l)
 			}
-			own = append(own, o)
+			keyed = append(keyed, o)
 		}
+		// From the last full snapshot on: one written where a delta was asked for (the backend had
+		// nothing to build on) supersedes the pieces before it.
+		own = append(own, keyed[state.ChainStart(keyed):]...)
 	}
 	ctx := c.ctxs[i]
 	index, parallelism := 0, 1
