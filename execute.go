@@ -347,7 +347,7 @@ func (e *Environment) run(ctx context.Context, p *prepared, on runOn) (*JobResul
 				return nil, fmt.Errorf("job %q has no vertex %d", name, id)
 			}
 			return chains.chainFor(v.ID), nil
-		}}
+		}, Incremental: rc.incremental}
 		on.catalog.build = build
 	}
 	jmCfg := jobmaster.Config{

@@ -107,6 +107,15 @@ func WithSavepointOnStop(dir string) Option { return func(c *Config) { c.Savepoi
 // were recorded are restored only into the same operators and chaining.)
 func WithRestoreFrom(dir string) Option { return func(c *Config) { c.RestoreFrom = dir } }
 
+// WithIncrementalCheckpoints makes checkpoints incremental (Flink's execution.checkpointing.incremental;
+// off by default there and here): keyed state on the memory backend is written as what changed since the
+// subtask's previous checkpoint, and a checkpoint refers to the earlier checkpoints' blobs for the rest
+// (shared state, kept while a retained checkpoint refers to it). A checkpoint of large state that changes
+// little then writes a fraction of it; a restore reads the chain, at most about twice the state (a full
+// checkpoint starts the chain again once the deltas outgrow it). Savepoints are self-contained copies.
+// The pebble backend writes its whole state each time, as without. See docs/checkpoints.md.
+func WithIncrementalCheckpoints() Option { return func(c *Config) { c.IncrementalCheckpoints = true } }
+
 // WithAllowNonRestoredState lets WithRestoreFrom start the job although the checkpoint holds state of
 // operators the job no longer has: that state is dropped, and its uids are logged at WARN (Flink's
 // --allowNonRestoredState).
@@ -139,6 +148,7 @@ type recoveryConfig struct {
 	savepointDir  string
 	restoreFrom   string
 	allowDropped  bool
+	incremental   bool
 	exchange      graph.ExchangeMode
 	scheduling    scheduler.SchedulingMode
 	pipelinedType graph.PartitionType
@@ -153,6 +163,7 @@ func (c *Config) recovery(job string) (*recoveryConfig, error) {
 	}
 	rc.checkpointing = cp.Interval > 0 || c.SavepointOnStop != ""
 	rc.savepointDir, rc.restoreFrom, rc.allowDropped = c.SavepointOnStop, c.RestoreFrom, c.AllowNonRestoredState
+	rc.incremental = c.IncrementalCheckpoints
 	if c.AllowNonRestoredState && c.RestoreFrom == "" {
 		errs = append(errs, errors.New("AllowNonRestoredState (--allow-non-restored-state) applies to a restore: give WithRestoreFrom (--from-savepoint) too"))
 	}

@@ -124,9 +124,11 @@ type Config struct {
 	// AllowNonRestoredState lets a restore drop state of operators the job no longer has
 	// (WithAllowNonRestoredState).
 	AllowNonRestoredState bool
-	ExchangeMode          string
-	Scheduling            string
-	NoSlotSharing         bool
+	// IncrementalCheckpoints makes checkpoints incremental (WithIncrementalCheckpoints).
+	IncrementalCheckpoints bool
+	ExchangeMode           string
+	Scheduling             string
+	NoSlotSharing          bool
 	// MetricsAddr, if set, is where Execute serves the job's Prometheus metrics (/metrics); MetricsListener
 	// is the same on a listener the caller opened.
 	MetricsAddr     string

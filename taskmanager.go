@@ -145,7 +145,7 @@ func (c *registryCatalog) Open(ctx context.Context, _ protocol.JobID, setup prot
 			return nil, fmt.Errorf("job %q has no vertex %d", setup.Name, id)
 		}
 		return p.chainFor(id), nil
-	}, Accumulators: env.encodeAccumulators, MarkFired: func(indexes []int) {
+	}, Incremental: p.rc.incremental, Accumulators: env.encodeAccumulators, MarkFired: func(indexes []int) {
 		for _, i := range indexes {
 			if i >= 0 && i < len(p.rc.injections) {
 				p.rc.injections[i].MarkFired()

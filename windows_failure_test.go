@@ -15,6 +15,7 @@ import (
 	"github.com/runnel-dev/runnel"
 	"github.com/runnel-dev/runnel/codec"
 	"github.com/runnel-dev/runnel/connector"
+	"github.com/runnel-dev/runnel/internal/checkpoint"
 )
 
 // winLine formats a window result and the end its timestamp says as a line of the file sink. Start is
@@ -91,24 +92,34 @@ func TestWindowsExactlyOnceUnderFailures(t *testing.T) {
 		backend  string
 		tms      int // 1: local channels; 2: TCP
 		inject   []string
+		// incremental: incremental checkpoints (the memory backend writes deltas).
+		incremental bool
 	}{
-		{tumbling, "reduce", "region", "memory", 1, []string{"windows[0]@2500"}},
-		{tumbling, "process", "full", "pebble", 2, []string{"windows[1]@3000", "files[0]@150"}},
-		{sliding, "aggregate", "full", "pebble", 2, []string{"windows[0]@2000"}},
-		{sliding, "reduce", "region", "pebble", 1, []string{"clicks[1]@1500", "windows[1]@3500"}},
-		{session, "aggregate", "full", "pebble", 1, []string{"windows[0]@3000", "files[1]@100"}},
-		{session, "process", "region", "pebble", 2, []string{"windows[1]@2500"}},
-		{session, "aggregate-process", "region", "memory", 2, []string{"windows[0]@1800", "windows[1]@3800"}},
-		{sliding, "aggregate-process", "full", "memory", 1, []string{"windows[1]@2200"}},
+		{tumbling, "reduce", "region", "memory", 1, []string{"windows[0]@2500"}, false},
+		{tumbling, "process", "full", "pebble", 2, []string{"windows[1]@3000", "files[0]@150"}, false},
+		{sliding, "aggregate", "full", "pebble", 2, []string{"windows[0]@2000"}, false},
+		{sliding, "reduce", "region", "pebble", 1, []string{"clicks[1]@1500", "windows[1]@3500"}, false},
+		{session, "aggregate", "full", "pebble", 1, []string{"windows[0]@3000", "files[1]@100"}, false},
+		{session, "process", "region", "pebble", 2, []string{"windows[1]@2500"}, false},
+		{session, "aggregate-process", "region", "memory", 2, []string{"windows[0]@1800", "windows[1]@3800"}, false},
+		{sliding, "aggregate-process", "full", "memory", 1, []string{"windows[1]@2200"}, false},
+		{sliding, "aggregate", "region", "memory", 2, []string{"windows[0]@2000", "windows[1]@3200"}, true},
+		{session, "process", "full", "memory", 1, []string{"windows[1]@2500", "files[0]@120"}, true},
+		{tumbling, "aggregate-process", "region", "memory", 1, []string{"clicks[0]@1500", "windows[0]@3000"}, true},
 	} {
 		name := fmt.Sprintf("%s %s %s %s %dTM", tc.as.name, tc.fn, tc.failover, tc.backend, tc.tms)
+		var extra []runnel.Option
+		if tc.incremental {
+			name += " incremental"
+			extra = append(extra, runnel.WithIncrementalCheckpoints())
+		}
 		t.Run(name, func(t *testing.T) {
 			withStart := tc.fn == "process" || tc.fn == "aggregate-process"
 			want := winLines(referenceWindows(clicks, tc.as.name, tc.as.size, tc.as.slide, tc.as.gap), withStart)
 			// The sources hold after a fifth of their records until a checkpoint completed: a window
 			// subtask gets well over 3,300 records, at most 1,600 of them before, so a failure of it between
 			// 1,700 and 3,300 restores a checkpoint.
-			env, out := failingEnv(t, tc.tms, tc.backend, tc.failover, tc.inject)
+			env, out := failingEnv(t, tc.tms, tc.backend, tc.failover, tc.inject, extra...)
 			// Subtask s emits clicks s, s+2, s+4, ...: in order within the bound.
 			src := runnel.FromSource(env, gate(func(sub int, seq uint64) click { return clicks[int(seq)*2+sub] }, n)).
 				Name("clicks").WithCodec(codec.MustStruct[click]()).
@@ -145,6 +156,15 @@ func TestWindowsExactlyOnceUnderFailures(t *testing.T) {
 			if !slices.Equal(got, want) {
 				t.Fatalf("%d window results, want %d; first differences: %v", len(got), len(want), firstDiff(got, want))
 			}
+			if tc.incremental {
+				// The retained checkpoints are incremental, and retention kept exactly what they list.
+				st, err := checkpoint.OpenExisting(context.Background(), filepath.Join(filepath.Dir(out), "chk"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer st.Close()
+				checkSharedRetention(t, st)
+			}
 		})
 	}
 }
@@ -156,18 +176,18 @@ func TestWindowsExactlyOnceUnderFailures(t *testing.T) {
 // failingEnv is the environment of the exactly-once tests: parallelism 2 on tms TaskManagers, the backend
 // and failover given, checkpoints every 20 ms, the failures inject; out is an empty directory for the
 // FileSink.
-func failingEnv(t *testing.T, tms int, backend, failover string, inject []string) (*runnel.Environment, string) {
+func failingEnv(t *testing.T, tms int, backend, failover string, inject []string, extra ...runnel.Option) (*runnel.Environment, string) {
 	t.Helper()
 	dir := t.TempDir()
 	out := filepath.Join(dir, "out")
 	if err := os.Mkdir(out, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	env := runnel.NewEnvironment(runnel.WithParallelism(2), runnel.WithLogger(quiet), runnel.WithTaskManagers(tms),
+	env := runnel.NewEnvironment(append([]runnel.Option{runnel.WithParallelism(2), runnel.WithLogger(quiet), runnel.WithTaskManagers(tms),
 		runnel.WithStateBackend(backend), runnel.WithFailover(failover),
-		runnel.WithWatermarkInterval(2*time.Millisecond),
+		runnel.WithWatermarkInterval(2 * time.Millisecond),
 		runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 20 * time.Millisecond, Storage: filepath.Join(dir, "chk")}),
-		runnel.WithRestartStrategy("fixed-delay:attempts=8,delay=10ms"), runnel.WithFailureInjection(inject...))
+		runnel.WithRestartStrategy("fixed-delay:attempts=8,delay=10ms"), runnel.WithFailureInjection(inject...)}, extra...)...)
 	return env, out
 }
 

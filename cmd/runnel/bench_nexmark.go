@@ -28,6 +28,7 @@ type nexmarkBenchConfig struct {
 	events             uint64
 	runs               int
 	checkpointInterval time.Duration
+	incremental        bool
 	outOfOrderness     time.Duration
 	// failover is the failover strategy ("": the default, region); under task failover every output is
 	// logged (docs/taskfailover.md), which is what a run with it measures.
@@ -112,6 +113,9 @@ With --rate R --duration D the stream is unbounded at R events/s for D, and the 
 			fmt.Fprintf(out, "nexmark %s: %d events, parallelism %d", cfg.query, cfg.events, nexmarkBenchParallelism)
 			if cfg.checkpointInterval > 0 {
 				fmt.Fprintf(out, ", checkpoints every %s", cfg.checkpointInterval)
+				if cfg.incremental {
+					fmt.Fprint(out, " (incremental)")
+				}
 			}
 			if cfg.failover != "" {
 				fmt.Fprintf(out, ", %s failover", cfg.failover)
@@ -130,6 +134,7 @@ With --rate R --duration D the stream is unbounded at R events/s for D, and the 
 	fl.Uint64Var(&cfg.events, "events", 20_000_000, "events per run")
 	fl.IntVar(&cfg.runs, "runs", 3, "runs; the median is reported")
 	fl.DurationVar(&cfg.checkpointInterval, "checkpoint-interval", 0, "take checkpoints this often (0: none)")
+	fl.BoolVar(&cfg.incremental, "incremental-checkpoints", false, "with --checkpoint-interval: incremental checkpoints (runnel.WithIncrementalCheckpoints)")
 	fl.DurationVar(&cfg.outOfOrderness, "out-of-orderness", nexmark.DefaultOutOfOrderness, "the watermark bound")
 	fl.StringVar(&cfg.failover, "failover", "", "the failover strategy the job runs under: full, region (the default), approximate or task (every output logged for exactly-once local recovery)")
 	fl.Int64Var(&cfg.rate, "rate", 0, "with --duration: events per second")
@@ -198,6 +203,9 @@ func nexmarkBenchJob(cfg nexmarkBenchConfig, gen nexmark.GeneratorConfig, probe 
 	opts := []runnel.Option{runnel.WithParallelism(nexmarkBenchParallelism), runnel.WithLogger(slog.New(slog.DiscardHandler))}
 	if cfg.checkpointInterval > 0 {
 		opts = append(opts, runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: cfg.checkpointInterval}))
+		if cfg.incremental {
+			opts = append(opts, runnel.WithIncrementalCheckpoints())
+		}
 	}
 	if cfg.failover != "" {
 		opts = append(opts, runnel.WithFailover(cfg.failover))

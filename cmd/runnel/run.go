@@ -45,6 +45,7 @@ type runFlags struct {
 	checkpointInterval time.Duration
 	checkpointMode     string
 	tolerableFailed    int
+	incremental        bool
 	checkpointStorage  string
 	failover           string
 	restartStrategy    string
@@ -117,6 +118,7 @@ func (f *runFlags) register(pf *pflag.FlagSet) {
 	pf.DurationVar(&f.progress, "progress-interval", time.Second, "how often to show progress")
 	pf.DurationVar(&f.checkpointInterval, "checkpoint-interval", 0, "take a checkpoint this often (0: checkpointing off)")
 	pf.StringVar(&f.checkpointMode, "checkpoint-mode", string(runnel.ExactlyOnce), "checkpoint mode: exactly-once (aligned barriers) or at-least-once")
+	pf.BoolVar(&f.incremental, "incremental-checkpoints", false, "incremental checkpoints: keyed state on the memory backend writes what changed since the previous checkpoint and refers to earlier checkpoints for the rest")
 	pf.IntVar(&f.tolerableFailed, "tolerable-failed-checkpoints", 0, "consecutive failed checkpoints tolerated; one more fails the job over through its restart strategy (a full restart from the latest checkpoint)")
 	pf.StringVar(&f.checkpointStorage, "checkpoint-storage", "", "where checkpoints go: a directory, file://DIR, s3://BUCKET/PREFIX or mem:// (default: a temporary directory, removed afterwards)")
 	pf.StringVar(&f.failover, "failover", "region", "failover strategy: full (restart every task), region (restart the pipelined regions that must) approximate (restart the failed subtask and everything downstream while upstream keeps running; the loss is counted)\n"+
@@ -232,6 +234,9 @@ func (f runFlags) recoveryOptions() []runnel.Option {
 	}
 	if f.fromSavepoint != "" {
 		opts = append(opts, runnel.WithRestoreFrom(f.fromSavepoint))
+	}
+	if f.incremental {
+		opts = append(opts, runnel.WithIncrementalCheckpoints())
 	}
 	if f.allowNonRestored {
 		opts = append(opts, runnel.WithAllowNonRestoredState())

@@ -40,6 +40,12 @@
 // a restore. A savepoint directory has the same layout without the chk-<id>/ level, so a retained
 // checkpoint directory can also be restored from with ReadSavepoint.
 //
+// Incremental checkpoints put their state blobs in shared/ instead (WriteSharedBlob), where later
+// checkpoints list them too (BlobRef.Shared; metadata that lists shared blobs is format version 3). Retain
+// deletes a shared blob once no retained checkpoint lists it and it was written for a checkpoint no newer
+// than the newest committed one. A savepoint copies the shared blobs it lists as its own; a retained
+// chk-<id>/ opened with ReadSavepoint reads them from the shared/ beside it.
+//
 // Every object is framed by the same envelope: a 4-byte magic ("RNST" for state, "RNMD" for metadata), a
 // little-endian uint16 format version, a uint16 of flags (zero), a uint64 payload length, the payload, and a
 // CRC-32C (Castagnoli) of everything before it. Metadata payloads are JSON (format 1, see metadata.go); they

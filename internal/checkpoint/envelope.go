@@ -19,9 +19,12 @@ const (
 	envelopeTrailer  = 4
 	envelopeOverhead = envelopeHeader + envelopeTrailer
 
-	// formatVersion is the envelope and payload version this build writes and the highest it reads.
-	// Version 2 (metadata with operator uids) reads version 1 objects as well; state blobs did not change.
-	formatVersion uint16 = 2
+	// formatVersion is the highest envelope and payload version this build reads. Version 2 (metadata
+	// with operator uids) reads version 1 objects as well; state blobs did not change. Version 3 is
+	// metadata that refers to shared blobs (incremental checkpoints); it is written only by such
+	// checkpoints, everything else is still written as version 2 (writeVersion).
+	formatVersion uint16 = 3
+	writeVersion  uint16 = 2
 )
 
 var (
@@ -31,11 +34,16 @@ var (
 	castagnoli = crc32.MakeTable(crc32.Castagnoli)
 )
 
-// seal frames payload in an envelope and returns the object and its checksum.
+// seal frames payload in an envelope of version writeVersion and returns the object and its checksum.
 func seal(magic [4]byte, payload []byte) ([]byte, uint32) {
+	return sealVersion(magic, payload, writeVersion)
+}
+
+// sealVersion is seal with the given version.
+func sealVersion(magic [4]byte, payload []byte, version uint16) ([]byte, uint32) {
 	out := make([]byte, envelopeHeader+len(payload)+envelopeTrailer)
 	copy(out, magic[:])
-	binary.LittleEndian.PutUint16(out[4:], formatVersion)
+	binary.LittleEndian.PutUint16(out[4:], version)
 	binary.LittleEndian.PutUint16(out[6:], 0)
 	binary.LittleEndian.PutUint64(out[8:], uint64(len(payload)))
 	copyInPieces(out[envelopeHeader:], payload)
@@ -130,7 +138,7 @@ func sealInPlace(magic [4]byte, b *Blob) ([]byte, uint32) {
 	out := b.b
 	n := len(out) - envelopeHeader
 	copy(out, magic[:])
-	binary.LittleEndian.PutUint16(out[4:], formatVersion)
+	binary.LittleEndian.PutUint16(out[4:], writeVersion)
 	binary.LittleEndian.PutUint16(out[6:], 0)
 	binary.LittleEndian.PutUint64(out[8:], uint64(n))
 	sum := checksum(out)

@@ -51,6 +51,10 @@ type BlobRef struct {
 	Size int64
 	// CRC is the CRC-32C the object ends with.
 	CRC uint32
+	// Shared says the blob is shared state of an incremental checkpoint: it is stored under shared/ in the
+	// checkpoint storage (not in a checkpoint's directory), may be listed by several checkpoints, and is
+	// deleted once no retained checkpoint lists it (Storage.Retain). In a savepoint every blob is its own.
+	Shared bool
 }
 
 // StateHandle describes the state one subtask attempt contributed to a checkpoint. It is opaque to the
@@ -305,4 +309,16 @@ func compareSubtask(a, b ident.Subtask) int {
 		return c
 	}
 	return cmp.Compare(a.Index, b.Index)
+}
+
+// HasShared reports whether any state handle of cp lists a shared blob (an incremental checkpoint).
+func (cp *CompletedCheckpoint) HasShared() bool {
+	for _, h := range cp.States {
+		for _, b := range h.Blobs {
+			if b.Shared {
+				return true
+			}
+		}
+	}
+	return false
 }

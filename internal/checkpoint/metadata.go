@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -52,6 +53,8 @@ type blobV1 struct {
 	Key  string `json:"key"`
 	Size int64  `json:"size"`
 	CRC  uint32 `json:"crc32c"`
+	// Shared: since version 3, and only there (metadata without shared blobs is still version 2).
+	Shared bool `json:"shared,omitempty"`
 }
 
 // EncodeMetadata validates cp and returns its _metadata object: the envelope around the JSON payload.
@@ -90,7 +93,11 @@ func EncodeMetadata(cp *CompletedCheckpoint) ([]byte, error) {
 	if err := enc.Encode(&m); err != nil {
 		return nil, fmt.Errorf("encode metadata of checkpoint %d: %w", cp.ID, err)
 	}
-	obj, _ := seal(magicMetadata, bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
+	version := writeVersion
+	if cp.HasShared() {
+		version = 3
+	}
+	obj, _ := sealVersion(magicMetadata, bytes.TrimSuffix(buf.Bytes(), []byte("\n")), version)
 	if len(obj) > MaxMetadataBytes {
 		return nil, fmt.Errorf("metadata of checkpoint %d is %d bytes, above the %d-byte limit: keep inline state small",
 			cp.ID, len(obj), MaxMetadataBytes)
@@ -109,6 +116,7 @@ func DecodeMetadata(key string, obj []byte) (*CompletedCheckpoint, error) {
 	if err != nil {
 		return nil, err
 	}
+	version := binary.LittleEndian.Uint16(obj[4:])
 	bad := func(format string, args ...any) error {
 		return &CorruptError{Key: key, Problem: ProblemBadPayload, Detail: fmt.Sprintf(format, args...)}
 	}
@@ -137,6 +145,11 @@ func DecodeMetadata(key string, obj []byte) (*CompletedCheckpoint, error) {
 		cp.Vertices[i] = Vertex{ID: ident.VertexID(v.ID), Name: v.Name, Parallelism: v.Parallelism, Operators: v.Operators}
 	}
 	for i, s := range m.States {
+		for _, b := range s.Blobs {
+			if b.Shared && version < 3 {
+				return nil, bad("version %d metadata lists shared blob %q (shared blobs are version 3)", version, b.Key)
+			}
+		}
 		h := StateHandle{
 			Attempt: ident.Attempt{
 				Subtask: ident.Subtask{Vertex: ident.VertexID(s.Vertex), Index: s.Index},

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 )
 
 // Savepoint is a completed checkpoint opened from a directory of its own: a savepoint written by
@@ -13,12 +15,19 @@ type Savepoint struct {
 	// Checkpoint is the savepoint's metadata, verified together with every blob it lists.
 	Checkpoint *CompletedCheckpoint
 	b          Bucket
-	location   string
+	// shared is the checkpoint storage whose shared/ holds the shared blobs of a retained incremental
+	// checkpoint opened as a savepoint (nil for a savepoint, whose blobs are all its own).
+	shared   Bucket
+	location string
 }
 
 // ReadState reads and verifies one state blob of the savepoint.
 func (sp *Savepoint) ReadState(ctx context.Context, ref BlobRef) ([]byte, error) {
-	_, payload, err := readBlob(ctx, sp.b, "", ref)
+	b := sp.b
+	if ref.Shared && sp.shared != nil {
+		b = sp.shared
+	}
+	_, payload, err := readBlob(ctx, b, "", ref)
 	if err != nil {
 		return nil, fmt.Errorf("savepoint %s: read state: %w", sp.location, err)
 	}
@@ -26,11 +35,19 @@ func (sp *Savepoint) ReadState(ctx context.Context, ref BlobRef) ([]byte, error)
 }
 
 // Close closes the savepoint's bucket.
-func (sp *Savepoint) Close() error { return sp.b.Close() }
+func (sp *Savepoint) Close() error {
+	err := sp.b.Close()
+	if sp.shared != nil {
+		err = errors.Join(err, sp.shared.Close())
+	}
+	return err
+}
 
 // WriteSavepoint copies completed checkpoint cp from s into dir (a path or URL, see OpenBucket), making a
 // self-contained savepoint: every blob is read back and verified before it is copied, and _metadata is
-// written last. A directory that already holds a _metadata is not overwritten (ErrExists).
+// written last. The shared blobs of an incremental checkpoint are copied too, into the savepoint's own
+// directory (its metadata lists them as its own blobs), so that a savepoint never refers to checkpoint
+// storage. A directory that already holds a _metadata is not overwritten (ErrExists).
 func (s *Storage) WriteSavepoint(ctx context.Context, dir string, cp *CompletedCheckpoint) error {
 	dst, err := OpenBucket(ctx, dir)
 	if err != nil {
@@ -74,7 +91,16 @@ func CheckSavepointTarget(ctx context.Context, dir string) error {
 
 // WriteSavepointTo is WriteSavepoint into an open bucket; dst stays open.
 func (s *Storage) WriteSavepointTo(ctx context.Context, dst Bucket, cp *CompletedCheckpoint) error {
-	meta, err := EncodeMetadata(cp)
+	own := *cp // the savepoint's metadata: every blob its own
+	own.States = make([]StateHandle, len(cp.States))
+	for i, h := range cp.States {
+		h.Blobs = slices.Clone(h.Blobs)
+		for j := range h.Blobs {
+			h.Blobs[j].Shared = false
+		}
+		own.States[i] = h
+	}
+	meta, err := EncodeMetadata(&own)
 	if err != nil {
 		return fmt.Errorf("write savepoint: %w", err)
 	}
@@ -124,9 +150,53 @@ func ReadSavepoint(ctx context.Context, dir string) (*Savepoint, error) {
 // ReadSavepointFrom is ReadSavepoint from an open bucket, which the returned Savepoint owns (on error the
 // caller keeps it); location only names it in messages.
 func ReadSavepointFrom(ctx context.Context, b Bucket, location string) (*Savepoint, error) {
-	cp, err := load(ctx, b, "", 0)
+	cp, err := readMetadata(ctx, b, "")
 	if err != nil {
 		return nil, fmt.Errorf("read savepoint %s: %w", location, err)
 	}
-	return &Savepoint{Checkpoint: cp, b: b, location: location}, nil
+	var shared Bucket
+	if cp.HasShared() {
+		// A retained incremental checkpoint, chk-<id>/ in checkpoint storage: its shared blobs are in the
+		// storage's shared/, beside it.
+		parent, ok := checkpointParent(location)
+		if !ok {
+			return nil, fmt.Errorf("read savepoint %s: %w", location, &CorruptError{Key: metadataKey, Problem: ProblemMissingBlob,
+				Detail: "the metadata lists shared blobs of an incremental checkpoint, and this is not a chk-<id> directory of checkpoint storage"})
+		}
+		if shared, err = openBucket(ctx, parent, false); err != nil {
+			return nil, fmt.Errorf("read savepoint %s: open the checkpoint storage of its shared blobs: %w", location, err)
+		}
+	}
+	if _, err = loadShared(ctx, b, sharedOr(shared, b), "", cp.ID, nil); err != nil {
+		if shared != nil {
+			shared.Close()
+		}
+		return nil, fmt.Errorf("read savepoint %s: %w", location, err)
+	}
+	return &Savepoint{Checkpoint: cp, b: b, shared: shared, location: location}, nil
+}
+
+func sharedOr(shared, b Bucket) Bucket {
+	if shared != nil {
+		return shared
+	}
+	return b
+}
+
+// checkpointParent returns the location of the checkpoint storage that location, a chk-<id> directory in
+// it, belongs to.
+func checkpointParent(location string) (string, bool) {
+	loc := strings.TrimSuffix(location, "/")
+	i := strings.LastIndex(loc, "/")
+	if i < 0 {
+		return "", false
+	}
+	if _, ok := parseCheckpointDir(loc[i+1:] + "/"); !ok {
+		return "", false
+	}
+	parent := loc[:i]
+	if parent == "" {
+		parent = "/"
+	}
+	return parent, true
 }

@@ -66,6 +66,9 @@ func (s *Storage) Close() error { return s.b.Close() }
 
 const dirPrefix = "chk-"
 
+// sharedDir holds the shared blobs of incremental checkpoints, which several checkpoints may list.
+const sharedDir = "shared/"
+
 func checkpointDir(id int64) string { return dirPrefix + strconv.FormatInt(id, 10) + "/" }
 
 // parseCheckpointDir returns the id of a "chk-<id>/" key; other keys (including "chk-007/") are not ours.
@@ -132,6 +135,44 @@ func (s *Storage) WriteBlob(ctx context.Context, id int64, from ident.Attempt, n
 	return BlobRef{Key: key, Size: int64(len(obj)), CRC: sum}, nil
 }
 
+// SharedKey returns the key WriteSharedBlob stores a blob under, relative to shared/:
+// "v<vertex>-<index>-a<attempt>-c<id>-<name>". The checkpoint id in it tells Retain which checkpoint wrote
+// the blob.
+func SharedKey(id int64, from ident.Attempt, name string) string {
+	return fmt.Sprintf("v%d-%d-a%d-c%d-%s", from.Vertex, from.Index, from.Number, id, name)
+}
+
+// sharedCreator returns the checkpoint id in a SharedKey.
+func sharedCreator(key string) (int64, bool) {
+	parts := strings.SplitN(key, "-", 5)
+	if len(parts) < 5 || !strings.HasPrefix(parts[3], "c") {
+		return 0, false
+	}
+	id, err := strconv.ParseInt(parts[3][1:], 10, 64)
+	return id, err == nil && id > 0
+}
+
+// WriteSharedBlob is WriteBlob for a blob of an incremental checkpoint: it is stored under shared/, so
+// that later checkpoints can list it too, and the reference it returns is marked Shared. It stays until
+// Retain finds no retained checkpoint that lists it.
+func (s *Storage) WriteSharedBlob(ctx context.Context, id int64, from ident.Attempt, name string, blob *Blob) (BlobRef, error) {
+	if name == "" {
+		name = "state"
+	}
+	if id < 1 {
+		return BlobRef{}, fmt.Errorf("write shared state of %s: checkpoint id %d is not positive", from, id)
+	}
+	if err := validStateName(name); err != nil {
+		return BlobRef{}, fmt.Errorf("checkpoint %d: write shared state of %s: %w", id, from, err)
+	}
+	key := SharedKey(id, from, name)
+	obj, sum := sealInPlace(magicState, blob)
+	if err := s.b.Put(ctx, sharedDir+key, obj); err != nil {
+		return BlobRef{}, fmt.Errorf("checkpoint %d: write shared state %q of %s to %s: %w", id, name, from, s.location, err)
+	}
+	return BlobRef{Key: key, Size: int64(len(obj)), CRC: sum, Shared: true}, nil
+}
+
 // ReadState reads and verifies one state blob of checkpoint id. Damage is a *CorruptError (a blob that is
 // missing included); other errors come from the bucket.
 func (s *Storage) ReadState(ctx context.Context, id int64, ref BlobRef) ([]byte, error) {
@@ -158,6 +199,9 @@ func (r checkpointReader) ReadState(ctx context.Context, ref BlobRef) ([]byte, e
 // whole object and its payload.
 func readBlob(ctx context.Context, b Bucket, prefix string, ref BlobRef) (obj, payload []byte, err error) {
 	key := prefix + ref.Key
+	if ref.Shared {
+		key = sharedDir + ref.Key
+	}
 	if err := validBlobKey(ref.Key); err != nil {
 		return nil, nil, fmt.Errorf("read %s: %w", key, err)
 	}
@@ -217,13 +261,14 @@ func readMetadata(ctx context.Context, b Bucket, prefix string) (*CompletedCheck
 	return DecodeMetadata(key, obj)
 }
 
-// load reads the metadata under prefix and verifies every blob it lists; wantID 0 accepts any id.
-func load(ctx context.Context, b Bucket, prefix string, wantID int64) (*CompletedCheckpoint, error) {
-	return loadFor(ctx, b, prefix, wantID, nil)
+// loadFor reads the metadata under prefix (wantID 0 accepts any id) and verifies the blobs of the
+// subtasks for which only returns true (nil: all).
+func loadFor(ctx context.Context, b Bucket, prefix string, wantID int64, only func(ident.Subtask) bool) (*CompletedCheckpoint, error) {
+	return loadShared(ctx, b, b, prefix, wantID, only)
 }
 
-// loadFor is load verifying only the blobs of the subtasks for which only returns true (nil: all).
-func loadFor(ctx context.Context, b Bucket, prefix string, wantID int64, only func(ident.Subtask) bool) (*CompletedCheckpoint, error) {
+// loadShared is loadFor reading shared blobs from shared (under shared/).
+func loadShared(ctx context.Context, b, shared Bucket, prefix string, wantID int64, only func(ident.Subtask) bool) (*CompletedCheckpoint, error) {
 	cp, err := readMetadata(ctx, b, prefix)
 	if err != nil {
 		return nil, err
@@ -237,7 +282,11 @@ func loadFor(ctx context.Context, b Bucket, prefix string, wantID int64, only fu
 			continue
 		}
 		for _, ref := range h.Blobs {
-			if _, _, err := readBlob(ctx, b, prefix, ref); err != nil {
+			from := b
+			if ref.Shared {
+				from = shared
+			}
+			if _, _, err := readBlob(ctx, from, prefix, ref); err != nil {
 				return nil, err
 			}
 		}
@@ -293,15 +342,30 @@ func checkBlobsPresent(ctx context.Context, b Bucket, dir string, cp *CompletedC
 	if _, ok := sizes[metadataKey]; ok {
 		return fmt.Errorf("%s%s: %w", dir, metadataKey, ErrExists)
 	}
+	var shared map[string]int64 // listed once, if some blob is shared
 	for _, h := range cp.States {
 		for _, ref := range h.Blobs {
-			size, ok := sizes[ref.Key]
+			in, sz := dir, sizes
+			if ref.Shared {
+				if shared == nil {
+					entries, err := b.List(ctx, sharedDir)
+					if err != nil {
+						return fmt.Errorf("list %s: %w", sharedDir, err)
+					}
+					shared = make(map[string]int64, len(entries))
+					for _, e := range entries {
+						shared[strings.TrimPrefix(e.Key, sharedDir)] = e.Size
+					}
+				}
+				in, sz = sharedDir, shared
+			}
+			size, ok := sz[ref.Key]
 			if !ok {
-				return &CorruptError{Key: dir + ref.Key, Problem: ProblemMissingBlob,
+				return &CorruptError{Key: in + ref.Key, Problem: ProblemMissingBlob,
 					Detail: fmt.Sprintf("state of %s not in storage", h.Attempt)}
 			}
 			if size != ref.Size {
-				return &CorruptError{Key: dir + ref.Key, Problem: ProblemSizeMismatch,
+				return &CorruptError{Key: in + ref.Key, Problem: ProblemSizeMismatch,
 					Detail: fmt.Sprintf("stored %d bytes, handle of %s says %d", size, h.Attempt, ref.Size)}
 			}
 		}
@@ -418,6 +482,15 @@ func (s *Storage) LatestFor(ctx context.Context, only func(ident.Subtask) bool) 
 // oldest of them, committed or not. Directories newer than the newest committed checkpoint (in progress)
 // are kept. It returns the ids deleted. Committed means "has _metadata": Retain does not verify data, so
 // keep n at least 2 if a damaged newest checkpoint should have a fallback.
+//
+// It then deletes the shared blobs (incremental checkpoints) that no kept checkpoint lists and that were
+// written for a checkpoint no newer than the newest committed one: the blobs of checkpoints that were
+// retained before, and of aborted ones that no later checkpoint builds on. A shared blob written for a
+// newer checkpoint may belong to one in progress and is kept. This is safe because a task builds a
+// delta only on its own previous blob, written before, and on one only while its writes succeed in
+// order: once checkpoint N completed, what any task writes later lists N's blobs of that task and blobs
+// of checkpoints after N, and N is kept. If the metadata of a kept checkpoint cannot be read, no shared
+// blob is deleted (nothing could tell which it lists).
 func (s *Storage) Retain(ctx context.Context, n int) ([]int64, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("retain %d checkpoints: keep at least 1", n)
@@ -426,34 +499,96 @@ func (s *Storage) Retain(ctx context.Context, n int) ([]int64, error) {
 	if err != nil {
 		return nil, err
 	}
-	kept := 0
-	oldestKept := int64(0)
-	for i := len(ids) - 1; i >= 0 && kept < n; i-- {
+	var keptIDs []int64 // newest first
+	for i := len(ids) - 1; i >= 0 && len(keptIDs) < n; i-- {
 		ok, err := s.committed(ctx, ids[i])
 		if err != nil {
 			return nil, err
 		}
 		if ok {
-			kept++
-			oldestKept = ids[i]
+			keptIDs = append(keptIDs, ids[i])
 		}
-	}
-	if kept < n {
-		return nil, nil
 	}
 	var deleted []int64
 	var errs []error
-	for _, id := range ids {
-		if id >= oldestKept {
-			break
+	if len(keptIDs) == n {
+		oldestKept := keptIDs[len(keptIDs)-1]
+		for _, id := range ids {
+			if id >= oldestKept {
+				break
+			}
+			if err := s.deleteDir(ctx, id); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			deleted = append(deleted, id)
 		}
-		if err := s.deleteDir(ctx, id); err != nil {
+	}
+	if len(keptIDs) > 0 {
+		if err := s.pruneShared(ctx, keptIDs); err != nil {
 			errs = append(errs, err)
-			continue
 		}
-		deleted = append(deleted, id)
 	}
 	return deleted, errors.Join(errs...)
+}
+
+// pruneShared deletes the shared blobs that none of the kept checkpoints (newest first) lists and that
+// were written for a checkpoint no newer than the newest of them.
+func (s *Storage) pruneShared(ctx context.Context, kept []int64) error {
+	entries, err := s.b.List(ctx, sharedDir)
+	if err != nil {
+		return fmt.Errorf("list %s in %s: %w", sharedDir, s.location, err)
+	}
+	if len(entries) == 0 {
+		return nil
+	}
+	listed := map[string]bool{}
+	for _, id := range kept {
+		cp, err := readMetadata(ctx, s.b, checkpointDir(id))
+		if err != nil {
+			return nil // which shared blobs it lists is unknown: delete none
+		}
+		for _, h := range cp.States {
+			for _, ref := range h.Blobs {
+				if ref.Shared {
+					listed[ref.Key] = true
+				}
+			}
+		}
+	}
+	var errs []error
+	for _, e := range entries {
+		if e.Dir {
+			continue
+		}
+		key := strings.TrimPrefix(e.Key, sharedDir)
+		if listed[key] {
+			continue
+		}
+		if id, ok := sharedCreator(key); !ok || id > kept[0] {
+			continue // not ours, or possibly of a checkpoint in progress
+		}
+		if err := s.b.Delete(ctx, e.Key); err != nil && !errors.Is(err, ErrNotFound) {
+			errs = append(errs, fmt.Errorf("delete shared state %s in %s: %w", key, s.location, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// SharedKeys returns the keys of the shared blobs in storage, sorted (for tests and tools).
+func (s *Storage) SharedKeys(ctx context.Context) ([]string, error) {
+	entries, err := s.b.List(ctx, sharedDir)
+	if err != nil {
+		return nil, fmt.Errorf("list %s in %s: %w", sharedDir, s.location, err)
+	}
+	var keys []string
+	for _, e := range entries {
+		if !e.Dir {
+			keys = append(keys, strings.TrimPrefix(e.Key, sharedDir))
+		}
+	}
+	slices.Sort(keys)
+	return keys, nil
 }
 
 func (s *Storage) committed(ctx context.Context, id int64) (bool, error) {

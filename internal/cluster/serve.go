@@ -35,6 +35,8 @@ type JobBuild struct {
 	ChainFor func(v ident.VertexID) (task.ChainFactory, error)
 	// Store is the job's checkpoint storage (nil when checkpointing is off).
 	Store task.StateStore
+	// Incremental makes the job's checkpoints incremental (task.CheckpointSetup.Incremental).
+	Incremental bool
 	// Savepoint is the savepoint the job started from (nil none): a restore of its checkpoint reads it.
 	Savepoint *checkpoint.Savepoint
 	// MarkFired, when set, marks the failure injections with these indexes fired in this build: they
@@ -467,6 +469,7 @@ func (ss *session) deploy(job protocol.JobID, dep jobcore.Deployment) error {
 	}
 	if cs := dep.Checkpoints; cs != nil {
 		cfg.Checkpoints = &task.CheckpointSetup{Store: j.build.Store, AtLeastOnce: cs.AtLeastOnce, FinalCheckpoint: cs.FinalCheckpoint,
+			Incremental: j.build.Incremental,
 			Ack: func(id int64, from ident.Attempt, h checkpoint.StateHandle) {
 				ss.send(job, jobcore.CheckpointAck{ID: id, Attempt: from, Handle: h})
 			},

@@ -112,6 +112,9 @@ func (s *BroadcastSpec[K, T, R, MK, MV, Out]) Build(ctx *Context, downstream []a
 		built.Input2 = wrapIn[R](ctx, collectFunc[R](func(r R) { op.rule(r, math.MinInt64) }, op))
 	}
 	keyedSnapshot, keyedRestore, keyedParts := built.Snapshot, built.Restore, built.RestoreParts
+	// The broadcast state frames the keyed snapshot: this operator writes its whole state at every
+	// checkpoint, also when checkpoints are incremental.
+	built.SnapshotIncremental = nil
 	built.Snapshot = func(id int64) (func(io.Writer) error, error) {
 		bsBytes, err := bs.encode(s.MapKey, s.MapValue)
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/runnel-dev/runnel/internal/graph"
 	"github.com/runnel-dev/runnel/internal/network"
+	"github.com/runnel-dev/runnel/internal/state"
 	"github.com/runnel-dev/runnel/internal/task"
 )
 
@@ -295,8 +296,17 @@ func (c *chain) Snapshot(id int64) ([]task.StateWriter, error) {
 		if op.Snapshot == nil && len(lists) == 0 {
 			continue
 		}
-		var w func(io.Writer) error
-		if op.Snapshot != nil {
+		var (
+			w     func(io.Writer) error
+			delta func(io.Writer) (int64, error)
+		)
+		switch {
+		case op.SnapshotIncremental != nil:
+			err := c.ctxs[i].guard(func() (err error) { w, delta, err = op.SnapshotIncremental(id); return err })
+			if err != nil {
+				return nil, err
+			}
+		case op.Snapshot != nil:
 			err := c.ctxs[i].guard(func() (err error) { w, err = op.Snapshot(id); return err })
 			if err != nil {
 				return nil, err
@@ -307,22 +317,36 @@ func (c *chain) Snapshot(id int64) ([]task.StateWriter, error) {
 			if err != nil {
 				return nil, fmt.Errorf("operator %q: %w", c.names[i], err)
 			}
-			own := w
-			w = func(out io.Writer) error {
-				if _, err := out.Write(prefix); err != nil {
-					return err
+			if own := delta; own != nil {
+				delta = func(out io.Writer) (int64, error) {
+					if _, err := out.Write(prefix); err != nil {
+						return 0, err
+					}
+					n, err := own(out)
+					return n + int64(len(prefix)), err // the list states are written whole
 				}
-				if own == nil {
-					return nil
-				}
-				return own(out)
 			}
+			w = prefixed(prefix, w)
 		}
 		if w != nil {
-			ws = append(ws, task.StateWriter{Operator: c.uids[i], Write: w})
+			ws = append(ws, task.StateWriter{Operator: c.uids[i], Write: w, Delta: delta})
 		}
 	}
 	return ws, nil
+}
+
+// prefixed returns a writer that writes prefix (the operator's list states) before what own (if any)
+// writes.
+func prefixed(prefix []byte, own func(io.Writer) error) func(io.Writer) error {
+	return func(out io.Writer) error {
+		if _, err := out.Write(prefix); err != nil {
+			return err
+		}
+		if own == nil {
+			return nil
+		}
+		return own(out)
+	}
 }
 
 // restoreLists hands operator i its restored list states.
@@ -340,6 +364,12 @@ func (c *chain) restoreLists(i int, lists map[string][][]byte) error {
 // Restore implements task.Chain.
 func (c *chain) Restore(states map[string][]byte) error {
 	return restoreEach(c, states, func(i int, data []byte) error {
+		if pieces, ok, err := task.SplitPieces(data); ok || err != nil {
+			if err != nil {
+				return fmt.Errorf("operator %q: %w", c.names[i], err)
+			}
+			return c.restorePieces(i, [][][]byte{pieces}, false)
+		}
 		lists, own, err := splitLists(data)
 		if err != nil {
 			return fmt.Errorf("operator %q: %w", c.names[i], err)
@@ -363,6 +393,22 @@ func (c *chain) Restore(states map[string][]byte) error {
 // state filtered to the subtask's key groups; other state cannot be split.
 func (c *chain) RestoreRescaled(parts map[string][][]byte) error {
 	return restoreEach(c, parts, func(i int, ps [][]byte) error {
+		chains := make([][][]byte, 0, len(ps))
+		framed := false
+		for _, p := range ps {
+			pieces, ok, err := task.SplitPieces(p)
+			if err != nil {
+				return fmt.Errorf("operator %q: %w", c.names[i], err)
+			}
+			if !ok {
+				pieces = [][]byte{p}
+			}
+			framed = framed || ok
+			chains = append(chains, pieces)
+		}
+		if framed {
+			return c.restorePieces(i, chains, true)
+		}
 		var lists [][]restoredList
 		var own [][]byte
 		hasOwn := false
@@ -389,6 +435,43 @@ func (c *chain) RestoreRescaled(parts map[string][][]byte) error {
 		}
 		return c.ctxs[i].guard(func() error { return c.ops[i].RestoreParts(own) })
 	})
+}
+
+// restorePieces restores operator i from chains of incremental state (task.JoinPieces), one per old
+// subtask: the list states of each chain's last piece, and the keyed state of all pieces, in order (the
+// backend applies each delta on top of the pieces before it). rescaled says the chains are of another
+// parallelism.
+func (c *chain) restorePieces(i int, chains [][][]byte, rescaled bool) error {
+	var lists [][]restoredList
+	var own [][]byte
+	for _, pieces := range chains {
+		var keyed [][]byte
+		for j, p := range pieces {
+			l, o, err := splitLists(p)
+			if err != nil {
+				return fmt.Errorf("operator %q: %w", c.names[i], err)
+			}
+			if j == len(pieces)-1 {
+				lists = append(lists, l)
+			}
+			keyed = append(keyed, o)
+		}
+		// From the last full snapshot on: one written where a delta was asked for (the backend had
+		// nothing to build on) supersedes the pieces before it.
+		own = append(own, keyed[state.ChainStart(keyed):]...)
+	}
+	ctx := c.ctxs[i]
+	index, parallelism := 0, 1
+	if rescaled {
+		index, parallelism = ctx.SubtaskIndex(), ctx.Parallelism()
+	}
+	if err := c.restoreLists(i, redistribute(lists, index, parallelism)); err != nil {
+		return err
+	}
+	if c.ops[i].RestoreParts == nil {
+		return fmt.Errorf("operator %q: the checkpoint holds incremental state for it, which only keyed state is", c.names[i])
+	}
+	return ctx.guard(func() error { return c.ops[i].RestoreParts(own) })
 }
 
 // NotifyCheckpointComplete implements task.Chain.

@@ -179,7 +179,10 @@ func newKeyedBackend[K comparable](ctx *Context, kc codec.Codec[K]) (state.Keyed
 func keyedBuilt[K comparable](b state.KeyedBackend[K]) Built {
 	return Built{
 		Snapshot: func(id int64) (func(io.Writer) error, error) { return b.Snapshot(id) },
-		Restore:  func(data []byte) error { return b.Restore([]io.Reader{bytes.NewReader(data)}) },
+		SnapshotIncremental: func(id int64) (full func(io.Writer) error, delta func(io.Writer) (int64, error), err error) {
+			return state.SnapshotIncremental(b, id)
+		},
+		Restore: func(data []byte) error { return b.Restore([]io.Reader{bytes.NewReader(data)}) },
 		RestoreParts: func(parts [][]byte) error {
 			rs := make([]io.Reader, len(parts))
 			for i, p := range parts {

@@ -33,7 +33,11 @@ type Built struct {
 	// Snapshot captures the operator's state for a checkpoint (quickly; the writer runs later, elsewhere)
 	// and Restore loads it; nil for stateless operators.
 	Snapshot func(id int64) (func(w io.Writer) error, error)
-	Restore  func(data []byte) error
+	// SnapshotIncremental, if set, replaces Snapshot: it returns the capture's full writer and its delta
+	// writer (task.StateWriter.Delta), for keyed state on the heap backend. Code that wraps Snapshot
+	// (broadcast.go) must clear it, or the chain would write the unwrapped state.
+	SnapshotIncremental func(id int64) (full func(w io.Writer) error, delta func(w io.Writer) (superseded int64, err error), err error)
+	Restore             func(data []byte) error
 	// RestoreParts loads state written by several subtasks of another parallelism, keeping what belongs to
 	// this subtask; only keyed operators have it (nil: the state cannot be rescaled).
 	RestoreParts func(parts [][]byte) error

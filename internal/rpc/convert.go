@@ -410,7 +410,7 @@ func encodeHandle(h checkpoint.StateHandle) *pb.StateHandle {
 	out := &pb.StateHandle{Attempt: encodeAttempt(h.Attempt), Finished: h.Finished, Inline: cloneBytes(h.Inline),
 		Operators: slices.Clone(h.Operators)}
 	for _, b := range h.Blobs {
-		out.Blobs = append(out.Blobs, &pb.BlobRef{Key: b.Key, Size: b.Size, Crc: b.CRC})
+		out.Blobs = append(out.Blobs, &pb.BlobRef{Key: b.Key, Size: b.Size, Crc: b.CRC, Shared: b.Shared})
 	}
 	return out
 }
@@ -419,7 +419,7 @@ func decodeHandle(h *pb.StateHandle) checkpoint.StateHandle {
 	out := checkpoint.StateHandle{Attempt: decodeAttempt(h.GetAttempt()), Finished: h.GetFinished(), Inline: nilIfEmpty(h.GetInline()),
 		Operators: nilIfEmpty(h.GetOperators())}
 	for _, b := range h.GetBlobs() {
-		out.Blobs = append(out.Blobs, checkpoint.BlobRef{Key: b.GetKey(), Size: b.GetSize(), CRC: b.GetCrc()})
+		out.Blobs = append(out.Blobs, checkpoint.BlobRef{Key: b.GetKey(), Size: b.GetSize(), CRC: b.GetCrc(), Shared: b.GetShared()})
 	}
 	return out
 }

@@ -2,11 +2,13 @@ package state
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
+	"slices"
 )
 
 // The snapshot format; the package doc describes it.
@@ -16,13 +18,17 @@ const (
 	// value, list and map only).
 	snapVersion  = 2
 	snapVersion1 = 1
+	// snapVersionDelta is the version of a delta snapshot (incremental.go): version 2 plus the id of the
+	// checkpoint it builds on, a mode byte per state, and deletions after the entries.
+	snapVersionDelta = 3
 
 	// timerKeyBytes is the map key of a timer in a snapshot: its time and namespace, sign-flipped
 	// big-endian, so that byte order is numeric order.
 	timerKeyBytes = 8 + 16
 
-	tagEnd   = 0
-	tagEntry = 1
+	tagEnd    = 0
+	tagEntry  = 1
+	tagDelete = 2 // delta snapshots only: the key holds nothing in the state any more
 
 	// maxStates bounds the states of one backend: pebble stores a state id in two bytes.
 	maxStates = 1<<16 - 1
@@ -47,6 +53,10 @@ type snapState struct {
 	// the restorer to skip them; 0 for no filtering (a state without TTL, or a TTL state not registered,
 	// whose entries are carried as they are). It is not written.
 	ttl int64
+	// delta marks, in a delta snapshot, a state of which only the keys that changed since the base are
+	// written (their entries replace the base's; deleted keys follow the entries); a state without it is
+	// written whole and replaces every earlier snapshot's entries of the state.
+	delta bool
 }
 
 // flagTTL in a state's header flags marks a state with a time to live: each value (value state), element
@@ -58,6 +68,8 @@ type snapHeader struct {
 	checkpointID int64
 	groups       keyGroups
 	states       []snapState // sorted by name
+	// base is, in a delta snapshot (version 3), the checkpoint of the snapshot it builds on; 0 in a full one.
+	base int64
 	// now is the processing time (epoch ms) at Snapshot, before which TTL states' entries must have been
 	// written within their ttl to be kept. It is not written.
 	now int64
@@ -75,13 +87,28 @@ type snapWriter struct {
 	// hold keeps entry from flushing: the heap writer flushes between keys (maybeFlush), so that the bytes
 	// of one key's entries are contiguous in buf for its segment cache.
 	hold bool
+	// deletes are the deletions of a delta snapshot, written after the entries in order.
+	deletes []deletion
+}
+
+// deletion is a key that holds nothing in a delta state any more.
+type deletion struct {
+	kg, state int
+	key       []byte // uvarint(len) ‖ key: the bytes entries are ordered by
 }
 
 func newSnapWriter(w io.Writer, h *snapHeader) *snapWriter {
 	s := &snapWriter{h: h, w: w, buf: make([]byte, 0, snapBufferBytes)}
 	s.buf = append(s.buf, snapMagic...)
-	s.buf = binary.BigEndian.AppendUint16(s.buf, snapVersion)
+	if h.base > 0 {
+		s.buf = binary.BigEndian.AppendUint16(s.buf, snapVersionDelta)
+	} else {
+		s.buf = binary.BigEndian.AppendUint16(s.buf, snapVersion)
+	}
 	s.buf = binary.BigEndian.AppendUint64(s.buf, uint64(h.checkpointID))
+	if h.base > 0 {
+		s.buf = binary.BigEndian.AppendUint64(s.buf, uint64(h.base))
+	}
 	s.buf = binary.BigEndian.AppendUint32(s.buf, uint32(h.groups.maxP))
 	s.buf = binary.BigEndian.AppendUint32(s.buf, uint32(h.groups.start))
 	s.buf = binary.BigEndian.AppendUint32(s.buf, uint32(h.groups.end))
@@ -90,6 +117,13 @@ func newSnapWriter(w io.Writer, h *snapHeader) *snapWriter {
 		s.buf = binary.AppendUvarint(s.buf, uint64(len(st.name)))
 		s.buf = append(s.buf, st.name...)
 		s.buf = append(s.buf, byte(st.kind), st.flags)
+		if h.base > 0 {
+			mode := byte(0)
+			if st.delta {
+				mode = 1
+			}
+			s.buf = append(s.buf, mode)
+		}
 	}
 	s.buf = binary.BigEndian.AppendUint32(s.buf, crc32.Checksum(s.buf, castagnoli))
 	return s
@@ -161,10 +195,35 @@ func (s *snapWriter) flush() {
 	s.buf = s.buf[:0]
 }
 
-// finish writes the trailer.
+// delete records that key (of key group kg) holds nothing in delta state any more; finish writes the
+// deletions in order.
+func (s *snapWriter) delete(kg, state int, key []byte) {
+	sk := binary.AppendUvarint(make([]byte, 0, binary.MaxVarintLen64+len(key)), uint64(len(key)))
+	s.deletes = append(s.deletes, deletion{kg: kg, state: state, key: append(sk, key...)})
+}
+
+// finish writes the deletions and the trailer.
 func (s *snapWriter) finish() error {
 	if s.err != nil {
 		return s.err
+	}
+	slices.SortFunc(s.deletes, func(a, b deletion) int {
+		if c := cmp.Compare(a.kg, b.kg); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.state, b.state); c != 0 {
+			return c
+		}
+		return bytes.Compare(a.key, b.key)
+	})
+	for _, d := range s.deletes {
+		s.buf = append(s.buf, tagDelete, byte(d.kg>>8), byte(d.kg))
+		s.buf = binary.AppendUvarint(s.buf, uint64(d.state))
+		s.buf = append(s.buf, d.key...)
+		s.count++
+		if len(s.buf) >= snapBufferBytes {
+			s.flush()
+		}
 	}
 	s.buf = append(s.buf, tagEnd)
 	s.buf = binary.AppendUvarint(s.buf, s.count)
@@ -186,6 +245,9 @@ type snapEntry struct {
 	key    []byte
 	mapKey []byte // nil unless the state is a map state
 	value  []byte
+	// deleted marks a deletion of a delta snapshot: the key holds nothing in the state (no map key, no
+	// value).
+	deleted bool
 }
 
 // corrupt returns an error wrapping ErrCorruptSnapshot.
@@ -324,8 +386,8 @@ func readSnapshot(src io.Reader, g keyGroups, onHeader func(*snapHeader) error, 
 		return corrupt("not a keyed state snapshot (magic %q)", b[:len(snapMagic)])
 	}
 	version := binary.BigEndian.Uint16(b[len(snapMagic):])
-	if version != snapVersion && version != snapVersion1 {
-		return corrupt("unsupported snapshot version %d (this build reads versions %d and %d)", version, snapVersion1, snapVersion)
+	if version != snapVersion && version != snapVersion1 && version != snapVersionDelta {
+		return corrupt("unsupported snapshot version %d (this build reads versions %d to %d)", version, snapVersion1, snapVersionDelta)
 	}
 	maxK := maxKind
 	if version == snapVersion1 {
@@ -341,6 +403,21 @@ func readSnapshot(src io.Reader, g keyGroups, onHeader func(*snapHeader) error, 
 			start: int(binary.BigEndian.Uint32(b[12:])),
 			end:   int(binary.BigEndian.Uint32(b[16:])),
 		},
+	}
+	if version == snapVersionDelta {
+		// The base follows the checkpoint id: read the range again after it.
+		h.groups = keyGroups{}
+		h.base = int64(binary.BigEndian.Uint64(b[8:]))
+		rest, err := r.fixed(8)
+		if err != nil {
+			return err
+		}
+		h.groups.maxP = int(binary.BigEndian.Uint32(b[16:]))
+		h.groups.start = int(binary.BigEndian.Uint32(rest))
+		h.groups.end = int(binary.BigEndian.Uint32(rest[4:]))
+		if h.base < 1 {
+			return corrupt("delta snapshot of checkpoint %d builds on checkpoint %d", h.checkpointID, h.base)
+		}
 	}
 	n, err := r.uvarint()
 	if err != nil {
@@ -378,7 +455,18 @@ func readSnapshot(src io.Reader, g keyGroups, onHeader func(*snapHeader) error, 
 		if i > 0 && string(name) <= h.states[i-1].name {
 			return corrupt("state names out of order: %q after %q", name, h.states[i-1].name)
 		}
-		h.states = append(h.states, snapState{name: string(name), kind: kind(k), flags: fl})
+		delta := false
+		if version == snapVersionDelta {
+			mode, err := r.byte()
+			if err != nil {
+				return err
+			}
+			if mode > 1 {
+				return corrupt("state %q has unknown mode %d in a delta snapshot", name, mode)
+			}
+			delta = mode == 1
+		}
+		h.states = append(h.states, snapState{name: string(name), kind: kind(k), flags: fl, delta: delta})
 	}
 	if err := r.checksum("header"); err != nil {
 		return err
@@ -396,10 +484,11 @@ func readSnapshot(src io.Reader, g keyGroups, onHeader func(*snapHeader) error, 
 	}
 
 	var (
-		e     snapEntry
-		count uint64
-		prev  []byte // sort key of the previous entry: kg, state, uvarint(len(key)), key, map key
-		cur   []byte
+		e        snapEntry
+		count    uint64
+		prev     []byte // sort key of the previous entry: kg, state, uvarint(len(key)), key, map key
+		cur      []byte
+		deleting bool // in the deletions of a delta snapshot, which follow its entries
 	)
 	for {
 		tag, err := r.byte()
@@ -409,7 +498,18 @@ func readSnapshot(src io.Reader, g keyGroups, onHeader func(*snapHeader) error, 
 		if tag == tagEnd {
 			break
 		}
-		if tag != tagEntry {
+		if tag == tagDelete && version == snapVersionDelta {
+			if !deleting {
+				deleting = true // the deletions are in order among themselves
+				prev = prev[:0]
+			}
+			if err := readDeletion(r, h, g, &e, &prev, &cur, onEntry); err != nil {
+				return err
+			}
+			count++
+			continue
+		}
+		if tag != tagEntry || deleting {
 			return corrupt("unknown entry tag %d at offset %d", tag, r.offset()-1)
 		}
 		at := r.offset() - 1
@@ -488,4 +588,51 @@ func readSnapshot(src io.Reader, g keyGroups, onHeader func(*snapHeader) error, 
 	default:
 		return err
 	}
+}
+
+// readDeletion reads a deletion of a delta snapshot (its tag read) and hands it to onEntry if its key
+// group is in g. prev and cur are the order check's scratch, as for entries; an empty prev is the first.
+func readDeletion(r *snapReader, h *snapHeader, g keyGroups, e *snapEntry, prev, cur *[]byte, onEntry func(*snapEntry) error) error {
+	at := r.offset() - 1
+	b, err := r.fixed(2)
+	if err != nil {
+		return err
+	}
+	e.kg = int(binary.BigEndian.Uint16(b))
+	if !h.groups.owns(e.kg) {
+		return corrupt("deletion at offset %d has key group %d outside the writer's range [%d, %d]", at, e.kg, h.groups.start, h.groups.end)
+	}
+	si, err := r.uvarint()
+	if err != nil {
+		return err
+	}
+	if si >= uint64(len(h.states)) || !h.states[si].delta {
+		return corrupt("deletion at offset %d names state %d, which is not a delta state of the %d", at, si, len(h.states))
+	}
+	e.state = int(si)
+	if e.key, err = r.bytes(e.key, maxEntryBytes, "key"); err != nil {
+		return err
+	}
+	if KeyGroup(e.key, h.groups.maxP) != e.kg {
+		return corrupt("deletion at offset %d: key group %d is not the key's (%d)", at, e.kg, KeyGroup(e.key, h.groups.maxP))
+	}
+	c := append((*cur)[:0], byte(e.kg>>8), byte(e.kg), byte(e.state>>8), byte(e.state))
+	c = binary.AppendUvarint(c, uint64(len(e.key)))
+	c = append(c, e.key...)
+	if len(*prev) > 0 && bytes.Compare(*prev, c) >= 0 {
+		return corrupt("deletion at offset %d is out of order or repeated", at)
+	}
+	*prev, *cur = c, *prev
+	if !g.owns(e.kg) {
+		return nil
+	}
+	return onEntry(&snapEntry{kg: e.kg, state: e.state, key: e.key, deleted: true})
+}
+
+// IsDelta reports whether b is a delta snapshot of the heap backend (SnapshotIncremental): one that holds
+// only what changed since an earlier snapshot and is restored on top of it (after the full snapshot it
+// builds on and the deltas between, in order, all given to Restore).
+func IsDelta(b []byte) bool {
+	return len(b) >= len(snapMagic)+2 && string(b[:len(snapMagic)]) == snapMagic &&
+		binary.BigEndian.Uint16(b[len(snapMagic):]) == snapVersionDelta
 }

@@ -130,7 +130,7 @@ func TestDamagedV2SnapshotIsRefused(t *testing.T) {
 			"marked with a time to live"},
 		{"timers in a version 1 snapshot", buildSnapshot(1, maxP, timers, nil), "unknown kind 4 (version 1 snapshot)"},
 		{"unknown kind in version 2", buildSnapshot(2, maxP, []rawState{{name: "v", kind: 6}}, nil), "unknown kind 6"},
-		{"version 3", buildSnapshot(3, maxP, nil, nil), "unsupported snapshot version 3"},
+		{"version 4", buildSnapshot(4, maxP, nil, nil), "unsupported snapshot version 4"},
 		{"timers out of time order", buildSnapshot(2, maxP, timers, []rawEntry{
 			{kg: kg, key: key, mapKey: appendTimerKey(nil, 6, Namespace{})},
 			{kg: kg, key: key, mapKey: appendTimerKey(nil, 5, Namespace{})}}), "out of order or repeated"},

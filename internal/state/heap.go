@@ -238,6 +238,9 @@ type keyOrder struct {
 	// with the same array and at least as many slots differs only by slots appended after n.
 	base *uint32
 	n    int
+	// written is the checkpoint id of the last snapshot written completely (0 before the first): what a
+	// delta builds on.
+	written int64
 }
 
 // NewHeap makes an empty heap (in-memory) backend.
@@ -451,6 +454,18 @@ func (b *heapBackend[K]) ForEachKey(f func(k K) error) error {
 // Snapshot implements KeyedBackend: it copies the value tables and the outer slices of list and map tables
 // (lists and maps themselves are copied on their next change), then starts a new epoch.
 func (b *heapBackend[K]) Snapshot(checkpointID int64) (func(w io.Writer) error, error) {
+	full, _ := b.capture(checkpointID)
+	return full, nil
+}
+
+// SnapshotIncremental implements IncrementalSnapshotter: the writers of one capture, full and delta.
+func (b *heapBackend[K]) SnapshotIncremental(checkpointID int64) (full func(w io.Writer) error, delta func(w io.Writer) (int64, error), err error) {
+	full, delta = b.capture(checkpointID)
+	return full, delta, nil
+}
+
+// capture captures the state and returns its full and delta writers.
+func (b *heapBackend[K]) capture(checkpointID int64) (full func(w io.Writer) error, delta func(w io.Writer) (int64, error)) {
 	n := len(b.keys)
 	// Shared with the capture: a slot changed in place copies both first (ownKeys), and appends go past n.
 	keys, gens := b.keys[:n:n], b.gens[:n:n]
@@ -483,9 +498,14 @@ func (b *heapBackend[K]) Snapshot(checkpointID int64) (func(w io.Writer) error, 
 	}
 	h.states = states
 	kc, maxP, ord, encodeAll := b.kc, b.groups.maxP, &b.order, b.encodeAll
-	return func(w io.Writer) error {
-		return writeHeap(w, h, sorted, keys, gens, kc, maxP, ord, epoch, encodeAll)
-	}, nil
+	full = func(w io.Writer) error {
+		_, err := writeHeap(w, h, sorted, keys, gens, kc, maxP, ord, epoch, encodeAll, false)
+		return err
+	}
+	delta = func(w io.Writer) (int64, error) {
+		return writeHeap(w, h, sorted, keys, gens, kc, maxP, ord, epoch, encodeAll, true)
+	}
+	return full, delta
 }
 
 // heapKey is one key of a heap snapshot in write order.
@@ -499,24 +519,39 @@ type heapKey struct {
 
 // writeHeap writes a capture of epoch epoch. The keys of each state whose entries did not change since a
 // segment of them was written are copied from it (segcache.go); the others are encoded, and their bytes
-// kept as their new segment.
-func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, keys []K, gens []uint32, kc codec.Codec[K], maxP int, ord *keyOrder, epoch uint32, encodeAll bool) error {
+// kept as their new segment. A delta (see incremental.go) returns how many bytes of the snapshots it
+// builds on it supersedes: the base's entries of the keys it replaces or deletes and, for each state it
+// writes whole, as many bytes as it writes of it (about what the state took before).
+func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, keys []K, gens []uint32, kc codec.Codec[K], maxP int, ord *keyOrder, epoch uint32, encodeAll, delta bool) (superseded int64, err error) {
 	ord.mu.Lock()
 	defer ord.mu.Unlock()
 	if err := updateOrder(ord, keys, gens, kc, maxP); err != nil {
-		return err
+		return 0, err
 	}
 	arena, order := ord.arena, ord.order
-	sw := newSnapWriter(w, h)
-	sw.hold = true
-	out := &slotEmitter{sw: sw}
+	if delta && ord.written == 0 {
+		delta = false // nothing to build on: a full snapshot
+	}
+	if delta {
+		// A delta: the header says which states are written whole (copied, so that the capture's own
+		// header stays as it was).
+		dh := *h
+		dh.base = ord.written
+		dh.states = slices.Clone(h.states)
+		h = &dh
+	}
 	cached := make([]cachedCapture, len(caps))
 	for si, c := range caps {
 		if cc, ok := c.(cachedCapture); ok && h.states[si].flags&flagTTL == 0 && !encodeAll {
 			cached[si] = cc
-			cc.segments().begin(si)
+			if cc.segments().begin(si, delta) && delta {
+				h.states[si].delta = true
+			}
 		}
 	}
+	sw := newSnapWriter(w, h)
+	sw.hold = true
+	out := &slotEmitter{sw: sw}
 	for lo := 0; lo < len(order); {
 		hi := lo + 1
 		for hi < len(order) && order[hi].kg == order[lo].kg {
@@ -530,42 +565,74 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 			if cc != nil {
 				sc = cc.segments()
 			}
+			isDelta := h.states[si].delta
 			for _, k := range order[lo:hi] {
 				slot := int(k.slot)
+				found := segNone
 				if sc != nil {
-					if b, n, ok := sc.lookup(k.slot, k.gen, gens, epoch, cc); ok {
+					b, n, st := sc.lookup(k.slot, k.gen, gens, epoch, cc)
+					if st == segReused {
+						if isDelta {
+							continue // unchanged since the base: the delta leaves it out
+						}
 						if err := sw.raw(b, n); err != nil {
-							return err
+							return 0, err
+						}
+						if delta {
+							superseded += int64(len(b))
 						}
 						continue
 					}
+					found = st
 				}
 				sortKey := arena[k.at : k.at+int(k.n)]
 				_, ln := binary.Uvarint(sortKey)
 				out.key = sortKey[ln:]
 				mark, count := len(sw.buf), sw.count
 				if err := c.entries(slot, out); err != nil {
-					return err
+					return 0, err
 				}
 				if sc != nil && sw.err == nil {
 					sc.store(k.slot, k.gen, epoch, sw.buf[mark:], int(sw.count-count))
 				}
+				if delta && !isDelta {
+					superseded += int64(len(sw.buf) - mark)
+				}
+				if isDelta && found == segStale && sw.count == count {
+					sw.delete(out.kg, si, out.key) // it had entries in the base, it has none now
+				}
 				if err := sw.maybeFlush(); err != nil {
-					return err
+					return 0, err
 				}
 			}
 		}
 		lo = hi
 	}
+	for si, cc := range cached {
+		if cc == nil {
+			continue
+		}
+		sc := cc.segments()
+		sc.rest()
+		if h.states[si].delta {
+			superseded += sc.stale
+			for i := range sc.gone {
+				kg, key := sc.goneKey(&sc.gone[i])
+				sw.delete(kg, si, key)
+				superseded += int64(sc.gone[i].n)
+			}
+		}
+	}
 	if err := sw.finish(); err != nil {
-		return err
+		return 0, err
 	}
 	for _, cc := range cached {
 		if cc != nil {
 			cc.segments().finish()
 		}
 	}
-	return nil
+	ord.written = h.checkpointID
+	return superseded, nil
 }
 
 // updateOrder makes o hold exactly the live slots of a capture (keys and gens): entries of slots freed or
@@ -670,9 +737,9 @@ func (b *heapBackend[K]) Restore(snapshots []io.Reader) error {
 	if len(b.ttl) > 0 {
 		now = b.now()
 	}
-	for i, src := range snapshots {
-		var states []snapState
-		err := readSnapshot(src, b.groups, func(h *snapHeader) error {
+	var states []snapState
+	{
+		err := readSnapshots(snapshots, b.groups, func(h *snapHeader) error {
 			states = h.states
 			for _, s := range states {
 				if t, ok := b.tables[s.name]; ok && t.kind() != s.kind {
@@ -724,7 +791,7 @@ func (b *heapBackend[K]) Restore(snapshots []io.Reader) error {
 			return nil
 		})
 		if err != nil {
-			return fmt.Errorf("restore keyed state from snapshot %d of %d: %w", i+1, len(snapshots), err)
+			return err
 		}
 	}
 	return nil

@@ -481,9 +481,9 @@ func (b *pebbleBackend[K]) Restore(snapshots []io.Reader) error {
 	if b.ttls > 0 {
 		now = b.now()
 	}
-	for i, src := range snapshots {
-		var ids []*pebbleState
-		err := readSnapshot(src, b.groups, func(h *snapHeader) error {
+	var ids []*pebbleState
+	{
+		err := readSnapshots(snapshots, b.groups, func(h *snapHeader) error {
 			ids = ids[:0]
 			for _, s := range h.states {
 				ps, ok := b.states[s.name]
@@ -540,7 +540,7 @@ func (b *pebbleBackend[K]) Restore(snapshots []io.Reader) error {
 			return nil
 		})
 		if err != nil {
-			return fmt.Errorf("restore keyed state from snapshot %d of %d: %w", i+1, len(snapshots), err)
+			return err
 		}
 	}
 	if err := batch.Commit(pebble.NoSync); err != nil {

@@ -1,5 +1,7 @@
 package state
 
+import "encoding/binary"
+
 // Incremental snapshot encoding of the heap backend.
 //
 // A heap snapshot is a full snapshot: every entry of every key, so that a checkpoint restores on its own
@@ -58,6 +60,13 @@ type segCache struct {
 	size   int // bytes in chunks
 	// reused counts the segments copied into snapshots (tests check that the cache is used).
 	reused int
+	// valid says that list is the complete write of the state at index state that finished last.
+	valid bool
+	// deleting and gone: while a delta snapshot is written, the segments of keys that went.
+	deleting bool
+	gone     []segment
+	// stale counts the bytes of segments of keys that changed, in this write.
+	stale int64
 }
 
 // segChunkBytes is the size of a segment chunk (a larger segment gets a chunk of its own), and
@@ -78,36 +87,72 @@ type segment struct {
 
 func (s *segment) bytes(chunks [][]byte) []byte { return chunks[s.chunk][s.at : s.at+s.n] }
 
-// begin prepares the cache for a write of the state at index state.
-func (c *segCache) begin(state int) {
+// begin prepares the cache for a write of the state at index state. It reports whether the cache holds
+// the segments of the previous write of the state at that index, complete: only then can a delta
+// snapshot be made of it (a key without a reused segment then changed, a segment not reused is of a key
+// that changed or went). deleting makes lookup collect the segments of keys that went (gone).
+func (c *segCache) begin(state int, deleting bool) bool {
+	ok := c.state == state && c.valid
 	if c.state != state {
 		c.list, c.chunks, c.size = c.list[:0], nil, 0
 		c.state = state
 	}
-	c.next, c.cur = c.next[:0], 0
+	c.next, c.cur, c.valid = c.next[:0], 0, false
+	c.deleting, c.gone, c.stale = deleting, c.gone[:0], 0
+	return ok
 }
+
+// What lookup found for a key.
+const (
+	segNone   = iota // no segment: the key had no entries in the previous write
+	segReused        // the segment holds the key's entries
+	segStale         // the key had entries in the previous write, which changed since
+)
 
 // lookup returns the segment of the key in slot (generation gen) of a capture of epoch whose slots have
 // generations gens, if it holds the key's entries: cc tells when they last changed. Keys must come in
 // the canonical order.
-func (c *segCache) lookup(slot int32, gen uint32, gens []uint32, epoch uint32, cc cachedCapture) ([]byte, int, bool) {
+func (c *segCache) lookup(slot int32, gen uint32, gens []uint32, epoch uint32, cc cachedCapture) ([]byte, int, int) {
 	for c.cur < len(c.list) {
 		s := &c.list[c.cur]
 		if s.slot == slot && s.gen == gen {
 			c.cur++
 			if s.epoch > epoch || cc.changedAt(int(slot)) > s.epoch {
-				return nil, 0, false
+				c.stale += int64(s.n)
+				return nil, 0, segStale
 			}
 			c.next = append(c.next, *s)
 			c.reused++
-			return s.bytes(c.chunks), int(s.count), true
+			return s.bytes(c.chunks), int(s.count), segReused
 		}
 		if int(s.slot) < len(gens) && gens[s.slot] == s.gen {
-			return nil, 0, false // a live key further on: this one has no segment
+			return nil, 0, segNone // a live key further on: this one has no segment
+		}
+		if c.deleting {
+			c.gone = append(c.gone, *s)
 		}
 		c.cur++ // the key is gone
 	}
-	return nil, 0, false
+	return nil, 0, segNone
+}
+
+// rest collects the segments after the cursor, once every key was looked up: their keys are gone.
+func (c *segCache) rest() {
+	if c.deleting {
+		c.gone = append(c.gone, c.list[c.cur:]...)
+	}
+	c.cur = len(c.list)
+}
+
+// goneKey returns the key group and key of a gone segment, from its first entry.
+func (c *segCache) goneKey(s *segment) (int, []byte) {
+	b := s.bytes(c.chunks)
+	kg := int(b[1])<<8 | int(b[2])
+	b = b[3:]
+	_, n := binary.Uvarint(b) // the state index
+	b = b[n:]
+	l, n := binary.Uvarint(b)
+	return kg, b[n : n+int(l)]
 }
 
 // store records b, the count entries of the key in slot (generation gen) of a capture of epoch.
@@ -135,7 +180,8 @@ func (c *segCache) place(b []byte) (int32, int32) {
 // finish takes the segments of a completed write as the list, and compacts the chunks when a quarter
 // of their bytes is garbage (segments of keys that changed or went).
 func (c *segCache) finish() {
-	c.list, c.next = c.next, c.list[:0]
+	c.list, c.next, c.valid = c.next, c.list[:0], true
+	c.gone = c.gone[:0]
 	live := 0
 	for i := range c.list {
 		live += int(c.list[i].n)

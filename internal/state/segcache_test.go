@@ -30,8 +30,14 @@ func newSegStates(t *testing.T, encodeAll bool, now func() int64) *segStates {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { kb.Close() })
 	kb.(*heapBackend[int64]).encodeAll = encodeAll
+	return declareSegStates(t, kb)
+}
+
+// declareSegStates declares the states of segStates on kb, which it closes at the end of the test.
+func declareSegStates(t *testing.T, kb KeyedBackend[int64]) *segStates {
+	t.Helper()
+	t.Cleanup(func() { kb.Close() })
 	s := &segStates{b: kb}
 	eb := Engine(kb)
 	errs := []error{}

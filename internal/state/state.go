@@ -99,12 +99,17 @@
 // restores into either. The heap writer groups its copy of the timers by key in linear time (a counting
 // sort by slot); the pebble writer sorts each key group's timers (memory: one key group's timers).
 //
-// Every snapshot is a full one, but the heap writer encodes only what changed: it keeps, per map, list
+// Snapshot writes a full snapshot, but the heap writer encodes only what changed: it keeps, per map, list
 // map, list and timers state, the bytes it wrote for each key's entries (segments, in the snapshot's key
 // order) and copies them into the next snapshot when the key's state has not changed since, which the
 // epochs that copy on write keeps per slot tell (segcache.go). A snapshot is byte for byte what encoding
 // every key would write. Value and TTL states are encoded every time. The segments cost memory about the
 // size of those states' part of the snapshot.
+//
+// For incremental checkpoints the heap backend also writes delta snapshots (SnapshotIncremental,
+// incremental.go): only the keys that changed since its previous write, and deletions of the keys that
+// went; Restore takes a full snapshot followed by the deltas built on it, in order (ChainStart finds where
+// a chain starts). Both backends restore such chains; only the heap backend writes deltas.
 //
 // Restore reads one or more snapshots (after a rescale, those of several old subtasks) and keeps the entries
 // of the key groups this subtask owns; timers are entries like any other, so rescaling redistributes them
@@ -143,6 +148,12 @@
 //
 // Version 1 is version 2 without the flags byte and with kinds 1 to 3 only; it is still read, and a
 // restored backend writes version 2.
+//
+// Version 3 is a delta snapshot: version 2 with the id of the checkpoint it builds on (i64) after the
+// checkpoint id, a mode byte after each state's flags (0: written whole, replacing earlier snapshots'
+// entries of the state; 1: only changed keys, whose entries replace theirs), and, after the entries and
+// before byte 0, the deletions: byte 2, key group u16, uvarint state index (a mode-1 state), uvarint key
+// length, key, in the order of entries; the count in the trailer counts them too.
 //
 // # What it must not touch
 //

@@ -22,6 +22,11 @@ import (
 type StateWriter struct {
 	Operator string
 	Write    func(w io.Writer) error
+	// Delta, if not nil, writes the same capture as a delta of the operator's previous write, which the
+	// restore applies on top of the entries it builds on (incremental checkpoints), and returns how many
+	// bytes of the entries it builds on it supersedes. The task calls it only when the previous write of
+	// the chain was stored and none happened since, and calls either Write or Delta, once.
+	Delta func(w io.Writer) (superseded int64, err error)
 }
 
 // StateStore is where tasks write and read their checkpointed state.
@@ -43,7 +48,45 @@ type CheckpointSetup struct {
 	// any goroutine and must not block for long.
 	Ack     func(id int64, from ident.Attempt, h checkpoint.StateHandle)
 	Decline func(id int64, from ident.Attempt, err error)
+	// Incremental makes checkpoints incremental when Store is a SharedStateStore: each state blob is
+	// shared, holds the deltas of the operators that write them (StateWriter.Delta) and the whole state
+	// of the others, and the handle lists the blobs of the chain it builds on before it.
+	Incremental bool
 }
+
+// SharedStateStore is a StateStore that keeps the shared blobs of incremental checkpoints
+// (checkpoint.Storage).
+type SharedStateStore interface {
+	StateStore
+	WriteSharedBlob(ctx context.Context, id int64, from ident.Attempt, name string, blob *checkpoint.Blob) (checkpoint.BlobRef, error)
+}
+
+// incremental is the chain of a task's incremental checkpoints. Its writes run one after another, in
+// checkpoint order (each waits for prev), so that a delta always builds on the write before it, and only
+// if that one was stored.
+type incremental struct {
+	// prev is closed when the last write started so far has finished (nil before the first).
+	prev chan struct{}
+	// chain lists the blobs the next delta builds on, oldest (a full one) first; nil after a failed
+	// write, so that the next one is full. total is their size, dead how much of it later blobs
+	// supersede (what the deltas report, and the entries of operators that write no deltas, which each
+	// blob holds whole); whole is that part of the last blob. The chain starts again with a full blob once
+	// dead bytes are as many as live ones (a restore reads at most about twice the state), or after
+	// maxChain blobs.
+	chain              []checkpoint.BlobRef
+	total, dead, whole int64
+	// superseded and written gather, while a blob is encoded, what its deltas supersede and the size of
+	// its entries of operators that write no deltas.
+	superseded, written int64
+}
+
+// maxChain bounds the blobs a restore of an incremental checkpoint reads per subtask.
+const maxChain = 64
+
+// deltasName is the task's own entry in an incremental blob that lists the operators whose entries are
+// deltas (StateWriter.Delta) of the blobs before it in the handle: a count, then per operator its uid,
+// each with a uvarint length.
+const deltasName = "\x00deltas"
 
 // RestoreSpec is the state a task starts from.
 type RestoreSpec struct {
@@ -142,9 +185,26 @@ func (r *run) performCheckpoint(id, ts int64, flags uint32) {
 		}
 	}
 	operators := operatorsOf(writers)
+	shared, _ := cs.Store.(SharedStateStore)
+	incr := cs.Incremental && shared != nil
+	var prev, done chan struct{}
+	if incr {
+		prev, done = r.incr.prev, make(chan struct{})
+		r.incr.prev = done
+	}
 	r.async.Add(1)
 	go func() {
 		defer r.async.Done()
+		if incr {
+			defer close(done)
+			if prev != nil {
+				select {
+				case <-prev:
+				case <-r.asyncCtx.Done():
+					return
+				}
+			}
+		}
 		if slots := r.t.env.SnapshotWriters; slots != nil {
 			select {
 			case slots <- struct{}{}:
@@ -167,12 +227,30 @@ func (r *run) performCheckpoint(id, ts int64, flags uint32) {
 			default:
 			}
 		}()
-		if err := encodeStates(blob, writers); err != nil {
+		ws, deltas := writers, 0
+		if incr {
+			ws, deltas = r.incr.plan(writers)
+		}
+		if err := encodeStates(blob, ws); err != nil {
+			if incr {
+				r.incr.chain = nil
+			}
 			cs.Decline(id, me, fmt.Errorf("serialize state of checkpoint %d: %w", id, err))
 			return
 		}
-		ref, err := cs.Store.WriteBlob(r.asyncCtx, id, me, stateBlobName, blob)
+		var (
+			ref checkpoint.BlobRef
+			err error
+		)
+		if incr {
+			ref, err = shared.WriteSharedBlob(r.asyncCtx, id, me, stateBlobName, blob)
+		} else {
+			ref, err = cs.Store.WriteBlob(r.asyncCtx, id, me, stateBlobName, blob)
+		}
 		if err != nil {
+			if incr {
+				r.incr.chain = nil
+			}
 			if r.asyncCtx.Err() != nil {
 				// The task is failing or being cancelled: the job master aborts the checkpoint when it
 				// learns that; a decline now would count as a failed checkpoint.
@@ -181,8 +259,140 @@ func (r *run) performCheckpoint(id, ts int64, flags uint32) {
 			cs.Decline(id, me, fmt.Errorf("write state of checkpoint %d: %w", id, err))
 			return
 		}
-		cs.Ack(id, me, checkpoint.StateHandle{Attempt: me, Blobs: []checkpoint.BlobRef{ref}, Operators: operators})
+		blobs := []checkpoint.BlobRef{ref}
+		if incr {
+			blobs = r.incr.stored(ref, deltas > 0)
+		}
+		cs.Ack(id, me, checkpoint.StateHandle{Attempt: me, Blobs: blobs, Operators: operators})
 	}()
+}
+
+// plan returns the writers of the next incremental blob: the deltas of the operators that write them
+// when the chain may grow, the whole state otherwise, and the task's entry naming the deltas; and how
+// many deltas there are. The writers count what stored needs.
+func (c *incremental) plan(writers []StateWriter) ([]StateWriter, int) {
+	c.superseded, c.written = 0, 0
+	full := c.chain == nil || len(c.chain) >= maxChain || 2*c.dead >= c.total
+	out := make([]StateWriter, 0, len(writers)+1)
+	var names []string
+	for _, w := range writers {
+		switch {
+		case w.Delta != nil && !full:
+			names = append(names, w.Operator)
+			delta := w.Delta
+			w.Write = func(out io.Writer) error {
+				n, err := delta(out)
+				c.superseded += n
+				return err
+			}
+		case w.Delta == nil:
+			write := w.Write
+			w.Write = func(out io.Writer) error {
+				b, _ := out.(*checkpoint.Blob)
+				if b == nil {
+					return write(out)
+				}
+				at := b.Len()
+				err := write(out)
+				c.written += int64(b.Len() - at)
+				return err
+			}
+		}
+		out = append(out, w)
+	}
+	if len(names) == 0 {
+		return out, 0
+	}
+	entry := binary.AppendUvarint(nil, uint64(len(names)))
+	for _, n := range names {
+		entry = binary.AppendUvarint(entry, uint64(len(n)))
+		entry = append(entry, n...)
+	}
+	out = append(out, StateWriter{Operator: deltasName, Write: func(w io.Writer) error { _, err := w.Write(entry); return err }})
+	return out, len(names)
+}
+
+// stored records a blob written with delta entries or without, and returns the chain the handle lists.
+func (c *incremental) stored(ref checkpoint.BlobRef, delta bool) []checkpoint.BlobRef {
+	if !delta {
+		c.chain, c.total, c.dead = nil, 0, 0
+	} else {
+		c.dead += c.whole + c.superseded
+	}
+	c.total += ref.Size
+	c.whole = c.written
+	c.chain = append(slices.Clip(c.chain), ref)
+	return slices.Clone(c.chain)
+}
+
+// decodeDeltas reads the entry plan writes.
+func decodeDeltas(b []byte) (map[string]bool, error) {
+	bad := errors.New("malformed list of delta entries")
+	n, k := binary.Uvarint(b)
+	if k <= 0 || n > uint64(len(b)) {
+		return nil, bad
+	}
+	b = b[k:]
+	out := make(map[string]bool, n)
+	for range n {
+		l, k := binary.Uvarint(b)
+		if k <= 0 || l > uint64(len(b)-k) {
+			return nil, bad
+		}
+		out[string(b[k:k+int(l)])] = true
+		b = b[k+int(l):]
+	}
+	if len(b) != 0 {
+		return nil, bad
+	}
+	return out, nil
+}
+
+// JoinPieces frames the entries one operator has in the blobs of an incremental chain, from the last
+// whole one on, as the operator's state: the restore hands the operator all of them (SplitPieces).
+func JoinPieces(pieces [][]byte) []byte {
+	n := len(piecesMagic) + binary.MaxVarintLen64
+	for _, p := range pieces {
+		n += binary.MaxVarintLen64 + len(p)
+	}
+	b := append(make([]byte, 0, n), piecesMagic...)
+	b = binary.AppendUvarint(b, uint64(len(pieces)))
+	for _, p := range pieces {
+		b = binary.AppendUvarint(b, uint64(len(p)))
+		b = append(b, p...)
+	}
+	return b
+}
+
+// piecesMagic starts what JoinPieces makes. Only operators that write deltas get it, and their own state
+// never starts so (keyed state starts with its snapshot magic or operator list state's).
+const piecesMagic = "\x00RNPIECES"
+
+// SplitPieces returns the pieces JoinPieces framed, and false if b is not so framed (a single state).
+func SplitPieces(b []byte) ([][]byte, bool, error) {
+	if !strings.HasPrefix(string(b[:min(len(b), len(piecesMagic))]), piecesMagic) {
+		return nil, false, nil
+	}
+	bad := errors.New("malformed chain of incremental state")
+	b = b[len(piecesMagic):]
+	n, k := binary.Uvarint(b)
+	if k <= 0 || n > uint64(len(b)) {
+		return nil, true, bad
+	}
+	b = b[k:]
+	out := make([][]byte, 0, n)
+	for range n {
+		l, k := binary.Uvarint(b)
+		if k <= 0 || l > uint64(len(b)-k) {
+			return nil, true, bad
+		}
+		out = append(out, b[k:k+int(l)])
+		b = b[k+int(l):]
+	}
+	if len(b) != 0 {
+		return nil, true, bad
+	}
+	return out, true, nil
 }
 
 // operatorsOf lists, sorted, the operator uids that have an entry among writers (the task's own entries,
@@ -286,8 +496,8 @@ func (r *run) restore() (finished bool, err error) {
 	}
 	states := map[string][]byte{}
 	var floors floorOf
-	for _, ref := range spec.Handle.Blobs {
-		m, err := r.readStates(spec, read, ref)
+	if len(spec.Handle.Blobs) > 0 {
+		m, err := r.readHandle(spec, read, spec.Handle.Blobs)
 		if err != nil {
 			return false, err
 		}
@@ -330,6 +540,51 @@ func (r *run) readStates(spec *RestoreSpec, read func(context.Context, checkpoin
 	return m, nil
 }
 
+// readHandle reads the blobs of one handle and returns the entries they hold together. A handle lists
+// one blob, or, in an incremental checkpoint, a chain: a blob of whole entries, then blobs whose
+// deltasName entry names the operators whose entries there are deltas. An entry that is not a delta
+// replaces the same entry of earlier blobs; an operator's deltas are framed (JoinPieces) together with
+// its entries before them back to its last whole one, in order, for the operator to apply.
+func (r *run) readHandle(spec *RestoreSpec, read func(context.Context, checkpoint.BlobRef) ([]byte, error), blobs []checkpoint.BlobRef) (map[string][]byte, error) {
+	if len(blobs) == 1 {
+		return r.readStates(spec, read, blobs[0])
+	}
+	states := map[string][]byte{}
+	chains := map[string][][]byte{}
+	for _, ref := range blobs {
+		m, err := r.readStates(spec, read, ref)
+		if err != nil {
+			return nil, err
+		}
+		var deltas map[string]bool
+		if d, ok := m[deltasName]; ok {
+			if deltas, err = decodeDeltas(d); err != nil {
+				return nil, fmt.Errorf("restore from checkpoint %d: %s: %w", spec.CheckpointID, ref.Key, err)
+			}
+			delete(m, deltasName)
+		}
+		for k, v := range m {
+			if deltas[k] {
+				if _, ok := states[k]; !ok && len(chains[k]) == 0 {
+					return nil, fmt.Errorf("restore from checkpoint %d: %s holds a delta of operator %q, which no blob before it holds",
+						spec.CheckpointID, ref.Key, k)
+				}
+				if len(chains[k]) == 0 {
+					chains[k] = [][]byte{states[k]}
+				}
+				chains[k] = append(chains[k], v)
+				continue
+			}
+			states[k] = v
+			delete(chains, k)
+		}
+	}
+	for k, c := range chains {
+		states[k] = JoinPieces(c)
+	}
+	return states, nil
+}
+
 // restoreRescaled restores a subtask whose vertex had another parallelism in the checkpoint: every
 // operator's state is gathered from the overlapping old subtasks and handed to the chain as parts. The
 // input channels' consumed positions belong to the old channels and are dropped.
@@ -342,8 +597,8 @@ func (r *run) restoreRescaled(spec *RestoreSpec, read func(context.Context, chec
 			return fmt.Errorf("restore from checkpoint %d: cannot rescale %s from parallelism %d to %d: subtask %d had finished",
 				spec.CheckpointID, me.Name(), spec.RescaledFrom, me.Parallelism, h.Attempt.Index)
 		}
-		for _, ref := range h.Blobs {
-			m, err := r.readStates(spec, read, ref)
+		if len(h.Blobs) > 0 {
+			m, err := r.readHandle(spec, read, h.Blobs)
 			if err != nil {
 				return err
 			}
@@ -397,8 +652,8 @@ func (r *run) restoreRemapped(spec *RestoreSpec, read func(context.Context, chec
 		}
 		found := 0
 		hadEnded := false
-		for _, ref := range sr.Handle.Blobs {
-			m, err := r.readStates(spec, read, ref)
+		if len(sr.Handle.Blobs) > 0 {
+			m, err := r.readHandle(spec, read, sr.Handle.Blobs)
 			if err != nil {
 				return false, err
 			}

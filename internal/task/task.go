@@ -563,6 +563,7 @@ type run struct {
 	outputSeen  bool
 	async       sync.WaitGroup // goroutines writing checkpoint state
 	snapMemory  chan []byte    // memory of the last state blob, for the next one (capacity 1)
+	incr        incremental    // the chain of incremental checkpoints (checkpoint.go)
 	asyncCtx    context.Context
 	stopAsync   context.CancelFunc
 	mail        mail // the mail being carried out (its memory is reused)
