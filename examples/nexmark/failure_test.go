@@ -52,6 +52,7 @@ func TestNexmarkExactlyOnceUnderFailures(t *testing.T) {
 		{"q5", "task", "memory", 2, []string{"hottest[1]@40"}},
 		{"q7", "task", "memory", 2, []string{"highest-per-auction[1]@4500"}},
 		{"q5", "task", "memory", 2, []string{"count[0]@3800", "count[0]@1500"}},
+		{"q5", "task", "pebble", 1, []string{"count[0]@3800", "count[0]@1500"}},
 	} {
 		t.Run(fmt.Sprintf("%s %s %s %dTM", tc.query, tc.failover, tc.backend, tc.tms), func(t *testing.T) {
 			want := references[tc.query](evs)
