@@ -303,11 +303,7 @@ func (c *incremental) plan(writers []StateWriter) ([]StateWriter, int) {
 	if len(names) == 0 {
 		return out, 0
 	}
-	entry := binary.AppendUvarint(nil, uint64(len(names)))
-	for _, n := range names {
-		entry = binary.AppendUvarint(entry, uint64(len(n)))
-		entry = append(entry, n...)
-	}
+	entry := appendList(nil, names)
 	out = append(out, StateWriter{Operator: deltasName, Write: func(w io.Writer) error { _, err := w.Write(entry); return err }})
 	return out, len(names)
 }
@@ -327,19 +323,42 @@ func (c *incremental) stored(ref checkpoint.BlobRef, delta bool) []checkpoint.Bl
 
 // decodeDeltas reads the entry plan writes.
 func decodeDeltas(b []byte) (map[string]bool, error) {
-	bad := errors.New("malformed list of delta entries")
+	names, err := splitList(b, errors.New("malformed list of delta entries"))
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]bool, len(names))
+	for _, n := range names {
+		out[string(n)] = true
+	}
+	return out, nil
+}
+
+// appendList appends items as a count and each item with its length (uvarints): the form of the deltas
+// entry and of JoinPieces.
+func appendList[T ~string | ~[]byte](b []byte, items []T) []byte {
+	b = binary.AppendUvarint(b, uint64(len(items)))
+	for _, it := range items {
+		b = binary.AppendUvarint(b, uint64(len(it)))
+		b = append(b, it...)
+	}
+	return b
+}
+
+// splitList reads what appendList wrote, the whole of b; the items alias b. Anything else is bad.
+func splitList(b []byte, bad error) ([][]byte, error) {
 	n, k := binary.Uvarint(b)
 	if k <= 0 || n > uint64(len(b)) {
 		return nil, bad
 	}
 	b = b[k:]
-	out := make(map[string]bool, n)
+	out := make([][]byte, 0, n)
 	for range n {
 		l, k := binary.Uvarint(b)
 		if k <= 0 || l > uint64(len(b)-k) {
 			return nil, bad
 		}
-		out[string(b[k:k+int(l)])] = true
+		out = append(out, b[k:k+int(l)])
 		b = b[k+int(l):]
 	}
 	if len(b) != 0 {
@@ -355,13 +374,7 @@ func JoinPieces(pieces [][]byte) []byte {
 	for _, p := range pieces {
 		n += binary.MaxVarintLen64 + len(p)
 	}
-	b := append(make([]byte, 0, n), piecesMagic...)
-	b = binary.AppendUvarint(b, uint64(len(pieces)))
-	for _, p := range pieces {
-		b = binary.AppendUvarint(b, uint64(len(p)))
-		b = append(b, p...)
-	}
-	return b
+	return appendList(append(make([]byte, 0, n), piecesMagic...), pieces)
 }
 
 // piecesMagic starts what JoinPieces makes. Only operators that write deltas get it, and their own state
@@ -373,26 +386,8 @@ func SplitPieces(b []byte) ([][]byte, bool, error) {
 	if !strings.HasPrefix(string(b[:min(len(b), len(piecesMagic))]), piecesMagic) {
 		return nil, false, nil
 	}
-	bad := errors.New("malformed chain of incremental state")
-	b = b[len(piecesMagic):]
-	n, k := binary.Uvarint(b)
-	if k <= 0 || n > uint64(len(b)) {
-		return nil, true, bad
-	}
-	b = b[k:]
-	out := make([][]byte, 0, n)
-	for range n {
-		l, k := binary.Uvarint(b)
-		if k <= 0 || l > uint64(len(b)-k) {
-			return nil, true, bad
-		}
-		out = append(out, b[k:k+int(l)])
-		b = b[k+int(l):]
-	}
-	if len(b) != 0 {
-		return nil, true, bad
-	}
-	return out, true, nil
+	out, err := splitList(b[len(piecesMagic):], errors.New("malformed chain of incremental state"))
+	return out, true, err
 }
 
 // operatorsOf lists, sorted, the operator uids that have an entry among writers (the task's own entries,
