@@ -136,8 +136,10 @@ func TestTaskFailoverFallsBackWhenReplayCannotHold(t *testing.T) {
 		undeclared        bool
 		diverge           bool
 	}{
-		{name: "undeclared source", inject: "source[0]@3000", why: "cannot replay for task failover", undeclared: true},
-		{name: "diverging flat map", inject: "double[0]@3000", why: "replay diverged", diverge: true},
+		// The reasons the job master gives when the TaskManager told the failure's kind from its error's
+		// types (jobcore.ReplayFailure), which crossed to it as data.
+		{name: "undeclared source", inject: "source[0]@3000", why: "it is a source that cannot replay: ", undeclared: true},
+		{name: "diverging flat map", inject: "double[0]@3000", why: "its replay diverged from the failed attempt: ", diverge: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// A failure just after a checkpoint leaves a replay of one step, whose output nothing checks:

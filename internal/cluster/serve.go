@@ -499,7 +499,8 @@ func (ss *session) report(j *tmJob, u task.Update) {
 	tu := jobcore.TaskUpdate{Attempt: u.Attempt, State: u.State, RecordsIn: u.RecordsIn, RecordsOut: u.RecordsOut, Watermark: u.Watermark,
 		Metrics: u.Metrics}
 	if u.Err != nil {
-		f := &jobcore.Failure{Message: u.Err.Error(), NonRecoverable: errors.Is(u.Err, scheduler.ErrNonRecoverable), Cause: u.Err}
+		f := &jobcore.Failure{Message: u.Err.Error(), NonRecoverable: errors.Is(u.Err, scheduler.ErrNonRecoverable),
+			Replay: replayFailure(u.Err), Cause: u.Err}
 		if pe := (*network.PeerError)(nil); errors.As(u.Err, &pe) {
 			f.PeerDataAddress = pe.Address
 		}
@@ -510,6 +511,24 @@ func (ss *session) report(j *tmJob, u task.Update) {
 		tu.Failure = f
 	}
 	ss.send(j.id, tu)
+}
+
+// replayFailure tells from a task's error why its replay under task failover could not hold, for the job
+// master's fallback decision (jobcore.ReplayFailure): here the error still has its types, which the job
+// master, across a process boundary, no longer sees. An error that wraps more than one of them counts as
+// an incomplete log, the reason that restarts the most (the producers too).
+func replayFailure(err error) jobcore.ReplayFailure {
+	switch {
+	case errors.Is(err, network.ErrLogIncomplete):
+		return jobcore.ReplayLogIncomplete
+	case errors.Is(err, task.ErrReplayDiverged):
+		return jobcore.ReplayDiverged
+	case errors.Is(err, task.ErrCannotReplay):
+		return jobcore.ReplaySourceCannotReplay
+	case errors.Is(err, determinants.ErrBroken):
+		return jobcore.ReplayDeterminantsBroken
+	}
+	return jobcore.ReplayFine
 }
 
 func subpartitionStats(pm *network.PartitionManager, p ident.PartitionID, sub int) (network.SubpartitionStats, bool) {

@@ -18,6 +18,15 @@ import (
 	"github.com/runnel-dev/runnel/internal/task"
 )
 
+// replayFailures are the REASONs of "update ... replay=REASON": a ReplayFailure by its String.
+var replayFailures = func() map[string]ReplayFailure {
+	m := map[string]ReplayFailure{}
+	for r := ReplayFine; r <= MaxReplayFailure; r++ {
+		m[r.String()] = r
+	}
+	return m
+}()
+
 // TestScripts replays the scripts in testdata: each block's lines are events stepped in order (as a
 // driver batches them), and the expected output is the trace of the core's Ready for the block, in a fixed
 // order (messages by TaskManager, slot changes, logs), then the failovers, status, waiting sentence and
@@ -29,7 +38,7 @@ import (
 // start from a savepoint holding every subtask) and one vertex a line: "NAME p=N [PATTERN[/blocking]
 // SOURCE]...". Events (each may end with t=DURATION, the time since the start): start TM slots=N...
 // [next=ID] (answers NextID, grants, sets up, and runs everything), grant TM slots=N, setup-ok TM,
-// setup-fail TM err=..., update ATTEMPT STATE [err=...] [peer=TM] [kind=deploy] [nonrecoverable],
+// setup-fail TM err=..., update ATTEMPT STATE [err=...] [peer=TM] [kind=deploy] [replay=REASON] [nonrecoverable],
 // running|canceled|finished ATTEMPT... (or "all": every deployed attempt), observe ATTEMPT joined
 // from=ATTEMPT sub=N lost=N | replayed|dropped from=ATTEMPT sub=N records=N | first-output | input-ended | replay-done, sampled token=N (CHANNEL dropped=R/B)... |
 // missing, counters ATTEMPT in=N out=N, lose TM reason=..., alive TM, tick, cancel, stop [dir=DIR],
@@ -38,7 +47,9 @@ import (
 // [next=ID] [checkpoint=ID] [skipped="ID: TEXT; ID: TEXT"], print executions|deployment ATTEMPT|checkpoints.
 // ATTEMPT is "map[0]#1", or "map[0]" for the current attempt; CHANNEL is "r1@map[0]#0/1". Storage ops
 // print as "storage#N KIND ..."; a skipped checkpoint or an error marked corrupt is damage
-// (checkpoint.ErrCorrupt), one whose text starts with "incomplete" is checkpoint.ErrIncomplete.
+// (checkpoint.ErrCorrupt), one whose text starts with "incomplete" is checkpoint.ErrIncomplete. A
+// failure's REASON is the String of its ReplayFailure (log-incomplete, diverged, source-cannot-replay,
+// determinants-broken; none when left out): only it, never the text, says why a replay did not hold.
 func TestScripts(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
 		h := &harness{t: t}
@@ -505,6 +516,11 @@ func (h *harness) event(line string) ([]string, error) {
 			}
 			if p, ok := kv["peer"]; ok {
 				u.Failure.PeerDataAddress = p + ":9000"
+			}
+			if r, ok := kv["replay"]; ok {
+				if u.Failure.Replay, ok = replayFailures[r]; !ok {
+					return nil, fmt.Errorf("bad replay failure %q", r)
+				}
 			}
 		}
 		return nil, h.step(u)

@@ -2,6 +2,7 @@ package jobcore
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/runnel-dev/runnel/internal/checkpoint"
@@ -58,6 +59,49 @@ const (
 	FailureDeploy
 )
 
+// ReplayFailure says why a replay under task failover (docs/taskfailover.md §7) could not hold. The
+// TaskManager sets it on the Failure it builds from a task's error, with errors.Is against the errors of
+// the network, task and determinants packages (a Failure that crossed a process boundary keeps only its
+// text, which no decision should read); the job master decides by it whether the failed subtask's
+// producers restart with it.
+type ReplayFailure uint8
+
+// Replay failures.
+const (
+	// ReplayFine: the failure says nothing about a replay (a user function's exception, a lost peer).
+	ReplayFine ReplayFailure = iota
+	// ReplayLogIncomplete: an in-flight log the replay read, or a partition it took over, no longer held
+	// what it needed (network.ErrLogIncomplete). Its producers must restart too.
+	ReplayLogIncomplete
+	// ReplayDiverged: the replay did not take the steps the failed attempt took (task.ErrReplayDiverged).
+	ReplayDiverged
+	// ReplaySourceCannotReplay: the attempt's source does not say it replays deterministically
+	// (task.ErrCannotReplay).
+	ReplaySourceCannotReplay
+	// ReplayDeterminantsBroken: the subtask's determinant log went past its bound and was dropped
+	// (determinants.ErrBroken).
+	ReplayDeterminantsBroken
+	// MaxReplayFailure is the last value: one above it is not a ReplayFailure.
+	MaxReplayFailure = ReplayDeterminantsBroken
+)
+
+// String names the value as the job master's scripts and logs spell it.
+func (r ReplayFailure) String() string {
+	switch r {
+	case ReplayFine:
+		return "none"
+	case ReplayLogIncomplete:
+		return "log-incomplete"
+	case ReplayDiverged:
+		return "diverged"
+	case ReplaySourceCannotReplay:
+		return "source-cannot-replay"
+	case ReplayDeterminantsBroken:
+		return "determinants-broken"
+	}
+	return fmt.Sprintf("ReplayFailure(%d)", uint8(r))
+}
+
 // Failure is a task failure as data, as it crosses a process boundary.
 type Failure struct {
 	Message string
@@ -70,6 +114,10 @@ type Failure struct {
 	// list of injections (the same in every process), which then fires nowhere again.
 	Injected  bool
 	Injection int
+	// Replay says why the attempt's replay under task failover could not hold, as the TaskManager told it
+	// from the task's error (ReplayFine: the failure says nothing about the replay). The job master
+	// decides a fallback by it, never by the failure's text.
+	Replay ReplayFailure
 	// Cause is the error itself while the failure has not left the process it arose in (nil once it
 	// crossed one): a failover then reports it with its type, so callers can still errors.As it.
 	Cause error

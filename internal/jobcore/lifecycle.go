@@ -1,11 +1,9 @@
 package jobcore
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 
 	"github.com/runnel-dev/runnel/internal/graph"
 	"github.com/runnel-dev/runnel/internal/ident"
@@ -104,7 +102,7 @@ func (c *Core) onFailed(ex *execution, f *Failure) {
 		}
 	}
 	set, strategy := c.failover.TasksToRestart(s), c.cfg.Failover.String()
-	if why, fs := c.taskFailoverFallback(s, cause); why != "" {
+	if why, fs := c.taskFailoverFallback(s, f, cause); why != "" {
 		set, strategy = c.widenForFallback(fs.TasksToRestart(s), fs), "region"
 		c.log(LogWarn, "task failover falls back to region failover", "failed", c.name(s), "why", why)
 		defer func() {
@@ -125,19 +123,21 @@ func (c *Core) onFailed(ex *execution, f *Failure) {
 	}
 }
 
-// taskFailoverFallback says why subtask s's failure (of cause) cannot be recovered by task failover, and
+// taskFailoverFallback says why subtask s's failure f (of cause) cannot be recovered by task failover, and
 // by which strategy it is then (why "" when it can, or the job is not under task failover):
 //   - s itself failed while a task failover restarted it and it still replayed: its producers' in-flight
 //     logs could not give it its input again, its own partitions could not be taken over, its replay
-//     diverged (task.ErrReplayDiverged), or it is a source that cannot replay. Another replay from the
-//     same logs would fail the same way, again and again until the restart strategy gave up. When a log
-//     was incomplete, the producers restart too (fallbackUpstream). (A failure of the replay's own, an
-//     exception in a user function, would survive another task failover; it falls back too, as a cause
-//     the job master cannot tell from the others.)
+//     diverged, its determinant log was dropped, or it is a source that cannot replay. Another replay from
+//     the same logs would fail the same way, again and again until the restart strategy gave up. Which of
+//     them it was is f.Replay, which the TaskManager told from the error's types (the text is only for
+//     people: a wrapped message may contain any words). When a log was incomplete, the producers restart
+//     too (fallbackUpstream). (A failure of the replay's own, an exception in a user function, would
+//     survive another task failover; it falls back too, as a cause the job master cannot tell from the
+//     others.)
 //   - a producer or consumer of it is restarting or still replaying: its replay took its input in an order
 //     recorded against the buffers of a producer that is restarting too, or it is one of them.
 //   - a restart in progress falls back already.
-func (c *Core) taskFailoverFallback(s ident.Subtask, cause error) (string, scheduler.FailoverStrategy) {
+func (c *Core) taskFailoverFallback(s ident.Subtask, f *Failure, cause error) (string, scheduler.FailoverStrategy) {
 	if c.fallback == nil {
 		return "", nil
 	}
@@ -145,11 +145,19 @@ func (c *Core) taskFailoverFallback(s ident.Subtask, cause error) (string, sched
 		return "a failover in progress restarts by region already", c.fallback
 	}
 	if c.execs[s].replaying {
-		if cause != nil && strings.Contains(cause.Error(), logIncompleteText) {
-			return "an in-flight log its replay needs was incomplete (a log past its memory and disk budget drops what it holds), so its producers restart too: " + cause.Error(), c.fallbackUpstream
+		var replay ReplayFailure
+		if f != nil {
+			replay = f.Replay
 		}
-		if errors.Is(cause, task.ErrReplayDiverged) || cause != nil && strings.Contains(cause.Error(), task.ErrReplayDiverged.Error()) {
+		switch replay {
+		case ReplayLogIncomplete:
+			return "an in-flight log its replay needs was incomplete (a log past its memory and disk budget drops what it holds), so its producers restart too: " + cause.Error(), c.fallbackUpstream
+		case ReplayDiverged:
 			return "its replay diverged from the failed attempt: " + cause.Error(), c.fallback
+		case ReplaySourceCannotReplay:
+			return "it is a source that cannot replay: " + cause.Error(), c.fallback
+		case ReplayDeterminantsBroken:
+			return "its determinant log was dropped (past its bound), so there is nothing to replay: " + cause.Error(), c.fallback
 		}
 		return fmt.Sprintf("it failed again while restarting under task failover, before its replay was done: %v", cause), c.fallback
 	}
@@ -185,11 +193,6 @@ func (c *Core) widenForFallback(set []ident.Subtask, fs scheduler.FailoverStrate
 	slices.SortFunc(set, compareSubtasks)
 	return set
 }
-
-// logIncompleteText is the text of network.ErrLogIncomplete, which a task failure wraps when an in-flight
-// log could not serve a read (jobcore does not import network; a failure that crossed a process boundary
-// is only its text anyway). A test holds the two together.
-const logIncompleteText = "in-flight log incomplete"
 
 func (c *Core) onCounters(e Counters) {
 	for _, n := range e.Counts {

@@ -163,8 +163,11 @@ func encodeFromTaskManager(env protocol.Envelope) (*pb.FromTaskManager, error) {
 			if f.Kind != jobcore.FailureTask && f.Kind != jobcore.FailureDeploy {
 				return nil, fmt.Errorf("TaskUpdate of %s: unknown failure kind %d", b.Attempt, f.Kind)
 			}
+			if f.Replay > jobcore.MaxReplayFailure {
+				return nil, fmt.Errorf("TaskUpdate of %s: unknown replay failure %d", b.Attempt, f.Replay)
+			}
 			u.Failure = &pb.Failure{Message: f.Message, Kind: pb.FailureKind(f.Kind), NonRecoverable: f.NonRecoverable,
-				PeerDataAddress: f.PeerDataAddress, Injected: f.Injected, Injection: int64(f.Injection)}
+				PeerDataAddress: f.PeerDataAddress, Injected: f.Injected, Injection: int64(f.Injection), Replay: pb.ReplayFailure(f.Replay)}
 		}
 		m.Body = &pb.FromTaskManager_TaskUpdate{TaskUpdate: u}
 	case jobcore.Observation:
@@ -234,8 +237,13 @@ func decodeFromTaskManager(m *pb.FromTaskManager) (env protocol.Envelope, bye *p
 			if f.GetKind() != pb.FailureKind_FAILURE_KIND_TASK && f.GetKind() != pb.FailureKind_FAILURE_KIND_DEPLOY {
 				return env, nil, fmt.Errorf("TaskUpdate of %s: unknown failure kind %d", tu.Attempt, f.GetKind())
 			}
+			// Like an unknown kind: read as none, it would have the job master try the same replay again.
+			if r := f.GetReplay(); r < 0 || r > pb.ReplayFailure(jobcore.MaxReplayFailure) {
+				return env, nil, fmt.Errorf("TaskUpdate of %s: unknown replay failure %d", tu.Attempt, r)
+			}
 			tu.Failure = &jobcore.Failure{Message: f.GetMessage(), Kind: kind, NonRecoverable: f.GetNonRecoverable(),
-				PeerDataAddress: f.GetPeerDataAddress(), Injected: f.GetInjected(), Injection: int(f.GetInjection())}
+				PeerDataAddress: f.GetPeerDataAddress(), Injected: f.GetInjected(), Injection: int(f.GetInjection()),
+				Replay: jobcore.ReplayFailure(f.GetReplay())}
 		}
 		env.Body = tu
 	case *pb.FromTaskManager_Observation:

@@ -65,6 +65,7 @@ var (
 	stateType    = reflect.TypeFor[task.State]()
 	obsKindType  = reflect.TypeFor[task.ObservationKind]()
 	failKindType = reflect.TypeFor[jobcore.FailureKind]()
+	replayType   = reflect.TypeFor[jobcore.ReplayFailure]()
 	modeType     = reflect.TypeFor[checkpoint.Mode]()
 )
 
@@ -108,6 +109,14 @@ func (f *filler) fill(v reflect.Value) {
 		return
 	case failKindType:
 		v.SetUint(f.next(2))
+		return
+	case replayType:
+		// Never none when full: a field that does not cross comes back none and fails the trip.
+		if f.full {
+			v.SetUint(1 + f.next(uint64(jobcore.MaxReplayFailure)))
+		} else {
+			v.SetUint(f.next(uint64(jobcore.MaxReplayFailure) + 1))
+		}
 		return
 	case modeType:
 		v.SetUint(f.next(2))
@@ -458,6 +467,7 @@ func TestBodiesThatCannotCross(t *testing.T) {
 		{jobcore.TriggerCheckpoint{ID: 7, Mode: 9}, true, "TriggerCheckpoint 7: unknown checkpoint mode 9"},
 		{jobcore.TaskUpdate{State: 42}, false, "unknown task state 42"},
 		{jobcore.TaskUpdate{State: task.Failed, Failure: &jobcore.Failure{Kind: 5}}, false, "unknown failure kind 5"},
+		{jobcore.TaskUpdate{State: task.Failed, Failure: &jobcore.Failure{Replay: jobcore.MaxReplayFailure + 1}}, false, "unknown replay failure 5"},
 		{jobcore.Observation{Kind: 9}, false, "unknown kind 9"},
 	} {
 		t.Run(fmt.Sprintf("%T", tc.body), func(t *testing.T) {
@@ -482,6 +492,8 @@ func TestMalformedWire(t *testing.T) {
 		{name: "no body", from: &pb.FromTaskManager{}, want: "with body <nil>"},
 		{name: "state", from: &pb.FromTaskManager{Body: &pb.FromTaskManager_TaskUpdate{TaskUpdate: &pb.TaskUpdate{State: 99}}},
 			want: "unknown task state 99"},
+		{name: "replay failure", from: &pb.FromTaskManager{Body: &pb.FromTaskManager_TaskUpdate{TaskUpdate: &pb.TaskUpdate{State: pb.TaskState_TASK_STATE_FAILED,
+			Failure: &pb.Failure{Replay: 9}}}}, want: "unknown replay failure 9"},
 		{name: "observation kind", from: &pb.FromTaskManager{Body: &pb.FromTaskManager_Observation{Observation: &pb.Observation{Kind: -1}}},
 			want: "unknown kind -1"},
 		{name: "build sum", from: &pb.FromTaskManager{Body: &pb.FromTaskManager_Register{Register: &pb.Register{Build: &pb.Build{Sum: []byte{1}}}}},

@@ -528,6 +528,17 @@ var errCanceled = errors.New("task canceled")
 // and the job master falls back to region failover.
 var ErrReplayDiverged = errors.New("replay diverged")
 
+// ErrCannotReplay is wrapped by the error of an attempt under task failover whose chain says, after its
+// restore, that it cannot replay (ReplayChecker: a source whose reader is not deterministic), so that the
+// TaskManager can tell it from other failures without reading its text.
+var ErrCannotReplay = errors.New("chain cannot replay")
+
+// cannotReplayError is a ReplayChecker's error, unchanged in its text, that also wraps ErrCannotReplay.
+type cannotReplayError struct{ err error }
+
+func (e cannotReplayError) Error() string   { return e.err.Error() }
+func (e cannotReplayError) Unwrap() []error { return []error{ErrCannotReplay, e.err} }
+
 // run holds the resources of one execution.
 type run struct {
 	t          *Task
@@ -633,7 +644,7 @@ func (r *run) execute() (err error) {
 		}
 		if rc, ok := chain.(ReplayChecker); ok {
 			if err := rc.CheckReplay(); err != nil {
-				return fmt.Errorf("replay: %w", err)
+				return fmt.Errorf("replay: %w", cannotReplayError{err})
 			}
 		}
 	}

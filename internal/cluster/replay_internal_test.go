@@ -1,0 +1,41 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/runnel-dev/runnel/internal/determinants"
+	"github.com/runnel-dev/runnel/internal/jobcore"
+	"github.com/runnel-dev/runnel/internal/network"
+	"github.com/runnel-dev/runnel/internal/task"
+)
+
+// TestReplayFailureOfAnError: the TaskManager tells why a replay did not hold from the error's types,
+// however deeply wrapped, and never from its text: a message that only quotes "in-flight log incomplete"
+// or "replay diverged" is no reason (the job master would restart the producers, or give up the replay,
+// for a user function's exception).
+func TestReplayFailureOfAnError(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want jobcore.ReplayFailure
+	}{
+		{"user exception", errors.New("map: division by zero"), jobcore.ReplayFine},
+		{"text of an incomplete log only", errors.New("parse: unexpected 'network: in-flight log incomplete'"), jobcore.ReplayFine},
+		{"text of a divergence only", fmt.Errorf("task map [1/1] #2 failed: %s", task.ErrReplayDiverged.Error()), jobcore.ReplayFine},
+		{"incomplete log", fmt.Errorf("task check [1/2] #1 failed: connect input 0: %w",
+			fmt.Errorf("subpartition r1/0 requested by check[0]#1 from checkpoint 3: %w: %w", network.ErrLogIncomplete, errors.New("truncated"))),
+			jobcore.ReplayLogIncomplete},
+		{"diverged", fmt.Errorf("task map [1/1] #2 failed: %w: at step 4", task.ErrReplayDiverged), jobcore.ReplayDiverged},
+		{"source that cannot replay", fmt.Errorf("replay: %w", task.ErrCannotReplay), jobcore.ReplaySourceCannotReplay},
+		{"broken determinant log", fmt.Errorf("replay: %w: 65 marks", determinants.ErrBroken), jobcore.ReplayDeterminantsBroken},
+		{"incomplete log and divergence", errors.Join(fmt.Errorf("%w", task.ErrReplayDiverged), network.ErrLogIncomplete), jobcore.ReplayLogIncomplete},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := replayFailure(tc.err); got != tc.want {
+				t.Fatalf("replayFailure(%q) = %v, want %v", tc.err, got, tc.want)
+			}
+		})
+	}
+}
