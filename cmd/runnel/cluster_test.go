@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -186,6 +187,8 @@ type clusterReport struct {
 		FailedAt           time.Time `json:"failed_at"`
 		Restarted          []string  `json:"restarted"`
 		CheckpointRestored *int64    `json:"checkpoint_restored"`
+		Strategy           string    `json:"strategy"`
+		Fallback           string    `json:"fallback"`
 	} `json:"failovers"`
 	FailoverTotals struct {
 		RecordsLost uint64 `json:"records_lost"`
@@ -424,6 +427,46 @@ func TestKilledTaskManager(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestTaskFailoverFallbackAcrossProcesses runs the in-flight log overflow of examples/sequence
+// TestTaskFailoverLogOverflowFallsBack on a JobManager and two TaskManager processes: 4 MiB of log memory
+// each, no disk, and no checkpoint before the failure of source[1], so that the logs its task failover
+// needs overflowed. Its new attempt finds them incomplete (network.ErrLogIncomplete: its own partitions
+// cannot be taken over, or its consumers cannot read them again); the TaskManager process says so in the
+// failure's Replay field, which crosses gRPC to the JobManager, and the job master falls back to region
+// failover with the producers restarting, exactly once. Without the field crossing (its decoding taken
+// out of internal/rpc) the fallback is the generic one, which restarts the same incomplete logs' readers
+// again until the restart strategy gives up, and the job fails.
+func TestTaskFailoverFallbackAcrossProcesses(t *testing.T) {
+	c := &testCluster{jm: start(t, "jobmanager", nil, "jobmanager", "--addr", "127.0.0.1:0", "--rest-addr", "127.0.0.1:0")}
+	m := c.jm.waitFor(t, listening, 30*time.Second)
+	c.addr, c.rest = m[1], m[2]
+	for _, name := range []string{"tm-1", "tm-2"} {
+		c.addTaskManager(t, name, 1, "--inflight-log-memory", fmt.Sprint(4<<20), "--inflight-log-disk", "-1")
+	}
+	dir := t.TempDir()
+	report := filepath.Join(dir, "r.json")
+	const records = 400_000
+	sub := start(t, "submit", nil, "submit", "sequence", "--jobmanager", c.addr, "--report", report,
+		"--records", fmt.Sprint(records), "--rate", "200000", "--keys", "8", "--parallelism", "2", "--no-chaining",
+		"--failover", "task", "--restart-strategy", "fixed-delay:attempts=6,delay=0s", "--checkpoint-interval", "10s",
+		"--checkpoint-storage", filepath.Join(dir, "chk"), "--inject-failure", "source[1]@150000")
+	if code := sub.exited(t, 90*time.Second); code != 0 {
+		t.Fatalf("submit exited %d:\n%s", code, sub.stderr.String())
+	}
+	r := readReport(t, report)
+	if r.Status != "FINISHED" || r.Checker.Verdict != "OK" || r.Checker.Records != records {
+		t.Fatalf("%s, checker %+v, failovers %+v", r.Status, r.Checker, r.Failovers)
+	}
+	if len(r.Failovers) != 2 || r.Failovers[0].Strategy != "task" || r.Failovers[1].Strategy != "region" {
+		t.Fatalf("failovers %+v: want the task failover of source[1], then its fallback", r.Failovers)
+	}
+	f := r.Failovers[1]
+	if !strings.HasPrefix(f.Fallback, "an in-flight log its replay needs was incomplete") || !slices.Contains(f.Restarted, "source[0]") {
+		t.Fatalf("fallback %+v: want the incomplete log's reason, and the producers restarted too", f)
+	}
+	t.Logf("fallback of %s: %s", f.Failed, f.Fallback)
 }
 
 // TestTaskManagerOfAnotherBuildIsRefused starts a TaskManager that poses as another build: the
