@@ -2,6 +2,7 @@ package runnel
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -190,13 +191,34 @@ func startMetrics(ln net.Listener, name string, snapshot func() *JobResult, tms 
 	if len(tms) > 0 {
 		reg.MustRegister(newInflightLogCollector(tms))
 	}
+	return serveMetrics(ln, reg, nil)
+}
+
+// startTaskManagerMetrics serves the metrics of a TaskManager process (runnel taskmanager --metrics-addr)
+// on ln: its in-flight log gauges, which no heartbeat carries to the JobManager, and the Go runtime's.
+// With serverTLS it serves HTTPS with the TaskManager's certificate and asks the scraper for one, as the
+// JobManager's REST API does.
+func startTaskManagerMetrics(ln net.Listener, tm *cluster.TaskManager, serverTLS *tls.Config) *metricsServer {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(newInflightLogCollector([]*cluster.TaskManager{tm}), collectors.NewGoCollector())
+	return serveMetrics(ln, reg, serverTLS)
+}
+
+// serveMetrics serves reg at /metrics on ln (over TLS with serverTLS) until stopped.
+func serveMetrics(ln net.Listener, reg *prometheus.Registry, serverTLS *tls.Config) *metricsServer {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	m := &metricsServer{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}
+	m := &metricsServer{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, TLSConfig: serverTLS}}
 	m.done.Add(1)
 	go func() {
 		defer m.done.Done()
-		if err := m.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		var err error
+		if serverTLS != nil {
+			err = m.srv.ServeTLS(ln, "", "")
+		} else {
+			err = m.srv.Serve(ln)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
 			m.err = err
 		}
 	}()

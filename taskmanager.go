@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"time"
 
@@ -42,18 +43,23 @@ type TaskManagerConfig struct {
 	// JobManagerWait, when set, makes the TaskManager exit with an error after it has been without a
 	// JobManager this long; without it, it keeps trying to register (a daemon).
 	JobManagerWait time.Duration
+	// MetricsAddr, when set, is where the TaskManager serves its Prometheus metrics at /metrics (its
+	// in-flight logs' gauges, runnel_inflight_log_*, and the Go runtime's), over TLS with TLS.
+	MetricsAddr string
 	// TLS, when set, requires mutual TLS on every connection.
 	TLS    *TLSFiles
 	Logger *slog.Logger
 	// Registered, when set, is called each time the TaskManager registered with the JobManager.
 	Registered func()
+	// MetricsListening, when set, is called with the metrics server's address once it listens.
+	MetricsListening func(addr string)
 }
 
 // ServeTaskManager runs a TaskManager until ctx is done: it registers with the JobManager, runs the tasks
 // it is given (the jobs are built from this binary's registry, see Register), and when it loses the
 // JobManager it cancels every task and registers again, backing off from 100 ms to 5 s. A JobManager that
 // refuses it for good (another build) ends it with that error.
-func ServeTaskManager(ctx context.Context, cfg TaskManagerConfig) error {
+func ServeTaskManager(ctx context.Context, cfg TaskManagerConfig) (err error) {
 	lg := cfg.Logger
 	if lg == nil {
 		lg = slog.Default()
@@ -85,6 +91,25 @@ func ServeTaskManager(ctx context.Context, cfg TaskManagerConfig) error {
 		return fmt.Errorf("taskmanager: %w", err)
 	}
 	defer tm.Shutdown()
+	metricsAddr := ""
+	if cfg.MetricsAddr != "" {
+		ln, lerr := net.Listen("tcp", cfg.MetricsAddr)
+		if lerr != nil {
+			return fmt.Errorf("taskmanager: metrics: %w", lerr)
+		}
+		metricsAddr = ln.Addr().String()
+		ms := startTaskManagerMetrics(ln, tm, serverTLS)
+		// Stopped before the TaskManager shuts down: a scrape never reads a TaskManager that is gone. A
+		// server that failed while the TaskManager ran is said here (err is ServeTaskManager's result).
+		defer func() {
+			if serr := ms.stop(); serr != nil {
+				err = errors.Join(err, fmt.Errorf("taskmanager %s: %w", cfg.Name, serr))
+			}
+		}()
+		if cfg.MetricsListening != nil {
+			cfg.MetricsListening(metricsAddr)
+		}
+	}
 	dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	if clientTLS != nil {
 		dial = []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(clientTLS))}
@@ -92,7 +117,8 @@ func ServeTaskManager(ctx context.Context, cfg TaskManagerConfig) error {
 	cat := &registryCatalog{log: lg}
 	backoff := 100 * time.Millisecond
 	lostSince := time.Now()
-	lg.Info("TaskManager started", "name", cfg.Name, "slots", cfg.Slots, "data", tm.DataListenAddress(), "jobmanager", cfg.JobManager)
+	lg.Info("TaskManager started", "name", cfg.Name, "slots", cfg.Slots, "data", tm.DataListenAddress(), "jobmanager", cfg.JobManager,
+		"metrics", metricsAddr)
 	for {
 		s, err := rpc.DialGateway(ctx, cfg.JobManager, dial...)
 		if err == nil {

@@ -100,7 +100,7 @@ func newSubmitCmd() *cobra.Command {
 		c.RunE = func(cmd *cobra.Command, _ []string) error {
 			for _, name := range []string{"taskmanagers", "metrics-addr"} {
 				if cmd.Flags().Changed(name) {
-					return usageError(fmt.Errorf("--%s is not a flag of submit: the cluster's TaskManagers are its own, and the JobManager serves the metrics (runnel jobmanager --rest-addr)", name))
+					return usageError(fmt.Errorf("--%s is not a flag of submit: the cluster's TaskManagers are its own, and the JobManager serves the job's metrics (runnel jobmanager --rest-addr), each TaskManager its in-flight logs' (runnel taskmanager --metrics-addr)", name))
 				}
 			}
 			for _, name := range []string{"inflight-log-memory", "inflight-log-disk"} {
@@ -190,6 +190,9 @@ func newTaskManagerCmd() *cobra.Command {
 			defer stop()
 			registered := false
 			cfg.Registered = func() { registered = true }
+			cfg.MetricsListening = func(addr string) {
+				fmt.Fprintln(cmd.ErrOrStderr(), "TaskManager metrics on http://"+addr+"/metrics")
+			}
 			err = runnel.ServeTaskManager(ctx, cfg)
 			switch {
 			case err == nil:

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -437,13 +438,18 @@ func TestKilledTaskManager(t *testing.T) {
 // failure's Replay field, which crosses gRPC to the JobManager, and the job master falls back to region
 // failover with the producers restarting, exactly once. Without the field crossing (its decoding taken
 // out of internal/rpc) the fallback is the generic one, which restarts the same incomplete logs' readers
-// again until the restart strategy gives up, and the job fails.
+// again until the restart strategy gives up, and the job fails. Each TaskManager process serves its own
+// in-flight log gauges (--metrics-addr), which no heartbeat carries to the JobManager: its budget, and
+// the drops of the logs that overflowed.
 func TestTaskFailoverFallbackAcrossProcesses(t *testing.T) {
 	c := &testCluster{jm: start(t, "jobmanager", nil, "jobmanager", "--addr", "127.0.0.1:0", "--rest-addr", "127.0.0.1:0")}
 	m := c.jm.waitFor(t, listening, 30*time.Second)
 	c.addr, c.rest = m[1], m[2]
+	metrics := map[string]string{}
 	for _, name := range []string{"tm-1", "tm-2"} {
-		c.addTaskManager(t, name, 1, "--inflight-log-memory", fmt.Sprint(4<<20), "--inflight-log-disk", "-1")
+		p := c.addTaskManager(t, name, 1, "--inflight-log-memory", fmt.Sprint(4<<20), "--inflight-log-disk", "-1",
+			"--metrics-addr", "127.0.0.1:0")
+		metrics[name] = p.waitFor(t, tmMetricsLine, 10*time.Second)[1]
 	}
 	dir := t.TempDir()
 	report := filepath.Join(dir, "r.json")
@@ -467,6 +473,57 @@ func TestTaskFailoverFallbackAcrossProcesses(t *testing.T) {
 		t.Fatalf("fallback %+v: want the incomplete log's reason, and the producers restarted too", f)
 	}
 	t.Logf("fallback of %s: %s", f.Failed, f.Fallback)
+	drops := 0.0
+	for name, addr := range metrics {
+		body := scrape(t, "http://"+addr+"/metrics")
+		if v := gaugeOf(t, body, "runnel_inflight_log_memory_limit_bytes", name); v != 4<<20 {
+			t.Errorf("%s: in-flight log memory limit %v, want %d (its --inflight-log-memory)", name, v, 4<<20)
+		}
+		if v := gaugeOf(t, body, "runnel_inflight_log_disk_limit_bytes", name); v != 0 {
+			t.Errorf("%s: in-flight log disk limit %v, want 0 (--inflight-log-disk -1)", name, v)
+		}
+		for other := range metrics {
+			if other != name && strings.Contains(body, `taskmanager="`+other+`"`) {
+				t.Errorf("%s's metrics show %s's logs", name, other)
+			}
+		}
+		drops += gaugeOf(t, body, "runnel_inflight_log_drops_total", name)
+	}
+	if drops == 0 {
+		t.Errorf("the TaskManagers' metrics count no in-flight log drops: the logs the fallback found incomplete overflowed")
+	}
+}
+
+// tmMetricsLine is what runnel taskmanager --metrics-addr prints once its metrics server listens.
+var tmMetricsLine = regexp.MustCompile(`TaskManager metrics on http://(\S+)/metrics`)
+
+// scrape returns the body of a GET of url.
+func scrape(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	var body bytes.Buffer
+	if _, err := body.ReadFrom(resp.Body); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s, %v", url, resp.Status, err)
+	}
+	return body.String()
+}
+
+// gaugeOf returns the value of metric{taskmanager="tm"} in a Prometheus text body.
+func gaugeOf(t *testing.T, body, metric, tm string) float64 {
+	t.Helper()
+	m := regexp.MustCompile(`(?m)^` + metric + `\{taskmanager="` + regexp.QuoteMeta(tm) + `"\} (\S+)$`).FindStringSubmatch(body)
+	if m == nil {
+		t.Fatalf("no %s of %s in:\n%s", metric, tm, body)
+	}
+	v, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
+		t.Fatalf("%s of %s: %v", metric, tm, err)
+	}
+	return v
 }
 
 // TestTaskManagerOfAnotherBuildIsRefused starts a TaskManager that poses as another build: the
