@@ -1,6 +1,7 @@
 package state
 
 import (
+	"fmt"
 	"io"
 	"testing"
 	"time"
@@ -85,6 +86,78 @@ func BenchmarkSnapshotWindows(b *testing.B) {
 			}
 			b.ReportMetric(float64(writeNs)/float64(b.N), "write-ns/op")
 			b.ReportMetric(float64(cowNs)/float64(b.N), "cow-ns/op")
+		})
+	}
+}
+
+// BenchmarkDeltaWindows is q5's window state under incremental checkpoints: live keys (auctions), each
+// with 5 sliding windows counted in a map and a timer per window, of which between two checkpoints a
+// quarter go (their windows fire: the map is cleared and the timers deleted, which frees the key) and as
+// many new ones come, as new auctions take the bids. It reports what the writer of a delta costs
+// (write-ns/op) next to the capture on the task goroutine (ns/op).
+func BenchmarkDeltaWindows(b *testing.B) {
+	const windows = 5
+	for _, live := range []int{50_000, 300_000} {
+		b.Run(fmt.Sprintf("keys=%d", live), func(b *testing.B) {
+			kb, err := NewHeap[int64](Options[int64]{MaxParallelism: 128, KeyGroupEnd: 127})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { kb.Close() })
+			eb := Engine(kb)
+			acc, err := NewMap[benchWindow, int64](eb, "\x00window/acc", codec.MustStruct[benchWindow](), nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			timers, err := NewTimers[int64](eb, "\x00timers/event")
+			if err != nil {
+				b.Fatal(err)
+			}
+			win := func(w int) benchWindow { return benchWindow{Start: int64(w) * 2000, End: int64(w)*2000 + 10_000} }
+			add := func(k int64) {
+				kb.SetCurrentKey(k)
+				for w := range windows {
+					acc.Put(win(w), k)
+					timers.Register(win(w).End-1, Namespace{A: win(w).Start, B: win(w).End})
+				}
+			}
+			drop := func(k int64) {
+				kb.SetCurrentKey(k)
+				for w := range windows {
+					timers.Delete(win(w).End-1, Namespace{A: win(w).Start, B: win(w).End})
+				}
+				acc.Clear()
+			}
+			for k := range int64(live) {
+				add(k)
+			}
+			first, next := int64(0), int64(live)
+			write := func(i int) time.Duration {
+				_, delta, err := SnapshotIncremental(kb, int64(i+1))
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				start := time.Now()
+				if _, err := delta(io.Discard); err != nil {
+					b.Fatal(err)
+				}
+				took := time.Since(start)
+				for range live / 4 {
+					drop(first)
+					add(next)
+					first, next = first+1, next+1
+				}
+				b.StartTimer()
+				return took
+			}
+			write(-1) // the full snapshot the deltas build on
+			var writeNs int64
+			b.ResetTimer()
+			for i := range b.N {
+				writeNs += write(i).Nanoseconds()
+			}
+			b.ReportMetric(float64(writeNs)/float64(b.N), "write-ns/op")
 		})
 	}
 }
