@@ -25,20 +25,7 @@ func BenchmarkSnapshotWindows(b *testing.B) {
 		changed int
 	}{{"changed=all", keys}, {"changed=10pct", keys / 10}} {
 		b.Run(bc.name, func(b *testing.B) {
-			kb, err := NewHeap[int64](Options[int64]{MaxParallelism: 128, KeyGroupEnd: 63})
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { kb.Close() })
-			eb := Engine(kb)
-			acc, err := NewMap[benchWindow, int64](eb, "\x00window/acc", codec.MustStruct[benchWindow](), nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			timers, err := NewTimers[int64](eb, "\x00timers/event")
-			if err != nil {
-				b.Fatal(err)
-			}
+			kb, acc, timers := newWindowState(b, 63)
 			// Keys of key groups [0, 63] only.
 			var owned []int64
 			var enc []byte
@@ -99,20 +86,7 @@ func BenchmarkDeltaWindows(b *testing.B) {
 	const windows = 5
 	for _, live := range []int{50_000, 300_000} {
 		b.Run(fmt.Sprintf("keys=%d", live), func(b *testing.B) {
-			kb, err := NewHeap[int64](Options[int64]{MaxParallelism: 128, KeyGroupEnd: 127})
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { kb.Close() })
-			eb := Engine(kb)
-			acc, err := NewMap[benchWindow, int64](eb, "\x00window/acc", codec.MustStruct[benchWindow](), nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			timers, err := NewTimers[int64](eb, "\x00timers/event")
-			if err != nil {
-				b.Fatal(err)
-			}
+			kb, acc, timers := newWindowState(b, 127)
 			win := func(w int) benchWindow { return benchWindow{Start: int64(w) * 2000, End: int64(w)*2000 + 10_000} }
 			add := func(k int64) {
 				kb.SetCurrentKey(k)
@@ -160,4 +134,24 @@ func BenchmarkDeltaWindows(b *testing.B) {
 			b.ReportMetric(float64(writeNs)/float64(b.N), "write-ns/op")
 		})
 	}
+}
+
+// newWindowState is the state of q5's window operator on a heap backend of key groups [0, end] of 128:
+// the windows' counts and their timers.
+func newWindowState(b *testing.B, end int) (KeyedBackend[int64], MapState[benchWindow, int64], Timers) {
+	kb, err := NewHeap[int64](Options[int64]{MaxParallelism: 128, KeyGroupEnd: end})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { kb.Close() })
+	eb := Engine(kb)
+	acc, err := NewMap[benchWindow, int64](eb, "\x00window/acc", codec.MustStruct[benchWindow](), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	timers, err := NewTimers[int64](eb, "\x00timers/event")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return kb, acc, timers
 }
