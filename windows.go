@@ -20,7 +20,8 @@ import (
 type TimeWindow = operator.TimeWindow
 
 // AggregateFunction folds a window's records into an accumulator as they come (CreateAccumulator, Add),
-// gives the window's result (Result), and combines two accumulators when session windows merge (Merge).
+// gives the window's result (Result), and combines two accumulators (Merge): when session windows merge, and
+// when a sliding window fires from the slices it keeps its contents in (docs/eventtime.md §4.4).
 type AggregateFunction[T, ACC, Out any] = operator.AggregateFunction[T, ACC, Out]
 
 // ProcessWindowFunction gets a window's contents when it fires, with the window's bounds (ctx.Window()).
@@ -215,7 +216,8 @@ func accCodec[ACC any](env *Environment, what string) codec.Codec[ACC] {
 	return c
 }
 
-// WindowReduce combines each window's records with fn and emits one result per window.
+// WindowReduce combines each window's records with fn and emits one result per window. fn must be associative: a
+// sliding window combines its records per slice, then the slices in time order (docs/eventtime.md §4.4).
 func WindowReduce[K comparable, T any](w *WindowedStream[K, T], fn func(a, b T) (T, error)) *Stream[T] {
 	if fn == nil {
 		nilFunc(w.ks.s.env, "WindowReduce")

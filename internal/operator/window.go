@@ -80,7 +80,8 @@ type AggregateFunction[T, ACC, Out any] interface {
 	Add(v T, acc ACC) ACC
 	// Result returns the window's result.
 	Result(acc ACC) Out
-	// Merge combines the accumulators of two session windows that merge.
+	// Merge combines two accumulators as if their records had been added to one: of two session windows
+	// that merge, or of the slices a sliding window is made of. It may change and return a, never b.
 	Merge(a, b ACC) ACC
 }
 
@@ -131,6 +132,30 @@ type WindowSpec[K comparable, T, ACC, V, Out any] struct {
 	NewProcess func() ProcessWindowFunction[K, V, Out]
 	// LateTag, when set, is the side output that late records go to instead of being dropped.
 	LateTag string
+	// unsliced keeps an accumulator per sliding window even where slices would do (tests compare the two).
+	unsliced bool
+}
+
+// maxSlicesPerWindow bounds the slices a sliced window is made of: a window fires by reading each of its
+// slices, so past this, a sliding window keeps its own accumulator.
+const maxSlicesPerWindow = 64
+
+// sliceWidth is the width of the slices that the windows of an incremental sliding window are made of, or 0
+// where each window keeps its own accumulator (docs/eventtime.md §4.4). The slices are the gcd of size and
+// slide, aligned as the windows are, so every window is a whole number of them and every record is in one.
+func (s *WindowSpec[K, T, ACC, V, Out]) sliceWidth() int64 {
+	a := s.Assigner
+	if s.Inc == nil || s.unsliced || a.Kind != Sliding || a.Slide <= 0 || a.Slide >= a.Size {
+		return 0
+	}
+	g, b := a.Size, a.Slide
+	for b != 0 {
+		g, b = b, g%b
+	}
+	if a.Size/g > maxSlicesPerWindow {
+		return 0
+	}
+	return g
 }
 
 func (s *WindowSpec[K, T, ACC, V, Out]) Build(ctx *Context, downstream []any) (Built, error) {
@@ -242,13 +267,17 @@ type windowOp[K comparable, T, ACC, V, Out any] struct {
 	// late_records_dropped).
 	watermark int64
 	late      *Counter
-	wins      []TimeWindow // scratch
-	merging   []TimeWindow // scratch
-	vs        []V          // scratch: the one result of an incremental window
+	// slice is the width of the slices the windows are made of (an incremental sliding window), 0 where
+	// each window keeps its own accumulator (sliceWidth).
+	slice   int64
+	wins    []TimeWindow // scratch
+	merging []TimeWindow // scratch
+	vs      []V          // scratch: the one result of an incremental window
 }
 
 func newWindowOp[K comparable, T, ACC, V, Out any](ctx *Context, s *WindowSpec[K, T, ACC, V, Out], b state.KeyedBackend[K]) (*windowOp[K, T, ACC, V, Out], error) {
-	op := &windowOp[K, T, ACC, V, Out]{spec: s, kc: &keyedContext[K]{Context: ctx, b: b, timed: s.Timed}, watermark: math.MinInt64}
+	op := &windowOp[K, T, ACC, V, Out]{spec: s, kc: &keyedContext[K]{Context: ctx, b: b, timed: s.Timed}, watermark: math.MinInt64,
+		slice: s.sliceWidth()}
 	op.wc = windowContext[K]{keyedContext: op.kc, cur: new(TimeWindow), watermark: &op.watermark}
 	eb := state.Engine(b)
 	wc, err := codec.Struct[TimeWindow]()
@@ -299,6 +328,10 @@ func (o *windowOp[K, T, ACC, V, Out]) isLate(w TimeWindow) bool {
 func (o *windowOp[K, T, ACC, V, Out]) process(v T, ts int64) {
 	o.kc.b.SetCurrentKey(o.spec.Key(v))
 	o.wins = o.spec.Assigner.assign(ts, o.wins[:0])
+	if o.slice > 0 {
+		o.processSliced(v, ts)
+		return
+	}
 	taken := false
 	for _, w := range o.wins {
 		ns := w // where w's contents are
@@ -319,9 +352,7 @@ func (o *windowOp[K, T, ACC, V, Out]) process(v T, ts int64) {
 		if !created && o.acc != nil && o.spec.Assigner.Kind != Session && !(o.spec.Assigner.EventTime && w.MaxTimestamp() <= o.watermark) {
 			continue
 		}
-		if c := o.cleanupTime(w); c != w.MaxTimestamp() {
-			o.timers.Register(c, state.Namespace{A: w.Start, B: w.End})
-		}
+		o.registerCleanup(w)
 		if o.spec.Assigner.EventTime && w.MaxTimestamp() <= o.watermark {
 			// Within the allowed lateness of a window that fired: it fires again with the late record, now
 			// (its end has passed, so a timer there would fire it once more at the next watermark).
@@ -333,11 +364,66 @@ func (o *windowOp[K, T, ACC, V, Out]) process(v T, ts int64) {
 		o.timers.Register(w.MaxTimestamp(), state.Namespace{A: w.Start, B: w.End})
 	}
 	if !taken {
-		if o.spec.LateTag != "" {
-			EmitSide(o.kc, o.spec.LateTag, v)
-		} else {
-			o.late.Inc()
+		o.dropLate(v)
+	}
+}
+
+// dropLate sends a record that no window takes to the late side output, or counts it as dropped.
+func (o *windowOp[K, T, ACC, V, Out]) dropLate(v T) {
+	if o.spec.LateTag != "" {
+		EmitSide(o.kc, o.spec.LateTag, v)
+	} else {
+		o.late.Inc()
+	}
+}
+
+// processSliced adds record v at time ts (its windows in o.wins, newest first) to its slice. A window is
+// made of slices and fires from them; timers go as a chain, one window at a time: the slice's first window
+// that has not fired gets a timer when the slice is new, and a window that fires gives the next window its
+// timer if that window holds any of its slices (a slice beyond it started a chain of its own). So a key
+// holds a timer per chain, not one per window, and a record writes one accumulator, not size/slide.
+func (o *windowOp[K, T, ACC, V, Out]) processSliced(v T, ts int64) {
+	// The windows that are not late are the newest ones: a prefix of o.wins.
+	n := len(o.wins)
+	for n > 0 && o.isLate(o.wins[n-1]) {
+		n--
+	}
+	if n == 0 {
+		o.dropLate(v)
+		return
+	}
+	p := ts - floorMod(ts-o.spec.Assigner.Offset, o.slice)
+	created, err := o.add(TimeWindow{Start: p, End: p + o.slice}, v)
+	if err != nil {
+		o.kc.fail(err)
+	}
+	for i := n - 1; i >= 0; i-- { // oldest first
+		w := o.wins[i]
+		if o.spec.Assigner.EventTime && w.MaxTimestamp() <= o.watermark {
+			// Within the allowed lateness of a window that fired: it fires again with the record, now.
+			o.registerCleanup(w)
+			if err := o.fire(w); err != nil {
+				o.kc.fail(err)
+			}
+			continue
 		}
+		if created {
+			o.registerWindow(w)
+		}
+		return
+	}
+}
+
+// registerWindow registers the timers of window w: at its end, and at its cleanup time if that is later.
+func (o *windowOp[K, T, ACC, V, Out]) registerWindow(w TimeWindow) {
+	o.timers.Register(w.MaxTimestamp(), state.Namespace{A: w.Start, B: w.End})
+	o.registerCleanup(w)
+}
+
+// registerCleanup registers the cleanup timer of window w where it is not its end's.
+func (o *windowOp[K, T, ACC, V, Out]) registerCleanup(w TimeWindow) {
+	if c := o.cleanupTime(w); c != w.MaxTimestamp() {
+		o.timers.Register(c, state.Namespace{A: w.Start, B: w.End})
 	}
 }
 
@@ -522,6 +608,10 @@ func (sessionsCodec) Decode(src []byte, v *[]sessionWindow) error {
 
 // fire hands window w's contents to the process function.
 func (o *windowOp[K, T, ACC, V, Out]) fire(w TimeWindow) error {
+	if o.slice > 0 {
+		_, err := o.fireSliced(w)
+		return err
+	}
 	var vs []V
 	sw := o.stateWindow(w)
 	if o.acc != nil {
@@ -539,6 +629,47 @@ func (o *windowOp[K, T, ACC, V, Out]) fire(w TimeWindow) error {
 		// A listing window's V is T (the API makes it so).
 		vs = any(es).([]V)
 	}
+	return o.emit(w, vs)
+}
+
+// fireSliced fires window w from its slices, oldest first, merged into a new accumulator (Merge may
+// reuse its first argument, never one in state). A checkpoint taken before windows were sliced holds
+// the window's own accumulator under w itself (an extent of Size, where slices have a smaller one): it
+// comes first. It says whether the next window, w+Slide, holds any of w's slices.
+func (o *windowOp[K, T, ACC, V, Out]) fireSliced(w TimeWindow) (bool, error) {
+	inc := o.spec.Inc
+	acc, have := o.acc.Get(w)
+	if have {
+		var err error
+		if acc, err = inc.Merge(inc.Create(), acc); err != nil {
+			return false, err
+		}
+	} else {
+		acc = inc.Create()
+	}
+	more := false
+	next := w.Start + o.spec.Assigner.Slide
+	for p := w.Start; p < w.End; p += o.slice {
+		a, ok := o.acc.Get(TimeWindow{Start: p, End: p + o.slice})
+		if !ok {
+			continue
+		}
+		var err error
+		if acc, err = inc.Merge(acc, a); err != nil {
+			return false, err
+		}
+		have = true
+		more = more || p >= next
+	}
+	if !have {
+		return more, nil
+	}
+	o.vs = append(o.vs[:0], inc.Result(acc))
+	return more, o.emit(w, o.vs)
+}
+
+// emit hands vs, the contents of window w, to the process function.
+func (o *windowOp[K, T, ACC, V, Out]) emit(w TimeWindow, vs []V) error {
 	*o.wc.cur = w
 	if o.stamp != nil {
 		o.stamp.ts = w.MaxTimestamp()
@@ -553,6 +684,9 @@ func (o *windowOp[K, T, ACC, V, Out]) fire(w TimeWindow) error {
 // onTimer handles a window's timer: at its end it fires, at its cleanup time its state goes.
 func (o *windowOp[K, T, ACC, V, Out]) onTimer(ts int64, ns state.Namespace) error {
 	w := TimeWindow{Start: ns.A, End: ns.B}
+	if o.slice > 0 {
+		return o.onSlicedTimer(ts, w)
+	}
 	if ts == w.MaxTimestamp() {
 		if err := o.fire(w); err != nil {
 			return err
@@ -567,6 +701,28 @@ func (o *windowOp[K, T, ACC, V, Out]) onTimer(ts int64, ns state.Namespace) erro
 		}
 		if o.sessions != nil {
 			o.dropSession(w)
+		}
+	}
+	return nil
+}
+
+// onSlicedTimer handles a sliced window's timer: at its end it fires and passes the chain on to the next
+// window; at its cleanup time the slices that no later window holds go (earlier windows' went before).
+func (o *windowOp[K, T, ACC, V, Out]) onSlicedTimer(ts int64, w TimeWindow) error {
+	slide := o.spec.Assigner.Slide
+	if ts == w.MaxTimestamp() {
+		more, err := o.fireSliced(w)
+		if err != nil {
+			return err
+		}
+		if more {
+			o.registerWindow(TimeWindow{Start: w.Start + slide, End: w.End + slide})
+		}
+	}
+	if ts == o.cleanupTime(w) {
+		o.acc.Remove(w)
+		for p := w.Start; p < w.Start+slide; p += o.slice {
+			o.acc.Remove(TimeWindow{Start: p, End: p + o.slice})
 		}
 	}
 	return nil

@@ -1,0 +1,278 @@
+package operator
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/runnel-dev/runnel/codec"
+	"github.com/runnel-dev/runnel/internal/state"
+	"github.com/runnel-dev/runnel/internal/task"
+)
+
+// keyed is a record of the window tests: a key, a value and an event time.
+type keyed struct{ K, V, Ts int64 }
+
+// windowLog records what a window operator emits: "key [start,end) value @ts".
+type windowLog struct{ got []string }
+
+func (l *windowLog) Collect(v Timed[string]) { l.got = append(l.got, fmt.Sprintf("%s @%d", v.V, v.Ts)) }
+
+func (l *windowLog) CollectBatch(vs []Timed[string]) {
+	for _, v := range vs {
+		l.Collect(v)
+	}
+}
+
+// sumWindow formats a window's sum with its key and bounds.
+type sumWindow struct{}
+
+func (sumWindow) Open(KeyedContext[int64]) error { return nil }
+func (sumWindow) Close() error                   { return nil }
+func (sumWindow) Process(ctx WindowContext[int64], vs []int64, out Collector[string]) error {
+	w := ctx.Window()
+	for _, v := range vs {
+		out.Collect(fmt.Sprintf("%d [%d,%d) %d", ctx.CurrentKey(), w.Start, w.End, v))
+	}
+	return nil
+}
+
+func windowTestContext(backend string) *Context {
+	clock := clockwork.NewFakeClockAt(time.UnixMilli(1_000_000))
+	rt := &task.Runtime{Info: task.Info{Parallelism: 1, MaxParallelism: 16}, Counters: task.NewCounters(), Logger: slog.New(slog.DiscardHandler),
+		Clock: clock, StateBackend: backend}
+	return NewContext(rt, "window")
+}
+
+func sumSpec(size, slide, lateness int64, unsliced bool) *WindowSpec[int64, keyed, int64, int64, string] {
+	return &WindowSpec[int64, keyed, int64, int64, string]{
+		Key:      func(r keyed) int64 { return r.K },
+		KeyCodec: codec.Int64(),
+		Assigner: WindowAssigner{Kind: Sliding, Size: size, Slide: slide, EventTime: true},
+		Lateness: lateness,
+		Timed:    true,
+		Inc: &Incremental[keyed, int64, int64]{
+			Create: func() int64 { return 0 },
+			Add:    func(r keyed, acc int64) (int64, error) { return acc + r.V, nil },
+			Result: func(acc int64) int64 { return acc },
+			Merge:  func(a, b int64) (int64, error) { return a + b, nil },
+			Codec:  codec.Int64(),
+		},
+		NewProcess: func() ProcessWindowFunction[int64, int64, string] { return sumWindow{} },
+		unsliced:   unsliced,
+	}
+}
+
+// windowRun is a window operator built for a test, fed by hand.
+type windowRun struct {
+	t   *testing.T
+	ctx *Context
+	b   Built
+	in  Collector[Timed[keyed]]
+	log *windowLog
+}
+
+func newWindowRun(t *testing.T, backend string, spec *WindowSpec[int64, keyed, int64, int64, string], restore []byte, watermark int64) *windowRun {
+	t.Helper()
+	log := &windowLog{}
+	ctx := windowTestContext(backend)
+	b, err := spec.Build(ctx, []any{Collector[Timed[string]](log)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Open(); err != nil {
+		t.Fatal(err)
+	}
+	if restore != nil {
+		if err := b.Restore(restore); err != nil {
+			t.Fatal(err)
+		}
+		b.RestoreWatermark(watermark)
+	}
+	t.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return &windowRun{t: t, ctx: ctx, b: b, in: b.Input.(Collector[Timed[keyed]]), log: log}
+}
+
+// feed hands the operator step i of the script: a record, or a watermark where the record's key is -1.
+func (r *windowRun) feed(script []keyed) {
+	for _, x := range script {
+		if x.K < 0 {
+			if err := r.b.Watermark(x.Ts); err != nil {
+				r.t.Fatal(err)
+			}
+			continue
+		}
+		r.in.Collect(Timed[keyed]{V: x, Ts: x.Ts})
+	}
+}
+
+// dropped returns the operator's count of late records dropped.
+func (r *windowRun) dropped() int64 {
+	r.ctx.rt.Counters.Publish()
+	for _, m := range r.ctx.rt.Counters.PublishedMetrics() {
+		if m.Name == "window/late_records_dropped" {
+			return m.Value
+		}
+	}
+	r.t.Fatal("no late_records_dropped metric")
+	return 0
+}
+
+// keys returns the number of keys that hold state.
+func (r *windowRun) keys() int {
+	n := 0
+	err := r.ctx.backend.(state.KeyedBackend[int64]).ForEachKey(func(int64) error { n++; return nil })
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return n
+}
+
+func (r *windowRun) snapshot() []byte {
+	w, err := r.b.Snapshot(1)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := w(&buf); err != nil {
+		r.t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// windowScript is seeded out-of-order input: n records of a few keys, times moving forward with jitter of
+// up to 2·bound (and a straggler in twenty up to 12·bound behind), and a watermark of the highest time minus bound every few records, so that some records
+// are within the allowed lateness and some past it; the end of input at last.
+func windowScript(seed uint64, n int, bound int64) []keyed {
+	rng := rand.New(rand.NewPCG(seed, seed))
+	var out []keyed
+	var now, high int64
+	for i := range n {
+		now += rng.Int64N(4)
+		ts := now - rng.Int64N(2*bound)
+		if rng.IntN(20) == 0 {
+			ts -= rng.Int64N(10 * bound) // a straggler, often past its windows
+		}
+		high = max(high, ts)
+		out = append(out, keyed{K: rng.Int64N(7), V: int64(i + 1), Ts: ts})
+		if rng.IntN(5) == 0 {
+			out = append(out, keyed{K: -1, Ts: high - bound})
+		}
+	}
+	return append(out, keyed{K: -1, Ts: math.MaxInt64})
+}
+
+// TestSlicedWindowsEqualWindows runs incremental sliding windows sliced and unsliced over the same out-of-order
+// input and watermarks, with and without allowed lateness, on both backends: the same results (and
+// late refirings), the same late records dropped. A snapshot of the unsliced operator (a checkpoint from
+// before slicing) restored into the sliced one goes on to the same results too.
+func TestSlicedWindowsEqualWindows(t *testing.T) {
+	for _, tc := range []struct{ size, slide, lateness int64 }{
+		{100, 20, 0}, {100, 20, 40}, {100, 30, 0}, {100, 30, 25}, {60, 50, 10},
+	} {
+		for _, backend := range []string{"memory", "pebble"} {
+			t.Run(fmt.Sprintf("%d/%d lateness %d %s", tc.size, tc.slide, tc.lateness, backend), func(t *testing.T) {
+				if spec := sumSpec(tc.size, tc.slide, tc.lateness, false); spec.sliceWidth() == 0 {
+					t.Fatalf("window %d/%d is not sliced", tc.size, tc.slide)
+				}
+				script := windowScript(uint64(tc.size+tc.slide+tc.lateness), 3000, 30)
+				half := len(script) / 2
+				whole := newWindowRun(t, backend, sumSpec(tc.size, tc.slide, tc.lateness, true), nil, 0)
+				whole.feed(script[:half])
+				snap, emitted := whole.snapshot(), len(whole.log.got)
+				watermark := int64(math.MinInt64)
+				for _, x := range script[:half] {
+					if x.K < 0 {
+						watermark = x.Ts
+					}
+				}
+				whole.feed(script[half:])
+				want := slices.Clone(whole.log.got)
+				slices.Sort(want)
+				if len(want) < 100 {
+					t.Fatalf("only %d results", len(want))
+				}
+				sliced := newWindowRun(t, backend, sumSpec(tc.size, tc.slide, tc.lateness, false), nil, 0)
+				sliced.feed(script)
+				if got, want := sliced.dropped(), whole.dropped(); got != want || want == 0 {
+					t.Errorf("%d late records dropped, want %d (and some)", got, want)
+				}
+				restored := newWindowRun(t, backend, sumSpec(tc.size, tc.slide, tc.lateness, false), snap, watermark)
+				restored.feed(script[half:])
+				tail := slices.Clone(whole.log.got[emitted:])
+				for _, c := range []struct {
+					name      string
+					got, want []string
+				}{{"sliced", sliced.log.got, want}, {"restored", restored.log.got, tail}} {
+					got := slices.Clone(c.got)
+					slices.Sort(got)
+					slices.Sort(c.want)
+					if !slices.Equal(got, c.want) {
+						t.Fatalf("%s: %d results, want %d\n%s", c.name, len(got), len(c.want), firstDiff(got, c.want))
+					}
+				}
+				// Every window is done at the end of input: nothing is left, of the slices nor of the windows
+				// restored.
+				for _, r := range []*windowRun{whole, sliced, restored} {
+					if n := r.keys(); n != 0 {
+						t.Errorf("%d keys hold state at the end", n)
+					}
+				}
+			})
+		}
+	}
+}
+
+// firstDiff describes where two sorted lists first differ.
+func firstDiff(got, want []string) string {
+	for i := range min(len(got), len(want)) {
+		if got[i] != want[i] {
+			return fmt.Sprintf("at %d: got %q, want %q", i, got[i], want[i])
+		}
+	}
+	return "one is a prefix of the other"
+}
+
+// TestSlicedWindowsKeepOneAccumulatorPerSlice pins what slicing is for: a record of a hopping window of
+// five slides writes one accumulator, and a key holds one timer, not five of each.
+func TestSlicedWindowsKeepOneAccumulatorPerSlice(t *testing.T) {
+	for _, tc := range []struct {
+		unsliced        bool
+		entries, timers int
+	}{{false, 1000, 1000}, {true, 5000, 5000}} {
+		ctx := windowTestContext("memory")
+		spec := sumSpec(100, 20, 0, tc.unsliced)
+		b, err := newKeyedBackend(ctx, spec.KeyCodec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		op, err := newWindowOp(ctx, spec, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k := range int64(1000) {
+			op.process(keyed{K: k, V: 1}, 1000+k%20) // one slice, [1000, 1020)
+		}
+		entries := 0
+		if err := b.ForEachKey(func(int64) error { entries += op.acc.Len(); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if entries != tc.entries || op.timers.Len() != tc.timers {
+			t.Errorf("unsliced %v: %d accumulators and %d timers, want %d and %d", tc.unsliced, entries, op.timers.Len(), tc.entries, tc.timers)
+		}
+		if err := b.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
