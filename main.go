@@ -174,7 +174,7 @@ func AddTaskManagerFlags(fs *pflag.FlagSet) func() (TaskManagerConfig, error) {
 	fs.StringVar(&cfg.DataAddr, "data-addr", "127.0.0.1:0", "where the data server listens for other TaskManagers")
 	fs.StringVar(&cfg.DataAdvertise, "data-advertise", "", "the address other TaskManagers reach the data server at (default: where it listens)")
 	fs.Int64Var(&cfg.NetworkMemoryBytes, "network-memory", 0, "bytes of network buffers (0: 128 MiB)")
-	fs.Int64Var(&cfg.InflightLogMemory, "inflight-log-memory", 0, "bytes of memory for task failover's in-flight logs before they spill to disk (0: 256 MiB)")
+	fs.Int64Var(&cfg.InflightLogMemory, "inflight-log-memory", 0, "bytes of memory for task failover's in-flight logs before they spill to disk (0: 1 GiB)")
 	fs.Int64Var(&cfg.InflightLogDisk, "inflight-log-disk", 0, "bytes of disk for task failover's in-flight logs past their memory (0: 4 GiB; -1: no spilling)")
 	fs.IntVar(&cfg.BufferSize, "buffer-size", 0, "network buffer size, the JobManager's (0: the default)")
 	fs.DurationVar(&cfg.JobManagerWait, "jobmanager-wait", 0, "exit after this long without a JobManager (0: keep trying)")

@@ -106,7 +106,7 @@ type Config struct {
 	SlotsPerTM         int
 	NetworkMemoryBytes int64
 	// InflightLogMemory is each TaskManager's memory for task failover's in-flight logs
-	// (WithInflightLogMemory; 0: 256 MiB).
+	// (WithInflightLogMemory; 0: 1 GiB).
 	InflightLogMemory int64
 	// InflightLogDisk is each TaskManager's disk for the in-flight logs past their memory
 	// (WithInflightLogDisk; 0: 4 GiB; NoInflightLogDisk: no spilling).
@@ -197,7 +197,7 @@ func WithSlotSharing(on bool) Option { return func(c *Config) { c.NoSlotSharing 
 func WithNetworkMemory(bytes int64) Option { return func(c *Config) { c.NetworkMemoryBytes = bytes } }
 
 // WithInflightLogMemory sets each TaskManager's memory for the in-flight logs of task failover (default
-// 256 MiB); past it the logs spill to disk, up to 4 GiB, and past that a log is incomplete and a failure it
+// 1 GiB, taken as the logs grow); past it the logs spill to disk, up to 4 GiB, and past that a log is incomplete and a failure it
 // would have served falls back to region failover. A log holds what its producer sent since the last
 // completed checkpoint: size it to a checkpoint interval of the job's output.
 func WithInflightLogMemory(bytes int64) Option {

@@ -35,7 +35,7 @@ type TaskManagerConfig struct {
 	DataAddr, DataAdvertise string
 	// NetworkMemoryBytes and BufferSize size its network buffers (zero: the defaults).
 	NetworkMemoryBytes int64
-	// InflightLogMemory is the memory of task failover's in-flight logs (zero: 256 MiB).
+	// InflightLogMemory is the memory of task failover's in-flight logs (zero: 1 GiB).
 	InflightLogMemory int64
 	// InflightLogDisk is their disk past that memory (zero: 4 GiB; negative: none).
 	InflightLogDisk int64

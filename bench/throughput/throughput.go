@@ -48,6 +48,8 @@ type Config struct {
 	CheckpointInterval time.Duration
 	// Failover is the engine run's failover strategy ("": the default, region).
 	Failover string
+	// InflightLogMemory is the TaskManager's memory for task failover's in-flight logs (0: the default).
+	InflightLogMemory int64
 }
 
 // CheckpointResult compares the engine with and without checkpoints.
@@ -227,6 +229,9 @@ func runEngine(ctx context.Context, cfg Config) (time.Duration, uint64, float64,
 	}
 	if cfg.Failover != "" {
 		opts = append(opts, runnel.WithFailover(cfg.Failover))
+	}
+	if cfg.InflightLogMemory > 0 {
+		opts = append(opts, runnel.WithInflightLogMemory(cfg.InflightLogMemory))
 	}
 	env := runnel.NewEnvironment(opts...)
 	src := runnel.FromSource(env, connector.Generator(func(s int, seq uint64) Record {

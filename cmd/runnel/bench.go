@@ -72,6 +72,9 @@ func newCheckpointBenchCmd() *cobra.Command {
 			if interval <= 0 {
 				return usageError(fmt.Errorf("invalid --interval %s: must be positive", interval))
 			}
+			if cfg.InflightLogMemory < 0 {
+				return usageError(fmt.Errorf("invalid --inflight-log-memory %d: must not be negative", cfg.InflightLogMemory))
+			}
 			out := cmd.OutOrStdout()
 			if failover != "" {
 				switch failover {
@@ -112,6 +115,7 @@ func newCheckpointBenchCmd() *cobra.Command {
 	cmd.Flags().DurationVar(&interval, "interval", time.Second, "checkpoint interval")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
 	cmd.Flags().StringVar(&failover, "failover", "", "compare the checkpointed pipeline under this failover strategy (task, approximate, full) with it under region failover, instead of with and without checkpoints")
+	cmd.Flags().Int64Var(&cfg.InflightLogMemory, "inflight-log-memory", 0, "with --failover task: the TaskManager's bytes of memory for the in-flight logs before they spill (0: 1 GiB)")
 	return cmd
 }
 

@@ -131,7 +131,7 @@ func (f *runFlags) register(pf *pflag.FlagSet) {
 	pf.StringVar(&f.savepointOnStop, "savepoint-on-stop", "", "write a savepoint to this directory when the job is stopped (--duration, Ctrl-C or SIGTERM); checked before the job runs")
 	pf.StringVar(&f.fromSavepoint, "from-savepoint", "", "start from a savepoint directory, or from the newest valid checkpoint of a checkpoint storage directory (which must exist;\n"+
 		"damaged newer checkpoints are passed over with a WARN)")
-	pf.Int64Var(&f.inflightLogMemory, "inflight-log-memory", 0, "with --failover task: each TaskManager's bytes of memory for the in-flight logs before they spill (0: 256 MiB)")
+	pf.Int64Var(&f.inflightLogMemory, "inflight-log-memory", 0, "with --failover task: each TaskManager's bytes of memory for the in-flight logs before they spill (0: 1 GiB)")
 	pf.Int64Var(&f.inflightLogDisk, "inflight-log-disk", 0, "with --failover task: each TaskManager's bytes of disk for the in-flight logs past their memory (0: 4 GiB; -1: no spilling)")
 	pf.BoolVar(&f.allowNonRestored, "allow-non-restored-state", false, "with --from-savepoint: drop, with a WARN, the state of operators (uids) the job no longer has, rather than refuse to start")
 	pf.StringVar(&f.exchangeMode, "exchange-mode", "pipelined", "pipelined, blocking (bounded jobs: every shuffle spilled, each task its own failover region) or forward-pipelined")
