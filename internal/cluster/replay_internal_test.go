@@ -30,6 +30,7 @@ func TestReplayFailureOfAnError(t *testing.T) {
 		{"diverged", fmt.Errorf("task map [1/1] #2 failed: %w: at step 4", task.ErrReplayDiverged), jobcore.ReplayDiverged},
 		{"source that cannot replay", fmt.Errorf("replay: %w", task.ErrCannotReplay), jobcore.ReplaySourceCannotReplay},
 		{"broken determinant log", fmt.Errorf("replay: %w: 65 marks", determinants.ErrBroken), jobcore.ReplayDeterminantsBroken},
+		{"determinant log without the mark", fmt.Errorf("replay: %w", noMark(t)), jobcore.ReplayDeterminantsBroken},
 		{"incomplete log and divergence", errors.Join(fmt.Errorf("%w", task.ErrReplayDiverged), network.ErrLogIncomplete), jobcore.ReplayLogIncomplete},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -38,4 +39,18 @@ func TestReplayFailureOfAnError(t *testing.T) {
 			}
 		})
 	}
+}
+
+// noMark is the error of a determinant log asked for a checkpoint it has no mark of.
+func noMark(t *testing.T) error {
+	t.Helper()
+	l, err := determinants.New(determinants.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.ReaderAt(7); err != nil {
+		return err
+	}
+	t.Fatal("a new determinant log has a mark of checkpoint 7")
+	return nil
 }

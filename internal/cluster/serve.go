@@ -525,7 +525,7 @@ func replayFailure(err error) jobcore.ReplayFailure {
 		return jobcore.ReplayDiverged
 	case errors.Is(err, task.ErrCannotReplay):
 		return jobcore.ReplaySourceCannotReplay
-	case errors.Is(err, determinants.ErrBroken):
+	case errors.Is(err, determinants.ErrBroken), errors.Is(err, determinants.ErrNoMark):
 		return jobcore.ReplayDeterminantsBroken
 	}
 	return jobcore.ReplayFine

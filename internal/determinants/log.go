@@ -90,6 +90,10 @@ func DefaultConfig() Config { return Config{MaxBytes: 16 << 20, MaxMarks: 64} }
 // ErrBroken is wrapped by the error of a log that went past its bound.
 var ErrBroken = errors.New("determinant log broken")
 
+// ErrNoMark is wrapped by the error of ReaderAt for a checkpoint the log has no mark of: it does not reach
+// back to where the new attempt restored, so there is nothing to replay from.
+var ErrNoMark = errors.New("determinant log has no mark")
+
 // segmentSize is the size of the chunks the log keeps its bytes in: truncation frees whole segments, so no
 // append copies what came before.
 const segmentSize = 64 << 10
@@ -255,7 +259,7 @@ func (l *Log) ReaderAt(id int64) (*Reader, error) {
 			return &Reader{l: l, at: m.at}, nil
 		}
 	}
-	return nil, fmt.Errorf("determinant log: no mark of checkpoint %d", id)
+	return nil, fmt.Errorf("%w of checkpoint %d", ErrNoMark, id)
 }
 
 // Reader returns a cursor over the kept entries, oldest first, for a new attempt's replay. Entries appended

@@ -78,8 +78,9 @@ const (
 	// ReplaySourceCannotReplay: the attempt's source does not say it replays deterministically
 	// (task.ErrCannotReplay).
 	ReplaySourceCannotReplay
-	// ReplayDeterminantsBroken: the subtask's determinant log went past its bound and was dropped
-	// (determinants.ErrBroken).
+	// ReplayDeterminantsBroken: the subtask's determinant log does not reach back to the restored
+	// checkpoint: it went past its bound and was dropped (determinants.ErrBroken), or it has no mark of that
+	// checkpoint (determinants.ErrNoMark).
 	ReplayDeterminantsBroken
 	// MaxReplayFailure is the last value: one above it is not a ReplayFailure.
 	MaxReplayFailure = ReplayDeterminantsBroken

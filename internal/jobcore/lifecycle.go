@@ -157,7 +157,7 @@ func (c *Core) taskFailoverFallback(s ident.Subtask, f *Failure, cause error) (s
 		case ReplaySourceCannotReplay:
 			return "it is a source that cannot replay: " + cause.Error(), c.fallback
 		case ReplayDeterminantsBroken:
-			return "its determinant log was dropped (past its bound), so there is nothing to replay: " + cause.Error(), c.fallback
+			return "its determinant log does not reach back to the restored checkpoint (dropped past its bound, or without its mark), so there is nothing to replay: " + cause.Error(), c.fallback
 		}
 		return fmt.Sprintf("it failed again while restarting under task failover, before its replay was done: %v", cause), c.fallback
 	}

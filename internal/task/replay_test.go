@@ -411,3 +411,41 @@ func TestReplayDivergenceIsFound(t *testing.T) {
 	}
 	t.Log(u.Err)
 }
+
+// TestReplayOfAStepThisTaskCannotTake: a determinant log whose step reads a channel this attempt does not
+// have (the failed attempt had another shape) is a divergence, typed so (ErrReplayDiverged), so that the job
+// master reports it as one when it falls back.
+func TestReplayOfAStepThisTaskCannotTake(t *testing.T) {
+	h := newFinishHarness(t)
+	_, in := loggedInputs(t, h, 60)
+	log, err := determinants.New(determinants.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := log.Append(determinants.Entry{Kind: determinants.Buffer, Channel: 9}); err != nil {
+		t.Fatal(err)
+	}
+	c := &emittingChain{}
+	cfg := Config{
+		Info:   Info{JobName: "replay", VertexName: "emit", Attempt: ident.Attempt{Subtask: ident.Subtask{Vertex: 1}, Number: 1}, Parallelism: 1, MaxParallelism: 1},
+		Inputs: []InputSpec{in}, Chain: func(rt *Runtime) (Chain, error) { c.rt = rt; return c, nil },
+		BufferTimeout: -1, MaxRecordSize: 1 << 10, CreditsPerChannel: 2, ConnectTimeout: 5 * time.Second,
+		Determinants: log, Replay: true,
+	}
+	_, wait := h.start(cfg)
+	defer wait()
+	for {
+		select {
+		case u := <-h.updates:
+			if u.Observation != nil || !u.State.Terminal() {
+				continue
+			}
+			if u.State != Failed || !errors.Is(u.Err, ErrReplayDiverged) || !strings.Contains(u.Err.Error(), "buffer(9), which this task cannot replay") {
+				t.Fatalf("the replay ended %s: %v", u.State, u.Err)
+			}
+			return
+		case <-time.After(10 * time.Second):
+			t.Fatal("the task did not end")
+		}
+	}
+}

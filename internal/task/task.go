@@ -979,7 +979,7 @@ func (r *run) nextBuffer() (int, *network.Buffer, error) {
 			}
 			r.checkOutput()
 		case (e.Kind != determinants.Buffer && e.Kind != determinants.Event) || e.Channel >= r.gate.NumChannels():
-			return -1, nil, fmt.Errorf("replay: determinant %v, which this task cannot replay", e)
+			return -1, nil, fmt.Errorf("%w: determinant %v, which this task cannot replay", ErrReplayDiverged, e)
 		default:
 			r.replayNext, r.replayHave = e, true
 		}
