@@ -239,8 +239,12 @@ func testTakeover(t *testing.T, live bool) {
 			}
 			write(1200, 1800)
 		} else {
+			// A first reader that goes at once (a first reader reads the queue, see
+			// TestLoggedPartitionBeforeItsFirstReader); the next attempt's, attached late, starts at the
+			// log's start, far behind.
+			consumer(t, env, p, 1, 0).ch.Release()
 			write(0, 1800)
-			c = consumer(t, env, p, 1, 0) // attached late: it starts at the log's start, far behind
+			c = consumer(t, env, p, 2, 0)
 		}
 		p.Close() // the failed attempt's cleanup: its partial buffer is dropped, unsent
 		first := c.read(t, 1600-len(early))
@@ -343,4 +347,42 @@ func TestLoggedReaderAtTheEndHearsOfMore(t *testing.T) {
 	if b, err := v.Poll(); err != nil || b == nil || b.FirstSeq != 3 {
 		t.Fatalf("the new buffer: %v, %v", b, err)
 	}
+}
+
+// TestLoggedPartitionBeforeItsFirstReader: a logged subpartition whose reader has not come yet queues what
+// its producer writes, as any subpartition does, so that a log past its budget (which drops what it holds)
+// loses nothing its first reader needs: with a budget of one chunk and twice that written before the reader
+// connects, the reader gets every record, in order, and the end. The log is incomplete, so a later reader
+// from its start is refused (the fallback's case). Without the queue the first reader was refused too
+// ("no barrier of checkpoint 0"), or started past what was dropped.
+func TestLoggedPartitionBeforeItsFirstReader(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, env *testEnv) {
+		const bufSize, size = 96, 1000
+		records := 2 * logChunkSize / size
+		budget, err := NewLogBudget(logChunkSize)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, _ := env.partition(11, bufSize, 4*logChunkSize/bufSize, PartitionOptions{Reconnectable: true, Log: budget}) // room for all
+		for i := range records {
+			if err := p.EmitRecord(0, patterned(i, size)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := p.Finish(); err != nil {
+			t.Fatal(err)
+		}
+		if budget.Stats().Drops == 0 {
+			t.Fatal("the log kept everything: the test does not overflow it")
+		}
+		c := consumer(t, env, p, 1, 0)
+		got := c.read(t, 1<<30)
+		if !got.ended || len(got.records) != records || got.records[0] != 0 {
+			t.Fatalf("the first reader got %d records from %v, ended %v; want %d from 0", len(got.records), got.records[:min(1, len(got.records))], got.ended, records)
+		}
+		c.ch.Release()
+		if _, err := env.openFrom(p.ID(), 0, attemptOf(2), 2, bufSize, func() {}, 0); !errors.Is(err, ErrLogIncomplete) {
+			t.Fatalf("a second reader from the incomplete log's start: %v", err)
+		}
+	})
 }

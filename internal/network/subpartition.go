@@ -93,10 +93,12 @@ func (s *Subpartition) add(b *Buffer, isEnd bool) error {
 	}
 	if s.log != nil {
 		s.log.add(b, barrierOf(b))
-		if s.view == nil {
-			// No reader: the log holds b, nothing is lost, and the producer never waits on a reader that
-			// is gone. A reader reads what came after its creation from the queue, so backpressure holds
-			// as for any other subpartition.
+		if s.view == nil && s.hadView {
+			// The reader went: the log holds b, nothing is lost, and the producer never waits on a reader
+			// that is gone. A reader reads what came after its creation from the queue, so backpressure
+			// holds as for any other subpartition. Before the first reader, b is queued as well (below),
+			// as any subpartition queues for a reader that has not come yet: the log may not keep it (past
+			// its budget it drops what it holds), and the first reader reads the queue.
 			s.stats.BuffersAdded++
 			if isEnd {
 				s.finished = true
@@ -230,14 +232,26 @@ func (s *Subpartition) createView(owner ident.Attempt, credit int, listener func
 	// Every reader of a logged subpartition starts in the log: at the barrier of the checkpoint its
 	// consumer restored, or at the start. The log holds the watermarks, statuses and end of partition too,
 	// so nothing needs re-sending.
+	//
+	// The first reader is the exception when it asks for the log's start (the checkpoint the producer
+	// restored): the queue holds everything since (see add), also what the log could not keep. Nothing was
+	// truncated before it came: a checkpoint whose barrier went through here completes only once its
+	// consumer has read the barrier.
 	var replay *inflightReader
-	if s.log != nil {
+	if s.log != nil && (s.hadView || from != s.partition.opts.LogFrom) {
 		rd, err := s.log.readerAt(from)
 		if err != nil {
 			s.mu.Unlock()
 			return nil, fmt.Errorf("subpartition %s/%d requested by %s from checkpoint %d: %w: %w", s.partition.id, s.index, owner, from, ErrLogIncomplete, err)
 		}
 		replay = rd
+		if !s.hadView {
+			// A first reader from a later barrier reads the log; the queue holds a copy of what it reads.
+			for b := s.queue.pop(); b != nil; b = s.queue.pop() {
+				b.Recycle()
+			}
+			s.eopQueued = false
+		}
 	}
 	if s.hadView {
 		if old := s.view; old != nil {
