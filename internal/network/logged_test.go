@@ -386,3 +386,48 @@ func TestLoggedPartitionBeforeItsFirstReader(t *testing.T) {
 		}
 	})
 }
+
+// TestTakeoverBeforeTheFirstReader: a producer fails and is taken over before its consumer ever
+// connected; the first reader, which reads the queue (TestLoggedPartitionBeforeItsFirstReader), gets the
+// failed attempt's buffers, then the producer-restarted event, then the regenerated ones: every record
+// once, in order. Without the event it would read records 1500 on twice, the second time as a decoder
+// error.
+func TestTakeoverBeforeTheFirstReader(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, env *testEnv) {
+		const bufSize, every = 96, 500
+		budget, _ := NewLogBudget(16 << 20)
+		p, _ := env.partition(13, bufSize, 1<<13, PartitionOptions{Reconnectable: true, Log: budget})
+		write := func(from, to int) {
+			for i := from; i < to; i++ {
+				if i > 0 && i%every == 0 && from < 1500 {
+					if err := p.BroadcastEvent(Event{Type: EventBarrier, CheckpointID: int64(i / every)}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := p.EmitRecord(0, patterned(i, 8+i%(2*bufSize))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p.Flush(0)
+		}
+		write(0, 1800)
+		p.Close()
+		if err := p.Takeover(NewBufferPool("new attempt", bufSize, 1<<13), nil, 3); err != nil {
+			t.Fatal(err)
+		}
+		write(1500, 3000)
+		if err := p.Finish(); err != nil {
+			t.Fatal(err)
+		}
+		c := consumer(t, env, p, 1, 0)
+		got := c.read(t, 1<<30)
+		if !got.ended || got.restarts != 1 || len(got.records) != 3000 || got.barriers != "123" {
+			t.Fatalf("%d records, %d restarts, barriers %q, ended %v; want 3000, 1, \"123\", true", len(got.records), got.restarts, got.barriers, got.ended)
+		}
+		for i, s := range got.records {
+			if s != uint64(i) {
+				t.Fatalf("record %d arrived as %d", i, s)
+			}
+		}
+	})
+}

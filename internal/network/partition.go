@@ -256,6 +256,10 @@ func (p *ResultPartition) Takeover(pool *BufferPool, cancel <-chan struct{}, id 
 			if v.credit > 0 {
 				wake = append(wake, v.listener)
 			}
+		} else if !s.hadView {
+			// No reader yet: the first one reads the queue (createView), which holds the failed attempt's
+			// buffers, so the event follows them as for a reader that reads live.
+			s.queue.push(eventBuffer(Event{Type: EventProducerRestarted, CheckpointID: id}, marks[i].seq))
 		}
 		if b := p.current[i]; b != nil {
 			p.current[i] = nil
