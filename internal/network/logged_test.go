@@ -202,24 +202,10 @@ func TestTakeoverRegeneratesExactlyOnce(t *testing.T) {
 
 func testTakeover(t *testing.T, live bool) {
 	forEachTransport(t, func(t *testing.T, env *testEnv) {
-		const bufSize, every = 96, 500
+		const bufSize = 96
 		budget, _ := NewLogBudget(16 << 20)
 		p, _ := env.partition(11, bufSize, 1<<13, PartitionOptions{Reconnectable: true, Log: budget})
-		write := func(from, to int) {
-			for i := from; i < to; i++ {
-				if i > 0 && i%every == 0 && i < 1800 && from < 1500 {
-					if err := p.BroadcastEvent(Event{Type: EventBarrier, CheckpointID: int64(i / every)}); err != nil {
-						t.Fatal(err)
-					}
-				}
-				if err := p.EmitRecord(0, patterned(i, 8+i%(2*bufSize))); err != nil {
-					t.Fatal(err)
-				}
-				if i%100 == 0 {
-					p.Flush(0)
-				}
-			}
-		}
+		write := func(from, to int) { writeTakeoverRecords(t, p, from, to) }
 		var c *loggedConsumer
 		var early []uint64
 		if live {
@@ -286,6 +272,27 @@ func testTakeover(t *testing.T, live bool) {
 			t.Fatal("a partition without a log was taken over")
 		}
 	})
+}
+
+// writeTakeoverRecords writes records from to to (patterned, of 96-byte buffers' sizes) into p's
+// subpartition 0, flushing every 100: the failed attempt's (from 0) with barriers 1 to 3 before records
+// 500, 1000 and 1500, the new attempt's (from 1500 on) without, since it restored checkpoint 3.
+func writeTakeoverRecords(t *testing.T, p *ResultPartition, from, to int) {
+	t.Helper()
+	const bufSize, every = 96, 500
+	for i := from; i < to; i++ {
+		if i > 0 && i%every == 0 && i < 1800 && from < 1500 {
+			if err := p.BroadcastEvent(Event{Type: EventBarrier, CheckpointID: int64(i / every)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := p.EmitRecord(0, patterned(i, 8+i%(2*bufSize))); err != nil {
+			t.Fatal(err)
+		}
+		if i%100 == 0 {
+			p.Flush(0)
+		}
+	}
 }
 
 // readsLive reports whether p's reader of subpartition 0 has caught up with the log.
@@ -394,22 +401,10 @@ func TestLoggedPartitionBeforeItsFirstReader(t *testing.T) {
 // error.
 func TestTakeoverBeforeTheFirstReader(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, env *testEnv) {
-		const bufSize, every = 96, 500
+		const bufSize = 96
 		budget, _ := NewLogBudget(16 << 20)
 		p, _ := env.partition(13, bufSize, 1<<13, PartitionOptions{Reconnectable: true, Log: budget})
-		write := func(from, to int) {
-			for i := from; i < to; i++ {
-				if i > 0 && i%every == 0 && from < 1500 {
-					if err := p.BroadcastEvent(Event{Type: EventBarrier, CheckpointID: int64(i / every)}); err != nil {
-						t.Fatal(err)
-					}
-				}
-				if err := p.EmitRecord(0, patterned(i, 8+i%(2*bufSize))); err != nil {
-					t.Fatal(err)
-				}
-			}
-			p.Flush(0)
-		}
+		write := func(from, to int) { writeTakeoverRecords(t, p, from, to) }
 		write(0, 1800)
 		p.Close()
 		if err := p.Takeover(NewBufferPool("new attempt", bufSize, 1<<13), nil, 3); err != nil {
