@@ -197,9 +197,9 @@ func WithSlotSharing(on bool) Option { return func(c *Config) { c.NoSlotSharing 
 func WithNetworkMemory(bytes int64) Option { return func(c *Config) { c.NetworkMemoryBytes = bytes } }
 
 // WithInflightLogMemory sets each TaskManager's memory for the in-flight logs of task failover (default
-// 1 GiB, taken as the logs grow); past it the logs spill to disk, up to 4 GiB, and past that a log is incomplete and a failure it
-// would have served falls back to region failover. A log holds what its producer sent since the last
-// completed checkpoint: size it to a checkpoint interval of the job's output.
+// 1 GiB, taken as the logs grow); past it the logs spill to disk, up to 4 GiB, and past that a log is
+// incomplete and a failure it would have served falls back to region failover. A log holds what its
+// producer sent since the last completed checkpoint: size it to a checkpoint interval of the job's output.
 func WithInflightLogMemory(bytes int64) Option {
 	return func(c *Config) { c.InflightLogMemory = bytes }
 }

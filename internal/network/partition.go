@@ -240,7 +240,8 @@ func (p *ResultPartition) Takeover(pool *BufferPool, cancel <-chan struct{}, id 
 		s.log.cutBack(id)
 		s.finished, s.eopQueued = false, false
 		s.addedSeq = marks[i].seq
-		if v := s.view; v != nil {
+		v := s.view
+		if v != nil {
 			if r := v.replay; r != nil && r.until > marks[i].at {
 				// A reader still replaying past the barrier: what it was to replay from there is cut, and
 				// its queue (which follows the cut part) goes too; it reads the rest of the log up to the
@@ -250,15 +251,14 @@ func (p *ResultPartition) Takeover(pool *BufferPool, cancel <-chan struct{}, id 
 					b.Recycle()
 				}
 			}
-			// After the failed attempt's buffers the reader has not had (the same records), the event that
-			// makes its consumer drop what it had of the regenerated ones.
-			s.queue.push(eventBuffer(Event{Type: EventProducerRestarted, CheckpointID: id}, marks[i].seq))
 			if v.credit > 0 {
 				wake = append(wake, v.listener)
 			}
-		} else if !s.hadView {
-			// No reader yet: the first one reads the queue (createView), which holds the failed attempt's
-			// buffers, so the event follows them as for a reader that reads live.
+		}
+		if v != nil || !s.hadView {
+			// After the failed attempt's buffers the reader has not had (the same records), the event that
+			// makes its consumer drop what it had of the regenerated ones. With no reader yet the queue is
+			// the first one's (createView), so the event goes there too.
 			s.queue.push(eventBuffer(Event{Type: EventProducerRestarted, CheckpointID: id}, marks[i].seq))
 		}
 		if b := p.current[i]; b != nil {
