@@ -15,7 +15,8 @@ import (
 // round as a delta of the previous write or, every so often and after a failed write, as a full
 // snapshot, and restores every chain (the full snapshot and the deltas up to that round) into a fresh
 // heap and a fresh pebble backend: each must hold exactly the state of that round, which a full snapshot
-// of the restored backend shows byte for byte against the reference's. A delta must also be smaller
+// of the restored backend shows byte for byte against the reference's (and a full snapshot of the live
+// one, after deltas, must be the reference's byte for byte). A delta must also be smaller
 // than the full snapshot of the same round once the state is large and changes little.
 func TestDeltaChainsRestoreExactly(t *testing.T) {
 	for _, tc := range []struct {
@@ -81,6 +82,11 @@ func TestDeltaChainsRestoreExactly(t *testing.T) {
 				}
 				if IsDelta(piece.Bytes()) && piece.Len() < want.Len()/2 {
 					smaller = true
+				}
+				if !IsDelta(piece.Bytes()) && !bytes.Equal(piece.Bytes(), want.Bytes()) {
+					// A full write after deltas sorts the segments the deltas left by slot.
+					logEntryDiff(t, piece.Bytes(), want.Bytes())
+					t.Fatalf("round %d: the full snapshot differs from the reference's (%d bytes, want %d)", round, piece.Len(), want.Len())
 				}
 				if got := ChainStart(chain); got != 0 {
 					t.Fatalf("round %d: the chain starts at piece %d, want 0", round, got)
