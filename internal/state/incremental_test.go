@@ -84,7 +84,7 @@ func TestDeltaChainsRestoreExactly(t *testing.T) {
 					smaller = true
 				}
 				if !IsDelta(piece.Bytes()) && !bytes.Equal(piece.Bytes(), want.Bytes()) {
-					// A full write after deltas sorts the segments the deltas left by slot.
+					// A full write after deltas copies the segments that the deltas kept.
 					logEntryDiff(t, piece.Bytes(), want.Bytes())
 					t.Fatalf("round %d: the full snapshot differs from the reference's (%d bytes, want %d)", round, piece.Len(), want.Len())
 				}
