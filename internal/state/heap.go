@@ -239,8 +239,17 @@ type keyOrder struct {
 	base *uint32
 	n    int
 	// written is the checkpoint id of the last snapshot written completely (0 before the first): what a
-	// delta builds on.
-	written int64
+	// delta builds on; writtenEpoch is the epoch of its capture.
+	written      int64
+	writtenEpoch uint32
+	// gone holds the entries the last update dropped (their bytes stay in the arena until the write that
+	// made it is done with them): keys that held state in earlier writes and went.
+	gone []heapKey
+	// added, deletes and delKeys are scratch that writes reuse (a write of q5 adds and deletes tens of
+	// thousands of keys: growing them afresh each time costs more than filling them).
+	added   []heapKey
+	deletes []deletion
+	delKeys []byte
 }
 
 // NewHeap makes an empty heap (in-memory) backend.
@@ -517,20 +526,27 @@ type heapKey struct {
 	n    int32 // length of that
 }
 
-// writeHeap writes a capture of epoch epoch. The keys of each state whose entries did not change since a
-// segment of them was written are copied from it (segcache.go); the others are encoded, and their bytes
-// kept as their new segment. A delta (see incremental.go) returns how many bytes of the snapshots it
-// builds on it supersedes: the base's entries of the keys it replaces or deletes and, for each state it
-// writes whole, as many bytes as it writes of it (about what the state took before).
+// writeHeap writes a capture of epoch epoch. A full snapshot copies, for each cached state, the entries
+// of each key that did not change since a segment of them was written (segcache.go) and encodes the
+// others, keeping their bytes as their new segment. A delta (see incremental.go) encodes, for each
+// cached state it can build on the base, only the keys that changed since the base, and writes every
+// other state whole as a full snapshot does. A delta returns how many bytes of the snapshots it builds on
+// it supersedes: the base's entries of the keys it replaces or deletes and, for each state it writes
+// whole, as many bytes as it writes of it (about what the state took before).
 func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, keys []K, gens []uint32, kc codec.Codec[K], maxP int, ord *keyOrder, epoch uint32, encodeAll, delta bool) (superseded int64, err error) {
 	ord.mu.Lock()
 	defer ord.mu.Unlock()
 	if err := updateOrder(ord, keys, gens, kc, maxP); err != nil {
+		// The keys that went are not accounted for in the states' sizes: the next write is a full one.
+		ord.written, ord.writtenEpoch = 0, 0
 		return 0, err
 	}
+	// The arena keeps the bytes of the keys that went until they are deleted below.
+	defer ord.maybeCompact()
 	arena, order := ord.arena, ord.order
-	if delta && ord.written == 0 {
-		delta = false // nothing to build on: a full snapshot
+	since := ord.writtenEpoch
+	if delta && (ord.written == 0 || since >= epoch) {
+		delta = false // nothing to build on (or a capture older than the base): a full snapshot
 	}
 	if delta {
 		// A delta: the header says which states are written whole (copied, so that the capture's own
@@ -544,13 +560,39 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 	for si, c := range caps {
 		if cc, ok := c.(cachedCapture); ok && h.states[si].flags&flagTTL == 0 && !encodeAll {
 			cached[si] = cc
-			if cc.segments().begin(si, delta) && delta {
+			if cc.segments().begin(si, len(gens), since) && delta {
 				h.states[si].delta = true
+				if p, ok := c.(changedSincer); ok {
+					p.onlyChangedSince(since)
+				}
 			}
 		}
 	}
 	sw := newSnapWriter(w, h)
 	sw.hold = true
+	sw.deletes, sw.delKeys = ord.deletes[:0], ord.delKeys[:0]
+	defer func() { ord.deletes, ord.delKeys = sw.deletes[:0], sw.delKeys[:0] }()
+	// The keys that went since the last write held nothing in any state by then; a delta deletes those
+	// that held entries in the base.
+	for si, cc := range cached {
+		if cc == nil {
+			continue
+		}
+		sc := cc.segments()
+		for _, k := range ord.gone {
+			if int(k.slot) >= len(sc.sizes) || sc.sizes[k.slot] == 0 {
+				continue
+			}
+			n := sc.sizes[k.slot]
+			sc.sizes[k.slot] = 0
+			if h.states[si].delta {
+				sortKey := arena[k.at : k.at+int(k.n)]
+				_, ln := binary.Uvarint(sortKey)
+				sw.delete(int(k.kg), si, sortKey[ln:])
+				superseded += int64(n)
+			}
+		}
+	}
 	out := &slotEmitter{sw: sw}
 	for lo := 0; lo < len(order); {
 		hi := lo + 1
@@ -561,29 +603,30 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 		for si, c := range caps {
 			out.state, out.isMap = si, c.kind().hasMapKey()
 			cc := cached[si]
-			var sc *segCache
+			var (
+				sc      *segCache
+				changed []uint32
+			)
 			if cc != nil {
-				sc = cc.segments()
+				sc, changed = cc.segments(), cc.changedEpochs()
 			}
 			isDelta := h.states[si].delta
 			for _, k := range order[lo:hi] {
 				slot := int(k.slot)
-				found := segNone
-				if sc != nil {
-					b, n, st := sc.lookup(k.slot, k.gen, gens, epoch, cc)
-					if st == segReused {
-						if isDelta {
-							continue // unchanged since the base: the delta leaves it out
-						}
+				if isDelta && epochAt(changed, slot) <= since {
+					continue // unchanged since the base: the delta leaves it out
+				}
+				if sc != nil && !isDelta {
+					if b, n, ok := sc.lookup(k.slot, k.gen, gens, epoch, changed); ok {
 						if err := sw.raw(b, n); err != nil {
 							return 0, err
 						}
+						sc.sizes[slot] = int32(len(b))
 						if delta {
 							superseded += int64(len(b))
 						}
 						continue
 					}
-					found = st
 				}
 				sortKey := arena[k.at : k.at+int(k.n)]
 				_, ln := binary.Uvarint(sortKey)
@@ -592,14 +635,22 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 				if err := c.entries(slot, out); err != nil {
 					return 0, err
 				}
-				if sc != nil && sw.err == nil {
-					sc.store(k.slot, k.gen, epoch, sw.buf[mark:], int(sw.count-count))
+				n := len(sw.buf) - mark
+				switch {
+				case isDelta:
+					old := sc.sizes[slot]
+					superseded += int64(old)
+					if sw.count == count && old > 0 {
+						sw.delete(out.kg, si, out.key) // it had entries in the base, it has none now
+					}
+				case delta:
+					superseded += int64(n)
 				}
-				if delta && !isDelta {
-					superseded += int64(len(sw.buf) - mark)
-				}
-				if isDelta && found == segStale && sw.count == count {
-					sw.delete(out.kg, si, out.key) // it had entries in the base, it has none now
+				if sc != nil {
+					sc.sizes[slot] = int32(n)
+					if !isDelta && sw.err == nil {
+						sc.store(k.slot, k.gen, epoch, sw.buf[mark:], int(sw.count-count))
+					}
 				}
 				if err := sw.maybeFlush(); err != nil {
 					return 0, err
@@ -608,48 +659,29 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 		}
 		lo = hi
 	}
-	for si, cc := range cached {
-		if cc == nil {
-			continue
-		}
-		sc := cc.segments()
-		sc.rest()
-		if h.states[si].delta {
-			superseded += sc.stale
-			for i := range sc.gone {
-				kg, key := sc.goneKey(&sc.gone[i])
-				sw.delete(kg, si, key)
-				superseded += int64(sc.gone[i].n)
-			}
-		}
-	}
 	if err := sw.finish(); err != nil {
 		return 0, err
 	}
-	for _, cc := range cached {
+	for si, cc := range cached {
 		if cc != nil {
-			cc.segments().finish()
+			cc.segments().finish(epoch, !h.states[si].delta)
 		}
 	}
-	ord.written = h.checkpointID
+	ord.written, ord.writtenEpoch = h.checkpointID, epoch
 	return superseded, nil
 }
 
 // updateOrder makes o hold exactly the live slots of a capture (keys and gens): entries of slots freed or
-// reused since are dropped, and live slots without an entry of their generation are encoded once, as
-// uvarint(len) ‖ key (the bytes the canonical order sorts by), sorted and merged in. A capture written
-// after a newer one brings the order back to itself; the next write moves it forward again.
+// reused since are dropped (into o.gone), and live slots without an entry of their generation are encoded
+// once, as uvarint(len) ‖ key (the bytes the canonical order sorts by), sorted and merged in. A capture
+// written after a newer one brings the order back to itself; the next write moves it forward again.
 func updateOrder[K comparable](o *keyOrder, keys []K, gens []uint32, kc codec.Codec[K], maxP int) error {
-	if len(gens) == 0 {
-		o.order, o.arena, o.stale, o.base, o.n = o.order[:0], o.arena[:0], 0, nil, 0
-		clear(o.covered)
-		return nil
-	}
+	o.gone = o.gone[:0]
 	if len(o.covered) < len(gens) {
 		o.covered = append(o.covered, make([]uint32, len(gens)-len(o.covered))...)
 	}
 	from := 0
-	if &gens[0] == o.base && len(gens) >= o.n {
+	if len(gens) > 0 && &gens[0] == o.base && len(gens) >= o.n {
 		from = o.n // only slots appended since can be new; every entry still holds
 	} else {
 		// Drop entries the capture does not hold (freed, reused, or past its slots).
@@ -663,14 +695,17 @@ func updateOrder[K comparable](o *keyOrder, keys []K, gens []uint32, kc codec.Co
 				o.covered[e.slot] = 0
 			}
 			o.stale += int(e.n)
+			o.gone = append(o.gone, e)
 		}
 		o.order = kept
 	}
+	if len(gens) == 0 {
+		o.base, o.n = nil, 0
+		return nil
+	}
 	o.base, o.n = &gens[0], len(gens)
-	var (
-		enc   []byte
-		added []heapKey
-	)
+	var enc []byte
+	added := o.added[:0]
 	for i := from; i < len(gens); i++ {
 		g := gens[i]
 		if g&1 == 0 || o.covered[i] == g {
@@ -689,10 +724,16 @@ func updateOrder[K comparable](o *keyOrder, keys []K, gens []uint32, kc codec.Co
 	if len(added) > 0 {
 		o.merge(added)
 	}
+	o.added = added[:0]
+	return nil
+}
+
+// maybeCompact compacts the arena when a quarter of it belongs to dropped entries.
+func (o *keyOrder) maybeCompact() {
+	o.gone = o.gone[:0]
 	if o.stale > 0 && 4*o.stale >= len(o.arena) {
 		o.compact()
 	}
-	return nil
 }
 
 // merge sorts added and merges it into the order.
@@ -705,7 +746,10 @@ func (o *keyOrder) merge(added []heapKey) {
 		return bytes.Compare(arena[a.at:a.at+int(a.n)], arena[b.at:b.at+int(b.n)])
 	}
 	slices.SortFunc(added, less)
-	merged := slices.Grow(o.spare[:0], len(o.order)+len(added))
+	merged := o.spare[:0]
+	if need := len(o.order) + len(added); cap(merged) < need {
+		merged = make([]heapKey, 0, need+need/4) // headroom: the order of a growing state grows again
+	}
 	old := o.order
 	for len(old) > 0 && len(added) > 0 {
 		if less(old[0], added[0]) <= 0 {
@@ -1093,7 +1137,7 @@ type listCapture[V any] struct {
 
 func (c *listCapture[V]) kind() kind { return kindList }
 
-func (c *listCapture[V]) changedAt(slot int) uint32 { return epochAt(c.epochs, slot) }
+func (c *listCapture[V]) changedEpochs() []uint32 { return c.epochs }
 
 func (c *listCapture[V]) segments() *segCache { return c.sc }
 
@@ -1300,7 +1344,7 @@ type entrySpan struct{ k0, k1, v1 int }
 
 func (c *mapCapture[MK, MV]) kind() kind { return kindMap }
 
-func (c *mapCapture[MK, MV]) changedAt(slot int) uint32 { return epochAt(c.epochs, slot) }
+func (c *mapCapture[MK, MV]) changedEpochs() []uint32 { return c.epochs }
 
 func (c *mapCapture[MK, MV]) segments() *segCache { return c.sc }
 

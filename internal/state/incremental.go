@@ -16,10 +16,14 @@ import (
 // and replaces the base's entries of that state. Keys that did not change are left out, which is the
 // point: a checkpoint of q5's windows writes the auctions that got bids, not the whole window state.
 //
-// Whether a key changed is what the segment cache already tells: a segment it reuses holds exactly the
-// key's entries in the previous write. So a delta builds on the previous write, and only on it: the
-// caller (the task, which stores each snapshot as a file) asks for a delta only when the previous write
-// was stored and no write happened since, and otherwise writes a full snapshot (SnapshotIncremental).
+// Whether a key changed is told by the epochs the tables keep per slot (segcache.go): a state's entries
+// of a slot last changed in an epoch after the base's capture, or not. Keys that went since the base are
+// the ones the key order drops; the segment cache's sizes (each key's bytes in the base) tell which of
+// them, and which changed keys that hold nothing now, held entries there and get a deletion. So a delta
+// builds on the last complete write, and only on it: the caller (the task, which stores each snapshot as
+// a file) asks for a delta only when the previous write was stored and no write happened since, and
+// otherwise writes a full snapshot (SnapshotIncremental). A delta after a write that failed builds on the
+// last complete one and holds every state whole (the failed write left the sizes behind).
 //
 // Restore takes a chain: a full snapshot followed by the deltas built on it, in order, possibly several
 // chains one after another (the old subtasks of a rescaled operator). readSnapshots reads them newest
@@ -32,8 +36,8 @@ import (
 type IncrementalSnapshotter interface {
 	// SnapshotIncremental captures the state like Snapshot and returns two writers of the capture: full
 	// writes a full snapshot, delta a delta snapshot that builds on the previous snapshot this backend
-	// wrote (with either writer). Call one of them, once. delta is correct only if the previous write
-	// completed, nothing else was written since, and that snapshot is restored before this one.
+	// wrote completely (with either writer). Call one of them, once. delta is correct only if that
+	// snapshot is restored before this one.
 	// delta returns how many bytes of the snapshots it builds on it supersedes (entries it replaces or
 	// deletes), which tells the caller when a chain holds more superseded bytes than live ones.
 	SnapshotIncremental(checkpointID int64) (full func(w io.Writer) error, delta func(w io.Writer) (superseded int64, err error), err error)

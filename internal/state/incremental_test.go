@@ -2,6 +2,7 @@ package state
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"io"
 	"math/rand/v2"
@@ -24,11 +25,17 @@ func TestDeltaChainsRestoreExactly(t *testing.T) {
 		seed      uint64
 		fullEvery int // a full snapshot every so many rounds (0: only the first and after failures)
 		failEvery int // a write fails halfway every so many rounds (0: never)
+		skipEvery int // a capture is not written every so many rounds (0: never)
+		// deltaAfterFail writes a delta after a failed write too: it builds on the last stored piece, and
+		// must then hold every state whole (the failed write left the key sizes behind).
+		deltaAfterFail bool
 	}{
 		{name: "one chain", seed: 1},
 		{name: "full every 5", seed: 2, fullEvery: 5},
 		{name: "failing writes", seed: 3, failEvery: 4},
 		{name: "both", seed: 4, fullEvery: 7, failEvery: 3},
+		{name: "skipped captures", seed: 5, skipEvery: 3},
+		{name: "delta after a failed write", seed: 6, failEvery: 4, deltaAfterFail: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clock := int64(1_000_000)
@@ -38,6 +45,8 @@ func TestDeltaChainsRestoreExactly(t *testing.T) {
 			var chain [][]byte // the pieces the next restore needs
 			full := true       // the next write must be a full one
 			smaller := false
+			var base []byte // the reference's snapshot of the state the last stored piece holds
+			failed := false // the last write failed
 			for round := 1; round <= 40; round++ {
 				ops, keys := 15, int64(10)
 				if round%6 == 1 {
@@ -54,20 +63,27 @@ func TestDeltaChainsRestoreExactly(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				if tc.skipEvery > 0 && round%tc.skipEvery == 0 {
+					continue // captured, never written (a checkpoint declined): the next delta holds its changes
+				}
 				if tc.failEvery > 0 && round%tc.failEvery == 0 {
 					if _, err := dw(&failingWriter{n: rng.IntN(100)}); err == nil {
 						t.Logf("round %d: the delta fit before the failure", round)
 					}
-					full = true // not stored: the next one cannot build on it
+					if !tc.deltaAfterFail {
+						full = true // not stored: the next one cannot build on it
+					}
+					failed = true
 					continue
 				}
 				var piece bytes.Buffer
+				var superseded int64
 				if full || (tc.fullEvery > 0 && round%tc.fullEvery == 0) {
 					if err := fw(&piece); err != nil {
 						t.Fatal(err)
 					}
 					chain = chain[:0]
-				} else if _, err := dw(&piece); err != nil {
+				} else if superseded, err = dw(&piece); err != nil {
 					t.Fatal(err)
 				}
 				full = false
@@ -80,6 +96,15 @@ func TestDeltaChainsRestoreExactly(t *testing.T) {
 				if err := rw(&want); err != nil {
 					t.Fatal(err)
 				}
+				if IsDelta(piece.Bytes()) {
+					if failed && !wholeStates(t, piece.Bytes()) {
+						t.Fatalf("round %d: a delta after a failed write holds a state as changes", round)
+					}
+					if exp := supersededBytes(t, base, piece.Bytes()); superseded != exp {
+						t.Fatalf("round %d: the delta supersedes %d bytes, want %d", round, superseded, exp)
+					}
+				}
+				base, failed = bytes.Clone(want.Bytes()), false
 				if IsDelta(piece.Bytes()) && piece.Len() < want.Len()/2 {
 					smaller = true
 				}
@@ -129,6 +154,65 @@ func TestDeltaChainsRestoreExactly(t *testing.T) {
 		})
 	}
 }
+
+// supersededBytes computes what delta supersedes of base (a full snapshot of the state delta builds
+// on): for each state the delta holds as changes, the base's entry bytes of every key it names (with
+// entries or a deletion); for each state it holds whole, the bytes of its entries in the delta.
+func supersededBytes(t *testing.T, base, delta []byte) int64 {
+	t.Helper()
+	type stateKey struct{ state, key string }
+	entryBytes := func(h *snapHeader, e *snapEntry) int64 {
+		n := 3 + uvarintLen(e.state) + uvarintLen(len(e.key)) + len(e.key) + uvarintLen(len(e.value)) + len(e.value)
+		if h.states[e.state].kind.hasMapKey() {
+			n += uvarintLen(len(e.mapKey)) + len(e.mapKey)
+		}
+		return int64(n)
+	}
+	g := keyGroups{maxP: 16, end: 15}
+	held := make(map[stateKey]int64)
+	var h *snapHeader
+	onHeader := func(hd *snapHeader) error { h = hd; return nil }
+	if err := readSnapshot(bytes.NewReader(base), g, onHeader, func(e *snapEntry) error {
+		held[stateKey{h.states[e.state].name, string(e.key)}] += entryBytes(h, e)
+		return nil
+	}); err != nil {
+		t.Fatalf("read the base: %v", err)
+	}
+	var sum int64
+	named := make(map[stateKey]bool)
+	if err := readSnapshot(bytes.NewReader(delta), g, onHeader, func(e *snapEntry) error {
+		st := h.states[e.state]
+		if !st.delta {
+			sum += entryBytes(h, e)
+			return nil
+		}
+		if k := (stateKey{st.name, string(e.key)}); !named[k] {
+			named[k] = true
+			sum += held[k]
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("read the delta: %v", err)
+	}
+	return sum
+}
+
+// wholeStates reports whether a delta holds every state whole.
+func wholeStates(t *testing.T, delta []byte) bool {
+	t.Helper()
+	whole := true
+	if err := readSnapshot(bytes.NewReader(delta), keyGroups{maxP: 16, end: 15}, func(h *snapHeader) error {
+		for _, st := range h.states {
+			whole = whole && !st.delta
+		}
+		return nil
+	}, func(*snapEntry) error { return nil }); err != nil {
+		t.Fatalf("read the delta: %v", err)
+	}
+	return whole
+}
+
+func uvarintLen(n int) int { return len(binary.AppendUvarint(nil, uint64(n))) }
 
 func readers(pieces [][]byte) []io.Reader {
 	rs := make([]io.Reader, len(pieces))

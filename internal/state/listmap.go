@@ -195,7 +195,7 @@ type listMapCapture[MK comparable, V any] struct {
 
 func (c *listMapCapture[MK, V]) kind() kind { return kindListMap }
 
-func (c *listMapCapture[MK, V]) changedAt(slot int) uint32 { return epochAt(c.epochs, slot) }
+func (c *listMapCapture[MK, V]) changedEpochs() []uint32 { return c.epochs }
 
 func (c *listMapCapture[MK, V]) segments() *segCache { return c.sc }
 

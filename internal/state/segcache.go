@@ -1,7 +1,5 @@
 package state
 
-import "encoding/binary"
-
 // Incremental snapshot encoding of the heap backend.
 //
 // A heap snapshot is a full snapshot: every entry of every key, so that a checkpoint restores on its own
@@ -26,9 +24,16 @@ import "encoding/binary"
 // the next write walks them with a cursor as it walks its keys in the same order: no lookup by slot, and
 // the segments (and mostly their bytes) are read in sequence. A segment under the cursor whose slot does
 // not hold the key any more is dropped; one whose key is still live belongs to a key further on, so the
-// key being written has none. Each write builds the next list from the segments it reused and those it
-// encoded, and takes it only if it completes, so a write that fails halfway leaves the last list as it
+// key being written has none. Each full write builds the next list from the segments it reused and those
+// it encoded, and takes it only if it completes, so a write that fails halfway leaves the last list as it
 // was; captures written out of order find their segments too new (E > F) and encode.
+//
+// A delta (incremental.go) needs no segments: it writes only the keys changed since its base, which the
+// same epochs tell without a lookup, so it leaves the list as the last full write left it (still right
+// for the next full write: each segment tells by its epoch and generation whether it holds). What a
+// delta needs instead is, per slot, the size of the key's entries in the base (sizes): a key that held
+// entries there and holds none now gets a deletion, and the sizes are what the delta supersedes. Every
+// complete write, full or delta, leaves the sizes of its own capture.
 //
 // TTL states are not cached (the writer drops expired entries, which depends on the time of the
 // snapshot), nor are value states (a value is one entry, encoded about as fast as it is copied) nor the
@@ -39,11 +44,18 @@ import "encoding/binary"
 // cachedCapture is a capture whose slots can be told unchanged since an epoch.
 type cachedCapture interface {
 	heapCapture
-	// changedAt returns the epoch in which slot's entries last changed, as of the capture.
-	changedAt(slot int) uint32
+	// changedEpochs returns, per slot, the epoch in which the slot's entries last changed, as of the
+	// capture (slots past its end never changed: epochAt).
+	changedEpochs() []uint32
 	// segments returns the table's segment cache (shared by all its captures; writers use it one at a
 	// time, under the backend's keyOrder lock).
 	segments() *segCache
+}
+
+// changedSincer is a cached capture that can prepare less for a delta: after onlyChangedSince(e), the
+// writer asks it only for the entries of slots changed after epoch e.
+type changedSincer interface {
+	onlyChangedSince(epoch uint32)
 }
 
 // segCache holds the segments of one state: the snapshot bytes of each key's entries.
@@ -51,7 +63,7 @@ type segCache struct {
 	// state is the index of the state in the snapshots the segments were written for: an entry holds
 	// it, so segments of another index are of no use.
 	state int
-	list  []segment // the last complete write's segments, in its order
+	list  []segment // the segments of the last complete write that encoded or copied every key
 	next  []segment // the current write's
 	cur   int       // the cursor in list
 	// chunks hold the segments' bytes. They are filled in turn and never grow, so that storing a segment
@@ -60,13 +72,12 @@ type segCache struct {
 	size   int // bytes in chunks
 	// reused counts the segments copied into snapshots (tests check that the cache is used).
 	reused int
-	// valid says that list is the complete write of the state at index state that finished last.
-	valid bool
-	// deleting and gone: while a delta snapshot is written, the segments of keys that went.
-	deleting bool
-	gone     []segment
-	// stale counts the bytes of segments of keys that changed, in this write.
-	stale int64
+	// sizes holds, per slot, the bytes of the slot's entries in the write of epoch sizesAt, the last
+	// complete one (0 while a write is under way, or before the first): 0 for a slot that held nothing
+	// in the state then (or was free). A delta needs them to tell which keys held entries in its base
+	// (a deletion is written for those that hold none now) and how many bytes it supersedes.
+	sizes   []int32
+	sizesAt uint32
 }
 
 // segChunkBytes is the size of a segment chunk (a larger segment gets a chunk of its own), and
@@ -87,72 +98,43 @@ type segment struct {
 
 func (s *segment) bytes(chunks [][]byte) []byte { return chunks[s.chunk][s.at : s.at+s.n] }
 
-// begin prepares the cache for a write of the state at index state. It reports whether the cache holds
-// the segments of the previous write of the state at that index, complete: only then can a delta
-// snapshot be made of it (a key without a reused segment then changed, a segment not reused is of a key
-// that changed or went). deleting makes lookup collect the segments of keys that went (gone).
-func (c *segCache) begin(state int, deleting bool) bool {
-	ok := c.state == state && c.valid
+// begin prepares the cache for a write of the state at index state, of a capture of n slots, by a writer
+// whose last complete write (the base of a delta) was of epoch since (0 for none). It reports whether
+// sizes are those of that write, which a delta of the state needs.
+func (c *segCache) begin(state, n int, since uint32) bool {
+	ok := since != 0 && c.state == state && c.sizesAt == since
 	if c.state != state {
 		c.list, c.chunks, c.size = c.list[:0], nil, 0
 		c.state = state
 	}
-	c.next, c.cur, c.valid = c.next[:0], 0, false
-	c.deleting, c.gone, c.stale = deleting, c.gone[:0], 0
+	if len(c.sizes) < n {
+		c.sizes = append(c.sizes, make([]int32, n-len(c.sizes))...)
+	}
+	c.next, c.cur, c.sizesAt = c.next[:0], 0, 0
 	return ok
 }
 
-// What lookup found for a key.
-const (
-	segNone   = iota // no segment: the key had no entries in the previous write
-	segReused        // the segment holds the key's entries
-	segStale         // the key had entries in the previous write, which changed since
-)
-
 // lookup returns the segment of the key in slot (generation gen) of a capture of epoch whose slots have
-// generations gens, if it holds the key's entries: cc tells when they last changed. Keys must come in
+// generations gens, if it holds the key's entries: changed tells when they last changed (changedEpochs). Keys must come in
 // the canonical order.
-func (c *segCache) lookup(slot int32, gen uint32, gens []uint32, epoch uint32, cc cachedCapture) ([]byte, int, int) {
+func (c *segCache) lookup(slot int32, gen uint32, gens []uint32, epoch uint32, changed []uint32) ([]byte, int, bool) {
 	for c.cur < len(c.list) {
 		s := &c.list[c.cur]
 		if s.slot == slot && s.gen == gen {
 			c.cur++
-			if s.epoch > epoch || cc.changedAt(int(slot)) > s.epoch {
-				c.stale += int64(s.n)
-				return nil, 0, segStale
+			if s.epoch > epoch || epochAt(changed, int(slot)) > s.epoch {
+				return nil, 0, false // changed since
 			}
 			c.next = append(c.next, *s)
 			c.reused++
-			return s.bytes(c.chunks), int(s.count), segReused
+			return s.bytes(c.chunks), int(s.count), true
 		}
 		if int(s.slot) < len(gens) && gens[s.slot] == s.gen {
-			return nil, 0, segNone // a live key further on: this one has no segment
-		}
-		if c.deleting {
-			c.gone = append(c.gone, *s)
+			return nil, 0, false // a live key further on: this one has no segment
 		}
 		c.cur++ // the key is gone
 	}
-	return nil, 0, segNone
-}
-
-// rest collects the segments after the cursor, once every key was looked up: their keys are gone.
-func (c *segCache) rest() {
-	if c.deleting {
-		c.gone = append(c.gone, c.list[c.cur:]...)
-	}
-	c.cur = len(c.list)
-}
-
-// goneKey returns the key group and key of a gone segment, from its first entry.
-func (c *segCache) goneKey(s *segment) (int, []byte) {
-	b := s.bytes(c.chunks)
-	kg := int(b[1])<<8 | int(b[2])
-	b = b[3:]
-	_, n := binary.Uvarint(b) // the state index
-	b = b[n:]
-	l, n := binary.Uvarint(b)
-	return kg, b[n : n+int(l)]
+	return nil, 0, false
 }
 
 // store records b, the count entries of the key in slot (generation gen) of a capture of epoch.
@@ -177,11 +159,16 @@ func (c *segCache) place(b []byte) (int32, int32) {
 	return int32(last), int32(at)
 }
 
-// finish takes the segments of a completed write as the list, and compacts the chunks when a quarter
-// of their bytes is garbage (segments of keys that changed or went).
-func (c *segCache) finish() {
-	c.list, c.next, c.valid = c.next, c.list[:0], true
-	c.gone = c.gone[:0]
+// finish records that the write of a capture of epoch completed. If the write looked up every key
+// (segmented), its segments become the list, and the chunks are compacted when a quarter of their bytes
+// is garbage (segments of keys that changed or went); a delta of the state leaves the list as it was,
+// which later lookups still find right (a segment tells by its epoch and generation whether it holds).
+func (c *segCache) finish(epoch uint32, segmented bool) {
+	c.sizesAt = epoch
+	if !segmented {
+		return
+	}
+	c.list, c.next = c.next, c.list[:0]
 	live := 0
 	for i := range c.list {
 		live += int(c.list[i].n)

@@ -297,29 +297,41 @@ type timersCapture struct {
 	// changed is the heap timers' per slot, as of the capture.
 	changed []uint32
 	sc      *segCache
+	// since (if sinceSet) limits group to the slots changed after it.
+	since    uint32
+	sinceSet bool
 }
 
 func (c *timersCapture) kind() kind { return kindTimers }
 
-func (c *timersCapture) changedAt(slot int) uint32 { return epochAt(c.changed, slot) }
+func (c *timersCapture) changedEpochs() []uint32 { return c.changed }
 
 func (c *timersCapture) segments() *segCache { return c.sc }
 
-// group fills by and start.
+func (c *timersCapture) onlyChangedSince(epoch uint32) { c.since, c.sinceSet = epoch, true }
+
+// group fills by and start, with the timers of every slot or, after onlyChangedSince, of the slots
+// changed since (a delta of timers that mostly stay asks for few slots: grouping all would cost the most).
 func (c *timersCapture) group() {
 	c.start = make([]int32, c.slots+1)
+	all, since, changed := !c.sinceSet, c.since, c.changed
+	n := 0
 	for i := range c.timers {
-		c.start[c.timers[i].slot+1]++
+		if s := c.timers[i].slot; all || epochAt(changed, int(s)) > since {
+			c.start[s+1]++
+			n++
+		}
 	}
 	for s := 1; s <= c.slots; s++ {
 		c.start[s] += c.start[s-1]
 	}
-	c.by = make([]heapTimer, len(c.timers))
+	c.by = make([]heapTimer, n)
 	next := slices.Clone(c.start[:c.slots])
 	for i := range c.timers {
-		s := c.timers[i].slot
-		c.by[next[s]] = c.timers[i]
-		next[s]++
+		if s := c.timers[i].slot; all || epochAt(changed, int(s)) > since {
+			c.by[next[s]] = c.timers[i]
+			next[s]++
+		}
 	}
 	c.timers = nil
 }
