@@ -532,7 +532,8 @@ type heapKey struct {
 // cached state it can build on the base, only the keys that changed since the base, and writes every
 // other state whole as a full snapshot does. A delta returns how many bytes of the snapshots it builds on
 // it supersedes: the base's entries of the keys it replaces or deletes and, for each state it writes
-// whole, as many bytes as it writes of it (about what the state took before).
+// whole, the base's bytes of the state if the writer knows them (a cached state's sizes), else as many
+// bytes as it writes of it (about what the state took before).
 func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, keys []K, gens []uint32, kc codec.Codec[K], maxP int, ord *keyOrder, epoch uint32, encodeAll, delta bool) (superseded int64, err error) {
 	ord.mu.Lock()
 	defer ord.mu.Unlock()
@@ -556,15 +557,30 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 		dh.states = slices.Clone(h.states)
 		h = &dh
 	}
+	// A delta deletes every key that went. Once more keys went than are left, writing each state whole
+	// costs less (it encodes or copies only what is left) and replaces the base's entries all the same:
+	// at the end of a bounded input, when every window fires, nearly every key goes.
+	shrunk := len(ord.gone) > len(order)
 	cached := make([]cachedCapture, len(caps))
+	// known marks the whole states of a delta whose base's bytes are known (superseded counts them).
+	known := make([]bool, len(caps))
 	for si, c := range caps {
 		if cc, ok := c.(cachedCapture); ok && h.states[si].flags&flagTTL == 0 && !encodeAll {
 			cached[si] = cc
-			if cc.segments().begin(si, len(gens), since) && delta {
-				h.states[si].delta = true
-				if p, ok := c.(changedSincer); ok {
-					p.onlyChangedSince(since)
+			sc := cc.segments()
+			if !sc.begin(si, len(gens), since) || !delta {
+				continue
+			}
+			if shrunk {
+				known[si] = true
+				for _, n := range sc.sizes {
+					superseded += int64(n)
 				}
+				continue
+			}
+			h.states[si].delta = true
+			if p, ok := c.(changedSincer); ok {
+				p.onlyChangedSince(since)
 			}
 		}
 	}
@@ -622,7 +638,7 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 							return 0, err
 						}
 						sc.sizes[slot] = int32(len(b))
-						if delta {
+						if delta && !known[si] {
 							superseded += int64(len(b))
 						}
 						continue
@@ -643,7 +659,7 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 					if sw.count == count && old > 0 {
 						sw.delete(out.kg, si, out.key) // it had entries in the base, it has none now
 					}
-				case delta:
+				case delta && !known[si]:
 					superseded += int64(n)
 				}
 				if sc != nil {

@@ -29,6 +29,7 @@ func TestDeltaChainsRestoreExactly(t *testing.T) {
 		// deltaAfterFail writes a delta after a failed write too: it builds on the last stored piece, and
 		// must then hold every state whole (the failed write left the key sizes behind).
 		deltaAfterFail bool
+		clearEvery     int // most keys go every so many rounds (0: never); the delta then holds every state whole
 	}{
 		{name: "one chain", seed: 1},
 		{name: "full every 5", seed: 2, fullEvery: 5},
@@ -36,6 +37,7 @@ func TestDeltaChainsRestoreExactly(t *testing.T) {
 		{name: "both", seed: 4, fullEvery: 7, failEvery: 3},
 		{name: "skipped captures", seed: 5, skipEvery: 3},
 		{name: "delta after a failed write", seed: 6, failEvery: 4, deltaAfterFail: true},
+		{name: "most keys go", seed: 7, clearEvery: 6},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clock := int64(1_000_000)
@@ -58,6 +60,11 @@ func TestDeltaChainsRestoreExactly(t *testing.T) {
 					ref.apply(k, op, x)
 				}
 				clock += int64(rng.IntN(20))
+				cleared := tc.clearEvery > 0 && round%tc.clearEvery == 3
+				if cleared {
+					live.clearFrom(5)
+					ref.clearFrom(5)
+				}
 				id := int64(round)
 				fw, dw, err := SnapshotIncremental(live.b, id)
 				if err != nil {
@@ -97,10 +104,10 @@ func TestDeltaChainsRestoreExactly(t *testing.T) {
 					t.Fatal(err)
 				}
 				if IsDelta(piece.Bytes()) {
-					if failed && !wholeStates(t, piece.Bytes()) {
-						t.Fatalf("round %d: a delta after a failed write holds a state as changes", round)
+					if (failed || cleared) && !wholeStates(t, piece.Bytes()) {
+						t.Fatalf("round %d: a delta after a failed write or after most keys went holds a state as changes", round)
 					}
-					if exp := supersededBytes(t, base, piece.Bytes()); superseded != exp {
+					if exp := supersededBytes(t, base, piece.Bytes(), failed); superseded != exp {
 						t.Fatalf("round %d: the delta supersedes %d bytes, want %d", round, superseded, exp)
 					}
 				}
@@ -157,8 +164,9 @@ func TestDeltaChainsRestoreExactly(t *testing.T) {
 
 // supersededBytes computes what delta supersedes of base (a full snapshot of the state delta builds
 // on): for each state the delta holds as changes, the base's entry bytes of every key it names (with
-// entries or a deletion); for each state it holds whole, the bytes of its entries in the delta.
-func supersededBytes(t *testing.T, base, delta []byte) int64 {
+// entries or a deletion); for each state it holds whole, the bytes of its entries in the base if the
+// writer knew them (a state of the segment cache, unless the write before failed), else in the delta.
+func supersededBytes(t *testing.T, base, delta []byte, failed bool) int64 {
 	t.Helper()
 	type stateKey struct{ state, key string }
 	entryBytes := func(h *snapHeader, e *snapEntry) int64 {
@@ -170,20 +178,33 @@ func supersededBytes(t *testing.T, base, delta []byte) int64 {
 	}
 	g := keyGroups{maxP: 16, end: 15}
 	held := make(map[stateKey]int64)
+	stateBytes := make(map[string]int64)
 	var h *snapHeader
 	onHeader := func(hd *snapHeader) error { h = hd; return nil }
 	if err := readSnapshot(bytes.NewReader(base), g, onHeader, func(e *snapEntry) error {
-		held[stateKey{h.states[e.state].name, string(e.key)}] += entryBytes(h, e)
+		n := entryBytes(h, e)
+		held[stateKey{h.states[e.state].name, string(e.key)}] += n
+		stateBytes[h.states[e.state].name] += n
 		return nil
 	}); err != nil {
 		t.Fatalf("read the base: %v", err)
 	}
 	var sum int64
 	named := make(map[stateKey]bool)
-	if err := readSnapshot(bytes.NewReader(delta), g, onHeader, func(e *snapEntry) error {
+	if err := readSnapshot(bytes.NewReader(delta), g, func(hd *snapHeader) error {
+		h = hd
+		for _, st := range h.states {
+			if !st.delta && !failed && st.flags&flagTTL == 0 && st.kind != kindValue {
+				sum += stateBytes[st.name]
+			}
+		}
+		return nil
+	}, func(e *snapEntry) error {
 		st := h.states[e.state]
 		if !st.delta {
-			sum += entryBytes(h, e)
+			if failed || st.flags&flagTTL != 0 || st.kind == kindValue {
+				sum += entryBytes(h, e)
+			}
 			return nil
 		}
 		if k := (stateKey{st.name, string(e.key)}); !named[k] {

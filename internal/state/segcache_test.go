@@ -61,6 +61,22 @@ func declareSegStates(t *testing.T, kb KeyedBackend[int64]) *segStates {
 	return s
 }
 
+// clearFrom clears every state of the keys from k on (below 1000) and fires every timer, so that those
+// keys go.
+func (s *segStates) clearFrom(k int64) {
+	_ = s.timers.FireUpTo(1<<40, func(int64, Namespace) error { return nil })
+	for ; k < 1000; k++ {
+		s.b.SetCurrentKey(k)
+		s.m.Clear()
+		s.l.Clear()
+		for mk := range int32(3) {
+			s.lm.Remove(mk)
+		}
+		s.v.Clear()
+		s.ttl.Clear()
+	}
+}
+
 // apply performs operation op (drawn by the test) on key k.
 func (s *segStates) apply(k int64, op, x int) {
 	s.b.SetCurrentKey(k)
