@@ -579,8 +579,9 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 				continue
 			}
 			h.states[si].delta = true
-			if p, ok := c.(changedSincer); ok {
-				p.onlyChangedSince(since)
+			sc.markChanged(cc.changedEpochs(), since, len(gens))
+			if p, ok := c.(changedOnly); ok {
+				p.onlyChanged()
 			}
 		}
 	}
@@ -629,7 +630,7 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 			isDelta := h.states[si].delta
 			for _, k := range order[lo:hi] {
 				slot := int(k.slot)
-				if isDelta && epochAt(changed, slot) <= since {
+				if isDelta && !sc.isDirty(slot) {
 					continue // unchanged since the base: the delta leaves it out
 				}
 				if sc != nil && !isDelta {

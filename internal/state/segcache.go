@@ -1,5 +1,7 @@
 package state
 
+import "slices"
+
 // Incremental snapshot encoding of the heap backend.
 //
 // A heap snapshot is a full snapshot: every entry of every key, so that a checkpoint restores on its own
@@ -52,10 +54,10 @@ type cachedCapture interface {
 	segments() *segCache
 }
 
-// changedSincer is a cached capture that can prepare less for a delta: after onlyChangedSince(e), the
-// writer asks it only for the entries of slots changed after epoch e.
-type changedSincer interface {
-	onlyChangedSince(epoch uint32)
+// changedOnly is a cached capture that can prepare less for a delta: after onlyChanged, the writer asks
+// it only for the entries of the slots its segment cache marked dirty (markChanged).
+type changedOnly interface {
+	onlyChanged()
 }
 
 // segCache holds the segments of one state: the snapshot bytes of each key's entries.
@@ -78,6 +80,8 @@ type segCache struct {
 	// (a deletion is written for those that hold none now) and how many bytes it supersedes.
 	sizes   []int32
 	sizesAt uint32
+	// dirty marks, in a delta, the slots whose entries changed since its base (markChanged).
+	dirty []uint64
 }
 
 // segChunkBytes is the size of a segment chunk (a larger segment gets a chunk of its own), and
@@ -113,6 +117,23 @@ func (c *segCache) begin(state, n int, since uint32) bool {
 	c.next, c.cur, c.sizesAt = c.next[:0], 0, 0
 	return ok
 }
+
+// markChanged sets dirty to the slots of [0, n) whose entries changed after epoch since (changed as
+// changedEpochs returns it). One pass in slot order reads the epochs in sequence; the delta's walk in key
+// order then tests a bit, in a bitmap small enough to stay in cache where the epochs would not.
+func (c *segCache) markChanged(changed []uint32, since uint32, n int) {
+	words := (n + 63) / 64
+	c.dirty = slices.Grow(c.dirty[:0], words)[:words]
+	clear(c.dirty)
+	for s, e := range changed[:min(n, len(changed))] {
+		if e > since {
+			c.dirty[s>>6] |= 1 << (s & 63)
+		}
+	}
+}
+
+// isDirty reports whether markChanged marked slot.
+func (c *segCache) isDirty(slot int) bool { return c.dirty[slot>>6]&(1<<(slot&63)) != 0 }
 
 // lookup returns the segment of the key in slot (generation gen) of a capture of epoch whose slots have
 // generations gens, if it holds the key's entries: changed tells when they last changed (changedEpochs). Keys must come in

@@ -297,9 +297,8 @@ type timersCapture struct {
 	// changed is the heap timers' per slot, as of the capture.
 	changed []uint32
 	sc      *segCache
-	// since (if sinceSet) limits group to the slots changed after it.
-	since    uint32
-	sinceSet bool
+	// changedOnly limits group to the slots the segment cache marked dirty.
+	changedOnly bool
 }
 
 func (c *timersCapture) kind() kind { return kindTimers }
@@ -308,16 +307,16 @@ func (c *timersCapture) changedEpochs() []uint32 { return c.changed }
 
 func (c *timersCapture) segments() *segCache { return c.sc }
 
-func (c *timersCapture) onlyChangedSince(epoch uint32) { c.since, c.sinceSet = epoch, true }
+func (c *timersCapture) onlyChanged() { c.changedOnly = true }
 
-// group fills by and start, with the timers of every slot or, after onlyChangedSince, of the slots
-// changed since (a delta of timers that mostly stay asks for few slots: grouping all would cost the most).
+// group fills by and start, with the timers of every slot or, after onlyChanged, of the slots marked
+// dirty (a delta of timers that mostly stay asks for few slots: grouping all would cost the most).
 func (c *timersCapture) group() {
 	c.start = make([]int32, c.slots+1)
-	all, since, changed := !c.sinceSet, c.since, c.changed
+	all, sc := !c.changedOnly, c.sc
 	n := 0
 	for i := range c.timers {
-		if s := c.timers[i].slot; all || epochAt(changed, int(s)) > since {
+		if s := c.timers[i].slot; all || sc.isDirty(int(s)) {
 			c.start[s+1]++
 			n++
 		}
@@ -328,7 +327,7 @@ func (c *timersCapture) group() {
 	c.by = make([]heapTimer, n)
 	next := slices.Clone(c.start[:c.slots])
 	for i := range c.timers {
-		if s := c.timers[i].slot; all || epochAt(changed, int(s)) > since {
+		if s := c.timers[i].slot; all || sc.isDirty(int(s)) {
 			c.by[next[s]] = c.timers[i]
 			next[s]++
 		}
