@@ -136,8 +136,8 @@ func (c *segCache) markChanged(changed []uint32, since uint32, n int) {
 func (c *segCache) isDirty(slot int) bool { return c.dirty[slot>>6]&(1<<(slot&63)) != 0 }
 
 // lookup returns the segment of the key in slot (generation gen) of a capture of epoch whose slots have
-// generations gens, if it holds the key's entries: changed tells when they last changed (changedEpochs). Keys must come in
-// the canonical order.
+// generations gens, if it holds the key's entries: changed tells when they last changed (changedEpochs).
+// Keys must come in the canonical order.
 func (c *segCache) lookup(slot int32, gen uint32, gens []uint32, epoch uint32, changed []uint32) ([]byte, int, bool) {
 	for c.cur < len(c.list) {
 		s := &c.list[c.cur]
