@@ -526,6 +526,13 @@ type heapKey struct {
 	n    int32 // length of that
 }
 
+// key returns the encoded key of k, held in arena.
+func (k *heapKey) key(arena []byte) []byte {
+	sortKey := arena[k.at : k.at+int(k.n)]
+	_, ln := binary.Uvarint(sortKey)
+	return sortKey[ln:]
+}
+
 // writeHeap writes a capture of epoch epoch. A full snapshot copies, for each cached state, the entries
 // of each key that did not change since a segment of them was written (segcache.go) and encodes the
 // others, keeping their bytes as their new segment. A delta (see incremental.go) encodes, for each
@@ -603,9 +610,7 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 			n := sc.sizes[k.slot]
 			sc.sizes[k.slot] = 0
 			if h.states[si].delta {
-				sortKey := arena[k.at : k.at+int(k.n)]
-				_, ln := binary.Uvarint(sortKey)
-				sw.delete(int(k.kg), si, sortKey[ln:])
+				sw.delete(int(k.kg), si, k.key(arena))
 				superseded += int64(n)
 			}
 		}
@@ -645,9 +650,7 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 						continue
 					}
 				}
-				sortKey := arena[k.at : k.at+int(k.n)]
-				_, ln := binary.Uvarint(sortKey)
-				out.key = sortKey[ln:]
+				out.key = k.key(arena)
 				mark, count := len(sw.buf), sw.count
 				if err := c.entries(slot, out); err != nil {
 					return 0, err
