@@ -168,14 +168,27 @@ func (s *snapWriter) entry(kg, state int, key []byte, isMap bool, mapKey, value 
 	return s.err
 }
 
-// raw appends count entries already encoded (a segment of an earlier snapshot) as they are.
+// raw appends count entries already encoded (bytes of an earlier snapshot) as they are. It is called
+// between keys, where the buffer may be flushed: bytes too many for the buffer go to the writer directly,
+// after the buffer, instead of through it.
 func (s *snapWriter) raw(b []byte, count int) error {
 	if s.err != nil {
 		return s.err
 	}
-	s.buf = append(s.buf, b...)
 	s.count += uint64(count)
-	return nil
+	if len(s.buf)+len(b) <= snapBufferBytes {
+		s.buf = append(s.buf, b...)
+		return nil
+	}
+	s.flush()
+	if s.err != nil {
+		return s.err
+	}
+	s.crc = crc32.Update(s.crc, castagnoli, b)
+	if _, err := s.w.Write(b); err != nil {
+		s.err = fmt.Errorf("write keyed state snapshot: %w", err)
+	}
+	return s.err
 }
 
 // maybeFlush flushes the buffer once it is full.

@@ -534,8 +534,9 @@ func (k *heapKey) key(arena []byte) []byte {
 }
 
 // writeHeap writes a capture of epoch epoch. A full snapshot copies, for each cached state, the entries
-// of each key that did not change since a segment of them was written (segcache.go) and encodes the
-// others, keeping their bytes as their new segment. A delta (see incremental.go) encodes, for each
+// of the keys that did not change since the state's last full write, from that write's bytes and a run of
+// consecutive keys at a time (segcache.go), and encodes the others; the bytes it writes of the state are
+// the next write's to copy from. A delta (see incremental.go) encodes, for each
 // cached state it can build on the base, only the keys that changed since the base, and writes every
 // other state whole as a full snapshot does. A delta returns how many bytes of the snapshots it builds on
 // it supersedes: the base's entries of the keys it replaces or deletes and, for each state it writes
@@ -569,27 +570,31 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 	// at the end of a bounded input, when every window fires, nearly every key goes.
 	shrunk := len(ord.gone) > len(order)
 	cached := make([]cachedCapture, len(caps))
-	// known marks the whole states of a delta whose base's bytes are known (superseded counts them).
-	known := make([]bool, len(caps))
+	// known marks the whole states of a delta whose base's bytes are known (superseded counts them);
+	// reusing the whole states that copy the bytes of unchanged keys from their segment cache.
+	known, reusing := make([]bool, len(caps)), make([]bool, len(caps))
 	for si, c := range caps {
-		if cc, ok := c.(cachedCapture); ok && h.states[si].flags&flagTTL == 0 && !encodeAll {
-			cached[si] = cc
-			sc := cc.segments()
-			if !sc.begin(si, len(gens), since) || !delta {
-				continue
+		cc, ok := c.(cachedCapture)
+		if !ok || h.states[si].flags&flagTTL != 0 || encodeAll {
+			continue
+		}
+		cached[si] = cc
+		sc := cc.segments()
+		switch ok := sc.begin(si, len(gens), since); {
+		case delta && ok && shrunk:
+			known[si] = true
+			for _, n := range sc.sizes {
+				superseded += int64(n)
 			}
-			if shrunk {
-				known[si] = true
-				for _, n := range sc.sizes {
-					superseded += int64(n)
-				}
-				continue
-			}
+		case delta && ok:
 			h.states[si].delta = true
 			sc.markChanged(cc.changedEpochs(), since, len(gens))
-			if p, ok := c.(changedOnly); ok {
-				p.onlyChanged()
-			}
+		}
+		if !h.states[si].delta {
+			reusing[si] = sc.beginFull(epoch, len(gens), cc.changedEpochs())
+		}
+		if p, ok := c.(changedOnly); ok && (h.states[si].delta || reusing[si]) {
+			p.onlyChanged()
 		}
 	}
 	sw := newSnapWriter(w, h)
@@ -624,30 +629,30 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 		out.kg = int(order[lo].kg)
 		for si, c := range caps {
 			out.state, out.isMap = si, c.kind().hasMapKey()
-			cc := cached[si]
-			var (
-				sc      *segCache
-				changed []uint32
-			)
-			if cc != nil {
-				sc, changed = cc.segments(), cc.changedEpochs()
+			var sc *segCache
+			if cc := cached[si]; cc != nil {
+				sc = cc.segments()
 			}
-			isDelta := h.states[si].delta
+			isDelta, reuse := h.states[si].delta, reusing[si]
 			for _, k := range order[lo:hi] {
 				slot := int(k.slot)
-				if isDelta && !sc.isDirty(slot) {
+				switch {
+				case isDelta && !sc.isDirty(slot):
 					continue // unchanged since the base: the delta leaves it out
-				}
-				if sc != nil && !isDelta {
-					if b, n, ok := sc.lookup(k.slot, k.gen, gens, epoch, changed); ok {
-						if err := sw.raw(b, n); err != nil {
-							return 0, err
-						}
-						sc.sizes[slot] = int32(len(b))
+				case reuse:
+					n, ok, err := sc.reuse(k.slot, k.gen, gens, sw)
+					if err != nil {
+						return 0, err
+					}
+					if ok {
+						sc.sizes[slot] = int32(n)
 						if delta && !known[si] {
-							superseded += int64(len(b))
+							superseded += int64(n)
 						}
 						continue
+					}
+					if err := sc.flushRun(sw); err != nil {
+						return 0, err
 					}
 				}
 				out.key = k.key(arena)
@@ -669,10 +674,16 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 				if sc != nil {
 					sc.sizes[slot] = int32(n)
 					if !isDelta && sw.err == nil {
-						sc.store(k.slot, k.gen, epoch, sw.buf[mark:], int(sw.count-count))
+						sc.store(k.slot, k.gen, sw.buf[mark:], int(sw.count-count))
 					}
 				}
 				if err := sw.maybeFlush(); err != nil {
+					return 0, err
+				}
+			}
+			if reuse {
+				// The next state's entries come next: the run ends here.
+				if err := sc.flushRun(sw); err != nil {
 					return 0, err
 				}
 			}

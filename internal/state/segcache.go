@@ -1,6 +1,9 @@
 package state
 
-import "slices"
+import (
+	"math"
+	"slices"
+)
 
 // Incremental snapshot encoding of the heap backend.
 //
@@ -8,40 +11,42 @@ import "slices"
 // and rescales by key group. Encoding every entry again at every checkpoint, though, costs the writer
 // time in proportion to the whole state, while between two checkpoints a stream usually changes a small
 // part of it (q5's windows of auctions whose bids have stopped stay as they were until they fire). So
-// the writer keeps, per state and key, the bytes it wrote for the key's entries last time (a segment),
-// and copies them instead of encoding again when the key's state has not changed since: what the
-// snapshot holds stays exactly what a fresh encoding would write (the format is canonical), only
-// unchanged keys cost a copy instead of an encoding.
+// the writer keeps, per state, the bytes its last full write wrote of the state (data: every key's
+// entries, one key after the other in the snapshot's canonical key order) and a list of those keys in the
+// same order with the size of each one's bytes, and copies a key's bytes instead of encoding them again
+// when its state has not changed since: what the snapshot holds stays exactly what a fresh encoding would
+// write (the format is canonical), only unchanged keys cost a copy instead of an encoding.
 //
 // Whether a key's state changed is told by epochs, which the tables keep anyway for copy on write: a
 // map, list map or list table records per slot the epoch in which it last changed (or emptied) the slot's
 // map or list (it makes a fresh one on the first change of an epoch, so a captured one is never changed
-// again), and the timers table records the epoch of each slot's last added or removed timer. A segment
-// records the epoch of the capture it was encoded from and the slot's generation (so a freed or reused
-// slot never matches). A capture of epoch F reuses the segment of epoch E if E <= F, the slot's
-// generation is the same and the slot's state last changed in an epoch <= E: nothing changed in epochs
+// again), and the timers table records the epoch of each slot's last added or removed timer. The data
+// records the epoch of the capture it was written from (dataAt); a capture of epoch F reuses a key's
+// bytes of epoch E if E <= F, the key is the one the list has (same slot and generation, so a freed or
+// reused slot never matches) and the key's state last changed in an epoch <= E: nothing changed in epochs
 // E+1..F, so the entries of capture F are those of capture E.
 //
-// The segments are kept in the order the last write wrote them, the snapshot's canonical key order, and
-// the next write walks them with a cursor as it walks its keys in the same order: no lookup by slot, and
-// the segments (and mostly their bytes) are read in sequence. A segment under the cursor whose slot does
-// not hold the key any more is dropped; one whose key is still live belongs to a key further on, so the
-// key being written has none. Each full write builds the next list from the segments it reused and those
-// it encoded, and takes it only if it completes, so a write that fails halfway leaves the last list as it
-// was; captures written out of order find their segments too new (E > F) and encode.
+// Before a full write walks its keys, one pass in slot order marks in a bitmap (dirty) the slots changed
+// since dataAt. The walk, in key order, moves a cursor through the list in step (the list is in the same
+// order: a key under the cursor that no longer lives is passed over, one that lives comes further on, so
+// the key being written is new), tests a bit per key, and copies the bytes of consecutive unchanged keys,
+// which lie one after the other in the data, as one run: the list and the data are read in sequence, and
+// there is a copy per run, not per key. The write builds the next data and list from the runs it copied
+// and the keys it encoded, and takes them only if it completes, so a write that fails halfway leaves the
+// last ones as they were; captures written out of order find the data too new (E > F) and encode.
 //
-// A delta (incremental.go) needs no segments: it writes only the keys changed since its base, which the
-// same epochs tell without a lookup, so it leaves the list as the last full write left it (still right
-// for the next full write: each segment tells by its epoch and generation whether it holds). What a
-// delta needs instead is, per slot, the size of the key's entries in the base (sizes): a key that held
-// entries there and holds none now gets a deletion, and the sizes are what the delta supersedes. Every
-// complete write, full or delta, leaves the sizes of its own capture.
+// A delta (incremental.go) needs no bytes of the base: it writes only the keys changed since its base,
+// which the same epochs tell, so it leaves the data as the last full write left it (still right for the
+// next full write, which checks each key's epoch against the data's). What a delta needs instead is, per
+// slot, the size of the key's entries in the base (sizes): a key that held entries there and holds none
+// now gets a deletion, and the sizes are what the delta supersedes. Every complete write, full or delta,
+// leaves the sizes of its own capture.
 //
 // TTL states are not cached (the writer drops expired entries, which depends on the time of the
 // snapshot), nor are value states (a value is one entry, encoded about as fast as it is copied) nor the
-// restored entries of unregistered states. The cost is memory: a cached state's segments are about as
-// large as its part of the snapshot, kept from one write to the next (garbage, the segments no longer
-// used, is compacted away when it reaches a quarter of the bytes).
+// restored entries of unregistered states. The cost is memory: a cached state's data is as large as its
+// part of the snapshot, twice over while a write builds the next (the spare is kept for the next write
+// unless it is far larger than the data, as after most keys went), and 16 bytes a key for the list, twice.
 
 // cachedCapture is a capture whose slots can be told unchanged since an epoch.
 type cachedCapture interface {
@@ -54,25 +59,35 @@ type cachedCapture interface {
 	segments() *segCache
 }
 
-// changedOnly is a cached capture that can prepare less for a delta: after onlyChanged, the writer asks
-// it only for the entries of the slots its segment cache marked dirty (markChanged).
+// changedOnly is a cached capture that can prepare less for a write that mostly copies or leaves out
+// unchanged keys: after onlyChanged, the writer asks it only for the entries of the slots its segment
+// cache marked dirty (markChanged). A slot left clean holds what it held at the epoch marked from: a new
+// key in it has entries only if it changed the slot since.
 type changedOnly interface {
 	onlyChanged()
 }
 
-// segCache holds the segments of one state: the snapshot bytes of each key's entries.
+// segCache holds the bytes of one state's entries in the last full write, key by key.
 type segCache struct {
-	// state is the index of the state in the snapshots the segments were written for: an entry holds
-	// it, so segments of another index are of no use.
+	// state is the index of the state in the snapshots the data was written for: an entry holds it, so
+	// data of another index is of no use.
 	state int
-	list  []segment // the segments of the last complete write that encoded or copied every key
-	next  []segment // the current write's
-	cur   int       // the cursor in list
-	// chunks hold the segments' bytes. They are filled in turn and never grow, so that storing a segment
-	// never copies the others; the last one is being filled.
-	chunks [][]byte
-	size   int // bytes in chunks
-	// reused counts the segments copied into snapshots (tests check that the cache is used).
+	// data holds the entries of every key of the state as the last complete full write wrote them, of the
+	// capture of epoch dataAt (0: no data); list has an element per key of that write, in its order (the
+	// canonical key order), each key's bytes following the previous key's in data.
+	data   []byte
+	list   []segKey
+	dataAt uint32
+	// next and nextList are what the current full write builds; caching is false while no full write is
+	// under way or after its data outgrew what a segKey can count (it is then not taken).
+	next     []byte
+	nextList []segKey
+	caching  bool
+	// cur is the walk's cursor in list, at is where its key's bytes start in data.
+	cur, at int
+	// run is the pending copy: data[runFrom:runTo], runCount entries.
+	runFrom, runTo, runCount int
+	// reused counts the keys whose bytes were copied into snapshots (tests check that the cache is used).
 	reused int
 	// sizes holds, per slot, the bytes of the slot's entries in the write of epoch sizesAt, the last
 	// complete one (0 while a write is under way, or before the first): 0 for a slot that held nothing
@@ -80,27 +95,21 @@ type segCache struct {
 	// (a deletion is written for those that hold none now) and how many bytes it supersedes.
 	sizes   []int32
 	sizesAt uint32
-	// dirty marks, in a delta, the slots whose entries changed since its base (markChanged).
+	// dirty marks the slots whose entries changed after an epoch (markChanged).
 	dirty []uint64
 }
 
-// segChunkBytes is the size of a segment chunk (a larger segment gets a chunk of its own), and
-// segCompactBytes the garbage below which chunks are not compacted. Variables for tests, which make both
-// small so that their few keys fill several chunks and compact.
-var segChunkBytes, segCompactBytes = 1 << 20, 1 << 20
-
-// segment is the encoding of one key's entries.
-type segment struct {
-	slot  int32
-	gen   uint32 // the slot's generation
-	epoch uint32 // of the capture the segment was encoded from
-	count int32  // entries
-	chunk int32  // index in chunks
-	at    int32  // offset in the chunk
-	n     int32  // bytes
+// segKey is one key of a full write: its slot and the slot's generation, and the bytes and entries
+// of the key in the state.
+type segKey struct {
+	slot     int32
+	gen      uint32
+	n, count uint32
 }
 
-func (s *segment) bytes(chunks [][]byte) []byte { return chunks[s.chunk][s.at : s.at+s.n] }
+// segSpareBytes is how much larger than the data the spare buffer may stay for the next write before it
+// is let go (a variable for tests).
+var segSpareBytes = 1 << 20
 
 // begin prepares the cache for a write of the state at index state, of a capture of n slots, by a writer
 // whose last complete write (the base of a delta) was of epoch since (0 for none). It reports whether
@@ -108,19 +117,41 @@ func (s *segment) bytes(chunks [][]byte) []byte { return chunks[s.chunk][s.at : 
 func (c *segCache) begin(state, n int, since uint32) bool {
 	ok := since != 0 && c.state == state && c.sizesAt == since
 	if c.state != state {
-		c.list, c.chunks, c.size = c.list[:0], nil, 0
+		c.data, c.list, c.dataAt = c.data[:0], c.list[:0], 0
 		c.state = state
 	}
 	if len(c.sizes) < n {
 		c.sizes = append(c.sizes, make([]int32, n-len(c.sizes))...)
 	}
-	c.next, c.cur, c.sizesAt = c.next[:0], 0, 0
+	c.sizesAt, c.caching = 0, false
 	return ok
 }
 
+// beginFull starts a full write of the state, of a capture of epoch (changed as changedEpochs returns
+// it), after begin. It reports whether the write can reuse bytes of the data; dirty then marks the
+// slots changed since the data's capture, whose bytes it cannot.
+func (c *segCache) beginFull(epoch uint32, n int, changed []uint32) bool {
+	c.next, c.nextList, c.caching = c.next[:0], c.nextList[:0], true
+	if want := len(c.data) + len(c.data)/4; cap(c.next) < want {
+		// About what this write will take (a state grows or shrinks little from one write to the
+		// next): room made once, not by doubling as it fills.
+		c.next = make([]byte, 0, want)
+	}
+	if want := len(c.list) + len(c.list)/4; cap(c.nextList) < want {
+		c.nextList = make([]segKey, 0, want)
+	}
+	c.cur, c.at = 0, 0
+	c.runFrom, c.runTo, c.runCount = 0, 0, 0
+	if c.dataAt == 0 || c.dataAt > epoch {
+		return false // no data, or data of a newer capture
+	}
+	c.markChanged(changed, c.dataAt, n)
+	return true
+}
+
 // markChanged sets dirty to the slots of [0, n) whose entries changed after epoch since (changed as
-// changedEpochs returns it). One pass in slot order reads the epochs in sequence; the delta's walk in key
-// order then tests a bit, in a bitmap small enough to stay in cache where the epochs would not.
+// changedEpochs returns it). One pass in slot order reads the epochs in sequence; the walk in key order
+// then tests a bit, in a bitmap small enough to stay in cache where the epochs would not.
 func (c *segCache) markChanged(changed []uint32, since uint32, n int) {
 	words := (n + 63) / 64
 	c.dirty = slices.Grow(c.dirty[:0], words)[:words]
@@ -135,80 +166,88 @@ func (c *segCache) markChanged(changed []uint32, since uint32, n int) {
 // isDirty reports whether markChanged marked slot.
 func (c *segCache) isDirty(slot int) bool { return c.dirty[slot>>6]&(1<<(slot&63)) != 0 }
 
-// lookup returns the segment of the key in slot (generation gen) of a capture of epoch whose slots have
-// generations gens, if it holds the key's entries: changed tells when they last changed (changedEpochs).
-// Keys must come in the canonical order.
-func (c *segCache) lookup(slot int32, gen uint32, gens []uint32, epoch uint32, changed []uint32) ([]byte, int, bool) {
+// reuse is called for each key of a full write that can reuse the data, in the canonical order, with the
+// generations of the capture's slots. If the key is in the data and unchanged since, it adds the key's
+// bytes to the pending run (written by flushRun before anything else is written) and returns how many
+// they are; otherwise the caller encodes the key (and stores it).
+func (c *segCache) reuse(slot int32, gen uint32, gens []uint32, sw *snapWriter) (int, bool, error) {
 	for c.cur < len(c.list) {
-		s := &c.list[c.cur]
-		if s.slot == slot && s.gen == gen {
+		e := &c.list[c.cur]
+		if e.slot == slot && e.gen == gen {
 			c.cur++
-			if s.epoch > epoch || epochAt(changed, int(slot)) > s.epoch {
-				return nil, 0, false // changed since
+			from := c.at
+			c.at += int(e.n)
+			if c.isDirty(int(slot)) {
+				return 0, false, nil // changed since
 			}
-			c.next = append(c.next, *s)
+			if from != c.runTo {
+				if err := c.flushRun(sw); err != nil {
+					return 0, false, err
+				}
+				c.runFrom, c.runTo = from, from
+			}
+			c.runTo += int(e.n)
+			c.runCount += int(e.count)
 			c.reused++
-			return s.bytes(c.chunks), int(s.count), true
+			c.nextList = append(c.nextList, *e)
+			return int(e.n), true, nil
 		}
-		if int(s.slot) < len(gens) && gens[s.slot] == s.gen {
-			return nil, 0, false // a live key further on: this one has no segment
+		if int(e.slot) < len(gens) && gens[e.slot] == e.gen {
+			return 0, false, nil // a live key further on: this one is not in the data
 		}
-		c.cur++ // the key is gone
+		c.cur++ // the key went
+		c.at += int(e.n)
 	}
-	return nil, 0, false
+	return 0, false, nil
 }
 
-// store records b, the count entries of the key in slot (generation gen) of a capture of epoch.
-func (c *segCache) store(slot int32, gen, epoch uint32, b []byte, count int) {
-	if count == 0 {
-		return
+// flushRun writes the pending run to the snapshot and the next data.
+func (c *segCache) flushRun(sw *snapWriter) error {
+	if c.runTo == c.runFrom {
+		return nil
 	}
-	chunk, at := c.place(b)
-	c.next = append(c.next, segment{slot: slot, gen: gen, epoch: epoch, count: int32(count), chunk: chunk, at: at, n: int32(len(b))})
+	b := c.data[c.runFrom:c.runTo]
+	c.keep(b)
+	err := sw.raw(b, c.runCount)
+	c.runFrom, c.runTo, c.runCount = 0, 0, 0
+	return err
 }
 
-// place copies b into the chunks and returns where.
-func (c *segCache) place(b []byte) (int32, int32) {
-	last := len(c.chunks) - 1
-	if last < 0 || len(c.chunks[last])+len(b) > cap(c.chunks[last]) {
-		c.chunks = append(c.chunks, make([]byte, 0, max(segChunkBytes, len(b))))
-		last++
+// store records b, the count entries just encoded of the key in slot (generation gen).
+func (c *segCache) store(slot int32, gen uint32, b []byte, count int) {
+	if c.keep(b) {
+		c.nextList = append(c.nextList, segKey{slot: slot, gen: gen, n: uint32(len(b)), count: uint32(count)})
 	}
-	at := len(c.chunks[last])
-	c.chunks[last] = append(c.chunks[last], b...)
-	c.size += len(b)
-	return int32(last), int32(at)
 }
 
-// finish records that the write of a capture of epoch completed. If the write looked up every key
-// (segmented), its segments become the list, and the chunks are compacted when a quarter of their bytes
-// is garbage (segments of keys that changed or went); a delta of the state leaves the list as it was,
-// which later lookups still find right (a segment tells by its epoch and generation whether it holds).
-func (c *segCache) finish(epoch uint32, segmented bool) {
+// keep appends b to the next data and reports whether it is still being built: past what the data may
+// hold (4 GiB, what a segKey counts) it is given up (the write then leaves the data as it was).
+func (c *segCache) keep(b []byte) bool {
+	if !c.caching {
+		return false
+	}
+	if len(c.next)+len(b) > math.MaxUint32 {
+		c.caching, c.next, c.nextList = false, nil, nil
+		return false
+	}
+	c.next = append(c.next, b...)
+	return true
+}
+
+// finish records that the write of a capture of epoch completed. A full write's data becomes the cache's
+// (the previous data's memory is kept for the next, unless it is far larger); a delta of the state leaves
+// the data as it was, which later full writes still find right (each key's epoch tells whether its bytes
+// hold).
+func (c *segCache) finish(epoch uint32, full bool) {
 	c.sizesAt = epoch
-	if !segmented {
+	if !full || !c.caching {
+		c.caching = false
 		return
 	}
-	c.list, c.next = c.next, c.list[:0]
-	live := 0
-	for i := range c.list {
-		live += int(c.list[i].n)
+	c.data, c.next = c.next, c.data[:0]
+	c.list, c.nextList = c.nextList, c.list[:0]
+	c.dataAt, c.caching = epoch, false
+	if cap(c.next) > 2*len(c.data)+segSpareBytes {
+		c.next, c.nextList = nil, nil
 	}
-	if garbage := c.size - live; 4*garbage < c.size || garbage < segCompactBytes {
-		return
-	}
-	old := c.chunks
-	c.chunks, c.size = nil, 0
-	for i := range c.list {
-		s := &c.list[i]
-		s.chunk, s.at = c.place(s.bytes(old))
-	}
-}
-
-// epochAt returns epochs[slot], 0 past its end (a slot the table never changed).
-func epochAt(epochs []uint32, slot int) uint32 {
-	if slot < len(epochs) {
-		return epochs[slot]
-	}
-	return 0
 }

@@ -132,20 +132,20 @@ func (w *failingWriter) Write(p []byte) (int, error) {
 // the next one (out of order), some hold on to a capture over several snapshots, and some writes of the
 // cached backend fail halfway.
 func TestSegmentCacheMatchesFullEncoding(t *testing.T) {
-	chunk, compact := segChunkBytes, segCompactBytes
-	t.Cleanup(func() { segChunkBytes, segCompactBytes = chunk, compact })
+	spare := segSpareBytes
+	t.Cleanup(func() { segSpareBytes = spare })
 	for _, tc := range []struct {
-		seed           uint64
-		chunk, compact int
+		seed  uint64
+		spare int
 	}{
-		{seed: 1, chunk: chunk, compact: compact},
-		{seed: 2, chunk: chunk, compact: compact},
-		{seed: 3, chunk: 64, compact: 0}, // many chunks, compacted at every quarter of garbage
-		{seed: 4, chunk: 200, compact: 0},
+		{seed: 1, spare: spare},
+		{seed: 2, spare: spare},
+		{seed: 3, spare: 0}, // the spare buffer let go at nearly every write
+		{seed: 4, spare: 0},
 	} {
 		seed := tc.seed
-		t.Run(fmt.Sprintf("seed=%d,chunk=%d", seed, tc.chunk), func(t *testing.T) {
-			segChunkBytes, segCompactBytes = tc.chunk, tc.compact
+		t.Run(fmt.Sprintf("seed=%d,spare=%d", seed, tc.spare), func(t *testing.T) {
+			segSpareBytes = tc.spare
 			clock := int64(1_000_000)
 			now := func() int64 { return clock }
 			cached, full := newSegStates(t, false, now), newSegStates(t, true, now)
@@ -260,9 +260,9 @@ func logEntryDiff(t *testing.T, a, f []byte) {
 // TestSegmentsFollowTheLiveKeys checks that the segments of keys that went are let go: after most keys
 // clear their state, the next snapshots leave the segment bytes at about what the remaining keys need.
 func TestSegmentsFollowTheLiveKeys(t *testing.T) {
-	chunk, compact := segChunkBytes, segCompactBytes
-	t.Cleanup(func() { segChunkBytes, segCompactBytes = chunk, compact })
-	segChunkBytes, segCompactBytes = 4<<10, 0
+	spare := segSpareBytes
+	t.Cleanup(func() { segSpareBytes = spare })
+	segSpareBytes = 0
 	s := newSegStates(t, false, func() int64 { return 0 })
 	const keys, kept = 2000, 100
 	for k := range int64(keys) {
@@ -282,17 +282,17 @@ func TestSegmentsFollowTheLiveKeys(t *testing.T) {
 		}
 		return s.m.(*heapMap[benchWindow, int64]).sc
 	}
-	full := snapshot().size
+	full := len(snapshot().data)
 	for k := int64(kept); k < keys; k++ {
 		s.apply(k, 2, 0)      // clear the map
 		s.apply(k, 9, int(k)) // delete the timer
 	}
 	snapshot()
 	sc := snapshot()
-	if len(sc.list) != kept {
-		t.Fatalf("%d segments after %d keys kept their state", len(sc.list), kept)
+	if want := full * kept / keys; len(sc.data) != want {
+		t.Fatalf("%d bytes of data after %d of %d keys kept their state, want %d (%d for all)", len(sc.data), kept, keys, want, full)
 	}
-	if limit := full * kept / keys * 4 / 3; sc.size > limit+segChunkBytes {
-		t.Fatalf("%d segment bytes for %d keys (%d for all %d)", sc.size, kept, full, keys)
+	if held := cap(sc.data) + cap(sc.next); held > 4*len(sc.data) {
+		t.Fatalf("%d bytes held for %d bytes of data", held, len(sc.data))
 	}
 }

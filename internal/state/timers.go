@@ -310,7 +310,8 @@ func (c *timersCapture) segments() *segCache { return c.sc }
 func (c *timersCapture) onlyChanged() { c.changedOnly = true }
 
 // group fills by and start, with the timers of every slot or, after onlyChanged, of the slots marked
-// dirty (a delta of timers that mostly stay asks for few slots: grouping all would cost the most).
+// dirty (a write that copies or leaves out the timers of unchanged slots asks for few: grouping all would
+// cost the most).
 func (c *timersCapture) group() {
 	c.start = make([]int32, c.slots+1)
 	all, sc := !c.changedOnly, c.sc
