@@ -106,8 +106,14 @@ type Blob struct {
 	b []byte
 }
 
-// NewBlob starts an empty blob in reuse's memory (nil: new memory).
+// NewBlob starts an empty blob in reuse's memory (nil: new memory), which Memory returned. The new blob
+// is expected to be about as large as the one that held the memory, or somewhat larger (a task's state
+// grows from one checkpoint to the next): room for a quarter more is made at once, so that the payload is
+// not copied into memory twice its size each time it outgrows the last one.
 func NewBlob(reuse []byte) *Blob {
+	if want := len(reuse) + len(reuse)/4; cap(reuse) < want {
+		reuse = make([]byte, 0, want)
+	}
 	var hdr [envelopeHeader]byte
 	return &Blob{b: append(reuse[:0], hdr[:]...)}
 }
@@ -130,8 +136,9 @@ func (b *Blob) Len() int { return len(b.b) - envelopeHeader }
 // Payload returns the payload written so far; writing into it changes the blob.
 func (b *Blob) Payload() []byte { return b.b[envelopeHeader:] }
 
-// Memory returns the blob's memory for a later NewBlob; the blob must not be used after.
-func (b *Blob) Memory() []byte { return b.b[:0] }
+// Memory returns the blob's memory for a later NewBlob, as long as the blob (which tells NewBlob how
+// large the next one may be); the blob must not be used after.
+func (b *Blob) Memory() []byte { return b.b }
 
 // sealInPlace turns b into a stored object, as seal would, and returns it and its checksum.
 func sealInPlace(magic [4]byte, b *Blob) ([]byte, uint32) {

@@ -5,6 +5,7 @@ import (
 	"hash/crc32"
 	"math/rand"
 	"testing"
+	"unsafe"
 )
 
 // TestPiecewiseChecksumAndCopy pins that computing the checksum and copying piece by piece (so that the
@@ -22,5 +23,27 @@ func TestPiecewiseChecksumAndCopy(t *testing.T) {
 		if !bytes.Equal(dst, b) {
 			t.Errorf("%d bytes: copy differs", n)
 		}
+	}
+}
+
+// TestBlobMemoryLeavesRoomToGrow checks that a blob in the memory of the last one does not copy its
+// payload when it grows a little past the last one's size, as a task's state does from checkpoint to
+// checkpoint.
+func TestBlobMemoryLeavesRoomToGrow(t *testing.T) {
+	var mem []byte
+	for round := range 5 {
+		size := 100_000 + round*10_000 // a tenth more, then less
+		b := NewBlob(mem)
+		start := unsafe.SliceData(b.b)
+		for range size / 1000 {
+			b.Write(make([]byte, 1000))
+		}
+		if round > 0 && unsafe.SliceData(b.b) != start {
+			t.Fatalf("round %d: a blob of %d bytes after one of %d moved its payload", round, size, size-10_000)
+		}
+		if b.Len() != size {
+			t.Fatalf("round %d: payload of %d bytes, want %d", round, b.Len(), size)
+		}
+		mem = b.Memory()
 	}
 }
