@@ -79,7 +79,7 @@ type segCache struct {
 	list   []segKey
 	dataAt uint32
 	// next and nextList are what the current full write builds; caching is false while no full write is
-	// under way or after its data outgrew what a segKey can count (it is then not taken).
+	// under way or after it met a key larger than a segKey counts (its data is then not taken).
 	next     []byte
 	nextList []segKey
 	caching  bool
@@ -215,23 +215,21 @@ func (c *segCache) flushRun(sw *snapWriter) error {
 
 // store records b, the count entries just encoded of the key in slot (generation gen).
 func (c *segCache) store(slot int32, gen uint32, b []byte, count int) {
+	if len(b) > math.MaxUint32 || count > math.MaxUint32 {
+		// More than a segKey counts: the next data is given up (the write leaves the data as it was).
+		c.caching, c.next, c.nextList = false, nil, nil
+	}
 	if c.keep(b) {
 		c.nextList = append(c.nextList, segKey{slot: slot, gen: gen, n: uint32(len(b)), count: uint32(count)})
 	}
 }
 
-// keep appends b to the next data and reports whether it is still being built: past what the data may
-// hold (4 GiB, what a segKey counts) it is given up (the write then leaves the data as it was).
+// keep appends b to the next data and reports whether it is being built.
 func (c *segCache) keep(b []byte) bool {
-	if !c.caching {
-		return false
+	if c.caching {
+		c.next = append(c.next, b...)
 	}
-	if len(c.next)+len(b) > math.MaxUint32 {
-		c.caching, c.next, c.nextList = false, nil, nil
-		return false
-	}
-	c.next = append(c.next, b...)
-	return true
+	return c.caching
 }
 
 // finish records that the write of a capture of epoch completed. A full write's data becomes the cache's
