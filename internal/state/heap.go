@@ -702,6 +702,12 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 	return superseded, nil
 }
 
+// holds reports whether a capture whose slots have generations gens holds slot at generation gen: the
+// key an entry of the key order or of a segment cache's list names is still live there.
+func holds(gens []uint32, slot int32, gen uint32) bool {
+	return int(slot) < len(gens) && gens[slot] == gen
+}
+
 // updateOrder makes o hold exactly the live slots of a capture (keys and gens): entries of slots freed or
 // reused since are dropped (into o.gone), and live slots without an entry of their generation are encoded
 // once, as uvarint(len) ‖ key (the bytes the canonical order sorts by), sorted and merged in. A capture
@@ -718,7 +724,7 @@ func updateOrder[K comparable](o *keyOrder, keys []K, gens []uint32, kc codec.Co
 		// Drop entries the capture does not hold (freed, reused, or past its slots).
 		kept := o.order[:0]
 		for _, e := range o.order {
-			if int(e.slot) < len(gens) && gens[e.slot] == e.gen {
+			if holds(gens, e.slot, e.gen) {
 				kept = append(kept, e)
 				continue
 			}

@@ -52,7 +52,7 @@ import (
 type cachedCapture interface {
 	heapCapture
 	// changedEpochs returns, per slot, the epoch in which the slot's entries last changed, as of the
-	// capture (slots past its end never changed: epochAt).
+	// capture (slots past its end never changed).
 	changedEpochs() []uint32
 	// segments returns the table's segment cache (shared by all its captures; writers use it one at a
 	// time, under the backend's keyOrder lock).
@@ -192,7 +192,7 @@ func (c *segCache) reuse(slot int32, gen uint32, gens []uint32, sw *snapWriter) 
 			c.nextList = append(c.nextList, *e)
 			return int(e.n), true, nil
 		}
-		if int(e.slot) < len(gens) && gens[e.slot] == e.gen {
+		if holds(gens, e.slot, e.gen) {
 			return 0, false, nil // a live key further on: this one is not in the data
 		}
 		c.cur++ // the key went
