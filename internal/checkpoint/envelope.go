@@ -118,9 +118,22 @@ func NewBlob(reuse []byte) *Blob {
 	return &Blob{b: append(reuse[:0], hdr[:]...)}
 }
 
-// Write appends p to the payload.
+// Write appends p to the payload. A blob that outgrows its memory doubles it, so that a state that grew
+// much since the last checkpoint is copied once, not each time append would add a quarter; large copies
+// go piece by piece.
 func (b *Blob) Write(p []byte) (int, error) {
-	b.b = append(b.b, p...)
+	n := len(b.b)
+	if cap(b.b)-n < len(p) {
+		grown := make([]byte, n, max(2*cap(b.b), n+len(p)))
+		copyInPieces(grown, b.b)
+		b.b = grown
+	}
+	if len(p) <= piece {
+		b.b = append(b.b, p...)
+		return len(p), nil
+	}
+	b.b = b.b[:n+len(p)]
+	copyInPieces(b.b[n:], p)
 	return len(p), nil
 }
 

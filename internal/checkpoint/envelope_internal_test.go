@@ -47,3 +47,30 @@ func TestBlobMemoryLeavesRoomToGrow(t *testing.T) {
 		mem = b.Memory()
 	}
 }
+
+// TestBlobGrowsByDoubling checks that a blob that outgrows its memory keeps every byte written, pieces
+// larger than a copy's piece too, and moves its payload once each time it doubles, not at every quarter
+// it adds.
+func TestBlobGrowsByDoubling(t *testing.T) {
+	b := NewBlob(make([]byte, 0, 64<<10))
+	var want []byte
+	moves, start := 0, unsafe.SliceData(b.b)
+	for i := range 300 {
+		p := bytes.Repeat([]byte{byte(i)}, 3000+i%7)
+		b.Write(p)
+		want = append(want, p...)
+		if s := unsafe.SliceData(b.b); s != start {
+			moves, start = moves+1, s
+		}
+	}
+	// 64 KiB to about 0.9 MiB: doubling moves the payload 4 times; growing by a quarter would move it 12.
+	if moves > 4 {
+		t.Fatalf("the payload moved %d times while the blob grew to %d bytes, want at most 4", moves, b.Len())
+	}
+	big := bytes.Repeat([]byte{7}, 3*piece+123) // more than the room left: grown, and copied in pieces
+	b.Write(big)
+	want = append(want, big...)
+	if !bytes.Equal(b.Payload(), want) {
+		t.Fatalf("payload of %d bytes differs from the %d written", b.Len(), len(want))
+	}
+}

@@ -2,7 +2,6 @@ package state
 
 import (
 	"bytes"
-	"cmp"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -190,10 +189,17 @@ type slotEmitter struct {
 	state int
 	key   []byte
 	isMap bool
+	// rec, when set, receives the entries instead of sw, as a segment cache's encoded entries
+	// (segCache.encodeDirty) in place of the key and its key group, which the walk adds.
+	rec *segCache
 }
 
 // emit writes one entry of the current key.
 func (e *slotEmitter) emit(mapKey, value []byte) error {
+	if e.rec != nil {
+		e.rec.pre = appendEncoded(e.rec.pre, mapKey, value)
+		return nil
+	}
 	return e.sw.entry(e.kg, e.state, e.key, e.isMap, mapKey, value)
 }
 
@@ -248,6 +254,8 @@ type keyOrder struct {
 	// added, deletes and delKeys are scratch that writes reuse (a write of q5 adds and deletes tens of
 	// thousands of keys: growing them afresh each time costs more than filling them).
 	added   []heapKey
+	grouped []heapKey // added in key group order (merge)
+	ends    []int32   // per key group of the added keys, where its keys end in grouped (merge)
 	deletes []deletion
 	delKeys []byte
 }
@@ -519,11 +527,24 @@ func (b *heapBackend[K]) capture(checkpointID int64) (full func(w io.Writer) err
 
 // heapKey is one key of a heap snapshot in write order.
 type heapKey struct {
-	slot int32
-	gen  uint32
-	kg   uint16
-	at   int   // offset of uvarint(len(key)) ‖ key in the arena
-	n    int32 // length of that
+	at int // offset of uvarint(len(key)) ‖ key in the arena
+	// prefix is the first 8 bytes of that (zero-padded), big-endian: keys compare by it first, without
+	// reading the arena (which sorting and merging would read at random), and by the bytes only on a tie.
+	prefix uint64
+	slot   int32
+	gen    uint32
+	n      int32 // length of uvarint(len(key)) ‖ key
+	kg     uint16
+}
+
+// sortPrefix returns the prefix of sortKey, uvarint(len(key)) ‖ key.
+func sortPrefix(sortKey []byte) uint64 {
+	if len(sortKey) >= 8 {
+		return binary.BigEndian.Uint64(sortKey)
+	}
+	var b [8]byte
+	copy(b[:], sortKey)
+	return binary.BigEndian.Uint64(b[:])
 }
 
 // key returns the encoded key of k, held in arena.
@@ -596,6 +617,11 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 		if p, ok := c.(changedOnly); ok && (h.states[si].delta || reusing[si]) {
 			p.onlyChanged()
 		}
+		if h.states[si].delta || reusing[si] {
+			if err := sc.encodeDirty(c, len(gens)); err != nil {
+				return 0, err
+			}
+		}
 	}
 	sw := newSnapWriter(w, h)
 	sw.hold = true
@@ -657,7 +683,7 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 				}
 				out.key = k.key(arena)
 				mark, count := len(sw.buf), sw.count
-				if err := c.entries(slot, out); err != nil {
+				if err := sc.entries(c, slot, out, isDelta || reuse); err != nil {
 					return 0, err
 				}
 				n := len(sw.buf) - mark
@@ -755,7 +781,8 @@ func updateOrder[K comparable](o *keyOrder, keys []K, gens []uint32, kc codec.Co
 		at := len(o.arena)
 		o.arena = binary.AppendUvarint(o.arena, uint64(len(enc)))
 		o.arena = append(o.arena, enc...)
-		added = append(added, heapKey{slot: int32(i), gen: g, kg: uint16(KeyGroup(enc, maxP)), at: at, n: int32(len(o.arena) - at)})
+		added = append(added, heapKey{slot: int32(i), gen: g, kg: uint16(KeyGroup(enc, maxP)), at: at, n: int32(len(o.arena) - at),
+			prefix: sortPrefix(o.arena[at:])})
 		o.covered[i] = g
 	}
 	if len(added) > 0 {
@@ -773,29 +800,71 @@ func (o *keyOrder) maybeCompact() {
 	}
 }
 
-// merge sorts added and merges it into the order.
+// merge sorts added and merges it into the order. The added keys are put in key group order first by
+// counting (no comparisons), then each group's are sorted by their bytes, which pdqsort does in one pass
+// when they came in order (new keys that rise, as q5's auction ids do, are added in slot order, which is
+// their order), and merged with the order's run of that group: a group's new keys that all come after its
+// old ones (again rising keys) are appended to them without a comparison each.
 func (o *keyOrder) merge(added []heapKey) {
 	arena := o.arena
-	less := func(a, b heapKey) int {
-		if c := cmp.Compare(a.kg, b.kg); c != 0 {
-			return c
+	byKey := func(a, b heapKey) int {
+		if a.prefix != b.prefix {
+			if a.prefix < b.prefix {
+				return -1
+			}
+			return 1
 		}
 		return bytes.Compare(arena[a.at:a.at+int(a.n)], arena[b.at:b.at+int(b.n)])
 	}
-	slices.SortFunc(added, less)
+	first, last := added[0].kg, added[0].kg
+	for _, k := range added {
+		first, last = min(first, k.kg), max(last, k.kg)
+	}
+	// ends[g] ends up as the end of group first+g's keys in grouped.
+	ends := slices.Grow(o.ends[:0], int(last-first)+1)[:int(last-first)+1]
+	clear(ends)
+	for _, k := range added {
+		ends[k.kg-first]++
+	}
+	at := int32(0)
+	for g, n := range ends {
+		ends[g] = at
+		at += n
+	}
+	grouped := slices.Grow(o.grouped[:0], len(added))[:len(added)]
+	for _, k := range added {
+		grouped[ends[k.kg-first]] = k
+		ends[k.kg-first]++
+	}
 	merged := o.spare[:0]
 	if need := len(o.order) + len(added); cap(merged) < need {
 		merged = make([]heapKey, 0, need+need/4) // headroom: the order of a growing state grows again
 	}
 	old := o.order
-	for len(old) > 0 && len(added) > 0 {
-		if less(old[0], added[0]) <= 0 {
-			merged, old = append(merged, old[0]), old[1:]
-		} else {
-			merged, added = append(merged, added[0]), added[1:]
+	for from := 0; from < len(grouped); {
+		kg := grouped[from].kg
+		news := grouped[from:ends[kg-first]]
+		from += len(news)
+		slices.SortFunc(news, byKey)
+		// The old keys of earlier groups, then the merge with this group's.
+		i := sort.Search(len(old), func(i int) bool { return old[i].kg >= kg })
+		merged, old = append(merged, old[:i]...), old[i:]
+		j := sort.Search(len(old), func(i int) bool { return old[i].kg > kg })
+		run := old[:j]
+		old = old[j:]
+		if len(run) > 0 && byKey(run[len(run)-1], news[0]) > 0 {
+			for len(run) > 0 && len(news) > 0 {
+				if byKey(run[0], news[0]) <= 0 {
+					merged, run = append(merged, run[0]), run[1:]
+				} else {
+					merged, news = append(merged, news[0]), news[1:]
+				}
+			}
 		}
+		merged = append(append(merged, run...), news...)
 	}
-	merged = append(append(merged, old...), added...)
+	merged = append(merged, old...)
+	o.ends, o.grouped = ends, grouped[:0]
 	o.spare, o.order = o.order, merged
 }
 

@@ -1,7 +1,9 @@
 package state
 
 import (
+	"encoding/binary"
 	"math"
+	"math/bits"
 	"slices"
 )
 
@@ -83,6 +85,9 @@ type segCache struct {
 	next     []byte
 	nextList []segKey
 	caching  bool
+	// grewBytes and grewKeys are how much the data and the list grew in the last full write that took
+	// them (0 if they shrank), for the next to make room.
+	grewBytes, grewKeys int
 	// cur is the walk's cursor in list, at is where its key's bytes start in data.
 	cur, at int
 	// run is the pending copy: data[runFrom:runTo], runCount entries.
@@ -97,6 +102,12 @@ type segCache struct {
 	sizesAt uint32
 	// dirty marks the slots whose entries changed after an epoch (markChanged).
 	dirty []uint64
+	// pre holds the entries of the dirty slots, encoded in slot order by encodeDirty (per entry
+	// uvarint(len(map key)) ‖ map key ‖ uvarint(len(value)) ‖ value); preEnds[r] is where those of the
+	// r-th dirty slot end (preEnds[-1] being 0), and ranks[w] counts the dirty slots before word w of dirty.
+	pre     []byte
+	preEnds []int
+	ranks   []int32
 }
 
 // segKey is one key of a full write: its slot and the slot's generation, and the bytes and entries
@@ -132,12 +143,13 @@ func (c *segCache) begin(state, n int, since uint32) bool {
 // slots changed since the data's capture, whose bytes it cannot.
 func (c *segCache) beginFull(epoch uint32, n int, changed []uint32) bool {
 	c.next, c.nextList, c.caching = c.next[:0], c.nextList[:0], true
-	if want := len(c.data) + len(c.data)/4; cap(c.next) < want {
-		// About what this write will take (a state grows or shrinks little from one write to the
-		// next): room made once, not by doubling as it fills.
+	// About what this write will take: as much as the last, plus a quarter or twice as much as the state
+	// grew from the write before (q5's state grows by a third a checkpoint), room made once; keep and
+	// store double it if it is short all the same.
+	if want := len(c.data) + max(len(c.data)/4, 2*c.grewBytes); cap(c.next) < want {
 		c.next = make([]byte, 0, want)
 	}
-	if want := len(c.list) + len(c.list)/4; cap(c.nextList) < want {
+	if want := len(c.list) + max(len(c.list)/4, 2*c.grewKeys); cap(c.nextList) < want {
 		c.nextList = make([]segKey, 0, want)
 	}
 	c.cur, c.at = 0, 0
@@ -189,7 +201,7 @@ func (c *segCache) reuse(slot int32, gen uint32, gens []uint32, sw *snapWriter) 
 			c.runTo += int(e.n)
 			c.runCount += int(e.count)
 			c.reused++
-			c.nextList = append(c.nextList, *e)
+			c.nextList = append(grown(c.nextList, 1), *e)
 			return int(e.n), true, nil
 		}
 		if holds(gens, e.slot, e.gen) {
@@ -220,16 +232,28 @@ func (c *segCache) store(slot int32, gen uint32, b []byte, count int) {
 		c.caching, c.next, c.nextList = false, nil, nil
 	}
 	if c.keep(b) {
-		c.nextList = append(c.nextList, segKey{slot: slot, gen: gen, n: uint32(len(b)), count: uint32(count)})
+		c.nextList = append(grown(c.nextList, 1), segKey{slot: slot, gen: gen, n: uint32(len(b)), count: uint32(count)})
 	}
 }
 
 // keep appends b to the next data and reports whether it is being built.
 func (c *segCache) keep(b []byte) bool {
 	if c.caching {
-		c.next = append(c.next, b...)
+		c.next = append(grown(c.next, len(b)), b...)
 	}
 	return c.caching
+}
+
+// grown returns s with room for n more, doubling its capacity when it must grow: a buffer of a state
+// that grew much since the last write is copied once, where append would copy it each time it added a
+// quarter.
+func grown[T any](s []T, n int) []T {
+	if cap(s)-len(s) >= n {
+		return s
+	}
+	g := make([]T, len(s), max(2*cap(s), len(s)+n))
+	copy(g, s)
+	return g
 }
 
 // finish records that the write of a capture of epoch completed. A full write's data becomes the cache's
@@ -242,10 +266,74 @@ func (c *segCache) finish(epoch uint32, full bool) {
 		c.caching = false
 		return
 	}
+	c.grewBytes, c.grewKeys = max(len(c.next)-len(c.data), 0), max(len(c.nextList)-len(c.list), 0)
 	c.data, c.next = c.next, c.data[:0]
 	c.list, c.nextList = c.nextList, c.list[:0]
 	c.dataAt, c.caching = epoch, false
 	if cap(c.next) > 2*len(c.data)+segSpareBytes {
 		c.next, c.nextList = nil, nil
 	}
+}
+
+// encodeDirty encodes the entries of c's dirty slots (of a capture of n slots) into pre, in slot order,
+// before a write that encodes only those walks its keys in key order. The walk meets the slots at random,
+// and a slot's entries lie in objects of their own (a map, a list) made about when the slot was: read in
+// slot order they are read about in the order they lie in memory, where in key order nearly every one
+// of them was a cache miss. The walk then copies each key's entries from pre (entries).
+func (c *segCache) encodeDirty(capt heapCapture, n int) error {
+	c.pre, c.preEnds = c.pre[:0], c.preEnds[:0]
+	words := (n + 63) / 64
+	c.ranks = slices.Grow(c.ranks[:0], words)[:words]
+	rec := &slotEmitter{rec: c}
+	dirty := int32(0)
+	for w, word := range c.dirty[:words] {
+		c.ranks[w] = dirty
+		for ; word != 0; word &= word - 1 {
+			slot := w<<6 + bits.TrailingZeros64(word)
+			if err := capt.entries(slot, rec); err != nil {
+				return err
+			}
+			c.preEnds = append(c.preEnds, len(c.pre))
+			dirty++
+		}
+	}
+	return nil
+}
+
+// entries writes the entries of slot to out: a dirty slot's from pre when encoded (encodeDirty ran for
+// this write), any other slot's from the capture.
+func (c *segCache) entries(capt heapCapture, slot int, out *slotEmitter, encoded bool) error {
+	if !encoded || !c.isDirty(slot) {
+		return capt.entries(slot, out)
+	}
+	r := int(c.ranks[slot>>6]) + bits.OnesCount64(c.dirty[slot>>6]&(1<<(slot&63)-1))
+	from := 0
+	if r > 0 {
+		from = c.preEnds[r-1]
+	}
+	b := c.pre[from:c.preEnds[r]]
+	for len(b) > 0 {
+		mapKey, rest := decodeEncoded(b)
+		value, rest := decodeEncoded(rest)
+		if err := out.emit(mapKey, value); err != nil {
+			return err
+		}
+		b = rest
+	}
+	return nil
+}
+
+// appendEncoded appends one entry to pre: uvarint(len(mapKey)) ‖ mapKey ‖ uvarint(len(value)) ‖ value.
+func appendEncoded(pre, mapKey, value []byte) []byte {
+	pre = binary.AppendUvarint(pre, uint64(len(mapKey)))
+	pre = append(pre, mapKey...)
+	pre = binary.AppendUvarint(pre, uint64(len(value)))
+	return append(pre, value...)
+}
+
+// decodeEncoded returns the first length-prefixed bytes of b (which appendEncoded wrote) and the rest.
+func decodeEncoded(b []byte) ([]byte, []byte) {
+	n, ln := binary.Uvarint(b)
+	b = b[ln:]
+	return b[:n], b[n:]
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/runnel-dev/runnel/codec"
+	"github.com/runnel-dev/runnel/internal/checkpoint"
 )
 
 // benchWindow is the namespace of the window operator's state: a window's bounds.
@@ -178,4 +179,48 @@ func newWindowState(b *testing.B, end int) (KeyedBackend[int64], MapState[benchW
 		b.Fatal(err)
 	}
 	return kb, acc, timers
+}
+
+// BenchmarkGrowingWindows is q5's window state as its bench job's checkpoints find it: its 10 million
+// bids span about a second of event time, so no window fires before the end of the input, and each
+// checkpoint finds a fifth more auctions than the last, each with the count of its window slice and the
+// slice's timer, while the older auctions' bids have stopped. An op is one such job: from an empty
+// backend, a full write every 50,000 new keys up to 300,000, each into the memory of the last one's blob
+// as the task writes them. It reports the writer's time of the job (write-ns/op).
+func BenchmarkGrowingWindows(b *testing.B) {
+	const step, writes = 50_000, 6
+	var writeNs int64
+	for range b.N {
+		b.StopTimer()
+		kb, acc, timers := newWindowState(b, 127)
+		win := benchWindow{Start: 0, End: 10_000}
+		var mem []byte
+		next := int64(0)
+		for i := range writes {
+			for range step {
+				kb.SetCurrentKey(next)
+				acc.Put(win, next)
+				timers.Register(win.End-1, Namespace{A: win.Start, B: win.End})
+				next++
+			}
+			// A few of the older auctions still take bids.
+			for k := int64(0); k < next-step; k += 97 {
+				kb.SetCurrentKey(k)
+				acc.Put(win, k+1)
+			}
+			write, err := kb.Snapshot(int64(i + 1))
+			if err != nil {
+				b.Fatal(err)
+			}
+			blob := checkpoint.NewBlob(mem)
+			start := time.Now()
+			if err := write(blob); err != nil {
+				b.Fatal(err)
+			}
+			writeNs += time.Since(start).Nanoseconds()
+			mem = blob.Memory()
+		}
+		kb.Close()
+	}
+	b.ReportMetric(float64(writeNs)/float64(b.N), "write-ns/op")
 }
