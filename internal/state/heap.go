@@ -189,8 +189,8 @@ type slotEmitter struct {
 	state int
 	key   []byte
 	isMap bool
-	// rec, when set, receives the entries instead of sw, as a segment cache's encoded entries
-	// (segCache.encodeDirty) in place of the key and its key group, which the walk adds.
+	// rec, when set, receives the entries instead of sw: encodeDirty records a slot's map keys and values
+	// in its segment cache, for the walk to write with the key later.
 	rec *segCache
 }
 
@@ -529,7 +529,9 @@ func (b *heapBackend[K]) capture(checkpointID int64) (full func(w io.Writer) err
 type heapKey struct {
 	at int // offset of uvarint(len(key)) ‖ key in the arena
 	// prefix is the first 8 bytes of that (zero-padded), big-endian: keys compare by it first, without
-	// reading the arena (which sorting and merging would read at random), and by the bytes only on a tie.
+	// reading the arena (which sorting and merging would read at random), and by the bytes only on a tie
+	// (an 8-byte key, little-endian as the integer codecs write it, ties only with keys that share its
+	// first 7 bytes).
 	prefix uint64
 	slot   int32
 	gen    uint32
@@ -618,7 +620,7 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 			p.onlyChanged()
 		}
 		if h.states[si].delta || reusing[si] {
-			if err := sc.encodeDirty(c, len(gens)); err != nil {
+			if err := sc.encodeDirty(c, len(gens), order, arena); err != nil {
 				return 0, err
 			}
 		}
@@ -681,9 +683,12 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 						return 0, err
 					}
 				}
-				out.key = k.key(arena)
+				encoded := (isDelta || reuse) && sc.isDirty(slot)
+				if !encoded {
+					out.key = k.key(arena)
+				}
 				mark, count := len(sw.buf), sw.count
-				if err := sc.entries(c, slot, out, isDelta || reuse); err != nil {
+				if err := sc.entries(c, slot, out, encoded); err != nil {
 					return 0, err
 				}
 				n := len(sw.buf) - mark
@@ -801,10 +806,11 @@ func (o *keyOrder) maybeCompact() {
 }
 
 // merge sorts added and merges it into the order. The added keys are put in key group order first by
-// counting (no comparisons), then each group's are sorted by their bytes, which pdqsort does in one pass
-// when they came in order (new keys that rise, as q5's auction ids do, are added in slot order, which is
-// their order), and merged with the order's run of that group: a group's new keys that all come after its
-// old ones (again rising keys) are appended to them without a comparison each.
+// counting (no comparisons), then each group's are sorted and merged with the order's run of that group:
+// a sort of a group's few keys takes fewer comparisons than one of all, and a comparison reads the keys'
+// prefixes (held in the entries) where it read their bytes in the arena at random. A group's new keys
+// that all come after its old ones (keys that rise in byte order, as big-endian ids or timestamps do) are
+// appended without a comparison each.
 func (o *keyOrder) merge(added []heapKey) {
 	arena := o.arena
 	byKey := func(a, b heapKey) int {

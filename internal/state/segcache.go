@@ -2,6 +2,7 @@ package state
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 	"math/bits"
 	"slices"
@@ -108,6 +109,13 @@ type segCache struct {
 	pre     []byte
 	preEnds []int
 	ranks   []int32
+	// inOrder holds the same entries in key order, each dirty key's after uvarint(len(key)) ‖ key, the
+	// i-th dirty key's ending at inOrderEnds[i], its slot inOrderSlots[i]; nextDirty is the next the walk
+	// asks for.
+	inOrder      []byte
+	inOrderEnds  []int
+	inOrderSlots []int32
+	nextDirty    int
 }
 
 // segKey is one key of a full write: its slot and the slot's generation, and the bytes and entries
@@ -275,12 +283,14 @@ func (c *segCache) finish(epoch uint32, full bool) {
 	}
 }
 
-// encodeDirty encodes the entries of c's dirty slots (of a capture of n slots) into pre, in slot order,
-// before a write that encodes only those walks its keys in key order. The walk meets the slots at random,
-// and a slot's entries lie in objects of their own (a map, a list) made about when the slot was: read in
-// slot order they are read about in the order they lie in memory, where in key order nearly every one
-// of them was a cache miss. The walk then copies each key's entries from pre (entries).
-func (c *segCache) encodeDirty(capt heapCapture, n int) error {
+// encodeDirty encodes the entries of c's dirty slots (of a capture of n slots) before a write that
+// encodes only those walks its keys (order) in key order. The walk meets the slots at random, and a slot's
+// entries lie in objects of their own (a map, a list) made about when the slot was: read in slot order
+// they are read about in the order they lie in memory, where in key order nearly every one of them was a
+// cache miss. So the entries are encoded in slot order into pre first, then copied in key order into
+// inOrder by a loop that does nothing else, whose reads at random the processor overlaps (in the walk,
+// with all its work between two of them, it could not); the walk reads inOrder in sequence (entries).
+func (c *segCache) encodeDirty(capt heapCapture, n int, order []heapKey, arena []byte) error {
 	c.pre, c.preEnds = c.pre[:0], c.preEnds[:0]
 	words := (n + 63) / 64
 	c.ranks = slices.Grow(c.ranks[:0], words)[:words]
@@ -297,21 +307,47 @@ func (c *segCache) encodeDirty(capt heapCapture, n int) error {
 			dirty++
 		}
 	}
+	c.inOrder, c.inOrderEnds, c.inOrderSlots = c.inOrder[:0], c.inOrderEnds[:0], c.inOrderSlots[:0]
+	c.nextDirty = 0
+	for i := range order {
+		slot := int(order[i].slot)
+		if slot >= n || !c.isDirty(slot) {
+			continue
+		}
+		r := int(c.ranks[slot>>6]) + bits.OnesCount64(c.dirty[slot>>6]&(1<<(slot&63)-1))
+		from := 0
+		if r > 0 {
+			from = c.preEnds[r-1]
+		}
+		key := order[i].key(arena)
+		c.inOrder = grown(c.inOrder, binary.MaxVarintLen64+len(key)+c.preEnds[r]-from)
+		c.inOrder = binary.AppendUvarint(c.inOrder, uint64(len(key)))
+		c.inOrder = append(c.inOrder, key...)
+		c.inOrder = append(c.inOrder, c.pre[from:c.preEnds[r]]...)
+		c.inOrderEnds = append(c.inOrderEnds, len(c.inOrder))
+		c.inOrderSlots = append(c.inOrderSlots, int32(slot))
+	}
 	return nil
 }
 
-// entries writes the entries of slot to out: a dirty slot's from pre when encoded (encodeDirty ran for
-// this write), any other slot's from the capture.
+// entries writes the entries of slot to out: a dirty slot's, when encoded (encodeDirty ran for this
+// write, whose walk asks for the dirty slots in the order they are in there), from inOrder, with the key
+// (out.key is set to it); any other slot's from the capture, for out.key.
 func (c *segCache) entries(capt heapCapture, slot int, out *slotEmitter, encoded bool) error {
-	if !encoded || !c.isDirty(slot) {
+	if !encoded {
 		return capt.entries(slot, out)
 	}
-	r := int(c.ranks[slot>>6]) + bits.OnesCount64(c.dirty[slot>>6]&(1<<(slot&63)-1))
-	from := 0
-	if r > 0 {
-		from = c.preEnds[r-1]
+	i := c.nextDirty
+	if i >= len(c.inOrderSlots) || c.inOrderSlots[i] != int32(slot) {
+		return fmt.Errorf("snapshot keyed state: slot %d written out of the order its entries were encoded in", slot)
 	}
-	b := c.pre[from:c.preEnds[r]]
+	c.nextDirty++
+	from := 0
+	if i > 0 {
+		from = c.inOrderEnds[i-1]
+	}
+	key, b := decodeEncoded(c.inOrder[from:c.inOrderEnds[i]])
+	out.key = key
 	for len(b) > 0 {
 		mapKey, rest := decodeEncoded(b)
 		value, rest := decodeEncoded(rest)
@@ -325,6 +361,7 @@ func (c *segCache) entries(capt heapCapture, slot int, out *slotEmitter, encoded
 
 // appendEncoded appends one entry to pre: uvarint(len(mapKey)) ‖ mapKey ‖ uvarint(len(value)) ‖ value.
 func appendEncoded(pre, mapKey, value []byte) []byte {
+	pre = grown(pre, 2*binary.MaxVarintLen64+len(mapKey)+len(value))
 	pre = binary.AppendUvarint(pre, uint64(len(mapKey)))
 	pre = append(pre, mapKey...)
 	pre = binary.AppendUvarint(pre, uint64(len(value)))
