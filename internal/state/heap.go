@@ -784,9 +784,10 @@ func updateOrder[K comparable](o *keyOrder, keys []K, gens []uint32, kc codec.Co
 			return fmt.Errorf("snapshot keyed state: encode key %v: %w", keys[i], err)
 		}
 		at := len(o.arena)
+		o.arena = grown(o.arena, binary.MaxVarintLen64+len(enc))
 		o.arena = binary.AppendUvarint(o.arena, uint64(len(enc)))
 		o.arena = append(o.arena, enc...)
-		added = append(added, heapKey{slot: int32(i), gen: g, kg: uint16(KeyGroup(enc, maxP)), at: at, n: int32(len(o.arena) - at),
+		added = append(grown(added, 1), heapKey{slot: int32(i), gen: g, kg: uint16(KeyGroup(enc, maxP)), at: at, n: int32(len(o.arena) - at),
 			prefix: sortPrefix(o.arena[at:])})
 		o.covered[i] = g
 	}

@@ -34,7 +34,11 @@ import (
 // order: a key under the cursor that no longer lives is passed over, one that lives comes further on, so
 // the key being written is new), tests a bit per key, and copies the bytes of consecutive unchanged keys,
 // which lie one after the other in the data, as one run: the list and the data are read in sequence, and
-// there is a copy per run, not per key. The write builds the next data and list from the runs it copied
+// there is a copy per run, not per key. The keys it encodes (a delta's too) are not encoded in the walk:
+// met in key order, their slots come at random, and each one's map or list, an object of its own, was a
+// cache miss or several. encodeDirty encodes them in slot order first, which reads those objects about in
+// the order they were made and lie in memory, then copies them with their keys into key order in a loop
+// that does nothing else, so that the processor overlaps its random reads; the walk reads them in sequence. The write builds the next data and list from the runs it copied
 // and the keys it encoded, and takes them only if it completes, so a write that fails halfway leaves the
 // last ones as they were; captures written out of order find the data too new (E > F) and encode.
 //
@@ -49,7 +53,9 @@ import (
 // snapshot), nor are value states (a value is one entry, encoded about as fast as it is copied) nor the
 // restored entries of unregistered states. The cost is memory: a cached state's data is as large as its
 // part of the snapshot, twice over while a write builds the next (the spare is kept for the next write
-// unless it is far larger than the data, as after most keys went), and 16 bytes a key for the list, twice.
+// unless it is far larger than the data, as after most keys went), and 16 bytes a key for the list, twice;
+// and, while a write encodes them, the dirty keys' entries twice (in slot order and in key order), kept
+// for the next write unless their memory is larger than the data.
 
 // cachedCapture is a capture whose slots can be told unchanged since an epoch.
 type cachedCapture interface {
@@ -270,6 +276,15 @@ func grown[T any](s []T, n int) []T {
 // hold).
 func (c *segCache) finish(epoch uint32, full bool) {
 	c.sizesAt = epoch
+	// The dirty keys' encoded entries keep their memory for the next write, unless they took more than
+	// the whole data (a write that changed every key, with room to spare).
+	data := len(c.data)
+	if full && c.caching {
+		data = len(c.next) // the data from now on
+	}
+	if limit := data + segSpareBytes; cap(c.pre) > limit || cap(c.inOrder) > limit {
+		c.pre, c.preEnds, c.inOrder, c.inOrderEnds, c.inOrderSlots = nil, nil, nil, nil, nil
+	}
 	if !full || !c.caching {
 		c.caching = false
 		return
@@ -291,8 +306,12 @@ func (c *segCache) finish(epoch uint32, full bool) {
 // inOrder by a loop that does nothing else, whose reads at random the processor overlaps (in the walk,
 // with all its work between two of them, it could not); the walk reads inOrder in sequence (entries).
 func (c *segCache) encodeDirty(capt heapCapture, n int, order []heapKey, arena []byte) error {
-	c.pre, c.preEnds = c.pre[:0], c.preEnds[:0]
 	words := (n + 63) / 64
+	count := 0
+	for _, word := range c.dirty[:words] {
+		count += bits.OnesCount64(word)
+	}
+	c.pre, c.preEnds = c.pre[:0], slices.Grow(c.preEnds[:0], count)
 	c.ranks = slices.Grow(c.ranks[:0], words)[:words]
 	rec := &slotEmitter{rec: c}
 	dirty := int32(0)
@@ -307,7 +326,9 @@ func (c *segCache) encodeDirty(capt heapCapture, n int, order []heapKey, arena [
 			dirty++
 		}
 	}
-	c.inOrder, c.inOrderEnds, c.inOrderSlots = c.inOrder[:0], c.inOrderEnds[:0], c.inOrderSlots[:0]
+	// Room for the entries and about as many bytes of keys as the key order's keys take.
+	c.inOrder = grown(c.inOrder[:0], len(c.pre)+count*(1+len(arena)/max(len(order), 1)))
+	c.inOrderEnds, c.inOrderSlots = slices.Grow(c.inOrderEnds[:0], count), slices.Grow(c.inOrderSlots[:0], count)
 	c.nextDirty = 0
 	for i := range order {
 		slot := int(order[i].slot)
