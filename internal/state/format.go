@@ -151,21 +151,37 @@ func (s *snapWriter) entry(kg, state int, key []byte, isMap bool, mapKey, value 
 		}
 		value = live
 	}
-	s.buf = append(s.buf, tagEntry, byte(kg>>8), byte(kg))
-	s.buf = binary.AppendUvarint(s.buf, uint64(state))
-	s.buf = binary.AppendUvarint(s.buf, uint64(len(key)))
-	s.buf = append(s.buf, key...)
-	if isMap {
-		s.buf = binary.AppendUvarint(s.buf, uint64(len(mapKey)))
-		s.buf = append(s.buf, mapKey...)
-	}
-	s.buf = binary.AppendUvarint(s.buf, uint64(len(value)))
-	s.buf = append(s.buf, value...)
+	s.buf = appendEntry(s.buf, kg, state, key, isMap, mapKey, value)
 	s.count++
 	if len(s.buf) >= snapBufferBytes && !s.hold {
 		s.flush()
 	}
 	return s.err
+}
+
+// appendEntry appends the bytes of one entry (no TTL filtering) to dst.
+func appendEntry(dst []byte, kg, state int, key []byte, isMap bool, mapKey, value []byte) []byte {
+	dst = append(dst, tagEntry, byte(kg>>8), byte(kg))
+	dst = binary.AppendUvarint(dst, uint64(state))
+	dst = binary.AppendUvarint(dst, uint64(len(key)))
+	dst = append(dst, key...)
+	if isMap {
+		dst = binary.AppendUvarint(dst, uint64(len(mapKey)))
+		dst = append(dst, mapKey...)
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(value)))
+	return append(dst, value...)
+}
+
+// encoded appends count entries that appendEntry encoded (a segment cache's, of a state without TTL)
+// as they are. Like entry under hold, it does not flush: the caller is between a key's mark and its end.
+func (s *snapWriter) encoded(b []byte, count int) error {
+	if s.err != nil {
+		return s.err
+	}
+	s.buf = append(s.buf, b...)
+	s.count += uint64(count)
+	return nil
 }
 
 // raw appends count entries already encoded (bytes of an earlier snapshot) as they are. It is called

@@ -620,7 +620,7 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 			p.onlyChanged()
 		}
 		if h.states[si].delta || reusing[si] {
-			if err := sc.encodeDirty(c, len(gens), order, arena); err != nil {
+			if err := sc.encodeDirty(c, len(gens), order, arena, si, c.kind().hasMapKey()); err != nil {
 				return 0, err
 			}
 		}
@@ -683,13 +683,20 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 						return 0, err
 					}
 				}
-				encoded := (isDelta || reuse) && sc.isDirty(slot)
-				if !encoded {
-					out.key = k.key(arena)
-				}
 				mark, count := len(sw.buf), sw.count
-				if err := sc.entries(c, slot, out, encoded); err != nil {
-					return 0, err
+				if (isDelta || reuse) && sc.isDirty(slot) {
+					b, entries, err := sc.encodedEntries(slot)
+					if err != nil {
+						return 0, err
+					}
+					if err := sw.encoded(b, entries); err != nil {
+						return 0, err
+					}
+				} else {
+					out.key = k.key(arena)
+					if err := c.entries(slot, out); err != nil {
+						return 0, err
+					}
 				}
 				n := len(sw.buf) - mark
 				switch {
@@ -697,7 +704,7 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 					old := sc.sizes[slot]
 					superseded += int64(old)
 					if sw.count == count && old > 0 {
-						sw.delete(out.kg, si, out.key) // it had entries in the base, it has none now
+						sw.delete(out.kg, si, k.key(arena)) // it had entries in the base, it has none now
 					}
 				case delta && !known[si]:
 					superseded += int64(n)

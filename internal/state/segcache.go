@@ -115,13 +115,14 @@ type segCache struct {
 	pre     []byte
 	preEnds []int
 	ranks   []int32
-	// inOrder holds the same entries in key order, each dirty key's after uvarint(len(key)) ‖ key, the
-	// i-th dirty key's ending at inOrderEnds[i], its slot inOrderSlots[i]; nextDirty is the next the walk
-	// asks for.
-	inOrder      []byte
-	inOrderEnds  []int
-	inOrderSlots []int32
-	nextDirty    int
+	// inOrder holds the same entries in key order as the snapshot's entries, the i-th dirty key's ending
+	// at inOrderEnds[i], inOrderCounts[i] of them, its slot inOrderSlots[i]; nextDirty is the next the
+	// walk asks for.
+	inOrder       []byte
+	inOrderEnds   []int
+	inOrderSlots  []int32
+	inOrderCounts []int32
+	nextDirty     int
 }
 
 // segKey is one key of a full write: its slot and the slot's generation, and the bytes and entries
@@ -283,7 +284,7 @@ func (c *segCache) finish(epoch uint32, full bool) {
 		data = len(c.next) // the data from now on
 	}
 	if limit := data + segSpareBytes; cap(c.pre) > limit || cap(c.inOrder) > limit {
-		c.pre, c.preEnds, c.inOrder, c.inOrderEnds, c.inOrderSlots = nil, nil, nil, nil, nil
+		c.pre, c.preEnds, c.inOrder, c.inOrderEnds, c.inOrderSlots, c.inOrderCounts = nil, nil, nil, nil, nil, nil
 	}
 	if !full || !c.caching {
 		c.caching = false
@@ -298,14 +299,16 @@ func (c *segCache) finish(epoch uint32, full bool) {
 	}
 }
 
-// encodeDirty encodes the entries of c's dirty slots (of a capture of n slots) before a write that
-// encodes only those walks its keys (order) in key order. The walk meets the slots at random, and a slot's
+// encodeDirty encodes the entries of c's dirty slots (of a capture of n slots), as entries of the
+// state at index state (isMap: its kind has map keys), before a write that encodes only those walks its
+// keys (order, whose bytes are in arena) in key order. The walk meets the slots at random, and a slot's
 // entries lie in objects of their own (a map, a list) made about when the slot was: read in slot order
 // they are read about in the order they lie in memory, where in key order nearly every one of them was a
-// cache miss. So the entries are encoded in slot order into pre first, then copied in key order into
-// inOrder by a loop that does nothing else, whose reads at random the processor overlaps (in the walk,
-// with all its work between two of them, it could not); the walk reads inOrder in sequence (entries).
-func (c *segCache) encodeDirty(capt heapCapture, n int, order []heapKey, arena []byte) error {
+// cache miss. So the entries are encoded in slot order into pre first, then written as the snapshot's
+// entries, with their key and key group, in key order into inOrder by a loop that does nothing else, whose
+// reads at random the processor overlaps (in the walk, with all its work between two of them, it could
+// not); the walk copies each key's from inOrder, in sequence (encodedEntries).
+func (c *segCache) encodeDirty(capt heapCapture, n int, order []heapKey, arena []byte, state int, isMap bool) error {
 	words := (n + 63) / 64
 	count := 0
 	for _, word := range c.dirty[:words] {
@@ -326,9 +329,11 @@ func (c *segCache) encodeDirty(capt heapCapture, n int, order []heapKey, arena [
 			dirty++
 		}
 	}
-	// Room for the entries and about as many bytes of keys as the key order's keys take.
-	c.inOrder = grown(c.inOrder[:0], len(c.pre)+count*(1+len(arena)/max(len(order), 1)))
-	c.inOrderEnds, c.inOrderSlots = slices.Grow(c.inOrderEnds[:0], count), slices.Grow(c.inOrderSlots[:0], count)
+	// Room for the entries, with about as many bytes of keys as the key order's keys take and a header.
+	c.inOrder = grown(c.inOrder[:0], len(c.pre)+count*(8+len(arena)/max(len(order), 1)))
+	c.inOrderEnds = slices.Grow(c.inOrderEnds[:0], count)
+	c.inOrderSlots = slices.Grow(c.inOrderSlots[:0], count)
+	c.inOrderCounts = slices.Grow(c.inOrderCounts[:0], count)
 	c.nextDirty = 0
 	for i := range order {
 		slot := int(order[i].slot)
@@ -340,44 +345,34 @@ func (c *segCache) encodeDirty(capt heapCapture, n int, order []heapKey, arena [
 		if r > 0 {
 			from = c.preEnds[r-1]
 		}
-		key := order[i].key(arena)
-		c.inOrder = grown(c.inOrder, binary.MaxVarintLen64+len(key)+c.preEnds[r]-from)
-		c.inOrder = binary.AppendUvarint(c.inOrder, uint64(len(key)))
-		c.inOrder = append(c.inOrder, key...)
-		c.inOrder = append(c.inOrder, c.pre[from:c.preEnds[r]]...)
+		key, kg, entries := order[i].key(arena), int(order[i].kg), int32(0)
+		for b := c.pre[from:c.preEnds[r]]; len(b) > 0; entries++ {
+			mapKey, rest := decodeEncoded(b)
+			value, rest := decodeEncoded(rest)
+			c.inOrder = grown(c.inOrder, 3+3*binary.MaxVarintLen64+len(key)+len(mapKey)+len(value))
+			c.inOrder = appendEntry(c.inOrder, kg, state, key, isMap, mapKey, value)
+			b = rest
+		}
 		c.inOrderEnds = append(c.inOrderEnds, len(c.inOrder))
 		c.inOrderSlots = append(c.inOrderSlots, int32(slot))
+		c.inOrderCounts = append(c.inOrderCounts, entries)
 	}
 	return nil
 }
 
-// entries writes the entries of slot to out: a dirty slot's, when encoded (encodeDirty ran for this
-// write, whose walk asks for the dirty slots in the order they are in there), from inOrder, with the key
-// (out.key is set to it); any other slot's from the capture, for out.key.
-func (c *segCache) entries(capt heapCapture, slot int, out *slotEmitter, encoded bool) error {
-	if !encoded {
-		return capt.entries(slot, out)
-	}
+// encodedEntries returns the entries of dirty slot, encoded by encodeDirty for this write (whose walk asks
+// for the dirty slots in the order they are in inOrder), and how many they are.
+func (c *segCache) encodedEntries(slot int) ([]byte, int, error) {
 	i := c.nextDirty
 	if i >= len(c.inOrderSlots) || c.inOrderSlots[i] != int32(slot) {
-		return fmt.Errorf("snapshot keyed state: slot %d written out of the order its entries were encoded in", slot)
+		return nil, 0, fmt.Errorf("snapshot keyed state: slot %d written out of the order its entries were encoded in", slot)
 	}
 	c.nextDirty++
 	from := 0
 	if i > 0 {
 		from = c.inOrderEnds[i-1]
 	}
-	key, b := decodeEncoded(c.inOrder[from:c.inOrderEnds[i]])
-	out.key = key
-	for len(b) > 0 {
-		mapKey, rest := decodeEncoded(b)
-		value, rest := decodeEncoded(rest)
-		if err := out.emit(mapKey, value); err != nil {
-			return err
-		}
-		b = rest
-	}
-	return nil
+	return c.inOrder[from:c.inOrderEnds[i]], int(c.inOrderCounts[i]), nil
 }
 
 // appendEncoded appends one entry to pre: uvarint(len(mapKey)) ‖ mapKey ‖ uvarint(len(value)) ‖ value.
