@@ -684,7 +684,7 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 					}
 				}
 				mark, count := len(sw.buf), sw.count
-				if (isDelta || reuse) && sc.isDirty(slot) {
+				if (isDelta || reuse) && sc.encoded && sc.isDirty(slot) {
 					b, entries, err := sc.encodedEntries(slot)
 					if err != nil {
 						return 0, err
