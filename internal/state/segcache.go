@@ -34,13 +34,15 @@ import (
 // order: a key under the cursor that no longer lives is passed over, one that lives comes further on, so
 // the key being written is new), tests a bit per key, and copies the bytes of consecutive unchanged keys,
 // which lie one after the other in the data, as one run: the list and the data are read in sequence, and
-// there is a copy per run, not per key. The keys it encodes (a delta's too) are not encoded in the walk:
-// met in key order, their slots come at random, and each one's map or list, an object of its own, was a
-// cache miss or several. encodeDirty encodes them in slot order first, which reads those objects about in
-// the order they were made and lie in memory, then copies them with their keys into key order in a loop
-// that does nothing else, so that the processor overlaps its random reads; the walk reads them in sequence. The write builds the next data and list from the runs it copied
-// and the keys it encoded, and takes them only if it completes, so a write that fails halfway leaves the
-// last ones as they were; captures written out of order find the data too new (E > F) and encode.
+// there is a copy per run, not per key. The keys it encodes (a delta's too), when at most half the keys
+// are, are not encoded in the walk: met in key order, their slots come at random, and each one's map or
+// list, an object of its own, was a cache miss or several. encodeDirty encodes them in slot order first,
+// which reads those objects about in the order they were made and lie in memory, then writes them with
+// their keys into key order in a loop that does nothing else, so that the processor overlaps its random
+// reads; the walk copies them in sequence. The write builds the next data and list from the runs it
+// copied and the keys it encoded, and takes them only if it completes, so a write that fails halfway
+// leaves the last ones as they were; captures written out of order find the data too new (E > F) and
+// encode.
 //
 // A delta (incremental.go) needs no bytes of the base: it writes only the keys changed since its base,
 // which the same epochs tell, so it leaves the data as the last full write left it (still right for the
