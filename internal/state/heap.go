@@ -2,6 +2,7 @@ package state
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -190,7 +191,7 @@ type slotEmitter struct {
 	key   []byte
 	isMap bool
 	// rec, when set, receives the entries instead of sw: encodeDirty records a slot's map keys and values
-	// in its segment cache, for the walk to write with the key later.
+	// in its segment cache, and writes them with the key in key order next.
 	rec *segCache
 }
 
@@ -822,11 +823,8 @@ func (o *keyOrder) maybeCompact() {
 func (o *keyOrder) merge(added []heapKey) {
 	arena := o.arena
 	byKey := func(a, b heapKey) int {
-		if a.prefix != b.prefix {
-			if a.prefix < b.prefix {
-				return -1
-			}
-			return 1
+		if c := cmp.Compare(a.prefix, b.prefix); c != 0 {
+			return c
 		}
 		return bytes.Compare(arena[a.at:a.at+int(a.n)], arena[b.at:b.at+int(b.n)])
 	}
