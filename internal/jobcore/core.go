@@ -146,6 +146,9 @@ type pendingJoin struct {
 	attempt  ident.Attempt
 	skipUpTo int64
 	loss     ChannelLoss
+	// rolledBack: the attempt restarted, from a checkpoint without this gap, before the answer came. The
+	// loss is then not counted: the restarting failover counts it afresh (see LossLedger).
+	rolledBack bool
 }
 
 // Core is the job master of one job as a state machine. Step feeds it events; Ready returns what it asks

@@ -52,7 +52,7 @@ func (l *LossLedger) RollBack(s ident.Subtask, restoredFrom *int64) {
 	es := l.entries[s]
 	kept := es[:0]
 	for _, e := range es {
-		if restoredFrom != nil && *restoredFrom > e.skipUpTo {
+		if !rolledBack(restoredFrom, e.skipUpTo) {
 			kept = append(kept, e)
 			continue
 		}
@@ -63,6 +63,12 @@ func (l *LossLedger) RollBack(s ident.Subtask, restoredFrom *int64) {
 	} else {
 		l.entries[s] = kept
 	}
+}
+
+// rolledBack reports whether a restore of restoredFrom (nil: none) rolls back the state of an attempt
+// whose gaps only checkpoints above skipUpTo hold.
+func rolledBack(restoredFrom *int64, skipUpTo int64) bool {
+	return restoredFrom == nil || *restoredFrom <= skipUpTo
 }
 
 // Prune forgets entries that no restore can roll back any more: those of attempts whose state every

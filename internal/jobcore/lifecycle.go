@@ -351,6 +351,16 @@ func (c *Core) joined(ev *Failover, j *pendingJoin) {
 	c.ready.Changed = true
 }
 
+// rollBackPendingJoins is RollBack for the joins of subtask s still waiting for their producer's counters:
+// an answer that comes after s restarted from restoredFrom must not count a gap that restore rolled back.
+func (c *Core) rollBackPendingJoins(s ident.Subtask, restoredFrom *int64) {
+	for _, p := range c.samples {
+		if j := p.join; j != nil && j.attempt.Subtask == s && rolledBack(restoredFrom, j.skipUpTo) {
+			j.rolledBack = true
+		}
+	}
+}
+
 func (c *Core) onSampled(e SubpartitionsSampled) {
 	p := c.samples[e.Token]
 	if p == nil {
@@ -372,6 +382,9 @@ func (c *Core) resolveSample(p *pendingSample, e SubpartitionsSampled) {
 	}
 	if j := p.join; j != nil {
 		base, ok := p.ev.TakeBaseline(p.channels[0]) // each channel is counted once
+		if j.rolledBack {
+			return
+		}
 		if now, got := got[p.channels[0]]; ok && got {
 			j.loss.RecordsDropped = now.RecordsDropped - base.RecordsDropped
 			j.loss.BuffersDropped = now.BuffersDropped - base.BuffersDropped

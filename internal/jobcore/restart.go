@@ -191,6 +191,7 @@ func (c *Core) maybeRestart() {
 		// The new attempt restores restore: what earlier attempts counted as lost and this restore rolls
 		// back is counted again by this failover (see LossLedger).
 		c.ledger.RollBack(s, restoreID)
+		c.rollBackPendingJoins(s, restoreID)
 		ex.attempt.Number++
 		// Under task failover the new attempt takes over its predecessor's partitions (their ids stay);
 		// otherwise it makes its own.

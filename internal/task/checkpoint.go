@@ -170,9 +170,15 @@ func (r *run) performCheckpoint(id, ts int64, flags uint32) {
 	if len(r.decoders) > 0 {
 		seqs := make([]uint64, len(r.decoders))
 		for i, d := range r.decoders {
-			seqs[i] = r.restored[i]
-			if d.Synced() {
-				seqs[i] = d.NextSeq()
+			// The first record not had: past a gap the attempt counted (or a restore of this checkpoint
+			// would count it again), and past the records a rejoining decoder still drops.
+			switch {
+			case d.Synced() || d.Rejoining():
+				seqs[i] = d.Resume()
+			case r.joined[i]:
+				seqs[i] = r.joinedAt[i]
+			default:
+				seqs[i] = r.restored[i]
 			}
 		}
 		pos := encodePositions(r.channels, seqs)

@@ -165,6 +165,25 @@ func (h *finishHarness) setup(final bool) *CheckpointSetup {
 	}
 }
 
+// partition registers a result partition the test writes to, on a pool of 8 buffers destroyed at the
+// end of the test.
+func (h *finishHarness) partition(id ident.PartitionID, opts network.PartitionOptions) *network.ResultPartition {
+	h.t.Helper()
+	pool, err := h.mem.NewPool("producer", 8)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(pool.Destroy)
+	p, err := network.NewResultPartition(id, opts, pool, make(chan struct{}))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if err := h.pm.Register(p); err != nil {
+		h.t.Fatal(err)
+	}
+	return p
+}
+
 // start runs a task on its own goroutine; the returned function waits for its end.
 func (h *finishHarness) start(cfg Config) (*Task, func()) {
 	tk := New(cfg, Env{Partitions: h.pm, Memory: h.mem, Report: func(u Update) { h.updates <- u },
@@ -476,20 +495,8 @@ func TestTriggeredConsumerSnapshotsAfterItsLastRecord(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newFinishHarness(t)
-			pool, err := h.mem.NewPool("producer", 8)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer pool.Destroy()
-			cancel := make(chan struct{})
 			id := ident.PartitionID{Result: 1, Producer: producer}
-			p, err := network.NewResultPartition(id, network.PartitionOptions{Subpartitions: 1, MaxRecordSize: 1 << 16}, pool, cancel)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := h.pm.Register(p); err != nil {
-				t.Fatal(err)
-			}
+			p := h.partition(id, network.PartitionOptions{Subpartitions: 1, MaxRecordSize: 1 << 16})
 			c := &finishChain{}
 			cfg := Config{
 				Info:   Info{JobName: "finish", VertexName: "sink", Attempt: consumer, Parallelism: 1, MaxParallelism: 1},
@@ -534,6 +541,123 @@ func TestTriggeredConsumerSnapshotsAfterItsLastRecord(t *testing.T) {
 			if got := strings.Join(c.events(), "; "); got != tc.wantLog {
 				t.Errorf("chain heard %q, want %q", got, tc.wantLog)
 			}
+		})
+	}
+}
+
+// timedChain is a finishChain whose input has event time: it takes watermarks and does nothing with them.
+type timedChain struct{ *finishChain }
+
+func (timedChain) InputTimed(int) bool               { return true }
+func (timedChain) ProcessWatermark(int64) error      { return nil }
+func (timedChain) ProcessWatermarkStatus(bool) error { return nil }
+
+// TestCheckpointPositionBeforeTheFirstRecord takes a checkpoint while a channel's decoder is not yet
+// synchronised on a data buffer, and restores a later attempt of the consumer from it. The position the
+// checkpoint records must be the first record the attempt has not had; otherwise the later attempt's
+// join counts records again that an earlier report covered (or, under task failover, would read again
+// records its state holds). Two ways get there:
+//   - a reconnected reader is first re-sent the last watermark, so the attempt joins the channel on an
+//     event and counts its gap there, before any record;
+//   - a producer restarted under task failover: the decoder rejoins, waiting for the regenerated stream.
+//
+// Both attempts of the consumer lose the records written while none was attached; their joins must add
+// up to those records.
+func TestCheckpointPositionBeforeTheFirstRecord(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	for _, tc := range []struct {
+		name string
+		// gone: a first reader attached and went before the producer writes (its records are dropped).
+		gone bool
+		// restarted: the producer says it restarted after the first attempt read its records.
+		restarted bool
+		wantFirst uint64 // the first attempt's join
+	}{
+		{name: "joined on a watermark", gone: true, wantFirst: 10},
+		{name: "rejoining after its producer restarted", restarted: true, wantFirst: 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newFinishHarness(t)
+			id := ident.PartitionID{Result: 1, Producer: ident.Attempt{Subtask: ident.Subtask{Vertex: 0, Index: 0}}}
+			p := h.partition(id, network.PartitionOptions{Subpartitions: 1, MaxRecordSize: 1 << 16, Reconnectable: true})
+			defer func() { p.Close(); h.pm.ReleaseAll() }()
+			emit := func(n int) {
+				t.Helper()
+				for i := range n {
+					if err := p.EmitRecord(0, binary.AppendUvarint(nil, uint64(i))); err != nil {
+						t.Fatal(err)
+					}
+				}
+				p.FlushAll()
+				if err := p.BroadcastWatermark(int64(n)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			event := func(ev network.Event) {
+				t.Helper()
+				if err := p.BroadcastEvent(ev); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.gone {
+				first, err := h.pm.CreateView(id, 0, ident.Attempt{Subtask: ident.Subtask{Vertex: 1}}, 8, func() {})
+				if err != nil {
+					t.Fatal(err)
+				}
+				first.Release()
+			}
+			emit(10)
+
+			// start runs attempt n of the consumer and returns the records its join says it lost.
+			start := func(n int32, restore *RestoreSpec) (*Task, func(), uint64) {
+				t.Helper()
+				c := timedChain{&finishChain{}}
+				cfg := Config{
+					Info:   Info{JobName: "join", VertexName: "sink", Attempt: ident.Attempt{Subtask: ident.Subtask{Vertex: 1}, Number: n}, Parallelism: 1, MaxParallelism: 1},
+					Inputs: []InputSpec{{Channels: []ChannelSpec{{Partition: id, Subpartition: 0, Local: true}}}},
+					Chain:  func(rt *Runtime) (Chain, error) { c.rt = rt; return c, nil }, BufferTimeout: -1, MaxRecordSize: 1 << 16,
+					Restore: restore, Checkpoints: h.setup(false),
+				}
+				tk, wait := h.start(cfg)
+				timeout := time.After(10 * time.Second)
+				for {
+					select {
+					case u := <-h.updates:
+						if o := u.Observation; o != nil && o.Kind == ChannelJoined {
+							return tk, wait, o.Lost
+						}
+						if u.State.Terminal() {
+							t.Fatalf("attempt %d ended %s (%v) before it joined", n, u.State, u.Err)
+						}
+					case <-timeout:
+						t.Fatalf("attempt %d: no ChannelJoined reported", n)
+					}
+				}
+			}
+			tk, wait, lost := start(1, nil)
+			if lost != tc.wantFirst {
+				t.Fatalf("attempt 1 joined with %d lost, want %d", lost, tc.wantFirst)
+			}
+			if tc.restarted {
+				event(network.Event{Type: network.EventProducerRestarted})
+			}
+			event(network.Event{Type: network.EventBarrier, CheckpointID: 7})
+			h.awaitAck("ack 7")
+			tk.Cancel()
+			h.await("CANCELED")
+			wait()
+
+			emit(5) // dropped: attempt 1 is gone
+			h.hmu.Lock()
+			handle := h.handles[7]
+			h.hmu.Unlock()
+			tk, wait, lost = start(2, &RestoreSpec{CheckpointID: 7, Handle: handle, SameRun: true})
+			if lost != 5 {
+				t.Errorf("attempt 2, restored from checkpoint 7, joined with %d lost, want the 5 written after it", lost)
+			}
+			tk.Cancel()
+			h.await("CANCELED")
+			wait()
 		})
 	}
 }

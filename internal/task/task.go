@@ -567,6 +567,10 @@ type run struct {
 	replaySteps int64
 	recordErr   bool // the determinant log broke: said once
 	joined      []bool
+	// joinedAt is, per joined channel, the position its gap ends at: the first record after the join. A
+	// checkpoint records it until the decoder synchronises on a data buffer, since a channel may join on
+	// an event: a barrier, or the last watermark a reconnectable subpartition re-sends to a new reader.
+	joinedAt []uint64
 	// rejoined marks the channels whose producer restarted (EventProducerRestarted) and whose decoder is
 	// still to report the duplicates it dropped, counted from dropsBefore.
 	rejoined    []bool
@@ -789,6 +793,7 @@ func (r *run) setupInputs() error {
 	r.ended = make([]bool, total)
 	r.restored = make([]uint64, total)
 	r.joined = make([]bool, total)
+	r.joinedAt = make([]uint64, total)
 	r.rejoined = make([]bool, total)
 	r.dropsBefore = make([]uint64, total)
 	return nil
@@ -1130,6 +1135,7 @@ func (r *run) processBuffer(idx int, buf *network.Buffer) (bool, error) {
 // position and before the first one received.
 func (r *run) join(idx int, firstSeq, partial uint64) {
 	r.joined[idx] = true
+	r.joinedAt[idx] = max(firstSeq, r.restored[idx])
 	var lost uint64
 	if firstSeq > r.restored[idx] {
 		lost = firstSeq - r.restored[idx]
