@@ -270,6 +270,15 @@ func (c *Core) checkDone() {
 			return // stopped for a restart
 		}
 	}
+	if c.coord != nil {
+		// Checkpoints still collecting acknowledgements are given up and their data discarded. One being
+		// committed is waited for: once its commit answers, it is complete (a restore would take it) and
+		// the job's result must say so.
+		c.carryOut(c.coord.Stop(c.ms()))
+		if c.committing() {
+			return
+		}
+	}
 	switch c.status {
 	case StatusRunning:
 		if c.plan != nil {
@@ -287,11 +296,22 @@ func (c *Core) checkDone() {
 	c.ready.Changed = true
 	c.waitingSlots, c.waiting = false, ""
 	c.log(LogInfo, "job ended", "status", c.status, "wall", c.now)
-	if c.coord != nil {
-		// Checkpoints still collecting acknowledgements are given up and their data discarded; one being
-		// committed completes when its commit answers.
-		c.carryOut(c.coord.Stop(c.ms()))
+}
+
+// committing reports whether a checkpoint's commit is out or queued (bounded by the storage's timeout,
+// which answers it with an error).
+func (c *Core) committing() bool {
+	for _, r := range c.ops {
+		if _, ok := r.(CommitMetadata); ok {
+			return true
+		}
 	}
+	for _, op := range c.queued {
+		if _, ok := op.Request.(CommitMetadata); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // onObservation adds what a restarted attempt saw to the failover that deployed it. A channel it joined

@@ -25,8 +25,8 @@ import (
 //   - the restore spec of every deployed restarted attempt names the checkpoint its failover reports;
 //   - no message to a lost TaskManager; attempt numbers only rise;
 //   - the status changes only as the status machine allows, and is terminal exactly when every
-//     execution is (but for a job whose stopped subtasks wait for their restart); storage ops out stay
-//     within their bound.
+//     execution is (but for a job whose stopped subtasks wait for their restart, or for a checkpoint's
+//     commit, which decides whether the checkpoint completed); storage ops out stay within their bound.
 //
 // Each run ends with a Cancel answered by every task: any state ends. A failure prints the seed and the
 // last events.
@@ -238,7 +238,7 @@ func (w *world) checkState() {
 		w.status = st
 	}
 	// Terminal exactly when every execution is, but for a running job whose stopped subtasks wait for
-	// their restart.
+	// their restart, and a job that waits for a commit.
 	all, finished := true, true
 	for _, ex := range w.c.execs {
 		all = all && ex.state.Terminal()
@@ -247,6 +247,10 @@ func (w *world) checkState() {
 	switch {
 	case st.Terminal() && !all:
 		w.fail("status %s with executions still running", st)
+	case st.Terminal() && w.c.committing():
+		w.fail("status %s with a checkpoint's commit unanswered", st)
+	case all && w.c.committing():
+		// The job ends once the commit answers.
 	case all && (st == StatusFailing || st == StatusCanceling):
 		w.fail("status %s with every execution stopped", st)
 	case all && st == StatusRunning && w.c.plan == nil:
