@@ -260,7 +260,8 @@ func (c *Core) cancelAll() {
 }
 
 // checkDone ends the job when every subtask is in a terminal state: FINISHED when all finished and no
-// restart is pending, FAILED or CANCELED when the job was failing or cancelling.
+// restart is pending, FAILED or CANCELED when the job was failing or cancelling; and when no checkpoint's
+// commit is out (its answer calls checkDone again).
 func (c *Core) checkDone() {
 	for _, ex := range c.execs {
 		if !ex.state.Terminal() {
@@ -269,6 +270,20 @@ func (c *Core) checkDone() {
 		if c.status == StatusRunning && ex.state != task.Finished {
 			return // stopped for a restart
 		}
+	}
+	var end Status
+	switch c.status {
+	case StatusRunning:
+		if c.plan != nil {
+			return
+		}
+		end = StatusFinished
+	case StatusFailing:
+		end = StatusFailed
+	case StatusCanceling:
+		end = StatusCanceled
+	default:
+		return
 	}
 	if c.coord != nil {
 		// Checkpoints still collecting acknowledgements are given up and their data discarded. One being
@@ -279,19 +294,7 @@ func (c *Core) checkDone() {
 			return
 		}
 	}
-	switch c.status {
-	case StatusRunning:
-		if c.plan != nil {
-			return
-		}
-		c.status = StatusFinished
-	case StatusFailing:
-		c.status = StatusFailed
-	case StatusCanceling:
-		c.status = StatusCanceled
-	default:
-		return
-	}
+	c.status = end
 	c.ended = c.wall(c.now)
 	c.ready.Changed = true
 	c.waitingSlots, c.waiting = false, ""
