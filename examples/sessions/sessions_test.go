@@ -139,7 +139,7 @@ func TestSessionsMatchReference(t *testing.T) {
 					restored = restored || f.CheckpointRestored != nil
 				}
 				if len(res.Failovers) == 0 || !restored {
-					t.Fatalf("no failover restored a checkpoint: %+v", res.Failovers)
+					t.Fatalf("no failover restored a checkpoint (checkpoints %+v): %+v", res.Checkpoints, res.Failovers)
 				}
 			}
 			if tc.output {
