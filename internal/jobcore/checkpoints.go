@@ -125,9 +125,7 @@ func (c *Core) onStorageDone(e StorageDone) {
 		if c.coord != nil {
 			c.carryOut(c.coord.Persisted(c.ms(), r.Checkpoint.ID, e.Err))
 		}
-		if !c.status.Terminal() {
-			c.checkDone() // a job whose subtasks all stopped waited for this commit to end
-		}
+		c.checkDone() // a job whose subtasks all stopped waited for this commit to end
 	case VerifyLatest:
 		c.onVerified(e)
 	case WriteSavepoint:

@@ -1136,10 +1136,7 @@ func (r *run) processBuffer(idx int, buf *network.Buffer) (bool, error) {
 func (r *run) join(idx int, firstSeq, partial uint64) {
 	r.joined[idx] = true
 	r.joinedAt[idx] = max(firstSeq, r.restored[idx])
-	var lost uint64
-	if firstSeq > r.restored[idx] {
-		lost = firstSeq - r.restored[idx]
-	}
+	lost := r.joinedAt[idx] - r.restored[idx]
 	r.t.observe(Observation{Kind: ChannelJoined, At: time.Now(), Channel: r.channels[idx], Lost: lost, PartialSkipped: partial})
 }
 
