@@ -39,6 +39,8 @@ type nexmarkBenchConfig struct {
 	rssEvery time.Duration
 	// cpuProfile, when set, is the file a CPU profile of the runs goes to.
 	cpuProfile string
+	// memProfile, when set, is the file an allocation profile of the runs goes to (written at the end).
+	memProfile string
 }
 
 // nexmarkRun is one measured run over a bounded generated stream.
@@ -100,6 +102,19 @@ With --rate R --duration D the stream is unbounded at R events/s for D, and the 
 				}
 				defer pprof.StopCPUProfile()
 			}
+			if cfg.memProfile != "" {
+				f, err := os.Create(cfg.memProfile)
+				if err != nil {
+					return usageError(fmt.Errorf("invalid --memprofile: %w", err))
+				}
+				defer f.Close()
+				// Deferred before the runs start, so that it runs after them (and after the CPU profile stops).
+				defer func() {
+					if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+						fmt.Fprintf(cmd.ErrOrStderr(), "--memprofile: %v\n", err)
+					}
+				}()
+			}
 			if cfg.duration > 0 {
 				return runNexmarkRSS(cmd.Context(), cfg, out, asJSON)
 			}
@@ -141,6 +156,7 @@ With --rate R --duration D the stream is unbounded at R events/s for D, and the 
 	fl.DurationVar(&cfg.duration, "duration", 0, "run unbounded at --rate for this long and report RSS (0: the throughput measurement)")
 	fl.DurationVar(&cfg.rssEvery, "rss-every", time.Minute, "with --duration: how often to report RSS")
 	fl.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the runs to this file")
+	fl.StringVar(&cfg.memProfile, "memprofile", "", "write an allocation profile of the runs to this file")
 	fl.BoolVar(&asJSON, "json", false, "print one JSON object (the memory run: one per sample, then a summary)")
 	return cmd
 }

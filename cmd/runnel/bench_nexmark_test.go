@@ -208,12 +208,17 @@ func lastPerCategory(t *testing.T, lines []string) []string {
 }
 
 // TestBenchNexmark runs the benchmark briefly: the throughput run's JSON, with checkpoints, under the
-// default failover and under task failover, and the memory run's RSS samples.
+// default failover (with its CPU and allocation profiles) and under task failover, and the memory run's
+// RSS samples.
 func TestBenchNexmark(t *testing.T) {
+	profiles := t.TempDir()
+	cpu, mem := filepath.Join(profiles, "cpu.prof"), filepath.Join(profiles, "mem.prof")
 	for _, failover := range []string{"", "task"} {
 		args := []string{"bench", "nexmark", "--query", "q5", "--events", "50000", "--runs", "2", "--checkpoint-interval", "50ms", "--json"}
 		if failover != "" {
 			args = append(args, "--failover", failover)
+		} else {
+			args = append(args, "--cpuprofile", cpu, "--memprofile", mem)
 		}
 		stdout, stderr, code := runCLI(t, args...)
 		if code != 0 {
@@ -230,6 +235,13 @@ func TestBenchNexmark(t *testing.T) {
 			if r.Events != 50_000 || r.Results < 1 || r.Elapsed <= 0 || r.EventsPerS <= 0 {
 				t.Fatalf("run: %s", stdout)
 			}
+		}
+	}
+
+	for _, f := range []string{cpu, mem} {
+		// A profile is a gzipped protocol buffer.
+		if b, err := os.ReadFile(f); err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+			t.Fatalf("%s: %d bytes, %v", f, len(b), err)
 		}
 	}
 

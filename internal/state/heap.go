@@ -188,8 +188,13 @@ type slotEmitter struct {
 	sw    *snapWriter
 	kg    int
 	state int
-	key   []byte
-	isMap bool
+	// key is the current key's encoding, read from arena (of hk) by the first entry: a key without entries
+	// in the state (all of them, once every window fired) costs no read of its bytes, each a cache miss.
+	key      []byte
+	hk       *heapKey
+	arena    []byte
+	keyKnown bool
+	isMap    bool
 	// rec, when set, receives the entries instead of sw: encodeDirty records a slot's map keys and values
 	// in its segment cache, and writes them with the key in key order next.
 	rec *segCache
@@ -200,6 +205,9 @@ func (e *slotEmitter) emit(mapKey, value []byte) error {
 	if e.rec != nil {
 		e.rec.pre = appendEncoded(e.rec.pre, mapKey, value)
 		return nil
+	}
+	if !e.keyKnown {
+		e.key, e.keyKnown = e.hk.key(e.arena), true
 	}
 	return e.sw.entry(e.kg, e.state, e.key, e.isMap, mapKey, value)
 }
@@ -578,6 +586,7 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 	defer ord.maybeCompact()
 	arena, order := ord.arena, ord.order
 	since := ord.writtenEpoch
+	asked := delta
 	if delta && (ord.written == 0 || since >= epoch) {
 		delta = false // nothing to build on (or a capture older than the base): a full snapshot
 	}
@@ -604,7 +613,7 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 		}
 		cached[si] = cc
 		sc := cc.segments()
-		switch ok := sc.begin(si, len(gens), since); {
+		switch ok := sc.begin(si, len(gens), since, asked); {
 		case delta && ok && shrunk:
 			known[si] = true
 			for _, n := range sc.sizes {
@@ -637,6 +646,9 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 			continue
 		}
 		sc := cc.segments()
+		if !asked {
+			continue // the sizes of this write are its list's
+		}
 		for _, k := range ord.gone {
 			if int(k.slot) >= len(sc.sizes) || sc.sizes[k.slot] == 0 {
 				continue
@@ -649,7 +661,7 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 			}
 		}
 	}
-	out := &slotEmitter{sw: sw}
+	out := &slotEmitter{sw: sw, arena: arena}
 	for lo := 0; lo < len(order); {
 		hi := lo + 1
 		for hi < len(order) && order[hi].kg == order[lo].kg {
@@ -663,26 +675,32 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 				sc = cc.segments()
 			}
 			isDelta, reuse := h.states[si].delta, reusing[si]
-			for _, k := range order[lo:hi] {
-				slot := int(k.slot)
-				switch {
-				case isDelta && !sc.isDirty(slot):
-					continue // unchanged since the base: the delta leaves it out
-				case reuse:
-					n, ok, err := sc.reuse(k.slot, k.gen, gens, sw)
+			sized := sc != nil && asked
+			var sizes []int32
+			if sized {
+				sizes = sc.sizes
+			}
+			for i := lo; i < hi; i++ {
+				if reuse {
+					taken, n, err := sc.reuseRun(order[i:hi], gens, sizes, sw)
 					if err != nil {
 						return 0, err
 					}
-					if ok {
-						sc.sizes[slot] = int32(n)
-						if delta && !known[si] {
-							superseded += int64(n)
-						}
-						continue
+					if delta && !known[si] {
+						superseded += n
 					}
+					if i += taken; i == hi {
+						break
+					}
+					// order[i] is not in the data as it is now: the run ends before its entries.
 					if err := sc.flushRun(sw); err != nil {
 						return 0, err
 					}
+				}
+				k := order[i]
+				slot := int(k.slot)
+				if isDelta && !sc.isDirty(slot) {
+					continue // unchanged since the base: the delta leaves it out
 				}
 				mark, count := len(sw.buf), sw.count
 				if (isDelta || reuse) && sc.encoded && sc.isDirty(slot) {
@@ -694,7 +712,7 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 						return 0, err
 					}
 				} else {
-					out.key = k.key(arena)
+					out.hk, out.keyKnown = &order[i], false
 					if err := c.entries(slot, out); err != nil {
 						return 0, err
 					}
@@ -711,7 +729,9 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 					superseded += int64(n)
 				}
 				if sc != nil {
-					sc.sizes[slot] = int32(n)
+					if sized {
+						sc.sizes[slot] = int32(n)
+					}
 					if !isDelta && sw.err == nil {
 						sc.store(k.slot, k.gen, sw.buf[mark:], int(sw.count-count))
 					}
@@ -734,7 +754,7 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 	}
 	for si, cc := range cached {
 		if cc != nil {
-			cc.segments().finish(epoch, !h.states[si].delta)
+			cc.segments().finish(epoch, !h.states[si].delta, asked)
 		}
 	}
 	ord.written, ord.writtenEpoch = h.checkpointID, epoch

@@ -109,6 +109,11 @@ type segCache struct {
 	// (a deletion is written for those that hold none now) and how many bytes it supersedes.
 	sizes   []int32
 	sizesAt uint32
+	// sizesInList says that sizes are those the list holds (each key's n), not yet written per slot: a
+	// write that was not asked for a delta leaves them there, since a job without incremental
+	// checkpoints never reads them, and writing them cost a store per key at random (by slot) in every
+	// write; the first delta after such a write sets them from the list (begin).
+	sizesInList bool
 	// dirty marks the slots whose entries changed after an epoch (markChanged).
 	dirty []uint64
 	// pre holds the entries of the dirty slots, encoded in slot order by encodeDirty (per entry
@@ -142,16 +147,26 @@ type segKey struct {
 var segSpareBytes = 1 << 20
 
 // begin prepares the cache for a write of the state at index state, of a capture of n slots, by a writer
-// whose last complete write (the base of a delta) was of epoch since (0 for none). It reports whether
-// sizes are those of that write, which a delta of the state needs.
-func (c *segCache) begin(state, n int, since uint32) bool {
+// whose last complete write (the base of a delta) was of epoch since (0 for none), asked for a delta or
+// not (a writer asked for one keeps the sizes of its write, which the next delta needs). It reports
+// whether sizes are those of the write of epoch since.
+func (c *segCache) begin(state, n int, since uint32, delta bool) bool {
 	ok := since != 0 && c.state == state && c.sizesAt == since
 	if c.state != state {
 		c.data, c.list, c.dataAt = c.data[:0], c.list[:0], 0
 		c.state = state
 	}
-	if len(c.sizes) < n {
-		c.sizes = append(c.sizes, make([]int32, n-len(c.sizes))...)
+	if delta {
+		if len(c.sizes) < n {
+			c.sizes = append(c.sizes, make([]int32, n-len(c.sizes))...)
+		}
+		if c.sizesInList {
+			clear(c.sizes)
+			for _, e := range c.list {
+				c.sizes[e.slot] = int32(e.n)
+			}
+			c.sizesInList = false
+		}
 	}
 	c.sizesAt, c.caching, c.encoded = 0, false, false
 	return ok
@@ -197,39 +212,49 @@ func (c *segCache) markChanged(changed []uint32, since uint32, n int) {
 // isDirty reports whether markChanged marked slot.
 func (c *segCache) isDirty(slot int) bool { return c.dirty[slot>>6]&(1<<(slot&63)) != 0 }
 
-// reuse is called for each key of a full write that can reuse the data, in the canonical order, with the
-// generations of the capture's slots. If the key is in the data and unchanged since, it adds the key's
-// bytes to the pending run (written by flushRun before anything else is written) and returns how many
-// they are; otherwise the caller encodes the key (and stores it).
-func (c *segCache) reuse(slot int32, gen uint32, gens []uint32, sw *snapWriter) (int, bool, error) {
-	for c.cur < len(c.list) {
-		e := &c.list[c.cur]
-		if e.slot == slot && e.gen == gen {
-			c.cur++
-			from := c.at
-			c.at += int(e.n)
-			if c.isDirty(int(slot)) {
-				return 0, false, nil // changed since
+// reuseRun is called in a full write that can reuse the data, with the rest of one key group's keys in the
+// canonical order and the generations of the capture's slots. While the next key is in the data and
+// unchanged since, it adds the key's bytes to the pending run (written by flushRun before anything else
+// is written; sizes, unless nil, gets their size). It returns how many keys it took so and their bytes;
+// the key after them, if any, the caller encodes (and stores). Most keys of a write are unchanged: a
+// loop here costs less than a call per key.
+func (c *segCache) reuseRun(keys []heapKey, gens []uint32, sizes []int32, sw *snapWriter) (taken int, bytes int64, err error) {
+	list, cur, at := c.list, c.cur, c.at
+	next := grown(c.nextList, len(keys))
+	for taken < len(keys) && cur < len(list) {
+		k, e := &keys[taken], list[cur]
+		if e.slot != k.slot || e.gen != k.gen {
+			if holds(gens, e.slot, e.gen) {
+				break // a live key further on: this one is not in the data
 			}
-			if from != c.runTo {
-				if err := c.flushRun(sw); err != nil {
-					return 0, false, err
-				}
-				c.runFrom, c.runTo = from, from
+			cur++ // the key went
+			at += int(e.n)
+			continue
+		}
+		cur++
+		from := at
+		at += int(e.n)
+		if c.isDirty(int(k.slot)) {
+			break // changed since
+		}
+		if from != c.runTo {
+			if err = c.flushRun(sw); err != nil {
+				break
 			}
-			c.runTo += int(e.n)
-			c.runCount += int(e.count)
-			c.reused++
-			c.nextList = append(grown(c.nextList, 1), *e)
-			return int(e.n), true, nil
+			c.runFrom, c.runTo = from, from
 		}
-		if holds(gens, e.slot, e.gen) {
-			return 0, false, nil // a live key further on: this one is not in the data
+		c.runTo += int(e.n)
+		c.runCount += int(e.count)
+		next = append(next, e)
+		if sizes != nil {
+			sizes[k.slot] = int32(e.n)
 		}
-		c.cur++ // the key went
-		c.at += int(e.n)
+		bytes += int64(e.n)
+		taken++
 	}
-	return 0, false, nil
+	c.cur, c.at, c.nextList = cur, at, next
+	c.reused += taken
+	return taken, bytes, err
 }
 
 // flushRun writes the pending run to the snapshot and the next data.
@@ -275,12 +300,19 @@ func grown[T any](s []T, n int) []T {
 	return g
 }
 
-// finish records that the write of a capture of epoch completed. A full write's data becomes the cache's
+// finish records that the write of a capture of epoch completed, sized if it kept the sizes of its keys
+// (else they are in the data's list, or unknown if it took none). A full write's data becomes the cache's
 // (the previous data's memory is kept for the next, unless it is far larger); a delta of the state leaves
 // the data as it was, which later full writes still find right (each key's epoch tells whether its bytes
 // hold).
-func (c *segCache) finish(epoch uint32, full bool) {
-	c.sizesAt = epoch
+func (c *segCache) finish(epoch uint32, full, sized bool) {
+	c.sizesAt, c.sizesInList = epoch, false
+	if !sized {
+		c.sizesAt, c.sizesInList = 0, full && c.caching
+		if c.sizesInList {
+			c.sizesAt = epoch
+		}
+	}
 	// The dirty keys' encoded entries keep their memory for the next write, unless they took more than
 	// the whole data (a write that changed every key, with room to spare).
 	data := len(c.data)
