@@ -630,6 +630,7 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 			p.onlyChanged()
 		}
 		if h.states[si].delta || reusing[si] {
+			sc.markNone(c, len(gens))
 			if err := sc.encodeDirty(c, len(gens), order, arena, si, c.kind().hasMapKey()); err != nil {
 				return 0, err
 			}
@@ -703,7 +704,10 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 					continue // unchanged since the base: the delta leaves it out
 				}
 				mark, count := len(sw.buf), sw.count
-				if (isDelta || reuse) && sc.encoded && sc.isDirty(slot) {
+				switch {
+				case (isDelta || reuse) && sc.isNone(slot):
+					// It holds nothing now.
+				case (isDelta || reuse) && sc.encoded && sc.isDirty(slot):
 					b, entries, err := sc.encodedEntries(slot)
 					if err != nil {
 						return 0, err
@@ -711,7 +715,7 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 					if err := sw.encoded(b, entries); err != nil {
 						return 0, err
 					}
-				} else {
+				default:
 					out.hk, out.keyKnown = &order[i], false
 					if err := c.entries(slot, out); err != nil {
 						return 0, err
@@ -1277,6 +1281,8 @@ func (c *listCapture[V]) kind() kind { return kindList }
 
 func (c *listCapture[V]) changedEpochs() []uint32 { return c.epochs }
 
+func (c *listCapture[V]) holdsNothing(slot int) bool { return slot >= len(c.lists) || len(c.lists[slot]) == 0 }
+
 func (c *listCapture[V]) segments() *segCache { return c.sc }
 
 func (c *listCapture[V]) entries(slot int, out *slotEmitter) error {
@@ -1483,6 +1489,8 @@ type entrySpan struct{ k0, k1, v1 int }
 func (c *mapCapture[MK, MV]) kind() kind { return kindMap }
 
 func (c *mapCapture[MK, MV]) changedEpochs() []uint32 { return c.epochs }
+
+func (c *mapCapture[MK, MV]) holdsNothing(slot int) bool { return slot >= len(c.maps) || c.maps[slot] == nil }
 
 func (c *mapCapture[MK, MV]) segments() *segCache { return c.sc }
 

@@ -78,6 +78,15 @@ type changedOnly interface {
 	onlyChanged()
 }
 
+// emptiable is a cached capture that can tell a slot that holds no entries from its own per-slot table
+// (a nil map, an empty list, no timers), without reading the slot's objects. markNone asks it for each
+// dirty slot, in slot order, so that the walk in key order, which would read each one at random, need
+// not: once every window fired, every key is dirty and holds nothing.
+type emptiable interface {
+	// holdsNothing reports whether slot surely holds no entries in the capture (false if it may).
+	holdsNothing(slot int) bool
+}
+
 // segCache holds the bytes of one state's entries in the last full write, key by key.
 type segCache struct {
 	// state is the index of the state in the snapshots the data was written for: an entry holds it, so
@@ -114,8 +123,9 @@ type segCache struct {
 	// checkpoints never reads them, and writing them cost a store per key at random (by slot) in every
 	// write; the first delta after such a write sets them from the list (begin).
 	sizesInList bool
-	// dirty marks the slots whose entries changed after an epoch (markChanged).
-	dirty []uint64
+	// dirty marks the slots whose entries changed after an epoch (markChanged); none those of them that
+	// hold nothing now (markNone).
+	dirty, none []uint64
 	// pre holds the entries of the dirty slots, encoded in slot order by encodeDirty (per entry
 	// uvarint(len(map key)) ‖ map key ‖ uvarint(len(value)) ‖ value); preEnds[r] is where those of the
 	// r-th dirty slot end (preEnds[-1] being 0), and ranks[w] counts the dirty slots before word w of dirty.
@@ -208,6 +218,27 @@ func (c *segCache) markChanged(changed []uint32, since uint32, n int) {
 		}
 	}
 }
+
+// markNone sets none to the dirty slots of [0, n) that capt (if emptiable) tells hold nothing.
+func (c *segCache) markNone(capt heapCapture, n int) {
+	words := (n + 63) / 64
+	c.none = slices.Grow(c.none[:0], words)[:words]
+	clear(c.none)
+	e, ok := capt.(emptiable)
+	if !ok {
+		return
+	}
+	for w, word := range c.dirty[:words] {
+		for ; word != 0; word &= word - 1 {
+			if slot := w<<6 + bits.TrailingZeros64(word); e.holdsNothing(slot) {
+				c.none[w] |= 1 << (slot & 63)
+			}
+		}
+	}
+}
+
+// isNone reports whether markNone marked slot.
+func (c *segCache) isNone(slot int) bool { return c.none[slot>>6]&(1<<(slot&63)) != 0 }
 
 // isDirty reports whether markChanged marked slot.
 func (c *segCache) isDirty(slot int) bool { return c.dirty[slot>>6]&(1<<(slot&63)) != 0 }
@@ -351,8 +382,8 @@ func (c *segCache) finish(epoch uint32, full, sized bool) {
 func (c *segCache) encodeDirty(capt heapCapture, n int, order []heapKey, arena []byte, state int, isMap bool) error {
 	words := (n + 63) / 64
 	count := 0
-	for _, word := range c.dirty[:words] {
-		count += bits.OnesCount64(word)
+	for w, word := range c.dirty[:words] {
+		count += bits.OnesCount64(word &^ c.none[w])
 	}
 	if c.encoded = 2*count <= len(order); !c.encoded {
 		return nil
@@ -363,7 +394,7 @@ func (c *segCache) encodeDirty(capt heapCapture, n int, order []heapKey, arena [
 	dirty := int32(0)
 	for w, word := range c.dirty[:words] {
 		c.ranks[w] = dirty
-		for ; word != 0; word &= word - 1 {
+		for word &^= c.none[w]; word != 0; word &= word - 1 {
 			slot := w<<6 + bits.TrailingZeros64(word)
 			if err := capt.entries(slot, rec); err != nil {
 				return err
@@ -380,10 +411,10 @@ func (c *segCache) encodeDirty(capt heapCapture, n int, order []heapKey, arena [
 	c.nextDirty = 0
 	for i := range order {
 		slot := int(order[i].slot)
-		if slot >= n || !c.isDirty(slot) {
+		if slot >= n || !c.isDirty(slot) || c.isNone(slot) {
 			continue
 		}
-		r := int(c.ranks[slot>>6]) + bits.OnesCount64(c.dirty[slot>>6]&(1<<(slot&63)-1))
+		r := int(c.ranks[slot>>6]) + bits.OnesCount64(c.dirty[slot>>6]&^c.none[slot>>6]&(1<<(slot&63)-1))
 		from := 0
 		if r > 0 {
 			from = c.preEnds[r-1]

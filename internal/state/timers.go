@@ -309,6 +309,13 @@ func (c *timersCapture) segments() *segCache { return c.sc }
 
 func (c *timersCapture) onlyChanged() { c.changedOnly = true }
 
+func (c *timersCapture) holdsNothing(slot int) bool {
+	if c.start == nil {
+		c.group()
+	}
+	return slot >= c.slots || c.start[slot] == c.start[slot+1]
+}
+
 // group fills by and start, with the timers of every slot or, after onlyChanged, of the slots marked
 // dirty (a write that copies or leaves out the timers of unchanged slots asks for few: grouping all would
 // cost the most).
