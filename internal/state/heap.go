@@ -1281,7 +1281,9 @@ func (c *listCapture[V]) kind() kind { return kindList }
 
 func (c *listCapture[V]) changedEpochs() []uint32 { return c.epochs }
 
-func (c *listCapture[V]) holdsNothing(slot int) bool { return slot >= len(c.lists) || len(c.lists[slot]) == 0 }
+func (c *listCapture[V]) holdsNothing(slot int) bool {
+	return slot >= len(c.lists) || len(c.lists[slot]) == 0
+}
 
 func (c *listCapture[V]) segments() *segCache { return c.sc }
 
@@ -1490,7 +1492,9 @@ func (c *mapCapture[MK, MV]) kind() kind { return kindMap }
 
 func (c *mapCapture[MK, MV]) changedEpochs() []uint32 { return c.epochs }
 
-func (c *mapCapture[MK, MV]) holdsNothing(slot int) bool { return slot >= len(c.maps) || c.maps[slot] == nil }
+func (c *mapCapture[MK, MV]) holdsNothing(slot int) bool {
+	return slot >= len(c.maps) || c.maps[slot] == nil
+}
 
 func (c *mapCapture[MK, MV]) segments() *segCache { return c.sc }
 
