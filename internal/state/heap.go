@@ -195,15 +195,28 @@ type slotEmitter struct {
 	arena    []byte
 	keyKnown bool
 	isMap    bool
-	// rec, when set, receives the entries instead of sw: encodeDirty records a slot's map keys and values
-	// in its segment cache, and writes them with the key in key order next.
-	rec *segCache
+	// rec, when set, receives the entries instead of sw: encodeDirty records those of slot in its segment
+	// cache's pre, with the key keyOf encodes, and counts them.
+	rec   *segCache
+	slot  int
+	keyOf func(slot int) ([]byte, int, error)
+	count int32
 }
 
 // emit writes one entry of the current key.
 func (e *slotEmitter) emit(mapKey, value []byte) error {
 	if e.rec != nil {
-		e.rec.pre = appendEncoded(e.rec.pre, mapKey, value)
+		if !e.keyKnown {
+			key, kg, err := e.keyOf(e.slot)
+			if err != nil {
+				return err
+			}
+			e.key, e.kg, e.keyKnown = key, kg, true
+		}
+		c := e.rec
+		c.pre = grown(c.pre, 3+3*binary.MaxVarintLen64+len(e.key)+len(mapKey)+len(value))
+		c.pre = appendEntry(c.pre, e.kg, e.state, e.key, e.isMap, mapKey, value)
+		e.count++
 		return nil
 	}
 	if !e.keyKnown {
@@ -606,6 +619,14 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 	// known marks the whole states of a delta whose base's bytes are known (superseded counts them);
 	// reusing the whole states that copy the bytes of unchanged keys from their segment cache.
 	known, reusing := make([]bool, len(caps)), make([]bool, len(caps))
+	var keyBuf []byte
+	keyOf := func(slot int) ([]byte, int, error) {
+		var err error
+		if keyBuf, err = kc.Append(keyBuf[:0], keys[slot]); err != nil {
+			return nil, 0, fmt.Errorf("snapshot keyed state: encode key %v: %w", keys[slot], err)
+		}
+		return keyBuf, KeyGroup(keyBuf, maxP), nil
+	}
 	for si, c := range caps {
 		cc, ok := c.(cachedCapture)
 		if !ok || h.states[si].flags&flagTTL != 0 || encodeAll {
@@ -631,7 +652,7 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 		}
 		if h.states[si].delta || reusing[si] {
 			sc.markNone(c, len(gens))
-			if err := sc.encodeDirty(c, len(gens), order, arena, si, c.kind().hasMapKey()); err != nil {
+			if err := sc.encodeDirty(c, len(gens), order, si, c.kind().hasMapKey(), keyOf); err != nil {
 				return 0, err
 			}
 		}

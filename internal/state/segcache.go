@@ -1,7 +1,6 @@
 package state
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math"
 	"math/bits"
@@ -126,12 +125,13 @@ type segCache struct {
 	// dirty marks the slots whose entries changed after an epoch (markChanged); none those of them that
 	// hold nothing now (markNone).
 	dirty, none []uint64
-	// pre holds the entries of the dirty slots, encoded in slot order by encodeDirty (per entry
-	// uvarint(len(map key)) ‖ map key ‖ uvarint(len(value)) ‖ value); preEnds[r] is where those of the
-	// r-th dirty slot end (preEnds[-1] being 0), and ranks[w] counts the dirty slots before word w of dirty.
-	pre     []byte
-	preEnds []int
-	ranks   []int32
+	// pre holds the entries of the dirty slots, encoded in slot order by encodeDirty as the snapshot's
+	// entries; preEnds[r] is where those of the r-th dirty slot (none left out) end (preEnds[-1] being 0),
+	// preCounts[r] how many they are, and ranks[w] counts the dirty slots before word w of dirty.
+	pre       []byte
+	preEnds   []int
+	preCounts []int32
+	ranks     []int32
 	// inOrder holds the same entries in key order as the snapshot's entries, the i-th dirty key's ending
 	// at inOrderEnds[i], inOrderCounts[i] of them, its slot inOrderSlots[i]; nextDirty is the next the
 	// walk asks for.
@@ -351,7 +351,7 @@ func (c *segCache) finish(epoch uint32, full, sized bool) {
 		data = len(c.next) // the data from now on
 	}
 	if limit := data + segSpareBytes; cap(c.pre) > limit || cap(c.inOrder) > limit {
-		c.pre, c.preEnds, c.inOrder, c.inOrderEnds, c.inOrderSlots, c.inOrderCounts = nil, nil, nil, nil, nil, nil
+		c.pre, c.preEnds, c.preCounts, c.inOrder, c.inOrderEnds, c.inOrderSlots, c.inOrderCounts = nil, nil, nil, nil, nil, nil, nil
 	}
 	if !full || !c.caching {
 		c.caching = false
@@ -368,18 +368,19 @@ func (c *segCache) finish(epoch uint32, full, sized bool) {
 
 // encodeDirty encodes the entries of c's dirty slots (of a capture of n slots), as entries of the
 // state at index state (isMap: its kind has map keys), before a write that encodes only those walks its
-// keys (order, whose bytes are in arena) in key order. The walk meets the slots at random, and a slot's
-// entries lie in objects of their own (a map, a list) made about when the slot was: read in slot order
-// they are read about in the order they lie in memory, where in key order nearly every one of them was a
-// cache miss. So the entries are encoded in slot order into pre first, then written as the snapshot's
-// entries, with their key and key group, in key order into inOrder by a loop that does nothing else, whose
-// reads at random the processor overlaps (in the walk, with all its work between two of them, it could
-// not); the walk copies each key's from inOrder, in sequence (encodedEntries).
+// keys (order) in key order. The walk meets the slots at random, and a slot's entries lie in objects of
+// their own (a map, a list) made about when the slot was: read in slot order they are read about in the
+// order they lie in memory, where in key order nearly every one of them was a cache miss. So the entries
+// are encoded in slot order into pre first, as the snapshot's entries, with the key and its key group
+// (keyOf encodes a slot's key, from the capture's keys, read in slot order too); then a loop over the key
+// order that does nothing else copies each dirty key's into key order into inOrder, one copy a key, so
+// that the processor overlaps its reads at random (in the walk, with all its work between two of them, it
+// could not); the walk copies each key's from inOrder, in sequence (encodedEntries).
 //
 // When more than half the keys are dirty, it leaves them to the walk (encoded is false): encoding them twice
 // over and copying them twice more then costs more than the misses it saves (a write that changes every key
 // took a third longer).
-func (c *segCache) encodeDirty(capt heapCapture, n int, order []heapKey, arena []byte, state int, isMap bool) error {
+func (c *segCache) encodeDirty(capt heapCapture, n int, order []heapKey, state int, isMap bool, keyOf func(slot int) ([]byte, int, error)) error {
 	words := (n + 63) / 64
 	count := 0
 	for w, word := range c.dirty[:words] {
@@ -389,22 +390,23 @@ func (c *segCache) encodeDirty(capt heapCapture, n int, order []heapKey, arena [
 		return nil
 	}
 	c.pre, c.preEnds = c.pre[:0], slices.Grow(c.preEnds[:0], count)
+	c.preCounts = slices.Grow(c.preCounts[:0], count)
 	c.ranks = slices.Grow(c.ranks[:0], words)[:words]
-	rec := &slotEmitter{rec: c}
+	rec := &slotEmitter{rec: c, state: state, isMap: isMap, keyOf: keyOf}
 	dirty := int32(0)
 	for w, word := range c.dirty[:words] {
 		c.ranks[w] = dirty
 		for word &^= c.none[w]; word != 0; word &= word - 1 {
-			slot := w<<6 + bits.TrailingZeros64(word)
-			if err := capt.entries(slot, rec); err != nil {
+			rec.slot, rec.keyKnown, rec.count = w<<6+bits.TrailingZeros64(word), false, 0
+			if err := capt.entries(rec.slot, rec); err != nil {
 				return err
 			}
 			c.preEnds = append(c.preEnds, len(c.pre))
+			c.preCounts = append(c.preCounts, rec.count)
 			dirty++
 		}
 	}
-	// Room for the entries, with about as many bytes of keys as the key order's keys take and a header.
-	c.inOrder = grown(c.inOrder[:0], len(c.pre)+count*(8+len(arena)/max(len(order), 1)))
+	c.inOrder = grown(c.inOrder[:0], len(c.pre))
 	c.inOrderEnds = slices.Grow(c.inOrderEnds[:0], count)
 	c.inOrderSlots = slices.Grow(c.inOrderSlots[:0], count)
 	c.inOrderCounts = slices.Grow(c.inOrderCounts[:0], count)
@@ -419,17 +421,10 @@ func (c *segCache) encodeDirty(capt heapCapture, n int, order []heapKey, arena [
 		if r > 0 {
 			from = c.preEnds[r-1]
 		}
-		key, kg, entries := order[i].key(arena), int(order[i].kg), int32(0)
-		for b := c.pre[from:c.preEnds[r]]; len(b) > 0; entries++ {
-			mapKey, rest := decodeEncoded(b)
-			value, rest := decodeEncoded(rest)
-			c.inOrder = grown(c.inOrder, 3+3*binary.MaxVarintLen64+len(key)+len(mapKey)+len(value))
-			c.inOrder = appendEntry(c.inOrder, kg, state, key, isMap, mapKey, value)
-			b = rest
-		}
+		c.inOrder = append(c.inOrder, c.pre[from:c.preEnds[r]]...)
 		c.inOrderEnds = append(c.inOrderEnds, len(c.inOrder))
 		c.inOrderSlots = append(c.inOrderSlots, int32(slot))
-		c.inOrderCounts = append(c.inOrderCounts, entries)
+		c.inOrderCounts = append(c.inOrderCounts, c.preCounts[r])
 	}
 	return nil
 }
@@ -447,20 +442,4 @@ func (c *segCache) encodedEntries(slot int) ([]byte, int, error) {
 		from = c.inOrderEnds[i-1]
 	}
 	return c.inOrder[from:c.inOrderEnds[i]], int(c.inOrderCounts[i]), nil
-}
-
-// appendEncoded appends one entry to pre: uvarint(len(mapKey)) ‖ mapKey ‖ uvarint(len(value)) ‖ value.
-func appendEncoded(pre, mapKey, value []byte) []byte {
-	pre = grown(pre, 2*binary.MaxVarintLen64+len(mapKey)+len(value))
-	pre = binary.AppendUvarint(pre, uint64(len(mapKey)))
-	pre = append(pre, mapKey...)
-	pre = binary.AppendUvarint(pre, uint64(len(value)))
-	return append(pre, value...)
-}
-
-// decodeEncoded returns the first length-prefixed bytes of b (which appendEncoded wrote) and the rest.
-func decodeEncoded(b []byte) ([]byte, []byte) {
-	n, ln := binary.Uvarint(b)
-	b = b[ln:]
-	return b[:n], b[n:]
 }
