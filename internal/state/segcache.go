@@ -33,12 +33,17 @@ import (
 // order: a key under the cursor that no longer lives is passed over, one that lives comes further on, so
 // the key being written is new), tests a bit per key, and copies the bytes of consecutive unchanged keys,
 // which lie one after the other in the data, as one run: the list and the data are read in sequence, and
-// there is a copy per run, not per key. The keys it encodes (a delta's too), when at most half the keys
-// are, are not encoded in the walk: met in key order, their slots come at random, and each one's map or
-// list, an object of its own, was a cache miss or several. encodeDirty encodes them in slot order first,
-// which reads those objects about in the order they were made and lie in memory, then writes them with
-// their keys into key order in a loop that does nothing else, so that the processor overlaps its random
-// reads; the walk copies them in sequence. The write builds the next data and list from the runs it
+// there is a copy per run, not per key (reuseRun takes a run's keys in one loop, not a call per key).
+// Dirty keys that hold nothing now (once every window fired, every key) are told in slot order too, from
+// their states' per-slot tables (markNone), and written without reading anything of theirs. The keys it
+// encodes (a delta's too), when at most half the keys are, are not encoded in the walk: met in key order,
+// their slots come at random, and each one's map or list, an object of its own, was a cache miss or
+// several. encodeDirty encodes them in slot order first, as whole entries (with the key and its key
+// group, encoded from the capture's keys, also in slot order), which reads those objects about in the
+// order they were made and lie in memory, then copies them into key order in a loop that does nothing
+// else, so that the processor overlaps its random reads; the walk copies them in sequence (reading them
+// from the slot-order buffer at random in the walk instead cost q5's growing state a sixth more). The
+// write builds the next data and list from the runs it
 // copied and the keys it encoded, and takes them only if it completes, so a write that fails halfway
 // leaves the last ones as they were; captures written out of order find the data too new (E > F) and
 // encode.
@@ -48,7 +53,10 @@ import (
 // next full write, which checks each key's epoch against the data's). What a delta needs instead is, per
 // slot, the size of the key's entries in the base (sizes): a key that held entries there and holds none
 // now gets a deletion, and the sizes are what the delta supersedes. Every complete write, full or delta,
-// leaves the sizes of its own capture.
+// leaves the sizes of its own capture: a writer asked for a delta (even one that writes a full snapshot,
+// having nothing to build on) writes them per slot as it goes; a full writer not asked for one leaves them
+// in its list (each key's size), and the first delta after it sets them per slot from the list. A job
+// without incremental checkpoints never needs them, and writing them cost a store per key, at random.
 //
 // TTL states are not cached (the writer drops expired entries, which depends on the time of the
 // snapshot), nor are value states (a value is one entry, encoded about as fast as it is copied) nor the

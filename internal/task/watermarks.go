@@ -179,10 +179,11 @@ func (r *run) applyValve(res watermark.Result) error {
 	}
 	if res.Advanced {
 		r.t.counters.Watermark = int64(res.Watermark)
+		began := r.beforeWork()
 		if err := r.chain.ProcessWatermark(int64(res.Watermark)); err != nil {
 			return err
 		}
-		r.checkOutput()
+		r.checkOutput(began)
 	}
 	if res.StatusChanged && res.Status == watermark.Idle {
 		et.idleOut = true
@@ -239,10 +240,11 @@ func (r *run) onTimer() error {
 		now = r.stepped.ms.Load()
 	}
 	r.record(determinants.Entry{Kind: determinants.Timers, Value: now})
+	began := r.beforeWork()
 	if err := r.chain.OnProcessingTime(now); err != nil {
 		return err
 	}
-	r.checkOutput()
+	r.checkOutput(began)
 	r.rearm()
 	return nil
 }
