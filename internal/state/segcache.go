@@ -181,6 +181,10 @@ func (c *segCache) begin(state, n int, since uint32, delta bool) bool {
 		if c.sizesInList {
 			clear(c.sizes)
 			for _, e := range c.list {
+				if int(e.slot) >= len(c.sizes) {
+					// The list's write was of a capture with more slots (this one is older).
+					c.sizes = append(c.sizes, make([]int32, int(e.slot)+1-len(c.sizes))...)
+				}
 				c.sizes[e.slot] = int32(e.n)
 			}
 			c.sizesInList = false

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -294,5 +295,25 @@ func TestSegmentsFollowTheLiveKeys(t *testing.T) {
 	}
 	if held := cap(sc.data) + cap(sc.next); held > 4*len(sc.data) {
 		t.Fatalf("%d bytes held for %d bytes of data", held, len(sc.data))
+	}
+}
+
+// TestSizesFromTheList pins how a delta finds the sizes a full write not asked for one left in its list:
+// set per slot from the list, also for slots past the capture's (a list of a newer capture, with more
+// slots, than the one written next), and only once.
+func TestSizesFromTheList(t *testing.T) {
+	c := &segCache{}
+	c.begin(0, 4, 0, false)
+	// What a full write builds: its list becomes the cache's when it finishes.
+	c.nextList, c.caching = []segKey{{slot: 1, gen: 1, n: 7, count: 1}, {slot: 5, gen: 1, n: 9, count: 2}}, true
+	c.finish(3, true, false)
+	if !c.sizesInList || c.sizesAt != 3 {
+		t.Fatalf("after a full write not asked for a delta: sizes in the list %v, of epoch %d", c.sizesInList, c.sizesAt)
+	}
+	if ok := c.begin(0, 4, 3, true); !ok {
+		t.Fatal("a delta on the full write finds its sizes unknown")
+	}
+	if want := []int32{0, 7, 0, 0, 0, 9}; !slices.Equal(c.sizes, want) || c.sizesInList {
+		t.Fatalf("sizes %v (in the list %v), want %v from the list", c.sizes, c.sizesInList, want)
 	}
 }
