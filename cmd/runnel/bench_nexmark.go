@@ -108,7 +108,7 @@ With --rate R --duration D the stream is unbounded at R events/s for D, and the 
 					return usageError(fmt.Errorf("invalid --memprofile: %w", err))
 				}
 				defer f.Close()
-				// Deferred before the runs start, so that it runs after them (and after the CPU profile stops).
+				// Deferred before the runs start, so that it is written after them.
 				defer func() {
 					if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
 						fmt.Fprintf(cmd.ErrOrStderr(), "--memprofile: %v\n", err)
