@@ -662,15 +662,12 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 	sw.deletes, sw.delKeys = ord.deletes[:0], ord.delKeys[:0]
 	defer func() { ord.deletes, ord.delKeys = sw.deletes[:0], sw.delKeys[:0] }()
 	// The keys that went since the last write held nothing in any state by then; a delta deletes those
-	// that held entries in the base.
+	// that held entries in the base. (A write not asked for a delta keeps no sizes: its list has them.)
 	for si, cc := range cached {
-		if cc == nil {
+		if cc == nil || !asked {
 			continue
 		}
 		sc := cc.segments()
-		if !asked {
-			continue // the sizes of this write are its list's
-		}
 		for _, k := range ord.gone {
 			if int(k.slot) >= len(sc.sizes) || sc.sizes[k.slot] == 0 {
 				continue
@@ -697,9 +694,8 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 				sc = cc.segments()
 			}
 			isDelta, reuse := h.states[si].delta, reusing[si]
-			sized := sc != nil && asked
-			var sizes []int32
-			if sized {
+			var sizes []int32 // the sizes this write keeps, if any
+			if sc != nil && asked {
 				sizes = sc.sizes
 			}
 			for i := lo; i < hi; i++ {
@@ -754,8 +750,8 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 					superseded += int64(n)
 				}
 				if sc != nil {
-					if sized {
-						sc.sizes[slot] = int32(n)
+					if sizes != nil {
+						sizes[slot] = int32(n)
 					}
 					if !isDelta && sw.err == nil {
 						sc.store(k.slot, k.gen, sw.buf[mark:], int(sw.count-count))

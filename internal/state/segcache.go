@@ -349,12 +349,13 @@ func grown[T any](s []T, n int) []T {
 // the data as it was, which later full writes still find right (each key's epoch tells whether its bytes
 // hold).
 func (c *segCache) finish(epoch uint32, full, sized bool) {
-	c.sizesAt, c.sizesInList = epoch, false
-	if !sized {
-		c.sizesAt, c.sizesInList = 0, full && c.caching
-		if c.sizesInList {
-			c.sizesAt = epoch
-		}
+	switch {
+	case sized:
+		c.sizesAt, c.sizesInList = epoch, false
+	case full && c.caching:
+		c.sizesAt, c.sizesInList = epoch, true // in the list this write takes
+	default:
+		c.sizesAt, c.sizesInList = 0, false // unknown
 	}
 	// The dirty keys' encoded entries keep their memory for the next write, unless they took more than
 	// the whole data (a write that changed every key, with room to spare).
