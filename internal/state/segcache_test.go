@@ -317,3 +317,74 @@ func TestSizesFromTheList(t *testing.T) {
 		t.Fatalf("sizes %v (in the list %v), want %v from the list", c.sizes, c.sizesInList, want)
 	}
 }
+
+// TestSegmentCacheReusesAroundGoneAndNewKeys pins how much a full write reuses when keys went and new ones
+// came since the last: every key left unchanged, whether the keys next to it in the order went or are
+// new. (A miss costs no correctness, the key is encoded instead, so the snapshot tests cannot see it.)
+// Each case takes a second write too, after the first wrote with the keys of the last one gone.
+func TestSegmentCacheReusesAroundGoneAndNewKeys(t *testing.T) {
+	for _, tc := range []struct {
+		name                 string
+		goEvery, changeEvery int64 // of the first 1000 keys, those that go and those that change
+		added                int64 // new keys
+	}{
+		{name: "new keys only", added: 300},
+		{name: "keys gone only", goEvery: 3},
+		{name: "gone and new", goEvery: 4, added: 200},
+		{name: "gone, changed and new", goEvery: 5, changeEvery: 7, added: 500},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			kb, err := NewHeap[int64](Options[int64]{MaxParallelism: 16, KeyGroupEnd: 15})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer kb.Close()
+			m, err := NewMap[int64, int64](kb, "m", nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			write := func(id int64) {
+				t.Helper()
+				w, err := kb.Snapshot(id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := w(io.Discard); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for k := range int64(1000) {
+				kb.SetCurrentKey(k)
+				m.Put(k, k)
+			}
+			write(1)
+			sc := m.(*heapMap[int64, int64]).sc
+			want := 0
+			for k := range int64(1000) {
+				kb.SetCurrentKey(k)
+				switch {
+				case tc.goEvery > 0 && k%tc.goEvery == 0:
+					m.Clear()
+				case tc.changeEvery > 0 && k%tc.changeEvery == 0:
+					m.Put(k, -k)
+				default:
+					want++
+				}
+			}
+			for k := range tc.added {
+				kb.SetCurrentKey(1_000_000 + k*31)
+				m.Put(k, k)
+			}
+			before := sc.reused
+			write(2)
+			if got := sc.reused - before; got != want {
+				t.Errorf("the first write reused %d keys, want %d", got, want)
+			}
+			before = sc.reused
+			write(3) // every key unchanged since the last write (a cleared key's slot, not yet freed, too)
+			if got, live := sc.reused-before, len(heapOf(t, kb).order.order); got != live {
+				t.Errorf("the second write reused %d keys, want all %d", got, live)
+			}
+		})
+	}
+}
