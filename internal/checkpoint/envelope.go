@@ -104,18 +104,29 @@ func open(key string, magic [4]byte, obj []byte) ([]byte, uint32, error) {
 // storing it seals it in place, without copying the payload. Its memory may be reused for the next blob.
 type Blob struct {
 	b []byte
+	// last is the length of the blob whose memory this one took (0 for none).
+	last int
 }
 
-// NewBlob starts an empty blob in reuse's memory (nil: new memory), which Memory returned. The new blob
-// is expected to be about as large as the one that held the memory, or somewhat larger (a task's state
-// grows from one checkpoint to the next): room for a quarter more is made at once, so that the payload is
-// not copied into memory twice its size each time it outgrows the last one.
-func NewBlob(reuse []byte) *Blob {
-	if want := len(reuse) + len(reuse)/4; cap(reuse) < want {
-		reuse = make([]byte, 0, want)
+// BlobMemory is the memory a blob leaves for the next one (Blob.Memory): its bytes, and how much the blob
+// grew over the one whose memory it took. The zero value is no memory.
+type BlobMemory struct {
+	b    []byte
+	grew int
+}
+
+// NewBlob starts an empty blob in reuse's memory (the zero BlobMemory: new memory). The new blob is
+// expected to be about as large as the one that left the memory, or larger by about as much as that one
+// grew (a task's state grows from one checkpoint to the next, q5's by the same amount each time): room
+// for a quarter more, or for twice the last growth (at most as much again), is made at once, so that the
+// payload is not copied into memory twice its size as it outgrows the last one.
+func NewBlob(reuse BlobMemory) *Blob {
+	n := len(reuse.b)
+	if want := n + max(n/4, min(2*reuse.grew, n)); cap(reuse.b) < want {
+		reuse.b = make([]byte, 0, want)
 	}
 	var hdr [envelopeHeader]byte
-	return &Blob{b: append(reuse[:0], hdr[:]...)}
+	return &Blob{b: append(reuse.b[:0], hdr[:]...), last: n}
 }
 
 // Write appends p to the payload. A blob that outgrows its memory doubles it, so that a state that grew
@@ -149,9 +160,9 @@ func (b *Blob) Len() int { return len(b.b) - envelopeHeader }
 // Payload returns the payload written so far; writing into it changes the blob.
 func (b *Blob) Payload() []byte { return b.b[envelopeHeader:] }
 
-// Memory returns the blob's memory for a later NewBlob, as long as the blob (which tells NewBlob how
-// large the next one may be); the blob must not be used after.
-func (b *Blob) Memory() []byte { return b.b }
+// Memory returns the blob's memory for a later NewBlob, with the blob's length and growth (which tell
+// NewBlob how large the next one may be); the blob must not be used after.
+func (b *Blob) Memory() BlobMemory { return BlobMemory{b: b.b, grew: max(len(b.b)-b.last, 0)} }
 
 // sealInPlace turns b into a stored object, as seal would, and returns it and its checksum.
 func sealInPlace(magic [4]byte, b *Blob) ([]byte, uint32) {

@@ -30,7 +30,7 @@ func TestPiecewiseChecksumAndCopy(t *testing.T) {
 // payload when it grows a little past the last one's size, as a task's state does from checkpoint to
 // checkpoint.
 func TestBlobMemoryLeavesRoomToGrow(t *testing.T) {
-	var mem []byte
+	var mem BlobMemory
 	for round := range 5 {
 		size := 100_000 + round*10_000 // a tenth more, then less
 		b := NewBlob(mem)
@@ -52,7 +52,7 @@ func TestBlobMemoryLeavesRoomToGrow(t *testing.T) {
 // larger than a copy's piece too, and moves its payload once each time it doubles, not at every quarter
 // it adds.
 func TestBlobGrowsByDoubling(t *testing.T) {
-	b := NewBlob(make([]byte, 0, 64<<10))
+	b := NewBlob(BlobMemory{b: make([]byte, 0, 64<<10)})
 	var want []byte
 	moves, start := 0, unsafe.SliceData(b.b)
 	for i := range 300 {
@@ -72,5 +72,27 @@ func TestBlobGrowsByDoubling(t *testing.T) {
 	want = append(want, big...)
 	if !bytes.Equal(b.Payload(), want) {
 		t.Fatalf("payload of %d bytes differs from the %d written", b.Len(), len(want))
+	}
+}
+
+// TestBlobMemoryLeavesRoomForSteadyGrowth checks that a blob whose state grows by the same amount at every
+// checkpoint, more than a quarter of it (q5's state, from an empty one), stops copying its payload once
+// its memory knows the growth: from the third blob on, each is written where it began.
+func TestBlobMemoryLeavesRoomForSteadyGrowth(t *testing.T) {
+	var mem BlobMemory
+	for round := range 8 {
+		size := 100_000 * (round + 1)
+		b := NewBlob(mem)
+		start := unsafe.SliceData(b.b)
+		for range size / 1000 {
+			b.Write(make([]byte, 1000))
+		}
+		if round >= 2 && unsafe.SliceData(b.b) != start {
+			t.Fatalf("round %d: a blob of %d bytes after one of %d moved its payload", round, size, size-100_000)
+		}
+		mem = b.Memory()
+		if round > 0 && cap(mem.b) > 3*size {
+			t.Fatalf("round %d: a blob of %d bytes keeps %d bytes of memory", round, size, cap(mem.b))
+		}
 	}
 }

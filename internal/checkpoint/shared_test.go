@@ -222,7 +222,7 @@ func TestSavepointOfIncrementalCheckpoint(t *testing.T) {
 func removeAll(dir string) error { return os.RemoveAll(dir) }
 
 func blobOf(s string) *checkpoint.Blob {
-	b := checkpoint.NewBlob(nil)
+	b := checkpoint.NewBlob(checkpoint.BlobMemory{})
 	b.WriteString(s)
 	return b
 }

@@ -110,7 +110,7 @@ func validStateName(name string) error {
 // the attempt's StateHandle. name distinguishes several blobs of one attempt ("keyed", "operator"); ""
 // means "state". Writing the same name twice for one checkpoint replaces the first blob.
 func (s *Storage) WriteState(ctx context.Context, id int64, from ident.Attempt, name string, data []byte) (BlobRef, error) {
-	b := NewBlob(make([]byte, 0, envelopeOverhead+len(data)))
+	b := NewBlob(BlobMemory{b: make([]byte, 0, envelopeOverhead+len(data))})
 	b.Write(data)
 	return s.WriteBlob(ctx, id, from, name, b)
 }

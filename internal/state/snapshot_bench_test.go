@@ -195,7 +195,7 @@ func BenchmarkGrowingWindows(b *testing.B) {
 		b.StopTimer()
 		kb, acc, timers := newWindowState(b, 127)
 		win := benchWindow{Start: 0, End: 10_000}
-		var mem []byte
+		var mem checkpoint.BlobMemory
 		next := int64(0)
 		for i := range writes {
 			for range step {
@@ -227,7 +227,7 @@ func BenchmarkGrowingWindows(b *testing.B) {
 
 // timedWrite captures kb for checkpoint id and writes it into a blob in mem, as the task does; it returns
 // the blob's memory, for the next, and how long the write took.
-func timedWrite(b *testing.B, kb KeyedBackend[int64], id int64, mem []byte) ([]byte, int64) {
+func timedWrite(b *testing.B, kb KeyedBackend[int64], id int64, mem checkpoint.BlobMemory) (checkpoint.BlobMemory, int64) {
 	write, err := kb.Snapshot(id)
 	if err != nil {
 		b.Fatal(err)

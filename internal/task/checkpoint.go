@@ -221,7 +221,7 @@ func (r *run) performCheckpoint(id, ts int64, flags uint32) {
 		}
 		// The blob's memory is kept for the next checkpoint: a large state is then written without
 		// allocating it anew (and collecting it) every time.
-		var mem []byte
+		var mem checkpoint.BlobMemory
 		select {
 		case mem = <-r.snapMemory:
 		default:

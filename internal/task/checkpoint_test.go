@@ -24,7 +24,7 @@ func TestStatesRoundTrip(t *testing.T) {
 		data := want[name]
 		writers = append(writers, StateWriter{Operator: name, Write: func(w io.Writer) error { _, err := w.Write(data); return err }})
 	}
-	var mem []byte
+	var mem checkpoint.BlobMemory
 	for round := range 2 {
 		blob := checkpoint.NewBlob(mem)
 		if err := encodeStates(blob, writers); err != nil {

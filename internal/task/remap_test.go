@@ -107,7 +107,7 @@ func TestRestoreRemapped(t *testing.T) {
 					ws = append(ws, StateWriter{Operator: inputEndedName, Write: func(io.Writer) error { return nil }})
 				}
 				ws = append(ws, StateWriter{Operator: channelPositionsName, Write: func(w io.Writer) error { _, err := w.Write([]byte{0}); return err }})
-				blob := checkpoint.NewBlob(nil)
+				blob := checkpoint.NewBlob(checkpoint.BlobMemory{})
 				if err := encodeStates(blob, ws); err != nil {
 					return nil, err
 				}

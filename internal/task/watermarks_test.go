@@ -150,7 +150,7 @@ func TestWatermarkEvents(t *testing.T) {
 			}
 			var want []string
 			if tc.floor != 0 {
-				blob := checkpoint.NewBlob(nil)
+				blob := checkpoint.NewBlob(checkpoint.BlobMemory{})
 				floor := binary.LittleEndian.AppendUint64(nil, uint64(tc.floor))
 				err := encodeStates(blob, []StateWriter{{Operator: watermarkName, Write: func(w io.Writer) error { _, err := w.Write(floor); return err }}})
 				if err != nil {
