@@ -667,7 +667,6 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 			p.onlyChanged()
 		}
 		if h.states[si].delta || reusing[si] {
-			sc.markNone(c, len(gens))
 			if err := sc.encodeDirty(c, len(gens), order, si, c.kind().hasMapKey(), keyOf); err != nil {
 				return 0, err
 			}

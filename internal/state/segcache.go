@@ -404,17 +404,37 @@ func (c *segCache) finish(epoch uint32, full, sized bool) {
 // that the processor overlaps its reads at random (in the walk, with all its work between two of them, it
 // could not); the walk copies each key's from inOrder, in sequence (encodedEntries).
 //
-// When more than half the keys are dirty, it leaves them to the walk (encoded is false): encoding them twice
-// over and copying them twice more then costs more than the misses it saves (a write that changes every key
-// took a third longer).
+// It also sets none to the dirty slots that hold nothing now (as markNone does): when at most half the keys
+// are dirty, each slot is asked as its turn comes, just before its entries are read (a pass of its own read
+// each slot's map or list once more, a cache miss a key); else in a pass of its own first. When more than
+// half the keys are dirty and hold something, it leaves them to the walk (encoded is false): encoding them
+// twice over and copying them twice more then costs more than the misses it saves (a write that changes
+// every key took a third longer).
 func (c *segCache) encodeDirty(capt heapCapture, n int, order []heapKey, state int, isMap bool, keyOf func(slot int) ([]byte, int, error)) error {
 	words := (n + 63) / 64
 	count := 0
-	for w, word := range c.dirty[:words] {
-		count += bits.OnesCount64(word &^ c.none[w])
+	for _, word := range c.dirty[:words] {
+		count += bits.OnesCount64(word)
 	}
-	if c.encoded = 2*count <= len(order); !c.encoded {
-		return nil
+	empty, fused := capt.(emptiable)
+	if 2*count > len(order) {
+		// Most keys changed: those that hold nothing now are told first, in a pass of their own (at the end
+		// of a bounded input that is every key, and nothing is left to encode).
+		c.markNone(capt, n)
+		count = 0
+		for w, word := range c.dirty[:words] {
+			count += bits.OnesCount64(word &^ c.none[w])
+		}
+		if c.encoded = 2*count <= len(order); !c.encoded {
+			return nil
+		}
+		fused = false
+	} else {
+		// At most half changed: each dirty slot is asked whether it holds nothing as it is encoded, which
+		// reads its map or list once where a pass of its own read them twice.
+		c.encoded = true
+		c.none = slices.Grow(c.none[:0], words)[:words]
+		clear(c.none)
 	}
 	c.pre, c.preEnds = c.pre[:0], slices.Grow(c.preEnds[:0], count)
 	c.preCounts = slices.Grow(c.preCounts[:0], count)
@@ -425,6 +445,10 @@ func (c *segCache) encodeDirty(capt heapCapture, n int, order []heapKey, state i
 		c.ranks[w] = dirty
 		for word &^= c.none[w]; word != 0; word &= word - 1 {
 			rec.slot, rec.keyKnown, rec.count = w<<6+bits.TrailingZeros64(word), false, 0
+			if fused && empty.holdsNothing(rec.slot) {
+				c.none[w] |= 1 << (rec.slot & 63)
+				continue
+			}
 			if err := capt.entries(rec.slot, rec); err != nil {
 				return err
 			}
