@@ -106,6 +106,8 @@ type Blob struct {
 	b []byte
 	// last is the length of the blob whose memory this one took (0 for none).
 	last int
+	// lent is set while the memory is lent (Lend).
+	lent bool
 }
 
 // BlobMemory is the memory a blob leaves for the next one (Blob.Memory): its bytes, and how much the blob
@@ -129,10 +131,34 @@ func NewBlob(reuse BlobMemory) *Blob {
 	return &Blob{b: append(reuse.b[:0], hdr[:]...), last: n}
 }
 
+// Lend lends the blob's memory, holding what was written so far, to a writer that appends to it in place
+// (the heap backend's snapshot writer, which so copies its bytes once, into the blob, where it copied them
+// into a buffer of its own and then into the blob). The blob must not be used until Return gives the
+// memory back, with the bytes appended.
+func (b *Blob) Lend() []byte {
+	if b.lent {
+		panic("checkpoint: a blob's memory lent twice")
+	}
+	b.lent = true
+	return b.b
+}
+
+// Return gives back the memory Lend lent, p being it (or memory it was copied into as it grew) with bytes
+// appended after what it held.
+func (b *Blob) Return(p []byte) {
+	if !b.lent || len(p) < len(b.b) {
+		panic("checkpoint: a blob's memory returned that was not lent, or shorter than lent")
+	}
+	b.b, b.lent = p, false
+}
+
 // Write appends p to the payload. A blob that outgrows its memory doubles it, so that a state that grew
 // much since the last checkpoint is copied once, not each time append would add a quarter; large copies
 // go piece by piece.
 func (b *Blob) Write(p []byte) (int, error) {
+	if b.lent {
+		panic("checkpoint: a blob written while its memory is lent")
+	}
 	n := len(b.b)
 	if cap(b.b)-n < len(p) {
 		grown := make([]byte, n, max(2*cap(b.b), n+len(p)))

@@ -96,3 +96,36 @@ func TestBlobMemoryLeavesRoomForSteadyGrowth(t *testing.T) {
 		}
 	}
 }
+
+// TestBlobLend checks that a blob's lent memory comes back with what the borrower appended, and that
+// using the blob while it is lent, or returning memory it did not lend, panics rather than losing bytes.
+func TestBlobLend(t *testing.T) {
+	b := NewBlob(BlobMemory{})
+	b.Write([]byte("head"))
+	p := b.Lend()
+	p = append(p, " and tail"...)
+	b.Return(p)
+	if got := string(b.Payload()); got != "head and tail" {
+		t.Fatalf("payload %q after the lend, want %q", got, "head and tail")
+	}
+	for _, tc := range []struct {
+		name string
+		do   func(b *Blob)
+	}{
+		{"write while lent", func(b *Blob) { b.Lend(); b.Write([]byte("x")) }},
+		{"lent twice", func(b *Blob) { b.Lend(); b.Lend() }},
+		{"returned unlent", func(b *Blob) { b.Return(nil) }},
+		{"returned shorter", func(b *Blob) { p := b.Lend(); b.Return(p[:len(p)-1]) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			defer func() {
+				if recover() == nil {
+					t.Fatal("no panic")
+				}
+			}()
+			b := NewBlob(BlobMemory{})
+			b.Write([]byte("head"))
+			tc.do(b)
+		})
+	}
+}

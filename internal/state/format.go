@@ -92,6 +92,18 @@ type snapWriter struct {
 	// deletes every key).
 	deletes []deletion
 	delKeys []byte
+	// lender, when set (lend), lent buf: the memory of the writer itself, which the snapshot's bytes are
+	// appended to in place instead of being copied into it from a buffer; they start at from, and done
+	// is where the checksum has got to (0 and the buffer's start when not lent).
+	lender     lender
+	from, done int
+}
+
+// lender is a writer that lends its memory to be appended to (checkpoint.Blob): Lend returns it, with
+// what was written so far, and the writer must not be used until Return gives it back, longer.
+type lender interface {
+	Lend() []byte
+	Return([]byte)
 }
 
 // deletion is a key that holds nothing in a delta state any more.
@@ -132,6 +144,39 @@ func newSnapWriter(w io.Writer, h *snapHeader) *snapWriter {
 	return s
 }
 
+// lend makes s append to the memory of its writer, if that is a lender, from here on: what a snapshot
+// copies from an earlier one (raw) and what it encodes is then copied once, into the writer's memory,
+// where it was copied into a buffer and then into the writer. The memory grows by doubling (room). The
+// caller must call giveBack when done with s, whether or not the write completed.
+func (s *snapWriter) lend() {
+	l, ok := s.w.(lender)
+	if !ok || s.lender != nil || s.done != 0 {
+		return
+	}
+	buf := l.Lend()
+	s.from, s.done = len(buf), len(buf)
+	s.buf, s.lender = append(grown(buf, len(s.buf)), s.buf...), l
+}
+
+// giveBack returns lent memory to the writer (see lend); it is a no-op when nothing is lent.
+func (s *snapWriter) giveBack() {
+	if s.lender != nil {
+		s.lender.Return(s.buf)
+		s.lender, s.buf = nil, nil
+	}
+}
+
+// room makes room for n more bytes in lent memory, doubling it (append would grow a large one by a
+// quarter, copying it every time); a buffer of s's own grows as append grows it.
+func (s *snapWriter) room(n int) {
+	if s.lender != nil {
+		s.buf = grown(s.buf, n)
+	}
+}
+
+// pending is how many bytes of buf are not yet checksummed (and, unless lent, not written).
+func (s *snapWriter) pending() int { return len(s.buf) - s.done }
+
 // entry appends one entry; mapKey is written only when isMap (the state's kind has map keys). An expired
 // entry of a TTL state is left out (and a TTL list's expired elements).
 func (s *snapWriter) entry(kg, state int, key []byte, isMap bool, mapKey, value []byte) error {
@@ -153,6 +198,7 @@ func (s *snapWriter) entry(kg, state int, key []byte, isMap bool, mapKey, value 
 	}
 	// The bytes appendEntry writes, appended here in place: a call per entry cost a write that encodes
 	// every key a seventh more.
+	s.room(3 + 3*binary.MaxVarintLen64 + len(key) + len(mapKey) + len(value))
 	s.buf = append(s.buf, tagEntry, byte(kg>>8), byte(kg))
 	s.buf = binary.AppendUvarint(s.buf, uint64(state))
 	s.buf = binary.AppendUvarint(s.buf, uint64(len(key)))
@@ -164,7 +210,7 @@ func (s *snapWriter) entry(kg, state int, key []byte, isMap bool, mapKey, value 
 	s.buf = binary.AppendUvarint(s.buf, uint64(len(value)))
 	s.buf = append(s.buf, value...)
 	s.count++
-	if len(s.buf) >= snapBufferBytes && !s.hold {
+	if s.pending() >= snapBufferBytes && !s.hold {
 		s.flush()
 	}
 	return s.err
@@ -190,6 +236,7 @@ func (s *snapWriter) encoded(b []byte, count int) error {
 	if s.err != nil {
 		return s.err
 	}
+	s.room(len(b))
 	s.buf = append(s.buf, b...)
 	s.count += uint64(count)
 	return nil
@@ -203,6 +250,11 @@ func (s *snapWriter) raw(b []byte, count int) error {
 		return s.err
 	}
 	s.count += uint64(count)
+	if s.lender != nil {
+		s.room(len(b))
+		s.buf = append(s.buf, b...)
+		return s.maybeFlush()
+	}
 	if len(s.buf)+len(b) <= snapBufferBytes {
 		s.buf = append(s.buf, b...)
 		return nil
@@ -220,17 +272,23 @@ func (s *snapWriter) raw(b []byte, count int) error {
 
 // maybeFlush flushes the buffer once it is full.
 func (s *snapWriter) maybeFlush() error {
-	if len(s.buf) >= snapBufferBytes {
+	if s.pending() >= snapBufferBytes {
 		s.flush()
 	}
 	return s.err
 }
 
+// flush checksums the pending bytes and, unless the memory is lent (the bytes are in the writer
+// already), writes them.
 func (s *snapWriter) flush() {
-	if s.err != nil || len(s.buf) == 0 {
+	if s.err != nil || s.pending() == 0 {
 		return
 	}
-	s.crc = crc32.Update(s.crc, castagnoli, s.buf)
+	s.crc = crc32.Update(s.crc, castagnoli, s.buf[s.done:])
+	if s.lender != nil {
+		s.done = len(s.buf)
+		return
+	}
 	_, s.err = s.w.Write(s.buf)
 	if s.err != nil {
 		s.err = fmt.Errorf("write keyed state snapshot: %w", s.err)
@@ -263,14 +321,16 @@ func (s *snapWriter) finish() error {
 		return bytes.Compare(keys[a.at:a.at+a.n], keys[b.at:b.at+b.n])
 	})
 	for _, d := range s.deletes {
+		s.room(3 + binary.MaxVarintLen64 + d.n)
 		s.buf = append(s.buf, tagDelete, byte(d.kg>>8), byte(d.kg))
 		s.buf = binary.AppendUvarint(s.buf, uint64(d.state))
 		s.buf = append(s.buf, keys[d.at:d.at+d.n]...)
 		s.count++
-		if len(s.buf) >= snapBufferBytes {
+		if s.pending() >= snapBufferBytes {
 			s.flush()
 		}
 	}
+	s.room(1 + binary.MaxVarintLen64 + 4)
 	s.buf = append(s.buf, tagEnd)
 	s.buf = binary.AppendUvarint(s.buf, s.count)
 	s.flush()
@@ -278,6 +338,10 @@ func (s *snapWriter) finish() error {
 		return s.err
 	}
 	s.buf = binary.BigEndian.AppendUint32(s.buf, s.crc)
+	if s.lender != nil {
+		s.giveBack()
+		return nil
+	}
 	if _, err := s.w.Write(s.buf); err != nil {
 		return fmt.Errorf("write keyed state snapshot: %w", err)
 	}

@@ -674,6 +674,8 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 	}
 	sw := newSnapWriter(w, h)
 	sw.hold = true
+	sw.lend()
+	defer sw.giveBack()
 	sw.deletes, sw.delKeys = ord.deletes[:0], ord.delKeys[:0]
 	defer func() { ord.deletes, ord.delKeys = sw.deletes[:0], sw.delKeys[:0] }()
 	// The keys that went since the last write held nothing in any state by then; a delta deletes those

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/runnel-dev/runnel/codec"
+	"github.com/runnel-dev/runnel/internal/checkpoint"
 )
 
 // segStates are the states of one backend of TestSegmentCacheMatchesFullEncoding: one of each kind the
@@ -131,7 +132,7 @@ func (w *failingWriter) Write(p []byte) (int, error) {
 // and on most of them rarely, so that many keys stay unchanged between snapshots), and every snapshot of
 // the cached one must be byte for byte the snapshot of the other. Some rounds write their snapshot after
 // the next one (out of order), some hold on to a capture over several snapshots, and some writes of the
-// cached backend fail halfway.
+// cached backend fail halfway; half of them write into a checkpoint blob, which lends its memory.
 func TestSegmentCacheMatchesFullEncoding(t *testing.T) {
 	spare := segSpareBytes
 	t.Cleanup(func() { segSpareBytes = spare })
@@ -156,6 +157,7 @@ func TestSegmentCacheMatchesFullEncoding(t *testing.T) {
 				a, f func(io.Writer) error
 			}
 			var held []*pending
+			var mem checkpoint.BlobMemory
 			write := func(p *pending, fail bool) {
 				t.Helper()
 				if fail {
@@ -166,8 +168,19 @@ func TestSegmentCacheMatchesFullEncoding(t *testing.T) {
 					return
 				}
 				var a, f bytes.Buffer
-				if err := p.a(&a); err != nil {
-					t.Fatal(err)
+				if p.id%2 == 0 {
+					if err := p.a(&a); err != nil {
+						t.Fatal(err)
+					}
+				} else {
+					// Into a blob, which lends the writer its memory, after what another operator wrote.
+					blob := checkpoint.NewBlob(mem)
+					blob.Write([]byte("another operator's state"))
+					if err := p.a(blob); err != nil {
+						t.Fatal(err)
+					}
+					a.Write(blob.Payload()[len("another operator's state"):])
+					mem = blob.Memory()
 				}
 				if err := p.f(&f); err != nil {
 					t.Fatal(err)
@@ -386,5 +399,48 @@ func TestSegmentCacheReusesAroundGoneAndNewKeys(t *testing.T) {
 				t.Errorf("the second write reused %d keys, want all %d", got, live)
 			}
 		})
+	}
+}
+
+// TestLentBlobMatchesFullEncoding writes states of a few megabytes into checkpoint blobs, whose memory the
+// writer appends to in place (grown as it goes, checksummed a buffer's worth at a time), and holds them
+// byte for byte to a full encoding written through a buffer into a bytes.Buffer.
+func TestLentBlobMatchesFullEncoding(t *testing.T) {
+	clock := int64(1_000_000)
+	now := func() int64 { return clock }
+	cached, full := newSegStates(t, false, now), newSegStates(t, true, now)
+	rng := rand.New(rand.NewPCG(5, 9))
+	var mem checkpoint.BlobMemory
+	for round := range 4 {
+		for range 40_000 {
+			k, op, x := rng.Int64N(20_000+int64(round)*10_000), rng.IntN(14), rng.IntN(1000)
+			cached.apply(k, op, x)
+			full.apply(k, op, x)
+		}
+		id := int64(round + 1)
+		a, err := cached.b.Snapshot(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := full.b.Snapshot(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blob := checkpoint.NewBlob(mem)
+		if err := a(blob); err != nil {
+			t.Fatal(err)
+		}
+		var want bytes.Buffer
+		if err := f(&want); err != nil {
+			t.Fatal(err)
+		}
+		if got := blob.Payload(); !bytes.Equal(got, want.Bytes()) {
+			logEntryDiff(t, got, want.Bytes())
+			t.Fatalf("round %d: the blob holds %d bytes, the full encoding %d, and they differ", round, len(got), want.Len())
+		}
+		if want.Len() < 4*snapBufferBytes {
+			t.Fatalf("round %d: a snapshot of %d bytes, too small to be checksummed in pieces", round, want.Len())
+		}
+		mem = blob.Memory()
 	}
 }
