@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"sync"
+	"sync/atomic"
 )
 
 // The envelope every stored object is framed in:
@@ -108,6 +110,33 @@ type Blob struct {
 	last int
 	// lent is set while the memory is lent (Lend).
 	lent bool
+	// refs counts the blob's owner (until Done or Memory) and the holds on its memory (Hold); once it is
+	// 0 the memory goes back to pool, if the blob came from one.
+	refs atomic.Int32
+	pool *BlobPool
+}
+
+// BlobPool keeps the memory of a task's last state blob for its next one: a large state is then written
+// without allocating its memory anew (and collecting it) at every checkpoint. It keeps one blob's memory;
+// more given back is left to the collector.
+type BlobPool struct {
+	free chan BlobMemory
+}
+
+// NewBlobPool returns an empty pool.
+func NewBlobPool() *BlobPool { return &BlobPool{free: make(chan BlobMemory, 1)} }
+
+// Blob starts an empty blob in the pool's memory, if it holds any; its memory comes back to the pool
+// when the owner is done with it (Done) and nothing holds it.
+func (p *BlobPool) Blob() *Blob {
+	var m BlobMemory
+	select {
+	case m = <-p.free:
+	default:
+	}
+	b := NewBlob(m)
+	b.pool = p
+	return b
 }
 
 // BlobMemory is the memory a blob leaves for the next one (Blob.Memory): its bytes, and how much the blob
@@ -121,14 +150,41 @@ type BlobMemory struct {
 // expected to be about as large as the one that left the memory, or larger by about as much as that one
 // grew (a task's state grows from one checkpoint to the next, q5's by the same amount each time): room
 // for a quarter more, or for twice the last growth (at most as much again), is made at once, so that the
-// payload is not copied into memory twice its size as it outgrows the last one.
+// payload is not copied into memory twice its size as it outgrows the last one; memory made anew has room
+// for twice that.
 func NewBlob(reuse BlobMemory) *Blob {
 	n := len(reuse.b)
 	if want := n + max(n/4, min(2*reuse.grew, n)); cap(reuse.b) < want {
-		reuse.b = make([]byte, 0, want)
+		// Room for as much growth again: memory held while the next blob is written (Hold) comes back for
+		// the one after, two growths on.
+		reuse.b = make([]byte, 0, n+max(n/4, min(4*reuse.grew, 2*n)))
 	}
 	var hdr [envelopeHeader]byte
-	return &Blob{b: append(reuse.b[:0], hdr[:]...), last: n}
+	b := &Blob{b: append(reuse.b[:0], hdr[:]...), last: n}
+	b.refs.Store(1)
+	return b
+}
+
+// Hold keeps the blob's memory from being reused while the caller reads what it wrote there after the
+// blob is stored (the heap backend's snapshot writer keeps its bytes so, and copies those of unchanged
+// keys from them into its next snapshot), until it calls release (once; later calls do nothing).
+func (b *Blob) Hold() (release func()) {
+	b.refs.Add(1)
+	var once sync.Once
+	return func() { once.Do(b.unref) }
+}
+
+// Done tells that the owner is done with the blob (it was stored or given up): its memory goes back to
+// its pool once nothing holds it. The blob must not be used after.
+func (b *Blob) Done() { b.unref() }
+
+func (b *Blob) unref() {
+	if b.refs.Add(-1) == 0 && b.pool != nil {
+		select {
+		case b.pool.free <- b.memory():
+		default:
+		}
+	}
 }
 
 // Lend lends the blob's memory, holding what was written so far, to a writer that appends to it in place
@@ -186,9 +242,17 @@ func (b *Blob) Len() int { return len(b.b) - envelopeHeader }
 // Payload returns the payload written so far; writing into it changes the blob.
 func (b *Blob) Payload() []byte { return b.b[envelopeHeader:] }
 
-// Memory returns the blob's memory for a later NewBlob, with the blob's length and growth (which tell
-// NewBlob how large the next one may be); the blob must not be used after.
-func (b *Blob) Memory() BlobMemory { return BlobMemory{b: b.b, grew: max(len(b.b)-b.last, 0)} }
+// Memory ends the owner's use of the blob, as Done, and returns its memory for a later NewBlob, with the
+// blob's length and growth (which tell NewBlob how large the next one may be), or no memory if something
+// holds it (Hold). The blob must not be used after.
+func (b *Blob) Memory() BlobMemory {
+	if b.refs.Add(-1) > 0 {
+		return BlobMemory{}
+	}
+	return b.memory()
+}
+
+func (b *Blob) memory() BlobMemory { return BlobMemory{b: b.b, grew: max(len(b.b)-b.last, 0)} }
 
 // sealInPlace turns b into a stored object, as seal would, and returns it and its checksum.
 func sealInPlace(magic [4]byte, b *Blob) ([]byte, uint32) {

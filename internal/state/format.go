@@ -97,13 +97,17 @@ type snapWriter struct {
 	// is where the checksum has got to (0 and the buffer's start when not lent).
 	lender     lender
 	from, done int
+	// gave is the lent memory as it was given back, what the snapshot's bytes are positions in.
+	gave []byte
 }
 
 // lender is a writer that lends its memory to be appended to (checkpoint.Blob): Lend returns it, with
-// what was written so far, and the writer must not be used until Return gives it back, longer.
+// what was written so far, and the writer must not be used until Return gives it back, longer. Hold keeps
+// the memory from being reused for a later writer's bytes until release is called.
 type lender interface {
 	Lend() []byte
 	Return([]byte)
+	Hold() (release func())
 }
 
 // deletion is a key that holds nothing in a delta state any more.
@@ -150,7 +154,7 @@ func newSnapWriter(w io.Writer, h *snapHeader) *snapWriter {
 // caller must call giveBack when done with s, whether or not the write completed.
 func (s *snapWriter) lend() {
 	l, ok := s.w.(lender)
-	if !ok || s.lender != nil || s.done != 0 {
+	if !ok || s.lender != nil {
 		return
 	}
 	buf := l.Lend()
@@ -158,11 +162,11 @@ func (s *snapWriter) lend() {
 	s.buf, s.lender = append(grown(buf, len(s.buf)), s.buf...), l
 }
 
-// giveBack returns lent memory to the writer (see lend); it is a no-op when nothing is lent.
+// giveBack returns lent memory to the writer (see lend), once; it is a no-op when nothing is lent.
 func (s *snapWriter) giveBack() {
-	if s.lender != nil {
+	if s.lender != nil && s.gave == nil {
 		s.lender.Return(s.buf)
-		s.lender, s.buf = nil, nil
+		s.gave, s.buf = s.buf, nil
 	}
 }
 

@@ -628,6 +628,9 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 	// at the end of a bounded input, when every window fires, nearly every key goes.
 	shrunk := len(ord.gone) > len(order)
 	cached := make([]cachedCapture, len(caps))
+	// A write into a checkpoint blob appends to the blob's memory in place (snapWriter.lend) and keeps what
+	// it wrote there as the next data of its cached states.
+	_, intoBlob := w.(lender)
 	// known marks the whole states of a delta whose base's bytes are known (superseded counts them);
 	// reusing the whole states that copy the bytes of unchanged keys from their segment cache.
 	known, reusing := make([]bool, len(caps)), make([]bool, len(caps))
@@ -657,7 +660,7 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 			sc.markChanged(cc.changedEpochs(), since, len(gens))
 		}
 		if !h.states[si].delta {
-			reusing[si] = sc.beginFull(epoch, len(gens), cc.changedEpochs())
+			reusing[si] = sc.beginFull(epoch, len(gens), cc.changedEpochs(), intoBlob)
 			sc.went = nil
 			if reusing[si] && prior != 0 && sc.dataAt == prior {
 				sc.went = ord.went
@@ -676,6 +679,13 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 	sw.hold = true
 	sw.lend()
 	defer sw.giveBack()
+	for si, cc := range cached {
+		// Data held in a blob is never in the memory written into (the blob's pool reuses a blob's memory
+		// only once nothing holds it); should it be, it is not read.
+		if cc != nil && reusing[si] && overlaps(cc.segments().data, sw.buf) {
+			reusing[si] = false
+		}
+	}
 	sw.deletes, sw.delKeys = ord.deletes[:0], ord.delKeys[:0]
 	defer func() { ord.deletes, ord.delKeys = sw.deletes[:0], sw.delKeys[:0] }()
 	// The keys that went since the last write held nothing in any state by then; a delta deletes those
@@ -714,6 +724,9 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 			var sizes []int32 // the sizes this write keeps, if any
 			if sc != nil && asked {
 				sizes = sc.sizes
+			}
+			if sc != nil && !isDelta {
+				sc.section(len(sw.buf))
 			}
 			for i := lo; i < hi; i++ {
 				if reuse {
@@ -790,13 +803,26 @@ func writeHeap[K comparable](w io.Writer, h *snapHeader, caps []heapCapture, key
 	if err := sw.finish(); err != nil {
 		return 0, err
 	}
+	var hold func() func()
+	if sw.lender != nil {
+		hold = sw.lender.Hold
+	}
 	for si, cc := range cached {
 		if cc != nil {
-			cc.segments().finish(epoch, !h.states[si].delta, asked)
+			cc.segments().finish(epoch, !h.states[si].delta, asked, sw.gave, hold)
 		}
 	}
 	ord.written, ord.writtenEpoch = h.checkpointID, epoch
 	return superseded, nil
+}
+
+// overlaps reports whether a's and b's memory (to their capacities) overlap.
+func overlaps(a, b []byte) bool {
+	if cap(a) == 0 || cap(b) == 0 {
+		return false
+	}
+	a0, b0 := uintptr(unsafe.Pointer(unsafe.SliceData(a))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return a0 < b0+uintptr(cap(b)) && b0 < a0+uintptr(cap(a))
 }
 
 // holds reports whether a capture whose slots have generations gens holds slot at generation gen: the

@@ -58,6 +58,15 @@ import (
 // in its list (each key's size), and the first delta after it sets them per slot from the list. A job
 // without incremental checkpoints never needs them, and writing them cost a store per key, at random.
 //
+// A write into a checkpoint blob (checkpoint.Blob, which lends the writer its memory: snapWriter.lend)
+// appends its bytes to the blob's memory in place and keeps them there as its data, where a write into
+// any other writer copies each key's bytes into next as well: the bytes of an unchanged key are then
+// copied once a write, from the last blob into the next, not twice. The data is then a state's sections
+// of the blob, one per key group (other states' sections lie between), and the cursor jumps from one to
+// the next (secs). The blob's memory is held (Blob.Hold) until the next full write of the state
+// completes: the task's blob pool reuses a blob's memory only once nothing holds it, so the next blob is
+// in other memory, and the one after in this one's.
+//
 // TTL states are not cached (the writer drops expired entries, which depends on the time of the
 // snapshot), nor are value states (a value is one entry, encoded about as fast as it is copied) nor the
 // restored entries of unregistered states. The cost is memory: a cached state's data is as large as its
@@ -153,6 +162,29 @@ type segCache struct {
 	// went, unless nil, marks by slot the keys of list that went since its write (keyOrder.went): its
 	// keys that are not marked are live.
 	went []uint64
+	// size is how many bytes of data are the state's.
+	size int
+	// held, when set, releases the memory of the checkpoint blob that data is the bytes of: a full write
+	// into a blob that lends its memory (checkpoint.Blob) keeps the bytes it wrote there as its data,
+	// where it copied them into next as well. Each key group's keys of the state then lie apart from the
+	// next group's (the other states' come between), secs telling where: a section per key group, the
+	// index in list of its first key and where its bytes start; no secs, data is contiguous. sec is the
+	// section the cursor comes to next.
+	held func()
+	secs []segSec
+	sec  int
+	// intoBlob says that the current full write's next data is the bytes it writes into a lent blob
+	// (nextSecs), not next; nextBytes counts the bytes of its keys.
+	intoBlob  bool
+	nextSecs  []segSec
+	nextBytes int
+}
+
+// segSec is where a key group's keys of a state start in data held in a blob: the index of the first in
+// the list, and where its bytes are.
+type segSec struct {
+	from int
+	at   int
 }
 
 // segKey is one key of a full write: its slot and the slot's generation, and the bytes and entries
@@ -174,7 +206,7 @@ var segSpareBytes = 1 << 20
 func (c *segCache) begin(state, n int, since uint32, delta bool) bool {
 	ok := since != 0 && c.state == state && c.sizesAt == since
 	if c.state != state {
-		c.data, c.list, c.dataAt = c.data[:0], c.list[:0], 0
+		c.dropData()
 		c.state = state
 	}
 	if delta {
@@ -200,24 +232,47 @@ func (c *segCache) begin(state, n int, since uint32, delta bool) bool {
 // beginFull starts a full write of the state, of a capture of epoch (changed as changedEpochs returns
 // it), after begin. It reports whether the write can reuse bytes of the data; dirty then marks the
 // slots changed since the data's capture, whose bytes it cannot.
-func (c *segCache) beginFull(epoch uint32, n int, changed []uint32) bool {
+func (c *segCache) beginFull(epoch uint32, n int, changed []uint32, intoBlob bool) bool {
 	c.next, c.nextList, c.caching = c.next[:0], c.nextList[:0], true
+	c.intoBlob, c.nextSecs, c.nextBytes = intoBlob, c.nextSecs[:0], 0
 	// About what this write will take: as much as the last, plus a quarter or twice as much as the state
 	// grew from the write before (q5's state grows by a third a checkpoint), room made once; keep and
 	// store double it if it is short all the same.
-	if want := len(c.data) + max(len(c.data)/4, 2*c.grewBytes); cap(c.next) < want {
+	if want := c.size + max(c.size/4, 2*c.grewBytes); !intoBlob && cap(c.next) < want {
 		c.next = make([]byte, 0, want)
 	}
 	if want := len(c.list) + max(len(c.list)/4, 2*c.grewKeys); cap(c.nextList) < want {
 		c.nextList = make([]segKey, 0, want)
 	}
-	c.cur, c.at = 0, 0
+	c.cur, c.at, c.sec = 0, 0, 0
+	for c.sec < len(c.secs) && c.secs[c.sec].from == 0 {
+		c.at = c.secs[c.sec].at
+		c.sec++
+	}
 	c.runFrom, c.runTo, c.runCount = 0, 0, 0
 	if c.dataAt == 0 || c.dataAt > epoch {
 		return false // no data, or data of a newer capture
 	}
 	c.markChanged(changed, c.dataAt, n)
 	return true
+}
+
+// dropData lets go of the data (and the blob it is held in).
+func (c *segCache) dropData() {
+	if c.held != nil {
+		c.held()
+		c.held, c.next = nil, nil // next may have been the data, held; it is not the cache's to reuse
+		c.data = nil
+	}
+	c.data, c.list, c.secs, c.dataAt, c.size = c.data[:0], c.list[:0], c.secs[:0], 0, 0
+}
+
+// section records, in a write into a blob, that the state's entries of a key group start at pos of the
+// blob's memory.
+func (c *segCache) section(pos int) {
+	if c.intoBlob && c.caching {
+		c.nextSecs = append(c.nextSecs, segSec{from: len(c.nextList), at: pos})
+	}
 }
 
 // markChanged sets dirty to the slots of [0, n) whose entries changed after epoch since (changed as
@@ -265,21 +320,25 @@ func (c *segCache) isDirty(slot int) bool { return c.dirty[slot>>6]&(1<<(slot&63
 // the key after them, if any, the caller encodes (and stores). Most keys of a write are unchanged: a
 // loop here costs less than a call per key.
 func (c *segCache) reuseRun(keys []heapKey, gens []uint32, sizes []int32, sw *snapWriter) (taken int, bytes int64, err error) {
-	list, cur, at := c.list, c.cur, c.at
+	list, cur, at, secs, sec := c.list, c.cur, c.at, c.secs, c.sec
 	next := grown(c.nextList, len(keys))
 	for taken < len(keys) && cur < len(list) {
 		k, e := &keys[taken], list[cur]
-		if e.slot != k.slot || e.gen != k.gen {
-			if c.lives(gens, e) {
-				break // a live key further on: this one is not in the data
-			}
-			cur++ // the key went
-			at += int(e.n)
-			continue
+		from := at
+		// Past e: the cursor moves on, into the next key group's bytes if e was its group's last.
+		passed := e.slot != k.slot || e.gen != k.gen
+		if passed && c.lives(gens, e) {
+			break // a live key further on: this one is not in the data
 		}
 		cur++
-		from := at
 		at += int(e.n)
+		for sec < len(secs) && secs[sec].from == cur {
+			at = secs[sec].at
+			sec++
+		}
+		if passed {
+			continue // the key went
+		}
 		if c.isDirty(int(k.slot)) {
 			break // changed since
 		}
@@ -298,7 +357,7 @@ func (c *segCache) reuseRun(keys []heapKey, gens []uint32, sizes []int32, sw *sn
 		bytes += int64(e.n)
 		taken++
 	}
-	c.cur, c.at, c.nextList = cur, at, next
+	c.cur, c.at, c.sec, c.nextList = cur, at, sec, next
 	c.reused += taken
 	return taken, bytes, err
 }
@@ -337,10 +396,14 @@ func (c *segCache) store(slot int32, gen uint32, b []byte, count int) {
 	}
 }
 
-// keep appends b to the next data and reports whether it is being built.
+// keep appends b to the next data and reports whether it is being built. A write into a blob keeps the
+// bytes it writes there instead (intoBlob).
 func (c *segCache) keep(b []byte) bool {
 	if c.caching {
-		c.next = append(grown(c.next, len(b)), b...)
+		if !c.intoBlob {
+			c.next = append(grown(c.next, len(b)), b...)
+		}
+		c.nextBytes += len(b)
 	}
 	return c.caching
 }
@@ -359,10 +422,11 @@ func grown[T any](s []T, n int) []T {
 
 // finish records that the write of a capture of epoch completed, sized if it kept the sizes of its keys
 // (else they are in the data's list, or unknown if it took none). A full write's data becomes the cache's
-// (the previous data's memory is kept for the next, unless it is far larger); a delta of the state leaves
-// the data as it was, which later full writes still find right (each key's epoch tells whether its bytes
-// hold).
-func (c *segCache) finish(epoch uint32, full, sized bool) {
+// (the previous data's memory is kept for the next, unless it is far larger, or held in a blob): the
+// bytes it wrote into blob, when it wrote into a blob's lent memory, which hold then keeps (and the blob
+// of the previous data, if any, is let go). A delta of the state leaves the data as it was, which later
+// full writes still find right (each key's epoch tells whether its bytes hold).
+func (c *segCache) finish(epoch uint32, full, sized bool, blob []byte, hold func() func()) {
 	switch {
 	case sized:
 		c.sizesAt, c.sizesInList = epoch, false
@@ -373,22 +437,39 @@ func (c *segCache) finish(epoch uint32, full, sized bool) {
 	}
 	// The dirty keys' encoded entries keep their memory for the next write, unless they took more than
 	// the whole data (a write that changed every key, with room to spare).
-	data := len(c.data)
+	data := c.size
 	if full && c.caching {
-		data = len(c.next) // the data from now on
+		data = c.nextBytes // the data from now on
 	}
 	if limit := data + segSpareBytes; cap(c.pre) > limit || cap(c.inOrder) > limit {
 		c.pre, c.preEnds, c.preCounts, c.inOrder, c.inOrderEnds, c.inOrderSlots, c.inOrderCounts = nil, nil, nil, nil, nil, nil, nil
 	}
-	if !full || !c.caching {
+	if !full || !c.caching || (c.intoBlob && (blob == nil || hold == nil)) {
 		c.caching = false
 		return
 	}
-	c.grewBytes, c.grewKeys = max(len(c.next)-len(c.data), 0), max(len(c.nextList)-len(c.list), 0)
-	c.data, c.next = c.next, c.data[:0]
+	c.grewBytes, c.grewKeys = max(c.nextBytes-c.size, 0), max(len(c.nextList)-len(c.list), 0)
+	if c.intoBlob {
+		if c.held != nil {
+			c.held()
+		} else if cap(c.data) > 0 {
+			c.next = c.data[:0] // its own memory, for a write not into a blob
+		}
+		c.data, c.held = blob, hold()
+		c.secs, c.nextSecs = c.nextSecs, c.secs[:0]
+	} else {
+		old := c.data[:0]
+		if c.held != nil {
+			c.held()
+			c.held, old = nil, nil // the blob's memory is not the cache's to write into
+		}
+		c.data, c.next = c.next, old
+		c.secs = c.secs[:0]
+	}
 	c.list, c.nextList = c.nextList, c.list[:0]
+	c.size = c.nextBytes
 	c.dataAt, c.caching = epoch, false
-	if cap(c.next) > 2*len(c.data)+segSpareBytes {
+	if cap(c.next) > 2*c.size+segSpareBytes {
 		c.next, c.nextList = nil, nil
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/runnel-dev/runnel/codec"
 	"github.com/runnel-dev/runnel/internal/checkpoint"
@@ -319,7 +320,7 @@ func TestSizesFromTheList(t *testing.T) {
 	c.begin(0, 4, 0, false)
 	// What a full write builds: its list becomes the cache's when it finishes.
 	c.nextList, c.caching = []segKey{{slot: 1, gen: 1, n: 7, count: 1}, {slot: 5, gen: 1, n: 9, count: 2}}, true
-	c.finish(3, true, false)
+	c.finish(3, true, false, nil, nil)
 	if !c.sizesInList || c.sizesAt != 3 {
 		t.Fatalf("after a full write not asked for a delta: sizes in the list %v, of epoch %d", c.sizesInList, c.sizesAt)
 	}
@@ -402,16 +403,21 @@ func TestSegmentCacheReusesAroundGoneAndNewKeys(t *testing.T) {
 	}
 }
 
-// TestLentBlobMatchesFullEncoding writes states of a few megabytes into checkpoint blobs, whose memory the
-// writer appends to in place (grown as it goes, checksummed a buffer's worth at a time), and holds them
-// byte for byte to a full encoding written through a buffer into a bytes.Buffer.
+// TestLentBlobMatchesFullEncoding writes states of a few megabytes into checkpoint blobs of a pool, as a
+// task does, and holds them byte for byte to a full encoding written through a buffer into a
+// bytes.Buffer. The writer appends into a blob's memory in place (grown as it goes, checksummed a
+// buffer's worth at a time) and keeps those bytes as its data, copying the unchanged keys' from them into
+// the next blob: which must then be in other memory, while the blob before last's is reused once let go
+// (when it has room).
 func TestLentBlobMatchesFullEncoding(t *testing.T) {
 	clock := int64(1_000_000)
 	now := func() int64 { return clock }
 	cached, full := newSegStates(t, false, now), newSegStates(t, true, now)
 	rng := rand.New(rand.NewPCG(5, 9))
-	var mem checkpoint.BlobMemory
-	for round := range 4 {
+	pool := checkpoint.NewBlobPool()
+	var mems []*byte
+	reused, recycled := 0, 0
+	for round := range 8 {
 		for range 40_000 {
 			k, op, x := rng.Int64N(20_000+int64(round)*10_000), rng.IntN(14), rng.IntN(1000)
 			cached.apply(k, op, x)
@@ -426,7 +432,8 @@ func TestLentBlobMatchesFullEncoding(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		blob := checkpoint.NewBlob(mem)
+		blob := pool.Blob()
+		blob.Write([]byte("another operator's state"))
 		if err := a(blob); err != nil {
 			t.Fatal(err)
 		}
@@ -434,13 +441,28 @@ func TestLentBlobMatchesFullEncoding(t *testing.T) {
 		if err := f(&want); err != nil {
 			t.Fatal(err)
 		}
-		if got := blob.Payload(); !bytes.Equal(got, want.Bytes()) {
+		if got := blob.Payload()[len("another operator's state"):]; !bytes.Equal(got, want.Bytes()) {
 			logEntryDiff(t, got, want.Bytes())
 			t.Fatalf("round %d: the blob holds %d bytes, the full encoding %d, and they differ", round, len(got), want.Len())
 		}
 		if want.Len() < 4*snapBufferBytes {
 			t.Fatalf("round %d: a snapshot of %d bytes, too small to be checksummed in pieces", round, want.Len())
 		}
-		mem = blob.Memory()
+		sc := cached.m.(*heapMap[benchWindow, int64]).sc
+		if round > 0 && sc.reused == reused {
+			t.Fatalf("round %d: no key's bytes copied from the last blob", round)
+		}
+		reused = sc.reused
+		mems = append(mems, unsafe.SliceData(blob.Payload()))
+		if round > 0 && mems[round] == mems[round-1] {
+			t.Fatalf("round %d: the blob is in the memory of the last one, which the writer holds", round)
+		}
+		if round >= 2 && mems[round] == mems[round-2] {
+			recycled++
+		}
+		blob.Done()
+	}
+	if recycled == 0 {
+		t.Error("no blob was written in the memory of the one before last, let go")
 	}
 }

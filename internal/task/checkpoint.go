@@ -221,18 +221,8 @@ func (r *run) performCheckpoint(id, ts int64, flags uint32) {
 		}
 		// The blob's memory is kept for the next checkpoint: a large state is then written without
 		// allocating it anew (and collecting it) every time.
-		var mem checkpoint.BlobMemory
-		select {
-		case mem = <-r.snapMemory:
-		default:
-		}
-		blob := checkpoint.NewBlob(mem)
-		defer func() {
-			select {
-			case r.snapMemory <- blob.Memory():
-			default:
-			}
-		}()
+		blob := r.snapMemory.Blob()
+		defer blob.Done()
 		ws, deltas := writers, 0
 		if incr {
 			ws, deltas = r.incr.plan(writers)

@@ -483,7 +483,7 @@ func (t *Task) canceled() bool {
 func (t *Task) Run() {
 	r := &run{t: t, et: eventTime{clock: t.env.Clock, deadline: math.MaxInt64}}
 	r.asyncCtx, r.stopAsync = context.WithCancel(context.Background())
-	r.snapMemory = make(chan checkpoint.BlobMemory, 1)
+	r.snapMemory = checkpoint.NewBlobPool()
 	err := r.execute()
 	if err != nil {
 		r.stopAsync()
@@ -577,9 +577,9 @@ type run struct {
 	rejoined    []bool
 	dropsBefore []uint64
 	outputSeen  bool
-	async       sync.WaitGroup             // goroutines writing checkpoint state
-	snapMemory  chan checkpoint.BlobMemory // memory of the last state blob, for the next one (capacity 1)
-	incr        incremental                // the chain of incremental checkpoints (checkpoint.go)
+	async       sync.WaitGroup       // goroutines writing checkpoint state
+	snapMemory  *checkpoint.BlobPool // memory of the last state blob, for the next one
+	incr        incremental          // the chain of incremental checkpoints (checkpoint.go)
 	asyncCtx    context.Context
 	stopAsync   context.CancelFunc
 	mail        mail // the mail being carried out (its memory is reused)
