@@ -185,8 +185,8 @@ func newWindowState(b *testing.B, end int) (KeyedBackend[int64], MapState[benchW
 // bids span about a second of event time, so no window fires before the end of the input, and each
 // checkpoint finds a fifth more auctions than the last, each with the count of its window slice and the
 // slice's timer, while the older auctions' bids have stopped. An op is one such job: from an empty
-// backend, a full write every 50,000 new keys up to 300,000, each into the memory of the last one's blob
-// as the task writes them. It reports the writer's time of the job (write-ns/op), and apart from it that
+// backend, a full write every 50,000 new keys up to 300,000, each into a blob of one pool as the task
+// writes them. It reports the writer's time of the job (write-ns/op), and apart from it that
 // of one more write after every window fired, as at the end of the input (fired-write-ns/op).
 func BenchmarkGrowingWindows(b *testing.B) {
 	const step, writes = 50_000, 6
@@ -195,7 +195,7 @@ func BenchmarkGrowingWindows(b *testing.B) {
 		b.StopTimer()
 		kb, acc, timers := newWindowState(b, 127)
 		win := benchWindow{Start: 0, End: 10_000}
-		var mem checkpoint.BlobMemory
+		pool := checkpoint.NewBlobPool() // as a task's
 		next := int64(0)
 		for i := range writes {
 			for range step {
@@ -209,15 +209,14 @@ func BenchmarkGrowingWindows(b *testing.B) {
 				kb.SetCurrentKey(k)
 				acc.Put(win, k+1)
 			}
-			var ns int64
-			mem, ns = timedWrite(b, kb, int64(i+1), mem)
+			ns := timedWrite(b, kb, int64(i+1), pool)
 			writeNs += ns
 		}
 		// The watermark passes every window: each key's count goes (its timer fired).
 		if err := timers.FireUpTo(win.End, func(int64, Namespace) error { acc.Clear(); return nil }); err != nil {
 			b.Fatal(err)
 		}
-		_, ns := timedWrite(b, kb, writes+1, mem)
+		ns := timedWrite(b, kb, writes+1, pool)
 		firedNs += ns
 		kb.Close()
 	}
@@ -225,17 +224,18 @@ func BenchmarkGrowingWindows(b *testing.B) {
 	b.ReportMetric(float64(firedNs)/float64(b.N), "fired-write-ns/op")
 }
 
-// timedWrite captures kb for checkpoint id and writes it into a blob in mem, as the task does; it returns
-// the blob's memory, for the next, and how long the write took.
-func timedWrite(b *testing.B, kb KeyedBackend[int64], id int64, mem checkpoint.BlobMemory) (checkpoint.BlobMemory, int64) {
+// timedWrite captures kb for checkpoint id and writes it into a blob of pool, as the task does; it
+// returns how long the write took.
+func timedWrite(b *testing.B, kb KeyedBackend[int64], id int64, pool *checkpoint.BlobPool) int64 {
 	write, err := kb.Snapshot(id)
 	if err != nil {
 		b.Fatal(err)
 	}
-	blob := checkpoint.NewBlob(mem)
+	blob := pool.Blob()
+	defer blob.Done()
 	start := time.Now()
 	if err := write(blob); err != nil {
 		b.Fatal(err)
 	}
-	return blob.Memory(), time.Since(start).Nanoseconds()
+	return time.Since(start).Nanoseconds()
 }
