@@ -197,21 +197,9 @@ func TestSegmentCacheMatchesFullEncoding(t *testing.T) {
 				if round%7 == 0 {
 					ops, keys = 300, 120
 				}
-				for range ops {
-					k, op, x := rng.Int64N(keys), rng.IntN(14), rng.IntN(1000)
-					cached.apply(k, op, x)
-					full.apply(k, op, x)
-				}
 				clock += int64(rng.IntN(30))
 				id := int64(round)
-				a, err := cached.b.Snapshot(id)
-				if err != nil {
-					t.Fatal(err)
-				}
-				f, err := full.b.Snapshot(id)
-				if err != nil {
-					t.Fatal(err)
-				}
+				a, f := applyBoth(t, rng, cached, full, ops, keys, id)
 				p := &pending{id: id, a: a, f: f}
 				switch r := rng.IntN(10); {
 				case r < 2: // written after a later one
@@ -240,6 +228,26 @@ func TestSegmentCacheMatchesFullEncoding(t *testing.T) {
 			}
 		})
 	}
+}
+
+// applyBoth applies ops random operations on keys [0, keys) to both backends (the cached one and the one
+// that encodes every key) and captures both for checkpoint id.
+func applyBoth(t *testing.T, rng *rand.Rand, cached, full *segStates, ops int, keys, id int64) (a, f func(io.Writer) error) {
+	t.Helper()
+	for range ops {
+		k, op, x := rng.Int64N(keys), rng.IntN(14), rng.IntN(1000)
+		cached.apply(k, op, x)
+		full.apply(k, op, x)
+	}
+	a, err := cached.b.Snapshot(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err = full.b.Snapshot(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, f
 }
 
 // logEntryDiff logs the first entries in which snapshots a (cached) and f (full encoding) differ.
@@ -418,20 +426,8 @@ func TestLentBlobMatchesFullEncoding(t *testing.T) {
 	var mems []*byte
 	reused, recycled := 0, 0
 	for round := range 8 {
-		for range 40_000 {
-			k, op, x := rng.Int64N(20_000+int64(round)*10_000), rng.IntN(14), rng.IntN(1000)
-			cached.apply(k, op, x)
-			full.apply(k, op, x)
-		}
 		id := int64(round + 1)
-		a, err := cached.b.Snapshot(id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f, err := full.b.Snapshot(id)
-		if err != nil {
-			t.Fatal(err)
-		}
+		a, f := applyBoth(t, rng, cached, full, 40_000, 20_000+int64(round)*10_000, id)
 		blob := pool.Blob()
 		blob.Write([]byte("another operator's state"))
 		if err := a(blob); err != nil {
