@@ -219,8 +219,10 @@ func (r *run) performCheckpoint(id, ts int64, flags uint32) {
 				return
 			}
 		}
-		// The blob's memory is kept for the next checkpoint: a large state is then written without
-		// allocating it anew (and collecting it) every time.
+		// The blob's memory comes from the task's pool, which takes it back once the blob is stored and
+		// the state writers that keep their bytes in it (Blob.Hold) let go of it, at their next full
+		// write: a large state is then written without allocating its memory anew (and collecting it)
+		// every time.
 		blob := r.snapMemory.Blob()
 		defer blob.Done()
 		ws, deltas := writers, 0

@@ -578,7 +578,7 @@ type run struct {
 	dropsBefore []uint64
 	outputSeen  bool
 	async       sync.WaitGroup       // goroutines writing checkpoint state
-	snapMemory  *checkpoint.BlobPool // memory of the last state blob, for the next one
+	snapMemory  *checkpoint.BlobPool // memory of the state blobs, for later ones
 	incr        incremental          // the chain of incremental checkpoints (checkpoint.go)
 	asyncCtx    context.Context
 	stopAsync   context.CancelFunc
