@@ -332,69 +332,6 @@ func (r *textReader) RestoreState(b []byte) error {
 }
 func (r *textReader) Close() error { return r.f.Close() }
 
-// TextFileSink writes one line per record, formatted by format, to path (parallelism 1) or to path-N for
-// subtask N (parallelism > 1). Lines go to a temporary file that replaces the target at end of input, so a
-// failed job never leaves a half-written output behind.
-func TextFileSink[T any](path string, format func(T) string) runnel.Sink[T] {
-	return &textSink[T]{path: path, format: format}
-}
-
-type textSink[T any] struct {
-	path   string
-	format func(T) string
-}
-
-func (s *textSink[T]) CreateWriter(ctx runnel.RuntimeContext) (runnel.SinkWriter[T], error) {
-	if s.format == nil {
-		return nil, errors.New("text file sink: nil format function")
-	}
-	target := s.path
-	if ctx.Parallelism() > 1 {
-		target = fmt.Sprintf("%s-%d", s.path, ctx.SubtaskIndex())
-	}
-	tmp := fmt.Sprintf("%s.inprogress.%d", target, ctx.Attempt())
-	f, err := os.Create(tmp)
-	if err != nil {
-		return nil, fmt.Errorf("text file sink: %w", err)
-	}
-	return &textWriter[T]{f: f, w: bufio.NewWriterSize(f, 64<<10), tmp: tmp, target: target, format: s.format}, nil
-}
-
-type textWriter[T any] struct {
-	f           *os.File
-	w           *bufio.Writer
-	tmp, target string
-	format      func(T) string
-	committed   bool
-}
-
-func (w *textWriter[T]) Write(v T) error {
-	w.w.WriteString(w.format(v))
-	return w.w.WriteByte('\n')
-}
-
-func (w *textWriter[T]) Flush() error {
-	if err := w.w.Flush(); err != nil {
-		return fmt.Errorf("text file sink %s: %w", w.target, err)
-	}
-	if err := w.f.Sync(); err != nil {
-		return fmt.Errorf("text file sink %s: %w", w.target, err)
-	}
-	if err := os.Rename(w.tmp, w.target); err != nil {
-		return fmt.Errorf("text file sink: %w", err)
-	}
-	w.committed = true
-	return nil
-}
-
-func (w *textWriter[T]) Close() error {
-	err := w.f.Close()
-	if !w.committed {
-		os.Remove(w.tmp)
-	}
-	return err
-}
-
 // Print returns a sink that writes each record to standard output as "subtask> record", like Flink's
 // print().
 func Print[T any]() runnel.Sink[T] { return &printSink[T]{w: os.Stdout} }
@@ -430,7 +367,9 @@ func (w *printWriter[T]) Write(v T) error {
 func (w *printWriter[T]) Flush() error { return nil }
 func (w *printWriter[T]) Close() error { return nil }
 
-// Collect is a sink that keeps every record in memory, for tests and small results.
+// Collect is a sink that keeps every record in memory, for tests and small results. It is at least once:
+// with checkpoints, a record a checkpoint covers is never lost, and one written after the restored
+// checkpoint comes again after a failover.
 type Collect[T any] struct {
 	mu      sync.Mutex
 	records []T
@@ -482,6 +421,14 @@ func (w *collectWriter[T]) flush() {
 
 func (w *collectWriter[T]) Flush() error { w.flush(); return nil }
 func (w *collectWriter[T]) Close() error { return nil }
+
+// SnapshotState implements runnel.CheckpointedWriter: the records written before the barrier join the
+// sink's records, since a failure after the checkpoint would drop the writer's buffer and the restored job
+// does not emit them again. The writer keeps no state.
+func (w *collectWriter[T]) SnapshotState(int64) ([]byte, error) { w.flush(); return nil, nil }
+
+// RestoreState implements runnel.CheckpointedWriter.
+func (w *collectWriter[T]) RestoreState([]byte) error { return nil }
 
 // Discard is a sink that drops every record (benchmarks).
 func Discard[T any]() runnel.Sink[T] { return discard[T]{} }

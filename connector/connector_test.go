@@ -25,6 +25,7 @@ func TestMain(m *testing.M) {
 // fakeContext is the RuntimeContext of one subtask, for driving readers and writers without a job.
 type fakeContext struct {
 	subtask, parallelism, attempt int
+	checkpointing                 bool
 }
 
 func (c fakeContext) JobName() string      { return "test" }
@@ -38,7 +39,7 @@ func (c fakeContext) MaxParallelism() int         { return 128 }
 func (c fakeContext) Attempt() int                { return c.attempt }
 func (c fakeContext) Logger() *slog.Logger        { return slog.New(slog.DiscardHandler) }
 func (c fakeContext) Done() <-chan struct{}       { return nil }
-func (c fakeContext) Checkpointing() bool         { return false }
+func (c fakeContext) Checkpointing() bool         { return c.checkpointing }
 func (c fakeContext) Metrics() runnel.MetricGroup { return nil }
 
 func ctxOf(subtask, parallelism int) fakeContext {

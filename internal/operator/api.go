@@ -155,10 +155,16 @@ type Sink[T any] interface {
 }
 
 // SinkWriter writes the records of one sink subtask. Its methods are called from the task goroutine.
+//
+// A checkpoint covers every record written before its barrier: after a failure the job restarts from it
+// and does not write those records again. So a writer that holds records in memory (a batch, a buffered
+// file) must hand them on in SnapshotState (CheckpointedWriter), which runs before the barrier goes on;
+// records it still holds when a checkpoint completes are lost if the job fails after it. Flush is not
+// called at checkpoints.
 type SinkWriter[T any] interface {
 	// Write writes one record.
 	Write(v T) error
-	// Flush makes everything written so far durable or visible; it is called at end of input.
+	// Flush makes everything written so far durable or visible; it is called once, at end of input.
 	Flush() error
 	// Close releases the writer's resources; it is always called, also after failures.
 	Close() error
