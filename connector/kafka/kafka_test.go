@@ -111,14 +111,16 @@ func TestSourceReadsEveryRecordOnce(t *testing.T) {
 }
 
 // TestSourceExactlyOnceUnderFailures sums a topic by key with checkpoints while the sum fails twice: the
-// source rewinds to its checkpointed offsets with the state, and the sums come out exact.
+// source rewinds to its checkpointed offsets with the state, and the sums come out exact. Both failures hit
+// one subtask (it sees 20769 of the 30000 records, so its second one always comes, in a later attempt):
+// one on each subtask could come while the job restarts for the other, which that failover then absorbs.
 func TestSourceExactlyOnceUnderFailures(t *testing.T) {
 	brokers := cluster(t, 3, "in")
 	const n, keys = 30_000, 13
 	produce(t, brokers, "in", n, keys)
 	env := runnel.NewEnvironment(runnel.WithParallelism(2), runnel.WithLogger(quiet),
 		runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 20 * time.Millisecond}),
-		runnel.WithFailureInjection("sum[0]@4000", "sum[1]@9000"), runnel.WithRestartStrategy("fixed-delay:attempts=5,delay=0s"))
+		runnel.WithFailureInjection("sum[0]@4000", "sum[0]@12000"), runnel.WithRestartStrategy("fixed-delay:attempts=5,delay=0s"))
 	src := runnel.FromSource(env, kafka.Source(kafka.SourceConfig{Brokers: brokers, Topic: "in", Bounded: true}, decode)).Name("kafka").WithCodec(codec.MustStruct[kv]())
 	sums := runnel.Reduce(runnel.KeyBy(src, func(v kv) int64 { return v.F0 }),
 		func(a, b kv) (kv, error) { a.F1 += b.F1; return a, nil }).Name("sum")
