@@ -255,6 +255,9 @@ func TestTextFileSinkRestores(t *testing.T) {
 	}{
 		{"file gone", func(path string, snap []byte) []byte { os.Remove(path + ".inprogress.0"); return snap }, "out.txt.inprogress.0: no such file"},
 		{"file short", func(path string, snap []byte) []byte { os.Truncate(path+".inprogress.0", 1); return snap }, "holds 1 bytes, fewer than the 4"},
+		{"another target's file", func(_ string, snap []byte) []byte {
+			return append([]byte{1, 20}, append([]byte("out.txt-1.inprogress"), snap[len(snap)-2:]...)...)
+		}, "is another target's"},
 		{"bad version", func(_ string, snap []byte) []byte { return append([]byte{9}, snap[1:]...) }, "malformed"},
 		{"truncated", func(_ string, snap []byte) []byte { return snap[:len(snap)-1] }, "malformed"},
 		{"a path, not a name", func(_ string, snap []byte) []byte {

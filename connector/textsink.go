@@ -236,6 +236,9 @@ func (w *textWriter[T]) RestoreState(b []byte) error {
 		return bad
 	}
 	ended := b[k] == 1
+	if !strings.HasPrefix(name, filepath.Base(w.target)+".inprogress.") {
+		return fmt.Errorf("text file sink %s: the checkpoint's in-progress file %s is another target's (the sink's path or parallelism changed)", w.target, name)
+	}
 	old := filepath.Join(filepath.Dir(w.target), name)
 	w.ready, w.referenced = true, true
 	if ended {
