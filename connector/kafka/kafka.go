@@ -459,5 +459,11 @@ func listOffsets(ctx context.Context, cl *kgo.Client, topic string, parts []int3
 			}
 		}
 	}
+	for _, p := range parts {
+		if _, ok := ends[p]; !ok {
+			// A bounded subtask would take the partition for done and finish without reading it.
+			return nil, fmt.Errorf("kafka source: offsets of %q: the broker's answer has no offset for partition %d", topic, p)
+		}
+	}
 	return ends, nil
 }

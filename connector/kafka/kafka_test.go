@@ -14,6 +14,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/goleak"
 
 	"github.com/runnel-dev/runnel"
@@ -206,6 +207,44 @@ func TestBadConfigAndMissingTopic(t *testing.T) {
 		func(v int64, k, val []byte) ([]byte, []byte, error) { return k, val, nil }))
 	if _, err := env.Execute(context.Background(), "bad sink"); err == nil || !strings.Contains(err.Error(), "kafka sink: no brokers") {
 		t.Fatalf("sink without brokers: %v", err)
+	}
+}
+
+// TestSourceRefusesAnIncompleteOffsetsAnswer answers a bounded source's question for its partitions' end
+// offsets without one of them: the job fails naming it, where the subtask would otherwise have taken the
+// partition for read and finished without its records.
+func TestSourceRefusesAnIncompleteOffsetsAnswer(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "in"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	produce(t, c.ListenAddrs(), "in", 300, 7)
+	c.ControlKey(int16(kmsg.ListOffsets), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		lreq := req.(*kmsg.ListOffsetsRequest)
+		resp := lreq.ResponseKind().(*kmsg.ListOffsetsResponse)
+		for _, rt := range lreq.Topics {
+			st := kmsg.NewListOffsetsResponseTopic()
+			st.Topic = rt.Topic
+			for _, rp := range rt.Partitions[:len(rt.Partitions)-1] { // the last one left out
+				sp := kmsg.NewListOffsetsResponseTopicPartition()
+				sp.Partition, sp.Offset = rp.Partition, 0
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	env := runnel.NewEnvironment(runnel.WithLogger(quiet), runnel.WithRestartStrategy("none"))
+	runnel.FromSource(env, kafka.Source(kafka.SourceConfig{Brokers: c.ListenAddrs(), Topic: "in", Bounded: true}, decode)).SinkTo(connector.Discard[kv]())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := env.Execute(ctx, "incomplete offsets")
+	if err == nil {
+		err = errors.New(res.Error)
+	}
+	if !strings.Contains(err.Error(), "no offset for partition 2") {
+		t.Fatalf("error %v, want one naming partition 2", err)
 	}
 }
 
