@@ -78,8 +78,10 @@ func WithRestartStrategy(spec string) Option { return func(c *Config) { c.Restar
 func WithStateBackend(name string) Option { return func(c *Config) { c.StateBackend = name } }
 
 // WithFailureInjection makes tasks fail on purpose, for tests and demos. Each spec is
-// "OPERATOR[SUBTASK]@WHEN", where WHEN is a duration since the job started ("2s") or a record count
-// ("5000": after that many records reached that subtask of the operator, over all its attempts). The task
+// "OPERATOR[SUBTASK]@WHEN", where WHEN is a duration since the job started ("2s"), a record count
+// ("5000": after that many records reached that subtask of the operator, over all its attempts), or a
+// checkpoint ("chk-3": at the first record after the subtask heard that checkpoint 3 or a later one
+// completed, so that the failover restores a checkpoint however slowly the machine runs). The task
 // holding the operator fails once per spec, at that point. Every spec fires, also several for one subtask:
 // "map[0]@1000" and "map[0]@5000" fail the first attempt at the 1000th record and a later one at the
 // 5000th; specs due at the same time fire in the order given, one per attempt (the next at the first
@@ -279,7 +281,7 @@ var injectionSpec = regexp.MustCompile(`^(.+)\[(\d+)\]@(\S+)$`)
 func ParseFailureInjection(spec string) (*operator.Injection, error) {
 	m := injectionSpec.FindStringSubmatch(strings.TrimSpace(spec))
 	if m == nil {
-		return nil, fmt.Errorf("%q is not OPERATOR[SUBTASK]@WHEN (for example map[0]@5000 or source[1]@2s)", spec)
+		return nil, fmt.Errorf("%q is not OPERATOR[SUBTASK]@WHEN (for example map[0]@5000, source[1]@2s or map[0]@chk-3)", spec)
 	}
 	sub, err := strconv.Atoi(m[2])
 	if err != nil {
@@ -293,9 +295,17 @@ func ParseFailureInjection(spec string) (*operator.Injection, error) {
 		inj.AfterRecords = n
 		return inj, nil
 	}
+	if n, ok := strings.CutPrefix(m[3], "chk-"); ok {
+		id, err := strconv.ParseInt(n, 10, 64)
+		if err != nil || id < 1 {
+			return nil, fmt.Errorf("%q: chk-N needs a checkpoint number N of at least 1", spec)
+		}
+		inj.AfterCheckpoint = id
+		return inj, nil
+	}
 	d, err := time.ParseDuration(m[3])
 	if err != nil || d <= 0 {
-		return nil, fmt.Errorf("%q: WHEN must be a record count (5000) or a positive duration (2s)", spec)
+		return nil, fmt.Errorf("%q: WHEN must be a record count (5000), a positive duration (2s) or a checkpoint (chk-3)", spec)
 	}
 	inj.After = d
 	return inj, nil

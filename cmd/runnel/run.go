@@ -136,8 +136,9 @@ func (f *runFlags) register(pf *pflag.FlagSet) {
 	pf.BoolVar(&f.allowNonRestored, "allow-non-restored-state", false, "with --from-savepoint: drop, with a WARN, the state of operators (uids) the job no longer has, rather than refuse to start")
 	pf.StringVar(&f.exchangeMode, "exchange-mode", "pipelined", "pipelined, blocking (bounded jobs: every shuffle spilled, each task its own failover region) or forward-pipelined")
 	pf.StringVar(&f.scheduling, "scheduling", "pipelined-region", "pipelined-region or eager")
-	pf.StringArrayVar(&f.injectFailures, "inject-failure", nil, "make a task fail once, on purpose: OPERATOR[SUBTASK]@WHEN, WHEN a duration since the start (2s)\n"+
-		"or a record count (5000: after that many records reached the subtask, over all its attempts); repeatable: every spec fires once,\n"+
+	pf.StringArrayVar(&f.injectFailures, "inject-failure", nil, "make a task fail once, on purpose: OPERATOR[SUBTASK]@WHEN, WHEN a duration since the start (2s),\n"+
+		"a record count (5000: after that many records reached the subtask, over all its attempts) or a checkpoint (chk-3: at the first\n"+
+		"record after the subtask heard that checkpoint 3 or a later one completed); repeatable: every spec fires once,\n"+
 		"also several for one subtask (map[0]@1000 and map[0]@5000 fail it twice; specs due together fire one per attempt, in the order given)")
 }
 

@@ -96,12 +96,13 @@ func TestSessionsMatchReference(t *testing.T) {
 	}{
 		{name: "local summary", opts: []runnel.Option{runnel.WithParallelism(2)}},
 		{name: "tcp output", output: true, opts: []runnel.Option{runnel.WithParallelism(3), runnel.WithTaskManagers(2)}},
-		{name: "region failover memory tcp", output: true, rate: 25_000, inject: []string{"sessions[1]@6000"},
+		// The failures wait for checkpoints (chk-N), so that a failover has one to restore also when the
+		// machine is loaded: with record counts, under the whole -race suite on two cores, both failures once
+		// came before any checkpoint (every 20 ms) completed. At 10k clicks a second per source the run lasts
+		// a second, long enough for the checkpoints they wait for.
+		{name: "region failover memory tcp", output: true, rate: 25_000, inject: []string{"sessions[1]@chk-2"},
 			opts: []runnel.Option{runnel.WithParallelism(2), runnel.WithTaskManagers(2), runnel.WithFailover("region")}},
-		// At 10k clicks a second per source the run lasts a second, so that checkpoints (every 20 ms) complete
-		// before the failures also when the machine is loaded (at 25k, under the whole -race suite on two
-		// cores, both failures once came before any).
-		{name: "full failover pebble local", output: true, rate: 10_000, inject: []string{"sessions[0]@5000", "output[0]@300"},
+		{name: "full failover pebble local", output: true, rate: 10_000, inject: []string{"sessions[0]@chk-2", "output[0]@chk-4"},
 			opts: []runnel.Option{runnel.WithParallelism(2), runnel.WithStateBackend("pebble"), runnel.WithFailover("full")}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -476,6 +476,11 @@ func (c *chain) restorePieces(i int, chains [][][]byte, rescaled bool) error {
 
 // NotifyCheckpointComplete implements task.Chain.
 func (c *chain) NotifyCheckpointComplete(id int64) error {
+	for _, ctx := range c.ctxs {
+		for _, inj := range ctx.injs {
+			inj.checkpointComplete(id)
+		}
+	}
 	for i, op := range c.ops {
 		if op.CheckpointComplete != nil {
 			if err := c.ctxs[i].guard(func() error { return op.CheckpointComplete(id) }); err != nil {

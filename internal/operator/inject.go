@@ -8,8 +8,10 @@ import (
 )
 
 // Injection makes one subtask of one operator fail once, on purpose: after AfterRecords records reached it
-// (counted over all its attempts, replayed records included), or at the first record after the job ran for
-// After. It is shared by every attempt of the subtask, so it fires once per job, not once per attempt.
+// (counted over all its attempts, replayed records included), at the first record after the job ran for
+// After, or at the first record after the subtask heard that checkpoint AfterCheckpoint or a later one
+// completed (so that the failover always has a checkpoint to restore, however slow the machine). It is
+// shared by every attempt of the subtask, so it fires once per job, not once per attempt.
 //
 // Several injections may name the same subtask; each of them fires, once. They are independent triggers
 // over the same count of records: the subtask fails at the first record at which an injection is due, and
@@ -24,11 +26,12 @@ import (
 // failed attempt reports) and a TaskManager marks them fired (MarkFired) before it builds a chain, so an
 // injection fires once per job even when its subtask moves to another process.
 type Injection struct {
-	Operator     string
-	Subtask      int
-	AfterRecords uint64
-	After        time.Duration
-	Spec         string
+	Operator        string
+	Subtask         int
+	AfterRecords    uint64
+	After           time.Duration
+	AfterCheckpoint int64
+	Spec            string
 	// Index is the injection's position in the job's list of injections, the same in every process.
 	Index int
 
@@ -39,6 +42,13 @@ type Injection struct {
 
 // Arm makes a time-based injection fire at the next record; the job's owner calls it After the start.
 func (i *Injection) Arm() { i.armed.Store(true) }
+
+// checkpointComplete arms an injection waiting for checkpoint id or an earlier one.
+func (i *Injection) checkpointComplete(id int64) {
+	if i.AfterCheckpoint > 0 && id >= i.AfterCheckpoint {
+		i.armed.Store(true)
+	}
+}
 
 // Fired reports whether the injection has fired.
 func (i *Injection) Fired() bool { return i.fired.Load() }

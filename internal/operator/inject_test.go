@@ -28,21 +28,30 @@ func TestInjectionsOfOneSubtaskAllFire(t *testing.T) {
 		specs   []*Injection
 		armAt   int // Arm the time-based injections before this record (0: never)
 		records int
-		want    []fire
+		// complete holds, by record, the checkpoint that completes before that record.
+		complete map[int]int64
+		want     []fire
 	}{
-		{"one", []*Injection{{AfterRecords: 3, Spec: "a@3"}}, 0, 10, []fire{{3, "a@3"}}},
+		{"one", []*Injection{{AfterRecords: 3, Spec: "a@3"}}, 0, 10, nil, []fire{{3, "a@3"}}},
 		{"two in order", []*Injection{{AfterRecords: 1000, Spec: "a@1000"}, {AfterRecords: 5000, Spec: "a@5000"}}, 0, 6000,
-			[]fire{{1000, "a@1000"}, {5000, "a@5000"}}},
+			nil, []fire{{1000, "a@1000"}, {5000, "a@5000"}}},
 		{"two given in reverse order fire by trigger", []*Injection{{AfterRecords: 5000, Spec: "a@5000"}, {AfterRecords: 1000, Spec: "a@1000"}}, 0, 6000,
-			[]fire{{1000, "a@1000"}, {5000, "a@5000"}}},
+			nil, []fire{{1000, "a@1000"}, {5000, "a@5000"}}},
 		{"the same spec twice fails twice", []*Injection{{AfterRecords: 7, Spec: "a@7"}, {AfterRecords: 7, Spec: "a@7'"}}, 0, 20,
-			[]fire{{7, "a@7"}, {8, "a@7'"}}},
+			nil, []fire{{7, "a@7"}, {8, "a@7'"}}},
 		{"time-based armed together fire in successive attempts", []*Injection{{After: time.Second, Spec: "a@1s"}, {After: 2 * time.Second, Spec: "a@2s"}}, 5, 20,
-			[]fire{{5, "a@1s"}, {6, "a@2s"}}},
+			nil, []fire{{5, "a@1s"}, {6, "a@2s"}}},
 		{"time and count", []*Injection{{After: time.Second, Spec: "a@1s"}, {AfterRecords: 4, Spec: "a@4"}}, 4, 20,
-			[]fire{{4, "a@1s"}, {5, "a@4"}}},
-		{"never armed never fires", []*Injection{{After: time.Second, Spec: "a@1s"}}, 0, 20, nil},
-		{"not reached never fires", []*Injection{{AfterRecords: 21, Spec: "a@21"}}, 0, 20, nil},
+			nil, []fire{{4, "a@1s"}, {5, "a@4"}}},
+		{"never armed never fires", []*Injection{{After: time.Second, Spec: "a@1s"}}, 0, 20, nil, nil},
+		{"not reached never fires", []*Injection{{AfterRecords: 21, Spec: "a@21"}}, 0, 20, nil, nil},
+		{"a checkpoint before its own does not arm it", []*Injection{{AfterCheckpoint: 3, Spec: "a@chk-3"}}, 0, 20,
+			map[int]int64{4: 1, 8: 2, 12: 3}, []fire{{12, "a@chk-3"}}},
+		{"a later checkpoint arms it too", []*Injection{{AfterCheckpoint: 3, Spec: "a@chk-3"}}, 0, 20,
+			map[int]int64{4: 2, 7: 5}, []fire{{7, "a@chk-3"}}},
+		{"checkpoint and count", []*Injection{{AfterCheckpoint: 1, Spec: "a@chk-1"}, {AfterRecords: 10, Spec: "a@10"}}, 0, 20,
+			map[int]int64{3: 1}, []fire{{3, "a@chk-1"}, {10, "a@10"}}},
+		{"no checkpoint, no failure", []*Injection{{AfterCheckpoint: 1, Spec: "a@chk-1"}}, 0, 20, nil, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -50,6 +59,11 @@ func TestInjectionsOfOneSubtaskAllFire(t *testing.T) {
 			c := wrapIn[int](&Context{injs: tc.specs}, next)
 			var got []fire
 			for r := 1; r <= tc.records; r++ {
+				if id, ok := tc.complete[r]; ok {
+					for _, inj := range tc.specs {
+						inj.checkpointComplete(id)
+					}
+				}
 				if r == tc.armAt {
 					for _, inj := range tc.specs {
 						if inj.After > 0 {
