@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -347,7 +348,7 @@ func (e *Environment) run(ctx context.Context, p *prepared, on runOn) (*JobResul
 				return nil, fmt.Errorf("job %q has no vertex %d", name, id)
 			}
 			return chains.chainFor(v.ID), nil
-		}, Incremental: rc.incremental}
+		}, Incremental: rc.incremental, SyncInjections: chains.syncInjections}
 		on.catalog.build = build
 	}
 	jmCfg := jobmaster.Config{
@@ -503,6 +504,20 @@ func (e *Environment) run(ctx context.Context, p *prepared, on runOn) (*JobResul
 		return res, fmt.Errorf("job %q: savepoint on stop: %w", name, err)
 	}
 	return res, nil
+}
+
+// syncInjections makes the failure injections of one subtask of vertex id agree with the job master's
+// fired set before an attempt of it is built (cluster.JobBuild.SyncInjections).
+func (p *prepared) syncInjections(id ident.VertexID, subtask int, fired []int) {
+	v := p.jg.Vertex(id)
+	if v == nil {
+		return // ChainFor refuses the deployment
+	}
+	for _, inj := range p.rc.injections {
+		if inj.Subtask == subtask && slices.ContainsFunc(v.Nodes, func(n *graph.StreamNode) bool { return n.Name == inj.Operator }) {
+			inj.SetFired(slices.Contains(fired, inj.Index))
+		}
+	}
 }
 
 // injections returns the failure injections whose timers this process arms: those of the operators its

@@ -58,12 +58,22 @@ func MergeAccumulators(env *Environment, values map[string][]byte) error {
 	return env.mergeAccumulators(values)
 }
 
-// MarkInjectionsFired marks the build's injections of the given indexes fired, as a TaskManager does with
-// the fired set of a deployment before it builds the chain.
-func (p *prepared) MarkInjectionsFired(indexes ...int) {
-	for _, i := range indexes {
-		p.rc.injections[i].MarkFired()
+// SyncInjections does what a TaskManager does with the fired set of a deployment of subtask sub of the
+// vertex that holds operator before it builds the chain; it returns whether each of the build's injections
+// is fired after.
+func (p *prepared) SyncInjections(operator string, sub int, fired ...int) []bool {
+	for _, v := range p.jg.Vertices {
+		for _, n := range v.Nodes {
+			if n.Name == operator {
+				p.syncInjections(v.ID, sub, fired)
+			}
+		}
 	}
+	var out []bool
+	for _, inj := range p.rc.injections {
+		out = append(out, inj.Fired())
+	}
+	return out
 }
 
 // MainWith is Main on args, for tests: it returns the exit code.

@@ -330,10 +330,42 @@ func TestNondeterministicBuildIsRefused(t *testing.T) {
 	}
 }
 
-// TestInjectionFiredElsewhereDoesNotFire: an injection the job master knows fired (in another process) is
-// marked fired in the build the tasks run, and never fires there; the job's other injection fires as ever,
-// with its index in the failure.
-func TestInjectionFiredElsewhereDoesNotFire(t *testing.T) {
+// TestInjectionsFollowTheJobMastersFiredSet: before a TaskManager builds an attempt of a subtask, the
+// injections of that subtask in its build are fired exactly when the job master's fired set (carried in the
+// deployment) holds them: one fired elsewhere never fires here, one the job master left out (it fired in an
+// attempt a failover was stopping already) fires again; injections of other subtasks are left alone.
+func TestInjectionsFollowTheJobMastersFiredSet(t *testing.T) {
+	args := []string{"--records=100", "--inject=check[0]@3000", "--inject=map[1]@2000", "--inject=map[0]@10"}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, wp, err := runnel.BuildRegistered(ctx, registrySequence, args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []struct {
+		operator string
+		sub      int
+		fired    []int
+		want     []bool
+	}{
+		{"check", 0, []int{0, 1}, []bool{true, false, false}}, // map[1] is not check[0]'s
+		{"map", 1, []int{0, 1}, []bool{true, true, false}},
+		{"map", 0, []int{0, 1}, []bool{true, true, false}}, // map[0]'s own injection is not in the set
+		{"check", 0, nil, []bool{false, true, false}},      // left out: it fires again
+		{"map", 1, []int{2}, []bool{false, false, false}},
+		{"map", 0, []int{2}, []bool{false, false, true}},
+	} {
+		if got := wp.SyncInjections(step.operator, step.sub, step.fired...); !slices.Equal(got, step.want) {
+			t.Fatalf("after a deployment of %s[%d] with fired %v: fired %v, want %v", step.operator, step.sub, step.fired, got, step.want)
+		}
+	}
+}
+
+// TestInjectionsFireInABuildOfTheirOwn runs the tasks from another build of the job, as a TaskManager
+// process does, with injections on two subtasks: each fires once and makes a failover of its own, also when
+// one strikes while the failover of the other stops its subtask (the job master learns which one fired from
+// the index in the failure, and leaves such a one out of its fired set, so it fires again).
+func TestInjectionsFireInABuildOfTheirOwn(t *testing.T) {
 	const records, keys = 20_000, 8
 	args := []string{fmt.Sprintf("--records=%d", records), fmt.Sprintf("--keys=%d", keys), "--rate=20000",
 		"--checkpoint-interval=30ms", "--inject=check[0]@3000", "--inject=map[1]@2000"}
@@ -347,14 +379,18 @@ func TestInjectionFiredElsewhereDoesNotFire(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wp.MarkInjectionsFired(0)
 	runnel.RunChainsFrom(submitted, wp)
 	res, err := submitted.Execute(ctx, registrySequence)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Failovers) != 1 || !strings.HasSuffix(res.Failovers[0].Cause, "failed: injected failure map[1]@2000") {
-		t.Fatalf("failovers %+v, want one of map[1]@2000", res.Failovers)
+	var causes []string
+	for _, f := range res.Failovers {
+		causes = append(causes, f.Cause[strings.LastIndex(f.Cause, "injected failure"):])
+	}
+	slices.Sort(causes)
+	if want := []string{"injected failure check[0]@3000", "injected failure map[1]@2000"}; !slices.Equal(causes, want) {
+		t.Fatalf("failovers %+v, want one of each of %q", res.Failovers, want)
 	}
 	values, err := runnel.EncodeAccumulators(workers)
 	if err != nil {

@@ -171,13 +171,7 @@ func (c *registryCatalog) Open(ctx context.Context, _ protocol.JobID, setup prot
 			return nil, fmt.Errorf("job %q has no vertex %d", setup.Name, id)
 		}
 		return p.chainFor(id), nil
-	}, Incremental: p.rc.incremental, Accumulators: env.encodeAccumulators, MarkFired: func(indexes []int) {
-		for _, i := range indexes {
-			if i >= 0 && i < len(p.rc.injections) {
-				p.rc.injections[i].MarkFired()
-			}
-		}
-	}}
+	}, Incremental: p.rc.incremental, Accumulators: env.encodeAccumulators, SyncInjections: p.syncInjections}
 	if setup.CheckpointStorage != "" {
 		st, err := checkpoint.Open(ctx, setup.CheckpointStorage)
 		if err != nil {

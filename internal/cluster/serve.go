@@ -39,9 +39,11 @@ type JobBuild struct {
 	Incremental bool
 	// Savepoint is the savepoint the job started from (nil none): a restore of its checkpoint reads it.
 	Savepoint *checkpoint.Savepoint
-	// MarkFired, when set, marks the failure injections with these indexes fired in this build: they
-	// fired in another process, or in an attempt this process ran before (the job master's fired set).
-	MarkFired func(indexes []int)
+	// SyncInjections, when set, makes the failure injections of one subtask of vertex v in this build
+	// agree with the job master's fired set before an attempt of it is built: those in fired are fired (in
+	// another process, or in an attempt this process ran before), the others are not, also one that fired
+	// here in an attempt a failover was stopping already (the job master left it out: it fires again).
+	SyncInjections func(v ident.VertexID, subtask int, fired []int)
 	// Accumulators, when set, encodes the values of the job's accumulators as this process's tasks built
 	// them; they are sent to the JobManager every second while they change, and last when the job is released.
 	Accumulators func() (map[string][]byte, error)
@@ -440,8 +442,8 @@ func (ss *session) deploy(job protocol.JobID, dep jobcore.Deployment) error {
 	if j == nil {
 		return fmt.Errorf("job %s is not set up on TaskManager %s", job, tm.cfg.Name)
 	}
-	if mark := j.build.MarkFired; mark != nil && len(dep.FiredInjections) > 0 {
-		mark(dep.FiredInjections)
+	if sync := j.build.SyncInjections; sync != nil {
+		sync(dep.Info.Attempt.Vertex, int(dep.Info.Attempt.Index), dep.FiredInjections)
 	}
 	chain, err := j.build.ChainFor(dep.Info.Attempt.Vertex)
 	if err != nil {

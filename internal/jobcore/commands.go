@@ -160,7 +160,9 @@ type Deployment struct {
 	// Checkpoints is nil when checkpointing is off.
 	Checkpoints *CheckpointSettings
 	// FiredInjections are the indexes of the job's failure injections that fired already (in any process):
-	// the TaskManager marks them fired before it builds the chain, so each fires once per job.
+	// before it builds the chain, the TaskManager marks those of the attempt's subtask fired and the others
+	// of that subtask not fired, so each fires once per job, and one that fired in an attempt a failover was
+	// stopping already fires again.
 	FiredInjections []int
 	// Restore is the state the attempt starts from (nil: none). Its Read is left nil: for a restore from
 	// the savepoint the job started from (Restore.CheckpointID is that of Config.Savepoint), the driver

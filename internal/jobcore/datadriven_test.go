@@ -38,7 +38,7 @@ var replayFailures = func() map[string]ReplayFailure {
 // start from a savepoint holding every subtask) and one vertex a line: "NAME p=N [PATTERN[/blocking]
 // SOURCE]...". Events (each may end with t=DURATION, the time since the start): start TM slots=N...
 // [next=ID] (answers NextID, grants, sets up, and runs everything), grant TM slots=N, setup-ok TM,
-// setup-fail TM err=..., update ATTEMPT STATE [err=...] [peer=TM] [kind=deploy] [replay=REASON] [nonrecoverable],
+// setup-fail TM err=..., update ATTEMPT STATE [err=...] [peer=TM] [kind=deploy] [replay=REASON] [injection=N] [nonrecoverable],
 // running|canceled|finished ATTEMPT... (or "all": every deployed attempt), observe ATTEMPT joined
 // from=ATTEMPT sub=N lost=N | replayed|dropped from=ATTEMPT sub=N records=N | first-output | input-ended | replay-done, sampled token=N (CHANNEL dropped=R/B)... |
 // missing, counters ATTEMPT in=N out=N, lose TM reason=..., alive TM, tick, cancel, stop [dir=DIR],
@@ -517,6 +517,13 @@ func (h *harness) event(line string) ([]string, error) {
 			if p, ok := kv["peer"]; ok {
 				u.Failure.PeerDataAddress = p + ":9000"
 			}
+			if i, ok := kv["injection"]; ok {
+				n, err := strconv.Atoi(i)
+				if err != nil {
+					return nil, fmt.Errorf("bad injection %q", i)
+				}
+				u.Failure.Injected, u.Failure.Injection = true, n
+			}
 			if r, ok := kv["replay"]; ok {
 				if u.Failure.Replay, ok = replayFailures[r]; !ok {
 					return nil, fmt.Errorf("bad replay failure %q", r)
@@ -815,6 +822,9 @@ func (h *harness) flush() []string {
 				if n := b.Deployment.SkipCheckpointsUpTo; n > 0 {
 					it.suffix += fmt.Sprintf(" skip-up-to=%d", n)
 				}
+			}
+			if f := b.Deployment.FiredInjections; len(f) > 0 {
+				it.suffix += fmt.Sprintf(" fired=%v", f)
 			}
 		case TriggerCheckpoint:
 			it.kind, it.text = fmt.Sprintf("trigger %d", b.ID), h.fmtAttempt(b.Attempt)

@@ -19,8 +19,11 @@ func (c *Core) onTaskUpdate(u TaskUpdate) {
 	}
 	ex.state = u.State
 	c.ready.Changed = true
-	if f := u.Failure; f != nil && f.Injected && !slices.Contains(c.fired, f.Injection) {
-		// Fired once for the job, wherever the next attempts run: later deployments carry it.
+	absorbed := c.plan != nil && c.plan.subtasks[u.Attempt.Subtask]
+	if f := u.Failure; f != nil && f.Injected && !absorbed && !slices.Contains(c.fired, f.Injection) {
+		// Fired once for the job, wherever the next attempts run: later deployments carry it. One that
+		// failed an attempt a failover was stopping already caused no failover of its own: it stays out, so
+		// that it fires again in the next attempt and every spec makes its failover.
 		c.fired = append(c.fired, f.Injection)
 		slices.Sort(c.fired)
 	}

@@ -23,8 +23,10 @@ import (
 //
 // In a cluster every process parses the job's injections from the same arguments, so an injection is known
 // everywhere by its Index; the job master keeps the set of those that fired (from the InjectedFailure a
-// failed attempt reports) and a TaskManager marks them fired (MarkFired) before it builds a chain, so an
-// injection fires once per job even when its subtask moves to another process.
+// failed attempt reports) and a TaskManager makes the injections of a subtask agree with it (SetFired)
+// before it builds an attempt, so an injection fires once per job even when its subtask moves to another
+// process. One that failed an attempt a failover was stopping already made no failover of its own: the job
+// master leaves it out, and it fires again in the next attempt.
 type Injection struct {
 	Operator        string
 	Subtask         int
@@ -53,9 +55,11 @@ func (i *Injection) checkpointComplete(id int64) {
 // Fired reports whether the injection has fired.
 func (i *Injection) Fired() bool { return i.fired.Load() }
 
-// MarkFired records that the injection fired elsewhere (an attempt in another process), so that it never
-// fires here. Call it before the chains that hold the injection are built.
-func (i *Injection) MarkFired() { i.fired.Store(true) }
+// SetFired records whether the injection fired, as the job master knows it: true when it fired elsewhere
+// (an attempt in another process), so that it never fires here; false when it fired in an attempt whose
+// failure a failover in progress took in, so that it fires again. Call it before a chain that holds the
+// injection is built, while no attempt of its subtask runs.
+func (i *Injection) SetFired(fired bool) { i.fired.Store(fired) }
 
 // InjectedFailure is the error of an attempt that an injection failed: Index says which, so that the
 // TaskManager can tell the job master (protocol.Failure.Injection) and the job master the next deployments.

@@ -135,7 +135,7 @@ func TestMarkedInjectionsDoNotFire(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			injs := []*Injection{{AfterRecords: 3, Spec: "a[0]@3", Index: 0}, {AfterRecords: 5, Spec: "a[0]@5", Index: 1}}
 			for _, i := range tc.marked {
-				injs[i].MarkFired()
+				injs[i].SetFired(true)
 			}
 			c := wrapIn[int](&Context{injs: injs}, &countCollector{})
 			var got []int
