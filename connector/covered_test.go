@@ -83,19 +83,21 @@ func (r *pausingReader) NotifyCheckpointComplete(id int64) error {
 func TestSinksKeepWhatACheckpointCovered(t *testing.T) {
 	const n = 100
 	want := int64s(0, 2*n)
-	run := func(t *testing.T, sink runnel.Sink[int64]) *runnel.JobResult {
-		env := runnel.NewEnvironment(quietEnv(runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 10 * time.Millisecond}),
-			runnel.WithRestartStrategy("fixed-delay:attempts=2,delay=0s"))...)
+	// run runs the job with p subtasks of source and sink (chained: each pair is a region of its own, which
+	// fails once).
+	run := func(t *testing.T, sink runnel.Sink[int64], p int, opts ...runnel.Option) {
+		env := runnel.NewEnvironment(quietEnv(append(opts, runnel.WithParallelism(p),
+			runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 10 * time.Millisecond}),
+			runnel.WithRestartStrategy("fixed-delay:attempts=4,delay=0s"))...)...)
 		runnel.FromSource(env, runnel.Source[int64](&pausingSource{n: n})).Name("src").SinkTo(sink).Name("sink")
 		res := execute(t, env)
-		if len(res.Failovers) != 1 {
-			t.Fatalf("failovers %+v, want 1", res.Failovers)
+		if len(res.Failovers) != p {
+			t.Fatalf("failovers %+v, want %d", res.Failovers, p)
 		}
-		return res
 	}
 	t.Run("collect", func(t *testing.T) {
 		sink := connector.NewCollect[int64]()
-		run(t, sink)
+		run(t, sink, 1)
 		got := sink.Records()
 		slices.Sort(got)
 		got = slices.Compact(got) // at least once: a record may come twice
@@ -103,21 +105,32 @@ func TestSinksKeepWhatACheckpointCovered(t *testing.T) {
 			t.Fatalf("collected %d distinct records, want %d: %s", len(got), len(want), firstDiff(fmtAll(got), fmtAll(want)))
 		}
 	})
-	t.Run("text file", func(t *testing.T) {
-		dir := t.TempDir()
-		path := filepath.Join(dir, "out.txt")
-		run(t, connector.TextFileSink(path, func(v int64) string { return fmt.Sprint(v) }))
-		data, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := linesOf(string(data)); !slices.Equal(got, fmtAll(want)) {
-			t.Fatalf("%s", firstDiff(got, fmtAll(want)))
-		}
-		if names := dirNames(t, dir); !slices.Equal(names, []string{"out.txt"}) {
-			t.Fatalf("files %q, want only out.txt", names)
-		}
-	})
+	for _, tc := range []struct {
+		name  string
+		p     int
+		opts  []runnel.Option
+		files []string
+	}{
+		{"text file", 1, nil, []string{"out.txt"}},
+		{"text files of 2 subtasks over tcp", 2, []runnel.Option{runnel.WithTaskManagers(2)}, []string{"out.txt-0", "out.txt-1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			run(t, connector.TextFileSink(filepath.Join(dir, "out.txt"), func(v int64) string { return fmt.Sprint(v) }), tc.p, tc.opts...)
+			for _, name := range tc.files {
+				data, err := os.ReadFile(filepath.Join(dir, name))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := linesOf(string(data)); !slices.Equal(got, fmtAll(want)) {
+					t.Fatalf("%s: %s", name, firstDiff(got, fmtAll(want)))
+				}
+			}
+			if names := dirNames(t, dir); !slices.Equal(names, tc.files) {
+				t.Fatalf("files %q, want only %q", names, tc.files)
+			}
+		})
+	}
 }
 
 func fmtAll(vs []int64) []string {
