@@ -12,6 +12,7 @@ package wordcount
 import (
 	"bufio"
 	"cmp"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -250,6 +251,49 @@ func (w *sortedWriter) Flush() error {
 }
 
 func (w *sortedWriter) Close() error { return nil }
+
+// SnapshotState implements runnel.CheckpointedWriter: the counts received so far. They come in a burst
+// at the end of the input, and a checkpoint may fall inside it: a counter subtask restored after its end
+// of input sends its counts no more, so the sink must keep those it had.
+func (w *sortedWriter) SnapshotState(int64) ([]byte, error) {
+	b := binary.AppendUvarint(nil, uint64(len(w.counts)))
+	for _, c := range w.counts {
+		b = binary.AppendUvarint(b, uint64(len(c.Word)))
+		b = append(b, c.Word...)
+		b = binary.AppendVarint(b, c.Count)
+	}
+	return b, nil
+}
+
+// RestoreState implements runnel.CheckpointedWriter.
+func (w *sortedWriter) RestoreState(b []byte) error {
+	bad := errors.New("wordcount sink: malformed checkpointed counts")
+	n, k := binary.Uvarint(b)
+	if k <= 0 || n > uint64(len(b)) {
+		return bad
+	}
+	b = b[k:]
+	counts := make([]WordCount, 0, n)
+	for range n {
+		l, k := binary.Uvarint(b)
+		if k <= 0 || l > uint64(len(b)-k) {
+			return bad
+		}
+		word := string(b[k : k+int(l)])
+		b = b[k+int(l):]
+		c, k := binary.Varint(b)
+		if k <= 0 {
+			return bad
+		}
+		b = b[k:]
+		counts = append(counts, WordCount{Word: word, Count: c})
+	}
+	if len(b) != 0 {
+		return bad
+	}
+	w.counts = counts
+	return nil
+}
 
 var printMu sync.Mutex
 
