@@ -168,11 +168,12 @@ func TestSequenceExactlyOnceAfterFailure(t *testing.T) {
 	const records, keys, p = 20_000, 8, 2
 	job := sequence.New(nil)
 	job.Records, job.Keys = records, keys
-	// A rate keeps the job running long enough for checkpoints to complete before the failure.
+	// The failure waits for checkpoint 2, so that the failover restores one however loaded the machine
+	// is; the rate keeps the job running past it (a second).
 	job.Rate = 20_000
 	res := runJob(t, job, runnel.WithParallelism(p), runnel.WithTaskManagers(2),
 		runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 30 * time.Millisecond}),
-		runnel.WithFailureInjection("map[0]@3000"),
+		runnel.WithFailureInjection("map[0]@chk-2"),
 		runnel.WithRestartStrategy("fixed-delay:attempts=3,delay=10ms"))
 	checkExact(t, job, res, records, keys, p)
 	if len(res.Failovers) != 1 {
