@@ -45,6 +45,10 @@ type JobResult struct {
 	RestoredFrom *RestoreResult `json:"restored_from,omitempty"`
 	// Waiting, while the job waits for something to restart (slots, a TaskManager), says what.
 	Waiting string `json:"waiting,omitempty"`
+	// UnfiredInjections lists, once the job ended, the failure injections (WithFailureInjection) that never
+	// fired: the job ended before they were due (a record count its subtask never saw, a checkpoint that
+	// never completed). Each is also logged at WARN.
+	UnfiredInjections []string `json:"unfired_injections,omitempty"`
 }
 
 // RestoreResult describes the state a job started from: the location, the checkpoint's id, and the newer
@@ -490,6 +494,13 @@ func (e *Environment) run(ctx context.Context, p *prepared, on runOn) (*JobResul
 	}
 	res := resultOf(name, snap)
 	res.RestoredFrom = restored
+	for i, inj := range rc.injections {
+		if !slices.Contains(snap.FiredInjections, i) {
+			// A test or demo that asked for a failure and got none proves less than it seems to.
+			res.UnfiredInjections = append(res.UnfiredInjections, inj.Spec)
+			e.logger().Warn("a failure injection never fired: the job ended before it was due", "job", name, "injection", inj.Spec)
+		}
+	}
 	if e.cfg.Progress != nil {
 		e.cfg.Progress(res)
 	}

@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"log/slog"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -111,4 +114,43 @@ func TestInjectionAfterCheckpoint(t *testing.T) {
 			t.Fatalf("record %d came %d times, want once", v, c)
 		}
 	}
+}
+
+// TestUnfiredInjectionsAreReported runs a bounded job with one injection it reaches and two it does not (a
+// count its subtask never sees, a checkpoint that never comes): the result lists the two, and the log
+// warns of each, so that a test or demo that asked for failures knows it got fewer.
+func TestUnfiredInjectionsAreReported(t *testing.T) {
+	var logs strings.Builder
+	var mu sync.Mutex
+	env := runnel.NewEnvironment(runnel.WithParallelism(1), runnel.WithLogger(slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))),
+		runnel.WithRestartStrategy("fixed-delay:attempts=2,delay=0s"),
+		runnel.WithFailureInjection("map[0]@100", "map[0]@1000000", "map[0]@chk-1"))
+	src := runnel.FromSource(env, connector.Collection(make([]int64, 1000))).Name("source")
+	runnel.Map(src, func(v int64) (int64, error) { return v, nil }).Name("map").SinkTo(connector.Discard[int64]())
+	res, err := env.Execute(context.Background(), "unfired")
+	if err != nil || res.Status != "FINISHED" {
+		t.Fatalf("%v, %+v", err, res)
+	}
+	if want := []string{"map[0]@1000000", "map[0]@chk-1"}; !slices.Equal(res.UnfiredInjections, want) || len(res.Failovers) != 1 {
+		t.Fatalf("unfired %q and %d failovers, want %q and 1", res.UnfiredInjections, len(res.Failovers), want)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, spec := range res.UnfiredInjections {
+		if !strings.Contains(logs.String(), `level=WARN msg="a failure injection never fired: the job ended before it was due" job=unfired injection=`+spec) {
+			t.Errorf("no WARN for %s in:\n%s", spec, logs.String())
+		}
+	}
+}
+
+// lockedWriter serializes writes to w: the job logs from several goroutines.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *strings.Builder
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

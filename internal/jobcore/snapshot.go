@@ -1,12 +1,15 @@
 package jobcore
 
 import (
+	"slices"
+
 	"github.com/runnel-dev/runnel/internal/ident"
 )
 
 // Snapshot returns the job's observable state; nothing in it is shared with the core.
 func (c *Core) Snapshot() Snapshot {
-	snap := Snapshot{Status: c.status, Err: c.err, Started: c.started, Ended: c.ended, Waiting: c.waiting}
+	snap := Snapshot{Status: c.status, Err: c.err, Started: c.started, Ended: c.ended, Waiting: c.waiting,
+		FiredInjections: slices.Clone(c.fired)}
 	for _, f := range c.history.Events() {
 		snap.Failovers = append(snap.Failovers, f.Report())
 	}

@@ -71,4 +71,6 @@ type Snapshot struct {
 	SavepointErr error
 	// Waiting, when not empty, says what a restart waits for (a slot, a TaskManager's liveness).
 	Waiting string
+	// FiredInjections are the indexes of the failure injections that fired, each in a failover of its own.
+	FiredInjections []int
 }
