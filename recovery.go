@@ -83,10 +83,11 @@ func WithStateBackend(name string) Option { return func(c *Config) { c.StateBack
 // checkpoint ("chk-3": at the first record after the subtask heard that checkpoint 3 or a later one
 // completed, so that the failover restores a checkpoint however slowly the machine runs). The task
 // holding the operator fails once per spec, at that point, and each spec makes a failover of its own (one
-// that strikes a subtask a failover is stopping already fires again in its next attempt). Every spec fires, also several for one subtask:
-// "map[0]@1000" and "map[0]@5000" fail the first attempt at the 1000th record and a later one at the
-// 5000th; specs due at the same time fire in the order given, one per attempt (the next at the first
-// record of the restarted attempt).
+// that strikes a subtask a failover is stopping already fires again in its next attempt). Every spec
+// fires, also several for one subtask: "map[0]@1000" and "map[0]@5000" fail the first attempt at the
+// 1000th record and a later one at the 5000th; specs due at the same time fire in the order given, one
+// per attempt (the next at the first record of the restarted attempt). A spec the job ends before is
+// logged at WARN and listed in JobResult.UnfiredInjections.
 func WithFailureInjection(specs ...string) Option {
 	return func(c *Config) { c.FailureInjections = append(c.FailureInjections, specs...) }
 }
