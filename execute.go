@@ -525,7 +525,7 @@ func (p *prepared) syncInjections(id ident.VertexID, subtask int, fired []int) {
 		return // ChainFor refuses the deployment
 	}
 	for _, inj := range p.rc.injections {
-		if inj.Subtask == subtask && slices.ContainsFunc(v.Nodes, func(n *graph.StreamNode) bool { return n.Name == inj.Operator }) {
+		if slices.ContainsFunc(v.Nodes, func(n *graph.StreamNode) bool { return inj.Targets(n.Name, subtask) }) {
 			inj.SetFired(slices.Contains(fired, inj.Index))
 		}
 	}

@@ -107,6 +107,9 @@ type taskManager struct {
 	lostReason        string
 }
 
+// restarting reports whether subtask s is in the failover in progress: being cancelled, to be redeployed.
+func (c *Core) restarting(s ident.Subtask) bool { return c.plan != nil && c.plan.subtasks[s] }
+
 // restartPlan is a failover in progress: the subtasks being cancelled, to be redeployed as new attempts.
 type restartPlan struct {
 	subtasks  map[ident.Subtask]bool

@@ -19,8 +19,7 @@ func (c *Core) onTaskUpdate(u TaskUpdate) {
 	}
 	ex.state = u.State
 	c.ready.Changed = true
-	absorbed := c.plan != nil && c.plan.subtasks[u.Attempt.Subtask]
-	if f := u.Failure; f != nil && f.Injected && !absorbed && !slices.Contains(c.fired, f.Injection) {
+	if f := u.Failure; f != nil && f.Injected && !c.restarting(u.Attempt.Subtask) && !slices.Contains(c.fired, f.Injection) {
 		// Fired once for the job, wherever the next attempts run: later deployments carry it. One that
 		// failed an attempt a failover was stopping already caused no failover of its own: it stays out, so
 		// that it fires again in the next attempt and every spec makes its failover.
@@ -92,7 +91,7 @@ func (c *Core) onFailed(ex *execution, f *Failure) {
 		c.fail(fmt.Errorf("deploy %s: %w", c.name(s), cause))
 		return
 	}
-	if c.plan != nil && c.plan.subtasks[s] {
+	if c.restarting(s) {
 		return
 	}
 	// A failure that names a peer already lost or suspected is another sign of that TaskManager's loss.
@@ -165,7 +164,7 @@ func (c *Core) taskFailoverFallback(s ident.Subtask, f *Failure, cause error) (s
 		return fmt.Sprintf("it failed again while restarting under task failover, before its replay was done: %v", cause), c.fallback
 	}
 	for _, n := range append(c.cfg.Job.Downstream(s), c.cfg.Job.Upstream(s)...) {
-		if c.plan != nil && c.plan.subtasks[n] {
+		if c.restarting(n) {
 			return fmt.Sprintf("%s, which it reads from or writes to, is restarting too", c.name(n)), c.fallback
 		}
 		if c.execs[n].replaying {

@@ -340,7 +340,7 @@ func (c *Core) onTaskManagerLost(e TaskManagerLost) {
 		if ex.tm != e.TaskManager {
 			continue
 		}
-		if c.plan != nil && c.plan.subtasks[s] {
+		if c.restarting(s) {
 			planned = append(planned, s)
 		}
 		switch {

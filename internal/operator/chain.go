@@ -57,7 +57,7 @@ func buildChain(v *graph.JobVertex, rt *task.Runtime, injections []*Injection) (
 		ctx.mark = int32(len(rt.Operators))
 		c.ctxs[i] = ctx
 		for _, inj := range injections {
-			if inj.Operator == n.Name && inj.Subtask == int(rt.Info.Attempt.Index) {
+			if inj.Targets(n.Name, int(rt.Info.Attempt.Index)) {
 				ctx.injs = append(ctx.injs, inj)
 			}
 		}

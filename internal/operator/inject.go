@@ -42,6 +42,11 @@ type Injection struct {
 	seen  atomic.Uint64
 }
 
+// Targets reports whether the injection fails subtask of operator.
+func (i *Injection) Targets(operator string, subtask int) bool {
+	return i.Operator == operator && i.Subtask == subtask
+}
+
 // Arm makes a time-based injection fire at the next record; the job's owner calls it After the start.
 func (i *Injection) Arm() { i.armed.Store(true) }
 
