@@ -34,6 +34,10 @@ type RecordDecoder struct {
 	// dropBelow, set by Rejoin, is the first record a rejoined decoder returns: records before it, which
 	// a restarted producer regenerates and the consumer has had already, are dropped as they are decoded.
 	dropBelow uint64
+	// gapAllowed, set by SkipTo, lets the first buffer start after dropBelow: a restored consumer that
+	// reconnects without an in-flight log (approximate recovery) may have lost records, which its task
+	// counts, but must still not take again what its state holds.
+	gapAllowed bool
 
 	// PartialRecordsSkipped counts records whose start was never seen by this decoder.
 	PartialRecordsSkipped uint64
@@ -64,6 +68,20 @@ func (d *RecordDecoder) Rejoin(dropBelow uint64) {
 	skipped, dups := d.PartialRecordsSkipped, d.DuplicatesDropped
 	*d = RecordDecoder{maxRecordSize: d.maxRecordSize, partial: d.partial[:0], PartialRecordsSkipped: skipped,
 		DuplicatesDropped: dups, dropBelow: dropBelow}
+}
+
+// SkipTo prepares a fresh decoder of a restored consumer whose state holds every record of the channel
+// before seq (the position its checkpoint recorded). The channel may deliver some of them again: a reader
+// served from an in-flight log starts at the checkpoint's barrier, which lies before seq when the consumer
+// took the checkpoint while it still dropped what a restarted producer regenerated. They are dropped as
+// Rejoin drops them, and counted in DuplicatesDropped. Unlike Rejoin, a channel whose first record comes
+// after seq is not refused: without a log, what the consumer missed is approximate recovery's counted loss.
+func (d *RecordDecoder) SkipTo(seq uint64) {
+	if seq == 0 {
+		return
+	}
+	d.Rejoin(seq)
+	d.gapAllowed = true
 }
 
 // Resume returns the sequence number of the first record the consumer has not had: what a Rejoin drops up
@@ -99,6 +117,10 @@ func (d *RecordDecoder) SetBuffer(b *Buffer) (joined bool, err error) {
 		return joined, err
 	}
 	if joined && d.nextSeq > d.dropBelow {
+		if d.gapAllowed {
+			d.dropBelow, d.gapAllowed = 0, false
+			return joined, nil
+		}
 		return joined, fmt.Errorf("%w: the regenerated stream starts at record %d, after record %d that the consumer has not had", ErrCorrupt, d.nextSeq, d.dropBelow)
 	}
 	return joined, d.dropDuplicates()
@@ -118,7 +140,7 @@ func (d *RecordDecoder) dropDuplicates() error {
 		d.DuplicatesDropped++
 	}
 	if d.synced {
-		d.dropBelow = 0
+		d.dropBelow, d.gapAllowed = 0, false
 	}
 	return nil
 }

@@ -198,3 +198,50 @@ func TestRejoinAgainWhileDropping(t *testing.T) {
 		t.Fatalf("dropped %d (rejoining %v), want %d", dec.DuplicatesDropped, dec.Rejoining(), dropped+had)
 	}
 }
+
+// TestSkipToDropsWhatTheStateHolds: a fresh decoder of a restored consumer whose state holds the records
+// before k drops those its channel delivers again (a log served from a barrier before k) and returns the
+// rest once each; a channel that starts after k (no log: approximate recovery's loss) is taken as it is.
+func TestSkipToDropsWhatTheStateHolds(t *testing.T) {
+	const n, k = 300, 120
+	for _, tc := range []struct {
+		name        string
+		from        int
+		wantFirst   uint64
+		wantDropped uint64
+	}{
+		{name: "from a barrier before the position", from: 50, wantFirst: k, wantDropped: k - 50},
+		{name: "from the position", from: k, wantFirst: k},
+		{name: "after the position", from: k + 30, wantFirst: k + 30},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dec := NewRecordDecoder(1 << 20)
+			dec.SkipTo(k)
+			if got := dec.Resume(); got != k {
+				t.Fatalf("Resume before the first buffer = %d, want %d (what a checkpoint records)", got, k)
+			}
+			var got []uint64
+			for _, b := range streamOf(t, tc.from, n, 128, 60, 0) {
+				if _, err := dec.SetBuffer(b); err != nil {
+					t.Fatal(err)
+				}
+				for {
+					rec, err := dec.Next()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if rec == nil {
+						break
+					}
+					got = append(got, dec.NextSeq()-1)
+				}
+			}
+			if len(got) == 0 || got[0] != tc.wantFirst || got[len(got)-1] != n-1 || len(got) != n-int(tc.wantFirst) {
+				t.Fatalf("returned %d records from %v, want %d..%d", len(got), got[:min(3, len(got))], tc.wantFirst, n-1)
+			}
+			if dec.DuplicatesDropped != tc.wantDropped {
+				t.Fatalf("dropped %d, want %d", dec.DuplicatesDropped, tc.wantDropped)
+			}
+		})
+	}
+}

@@ -748,6 +748,10 @@ func (r *run) restorePositions(spec *RestoreSpec, states map[string][]byte) erro
 		for i, c := range r.channels {
 			if seq, ok := recorded[channelOf(c)]; ok {
 				r.restored[i] = seq
+				// The state holds every record before seq; a channel served from its producer's log
+				// starts at the checkpoint's barrier, which may lie before it (the checkpoint was taken
+				// while the task still dropped what a restarted producer regenerated).
+				r.decoders[i].SkipTo(seq)
 			}
 		}
 		return nil

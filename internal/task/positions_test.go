@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/runnel-dev/runnel/internal/ident"
+	"github.com/runnel-dev/runnel/internal/network"
 )
 
 func TestRestorePositions(t *testing.T) {
@@ -35,6 +36,9 @@ func TestRestorePositions(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := &run{channels: tc.channels, restored: make([]uint64, len(tc.channels))}
+			for range tc.channels {
+				r.decoders = append(r.decoders, network.NewRecordDecoder(0))
+			}
 			states := map[string][]byte{"op": {1}}
 			for k, v := range tc.states {
 				states[k] = v
@@ -45,6 +49,11 @@ func TestRestorePositions(t *testing.T) {
 			for i, w := range tc.want {
 				if r.restored[i] != w {
 					t.Fatalf("channel %d restored at %d, want %d (all %v)", i, r.restored[i], w, r.restored)
+				}
+				// What the channel delivers before a position that names its producer is in the state: the
+				// decoder drops it.
+				if got := r.decoders[i].Resume(); tc.states[channelPositionsName] != nil && w > 0 && got != w {
+					t.Fatalf("channel %d's decoder resumes at %d, want %d", i, got, w)
 				}
 			}
 			if len(states) != 1 || states["op"] == nil {
