@@ -172,6 +172,12 @@ type Core struct {
 	// restarted alone would read the same incomplete log again), and theirs, up to the sources.
 	fallbackUpstream scheduler.FailoverStrategy
 	restart          scheduler.RestartStrategy
+	// backoffs, under task and approximate failover, times the restarts of each failed subtask by its own
+	// failures (a strategy of the job's restart configuration that hears only of them), so that
+	// independent failures of different subtasks restart at once and a subtask that keeps failing backs
+	// off. Whether to restart at all stays restart's decision, which counts every failure of the job.
+	// Bounded by the job's subtasks: one entry each, made at its first failure.
+	backoffs map[ident.Subtask]scheduler.RestartStrategy
 
 	now       time.Duration
 	started   time.Time

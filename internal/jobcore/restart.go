@@ -3,6 +3,7 @@ package jobcore
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -45,7 +46,7 @@ func (c *Core) startFailoverOf(failed *ident.Subtask, failedSubtasks []ident.Sub
 	}
 	ev := NewFailover(failed, cause, strategy, set, c.wall(c.now))
 	ev.FailedSubtasks, ev.TaskManager = failedSubtasks, tmName
-	backoff := time.Duration(c.restart.BackoffMillis()) * time.Millisecond
+	backoff := time.Duration(c.backoffMillis(failed, failedSubtasks, cause, sameIncident)) * time.Millisecond
 	c.log(LogWarn, "failure, restarting", "failed", what, "err", cause, "strategy", strategy,
 		"restart", len(set), "backoff_ms", backoff.Milliseconds())
 	c.markLossBaseline(ev)
@@ -70,6 +71,45 @@ func (c *Core) startFailoverOf(failed *ident.Subtask, failedSubtasks []ident.Sub
 	for _, ex := range cancel {
 		c.send(ex.tm, CancelTask{Attempt: ex.attempt})
 	}
+}
+
+// backoffMillis returns how long the restart of a failure waits. Under full and region failover it is the
+// job's restart strategy's backoff: every failure restarts much of the job, and repeated ones are one
+// problem. Under task and approximate failover a failure restarts a part of the job around one subtask, and
+// the failures of different subtasks are independent: each failed subtask's own strategy (backoffs) hears
+// of its failures alone and says how long its restart waits, the longest of them for a failure of several
+// (a TaskManager lost). A failure of the job as a whole (failed nil) waits the job's backoff.
+func (c *Core) backoffMillis(failed *ident.Subtask, failedSubtasks []ident.Subtask, cause error, sameIncident bool) int64 {
+	local := c.cfg.Failover == scheduler.TaskFailover || c.cfg.Failover == scheduler.ApproximateFailover
+	if !local || failed == nil {
+		return c.restart.BackoffMillis()
+	}
+	subtasks := failedSubtasks
+	if len(subtasks) == 0 {
+		subtasks = []ident.Subtask{*failed}
+	}
+	var backoff int64
+	for _, s := range subtasks {
+		st := c.backoffs[s]
+		if st == nil {
+			// The same configuration as the job's, which was validated; jitter seeded per subtask, so
+			// that a run replays exactly.
+			var err error
+			st, err = scheduler.NewRestartStrategy(c.cfg.Restart, rand.New(rand.NewPCG(c.cfg.Seed, 2+uint64(s.Vertex)<<32|uint64(s.Index))))
+			if err != nil {
+				return c.restart.BackoffMillis()
+			}
+			if c.backoffs == nil {
+				c.backoffs = make(map[ident.Subtask]scheduler.RestartStrategy)
+			}
+			c.backoffs[s] = st
+		}
+		if !sameIncident {
+			st.NotifyFailure(c.now.Milliseconds(), cause)
+		}
+		backoff = max(backoff, st.BackoffMillis())
+	}
+	return backoff
 }
 
 // markLossBaseline asks, for every channel from a producer that keeps running to a subtask that restarts,
