@@ -102,8 +102,9 @@ func SlidingEventTimeWindows(size, slide time.Duration, offset ...time.Duration)
 	return assigner(operator.Sliding, true, "SlidingEventTimeWindows", size, slide, 0, offset)
 }
 
-// EventTimeSessionWindows groups a key's records into sessions: a window ends gap after a record unless
-// another comes before, which extends (merges) it.
+// EventTimeSessionWindows groups a key's records into sessions: a record at t is the window [t, t+gap),
+// and a key's windows that overlap or touch merge (as in Flink: with a gap of 1 s, records at 0 and 1000
+// make one session [0, 2000)), so a session ends gap after its last record unless another comes by then.
 func EventTimeSessionWindows(gap time.Duration) WindowAssigner {
 	return assigner(operator.Session, true, "EventTimeSessionWindows", 0, 0, gap, nil)
 }

@@ -95,7 +95,8 @@ func (s *winSink) Flush() error { return nil }
 func (s *winSink) Close() error { return nil }
 
 // referenceWindows computes the windows of clicks directly: per key, every window a click belongs to
-// (tumbling, sliding) or the sessions of the key's sorted times.
+// (tumbling, sliding) or the sessions of the key's sorted times (a time at or before the session's end
+// joins it: windows that touch merge, as in Flink).
 func referenceWindows(clicks []click, kind string, size, slide, gap int64) []winResult {
 	type kw struct {
 		key        string
@@ -142,7 +143,7 @@ func referenceWindows(clicks []click, kind string, size, slide, gap int64) []win
 				}
 			}
 			for i, c := range cs {
-				if i == 0 || c.At >= cur.end {
+				if i == 0 || c.At > cur.end { // a window that touches the session merges with it
 					if i > 0 {
 						flush()
 					}

@@ -1,8 +1,8 @@
 // Package sessions is the sessionizer example: generated click events (user, page, event time), out of
 // event-time order within a bound, are keyed by user and cut into event-time session windows (a session
-// ends when the user has not clicked for --gap of event time); a process-window function emits one
-// summary per session: its user, start (the first click), end (the last click plus the gap, the window's
-// end), clicks and distinct pages.
+// ends when more than --gap of event time passes without a click of its user); a process-window function
+// emits one summary per session: its user, start (the first click), end (the last click plus the gap, the
+// window's end), clicks and distinct pages.
 //
 //	clicks (watermarks --out-of-orderness behind) -> keyBy(user) -> sessions (session windows, process)
 //	    -> summary (sink, parallelism 1), or --output FILE (JSON lines, exactly once)
@@ -130,7 +130,7 @@ func New(fs *pflag.FlagSet) *Job {
 	if fs != nil {
 		fs.Uint64Var(&j.Records, "records", j.Records, "clicks to generate in total (0: unbounded, stop with --duration)")
 		fs.IntVar(&j.Users, "users", j.Users, "distinct users")
-		fs.DurationVar(&j.Gap, "gap", j.Gap, "a session ends after this much event time without a click of its user")
+		fs.DurationVar(&j.Gap, "gap", j.Gap, "a session ends when more than this much event time passes without a click of its user")
 		fs.DurationVar(&j.OutOfOrderness, "out-of-orderness", j.OutOfOrderness, "how far clicks come out of event-time order (the watermark's bound)")
 		fs.Uint64Var(&j.Seed, "seed", 0, "the generator's seed")
 		fs.Float64Var(&j.Rate, "rate", 0, "clicks per second per source subtask (0: as fast as possible)")

@@ -17,7 +17,8 @@ import (
 )
 
 // reference computes the sessions of clicks 0 … n−1 of g directly: per user, the clicks sorted by time,
-// a new session wherever a click comes gap or more after the session's last click.
+// a new session wherever a click comes more than gap after the session's last click (one exactly gap after
+// touches the session's window and extends it, as Flink merges windows that touch).
 func reference(g sessions.Generator, n uint64) []string {
 	byUser := map[int64][]sessions.Click{}
 	for i := range n {
@@ -35,10 +36,10 @@ func reference(g sessions.Generator, n uint64) []string {
 			out = append(out, cur.Line())
 		}
 		for i, c := range cs {
-			if i > 0 && c.Time >= cur.End {
+			if i > 0 && c.Time > cur.End {
 				flush()
 			}
-			if i == 0 || c.Time >= cur.End {
+			if i == 0 || c.Time > cur.End {
 				cur = sessions.Session{User: user, Start: c.Time}
 				clear(pages)
 			}

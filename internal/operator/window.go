@@ -1,6 +1,7 @@
 package operator
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -19,7 +20,9 @@ type TimeWindow struct {
 // MaxTimestamp is the last millisecond in the window: End - 1. Window results carry it as their timestamp.
 func (w TimeWindow) MaxTimestamp() int64 { return w.End - 1 }
 
-func (w TimeWindow) intersects(o TimeWindow) bool { return w.Start < o.End && o.Start < w.End }
+// intersects says w and o overlap or touch (one ends where the other starts): session windows that do
+// merge, as in Flink ([0,1000) and [1000,2000) make [0,2000)).
+func (w TimeWindow) intersects(o TimeWindow) bool { return w.Start <= o.End && o.Start <= w.End }
 
 func (w TimeWindow) cover(o TimeWindow) TimeWindow {
 	return TimeWindow{Start: min(w.Start, o.Start), End: max(w.End, o.End)}
@@ -33,7 +36,7 @@ const (
 	Tumbling WindowKind = iota
 	// Sliding windows of Size start every Slide (plus Offset); a record belongs to ceil(Size/Slide) of them.
 	Sliding
-	// Session windows of a key are the record times plus Gap, merged while they overlap.
+	// Session windows of a key are the record times plus Gap, merged while they overlap or touch.
 	Session
 )
 
@@ -451,7 +454,7 @@ type sessionWindow struct {
 	W, State TimeWindow
 }
 
-// mergeSessions merges the current key's session windows that overlap w into one and returns it with the
+// mergeSessions merges the current key's session windows that overlap or touch w into one and returns it with the
 // state window its contents are under (w and w when nothing overlaps: a new session). A merged window that
 // would be late is returned without a change: the record is then dropped, and the windows stay as they
 // were. Extending one session moves nothing: its contents stay under its state window, and only the
@@ -521,23 +524,71 @@ func (o *windowOp[K, T, ACC, V, Out]) mergeContents(to, from TimeWindow) {
 }
 
 // listRestoredSessions gives every key with session windows but no list of them (a checkpoint from before
-// the lists, where each window was its own state window) its list, once after a restore.
+// the lists, where each window was its own state window) its list, and merges the sessions of a key that
+// touch (a checkpoint of a build that merged only overlapping sessions), once after a restore.
 func (o *windowOp[K, T, ACC, V, Out]) listRestoredSessions(b state.KeyedBackend[K]) error {
 	return b.ForEachKey(func(K) error {
-		if _, ok := o.sessions.Value(); ok {
-			return nil
+		set, listed := o.sessions.Value()
+		if !listed {
+			if o.acc != nil {
+				o.acc.Range(func(x TimeWindow, _ ACC) bool { set = append(set, sessionWindow{W: x, State: x}); return true })
+			} else {
+				o.elems.Range(func(x TimeWindow, _ []T) bool { set = append(set, sessionWindow{W: x, State: x}); return true })
+			}
 		}
-		var set []sessionWindow
-		if o.acc != nil {
-			o.acc.Range(func(x TimeWindow, _ ACC) bool { set = append(set, sessionWindow{W: x, State: x}); return true })
-		} else {
-			o.elems.Range(func(x TimeWindow, _ []T) bool { set = append(set, sessionWindow{W: x, State: x}); return true })
-		}
-		if len(set) > 0 {
-			o.sessions.Update(set)
+		merged, changed := o.mergeRestoredSessions(set)
+		if len(merged) > 0 && (changed || !listed) {
+			o.sessions.Update(merged)
 		}
 		return nil
 	})
+}
+
+// mergeRestoredSessions merges the sessions of the current key that overlap or touch one another, as
+// mergeSessions would have: the contents of each group join its earliest session's state window, the
+// members' timers go and the union's are registered (overdue ones fire at the next watermark). It returns
+// the key's sessions, and whether any merged (set itself is never changed: a snapshot may hold it).
+func (o *windowOp[K, T, ACC, V, Out]) mergeRestoredSessions(set []sessionWindow) ([]sessionWindow, bool) {
+	if len(set) < 2 {
+		return set, false
+	}
+	sorted := slices.Clone(set)
+	slices.SortFunc(sorted, func(a, b sessionWindow) int {
+		if a.W.Start != b.W.Start {
+			return cmp.Compare(a.W.Start, b.W.Start)
+		}
+		return cmp.Compare(a.W.End, b.W.End)
+	})
+	out := make([]sessionWindow, 0, len(sorted))
+	changed := false
+	for i := 0; i < len(sorted); {
+		union, j := sorted[i].W, i+1
+		for j < len(sorted) && union.intersects(sorted[j].W) {
+			union = union.cover(sorted[j].W)
+			j++
+		}
+		if j == i+1 {
+			out = append(out, sorted[i])
+			i = j
+			continue
+		}
+		changed = true
+		target := sorted[i].State
+		for _, s := range sorted[i:j] {
+			o.timers.Delete(s.W.MaxTimestamp(), state.Namespace{A: s.W.Start, B: s.W.End})
+			o.timers.Delete(o.cleanupTime(s.W), state.Namespace{A: s.W.Start, B: s.W.End})
+			if s.State != target {
+				o.mergeContents(target, s.State)
+			}
+		}
+		o.registerWindow(union)
+		out = append(out, sessionWindow{W: union, State: target})
+		i = j
+	}
+	if !changed {
+		return set, false
+	}
+	return out, true
 }
 
 // stateWindow is where window w's contents are: w itself unless w is a session that merged into another's.
