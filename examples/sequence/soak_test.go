@@ -59,3 +59,11 @@ func TestSoak(t *testing.T) {
 		}
 	}
 }
+
+// TestFailoverPropertySoak is the long version of TestFailoverProperty: PROPERTY_RUNS (default 50) seeded
+// runs per failover strategy of PROPERTY_RECORDS (default 1,000,000) records each, the fallbacks counted by reason:
+//
+//	go test -tags soak -run FailoverPropertySoak -v ./examples/sequence
+func TestFailoverPropertySoak(t *testing.T) {
+	propertyTest(t, envInt(t, "PROPERTY_SEED", 1), envInt(t, "PROPERTY_RUNS", 50), uint64(envInt(t, "PROPERTY_RECORDS", 1_000_000)))
+}

@@ -281,3 +281,23 @@ func TestTaskFailoverDuringACheckpoint(t *testing.T) {
 		})
 	}
 }
+
+// TestTaskFailoverOfASourceTwice: a source subtask fails before the first checkpoint (its task failover
+// restores none), then again after checkpoint 2, which it took after its first restart. Both failovers
+// restart it alone. A restarted source replays by its reader, not by its determinant log; its log must
+// still mark the checkpoints it takes from then on, or the second failover finds no mark of the
+// checkpoint it restores and falls back ("its determinant log does not reach back", issue 28's V2).
+// Chained (the source with its map, as V2 ran) and not.
+func TestTaskFailoverOfASourceTwice(t *testing.T) {
+	j := proofJob{records: 120_000, rate: 60_000, interval: 20 * time.Millisecond}
+	for _, chained := range []bool{true, false} {
+		t.Run(fmt.Sprintf("chained=%v", chained), func(t *testing.T) {
+			res := j.run(t, []string{"source[0]@500", "source[0]@chk-2"}, runnel.WithChaining(chained))
+			failed := "source[0]"
+			if chained {
+				failed = "source -> map[0]"
+			}
+			checkFailovers(t, res, want{failed: failed}, want{failed: failed})
+		})
+	}
+}

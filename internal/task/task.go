@@ -644,7 +644,18 @@ func (r *run) execute() (err error) {
 		if t.cfg.Determinants == nil {
 			return errors.New("replay: no determinant log")
 		}
-		if r.replay, err = t.cfg.Determinants.ReaderAt(t.cfg.restoredID()); err != nil {
+		if chain.IsSource() {
+			// A source replays by its reader, which rewound to the restored position and reads the same
+			// records again (docs/taskfailover.md §3); it takes no steps from the log. Its log starts
+			// again at the restored checkpoint, as a first attempt's does, so that the checkpoints it takes
+			// from here on are marked and a later failure can restore them.
+			t.cfg.Determinants.Reset()
+			if id := t.cfg.restoredID(); id > 0 {
+				if err := t.cfg.Determinants.Mark(id); err != nil {
+					return fmt.Errorf("replay: %w", err)
+				}
+			}
+		} else if r.replay, err = t.cfg.Determinants.ReaderAt(t.cfg.restoredID()); err != nil {
 			return fmt.Errorf("replay: %w", err)
 		}
 		if rc, ok := chain.(ReplayChecker); ok {
