@@ -57,6 +57,15 @@ type DirRemover interface {
 	RemoveDir(ctx context.Context, prefix string) error
 }
 
+// DirLister is implemented by buckets on a local file system, whose List shows a directory only while it
+// holds an object: a write that made its checkpoint directory and then failed, or was cancelled, leaves an
+// empty directory that List never shows. Storage's sweeps of partial checkpoints use it to find those.
+type DirLister interface {
+	// ListDirs returns the directories directly under the root, as keys ending in "/" ("chk-7/"), empty
+	// ones included.
+	ListDirs(ctx context.Context) ([]string, error)
+}
+
 // BlobBucket adapts a gocloud.dev/blob bucket to Bucket. The returned Bucket owns b and closes it.
 func BlobBucket(b *blob.Bucket) Bucket { return &blobBucket{b: b} }
 
@@ -75,11 +84,16 @@ func (bb *blobBucket) Put(ctx context.Context, key string, data []byte) error {
 	// A local file: an MD5 would be computed twice over every blob (for the upload check and by WriteAll
 	// to pass it) and protects nothing the blob's own CRC-32C does not; for a large state it was the most
 	// expensive part of a checkpoint.
-	w, err := bb.b.NewWriter(ctx, key, opts)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w, err := bb.b.NewWriter(wctx, key, opts)
 	if err != nil {
 		return bb.wrap(err, key)
 	}
 	if _, err := w.Write(data); err != nil {
+		// Closing a writer whose context is done removes its temporary file; closing it otherwise would
+		// rename what it holds, the part written before the failure (a full disk), into place.
+		cancel()
 		_ = w.Close()
 		return bb.wrap(err, key)
 	}
@@ -125,6 +139,23 @@ func (bb *blobBucket) RemoveDir(_ context.Context, prefix string) error {
 		return err
 	}
 	return nil
+}
+
+func (bb *blobBucket) ListDirs(context.Context) ([]string, error) {
+	if bb.dir == "" {
+		return nil, nil // an object store has no directories of its own: List shows every prefix in use
+	}
+	entries, err := os.ReadDir(bb.dir)
+	if err != nil {
+		return nil, err
+	}
+	var dirs []string
+	for _, e := range entries {
+		if e.IsDir() {
+			dirs = append(dirs, e.Name()+"/")
+		}
+	}
+	return dirs, nil
 }
 
 func isNotEmpty(err error) bool {

@@ -37,7 +37,8 @@
 // Under a job's base location every checkpoint has a "directory" chk-<id>/ holding one object per state blob
 // (named after the subtask attempt that wrote it) and a _metadata object, written last. A directory without
 // _metadata is an incomplete checkpoint (in progress, aborted, or cut short by a crash) and is never used for
-// a restore. A savepoint directory has the same layout without the chk-<id>/ level, so a retained
+// a restore; Retain, RemovePartial and RemovePartialBetween delete such directories once nothing can write
+// them any more (Discard deletes an aborted checkpoint's at once, but a late write may follow). A savepoint directory has the same layout without the chk-<id>/ level, so a retained
 // checkpoint directory can also be restored from with ReadSavepoint.
 //
 // Incremental checkpoints put their state blobs in shared/ instead (WriteSharedBlob), where later

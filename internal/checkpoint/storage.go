@@ -479,9 +479,16 @@ func (s *Storage) LatestFor(ctx context.Context, only func(ident.Subtask) bool) 
 }
 
 // Retain keeps the newest n committed checkpoints and deletes every checkpoint directory older than the
-// oldest of them, committed or not. Directories newer than the newest committed checkpoint (in progress)
-// are kept. It returns the ids deleted. Committed means "has _metadata": Retain does not verify data, so
-// keep n at least 2 if a damaged newest checkpoint should have a fallback.
+// oldest of them, committed or not, and every partial directory (no _metadata: aborted, failed, or cut
+// short) older than the newest committed one. Directories newer than the newest committed checkpoint (in
+// progress) are kept. It returns the ids deleted. Committed means "has _metadata": Retain does not verify
+// data, so keep n at least 2 if a damaged newest checkpoint should have a fallback.
+//
+// A partial directory older than the newest committed checkpoint belongs to a checkpoint that can no
+// longer complete: the job master runs Retain after a completion, in the order of its storage ops, so
+// every older checkpoint of the job has been committed or aborted (a completion subsumes the older ones
+// in progress). Its data may still be written to by a task that had not yet heard of the abort; such a
+// late blob is deleted by the next Retain, or by the sweep when the job ends (RemovePartialBetween).
 //
 // It then deletes the shared blobs (incremental checkpoints) that no kept checkpoint lists and that were
 // written for a checkpoint no newer than the newest committed one: the blobs of checkpoints that were
@@ -495,46 +502,150 @@ func (s *Storage) Retain(ctx context.Context, n int) ([]int64, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("retain %d checkpoints: keep at least 1", n)
 	}
-	ids, err := s.IDs(ctx)
+	ids, err := s.dirIDs(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var keptIDs []int64 // newest first
-	for i := len(ids) - 1; i >= 0 && len(keptIDs) < n; i-- {
+	var doomed []int64
+	i := len(ids) - 1
+	for ; i >= 0 && len(keptIDs) < n; i-- {
 		ok, err := s.committed(ctx, ids[i])
 		if err != nil {
 			return nil, err
 		}
-		if ok {
+		switch {
+		case ok:
 			keptIDs = append(keptIDs, ids[i])
+		case len(keptIDs) > 0:
+			doomed = append(doomed, ids[i]) // partial, older than the newest committed
 		}
 	}
-	var deleted []int64
-	var errs []error
 	if len(keptIDs) == n {
-		oldestKept := keptIDs[len(keptIDs)-1]
-		for _, id := range ids {
-			if id >= oldestKept {
-				break
-			}
-			if err := s.deleteDir(ctx, id); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			deleted = append(deleted, id)
-		}
+		doomed = append(doomed, ids[:i+1]...) // older than the oldest kept
 	}
+	slices.Sort(doomed)
+	deleted, errs := s.deleteDirs(ctx, doomed)
 	if len(keptIDs) > 0 {
-		if err := s.pruneShared(ctx, keptIDs); err != nil {
+		newest := keptIDs[0]
+		if err := s.pruneShared(ctx, keptIDs, func(creator int64) bool { return creator <= newest }); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return deleted, errors.Join(errs...)
 }
 
-// pruneShared deletes the shared blobs that none of the kept checkpoints (newest first) lists and that
-// were written for a checkpoint no newer than the newest of them.
-func (s *Storage) pruneShared(ctx context.Context, kept []int64) error {
+// RemovePartial deletes the partial checkpoint directories (no _metadata: aborted, failed, or cut short by
+// a crash or a full disk, empty ones included) that are older than the newest committed checkpoint, and
+// returns their ids. A job runs it when it starts on the storage, before it triggers a checkpoint of its
+// own. It leaves alone every committed checkpoint (the one being restored among them) and everything newer
+// than the newest committed one, which another writer may still have in progress; with no committed
+// checkpoint it deletes nothing. Older partial directories are safe to delete: a writer commits its
+// checkpoints in id order and gives up the older ones in progress when one completes, so none of them can
+// complete any more (a storage location serves one job at a time: two jobs would write the same ids).
+func (s *Storage) RemovePartial(ctx context.Context) ([]int64, error) {
+	ids, err := s.dirIDs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var newest int64
+	var doomed []int64
+	for i := len(ids) - 1; i >= 0; i-- {
+		ok, err := s.committed(ctx, ids[i])
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case ok:
+			newest = max(newest, ids[i])
+		case newest > 0:
+			doomed = append(doomed, ids[i])
+		}
+	}
+	slices.Sort(doomed)
+	deleted, errs := s.deleteDirs(ctx, doomed)
+	return deleted, errors.Join(errs...)
+}
+
+// RemovePartialBetween deletes the partial checkpoint directories (no _metadata, empty ones included) with
+// ids from from to to, and the shared blobs written for those checkpoints that no committed checkpoint
+// lists, and returns the ids of the directories deleted. A job runs it once it has ended, over the ids it
+// triggered: every task has stopped and no checkpoint of the job is in progress any more, so what is left
+// of an aborted checkpoint (a blob a task wrote after the abort's Discard had run, a directory a cancelled
+// write made) is garbage. If the metadata of a committed checkpoint cannot be read, no shared blob is
+// deleted.
+func (s *Storage) RemovePartialBetween(ctx context.Context, from, to int64) ([]int64, error) {
+	if from < 1 || to < from {
+		return nil, nil
+	}
+	ids, err := s.dirIDs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var committed, doomed []int64
+	for i := len(ids) - 1; i >= 0; i-- {
+		id := ids[i]
+		ok, err := s.committed(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case ok:
+			committed = append(committed, id)
+		case id >= from && id <= to:
+			doomed = append(doomed, id)
+		}
+	}
+	slices.Sort(doomed)
+	deleted, errs := s.deleteDirs(ctx, doomed)
+	if err := s.pruneShared(ctx, committed, func(creator int64) bool { return creator >= from && creator <= to }); err != nil {
+		errs = append(errs, err)
+	}
+	return deleted, errors.Join(errs...)
+}
+
+// dirIDs returns the ids of every checkpoint directory, committed or not, in ascending order: those IDs
+// returns, and the empty ones a local bucket holds (DirLister), which its listing does not show.
+func (s *Storage) dirIDs(ctx context.Context) ([]int64, error) {
+	ids, err := s.IDs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	dl, ok := s.b.(DirLister)
+	if !ok {
+		return ids, nil
+	}
+	dirs, err := dl.ListDirs(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list checkpoint directories in %s: %w", s.location, err)
+	}
+	for _, d := range dirs {
+		if id, ok := parseCheckpointDir(d); ok && !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids, nil
+}
+
+// deleteDirs deletes the checkpoint directories ids, going on past failures, and returns those deleted
+// and the errors.
+func (s *Storage) deleteDirs(ctx context.Context, ids []int64) ([]int64, []error) {
+	var deleted []int64
+	var errs []error
+	for _, id := range ids {
+		if err := s.deleteDir(ctx, id); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		deleted = append(deleted, id)
+	}
+	return deleted, errs
+}
+
+// pruneShared deletes the shared blobs that none of the kept checkpoints lists and whose creating
+// checkpoint deletable accepts.
+func (s *Storage) pruneShared(ctx context.Context, kept []int64, deletable func(creator int64) bool) error {
 	entries, err := s.b.List(ctx, sharedDir)
 	if err != nil {
 		return fmt.Errorf("list %s in %s: %w", sharedDir, s.location, err)
@@ -565,7 +676,7 @@ func (s *Storage) pruneShared(ctx context.Context, kept []int64) error {
 		if listed[key] {
 			continue
 		}
-		if id, ok := sharedCreator(key); !ok || id > kept[0] {
+		if id, ok := sharedCreator(key); !ok || !deletable(id) {
 			continue // not ours, or possibly of a checkpoint in progress
 		}
 		if err := s.b.Delete(ctx, e.Key); err != nil && !errors.Is(err, ErrNotFound) {

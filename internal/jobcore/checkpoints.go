@@ -136,7 +136,8 @@ func (c *Core) onStorageDone(e StorageDone) {
 		}
 	case Discard:
 		if e.Err != nil {
-			c.log(LogDebug, "discard aborted checkpoint", "id", r.CheckpointID, "err", e.Err)
+			// Not fatal: the next retention, or the sweep at the end of the job, deletes what is left.
+			c.log(LogWarn, "could not delete the data of an aborted checkpoint", "id", r.CheckpointID, "err", e.Err)
 		}
 	}
 }

@@ -150,6 +150,9 @@ type Driver struct {
 	// setUp holds the TaskManagers that were sent the job's setup: they are sent ReleaseJob at the end.
 	setUp   map[jobcore.TaskManagerID]bool
 	workers sync.WaitGroup
+	// triggeredFrom and triggeredTo are the lowest and highest checkpoint ids sent to a task (0: none):
+	// what the sweep at the end of the job covers.
+	triggeredFrom, triggeredTo int64
 }
 
 // SlotsNeeded returns how many slots a job needs: its highest parallelism with slot sharing, one per
@@ -382,9 +385,11 @@ func (d *Driver) Run(ctx context.Context) Snapshot {
 	if d.cfg.CollectAccumulators {
 		d.awaitFinals(d.setUp)
 	}
-	// What the last Ready asked (the last retain) is still carried out; then the worker ends.
+	// What the last Ready asked (the last retain) is still carried out; then the worker ends, and what the
+	// aborted checkpoints left is removed: every task has stopped writing.
 	close(d.storageQ)
 	d.workers.Wait()
+	d.sweepAborted()
 	return d.final
 }
 
@@ -436,6 +441,11 @@ func (d *Driver) message(m jobcore.Message) {
 		d.setUp[m.To] = true
 	case jobcore.Deploy:
 		body = jobcore.Deploy{Deployment: d.withCredentials(b.Deployment)}
+	case jobcore.TriggerCheckpoint:
+		if d.triggeredFrom == 0 || b.ID < d.triggeredFrom {
+			d.triggeredFrom = b.ID
+		}
+		d.triggeredTo = max(d.triggeredTo, b.ID)
 	}
 	d.disp.send(m.To, d.jobID, body)
 }

@@ -15,6 +15,9 @@ import (
 // must still be written while the job is being stopped. Every op is answered with the storage's own error,
 // so that the core can tell a damaged checkpoint from a store it cannot reach (errors.Is). After the job
 // ended the answers are dropped, but what was queued (the last Retain, a Discard) still runs.
+//
+// Once NextID is answered the worker removes what earlier runs left of their aborted checkpoints
+// (removePartial) before it takes the next op.
 func (d *Driver) storageWorker() {
 	defer d.workers.Done()
 	for op := range d.storageQ {
@@ -22,6 +25,53 @@ func (d *Driver) storageWorker() {
 		done := d.runStorageOp(ctx, op)
 		cancel()
 		d.post(done)
+		if _, ok := op.Request.(jobcore.NextID); ok && done.Err == nil {
+			d.removePartial()
+		}
+	}
+}
+
+// removePartial deletes, as the job starts, the partial checkpoint directories (no _metadata) older than
+// the newest committed checkpoint in its storage (checkpoint.Storage.RemovePartial): what the aborted
+// checkpoints of earlier runs left behind, late blobs and the empty directories of cancelled writes among
+// them. It runs right after the answer to NextID: every checkpoint this job writes gets an id above every
+// directory present, so nothing it deletes is the job's own, and the job's commits wait behind it in the
+// worker. Committed checkpoints (the one being restored among them) and anything newer than the newest
+// one stay. A failure is logged, not fatal.
+func (d *Driver) removePartial() {
+	st := d.cfg.Storage
+	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.StorageTimeout)
+	defer cancel()
+	deleted, err := st.RemovePartial(ctx)
+	if len(deleted) > 0 {
+		d.log.Info("checkpoint storage: removed partial checkpoints older than the newest committed one",
+			"location", st.Location(), "ids", deleted)
+	}
+	if err != nil {
+		d.log.Warn("checkpoint storage: could not remove partial checkpoints", "location", st.Location(), "err", err)
+	}
+}
+
+// sweepAborted deletes, once the job ended, what is left of the checkpoints it triggered and did not
+// commit (checkpoint.Storage.RemovePartialBetween over the ids of its triggers). An aborted checkpoint's
+// Discard runs as soon as it is aborted, but a task that had not heard of the abort yet may write its blob
+// afterwards, and a write cancelled by a failover may leave its directory behind; once every task has
+// stopped nothing writes any more. Tasks of a TaskManager that was lost may still be writing: what they
+// leave is removed when a job next starts on the storage, if it is older than the newest committed
+// checkpoint then. A failure is logged, not fatal.
+func (d *Driver) sweepAborted() {
+	st := d.cfg.Storage
+	if st == nil || d.triggeredTo == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.StorageTimeout)
+	defer cancel()
+	deleted, err := st.RemovePartialBetween(ctx, d.triggeredFrom, d.triggeredTo)
+	if len(deleted) > 0 {
+		d.log.Debug("checkpoint storage: removed what was left of aborted checkpoints", "location", st.Location(), "ids", deleted)
+	}
+	if err != nil {
+		d.log.Warn("checkpoint storage: could not remove what was left of aborted checkpoints", "location", st.Location(), "err", err)
 	}
 }
 

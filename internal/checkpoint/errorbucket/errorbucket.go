@@ -12,6 +12,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/runnel-dev/runnel/internal/checkpoint"
 )
@@ -61,6 +62,13 @@ type Fault struct {
 	// Hang makes a matching operation block until its context is done, and then fail with the context's
 	// error: a store that stopped answering.
 	Hang bool
+	// Delay makes a matching operation wait this long (less if its context is done first) before it
+	// fails, or, with Pass, before it goes on.
+	Delay time.Duration
+	// Pass makes a matching operation go on to the wrapped bucket after its Delay, or with Hang once its
+	// context is done (with that context: a write the store took after its caller gave up on it), instead
+	// of failing: a slow store rather than a broken one. Passed operations are not counted by Hits.
+	Pass bool
 }
 
 type fault struct {
@@ -102,8 +110,35 @@ func (b *Bucket) Hits() int {
 	return b.hits
 }
 
-// check returns the fault that fails op on key, spending one of its failures.
-func (b *Bucket) check(op Op, key string) (*Fault, error) {
+// check returns the fault that fails op on key, spending one of its failures, after the fault's delay
+// or hang. A fault that passes the operation on returns a nil error.
+func (b *Bucket) check(ctx context.Context, op Op, key string) (*Fault, error) {
+	f, err := b.match(op, key)
+	if f == nil {
+		return nil, nil
+	}
+	switch {
+	case f.Hang:
+		<-ctx.Done()
+		if !f.Pass {
+			return f, fmt.Errorf("%w (hung until: %w)", err, ctx.Err())
+		}
+	case f.Delay > 0:
+		t := time.NewTimer(f.Delay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+	}
+	if f.Pass {
+		return f, nil
+	}
+	return f, err
+}
+
+// match finds the first fault that matches op on key and spends one of its operations.
+func (b *Bucket) match(op Op, key string) (*Fault, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for i, f := range b.faults {
@@ -116,7 +151,9 @@ func (b *Bucket) check(op Op, key string) (*Fault, error) {
 				b.faults = append(b.faults[:i:i], b.faults[i+1:]...)
 			}
 		}
-		b.hits++
+		if !f.Pass {
+			b.hits++
+		}
 		err := f.Err
 		if err == nil {
 			err = ErrInjected
@@ -129,12 +166,9 @@ func (b *Bucket) check(op Op, key string) (*Fault, error) {
 
 // Put implements checkpoint.Bucket.
 func (b *Bucket) Put(ctx context.Context, key string, data []byte) error {
-	f, err := b.check(OpPut, key)
-	if f != nil && f.Hang {
-		return hang(ctx, err)
-	}
+	f, err := b.check(ctx, OpPut, key)
 	if err != nil {
-		if f.Torn {
+		if f.Torn && !f.Hang {
 			if perr := b.inner.Put(ctx, key, data[:len(data)/2]); perr != nil {
 				return errors.Join(err, perr)
 			}
@@ -146,10 +180,7 @@ func (b *Bucket) Put(ctx context.Context, key string, data []byte) error {
 
 // Get implements checkpoint.Bucket.
 func (b *Bucket) Get(ctx context.Context, key string) (io.ReadCloser, int64, error) {
-	if f, err := b.check(OpGet, key); err != nil {
-		if f.Hang {
-			return nil, 0, hang(ctx, err)
-		}
+	if _, err := b.check(ctx, OpGet, key); err != nil {
 		return nil, 0, err
 	}
 	return b.inner.Get(ctx, key)
@@ -157,10 +188,7 @@ func (b *Bucket) Get(ctx context.Context, key string) (io.ReadCloser, int64, err
 
 // List implements checkpoint.Bucket.
 func (b *Bucket) List(ctx context.Context, prefix string) ([]checkpoint.Entry, error) {
-	if f, err := b.check(OpList, prefix); err != nil {
-		if f.Hang {
-			return nil, hang(ctx, err)
-		}
+	if _, err := b.check(ctx, OpList, prefix); err != nil {
 		return nil, err
 	}
 	return b.inner.List(ctx, prefix)
@@ -168,19 +196,22 @@ func (b *Bucket) List(ctx context.Context, prefix string) ([]checkpoint.Entry, e
 
 // Delete implements checkpoint.Bucket.
 func (b *Bucket) Delete(ctx context.Context, key string) error {
-	if f, err := b.check(OpDelete, key); err != nil {
-		if f.Hang {
-			return hang(ctx, err)
-		}
+	if _, err := b.check(ctx, OpDelete, key); err != nil {
 		return err
 	}
 	return b.inner.Delete(ctx, key)
 }
 
-// hang blocks until ctx is done and returns its error, wrapped with the operation's.
-func hang(ctx context.Context, err error) error {
-	<-ctx.Done()
-	return fmt.Errorf("%w (hung until: %w)", err, ctx.Err())
+// ListDirs passes checkpoint.DirLister through when the wrapped bucket has it (nothing otherwise); it is
+// a list of the prefix "" for the faults.
+func (b *Bucket) ListDirs(ctx context.Context) ([]string, error) {
+	if _, err := b.check(ctx, OpList, ""); err != nil {
+		return nil, err
+	}
+	if l, ok := b.inner.(checkpoint.DirLister); ok {
+		return l.ListDirs(ctx)
+	}
+	return nil, nil
 }
 
 // Close implements checkpoint.Bucket.
@@ -197,4 +228,5 @@ func (b *Bucket) RemoveDir(ctx context.Context, prefix string) error {
 var (
 	_ checkpoint.Bucket     = (*Bucket)(nil)
 	_ checkpoint.DirRemover = (*Bucket)(nil)
+	_ checkpoint.DirLister  = (*Bucket)(nil)
 )

@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
+	"slices"
 	"testing"
+	"time"
 
 	"gocloud.dev/blob/memblob"
 
@@ -58,5 +62,74 @@ func TestFaults(t *testing.T) {
 	}
 	if got := (errorbucket.OpPut | errorbucket.OpList).String(); got != "put|list" {
 		t.Fatalf("Op string %q", got)
+	}
+}
+
+// TestSlowStore: a fault with Pass delays the operation and then lets it through (a slow store), and
+// with Hang lets it through once its context is done; neither counts as a hit. Without Pass a delayed
+// operation fails after the delay.
+func TestSlowStore(t *testing.T) {
+	ctx := context.Background()
+	b := errorbucket.Wrap(checkpoint.BlobBucket(memblob.OpenBucket(nil)))
+	defer b.Close()
+
+	const delay = 30 * time.Millisecond
+	b.Inject(errorbucket.Fault{Ops: errorbucket.OpPut, KeyContains: "slow", Delay: delay, Pass: true, Times: 1})
+	start := time.Now()
+	if err := b.Put(ctx, "slow", []byte("1")); err != nil {
+		t.Fatalf("slow put: %v", err)
+	}
+	if d := time.Since(start); d < delay {
+		t.Fatalf("slow put took %s, want at least %s", d, delay)
+	}
+	if r, _, err := b.Get(ctx, "slow"); err != nil {
+		t.Fatalf("the slow put stored nothing: %v", err)
+	} else {
+		r.Close()
+	}
+
+	b.Inject(errorbucket.Fault{Ops: errorbucket.OpDelete, Delay: time.Millisecond, Times: 1})
+	if err := b.Delete(ctx, "slow"); !errors.Is(err, errorbucket.ErrInjected) {
+		t.Fatalf("delayed delete: %v, want the injected error", err)
+	}
+
+	b.Inject(errorbucket.Fault{Ops: errorbucket.OpPut, Hang: true, Pass: true, Times: 1})
+	hctx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+	defer cancel()
+	// memblob refuses a write whose context is done: the write reached it.
+	if err := b.Put(hctx, "late", []byte("1")); err == nil || errors.Is(err, errorbucket.ErrInjected) {
+		t.Fatalf("hung put passed on with its done context: %v, want the store's own error", err)
+	}
+	if b.Hits() != 1 {
+		t.Fatalf("hits %d, want 1 (passed operations do not count)", b.Hits())
+	}
+}
+
+// TestListDirs: ListDirs passes through to a local bucket, showing empty directories, and fails like a
+// List of "".
+func TestListDirs(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	inner, err := checkpoint.OpenBucket(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := errorbucket.Wrap(inner)
+	defer b.Close()
+	if err := os.Mkdir(filepath.Join(dir, "chk-3"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dirs, err := b.ListDirs(ctx)
+	if err != nil || !slices.Equal(dirs, []string{"chk-3/"}) {
+		t.Fatalf("ListDirs: %v, %v; want [chk-3/]", dirs, err)
+	}
+	b.Inject(errorbucket.Fault{Ops: errorbucket.OpList, Times: 1})
+	if _, err := b.ListDirs(ctx); !errors.Is(err, errorbucket.ErrInjected) {
+		t.Fatalf("ListDirs with a list fault: %v", err)
+	}
+	mem := errorbucket.Wrap(checkpoint.BlobBucket(memblob.OpenBucket(nil)))
+	defer mem.Close()
+	if dirs, err := mem.ListDirs(ctx); err != nil || len(dirs) != 0 {
+		t.Fatalf("ListDirs of an object store: %v, %v; want nothing", dirs, err)
 	}
 }
