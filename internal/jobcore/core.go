@@ -87,6 +87,12 @@ type execution struct {
 	// replaying marks an attempt deployed by a task failover until it reports ReplayDone (a source, which
 	// replays no input and reports none, until it runs).
 	replaying bool
+	// regenerated marks a subtask whose partitions a task failover took over: their in-flight logs were cut
+	// back to the checkpoint regeneratedFrom (0: none) and regenerated, in buffers other than the ones its
+	// consumers had read. A consumer whose determinant log reaches back before the takeover (it would
+	// restore regeneratedFrom or an older checkpoint) cannot replay by buffer.
+	regenerated     bool
+	regeneratedFrom int64
 }
 
 // partitionOwner is the attempt the ids of the subtask's partitions name.

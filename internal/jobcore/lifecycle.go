@@ -136,6 +136,9 @@ func (c *Core) onFailed(ex *execution, f *Failure) {
 //     too (fallbackUpstream). (A failure of the replay's own, an exception in a user function, would
 //     survive another task failover; it falls back too, as a cause the job master cannot tell from the
 //     others.)
+//   - a producer of it restarted under task failover after the checkpoint it would restore: the steps its
+//     determinant log recorded took buffers that the producer's in-flight log no longer holds (it was cut
+//     back and regenerated, in other buffers), so a replay would diverge; it is found here, before any.
 //   - a producer or consumer of it is restarting or still replaying: its replay took its input in an order
 //     recorded against the buffers of a producer that is restarting too, or it is one of them.
 //   - a restart in progress falls back already.
@@ -169,6 +172,16 @@ func (c *Core) taskFailoverFallback(s ident.Subtask, f *Failure, cause error) (s
 		}
 		if c.execs[n].replaying {
 			return fmt.Sprintf("%s, which it reads from or writes to, is still replaying its input", c.name(n)), c.fallback
+		}
+	}
+	var restores int64
+	if cp := c.restorePoint(); cp != nil {
+		restores = cp.ID
+	}
+	for _, n := range c.cfg.Job.Upstream(s) {
+		if ex := c.execs[n]; ex.regenerated && ex.regeneratedFrom >= restores {
+			return fmt.Sprintf("%s, which it reads from, restarted under task failover after %s, which it would restore: what it read from %s since then was regenerated in other buffers than its determinant log recorded",
+				c.name(n), checkpointName(restores), c.name(n)), c.fallback
 		}
 	}
 	return "", nil
@@ -435,4 +448,12 @@ func (c *Core) hasBaseline(ev *Failover, ch Channel) bool {
 		}
 	}
 	return false
+}
+
+// checkpointName names checkpoint id for a sentence: "checkpoint 3", or "the start" for none.
+func checkpointName(id int64) string {
+	if id == 0 {
+		return "the start"
+	}
+	return fmt.Sprintf("checkpoint %d", id)
 }

@@ -239,6 +239,10 @@ func (c *Core) maybeRestart() {
 			ex.owner = ex.attempt.Number
 		}
 		ex.replaying = ex.taskRestart
+		ex.regenerated, ex.regeneratedFrom = ex.taskRestart, 0
+		if restoreID != nil {
+			ex.regeneratedFrom = *restoreID
+		}
 		ex.state = task.Created
 		ex.in, ex.out = 0, 0
 		ex.watermark, ex.hasWatermark, ex.metrics = 0, false, nil
