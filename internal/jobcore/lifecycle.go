@@ -156,7 +156,9 @@ func (c *Core) taskFailoverFallback(s ident.Subtask, f *Failure, cause error) (s
 		}
 		switch replay {
 		case ReplayLogIncomplete:
-			return "an in-flight log its replay needs was incomplete (a log past its memory and disk budget drops what it holds), so its producers restart too: " + cause.Error(), c.fallbackUpstream
+			// What was missing (a barrier the log no longer holds, or what it dropped past its budget) is
+			// in the cause, from the log itself.
+			return "an in-flight log its replay needs was incomplete, so its producers restart too: " + cause.Error(), c.fallbackUpstream
 		case ReplayDiverged:
 			return "its replay diverged from the failed attempt: " + cause.Error(), c.fallback
 		case ReplaySourceCannotReplay:

@@ -641,12 +641,20 @@ func (l *inflightLog) readerAt(id int64) (*inflightReader, error) {
 	for _, m := range l.marks {
 		if m.checkpoint == id {
 			if m.at < l.validFrom {
-				return nil, fmt.Errorf("in-flight log: incomplete before entry %d, and checkpoint %d's barrier is at %d", l.validFrom, id, m.at)
+				return nil, fmt.Errorf("in-flight log: checkpoint %d's barrier is at entry %d, but the log dropped what it held before entry %d: it went past its memory and disk budget", id, m.at, l.validFrom)
 			}
 			return &inflightReader{l: l, at: m.at, until: math.MaxInt64}, nil
 		}
 	}
-	return nil, fmt.Errorf("in-flight log: no barrier of checkpoint %d (the log was complete from entry %d, and truncated to %d)", id, l.validFrom, l.base)
+	held := make([]int64, 0, len(l.marks))
+	for _, m := range l.marks {
+		held = append(held, m.checkpoint)
+	}
+	if l.validFrom > 0 {
+		// Only a drop past the budget moves validFrom, and it takes the marks with what it drops.
+		return nil, fmt.Errorf("in-flight log: no barrier of checkpoint %d: the log dropped what it held before entry %d, past its memory and disk budget (it holds the barriers of checkpoints %v)", id, l.validFrom, held)
+	}
+	return nil, fmt.Errorf("in-flight log: no barrier of checkpoint %d: it holds the barriers of checkpoints %v, from entry %d (what came before was truncated when a checkpoint completed), and dropped nothing for its budget", id, held, l.base)
 }
 
 // next returns the next logged buffer's header and bytes (valid until the log drops them), or ok false at

@@ -216,8 +216,8 @@ func TestInflightLogSpillBudget(t *testing.T) {
 	if l.validFrom == 0 {
 		t.Fatal("past the disk budget the log kept everything")
 	}
-	if _, err := l.readerAt(0); err == nil {
-		t.Fatal("a reader from the start of a log that dropped it")
+	if _, err := l.readerAt(0); err == nil || !strings.Contains(err.Error(), "past its memory and disk budget") {
+		t.Fatalf("a reader from the start of a log that dropped it: %v, want an error that names the budget", err)
 	}
 	if budget.DiskUsed() != 0 || l.fileSize != 0 {
 		t.Fatalf("after the drop: %d bytes on disk", budget.DiskUsed())
@@ -243,8 +243,8 @@ func TestInflightLogBudget(t *testing.T) {
 	for i := range 5 {
 		l.add(loggable(uint64(1+i), logChunkSize/2-64-HeaderSize, 2), 0) // two a chunk: the fifth needs a third
 	}
-	if _, err := l.readerAt(1); err == nil || !strings.Contains(err.Error(), "no barrier of checkpoint 1") {
-		t.Fatalf("reader from a barrier dropped for the budget: %v", err)
+	if _, err := l.readerAt(1); err == nil || !strings.Contains(err.Error(), "no barrier of checkpoint 1: the log dropped what it held before entry 6, past its memory and disk budget") {
+		t.Fatalf("reader from a barrier dropped for the budget: %v, want an error that names the budget", err)
 	}
 	if l.validFrom != 6 || len(l.entries) != 0 || budget.Used() != 0 {
 		t.Fatalf("after the budget ran out: valid from %d, %d entries, %d bytes lent", l.validFrom, len(l.entries), budget.Used())
@@ -284,5 +284,22 @@ func TestInflightLogAllocations(t *testing.T) {
 	}
 	if allocs := testing.AllocsPerRun(20, round); allocs > 1 {
 		t.Fatalf("%v allocations per round of 201 logged buffers", allocs)
+	}
+}
+
+// TestInflightLogTruncatedBarrier: a reader from a barrier that a truncation dropped, in a log that never
+// went past its budget, is refused with an error that says which barriers the log holds and that the
+// budget was not the cause (a fallback's reason quotes it).
+func TestInflightLogTruncatedBarrier(t *testing.T) {
+	budget, _ := NewLogBudget(4 * logChunkSize)
+	l := newInflightLog(budget, &sync.Mutex{})
+	for i := range 6 {
+		l.add(loggable(uint64(i), 100, byte(i)), int64((i+1)/2*(i%2))) // barriers of checkpoints 1, 2, 3 at 1, 3, 5
+	}
+	l.truncate(2)
+	_, err := l.readerAt(1)
+	if err == nil || !strings.Contains(err.Error(), "no barrier of checkpoint 1: it holds the barriers of checkpoints [2 3]") ||
+		!strings.Contains(err.Error(), "dropped nothing for its budget") {
+		t.Fatalf("reader from a truncated barrier: %v, want an error that names the barriers held and clears the budget", err)
 	}
 }
