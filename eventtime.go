@@ -133,6 +133,8 @@ func (w WatermarkStrategy[T]) WithTimestampAssigner(f func(v T, recordTs int64) 
 
 // WithIdleness returns the strategy with the stream declared idle after timeout without records, so that
 // it does not hold back the watermark of the operators it feeds; its first record makes it active again.
+// As in Flink, the timeout runs from the first periodic watermark check without a record, so a subtask
+// that never reads one (a source with more subtasks than partitions or splits) goes idle too.
 func (w WatermarkStrategy[T]) WithIdleness(timeout time.Duration) WatermarkStrategy[T] {
 	w.idleness = timeout
 	if (timeout < time.Millisecond || timeout%time.Millisecond != 0) && w.err == nil {

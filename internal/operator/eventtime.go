@@ -141,7 +141,8 @@ func (g *tsGen[T]) newSplit(id int) (*splitWM[T], error) {
 	return s, nil
 }
 
-// split returns split id, made at its first use; the main split (-1) counts only once it had a record.
+// split returns split id, made at its first use. The main split (-1) counts once it had a record, or,
+// with idleness, once it went idle without one (periodic).
 func (g *tsGen[T]) split(id int) *splitWM[T] {
 	if s, ok := g.byID[id]; ok {
 		return s
@@ -207,6 +208,17 @@ func (g *tsGen[T]) flush() {
 func (g *tsGen[T]) periodic(now int64) {
 	g.next = now + g.period
 	if g.ended {
+		return
+	}
+	if len(g.splits) == 0 {
+		// Nothing was read yet. With idleness the subtask goes idle all the same once the timeout passes
+		// from this first check, as Flink's idleness timer does: a subtask with no split or partition to
+		// read must not hold back the watermark of every task downstream.
+		if s := g.main; s.idle != nil && s.idle.Tick(now) {
+			s.isIdle = true
+			g.splits = append(g.splits, s)
+			g.combine()
+		}
 		return
 	}
 	for _, s := range g.splits {

@@ -109,6 +109,18 @@ func TestSourceWatermarks(t *testing.T) {
 			[]step{{poll: true}, {advance: 100 * time.Millisecond}, {advance: 100 * time.Millisecond}, {advance: 100 * time.Millisecond},
 				{advance: 100 * time.Millisecond}, {advance: 100 * time.Millisecond}, {advance: 100 * time.Millisecond}, {poll: true}},
 			[]string{"1@1", "wm 0", "idle", "active", "2@2", "wm max"}},
+		// A subtask that has read nothing goes idle too: its timer starts at the first periodic check (at
+		// 100 ms), so it is idle at the check at 400 ms, not at 300.
+		{"idle without a record", WatermarkSpec[int]{Assign: assign, Idleness: 300 * time.Millisecond, Interval: 100 * time.Millisecond},
+			[][]int{{}, {}, {2}},
+			[]step{{poll: true}, {advance: 100 * time.Millisecond}, {advance: 100 * time.Millisecond}, {advance: 100 * time.Millisecond},
+				{poll: true}, {advance: 100 * time.Millisecond}, {poll: true}},
+			[]string{"idle", "active", "2@2", "wm max"}},
+		{"not idle before the timeout", WatermarkSpec[int]{Assign: assign, Idleness: 300 * time.Millisecond, Interval: 100 * time.Millisecond},
+			[][]int{{}, {2}},
+			[]step{{poll: true}, {advance: 100 * time.Millisecond}, {advance: 100 * time.Millisecond}, {advance: 100 * time.Millisecond},
+				{poll: true}},
+			[]string{"2@2", "wm max"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,131 @@
+package runnel_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/runnel-dev/runnel"
+)
+
+// sparseSource is an unbounded source with fewer splits than subtasks: subtask 0 emits a record every
+// few milliseconds, at 0, 100, 200, … ms of event time, without end; the others never emit one.
+type sparseSource struct{}
+
+func (sparseSource) CreateReader(ctx runnel.RuntimeContext) (runnel.SourceReader[int64], error) {
+	return &sparseReader{data: ctx.SubtaskIndex() == 0}, nil
+}
+
+type sparseReader struct {
+	data bool
+	next int64
+}
+
+func (r *sparseReader) PollNext(out runnel.Collector[int64]) (runnel.InputStatus, error) {
+	if r.data {
+		out.Collect(r.next)
+		r.next += 100
+	}
+	return runnel.NothingAvailable, nil
+}
+
+// Available is ready a few milliseconds on for the subtask with data, never for the others.
+func (r *sparseReader) Available() <-chan struct{} {
+	if !r.data {
+		return nil
+	}
+	c := make(chan struct{})
+	time.AfterFunc(3*time.Millisecond, func() { close(c) })
+	return c
+}
+func (r *sparseReader) Close() error { return nil }
+
+// windowCount emits "[start,end) n" per window.
+type windowCount struct {
+	runnel.ProcessWindowBase[int64]
+}
+
+func (windowCount) Process(ctx runnel.WindowContext[int64], vs []int64, out runnel.Collector[string]) error {
+	out.Collect(fmt.Sprintf("[%d,%d) %d", ctx.Window().Start, ctx.Window().End, len(vs)))
+	return nil
+}
+
+// liveSink keeps what it is written at once, so that a test sees results while an unbounded job runs.
+type liveSink struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (s *liveSink) CreateWriter(runnel.RuntimeContext) (runnel.SinkWriter[string], error) {
+	return s, nil
+}
+func (s *liveSink) Write(v string) error {
+	s.mu.Lock()
+	s.got = append(s.got, v)
+	s.mu.Unlock()
+	return nil
+}
+func (s *liveSink) Flush() error { return nil }
+func (s *liveSink) Close() error { return nil }
+func (s *liveSink) results() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.got)
+}
+
+// TestIdlenessOfSubtasksWithoutRecords runs an unbounded job whose source has three subtasks and data for
+// one: with WithIdleness, the two that never emit a record go idle once the timeout has passed from their
+// first periodic check (Flink's idleness timer starts there, not at a record), so the window operator's
+// watermark follows the subtask with data and its windows fire while the job runs. The expected results
+// follow from Flink's rules: the records are at 0, 100, 200, … ms, so the first windows to fire are
+// [0,1000) and [1000,2000), ten records each, once the watermark of monotonous timestamps (the highest
+// timestamp minus 1 ms) passes their ends. The strategy is folded into the source, and on an operator
+// downstream of it (whose subtasks 1 and 2 get no records either).
+func TestIdlenessOfSubtasksWithoutRecords(t *testing.T) {
+	want := []string{"[0,1000) 10", "[1000,2000) 10"}
+	strategy := runnel.MonotonousTimestamps[int64]().WithTimestampAssigner(func(v int64, _ int64) int64 { return v }).
+		WithIdleness(100 * time.Millisecond)
+	for _, downstream := range []bool{false, true} {
+		t.Run(fmt.Sprintf("downstream %v", downstream), func(t *testing.T) {
+			env := runnel.NewEnvironment(runnel.WithParallelism(3), runnel.WithWatermarkInterval(10*time.Millisecond),
+				runnel.WithLogger(quiet))
+			src := runnel.FromSource(env, runnel.Source[int64](sparseSource{})).Name("source")
+			if downstream {
+				src = runnel.Map(src, func(v int64) (int64, error) { return v, nil }).Name("pass")
+			}
+			timed := src.WithTimestamps(strategy)
+			sink := &liveSink{}
+			runnel.WindowProcess(runnel.Window(runnel.KeyBy(timed, func(int64) int64 { return 0 }), runnel.TumblingEventTimeWindows(time.Second)),
+				func() runnel.ProcessWindowFunction[int64, int64, string] { return windowCount{} }).Name("windows").
+				SinkTo(sink).Name("sink")
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() {
+				_, err := env.Execute(ctx, "idleness")
+				done <- err
+			}()
+			deadline := time.Now().Add(10 * time.Second)
+			for len(sink.results()) < len(want) && time.Now().Before(deadline) {
+				select {
+				case err := <-done:
+					t.Fatalf("the unbounded job ended: %v", err)
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+			got := sink.results()
+			cancel()
+			select {
+			case <-done:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the job did not end within 20 s of its cancellation")
+			}
+			if len(got) < len(want) || !slices.Equal(got[:len(want)], want) {
+				t.Fatalf("windows fired while the job ran (within 10 s): %q, want %q first", got, want)
+			}
+		})
+	}
+}
