@@ -208,8 +208,9 @@ type JoinContext = operator.JoinContext
 
 // IntervalJoin joins two keyed streams with event time: a of the first at ta and b of the second at tb,
 // with one key, when ta+lower <= tb <= ta+upper; fn's results take the later timestamp of the two. Each
-// side's records are kept until the watermark passes the last time they could still be joined; a record
-// behind the watermark when it arrives is late and dropped (as in Flink).
+// side's records are kept until the watermark reaches the last time they could still be joined (and at
+// least until it reaches their own time); a record whose timestamp is below the watermark when it arrives
+// is late and dropped, one at the watermark is joined (as in Flink).
 func IntervalJoin[K comparable, A, B, Out any](a *KeyedStream[K, A], b *KeyedStream[K, B], lower, upper time.Duration,
 	fn func(a A, b B, ctx JoinContext, out Collector[Out]) error) *Stream[Out] {
 	env := a.s.env

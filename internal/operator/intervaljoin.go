@@ -17,9 +17,10 @@ type JoinContext interface {
 
 // IntervalJoinSpec joins two keyed streams with event time: a record a of the first at ta and b of the
 // second at tb with one key are joined when ta+Lower <= tb <= ta+Upper; the result takes max(ta, tb).
-// Each side keeps its records per key and timestamp (list map state) until the watermark passes the last
-// time a record of the other side could still join them; records behind the watermark are late and
-// dropped, as in Flink.
+// Each side keeps its records per key and timestamp (list map state) until the watermark reaches the last
+// time a record of the other side could still join them, and not before the watermark reaches their own
+// time (Flink's cleanup times). A record is late, and dropped, when its timestamp is below the watermark;
+// one at the watermark is joined, as in Flink.
 type IntervalJoinSpec[K comparable, A, B, Out any] struct {
 	Key1         func(A) K
 	Key2         func(B) K
@@ -104,9 +105,21 @@ func (j *intervalJoin[K, A, B, Out]) emit(a A, ta int64, b B, tb int64) {
 	}
 }
 
+// isLate says a record at ts is late: below the watermark (Flink's rule; one at the watermark is not).
+func (j *intervalJoin[K, A, B, Out]) isLate(ts int64) bool { return ts < j.watermark }
+
+// cleanupTime is when a record at ts goes from its side's state, given the latest time, relative to ts, at
+// which a record of the other side joins it: then, or at ts if that is earlier (as Flink's operator does).
+func cleanupTime(ts, relUpper int64) int64 {
+	if relUpper > 0 {
+		return ts + relUpper
+	}
+	return ts
+}
+
 func (j *intervalJoin[K, A, B, Out]) addLeft(v Timed[A]) {
-	if v.Ts <= j.watermark {
-		return // late: its window of partners may have been cleaned up already
+	if j.isLate(v.Ts) {
+		return // its partners may have been cleaned up already
 	}
 	j.kc.b.SetCurrentKey(j.spec.Key1(v.V))
 	lo, hi := v.Ts+j.spec.Lower, v.Ts+j.spec.Upper
@@ -119,12 +132,12 @@ func (j *intervalJoin[K, A, B, Out]) addLeft(v Timed[A]) {
 		return true
 	})
 	j.left.Append(v.Ts, v.V)
-	// No record of the other side at or below the watermark comes; none above hi joins it.
-	j.timers.Register(hi, state.Namespace{A: joinLeftSide, B: v.Ts})
+	// No record of the other side below the watermark comes; none above hi joins it.
+	j.timers.Register(cleanupTime(v.Ts, j.spec.Upper), state.Namespace{A: joinLeftSide, B: v.Ts})
 }
 
 func (j *intervalJoin[K, A, B, Out]) addRight(v Timed[B]) {
-	if v.Ts <= j.watermark {
+	if j.isLate(v.Ts) {
 		return
 	}
 	j.kc.b.SetCurrentKey(j.spec.Key2(v.V))
@@ -138,7 +151,7 @@ func (j *intervalJoin[K, A, B, Out]) addRight(v Timed[B]) {
 		return true
 	})
 	j.right.Append(v.Ts, v.V)
-	j.timers.Register(hi, state.Namespace{A: joinRightSide, B: v.Ts})
+	j.timers.Register(cleanupTime(v.Ts, -j.spec.Lower), state.Namespace{A: joinRightSide, B: v.Ts})
 }
 
 func (j *intervalJoin[K, A, B, Out]) onWatermark(ms int64) error {
