@@ -29,7 +29,7 @@ func (r propertyRun) String() string {
 	if r.chained {
 		chain = "chained"
 	}
-	return fmt.Sprintf("%s/%s/tms=%d/%s/%s", r.failover, chain, r.tms, r.backend, strings.Join(r.inject, ","))
+	return fmt.Sprintf("%s/%s/tms=%d/%s/chk=%v/%s", r.failover, chain, r.tms, r.backend, r.interval, strings.Join(r.inject, ","))
 }
 
 // drawPropertyRun draws a run: a shape of the sequence job, and one to four failures at random subtasks,
@@ -76,6 +76,7 @@ type propertyTally struct {
 // subtasks or the error they quote count together.
 func fallbackReason(why string) string {
 	for _, k := range []string{
+		"which it reads from, restarted under task failover after",
 		"which it reads from or writes to, is restarting too",
 		"which it reads from or writes to, is still replaying its input",
 		"its replay diverged",

@@ -495,7 +495,7 @@ func (ss *session) report(j *tmJob, u task.Update) {
 	if o := u.Observation; o != nil {
 		ss.send(j.id, jobcore.Observation{Attempt: u.Attempt, Kind: o.Kind,
 			Channel: jobcore.Channel{Partition: o.Channel.Partition, Subpartition: o.Channel.Subpartition},
-			Lost:    o.Lost, PartialSkipped: o.PartialSkipped, Records: o.Records, At: max(o.At.Sub(j.start), 0)})
+			Lost:    o.Lost, PartialSkipped: o.PartialSkipped, Records: o.Records, SnapshotBefore: o.SnapshotBefore, At: max(o.At.Sub(j.start), 0)})
 		return
 	}
 	tu := jobcore.TaskUpdate{Attempt: u.Attempt, State: u.State, RecordsIn: u.RecordsIn, RecordsOut: u.RecordsOut, Watermark: u.Watermark,

@@ -573,6 +573,7 @@ func (h *harness) event(line string) ([]string, error) {
 			}
 			o.Lost, _ = strconv.ParseUint(kv["lost"], 10, 64)
 			o.Records, _ = strconv.ParseUint(kv["records"], 10, 64)
+			o.SnapshotBefore, _ = strconv.ParseInt(kv["snapshot-before"], 10, 64)
 			o.Kind = map[string]task.ObservationKind{"joined": task.ChannelJoined, "replayed": task.ChannelReplayed, "dropped": task.DuplicatesDropped}[pos[1]]
 		case "first-output":
 			o.Kind = task.FirstOutput

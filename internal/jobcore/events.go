@@ -167,7 +167,10 @@ type Observation struct {
 	PartialSkipped uint64
 	// Records is the count of a ChannelReplayed or a DuplicatesDropped.
 	Records uint64
-	At      time.Duration
+	// SnapshotBefore, of a ChannelJoined, is the newest checkpoint whose snapshot the attempt took before
+	// it joined the channel (0: none): those checkpoints do not hold the gap it reports.
+	SnapshotBefore int64
+	At             time.Duration
 }
 
 // AttemptCounters are the record counters of one running attempt.

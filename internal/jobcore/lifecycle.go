@@ -367,7 +367,9 @@ func (c *Core) onObservation(o Observation) {
 	case task.ChannelJoined:
 		cl := ChannelLoss{Producer: o.Channel.Partition.Producer.Subtask, Consumer: o.Attempt.Subtask,
 			RecordsLost: o.Lost, PartialRecordsSkipped: o.PartialSkipped}
-		join := &pendingJoin{attempt: o.Attempt, skipUpTo: ex.skipUpTo, loss: cl}
+		// Checkpoints up to skipUpTo hold none of the attempt's state; those it took before it joined this
+		// channel record the channel before the gap. A restore of any of them counts the gap again.
+		join := &pendingJoin{attempt: o.Attempt, skipUpTo: max(ex.skipUpTo, o.SnapshotBefore), loss: cl}
 		pex := c.current(o.Channel.Partition.Producer)
 		if !c.hasBaseline(ev, o.Channel) || pex == nil || pex.tm == 0 || c.tms[pex.tm].lost {
 			ev.TakeBaseline(o.Channel)

@@ -175,7 +175,7 @@ func encodeFromTaskManager(env protocol.Envelope) (*pb.FromTaskManager, error) {
 			return nil, fmt.Errorf("an Observation of %s: unknown kind %d", b.Attempt, b.Kind)
 		}
 		m.Body = &pb.FromTaskManager_Observation{Observation: &pb.Observation{Attempt: encodeAttempt(b.Attempt), Kind: pb.ObservationKind(b.Kind),
-			Channel: encodeChannel(b.Channel), Lost: b.Lost, PartialSkipped: b.PartialSkipped, AtNanos: int64(b.At), Records: b.Records}}
+			Channel: encodeChannel(b.Channel), Lost: b.Lost, PartialSkipped: b.PartialSkipped, AtNanos: int64(b.At), Records: b.Records, SnapshotBefore: b.SnapshotBefore}}
 	case jobcore.CheckpointAck:
 		m.Body = &pb.FromTaskManager_CheckpointAck{CheckpointAck: &pb.CheckpointAck{Id: b.ID, Attempt: encodeAttempt(b.Attempt),
 			Handle: encodeHandle(b.Handle)}}
@@ -252,7 +252,7 @@ func decodeFromTaskManager(m *pb.FromTaskManager) (env protocol.Envelope, bye *p
 			return env, nil, fmt.Errorf("an Observation: unknown kind %d", o.GetKind())
 		}
 		env.Body = jobcore.Observation{Attempt: decodeAttempt(o.GetAttempt()), Kind: task.ObservationKind(o.GetKind()),
-			Channel: decodeChannel(o.GetChannel()), Lost: o.GetLost(), PartialSkipped: o.GetPartialSkipped(), At: time.Duration(o.GetAtNanos()), Records: o.GetRecords()}
+			Channel: decodeChannel(o.GetChannel()), Lost: o.GetLost(), PartialSkipped: o.GetPartialSkipped(), At: time.Duration(o.GetAtNanos()), Records: o.GetRecords(), SnapshotBefore: o.GetSnapshotBefore()}
 	case *pb.FromTaskManager_CheckpointAck:
 		a := b.CheckpointAck
 		env.Body = jobcore.CheckpointAck{ID: a.GetId(), Attempt: decodeAttempt(a.GetAttempt()), Handle: decodeHandle(a.GetHandle())}

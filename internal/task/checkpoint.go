@@ -161,6 +161,7 @@ func (r *run) performCheckpoint(id, ts int64, flags uint32) {
 		cs.Decline(id, me, fmt.Errorf("snapshot: %w", err))
 		return
 	}
+	r.lastSnapshot = id
 	if w := r.snapshotTaken(id); w != nil {
 		writers = append(writers, *w)
 	}

@@ -364,6 +364,10 @@ type Observation struct {
 	PartialSkipped uint64
 	// Records is the count of a ChannelReplayed or a DuplicatesDropped.
 	Records uint64
+	// SnapshotBefore, of a ChannelJoined, is the newest checkpoint whose snapshot the attempt took before
+	// it joined the channel (0: none). Those checkpoints record the channel at the position the attempt
+	// restored, before the gap: a later attempt that restores one of them counts the gap again.
+	SnapshotBefore int64
 }
 
 // RemoteConnector opens a channel to a partition on another TaskManager.
@@ -572,6 +576,8 @@ type run struct {
 	// checkpoint records it until the decoder synchronises on a data buffer, since a channel may join on
 	// an event: a barrier, or the last watermark a reconnectable subpartition re-sends to a new reader.
 	joinedAt []uint64
+	// lastSnapshot is the newest checkpoint whose snapshot the attempt took (0: none), which a join reports.
+	lastSnapshot int64
 	// rejoined marks the channels whose producer restarted (EventProducerRestarted) and whose decoder is
 	// still to report the duplicates it dropped, counted from dropsBefore.
 	rejoined    []bool
@@ -1152,7 +1158,7 @@ func (r *run) join(idx int, firstSeq, partial uint64) {
 	r.joined[idx] = true
 	r.joinedAt[idx] = max(firstSeq, r.restored[idx])
 	lost := r.joinedAt[idx] - r.restored[idx]
-	r.t.observe(Observation{Kind: ChannelJoined, At: time.Now(), Channel: r.channels[idx], Lost: lost, PartialSkipped: partial})
+	r.t.observe(Observation{Kind: ChannelJoined, At: time.Now(), Channel: r.channels[idx], Lost: lost, PartialSkipped: partial, SnapshotBefore: r.lastSnapshot})
 }
 
 // replayed reports the end of the replay: the records read again on each input channel, then ReplayDone.
