@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"sort"
+	"slices"
 
 	"github.com/runnel-dev/runnel/codec"
 )
@@ -17,7 +17,14 @@ import (
 type ReadOnlyBroadcastState[MK comparable, MV any] interface {
 	Get(k MK) (MV, bool)
 	Len() int
-	// Range calls f for each entry in key order (of their encoding) until it returns false.
+	// Range calls f for each entry until it returns false, in the order of the keys' encodings (their
+	// codec's bytes, compared as bytes.Compare): the same order on every call, on every subtask and in a
+	// replay. For string keys of the built-in codec that is string order; the built-in integer codecs are
+	// little-endian, so for integer keys it is not numeric order. Range allocates nothing and costs a map
+	// lookup per entry: the state keeps its keys sorted as they are put and removed (a new key or a removal
+	// costs a binary search and moving the keys after it). Keys put or removed during a Range (from
+	// ProcessBroadcastElement) do not change what it visits, beyond skipping a key removed before its turn;
+	// the first such change copies the key list once.
 	Range(f func(k MK, v MV) bool)
 }
 
@@ -82,7 +89,7 @@ func (s *BroadcastSpec[K, T, R, MK, MV, Out]) Build(ctx *Context, downstream []a
 	if err != nil {
 		return Built{}, err
 	}
-	bs := &broadcastState[MK, MV]{m: map[MK]MV{}}
+	bs := &broadcastState[MK, MV]{m: map[MK]MV{}, kc: s.MapKey, fail: ctx.fail}
 	op := &broadcastOp[K, T, R, MK, MV, Out]{spec: s, fn: fn, kc: kc, bs: bs, watermark: math.MinInt64}
 	op.kctx = keyedBroadcastCtx[K, MK, MV]{keyedContext: kc, bs: bs}
 	op.bctx = broadcastCtx[K, MK, MV]{Context: ctx, kc: kc, bs: bs}
@@ -116,7 +123,7 @@ func (s *BroadcastSpec[K, T, R, MK, MV, Out]) Build(ctx *Context, downstream []a
 	// checkpoint, also when checkpoints are incremental.
 	built.SnapshotIncremental = nil
 	built.Snapshot = func(id int64) (func(io.Writer) error, error) {
-		bsBytes, err := bs.encode(s.MapKey, s.MapValue)
+		bsBytes, err := bs.encode(s.MapValue)
 		if err != nil {
 			return nil, fmt.Errorf("operator %q: broadcast state: %w", ctx.operator, err)
 		}
@@ -287,45 +294,112 @@ func (r readOnly[MK, MV]) Len() int                      { return r.s.Len() }
 func (r readOnly[MK, MV]) Range(f func(k MK, v MV) bool) { r.s.Range(f) }
 
 // broadcastState is a subtask's copy of the broadcast state: a map in memory, bounded by what the function
-// puts in it.
+// puts in it, and its keys sorted by their encodings, the order of Range and of the snapshot.
 type broadcastState[MK comparable, MV any] struct {
-	m map[MK]MV
+	m     map[MK]MV
+	order []orderedKey[MK] // every key of m once, sorted by enc
+	kc    codec.Codec[MK]
+	fail  func(error)
+	enc   []byte // scratch: the encoding of a key being removed
+	// ranging says a Range iterates order: a change to the key list copies it first, so that the Range
+	// goes on over the keys it began with. gen counts those copies.
+	ranging bool
+	gen     uint64
+}
+
+// orderedKey is a key of the broadcast state with its encoding.
+type orderedKey[MK any] struct {
+	enc []byte
+	k   MK
 }
 
 func (s *broadcastState[MK, MV]) Get(k MK) (MV, bool) { v, ok := s.m[k]; return v, ok }
 func (s *broadcastState[MK, MV]) Len() int            { return len(s.m) }
-func (s *broadcastState[MK, MV]) Put(k MK, v MV)      { s.m[k] = v }
-func (s *broadcastState[MK, MV]) Remove(k MK)         { delete(s.m, k) }
-func (s *broadcastState[MK, MV]) Range(f func(k MK, v MV) bool) {
-	for k, v := range s.m {
-		if !f(k, v) {
-			return
+
+// Put sets k's value; a new key is encoded once and takes its place in the key order.
+func (s *broadcastState[MK, MV]) Put(k MK, v MV) {
+	if _, ok := s.m[k]; ok {
+		s.m[k] = v
+		return
+	}
+	enc, err := s.kc.Append(nil, k)
+	if err != nil {
+		s.fail(fmt.Errorf("broadcast state: encode key %v: %w", k, err))
+		return
+	}
+	i, _ := s.search(enc)
+	s.writable()
+	s.order = slices.Insert(s.order, i, orderedKey[MK]{enc: enc, k: k})
+	s.m[k] = v
+}
+
+// Remove deletes k and its place in the key order.
+func (s *broadcastState[MK, MV]) Remove(k MK) {
+	if _, ok := s.m[k]; !ok {
+		return
+	}
+	delete(s.m, k)
+	i := -1
+	if enc, err := s.kc.Append(s.enc[:0], k); err == nil {
+		s.enc = enc
+		for j, _ := s.search(enc); j < len(s.order) && bytes.Equal(s.order[j].enc, enc); j++ {
+			if s.order[j].k == k {
+				i = j
+				break
+			}
 		}
+	}
+	if i < 0 { // an encoding that is not the key's own (a codec that is not deterministic): look it up
+		i = slices.IndexFunc(s.order, func(e orderedKey[MK]) bool { return e.k == k })
+	}
+	s.writable()
+	s.order = slices.Delete(s.order, i, i+1)
+}
+
+// search returns the first position in the key order whose encoding is not below enc.
+func (s *broadcastState[MK, MV]) search(enc []byte) (int, bool) {
+	return slices.BinarySearchFunc(s.order, enc, func(e orderedKey[MK], t []byte) int { return bytes.Compare(e.enc, t) })
+}
+
+// writable copies the key list before a change while a Range iterates it.
+func (s *broadcastState[MK, MV]) writable() {
+	if s.ranging {
+		s.order = slices.Clone(s.order)
+		s.ranging = false
+		s.gen++
 	}
 }
 
-// encode writes the entries sorted by their key's encoding, so that equal copies write equal bytes.
-func (s *broadcastState[MK, MV]) encode(kc codec.Codec[MK], vc codec.Codec[MV]) ([]byte, error) {
-	type entry struct{ k, v []byte }
-	es := make([]entry, 0, len(s.m))
-	for k, v := range s.m {
-		kb, err := kc.Append(nil, k)
-		if err != nil {
-			return nil, err
+func (s *broadcastState[MK, MV]) Range(f func(k MK, v MV) bool) {
+	order, gen, was := s.order, s.gen, s.ranging
+	s.ranging = true
+	for _, e := range order {
+		v, ok := s.m[e.k]
+		if !ok {
+			continue // removed during this Range
 		}
-		vb, err := vc.Append(nil, v)
-		if err != nil {
-			return nil, err
+		if !f(e.k, v) {
+			break
 		}
-		es = append(es, entry{kb, vb})
 	}
-	sort.Slice(es, func(i, j int) bool { return bytes.Compare(es[i].k, es[j].k) < 0 })
-	out := binary.AppendUvarint(nil, uint64(len(es)))
-	for _, e := range es {
-		out = binary.AppendUvarint(out, uint64(len(e.k)))
-		out = append(out, e.k...)
-		out = binary.AppendUvarint(out, uint64(len(e.v)))
-		out = append(out, e.v...)
+	if s.gen == gen {
+		s.ranging = was
+	}
+}
+
+// encode writes the entries in the key order, so that equal copies write equal bytes.
+func (s *broadcastState[MK, MV]) encode(vc codec.Codec[MV]) ([]byte, error) {
+	out := binary.AppendUvarint(nil, uint64(len(s.order)))
+	var vb []byte
+	for _, e := range s.order {
+		var err error
+		if vb, err = vc.Append(vb[:0], s.m[e.k]); err != nil {
+			return nil, err
+		}
+		out = binary.AppendUvarint(out, uint64(len(e.enc)))
+		out = append(out, e.enc...)
+		out = binary.AppendUvarint(out, uint64(len(vb)))
+		out = append(out, vb...)
 	}
 	return out, nil
 }
@@ -346,6 +420,7 @@ func (s *broadcastState[MK, MV]) decode(b []byte, kc codec.Codec[MK], vc codec.C
 	}
 	b = b[k:]
 	m := make(map[MK]MV, count)
+	order := make([]orderedKey[MK], 0, count)
 	for range count {
 		kb, err := next()
 		if err != nil {
@@ -363,11 +438,19 @@ func (s *broadcastState[MK, MV]) decode(b []byte, kc codec.Codec[MK], vc codec.C
 		if err := vc.Decode(vb, &val); err != nil {
 			return err
 		}
+		if _, dup := m[key]; !dup {
+			order = append(order, orderedKey[MK]{enc: bytes.Clone(kb), k: key})
+		}
 		m[key] = val
 	}
 	if len(b) != 0 {
 		return fmt.Errorf("%d bytes after the last entry", len(b))
 	}
-	s.m = m
+	// Snapshots are written in key order; sorting keeps the order right whatever wrote one.
+	byEnc := func(x, y orderedKey[MK]) int { return bytes.Compare(x.enc, y.enc) }
+	if !slices.IsSortedFunc(order, byEnc) {
+		slices.SortStableFunc(order, byEnc)
+	}
+	s.m, s.order, s.ranging = m, order, false
 	return nil
 }
