@@ -173,11 +173,15 @@ func (r *run) performCheckpoint(id, ts int64, flags uint32) {
 		for i, d := range r.decoders {
 			// The first record not had: past a gap the attempt counted (or a restore of this checkpoint
 			// would count it again), and past the records a rejoining decoder still drops.
+			// A channel joined on an event (its gap counted there) before its first data buffer stands at
+			// the gap's end, though its decoder may still wait to drop what its restored state holds.
 			switch {
-			case d.Synced() || d.Rejoining():
+			case d.Synced():
 				seqs[i] = d.Resume()
 			case r.joined[i]:
-				seqs[i] = r.joinedAt[i]
+				seqs[i] = max(r.joinedAt[i], d.Resume())
+			case d.Rejoining():
+				seqs[i] = d.Resume()
 			default:
 				seqs[i] = r.restored[i]
 			}

@@ -655,6 +655,24 @@ func TestCheckpointPositionBeforeTheFirstRecord(t *testing.T) {
 			if lost != 5 {
 				t.Errorf("attempt 2, restored from checkpoint 7, joined with %d lost, want the 5 written after it", lost)
 			}
+			if tc.gone {
+				// Attempt 2 joined on the re-sent watermark, before any data, while its decoder still waits
+				// to drop what its restored state holds: checkpoint 8 must record the gap's end, or attempt 3
+				// counts attempt 2's gap again.
+				event(network.Event{Type: network.EventBarrier, CheckpointID: 8})
+				h.awaitAck("ack 8")
+				tk.Cancel()
+				h.await("CANCELED")
+				wait()
+				emit(3)
+				h.hmu.Lock()
+				handle = h.handles[8]
+				h.hmu.Unlock()
+				tk, wait, lost = start(3, &RestoreSpec{CheckpointID: 8, Handle: handle, SameRun: true})
+				if lost != 3 {
+					t.Errorf("attempt 3, restored from checkpoint 8, joined with %d lost, want the 3 written after it", lost)
+				}
+			}
 			tk.Cancel()
 			h.await("CANCELED")
 			wait()
