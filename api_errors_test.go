@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/runnel-dev/runnel"
 	"github.com/runnel-dev/runnel/connector"
@@ -239,6 +240,144 @@ func TestPanicNamesOperator(t *testing.T) {
 			// The stack is the panic's: it runs through the user's function in this file.
 			if !strings.Contains(stacks[0], "api_errors_test.go") || !strings.Contains(stacks[0], "panic") {
 				t.Fatalf("the logged stack does not show the panicking function:\n%s", stacks[0])
+			}
+		})
+	}
+}
+
+// TestBuildErrorsNameTheUsersCall pins the README's promise for build errors made through the event-time
+// and two-input API: each names the API function the user called (WindowJoin, not an operator it builds
+// inside) and the file:line of that call in the user's code, however many of Runnel's own functions lie
+// between; and an operator such a call built says where the user created it.
+func TestBuildErrorsNameTheUsersCall(t *testing.T) {
+	clicks := []click{{User: "a", At: 1}}
+	byUser := func(c click) string { return c.User }
+	untimed := func(env *runnel.Environment, name string) *runnel.KeyedStream[string, click] {
+		return runnel.KeyBy(runnel.FromSource(env, connector.Collection(clicks)).Name(name), byUser)
+	}
+	timed := func(env *runnel.Environment, name string) *runnel.KeyedStream[string, click] {
+		s := runnel.FromSource(env, connector.Collection(clicks)).Name(name).
+			WithTimestamps(runnel.MonotonousTimestamps[click]().WithTimestampAssigner(func(c click, _ int64) int64 { return c.At }))
+		return runnel.KeyBy(s, byUser)
+	}
+	tumbling := runnel.TumblingEventTimeWindows(time.Second)
+	sum := func(a, b click) (click, error) { return a, nil }
+	pair := func(a, b click, out runnel.Collector[click]) error { out.Collect(a); return nil }
+	group := func(_ runnel.WindowContext[string], as, bs []click, out runnel.Collector[click]) error { return nil }
+	list := func() runnel.ProcessWindowFunction[string, click, click] { return nil }
+	join := func(a, b click, _ runnel.JoinContext, out runnel.Collector[click]) error { return nil }
+	for _, tc := range []struct {
+		name, want string
+		build      func(env *runnel.Environment) string
+	}{
+		{"WindowReduce without event time", "WindowReduce: event-time tumbling windows need a stream with event time", func(env *runnel.Environment) string {
+			w := runnel.Window(untimed(env, "a"), tumbling)
+			_, at := runnel.WindowReduce(w, sum), here()
+			return at
+		}},
+		{"WindowAggregate without event time", "WindowAggregate: event-time tumbling windows", func(env *runnel.Environment) string {
+			w := runnel.Window(untimed(env, "a"), tumbling)
+			_, at := runnel.WindowAggregate(w, runnel.AggregateFunction[click, winResult, winResult](winAgg{})), here()
+			return at
+		}},
+		{"WindowAggregate with a nil function", "WindowAggregate: nil function", func(env *runnel.Environment) string {
+			w := runnel.Window(timed(env, "a"), tumbling)
+			_, at := runnel.WindowAggregate[string, click, winResult, winResult](w, nil), here()
+			return at
+		}},
+		{"WindowAggregateProcess without event time", "WindowAggregateProcess: event-time tumbling windows", func(env *runnel.Environment) string {
+			w := runnel.Window(untimed(env, "a"), tumbling)
+			pass := func() runnel.ProcessWindowFunction[string, winResult, winResult] { return nil }
+			_, at := runnel.WindowAggregateProcess(w, runnel.AggregateFunction[click, winResult, winResult](winAgg{}), pass), here()
+			return at
+		}},
+		{"WindowProcess without event time", "WindowProcess: event-time tumbling windows", func(env *runnel.Environment) string {
+			w := runnel.Window(untimed(env, "a"), tumbling)
+			_, at := runnel.WindowProcess(w, list), here()
+			return at
+		}},
+		{"AllowedLateness in processing time", "AllowedLateness: processing-time", func(env *runnel.Environment) string {
+			w := runnel.Window(untimed(env, "a"), runnel.TumblingProcessingTimeWindows(time.Second))
+			_, at := w.AllowedLateness(time.Second), here()
+			return at
+		}},
+		{"WindowJoin without event time", "WindowJoin: event-time tumbling windows need a stream with event time", func(env *runnel.Environment) string {
+			a, b := untimed(env, "a"), untimed(env, "b")
+			_, at := runnel.WindowJoin(a, b, tumbling, pair), here()
+			return at
+		}},
+		{"WindowJoin of a timed and an untimed stream", "WindowJoin: one stream has event time and the other has none", func(env *runnel.Environment) string {
+			a, b := timed(env, "a"), untimed(env, "b")
+			_, at := runnel.WindowJoin(a, b, tumbling, pair), here()
+			return at
+		}},
+		{"WindowJoin across environments", "WindowJoin: the streams belong to different environments", func(env *runnel.Environment) string {
+			a, b := timed(env, "a"), timed(runnel.NewEnvironment(), "b")
+			_, at := runnel.WindowJoin(a, b, tumbling, pair), here()
+			return at
+		}},
+		{"WindowJoin with a nil function", "WindowJoin: nil function", func(env *runnel.Environment) string {
+			a, b := timed(env, "a"), timed(env, "b")
+			_, at := runnel.WindowJoin[string, click, click, click](a, b, tumbling, nil), here()
+			return at
+		}},
+		{"WindowCoGroup of a timed and an untimed stream", "WindowCoGroup: one stream has event time", func(env *runnel.Environment) string {
+			a, b := untimed(env, "a"), timed(env, "b")
+			_, at := runnel.WindowCoGroup(a, b, tumbling, group), here()
+			return at
+		}},
+		{"IntervalJoin without event time", "IntervalJoin: both streams need event time", func(env *runnel.Environment) string {
+			a, b := untimed(env, "a"), untimed(env, "b")
+			_, at := runnel.IntervalJoin(a, b, -time.Second, time.Second, join), here()
+			return at
+		}},
+		{"IntervalJoin with crossed bounds", "IntervalJoin: the lower bound 1s is above the upper bound", func(env *runnel.Environment) string {
+			a, b := timed(env, "a"), timed(env, "b")
+			_, at := runnel.IntervalJoin(a, b, time.Second, -time.Second, join), here()
+			return at
+		}},
+		{"ConnectKeyed of a timed and an untimed stream", "ConnectKeyed: one stream has event time", func(env *runnel.Environment) string {
+			a, b := timed(env, "a"), untimed(env, "b")
+			_, at := runnel.ConnectKeyed(a, b), here()
+			return at
+		}},
+		{"WithTimestamps without an assigner", "WithTimestamps: the stream has no timestamps yet", func(env *runnel.Environment) string {
+			s := runnel.FromSource(env, connector.Collection(clicks))
+			_, at := s.WithTimestamps(runnel.MonotonousTimestamps[click]()), here()
+			return at
+		}},
+		{"SideOutputLateData without a tag", "SideOutputLateData: the tag has no id", func(env *runnel.Environment) string {
+			w := runnel.Window(timed(env, "a"), tumbling)
+			_, at := w.SideOutputLateData(runnel.OutputTag[click]{}), here()
+			return at
+		}},
+		// The window's results have no codec and cross the network: the error names the window operator and
+		// where the user created it.
+		{"a window operator's origin", `operator "window"`, func(env *runnel.Environment) string {
+			w := runnel.Window(timed(env, "a"), tumbling)
+			mk := func() runnel.ProcessWindowFunction[string, click, unencodable] { return nil }
+			out, at := runnel.WindowProcess(w, mk), here()
+			out.Rebalance().SinkTo(connector.Discard[unencodable]())
+			return at
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := runnel.NewEnvironment(runnel.WithLogger(quiet))
+			at := tc.build(env)
+			err := env.Err()
+			if err == nil {
+				_, err = env.Execute(context.Background(), "build errors")
+			}
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, want := range []string{tc.want, "api_errors_test.go", at} {
+				if !strings.Contains(err.Error(), want) {
+					t.Fatalf("error %q does not contain %q", err, want)
+				}
+			}
+			if strings.Contains(err.Error(), "cogroup") {
+				t.Fatalf("error %q names an operator the user did not write", err)
 			}
 		})
 	}

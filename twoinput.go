@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"time"
 
 	"github.com/runnel-dev/runnel/codec"
@@ -108,9 +109,14 @@ func EitherCodec[A, B any](a Codec[A], b Codec[B]) Codec[Either[A, B]] {
 	return eitherCodec[A, B]{a: a, b: b}
 }
 
-// eitherOf maps both keyed streams to Eithers of one keyed stream, for one window operator over both.
+// eitherOf maps both keyed streams to Eithers of one keyed stream, for one window operator over both. what
+// is the API the user called: its errors name it, and its helper operators are named after it.
 func eitherOf[K comparable, A, B any](what string, a *KeyedStream[K, A], b *KeyedStream[K, B]) *KeyedStream[K, Either[A, B]] {
 	env := a.s.env
+	sameEnv := a.s.env == b.s.env
+	if !sameEnv {
+		env.addErr(fmt.Errorf("%s: the streams belong to different environments (at %s)", what, origin()))
+	}
 	if a.s.timed != b.s.timed {
 		env.addErr(fmt.Errorf("%s: one stream has event time and the other has none: give both a WatermarkStrategy (WithTimestamps) (at %s)", what, origin()))
 	}
@@ -120,10 +126,14 @@ func eitherOf[K comparable, A, B any](what string, a *KeyedStream[K, A], b *Keye
 		env.addErr(fmt.Errorf("%s: both sides cross the network and need codecs: %v (at %s)", what, errors.Join(errA, errB), origin()))
 	}
 	ec := EitherCodec[A, B](ca, cb)
-	left := Map(a.s, func(v A) (Either[A, B], error) { return Either[A, B]{A: v}, nil }).Name(a.s.env.uniqueName(what + "-left")).WithCodec(ec)
-	right := Map(b.s, func(v B) (Either[A, B], error) { return Either[A, B]{B: v, IsB: true}, nil }).Name(a.s.env.uniqueName(what + "-right")).WithCodec(ec)
+	name := strings.ToLower(what)
+	both := Map(a.s, func(v A) (Either[A, B], error) { return Either[A, B]{A: v}, nil }).Name(env.uniqueName(name + "-left")).WithCodec(ec)
+	if sameEnv {
+		right := Map(b.s, func(v B) (Either[A, B], error) { return Either[A, B]{B: v, IsB: true}, nil }).Name(env.uniqueName(name + "-right")).WithCodec(ec)
+		both = union(both, right)
+	}
 	ka, kb := a.key, b.key
-	return KeyBy(Union(left, right), func(e Either[A, B]) K {
+	return KeyBy(both, func(e Either[A, B]) K {
 		if e.IsB {
 			return kb(e.B)
 		}
@@ -179,7 +189,15 @@ func WindowCoGroup[K comparable, A, B, Out any](a *KeyedStream[K, A], b *KeyedSt
 	if fn == nil {
 		nilFunc(a.s.env, "WindowCoGroup")
 	}
-	return WindowProcess(Window(eitherOf("cogroup", a, b), w), func() ProcessWindowFunction[K, Either[A, B], Out] {
+	return windowCoGroup("WindowCoGroup", a, b, w, fn)
+}
+
+// windowCoGroup is WindowCoGroup, and WindowJoin with fn its cross product; what names the one the user
+// called.
+func windowCoGroup[K comparable, A, B, Out any](what string, a *KeyedStream[K, A], b *KeyedStream[K, B], w WindowAssigner,
+	fn func(ctx WindowContext[K], as []A, bs []B, out Collector[Out]) error) *Stream[Out] {
+	ks := eitherOf(what, a, b)
+	return windowProcess(Window(ks, w), what, accCodec[Either[A, B]](a.s.env, what), func() ProcessWindowFunction[K, Either[A, B], Out] {
 		return &coGroup[K, A, B, Out]{fn: fn}
 	})
 }
@@ -191,7 +209,7 @@ func WindowJoin[K comparable, A, B, Out any](a *KeyedStream[K, A], b *KeyedStrea
 	if fn == nil {
 		nilFunc(a.s.env, "WindowJoin")
 	}
-	return WindowCoGroup(a, b, w, func(_ WindowContext[K], as []A, bs []B, out Collector[Out]) error {
+	return windowCoGroup("WindowJoin", a, b, w, func(_ WindowContext[K], as []A, bs []B, out Collector[Out]) error {
 		for _, x := range as {
 			for _, y := range bs {
 				if err := fn(x, y, out); err != nil {

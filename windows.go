@@ -271,15 +271,21 @@ func (r reduceAccCodec[T]) Decode(src []byte, v *reduceAcc[T]) error {
 
 // WindowAggregate folds each window's records with f as they come and emits f's result per window.
 func WindowAggregate[K comparable, T, ACC, Out any](w *WindowedStream[K, T], f AggregateFunction[T, ACC, Out]) *Stream[Out] {
-	return WindowAggregateProcess(w, f, func() ProcessWindowFunction[K, Out, Out] { return operator.PassWindow[K, Out]{} })
+	return windowAggregate(w, "WindowAggregate", f, func() ProcessWindowFunction[K, Out, Out] { return operator.PassWindow[K, Out]{} })
 }
 
 // WindowAggregateProcess folds each window's records with f as they come, and hands f's result to a
 // process-window function with the window's bounds when the window fires.
 func WindowAggregateProcess[K comparable, T, ACC, V, Out any](w *WindowedStream[K, T], f AggregateFunction[T, ACC, V],
 	newFn func() ProcessWindowFunction[K, V, Out]) *Stream[Out] {
+	return windowAggregate(w, "WindowAggregateProcess", f, newFn)
+}
+
+// windowAggregate is WindowAggregate and WindowAggregateProcess; what names the one the user called.
+func windowAggregate[K comparable, T, ACC, V, Out any](w *WindowedStream[K, T], what string, f AggregateFunction[T, ACC, V],
+	newFn func() ProcessWindowFunction[K, V, Out]) *Stream[Out] {
 	if f == nil || newFn == nil {
-		nilFunc(w.ks.s.env, "WindowAggregateProcess")
+		nilFunc(w.ks.s.env, what)
 		return newStreamOf[Out](w.ks.s.env, w.ks.s.env.addNode(graph.OperatorNode, "window", nil), w.ks.s.timed)
 	}
 	inc := &operator.Incremental[T, ACC, V]{
@@ -287,9 +293,9 @@ func WindowAggregateProcess[K comparable, T, ACC, V, Out any](w *WindowedStream[
 		Add:    func(v T, acc ACC) (ACC, error) { return f.Add(v, acc), nil },
 		Result: f.Result,
 		Merge:  func(a, b ACC) (ACC, error) { return f.Merge(a, b), nil },
-		Codec:  accCodec[ACC](w.ks.s.env, "WindowAggregate"),
+		Codec:  accCodec[ACC](w.ks.s.env, what),
 	}
-	return windowNode(w, "WindowAggregate", &operator.WindowSpec[K, T, ACC, V, Out]{Inc: inc, NewProcess: newFn})
+	return windowNode(w, what, &operator.WindowSpec[K, T, ACC, V, Out]{Inc: inc, NewProcess: newFn})
 }
 
 // WindowProcess keeps every record of each window and hands them to a process-window function when the
@@ -298,6 +304,12 @@ func WindowProcess[K comparable, T, Out any](w *WindowedStream[K, T], newFn func
 	if newFn == nil {
 		nilFunc(w.ks.s.env, "WindowProcess")
 	}
-	return windowNode(w, "WindowProcess", &operator.WindowSpec[K, T, struct{}, T, Out]{
-		ElemCodec: accCodec[T](w.ks.s.env, "WindowProcess"), NewProcess: newFn})
+	return windowProcess(w, "WindowProcess", accCodec[T](w.ks.s.env, "WindowProcess"), newFn)
+}
+
+// windowProcess adds a window operator that lists its records, with their codec; what names the API the
+// user called (WindowProcess, WindowJoin, WindowCoGroup).
+func windowProcess[K comparable, T, Out any](w *WindowedStream[K, T], what string, elems codec.Codec[T],
+	newFn func() ProcessWindowFunction[K, T, Out]) *Stream[Out] {
+	return windowNode(w, what, &operator.WindowSpec[K, T, struct{}, T, Out]{ElemCodec: elems, NewProcess: newFn})
 }
