@@ -1,5 +1,6 @@
 // Package runnel is the public API of Runnel, a distributed stream-processing engine: build a dataflow of
-// typed streams (sources, transformations, keyed state, sinks) on an Environment and Execute it.
+// typed streams on an Environment and Execute it, in one process or on a cluster of a JobManager and
+// TaskManager processes (Register, Main).
 //
 //	env := runnel.NewEnvironment(runnel.WithParallelism(2))
 //	lines := runnel.FromSource(env, connector.Collection([]string{"a b", "b c"})).Name("lines")
@@ -8,14 +9,29 @@
 //	counts.SinkTo(connector.Print[WordCount]()).Name("print")
 //	result, err := env.Execute(ctx, "wordcount")
 //
-// The API follows the shape of Flink's DataStream API, without all of it yet (no event time, windows or
-// timers; the README has a table). Go methods cannot take type parameters, so the transformations
-// that change the record type (Map, FlatMap, KeyBy, Reduce, Process) are functions, and those that keep it
-// (Filter, Name, SetParallelism, the partitionings) are methods.
+// The API follows the shape of Flink's DataStream API (the README has a table of what it covers):
 //
-// Mistakes in building a job (a nil function, a bad parallelism, a stream of a type without a codec that
-// must cross the network) are collected as the job is built and returned by Execute, with the place in the
-// program where the operator was created.
+//   - sources and sinks (FromSource, SinkTo), Map, Filter, FlatMap and their rich forms (MapWith, ...),
+//     the partitionings, Union;
+//   - keyed streams (KeyBy) with keyed value, list and map state (optionally with a TTL), Reduce, and
+//     keyed process functions with event- and processing-time timers (Process, OnTimer);
+//   - event time: WithTimestamps with a WatermarkStrategy (BoundedOutOfOrderness, MonotonousTimestamps or
+//     CustomWatermarks, WithIdleness); watermarks are made per split and subtask and travel in-band;
+//   - windows: tumbling, sliding and session windows in event or processing time (Window, WindowAll),
+//     with WindowReduce, WindowAggregate, WindowProcess and WindowAggregateProcess, allowed lateness and
+//     a side output for late records;
+//   - two inputs: CoProcess, KeyedCoProcess, IntervalJoin, WindowJoin, WindowCoGroup and broadcast state
+//     (ConnectBroadcast, ProcessBroadcast); side outputs (OutputTag, SideOutput);
+//   - operator state, checkpoints and savepoints (exactly once or at least once), restart and failover
+//     strategies, and rescaling from a savepoint.
+//
+// Go methods cannot take type parameters, so the transformations that change the record type (Map,
+// FlatMap, KeyBy, Reduce, Process, the windows and joins) are functions, and those that keep it (Filter,
+// Name, SetParallelism, the partitionings) are methods.
+//
+// Mistakes in building a job (a nil function, a bad parallelism, a window in event time on a stream
+// without it, a stream of a type without a codec that must cross the network) are collected as the job
+// is built and returned by Execute, naming the API function called and the file and line of the call.
 package runnel
 
 import (
