@@ -57,6 +57,63 @@ type RestoreResult struct {
 	Location     string   `json:"location"`
 	CheckpointID int64    `json:"checkpoint_id"`
 	Skipped      []string `json:"skipped"`
+	// Finished says that the job had already finished in that checkpoint: every subtask had finished, or
+	// its input had ended, when it was taken (the final checkpoint of a bounded job is such a one). As
+	// Flink finishes the operators a checkpoint records as finished when it restores it, this run reads and
+	// emits nothing: its tasks take the final checkpoint they owe and finish at once.
+	Finished bool `json:"finished"`
+}
+
+// alreadyFinished reports whether every subtask of the savepoint had finished, or its input had ended, when
+// it was taken: the job had already finished in it. A subtask that finished holds no state; one whose
+// input ended says so in the last blob of its handle (task.InputEndedInState). The subtasks of the job's
+// sources are read first: in a savepoint of a running job they had not ended, and their state is small, so
+// that the answer "no" costs little.
+func alreadyFinished(ctx context.Context, sp *checkpoint.Savepoint, jg *graph.JobGraph) (bool, error) {
+	cp := sp.Checkpoint
+	if len(cp.States) == 0 {
+		return false, nil
+	}
+	sources := map[string]bool{}
+	for _, v := range jg.Vertices {
+		if v.IsSource() {
+			sources[v.UIDs()[0]] = true
+		}
+	}
+	isSource := func(h checkpoint.StateHandle) bool {
+		v, ok := cp.VertexByID(h.Attempt.Vertex)
+		return ok && slices.ContainsFunc(v.Operators, func(uid string) bool { return sources[uid] })
+	}
+	handles := slices.Clone(cp.States)
+	slices.SortStableFunc(handles, func(a, b checkpoint.StateHandle) int {
+		switch as, bs := isSource(a), isSource(b); {
+		case as && !bs:
+			return -1
+		case bs && !as:
+			return 1
+		}
+		return 0
+	})
+	for _, h := range handles {
+		if h.Finished {
+			continue
+		}
+		if len(h.Blobs) == 0 {
+			return false, nil
+		}
+		payload, err := sp.ReadState(ctx, h.Blobs[len(h.Blobs)-1])
+		if err != nil {
+			return false, err
+		}
+		ended, err := task.InputEndedInState(payload)
+		if err != nil {
+			return false, fmt.Errorf("state of %s: %w", h.Attempt, err)
+		}
+		if !ended {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // openRestore opens a savepoint directory, or, for a checkpoint storage directory, its newest valid
@@ -424,6 +481,13 @@ func (e *Environment) run(ctx context.Context, p *prepared, on runOn) (*JobResul
 		if len(dropped) > 0 {
 			lg.Warn("restore: dropping the state of operators the job no longer has (allow-non-restored-state)",
 				"job", name, "location", rc.restoreFrom, "uids", dropped)
+		}
+		if info.Finished, err = alreadyFinished(ctx, sp, jg); err != nil {
+			return nil, fmt.Errorf("job %q: restore from savepoint %s: %w", name, rc.restoreFrom, err)
+		}
+		if info.Finished {
+			lg.Info("restore: the job had already finished in this checkpoint: every task had ended its input; they finish at once, reading and emitting nothing",
+				"job", name, "location", rc.restoreFrom, "checkpoint", info.CheckpointID)
 		}
 		jmCfg.Savepoint = sp
 		jmCfg.Setup.Savepoint = rc.restoreFrom

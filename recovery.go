@@ -101,7 +101,10 @@ func WithSavepointOnStop(dir string) Option { return func(c *Config) { c.Savepoi
 // WithRestoreFrom starts the job from a savepoint, a retained checkpoint directory chk-N, or a checkpoint
 // storage directory (its newest valid checkpoint; newer damaged ones are passed over, listed in
 // JobResult.RestoredFrom and logged at WARN). dir must exist: nothing is created, and a missing directory
-// fails Execute with an error naming it.
+// fails Execute with an error naming it. A checkpoint in which the job had already finished (every task had
+// ended its input: the final checkpoint of a bounded job) finishes it at once, reading and emitting
+// nothing, as Flink does with operators a checkpoint records as finished; JobResult.RestoredFrom.Finished
+// says so.
 //
 // State is mapped to operators by their uid (Stream.Uid; the name when none was set), not to tasks: the
 // job may chain its operators otherwise, rename an operator that has a Uid, add operators (they start

@@ -368,7 +368,7 @@ func runExample(cmd *cobra.Command, name string, f runFlags, build func([]runnel
 		}
 		return &exitError{code: exitFailed, err: fmt.Errorf("job %s CANCELED after %s", name, wall(res))}
 	default:
-		fmt.Fprintf(stderr, "job %s %s in %s%s\n", name, res.Status, wall(res), recoverySummary(res))
+		fmt.Fprintf(stderr, "job %s %s in %s%s%s\n", name, res.Status, wall(res), recoverySummary(res), alreadyFinished(res))
 	}
 	if v, ok := job.(examples.Verifier); ok {
 		if verr := v.Verify(res); verr != nil {
@@ -433,6 +433,17 @@ func signalName(sig os.Signal) string {
 		return "SIGTERM"
 	}
 	return sig.String()
+}
+
+// alreadyFinished says, for a job restored from a checkpoint in which it had already finished, that it had
+// and which checkpoint that was: the run read and emitted nothing.
+func alreadyFinished(res *runnel.JobResult) string {
+	r := res.RestoredFrom
+	if r == nil || !r.Finished {
+		return ""
+	}
+	return fmt.Sprintf(": it had already finished in checkpoint %d of %s, which it was restored from; nothing was read or emitted again",
+		r.CheckpointID, r.Location)
 }
 
 // recoverySummary says how many checkpoints completed and failovers happened, if any.

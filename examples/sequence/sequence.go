@@ -57,6 +57,13 @@
 // is INCOMPLETE when what was checked so far is clean (no gap, duplicate or reorder; under approximate
 // recovery no more gaps than the failovers reported lost), and VIOLATION when it is not: an anomaly seen
 // is one whether or not the run went on.
+//
+// A run restored from a checkpoint in which the job had already finished (JobResult.RestoredFrom.Finished:
+// the final checkpoint of a bounded run) checks nothing: every task had ended its input, so none reads or
+// emits a record, and check does not report its counters again (as Flink's operators finished on restore
+// do not run). Its verdict is ALREADY_FINISHED, with every counter 0 and no key counted as lost. The
+// counters the checkpoint holds in check's state were judged by the run that took it; judging them again
+// would take that run's failover report (under approximate recovery its loss), which no checkpoint holds.
 package sequence
 
 import (
@@ -116,12 +123,24 @@ const (
 	VerdictIncomplete Verdict = "INCOMPLETE"
 	// VerdictViolation: records were lost (beyond the reported loss), duplicated or reordered.
 	VerdictViolation Verdict = "VIOLATION"
+	// VerdictAlreadyFinished: the run was restored from a checkpoint in which the job had already
+	// finished, so there was nothing to check; the run that took the checkpoint gave the verdict.
+	VerdictAlreadyFinished Verdict = "ALREADY_FINISHED"
 )
+
+// AlreadyFinished reports whether res is a run restored from a checkpoint in which the job had already
+// finished: it read and emitted nothing.
+func AlreadyFinished(res *runnel.JobResult) bool {
+	return res != nil && res.RestoredFrom != nil && res.RestoredFrom.Finished
+}
 
 // Judge returns the verdict on counters c of a run that ended with res (nil: a run not known to have
 // ended). It reads c's counters, not its Verdict.
 func Judge(c Checker, res *runnel.JobResult) Verdict {
 	clean := c.Duplicated == 0 && c.OutOfOrder == 0
+	if AlreadyFinished(res) && clean && c.Lost == 0 {
+		return VerdictAlreadyFinished
+	}
 	reported := CheckedLoss(res)
 	approximate := false
 	if res != nil {
@@ -287,17 +306,19 @@ func (j *Job) Latest() map[int64]Counters {
 }
 
 // Checker sums the latest counters over keys. When res says a bounded job FINISHED, keys the sink never
-// heard of count all their expected records as lost. res may be nil.
+// heard of count all their expected records as lost, unless the job had already finished in the
+// checkpoint it was restored from (nothing was sent then). res may be nil.
 func (j *Job) Checker(res *runnel.JobResult) Checker {
 	latest := j.Latest()
 	var c Checker
+	finished := res != nil && res.Status == "FINISHED" && !AlreadyFinished(res)
 	// At the end of a bounded run every key in a check subtask's state is reported final (EndInput). A key
 	// whose latest counters are not final was in no check's state at the end: an approximate failover
 	// restarted its check subtask, which then got none of its records. Its older counters, from an attempt
 	// whose state is gone, do not count; all its records are lost. (Unless some of check's reports were
 	// lost on their way to the sink: then its final counters may be what is missing; Judge allows for it.)
 	stale := func(v Counters) bool {
-		return j.gen.records > 0 && res != nil && res.Status == "FINISHED" && !v.Final && ReportLoss(res) == 0
+		return j.gen.records > 0 && finished && !v.Final && ReportLoss(res) == 0
 	}
 	for k, v := range latest {
 		c.Duplicated += v.Duplicated
@@ -312,7 +333,7 @@ func (j *Job) Checker(res *runnel.JobResult) Checker {
 	c.Keys = len(latest)
 	if j.gen.records > 0 {
 		c.ExpectedRecords = int64(j.gen.records)
-		if res != nil && res.Status == "FINISHED" {
+		if finished {
 			for k := int64(0); k < int64(j.gen.keys); k++ {
 				if _, ok := latest[k]; !ok {
 					c.Lost += j.gen.expected(k)
@@ -356,6 +377,11 @@ func (j *Job) Summary(w io.Writer, res *runnel.JobResult) error {
 			verdict = fmt.Sprintf("OK for approximate recovery: nothing duplicated or reordered, %d lost within the %d the failovers reported; the restarted sink also lost %d of check's counter reports (reported), so some keys' totals are the last ones it heard",
 				c.Lost, reported, n)
 		}
+	case VerdictAlreadyFinished:
+		r := res.RestoredFrom
+		_, err := fmt.Fprintf(w, "checker: nothing to check: the job had already finished in checkpoint %d of %s, which it was restored from; no record was sent (the run that took the checkpoint gave the verdict)\n",
+			r.CheckpointID, r.Location)
+		return err
 	case VerdictIncomplete:
 		status := "unknown"
 		if res != nil {
