@@ -18,10 +18,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 
 	"github.com/runnel-dev/runnel/internal/buildinfo"
 	"github.com/runnel-dev/runnel/internal/jobmaster"
+	"github.com/runnel-dev/runnel/internal/mtls"
 	"github.com/runnel-dev/runnel/internal/protocol"
 	"github.com/runnel-dev/runnel/internal/rest"
 	"github.com/runnel-dev/runnel/internal/rpc"
@@ -104,7 +104,7 @@ func ServeJobManager(ctx context.Context, cfg JobManagerConfig) error {
 	jm.ctx, jm.cancel = context.WithCancel(context.Background())
 	opts := rpc.ServerOptions()
 	if serverTLS != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(serverTLS)))
+		opts = append(opts, grpc.Creds(rpc.ServerCredentials(serverTLS, mtls.NewRefusalLog(lg, "control plane"))))
 	}
 	srv := grpc.NewServer(opts...)
 	rpc.NewGatewayServer(disp.Attach).Register(srv)
@@ -124,7 +124,7 @@ func ServeJobManager(ctx context.Context, cfg JobManagerConfig) error {
 		warnIfExposed(lg, "REST API", rln.Addr(), serverTLS != nil)
 		restAddr = rln.Addr().String()
 		hs = &http.Server{Handler: rest.Handler(jm, jm.metricsHandler()), ReadHeaderTimeout: 10 * time.Second,
-			IdleTimeout: time.Minute, TLSConfig: serverTLS}
+			IdleTimeout: time.Minute, TLSConfig: serverTLS, ErrorLog: mtls.NewRefusalLog(lg, "REST API").HTTPErrorLog()}
 		go func() {
 			if serverTLS != nil {
 				serveErr <- hs.ServeTLS(rln, "", "")
@@ -456,7 +456,8 @@ func (c clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// load reads the TLS files: the server's config (client certificates required) and the client's.
+// load reads the TLS files: the server's config (client certificates required) and the client's (which
+// presents its certificate to every server it trusts, so that a server of another authority says so).
 func (f *TLSFiles) load() (server, client *tls.Config, err error) {
 	if f == nil {
 		return nil, nil, nil
@@ -479,5 +480,6 @@ func (f *TLSFiles) load() (server, client *tls.Config, err error) {
 	server = &tls.Config{Certificates: []tls.Certificate{cert}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert,
 		MinVersion: tls.VersionTLS13}
 	client = &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ServerName: f.ServerName, MinVersion: tls.VersionTLS13}
+	mtls.PresentCertificate(client)
 	return server, client, nil
 }

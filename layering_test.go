@@ -24,7 +24,8 @@ func TestLayering(t *testing.T) {
 		"internal/determinants": {},
 		"internal/checkpoint":   {"internal/ident"},
 		"internal/graph":        {"internal/ident"},
-		"internal/network":      {"internal/ident"},
+		"internal/network":      {"internal/ident", "internal/mtls"},
+		"internal/mtls":         {},
 		"internal/state":        {"codec"},
 		"internal/scheduler":    {"internal/graph", "internal/ident"},
 		"internal/task":         {"internal/barrier", "internal/checkpoint", "internal/determinants", "internal/ident", "internal/network", "internal/watermark"},
@@ -36,7 +37,7 @@ func TestLayering(t *testing.T) {
 		// The REST API serves what its Source returns: it reaches into no loop, core or cluster package.
 		"internal/rest":      {},
 		"internal/buildinfo": {"internal/protocol"},
-		"internal/rpc":       {"internal/checkpoint", "internal/ident", "internal/jobcore", "internal/protocol", "internal/rpc/pb", "internal/task"},
+		"internal/rpc":       {"internal/checkpoint", "internal/ident", "internal/jobcore", "internal/mtls", "internal/protocol", "internal/rpc/pb", "internal/task"},
 		// Connectors and examples are built on the public API only, like a user's code.
 		"connector":            {"", "codec"},
 		"connector/kafka":      {""},

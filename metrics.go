@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log"
 	"net"
 	"net/http"
 	"strconv"
@@ -191,24 +192,25 @@ func startMetrics(ln net.Listener, name string, snapshot func() *JobResult, tms 
 	if len(tms) > 0 {
 		reg.MustRegister(newInflightLogCollector(tms))
 	}
-	return serveMetrics(ln, reg, nil)
+	return serveMetrics(ln, reg, nil, nil)
 }
 
 // startTaskManagerMetrics serves the metrics of a TaskManager process (runnel taskmanager --metrics-addr)
 // on ln: its in-flight log gauges, which no heartbeat carries to the JobManager, and the Go runtime's.
 // With serverTLS it serves HTTPS with the TaskManager's certificate and asks the scraper for one, as the
-// JobManager's REST API does.
-func startTaskManagerMetrics(ln net.Listener, tm *cluster.TaskManager, serverTLS *tls.Config) *metricsServer {
+// JobManager's REST API does. errorLog, when set, is the server's http.Server.ErrorLog.
+func startTaskManagerMetrics(ln net.Listener, tm *cluster.TaskManager, serverTLS *tls.Config, errorLog *log.Logger) *metricsServer {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(newInflightLogCollector([]*cluster.TaskManager{tm}), collectors.NewGoCollector())
-	return serveMetrics(ln, reg, serverTLS)
+	return serveMetrics(ln, reg, serverTLS, errorLog)
 }
 
-// serveMetrics serves reg at /metrics on ln (over TLS with serverTLS) until stopped.
-func serveMetrics(ln net.Listener, reg *prometheus.Registry, serverTLS *tls.Config) *metricsServer {
+// serveMetrics serves reg at /metrics on ln (over TLS with serverTLS, with errorLog as the server's
+// http.Server.ErrorLog) until stopped.
+func serveMetrics(ln net.Listener, reg *prometheus.Registry, serverTLS *tls.Config, errorLog *log.Logger) *metricsServer {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	m := &metricsServer{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, TLSConfig: serverTLS}}
+	m := &metricsServer{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, TLSConfig: serverTLS, ErrorLog: errorLog}}
 	m.done.Add(1)
 	go func() {
 		defer m.done.Done()

@@ -59,7 +59,7 @@ func Submit(ctx context.Context, cfg SubmitConfig) (*JobResult, error) {
 	if rc := p.rc; rc.checkpointing && (rc.storage == "" || len(rc.storage) >= 6 && rc.storage[:6] == "mem://") {
 		return nil, fmt.Errorf("job %q: checkpointing on a cluster needs --checkpoint-storage naming storage that every process reaches (a shared directory or s3://); %s cannot be", cfg.Job, storageWord(rc.storage))
 	}
-	conn, err := dialJobManager(cfg.JobManager, cfg.TLS)
+	conn, creds, err := dialJobManager(cfg.JobManager, cfg.TLS)
 	if err != nil {
 		return nil, fmt.Errorf("submit: %w", err)
 	}
@@ -73,7 +73,7 @@ func Submit(ctx context.Context, cfg SubmitConfig) (*JobResult, error) {
 	id, err := client.Submit(sctx, rpc.SubmitRequest{Name: cfg.Job, Args: cfg.Args, Graph: p.fingerprint, Build: build})
 	cancel()
 	if err != nil {
-		return nil, fmt.Errorf("submit job %q to %s: %w", cfg.Job, cfg.JobManager, err)
+		return nil, fmt.Errorf("submit job %q to %s: %w", cfg.Job, cfg.JobManager, creds.Explain(err))
 	}
 	// The watch outlives ctx: a cancelled ctx stops the job, and its end still comes through the watch.
 	stopped := make(chan struct{})
@@ -140,7 +140,7 @@ func Cancel(ctx context.Context, cfg CancelConfig) error {
 	if err != nil {
 		return fmt.Errorf("cancel %q: %w", cfg.Job, err)
 	}
-	conn, err := dialJobManager(cfg.JobManager, cfg.TLS)
+	conn, creds, err := dialJobManager(cfg.JobManager, cfg.TLS)
 	if err != nil {
 		return fmt.Errorf("cancel: %w", err)
 	}
@@ -148,25 +148,28 @@ func Cancel(ctx context.Context, cfg CancelConfig) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := rpc.NewJobClient(conn).Stop(ctx, id, cfg.Savepoint); err != nil {
-		return fmt.Errorf("cancel job %s on %s: %w", cfg.Job, cfg.JobManager, err)
+		return fmt.Errorf("cancel job %s on %s: %w", cfg.Job, cfg.JobManager, creds.Explain(err))
 	}
 	return nil
 }
 
 // dialJobManager makes the client connection to a JobManager's job service, over mutual TLS when files
-// are given. gRPC connects lazily: an unreachable JobManager shows in the first call.
-func dialJobManager(addr string, files *TLSFiles) (*grpc.ClientConn, error) {
+// are given, with the credentials that explain a call's failure by a failed TLS handshake (nil without
+// TLS). gRPC connects lazily: an unreachable JobManager shows in the first call.
+func dialJobManager(addr string, files *TLSFiles) (*grpc.ClientConn, *rpc.ClientCredentials, error) {
 	_, clientTLS, err := files.load()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	creds := insecure.NewCredentials()
+	var creds credentials.TransportCredentials = insecure.NewCredentials()
+	var tlsCreds *rpc.ClientCredentials
 	if clientTLS != nil {
-		creds = credentials.NewTLS(clientTLS)
+		tlsCreds = rpc.NewClientCredentials(clientTLS, "the JobManager")
+		creds = tlsCreds
 	}
 	conn, err := grpc.NewClient(addr, append(rpc.DialOptions(), grpc.WithTransportCredentials(creds))...)
 	if err != nil {
-		return nil, fmt.Errorf("JobManager %s: %w", addr, err)
+		return nil, nil, fmt.Errorf("JobManager %s: %w", addr, err)
 	}
-	return conn, nil
+	return conn, tlsCreds, nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/runnel-dev/runnel/internal/checkpoint"
 	"github.com/runnel-dev/runnel/internal/cluster"
 	"github.com/runnel-dev/runnel/internal/ident"
+	"github.com/runnel-dev/runnel/internal/mtls"
 	"github.com/runnel-dev/runnel/internal/protocol"
 	"github.com/runnel-dev/runnel/internal/rpc"
 	"github.com/runnel-dev/runnel/internal/task"
@@ -98,7 +99,7 @@ func ServeTaskManager(ctx context.Context, cfg TaskManagerConfig) (err error) {
 			return fmt.Errorf("taskmanager: metrics: %w", lerr)
 		}
 		metricsAddr = ln.Addr().String()
-		ms := startTaskManagerMetrics(ln, tm, serverTLS)
+		ms := startTaskManagerMetrics(ln, tm, serverTLS, mtls.NewRefusalLog(lg, "metrics").HTTPErrorLog())
 		// Stopped before the TaskManager shuts down: a scrape never reads a TaskManager that is gone. A
 		// server that failed while the TaskManager ran is said here (err is ServeTaskManager's result).
 		defer func() {
@@ -110,17 +111,21 @@ func ServeTaskManager(ctx context.Context, cfg TaskManagerConfig) (err error) {
 			cfg.MetricsListening(metricsAddr)
 		}
 	}
-	dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-	if clientTLS != nil {
-		dial = []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(clientTLS))}
-	}
 	cat := &registryCatalog{log: lg}
 	backoff := 100 * time.Millisecond
 	lostSince := time.Now()
 	lg.Info("TaskManager started", "name", cfg.Name, "slots", cfg.Slots, "data", tm.DataListenAddress(), "jobmanager", cfg.JobManager,
 		"metrics", metricsAddr)
 	for {
-		s, err := rpc.DialGateway(ctx, cfg.JobManager, dial...)
+		// Credentials of each attempt's own, so that a failed TLS handshake explains only its attempt.
+		creds := credentials.TransportCredentials(insecure.NewCredentials())
+		var tlsCreds *rpc.ClientCredentials
+		if clientTLS != nil {
+			tlsCreds = rpc.NewClientCredentials(clientTLS, "the JobManager")
+			creds = tlsCreds
+		}
+		s, err := rpc.DialGateway(ctx, cfg.JobManager, grpc.WithTransportCredentials(creds))
+		err = tlsCreds.Explain(err)
 		if err == nil {
 			registeredAt := time.Now()
 			err = tm.Serve(ctx, s, cat)
