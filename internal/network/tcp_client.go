@@ -23,7 +23,10 @@ package network
 // Security. The request carries DialOptions.Job and .Credential (see credential.go); a server that refuses
 // them answers ErrBadCredential, which is not retried. With DialOptions.TLS the connection is TLS 1.3, the
 // server's certificate verified against the config's RootCAs for the dialed host (or ServerName), and the
-// handshake is part of the HandshakeTimeout of each attempt.
+// handshake is part of the HandshakeTimeout of each attempt. A handshake that fails, on either side, fails
+// the dial with an *mtls.HandshakeError, which names TLS and who refused what. In TLS 1.3 the server checks
+// the client's certificate after the client's side of the handshake ended, so its refusal is the alert that
+// answers the request: when writing the request fails first (the server closed), the alert is read after.
 
 import (
 	"context"
@@ -36,9 +39,11 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/runnel-dev/runnel/internal/ident"
+	"github.com/runnel-dev/runnel/internal/mtls"
 )
 
 // Defaults of DialOptions.
@@ -252,16 +257,20 @@ func (c *RemoteInputChannel) connect(ctx context.Context, req partitionRequest, 
 	// The deadline in the past interrupts whichever read or write the handshake is in, TLS's included.
 	stop := context.AfterFunc(hctx, func() { _ = raw.SetDeadline(time.Unix(1, 0)) })
 	conn := raw
+	var tc *tls.Conn
 	if tlsConfig != nil {
-		tc := tls.Client(raw, tlsConfig)
+		tc = tls.Client(raw, tlsConfig)
 		if err = tc.Handshake(); err != nil {
-			err = fmt.Errorf("TLS handshake: %w", err)
+			err = &mtls.HandshakeError{Peer: "the data server", Addr: c.addr, Err: err}
 		}
 		conn = tc
 	}
 	var leftover []byte
 	if err == nil {
 		leftover, err = c.handshake(conn, req)
+		if err != nil && tc != nil {
+			err = tlsRefusal(tc, c.addr, err)
+		}
 	}
 	if !stop() && err == nil {
 		err = fmt.Errorf("handshake: %w", context.Cause(hctx))
@@ -272,6 +281,37 @@ func (c *RemoteInputChannel) connect(ctx context.Context, req partitionRequest, 
 	}
 	c.raw, c.conn = raw, conn
 	return leftover, nil
+}
+
+// tlsRefusal returns err, the failure of the request on a TLS connection whose handshake succeeded on
+// this side, as an *mtls.HandshakeError when the server refused the handshake: its alert answered the
+// request, or (the request's write failed, the server having closed) waits to be read.
+func tlsRefusal(tc *tls.Conn, addr string, err error) error {
+	alert := remoteAlert(err)
+	if alert == nil {
+		if !errors.Is(err, syscall.EPIPE) && !errors.Is(err, syscall.ECONNRESET) {
+			return err
+		}
+		_ = tc.SetReadDeadline(time.Now().Add(tlsAlertWait))
+		_, rerr := tc.Read(make([]byte, 1))
+		if alert = remoteAlert(rerr); alert == nil {
+			return err
+		}
+	}
+	return &mtls.HandshakeError{Peer: "the data server", Addr: addr, Err: alert}
+}
+
+// tlsAlertWait bounds the read of an alert after a failed write: the connection is closed, so the read
+// ends at once either way.
+const tlsAlertWait = 100 * time.Millisecond
+
+// remoteAlert returns the TLS alert the peer sent that err is or wraps, or nil.
+func remoteAlert(err error) error {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "remote error" {
+		return op
+	}
+	return nil
 }
 
 // handshake sends the preamble and the request and reads the reply.
