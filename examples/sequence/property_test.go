@@ -82,7 +82,7 @@ func fallbackReason(why string) string {
 		"its replay diverged",
 		"its determinant log does not reach back",
 		"an in-flight log its replay needs was incomplete",
-		"it failed again while restarting",
+		"it failed twice while restarting",
 		"it is a source that cannot replay",
 		"a failover in progress restarts by region already",
 		"was lost, and its in-flight and determinant logs with it",

@@ -160,7 +160,7 @@ func TestTaskFailoverLogOverflowFallsBack(t *testing.T) {
 
 // TestTaskFailoverNextToAnotherRecovery fails a subtask while an earlier task failover is still in
 // progress: its subtask waits out its backoff (restarting), or is the failed subtask itself, failing again
-// in its replay. A neighbour's failure (a producer or consumer of the recovering subtask) falls back to
+// in its replay (a task failover once more, a fallback the second time). A neighbour's failure (a producer or consumer of the recovering subtask) falls back to
 // region failover with the reason, and the fallback restarts the recovering subtask's consumers too; a
 // failure of a subtask not connected to it is a task failover of its own, and so is a failure after the
 // earlier recovery is done. Exactly once in every case.
@@ -191,9 +191,13 @@ func TestTaskFailoverNextToAnotherRecovery(t *testing.T) {
 			[]want{{"source[0]", ""}, {"map[0]", ""}}, nil},
 		{"not connected to a restarted source, tcp", standard, []runnel.Option{runnel.WithTaskManagers(2)},
 			[]string{"source[0]@10000", "map[1]@12000"}, []want{{"source[0]", ""}, {"map[1]", ""}}, nil},
-		// The second injection fires at the first record the new attempt takes: in its replay.
+		// The second injection fires at the first record the new attempt takes, in its replay: a failure
+		// of the replay's own, which fails over by task once more; the third fires in that replay too,
+		// and falls back.
 		{"itself while it replays", standard, nil, []string{"map[0]@15000", "map[0]@15000"},
-			[]want{{"map[0]", ""}, {"map[0]", "it failed again while restarting under task failover"}}, []string{"check[0]", "check[1]"}},
+			[]want{{"map[0]", ""}, {"map[0]", ""}}, nil},
+		{"itself twice while it replays", standard, nil, []string{"map[0]@15000", "map[0]@15000", "map[0]@15000"},
+			[]want{{"map[0]", ""}, {"map[0]", ""}, {"map[0]", "it failed twice while restarting under task failover"}}, []string{"check[0]", "check[1]"}},
 		{"two not connected at once, tcp", standard, []runnel.Option{runnel.WithTaskManagers(2)}, []string{"map[0]@15000", "map[1]@15000"},
 			nil, nil},
 	} {

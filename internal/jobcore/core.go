@@ -93,6 +93,9 @@ type execution struct {
 	// restore regeneratedFrom or an older checkpoint) cannot replay by buffer.
 	regenerated     bool
 	regeneratedFrom int64
+	// replayRetried marks a subtask whose replay failed once for a reason of its own (no log was at fault)
+	// and that a task failover restarted again: a second such failure before a replay is done falls back.
+	replayRetried bool
 }
 
 // partitionOwner is the attempt the ids of the subtask's partitions name.

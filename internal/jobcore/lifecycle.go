@@ -37,7 +37,7 @@ func (c *Core) onTaskUpdate(u TaskUpdate) {
 	switch u.State {
 	case task.Running:
 		if ex.replaying && c.cfg.Job.Vertex(u.Attempt.Vertex).IsSource() {
-			ex.replaying = false // a source replays no input: it rewound and took its partitions over
+			ex.replaying, ex.replayRetried = false, false // a source replays no input: it rewound and took its partitions over
 		}
 		for _, ev := range c.history.Events() {
 			ev.Running(u.Attempt.Subtask, c.wall(c.now))
@@ -114,6 +114,9 @@ func (c *Core) onFailed(ex *execution, f *Failure) {
 			}
 		}()
 	}
+	if ex.replaying && strategy == c.cfg.Failover.String() {
+		ex.replayRetried = true
+	}
 	c.startFailoverOf(&s, nil, "", cause, set, strategy, sameIncident)
 	if f != nil && f.PeerDataAddress != "" && c.plan != nil {
 		for id, tm := range c.tms {
@@ -133,9 +136,10 @@ func (c *Core) onFailed(ex *execution, f *Failure) {
 //     the same logs would fail the same way, again and again until the restart strategy gave up. Which of
 //     them it was is f.Replay, which the TaskManager told from the error's types (the text is only for
 //     people: a wrapped message may contain any words). When a log was incomplete, the producers restart
-//     too (fallbackUpstream). (A failure of the replay's own, an exception in a user function, would
-//     survive another task failover; it falls back too, as a cause the job master cannot tell from the
-//     others.)
+//     too (fallbackUpstream). A failure of the replay's own (an exception in a user function, an
+//     injected failure) has no type: the logs are as they were, and it fails over by task once more
+//     (replayRetried); a second one before a replay is done falls back, since an untyped failure may be
+//     one that repeats (a connection lost during the replay).
 //   - a producer of it restarted under task failover after the checkpoint it would restore: the steps its
 //     determinant log recorded took buffers that the producer's in-flight log no longer holds (it was cut
 //     back and regenerated, in other buffers), so a replay would diverge; it is found here, before any.
@@ -166,7 +170,12 @@ func (c *Core) taskFailoverFallback(s ident.Subtask, f *Failure, cause error) (s
 		case ReplayDeterminantsBroken:
 			return "its determinant log does not reach back to the restored checkpoint (dropped past its bound, or without its mark), so there is nothing to replay: " + cause.Error(), c.fallback
 		}
-		return fmt.Sprintf("it failed again while restarting under task failover, before its replay was done: %v", cause), c.fallback
+		if !c.execs[s].replayRetried {
+			// A failure of the replay's own (an exception in a user function, an injected failure) that no
+			// log caused: the logs are as they were, and another replay from the same checkpoint can hold.
+			return "", nil
+		}
+		return fmt.Sprintf("it failed twice while restarting under task failover, before its replay was done: %v", cause), c.fallback
 	}
 	for _, n := range append(c.cfg.Job.Downstream(s), c.cfg.Job.Upstream(s)...) {
 		if c.restarting(n) {
@@ -339,7 +348,7 @@ func (c *Core) committing() bool {
 func (c *Core) onObservation(o Observation) {
 	ex := c.current(o.Attempt)
 	if ex != nil && o.Kind == task.ReplayDone {
-		ex.replaying = false
+		ex.replaying, ex.replayRetried = false, false
 		return
 	}
 	if o.Kind == task.DuplicatesDropped {

@@ -240,6 +240,9 @@ func (c *Core) maybeRestart() {
 		}
 		ex.replaying = ex.taskRestart
 		ex.regenerated, ex.regeneratedFrom = ex.taskRestart, 0
+		if !ex.taskRestart {
+			ex.replayRetried = false
+		}
 		if restoreID != nil {
 			ex.regeneratedFrom = *restoreID
 		}
