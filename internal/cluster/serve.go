@@ -523,7 +523,7 @@ func replayFailure(err error) jobcore.ReplayFailure {
 	switch {
 	case errors.Is(err, network.ErrLogIncomplete):
 		return jobcore.ReplayLogIncomplete
-	case errors.Is(err, task.ErrReplayDiverged):
+	case errors.Is(err, task.ErrReplayDiverged), errors.Is(err, network.ErrRegeneratedOther):
 		return jobcore.ReplayDiverged
 	case errors.Is(err, task.ErrCannotReplay):
 		return jobcore.ReplaySourceCannotReplay

@@ -87,12 +87,6 @@ type execution struct {
 	// replaying marks an attempt deployed by a task failover until it reports ReplayDone (a source, which
 	// replays no input and reports none, until it runs).
 	replaying bool
-	// regenerated marks a subtask whose partitions a task failover took over: their in-flight logs were cut
-	// back to the checkpoint regeneratedFrom (0: none) and regenerated, in buffers other than the ones its
-	// consumers had read. A consumer whose determinant log reaches back before the takeover (it would
-	// restore regeneratedFrom or an older checkpoint) cannot replay by buffer.
-	regenerated     bool
-	regeneratedFrom int64
 	// replayRetried marks a subtask whose replay failed once for a reason of its own (no log was at fault)
 	// and that a task failover restarted again: a second such failure before a replay is done falls back.
 	replayRetried bool

@@ -140,12 +140,12 @@ func (c *Core) onFailed(ex *execution, f *Failure) {
 //     injected failure) has no type: the logs are as they were, and it fails over by task once more
 //     (replayRetried); a second one before a replay is done falls back, since an untyped failure may be
 //     one that repeats (a connection lost during the replay).
-//   - a producer of it restarted under task failover after the checkpoint it would restore: the steps its
-//     determinant log recorded took buffers that the producer's in-flight log no longer holds (it was cut
-//     back and regenerated, in other buffers), so a replay would diverge; it is found here, before any.
-//   - a producer or consumer of it is restarting or still replaying: its replay took its input in an order
-//     recorded against the buffers of a producer that is restarting too, or it is one of them.
 //   - a restart in progress falls back already.
+//
+// Its producers and consumers restarting or replaying too is no reason: a takeover leaves the stream its
+// readers have as it is (network.ResultPartition.Takeover), so a consumer replays the very buffers it
+// recorded whatever its producers do meanwhile, and a producer's new attempt writes on after what its
+// consumers have, whatever they do.
 func (c *Core) taskFailoverFallback(s ident.Subtask, f *Failure, cause error) (string, scheduler.FailoverStrategy) {
 	if c.fallback == nil {
 		return "", nil
@@ -176,24 +176,6 @@ func (c *Core) taskFailoverFallback(s ident.Subtask, f *Failure, cause error) (s
 			return "", nil
 		}
 		return fmt.Sprintf("it failed twice while restarting under task failover, before its replay was done: %v", cause), c.fallback
-	}
-	for _, n := range append(c.cfg.Job.Downstream(s), c.cfg.Job.Upstream(s)...) {
-		if c.restarting(n) {
-			return fmt.Sprintf("%s, which it reads from or writes to, is restarting too", c.name(n)), c.fallback
-		}
-		if c.execs[n].replaying {
-			return fmt.Sprintf("%s, which it reads from or writes to, is still replaying its input", c.name(n)), c.fallback
-		}
-	}
-	var restores int64
-	if cp := c.restorePoint(); cp != nil {
-		restores = cp.ID
-	}
-	for _, n := range c.cfg.Job.Upstream(s) {
-		if ex := c.execs[n]; ex.regenerated && ex.regeneratedFrom >= restores {
-			return fmt.Sprintf("%s, which it reads from, restarted under task failover after %s, which it would restore: what it read from %s since then was regenerated in other buffers than its determinant log recorded",
-				c.name(n), checkpointName(restores), c.name(n)), c.fallback
-		}
 	}
 	return "", nil
 }
@@ -352,9 +334,15 @@ func (c *Core) onObservation(o Observation) {
 		return
 	}
 	if o.Kind == task.DuplicatesDropped {
-		// Reported by a consumer that kept running: the failover is the one that restarted its producer.
-		if pex := c.execs[o.Channel.Partition.Producer.Subtask]; pex != nil && pex.createdBy != nil {
-			pex.createdBy.AddReplay(ChannelReplay{Producer: o.Channel.Partition.Producer.Subtask, Consumer: o.Attempt.Subtask, DuplicatesDropped: o.Records})
+		// Reported by the restarted producer, of one of its subpartitions (or, by an older TaskManager, by
+		// the consumer of the channel): the failover is the one that restarted the producer.
+		prod := o.Channel.Partition.Producer.Subtask
+		consumer := o.Attempt.Subtask
+		if consumer == prod {
+			consumer = c.consumerOf(prod, o.Channel)
+		}
+		if pex := c.execs[prod]; pex != nil && pex.createdBy != nil {
+			pex.createdBy.AddReplay(ChannelReplay{Producer: prod, Consumer: consumer, DuplicatesDropped: o.Records})
 		}
 		return
 	}
@@ -463,10 +451,16 @@ func (c *Core) hasBaseline(ev *Failover, ch Channel) bool {
 	return false
 }
 
-// checkpointName names checkpoint id for a sentence: "checkpoint 3", or "the start" for none.
-func checkpointName(id int64) string {
-	if id == 0 {
-		return "the start"
+// consumerOf returns the consumer subtask that reads subpartition ch.Subpartition of producer prod's
+// partition of ch's result (prod itself when the graph has no such channel).
+func (c *Core) consumerOf(prod ident.Subtask, ch Channel) ident.Subtask {
+	for _, e := range c.cfg.Job.Vertex(prod.Vertex).Outputs {
+		if e.Result != ch.Partition.Result {
+			continue
+		}
+		if cs := graph.ConsumersOf(e, int(prod.Index)); ch.Subpartition >= 0 && ch.Subpartition < len(cs) {
+			return ident.Subtask{Vertex: e.Target.ID, Index: int32(cs[ch.Subpartition])}
+		}
 	}
-	return fmt.Sprintf("checkpoint %d", id)
+	return prod
 }

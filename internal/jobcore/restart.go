@@ -239,12 +239,8 @@ func (c *Core) maybeRestart() {
 			ex.owner = ex.attempt.Number
 		}
 		ex.replaying = ex.taskRestart
-		ex.regenerated, ex.regeneratedFrom = ex.taskRestart, 0
 		if !ex.taskRestart {
 			ex.replayRetried = false
-		}
-		if restoreID != nil {
-			ex.regeneratedFrom = *restoreID
 		}
 		ex.state = task.Created
 		ex.in, ex.out = 0, 0

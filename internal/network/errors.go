@@ -16,6 +16,10 @@ var (
 	// it, or dropped when the log's budget ran out. The consumer cannot be replayed; its job master falls
 	// back to restarting more.
 	ErrLogIncomplete = errors.New("network: in-flight log incomplete")
+	// ErrRegeneratedOther reports a new producer attempt that, after a takeover, regenerated other output
+	// than the stream its readers have: a record of another length where the stream was cut, or a barrier
+	// or end of partition before the end of what the stream holds. Its replay was not one.
+	ErrRegeneratedOther = errors.New("network: regenerated output differs from the stream")
 	// ErrRecordTooLarge reports a record longer than the configured maximum record size.
 	ErrRecordTooLarge = errors.New("network: record too large")
 	// ErrPartitionNotFound reports a request for a partition the producer side does not (yet) have.

@@ -657,6 +657,21 @@ func (l *inflightLog) readerAt(id int64) (*inflightReader, error) {
 	return nil, fmt.Errorf("in-flight log: no barrier of checkpoint %d: it holds the barriers of checkpoints %v, from entry %d (what came before was truncated when a checkpoint completed), and dropped nothing for its budget", id, held, l.base)
 }
 
+// readerEnded returns, for a log whose stream ended before any barrier of checkpoint id went into it (its
+// producer finished first), a reader from the newest barrier before id: what follows it is all there is.
+func (l *inflightLog) readerEnded(id int64) (*inflightReader, bool) {
+	best := -1
+	for i, m := range l.marks {
+		if m.checkpoint < id {
+			best = i
+		}
+	}
+	if best < 0 || l.marks[best].at < l.validFrom {
+		return nil, false
+	}
+	return &inflightReader{l: l, at: l.marks[best].at, until: math.MaxInt64}, true
+}
+
 // next returns the next logged buffer's header and bytes (valid until the log drops them), or ok false at
 // the end of what was logged so far.
 func (r *inflightReader) next() (h Header, data []byte, ok bool, err error) {

@@ -183,15 +183,16 @@ func (c *loggedConsumer) read(t *testing.T, n int) readResult {
 }
 
 // TestTakeoverRegeneratesExactlyOnce: a producer writes records with barriers 1 to 3 into a logged
-// partition and fails after record 1799 (its last partial buffer never sealed); its consumer had read to
-// record 1600, with more of the failed attempt's buffers still to read. A new attempt takes the partition
-// over from checkpoint 3 (record 1500) and writes records 1500 to 2999 again; the consumer, which rejoins its
-// decoder on the producer-restarted event, gets every record 0 to 2999 exactly once, in order — locally and
-// over TCP. A takeover from a barrier the log lacks, or of a partition without a log, is refused.
+// partition and fails after record 1799 (its last partial buffer never sealed, the last one it sealed cut
+// inside a record: records span the 96-byte buffers); its consumer had read to record 1600, with more of the
+// failed attempt's buffers still to read. A new attempt takes the partition over from checkpoint 3 (record
+// 1500) and writes records 1500 to 2999 again; the partition drops those the stream has and writes the rest
+// of the cut record as its continuation, so that the consumer, which is told of nothing, gets every record
+// 0 to 2999 exactly once, in order, its decoder dropping none — locally and over TCP. A takeover from a
+// barrier the log lacks, or of a partition without a log, is refused.
 //
-// Both kinds of reader are covered: one still reading the log (it started there and never caught up, and
-// is moved back to the barrier), and one that caught up and reads live (the event follows the failed
-// attempt's buffers in its queue).
+// Both kinds of reader are covered: one still reading the log (it started there and never caught up), and
+// one that caught up and reads live (the failed attempt's buffers it has not read are in its queue).
 func TestTakeoverRegeneratesExactlyOnce(t *testing.T) {
 	for _, live := range []bool{false, true} {
 		t.Run(map[bool]string{false: "reader in the log", true: "live reader"}[live], func(t *testing.T) {
@@ -256,7 +257,7 @@ func testTakeover(t *testing.T, live bool) {
 		}
 		rest := c.read(t, 1<<30)
 		all := append(first.records, rest.records...)
-		if !rest.ended || rest.restarts != 1 || len(all) != 3000 {
+		if !rest.ended || rest.restarts != 0 || len(all) != 3000 {
 			t.Fatalf("after the takeover: %d records in all, %d restarts, ended %v", len(all), rest.restarts, rest.ended)
 		}
 		for i, s := range all {
@@ -264,8 +265,11 @@ func testTakeover(t *testing.T, live bool) {
 				t.Fatalf("record %d arrived as %d", i, s)
 			}
 		}
-		if c.dec.DuplicatesDropped == 0 {
-			t.Fatal("nothing was dropped: the test did not regenerate what the consumer had")
+		if c.dec.DuplicatesDropped != 0 || p.Discarded(0) < 200 {
+			t.Fatalf("the consumer dropped %d, the partition %d: the partition drops what the stream has (about 1500 to 1700)", c.dec.DuplicatesDropped, p.Discarded(0))
+		}
+		if p.Regenerating() {
+			t.Fatal("still regenerating after the records past the stream's end")
 		}
 		plain, _ := env.partition(12, bufSize, 8, PartitionOptions{Reconnectable: true})
 		if err := plain.Takeover(NewBufferPool("x", bufSize, 8), nil, 0); err == nil {
@@ -396,9 +400,7 @@ func TestLoggedPartitionBeforeItsFirstReader(t *testing.T) {
 
 // TestTakeoverBeforeTheFirstReader: a producer fails and is taken over before its consumer ever
 // connected; the first reader, which reads the queue (TestLoggedPartitionBeforeItsFirstReader), gets the
-// failed attempt's buffers, then the producer-restarted event, then the regenerated ones: every record
-// once, in order. Without the event it would read records 1500 on twice, the second time as a decoder
-// error.
+// failed attempt's buffers, then what the new attempt wrote past them: every record once, in order.
 func TestTakeoverBeforeTheFirstReader(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, env *testEnv) {
 		const bufSize = 96
@@ -416,8 +418,8 @@ func TestTakeoverBeforeTheFirstReader(t *testing.T) {
 		}
 		c := consumer(t, env, p, 1, 0)
 		got := c.read(t, 1<<30)
-		if !got.ended || got.restarts != 1 || len(got.records) != 3000 || got.barriers != "123" {
-			t.Fatalf("%d records, %d restarts, barriers %q, ended %v; want 3000, 1, \"123\", true", len(got.records), got.restarts, got.barriers, got.ended)
+		if !got.ended || got.restarts != 0 || len(got.records) != 3000 || got.barriers != "123" {
+			t.Fatalf("%d records, %d restarts, barriers %q, ended %v; want 3000, 0, \"123\", true", len(got.records), got.restarts, got.barriers, got.ended)
 		}
 		for i, s := range got.records {
 			if s != uint64(i) {
@@ -425,4 +427,145 @@ func TestTakeoverBeforeTheFirstReader(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestTakeoverRegeneratesOther: a new attempt whose regenerated record at the stream's cut is shorter than
+// the one the stream began, or that sends a barrier before the end of what the stream holds, fails with
+// ErrRegeneratedOther instead of handing its readers a record made of two. A stream that ended with its
+// end of partition takes the new attempt's records and end of partition without a second one.
+func TestTakeoverRegeneratesOther(t *testing.T) {
+	const bufSize = 96
+	newPartition := func(t *testing.T) *ResultPartition {
+		budget, _ := NewLogBudget(16 << 20)
+		p, err := NewResultPartition(testPID, PartitionOptions{Subpartitions: 1, MaxRecordSize: 1 << 10, Reconnectable: true, Log: budget}, NewBufferPool("producer", bufSize, 1<<10), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	t.Run("a shorter record at the cut", func(t *testing.T) {
+		p := newPartition(t)
+		if err := p.EmitRecord(0, patterned(0, 200)); err != nil { // spans three 96-byte buffers, two sealed
+			t.Fatal(err)
+		}
+		p.Close()
+		if err := p.Takeover(NewBufferPool("new", bufSize, 1<<10), nil, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.EmitRecord(0, patterned(0, 20)); !errors.Is(err, ErrRegeneratedOther) {
+			t.Fatalf("a 20-byte record where the stream has %d bytes of one: %v", 2*(bufSize-HeaderSize), err)
+		}
+	})
+	t.Run("a barrier before the stream's end", func(t *testing.T) {
+		p := newPartition(t)
+		for i := range 10 {
+			if err := p.EmitRecord(0, patterned(i, 10)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		p.Flush(0)
+		if err := p.Takeover(NewBufferPool("new", bufSize, 1<<10), nil, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.EmitRecord(0, patterned(0, 10)); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.BroadcastEvent(Event{Type: EventBarrier, CheckpointID: 4}); !errors.Is(err, ErrRegeneratedOther) {
+			t.Fatalf("a barrier after record 0 of a stream of 10: %v", err)
+		}
+	})
+	t.Run("a stream that had ended", func(t *testing.T) {
+		p := newPartition(t)
+		for i := range 10 {
+			if err := p.EmitRecord(0, patterned(i, 10)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := p.Finish(); err != nil {
+			t.Fatal(err)
+		}
+		before := p.subs[0].Stats().BuffersAdded
+		if err := p.Takeover(NewBufferPool("new", bufSize, 1<<10), nil, 0); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 10 {
+			if err := p.EmitRecord(0, patterned(i, 10)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := p.Finish(); err != nil {
+			t.Fatalf("the new attempt's end of partition: %v", err)
+		}
+		if p.Discarded(0) != 10 || p.Regenerating() {
+			t.Fatalf("discarded %d, regenerating %v; want all 10, done", p.Discarded(0), p.Regenerating())
+		}
+		if n := p.subs[0].Stats().BuffersAdded; n != before {
+			t.Fatalf("%d buffers in the subpartition, want the failed attempt's %d (its data and end of partition) only", n, before)
+		}
+	})
+}
+
+// TestLoggedReaderAfterTheProducerFinished: a consumer that restored a checkpoint completed after its
+// producer had finished (so no barrier of it went into the producer's log) is served the log from the
+// newest barrier before it, to the end of partition: it had read the channel to its end before it took
+// that checkpoint, and drops the records its state holds. While the producer has not finished, a barrier
+// the log lacks is refused as ever.
+func TestLoggedReaderAfterTheProducerFinished(t *testing.T) {
+	budget, _ := NewLogBudget(8 << 20)
+	p, err := NewResultPartition(testPID, PartitionOptions{Subpartitions: 1, MaxRecordSize: 1 << 10, Reconnectable: true, Log: budget}, NewBufferPool("producer", 96, 64), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		if i == 5 {
+			if err := p.BroadcastEvent(Event{Type: EventBarrier, CheckpointID: 1}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := p.EmitRecord(0, patterned(i, 10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.Flush(0)
+	if _, err := p.CreateViewFrom(0, ident.Attempt{Subtask: ident.Subtask{Vertex: 1}, Number: 1}, 8, func() {}, 3); !errors.Is(err, ErrLogIncomplete) {
+		t.Fatalf("a reader from checkpoint 3 while the producer runs: %v", err)
+	}
+	if err := p.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	v, err := p.CreateViewFrom(0, ident.Attempt{Subtask: ident.Subtask{Vertex: 1}, Number: 2}, 64, func() {}, 3)
+	if err != nil {
+		t.Fatalf("a reader from checkpoint 3 after the producer finished: %v", err)
+	}
+	dec := NewRecordDecoder(0)
+	var first, n uint64
+	ended := false
+	for !ended {
+		b, err := v.Poll()
+		if err != nil || b == nil {
+			t.Fatalf("poll: %v, %v (ended %v)", b, err, ended)
+		}
+		if b.Kind == KindEvent {
+			e, _ := DecodeEvent(b.Payload())
+			ended = e.Type == EventEndOfPartition
+			b.Recycle()
+			continue
+		}
+		if _, err := dec.SetBuffer(b); err != nil {
+			t.Fatal(err)
+		}
+		for rec, err := dec.Next(); rec != nil || err != nil; rec, err = dec.Next() {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n == 0 {
+				first = dec.NextSeq() - 1
+			}
+			n++
+		}
+		b.Recycle()
+	}
+	if first != 5 || n != 15 {
+		t.Fatalf("read %d records from %d, want the 15 after barrier 1 (from 5), then the end", n, first)
+	}
 }

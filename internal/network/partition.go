@@ -55,6 +55,23 @@ type ResultPartition struct {
 	// producer-owned
 	current []*Buffer
 	nextSeq []uint64
+	// streamSeq and streamTail say, per subpartition, where the stream its buffers handed on so far ends:
+	// streamSeq is the first record that no handed-on buffer starts, streamTail the bytes of the record
+	// before it that are still to come (0: that record is complete). A takeover continues the stream there.
+	streamSeq  []uint64
+	streamTail []int
+	// streamEnded marks a subpartition whose stream ends with its end of partition: a new attempt after a
+	// takeover regenerates all of it, and its own end of partition is not sent again.
+	streamEnded []bool
+	// After a takeover, the records a new attempt regenerates that the stream holds already are discarded
+	// (docs/taskfailover.md §5): records before skipUntil, except that of a record cut at the stream's end
+	// (skipTail > 0) the part still to come is written. regenerating counts the subpartitions still doing
+	// so (the per-record path tests it once); discarded counts what each dropped.
+	skipUntil    []uint64
+	skipTail     []int
+	skipEnded    []bool // the stream taken over ends with its end of partition (streamEnded)
+	regenerating int
+	discarded    []uint64
 
 	unconsumed atomic.Int32
 	// unfinishedSpills counts the subpartitions of a blocking partition whose end-of-partition is not on
@@ -130,10 +147,12 @@ func NewResultPartition(id ident.PartitionID, opts PartitionOptions, pool *Buffe
 	}
 	p := &ResultPartition{
 		id: id, opts: opts, pool: pool, cancel: cancel,
-		subs:    make([]*Subpartition, opts.Subpartitions),
-		current: make([]*Buffer, opts.Subpartitions),
-		nextSeq: make([]uint64, opts.Subpartitions),
-		failed:  make(chan struct{}),
+		subs:      make([]*Subpartition, opts.Subpartitions),
+		current:   make([]*Buffer, opts.Subpartitions),
+		nextSeq:   make([]uint64, opts.Subpartitions),
+		streamSeq: make([]uint64, opts.Subpartitions), streamTail: make([]int, opts.Subpartitions),
+		streamEnded: make([]bool, opts.Subpartitions),
+		failed:      make(chan struct{}),
 	}
 	for i := range p.subs {
 		p.subs[i] = &Subpartition{partition: p, index: i}
@@ -197,75 +216,53 @@ func (p *ResultPartition) NextSequence(i int) uint64 { return p.nextSeq[i] }
 
 // Takeover hands the partition to a new attempt of its producer under task failover (docs/taskfailover.md
 // §1, §5): the new attempt restored checkpoint id and regenerates, record for record, what came after its
-// barrier. Every subpartition's log is cut back to that barrier, what the failed attempt had not sealed is
-// dropped, the next record numbers go back to those at the barrier, and a reader that reads live gets
-// EventProducerRestarted ahead of the regenerated buffers (after those of the failed attempt it has not
-// read yet, which are the same records), on which its consumer rejoins its decoder so that what it had
-// already is dropped. The new attempt writes into pool, and its writes abort when cancel closes.
+// barrier. The stream every subpartition has handed on stays as it is, in the in-flight log and in the
+// queue of a reader that has not read it yet: readers, and consumers that replay from the log, see the
+// failed attempt's very buffers. The next record numbers go back to those at the barrier; what the failed
+// attempt had not sealed is dropped; and the new attempt's records that the stream holds already are
+// discarded here, except the part still to come of a record the stream's last buffer cut, which is written
+// as its continuation (Regenerating, Discarded). Its consumers see one stream that goes on, and drop
+// nothing. The new attempt writes into pool, and its writes abort when cancel closes.
 //
 // Call it from the new attempt before it writes, once the failed attempt's goroutine has ended. It fails,
 // changing nothing, when a subpartition has no log, no complete log back to the barrier of id, or an end of
-// partition a reader already took. A reader still reading the log (a consumer behind, or restarted itself)
-// is moved back to the barrier if it had passed it, and gets the event first.
+// partition a reader already took.
 func (p *ResultPartition) Takeover(pool *BufferPool, cancel <-chan struct{}, id int64) error {
 	if p.opts.Log == nil {
 		return fmt.Errorf("result partition %s: takeover needs an in-flight log (PartitionOptions.Log)", p.id)
 	}
-	for _, s := range p.subs { // in index order, the only order subpartition locks are taken together
-		s.mu.Lock()
-	}
-	var wake []func()
-	defer func() {
-		for _, s := range p.subs {
-			s.mu.Unlock()
-		}
-		for _, f := range wake { // listeners may take the locks
-			f()
-		}
-	}()
 	marks := make([]logMark, len(p.subs))
 	for i, s := range p.subs {
+		s.mu.Lock()
 		m, _, ok := s.log.markOf(id)
+		released, consumed := s.released, s.consumed
+		s.mu.Unlock()
 		switch {
-		case s.released:
+		case released:
 			return fmt.Errorf("result partition %s: takeover: subpartition %d: %w", p.id, i, ErrPartitionReleased)
 		case !ok:
 			return fmt.Errorf("result partition %s: takeover from checkpoint %d: subpartition %d: %w (no complete log from its barrier)", p.id, id, i, ErrLogIncomplete)
-		case s.consumed:
+		case consumed:
 			return fmt.Errorf("result partition %s: takeover from checkpoint %d: subpartition %d's end of partition was read already", p.id, id, i)
 		}
 		marks[i] = m
 	}
-	for i, s := range p.subs {
-		s.log.cutBack(id)
-		s.finished, s.eopQueued = false, false
-		s.addedSeq = marks[i].seq
-		v := s.view
-		if v != nil {
-			if r := v.replay; r != nil && r.until > marks[i].at {
-				// A reader still replaying past the barrier: what it was to replay from there is cut, and
-				// its queue (which follows the cut part) goes too; it reads the rest of the log up to the
-				// barrier, then the event and the regenerated buffers.
-				r.until, r.at = marks[i].at, min(r.at, marks[i].at)
-				for b := s.queue.pop(); b != nil; b = s.queue.pop() {
-					b.Recycle()
-				}
-			}
-			if v.credit > 0 {
-				wake = append(wake, v.listener)
-			}
-		}
-		if v != nil || !s.hadView {
-			// After the failed attempt's buffers the reader has not had (the same records), the event that
-			// makes its consumer drop what it had of the regenerated ones. With no reader yet the queue is
-			// the first one's (createView), so the event goes there too.
-			s.queue.push(eventBuffer(Event{Type: EventProducerRestarted, CheckpointID: id}, marks[i].seq))
-		}
+	if p.skipUntil == nil {
+		p.skipUntil, p.skipTail, p.discarded = make([]uint64, len(p.subs)), make([]int, len(p.subs)), make([]uint64, len(p.subs))
+		p.skipEnded = make([]bool, len(p.subs))
+	}
+	p.regenerating = 0
+	for i := range p.subs {
 		if b := p.current[i]; b != nil {
 			p.current[i] = nil
 			b.Recycle()
 		}
 		p.nextSeq[i] = marks[i].seq
+		p.skipUntil[i], p.skipTail[i], p.discarded[i] = p.streamSeq[i], p.streamTail[i], 0
+		p.skipEnded[i] = p.streamEnded[i]
+		if p.nextSeq[i] < p.skipUntil[i] {
+			p.regenerating++
+		}
 	}
 	p.pool, p.cancel = pool, cancel
 	p.flushRequested.Store(false)
@@ -332,12 +329,15 @@ func (p *ResultPartition) EmitRecord(sub int, rec []byte) error {
 	if n > p.opts.MaxRecordSize {
 		return fmt.Errorf("partition %s: record of %d bytes exceeds the maximum record size of %d bytes: %w", p.id, n, p.opts.MaxRecordSize, ErrRecordTooLarge)
 	}
+	if p.regenerating > 0 && p.nextSeq[sub] < p.skipUntil[sub] {
+		return p.regenerate(sub, rec)
+	}
 	seq := p.nextSeq[sub]
 	p.nextSeq[sub] = seq + 1
 	b := p.current[sub]
 	if b == nil || b.freeBytes() == 0 {
 		var err error
-		if b, err = p.nextBuffer(sub, b, seq, 0); err != nil {
+		if b, err = p.nextBuffer(sub, b, seq, 0, 0); err != nil {
 			return err
 		}
 	}
@@ -365,7 +365,7 @@ func (p *ResultPartition) EmitRecord(sub int, rec []byte) error {
 // nil, and the caller uses EmitRecord. Producer goroutine only.
 func (p *ResultPartition) RecordTarget(sub, need int) []byte {
 	b := p.current[sub]
-	if b == nil || lengthPrefixSize+need > b.freeBytes() {
+	if b == nil || lengthPrefixSize+need > b.freeBytes() || p.regenerating > 0 {
 		return nil
 	}
 	return b.data[:len(b.data)+lengthPrefixSize]
@@ -399,7 +399,7 @@ func (p *ResultPartition) spill(sub int, b *Buffer, piece []byte, remaining int)
 			if max := b.Cap() - HeaderSize; cont > max {
 				cont = max
 			}
-			if b, err = p.nextBuffer(sub, b, p.nextSeq[sub], uint32(cont)); err != nil {
+			if b, err = p.nextBuffer(sub, b, p.nextSeq[sub], uint32(cont), remaining); err != nil {
 				return nil, 0, err
 			}
 		}
@@ -411,11 +411,13 @@ func (p *ResultPartition) spill(sub int, b *Buffer, piece []byte, remaining int)
 	return b, remaining, nil
 }
 
-// nextBuffer seals and enqueues full (if any) and requests a fresh buffer for sub.
-func (p *ResultPartition) nextBuffer(sub int, full *Buffer, firstSeq uint64, cont uint32) (*Buffer, error) {
+// nextBuffer seals and enqueues full (if any) and requests a fresh buffer for sub, whose first record to
+// start is firstSeq; cont bytes at its start continue a record of which tail bytes are still to come.
+func (p *ResultPartition) nextBuffer(sub int, full *Buffer, firstSeq uint64, cont uint32, tail int) (*Buffer, error) {
 	if full != nil {
 		p.current[sub] = nil
 		full.Seal()
+		p.streamSeq[sub], p.streamTail[sub] = firstSeq, tail
 		if err := p.enqueue(sub, full, false); err != nil {
 			return nil, err
 		}
@@ -463,6 +465,7 @@ func (p *ResultPartition) flush(sub int) error {
 	}
 	p.current[sub] = nil
 	b.Seal()
+	p.streamSeq[sub], p.streamTail[sub] = p.nextSeq[sub], 0 // flushed between records
 	return p.enqueue(sub, b, false)
 }
 
@@ -500,6 +503,15 @@ func (p *ResultPartition) BroadcastWatermarkStatus(idle bool) error {
 
 // AddEvent flushes subpartition sub and appends e to it.
 func (p *ResultPartition) AddEvent(sub int, e Event) error {
+	if p.regenerating > 0 && p.nextSeq[sub] < p.skipUntil[sub] {
+		return p.regeneratedEvent(sub, e)
+	}
+	if p.skipEnded != nil && p.skipEnded[sub] {
+		if e.Type == EventEndOfPartition {
+			return nil // the failed attempt's is in the stream, after every record this one regenerated
+		}
+		return fmt.Errorf("partition %s: subpartition %d: %s after the end of its stream: %w", p.id, sub, e.Type, ErrRegeneratedOther)
+	}
 	if err := p.flush(sub); err != nil {
 		return err
 	}
@@ -514,6 +526,7 @@ func (p *ResultPartition) AddEvent(sub int, e Event) error {
 	}
 	b.data = e.append(b.data)
 	b.Seal()
+	p.streamEnded[sub] = e.Type == EventEndOfPartition
 	return p.enqueue(sub, b, e.Type == EventEndOfPartition)
 }
 
@@ -576,4 +589,72 @@ func (p *ResultPartition) Stats() SubpartitionStats {
 		t.BytesSpilled += st.BytesSpilled
 	}
 	return t
+}
+
+// regenerate handles a record a new attempt regenerates after a takeover that the stream of sub holds
+// already (before skipUntil): it is dropped, except the record cut at the stream's end, whose part still to
+// come is written as the continuation the stream's readers wait for. The record must be as long as the one
+// the stream began: a replay that regenerates other records is not one (the readers would get a record
+// made of two), and the write fails.
+func (p *ResultPartition) regenerate(sub int, rec []byte) error {
+	seq := p.nextSeq[sub]
+	p.nextSeq[sub] = seq + 1
+	last := seq+1 == p.skipUntil[sub]
+	if last {
+		p.regenerating--
+	}
+	tail := p.skipTail[sub]
+	if !last || tail == 0 {
+		p.discarded[sub]++
+		return nil
+	}
+	n := len(rec)
+	total := lengthPrefixSize + n
+	if tail > total {
+		return fmt.Errorf("partition %s: subpartition %d: the regenerated record %d is %d bytes, but %d of the one its readers have the start of are still to come: %w",
+			p.id, sub, seq, total, tail, ErrRegeneratedOther)
+	}
+	var prefix [lengthPrefixSize]byte
+	binary.LittleEndian.PutUint32(prefix[:], uint32(n))
+	written := total - tail
+	b, err := p.nextBuffer(sub, p.current[sub], seq+1, 0, 0)
+	if err != nil {
+		return err
+	}
+	b.Continuation = uint32(min(tail, b.Cap()-HeaderSize))
+	remaining := tail
+	if written < lengthPrefixSize {
+		if b, remaining, err = p.spill(sub, b, prefix[written:], remaining); err != nil {
+			return err
+		}
+		written = lengthPrefixSize
+	}
+	_, _, err = p.spill(sub, b, rec[written-lengthPrefixSize:], remaining)
+	return err
+}
+
+// regeneratedEvent handles an event a new attempt sends after a takeover while sub still regenerates what
+// its stream holds: watermarks, statuses and cancel markers are dropped (the stream has the failed
+// attempt's, and the attempt sends its own once past them); a barrier or an end of partition there would
+// stand after records its producer's state has not produced yet, so the attempt must not send one.
+func (p *ResultPartition) regeneratedEvent(sub int, e Event) error {
+	switch e.Type {
+	case EventBarrier, EventEndOfPartition:
+		return fmt.Errorf("partition %s: subpartition %d: %s while its new producer attempt regenerates records %d to %d, which the stream has: %w",
+			p.id, sub, e.Type, p.nextSeq[sub], p.skipUntil[sub]-1, ErrRegeneratedOther)
+	}
+	return nil
+}
+
+// Regenerating reports whether, after a takeover, a subpartition still regenerates records its stream
+// holds: the producer takes no checkpoint until it is past them. Producer goroutine only.
+func (p *ResultPartition) Regenerating() bool { return p.regenerating > 0 }
+
+// Discarded returns how many regenerated records subpartition sub dropped since the last takeover, which
+// its consumer had had.
+func (p *ResultPartition) Discarded(sub int) uint64 {
+	if p.discarded == nil {
+		return 0
+	}
+	return p.discarded[sub]
 }

@@ -240,6 +240,14 @@ func (s *Subpartition) createView(owner ident.Attempt, credit int, listener func
 	var replay *inflightReader
 	if s.log != nil && (s.hadView || from != s.partition.opts.LogFrom) {
 		rd, err := s.log.readerAt(from)
+		if err != nil && s.finished {
+			// Its producer finished before checkpoint from's barrier could go through: the consumer that
+			// took checkpoint from had read this channel to its end before it could, and drops what its
+			// state holds of the records after the newest barrier before (its restored position).
+			if ended, ok := s.log.readerEnded(from); ok {
+				rd, err = ended, nil
+			}
+		}
 		if err != nil {
 			s.mu.Unlock()
 			return nil, fmt.Errorf("subpartition %s/%d requested by %s from checkpoint %d: %w: %w", s.partition.id, s.index, owner, from, ErrLogIncomplete, err)

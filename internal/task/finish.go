@@ -176,7 +176,7 @@ func (r *run) readAllInput() bool {
 // triggered starts checkpoint id at this task on the job master's request: at once for a source or a task
 // that has read its inputs to the end, otherwise once it has (see the protocol above).
 func (r *run) triggered(id, ts int64, flags uint32) {
-	if r.readAllInput() {
+	if r.readAllInput() && !r.regenerating {
 		r.performCheckpoint(id, ts, flags)
 		return
 	}
@@ -184,7 +184,7 @@ func (r *run) triggered(id, ts int64, flags uint32) {
 		old := r.fin.deferred[0]
 		r.fin.deferred = r.fin.deferred[1:]
 		if cs := r.t.cfg.Checkpoints; cs != nil {
-			cs.Decline(old.id, r.t.cfg.Info.Attempt, fmt.Errorf("%w: %d newer triggers wait for the end of the input",
+			cs.Decline(old.id, r.t.cfg.Info.Attempt, fmt.Errorf("%w: %d newer triggers wait for the end of the input or of a regeneration",
 				checkpoint.ErrTaskNotReady, maxDeferredTriggers))
 		}
 	}
@@ -193,7 +193,7 @@ func (r *run) triggered(id, ts int64, flags uint32) {
 
 // runDeferredTriggers takes the deferred checkpoints, oldest first, once the inputs were read to the end.
 func (r *run) runDeferredTriggers() {
-	if len(r.fin.deferred) == 0 || !r.readAllInput() {
+	if len(r.fin.deferred) == 0 || !r.readAllInput() || r.regenerating {
 		return
 	}
 	ds := r.fin.deferred

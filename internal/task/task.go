@@ -576,6 +576,9 @@ type run struct {
 	// checkpoint records it until the decoder synchronises on a data buffer, since a channel may join on
 	// an event: a barrier, or the last watermark a reconnectable subpartition re-sends to a new reader.
 	joinedAt []uint64
+	// regenerating says outputs taken over still regenerate what their streams held: no checkpoint is
+	// taken until they are past it (a barrier there would stand after records the state has not produced).
+	regenerating bool
 	// lastSnapshot is the newest checkpoint whose snapshot the attempt took (0: none), which a join reports.
 	lastSnapshot int64
 	// rejoined marks the channels whose producer restarted (EventProducerRestarted) and whose decoder is
@@ -736,6 +739,7 @@ func (r *run) setupOutputs() error {
 			if err := p.Takeover(pool, t.cancel, from); err != nil {
 				return err
 			}
+			r.regenerating = r.regenerating || p.Regenerating()
 			r.outputs = append(r.outputs, p)
 			continue
 		}
@@ -927,6 +931,30 @@ func (r *run) afterWork(flushEach bool) {
 	if flushEach {
 		r.flushAll()
 	}
+	if r.regenerating {
+		r.checkRegenerated()
+	}
+}
+
+// checkRegenerated ends the regeneration of a task failover's new attempt once every output it took over
+// is past what its stream held (network.ResultPartition.Takeover): it reports, per subpartition, the
+// records that were dropped as its consumers had them, and takes the checkpoints it deferred meanwhile.
+func (r *run) checkRegenerated() {
+	for _, p := range r.outputs {
+		if p.Regenerating() {
+			return
+		}
+	}
+	r.regenerating = false
+	now := time.Now()
+	for i, p := range r.outputs {
+		for sub := range r.t.cfg.Outputs[i].Subpartitions {
+			if n := p.Discarded(sub); n > 0 {
+				r.t.observe(Observation{Kind: DuplicatesDropped, At: now, Channel: ChannelSpec{Partition: p.ID(), Subpartition: sub}, Records: n})
+			}
+		}
+	}
+	r.runDeferredTriggers()
 }
 
 // idle waits for more work (wake), mail, the timer or cancellation. The buffer timeout is measured here
