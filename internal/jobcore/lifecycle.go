@@ -334,13 +334,10 @@ func (c *Core) onObservation(o Observation) {
 		return
 	}
 	if o.Kind == task.DuplicatesDropped {
-		// Reported by the restarted producer, of one of its subpartitions (or, by an older TaskManager, by
-		// the consumer of the channel): the failover is the one that restarted the producer.
+		// Reported by the restarted producer, of one of its subpartitions: the failover is the one that
+		// restarted it.
 		prod := o.Channel.Partition.Producer.Subtask
-		consumer := o.Attempt.Subtask
-		if consumer == prod {
-			consumer = c.consumerOf(prod, o.Channel)
-		}
+		consumer := c.consumerOf(prod, o.Channel)
 		if pex := c.execs[prod]; pex != nil && pex.createdBy != nil {
 			pex.createdBy.AddReplay(ChannelReplay{Producer: prod, Consumer: consumer, DuplicatesDropped: o.Records})
 		}

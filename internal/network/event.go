@@ -26,11 +26,8 @@ const (
 	// EventWatermarkStatus says whether the producer is idle (Flags WatermarkIdle: do not wait for its
 	// watermark) or active again (Flags WatermarkActive). Build it with WatermarkStatusEvent.
 	EventWatermarkStatus EventType = 6
-	// EventProducerRestarted says the producer of this channel was restarted under task failover and
-	// regenerates its output from the barrier of checkpoint CheckpointID on: the consumer rejoins the
-	// channel's decoder at the next record it has not had (RecordDecoder.Rejoin), so that the records it
-	// had already are dropped. Sent to a live reader only, never logged.
-	EventProducerRestarted EventType = 7
+	// 7 was a producer-restarted event, which a takeover no longer needs (its stream goes on unchanged,
+	// ResultPartition.Takeover); it is not reused, and DecodeEvent refuses it as unknown.
 )
 
 // The Flags of an EventWatermarkStatus; any other value is refused by DecodeEvent.
@@ -55,8 +52,6 @@ func (t EventType) String() string {
 		return "watermark"
 	case EventWatermarkStatus:
 		return "watermark-status"
-	case EventProducerRestarted:
-		return "producer-restarted"
 	}
 	return fmt.Sprintf("event(%d)", uint8(t))
 }
@@ -117,7 +112,7 @@ func DecodeEvent(b []byte) (Event, error) {
 		Flags:           binary.LittleEndian.Uint32(b[17:]),
 	}
 	switch e.Type {
-	case EventEndOfPartition, EventBarrier, EventCancelCheckpoint, EventEndOfData, EventProducerRestarted:
+	case EventEndOfPartition, EventBarrier, EventCancelCheckpoint, EventEndOfData:
 	case EventWatermark:
 		if e.CheckpointID != 0 || e.Flags != 0 {
 			return Event{}, fmt.Errorf("%w: watermark event %d with checkpoint id %d and flags %#x, want both zero",

@@ -15,7 +15,6 @@ func TestEventRoundTrip(t *testing.T) {
 		{Type: EventBarrier, CheckpointID: 7, TimestampMillis: 1234, Flags: 1},
 		{Type: EventCancelCheckpoint, CheckpointID: 9},
 		{Type: EventEndOfData},
-		{Type: EventProducerRestarted, CheckpointID: 3},
 		WatermarkEvent(0),
 		WatermarkEvent(1_700_000_000_123),
 		WatermarkEvent(-42),
@@ -35,6 +34,7 @@ func TestEventRoundTrip(t *testing.T) {
 		want    string // in the error
 	}{
 		{"unknown type 0", Event{Type: 0}.append(nil), "unknown event type 0"},
+		{"retired type 7", Event{Type: 7, CheckpointID: 3}.append(nil), "unknown event type 7"},
 		{"unknown type 8", Event{Type: 8}.append(nil), "unknown event type 8"},
 		{"unknown type 255", Event{Type: 255}.append(nil), "unknown event type 255"},
 		{"short", Event{Type: EventEndOfData}.append(nil)[:eventSize-1], "event payload of 20 bytes, want 21"},
@@ -77,7 +77,6 @@ func FuzzDecodeEvent(f *testing.F) {
 		{Type: EventBarrier, CheckpointID: 7, TimestampMillis: 1234, Flags: 1},
 		{Type: EventCancelCheckpoint, CheckpointID: 9},
 		{Type: EventEndOfData},
-		{Type: EventProducerRestarted, CheckpointID: 3},
 		WatermarkEvent(1_700_000_000_123),
 		WatermarkEvent(math.MinInt64),
 		WatermarkStatusEvent(true),

@@ -594,39 +594,6 @@ func (l *inflightLog) markOf(id int64) (logMark, int, bool) {
 	return logMark{}, -1, false
 }
 
-// cutBack drops what came after the barrier of checkpoint id: a new attempt of the producer restored id
-// and regenerates it. It reports false when the log has no mark of id (nothing is dropped then).
-func (l *inflightLog) cutBack(id int64) bool {
-	_, i, ok := l.markOf(id)
-	if !ok {
-		return false
-	}
-	at := l.marks[i].at
-	for j := int(at - l.base); j < len(l.entries); j++ {
-		l.bytes -= int64(l.entries[j].n)
-		l.entries[j] = loggedBuffer{}
-	}
-	l.entries = l.entries[:at-l.base]
-	l.marks = l.marks[:i+1]
-	keep := 0 // chunks up to the last kept entry's
-	if k := len(l.entries); k > 0 {
-		keep = int(l.entries[k-1].chunk-l.chunkBase) + 1
-	}
-	for j := keep; j < len(l.chunks); j++ {
-		l.freeChunk(&l.chunks[j])
-	}
-	l.chunks = l.chunks[:keep]
-	if keep > 0 && !l.chunks[keep-1].spilled && !l.chunks[keep-1].writing {
-		// Appends go on right after the last entry kept (after a spilled chunk, or one being written, in a
-		// new one).
-		last := l.entries[len(l.entries)-1]
-		c := &l.chunks[keep-1]
-		c.mem = c.mem[:last.off+last.n]
-	}
-	l.emptyFile()
-	return true
-}
-
 // inflightReader reads a log from a mark on, while the log grows.
 type inflightReader struct {
 	l  *inflightLog

@@ -135,7 +135,7 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 
 // TestLogSpillerWriteInFlight: the spiller's write is held up (a disk that stalls), and what the log does
 // meanwhile to the chunk being written — nothing, run out of memory, drop it by a checkpoint's truncation,
-// cut back to a barrier in it under a takeover, close — takes effect when the write ends: the producer
+// close — takes effect when the write ends: the producer
 // never waits for it, the memory goes back, the disk is accounted for, the log reads back what it kept,
 // and a closed log's file is removed.
 func TestLogSpillerWriteInFlight(t *testing.T) {
@@ -203,25 +203,6 @@ func TestLogSpillerWriteInFlight(t *testing.T) {
 		}, func(t *testing.T, g *lockedLog, b *LogBudget, last int) {
 			if b.DiskUsed() != 0 || b.Used() != 0 {
 				t.Fatalf("after the log emptied: %d bytes on disk, %d lent", b.DiskUsed(), b.Used())
-			}
-		}},
-		{"cut back", func(t *testing.T, g *lockedLog, last int) {
-			g.do(func(l *inflightLog) {
-				if !l.cutBack(1) {
-					t.Fatal("no mark of checkpoint 1")
-				}
-				// Regenerated: not appended to the chunk being written, which holds the first buffer.
-				l.add(loggable(1, n, 1), 0)
-				if l.entries[1].chunk == l.entries[0].chunk {
-					t.Fatal("a buffer was appended to the chunk being written")
-				}
-			})
-		}, func(t *testing.T, g *lockedLog, b *LogBudget, last int) {
-			if got := g.readAll(t, 0, 0, n); got != 2 {
-				t.Fatalf("read %d buffers after the cut and one add, want 2", got)
-			}
-			if b.Used() != logChunkSize {
-				t.Fatalf("%d bytes lent for one chunk in memory", b.Used())
 			}
 		}},
 		{"closed", func(t *testing.T, g *lockedLog, last int) {

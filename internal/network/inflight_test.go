@@ -21,7 +21,7 @@ func loggable(seq uint64, n int, tag byte) *Buffer {
 }
 
 // TestInflightLogRandom drives a log and a model (the list of buffers with their barrier marks) with the
-// same seeded adds, truncations, cut-backs and reads from a mark, and checks that every read gives the
+// same seeded adds, truncations and reads from a mark, and checks that every read gives the
 // model's buffers after the mark, byte for byte, and that the budget lent is exactly the log's chunks
 // (given back when the log empties).
 //
@@ -97,21 +97,6 @@ func testInflightLogRandom(t *testing.T, spill bool) {
 				for _, o := range order {
 					if o >= c {
 						marks[o] -= at
-						left = append(left, o)
-					} else {
-						delete(marks, o)
-					}
-				}
-				order = left
-			case len(order) > 0:
-				c := order[rng.IntN(len(order))]
-				if !l.cutBack(c) {
-					t.Fatalf("seed %d op %d: no mark of %d to cut back to", seed, op, c)
-				}
-				model = model[:marks[c]]
-				var left []int64
-				for _, o := range order {
-					if o <= c {
 						left = append(left, o)
 					} else {
 						delete(marks, o)
@@ -258,9 +243,6 @@ func TestInflightLogBudget(t *testing.T) {
 	h, data, ok, err := rd.next()
 	if err != nil || !ok || h.FirstSeq != 7 || data[HeaderSize] != 4 || binary.LittleEndian.Uint64(data[12:]) != 7 {
 		t.Fatalf("first entry after barrier 2: seq %d ok %v err %v", h.FirstSeq, ok, err)
-	}
-	if l.cutBack(9) {
-		t.Fatal("cut back to a checkpoint without a mark")
 	}
 }
 

@@ -348,9 +348,9 @@ const (
 	// (task failover): those its producer's in-flight log held from the restored checkpoint on. Reported
 	// just before ReplayDone, for each channel with any.
 	ChannelReplayed
-	// DuplicatesDropped: the channel's producer was taken over by a new attempt (task failover), which
-	// regenerated records this consumer had had already; Records is how many it dropped before the first
-	// new one.
+	// DuplicatesDropped: this attempt took its output over (task failover) and regenerated records that the
+	// stream of output channel Channel had already; Records is how many its subpartition dropped. Reported
+	// once the attempt is past them on every output.
 	DuplicatesDropped
 )
 
@@ -581,17 +581,13 @@ type run struct {
 	regenerating bool
 	// lastSnapshot is the newest checkpoint whose snapshot the attempt took (0: none), which a join reports.
 	lastSnapshot int64
-	// rejoined marks the channels whose producer restarted (EventProducerRestarted) and whose decoder is
-	// still to report the duplicates it dropped, counted from dropsBefore.
-	rejoined    []bool
-	dropsBefore []uint64
-	outputSeen  bool
-	async       sync.WaitGroup       // goroutines writing checkpoint state
-	snapMemory  *checkpoint.BlobPool // memory of the state blobs, for later ones
-	incr        incremental          // the chain of incremental checkpoints (checkpoint.go)
-	asyncCtx    context.Context
-	stopAsync   context.CancelFunc
-	mail        mail // the mail being carried out (its memory is reused)
+	outputSeen   bool
+	async        sync.WaitGroup       // goroutines writing checkpoint state
+	snapMemory   *checkpoint.BlobPool // memory of the state blobs, for later ones
+	incr         incremental          // the chain of incremental checkpoints (checkpoint.go)
+	asyncCtx     context.Context
+	stopAsync    context.CancelFunc
+	mail         mail // the mail being carried out (its memory is reused)
 	// completeHeard is the highest checkpoint completion the chain heard of.
 	completeHeard int64
 	fin           finishing // end of input and the final checkpoint (finish.go)
@@ -816,8 +812,6 @@ func (r *run) setupInputs() error {
 	r.restored = make([]uint64, total)
 	r.joined = make([]bool, total)
 	r.joinedAt = make([]uint64, total)
-	r.rejoined = make([]bool, total)
-	r.dropsBefore = make([]uint64, total)
 	return nil
 }
 
@@ -1140,17 +1134,6 @@ func (r *run) processBuffer(idx int, buf *network.Buffer) (bool, error) {
 				r.apply(r.aligner.OnCancelMarker(idx, ev.CheckpointID))
 			}
 			return false, nil
-		case network.EventProducerRestarted:
-			// The producer was taken over by a new attempt that regenerates its output from an earlier
-			// record (task failover): drop what this channel had already.
-			// Resume, not NextSeq: a producer that restarts again while the decoder still drops what the
-			// last attempt regenerated must not make it return records it had before.
-			dec := r.decoders[idx]
-			if !r.rejoined[idx] {
-				r.rejoined[idx], r.dropsBefore[idx] = true, dec.DuplicatesDropped
-			}
-			dec.Rejoin(dec.Resume())
-			return false, nil
 		default:
 			return false, fmt.Errorf("input channel %d: unexpected %s event", idx, ev.Type)
 		}
@@ -1165,10 +1148,6 @@ func (r *run) processBuffer(idx int, buf *network.Buffer) (bool, error) {
 	}
 	if joined && !r.joined[idx] {
 		r.join(idx, dec.NextSeq(), dec.PartialRecordsSkipped)
-	}
-	if r.rejoined[idx] && !dec.Rejoining() {
-		r.rejoined[idx] = false
-		r.t.observe(Observation{Kind: DuplicatesDropped, At: time.Now(), Channel: r.channels[idx], Records: dec.DuplicatesDropped - r.dropsBefore[idx]})
 	}
 	began := r.beforeWork()
 	n, err := r.chain.ProcessBuffer(r.chanInput[idx], dec)
