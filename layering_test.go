@@ -1,10 +1,12 @@
 package runnel_test
 
 import (
+	"errors"
 	"go/ast"
 	"go/build"
 	"go/parser"
 	"go/token"
+	"io/fs"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -47,6 +49,8 @@ func TestLayering(t *testing.T) {
 		"examples/nexmark":     {"", "codec", "connector", "examples/internal/run"},
 		"examples/fraud":       {"", "codec", "connector", "examples/internal/run"},
 		"examples/sessions":    {"", "codec", "connector", "examples/internal/run"},
+		// Test certificates import no Runnel package, so that internal/mtls's own tests may use them.
+		"internal/mtls/mtlstest": {},
 	}
 	for dir, ok := range allowed {
 		pkg, err := build.ImportDir(filepath.FromSlash(dir), 0)
@@ -66,6 +70,33 @@ func TestLayering(t *testing.T) {
 				t.Errorf("%s imports %s, which the layering does not allow", dir, imp)
 			}
 		}
+	}
+	// Packages for tests only: no package's own (non-test) files import them, listed above or not.
+	testOnly := []string{mod + "/internal/mtls/mtlstest"}
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return err
+		}
+		if path != "." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		pkg, err := build.ImportDir(path, 0)
+		var none *build.NoGoError
+		if errors.As(err, &none) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		for _, imp := range pkg.Imports {
+			if slices.Contains(testOnly, imp) {
+				t.Errorf("%s imports %s, which is for tests only", filepath.ToSlash(path), imp)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -2,19 +2,10 @@ package main
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
-	"math/big"
-	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -22,85 +13,27 @@ import (
 	"time"
 
 	"github.com/runnel-dev/runnel/internal/ident"
+	"github.com/runnel-dev/runnel/internal/mtls/mtlstest"
 	"github.com/runnel-dev/runnel/internal/network"
 	"github.com/runnel-dev/runnel/internal/protocol"
 )
 
-// testCA is a certificate authority of a test, writing PEM files into a directory.
+// testCA is a certificate authority of a test with its PEM files in dir: ca.pem, and a certificate and a
+// key for every process it issued TLS flags to.
 type testCA struct {
-	dir  string
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
+	*mtlstest.CA
+	dir string
 }
 
 func newTestCA(t *testing.T, name string) *testCA {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name}, IsCA: true,
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca := &testCA{dir: t.TempDir(), cert: cert, key: key}
-	ca.write(t, "ca.pem", "CERTIFICATE", der)
+	ca := &testCA{CA: mtlstest.NewCA(t, name), dir: t.TempDir()}
+	ca.WriteCA(t, ca.dir)
 	return ca
 }
 
-func (ca *testCA) write(t *testing.T, name, kind string, der []byte) string {
-	t.Helper()
-	path := filepath.Join(ca.dir, name)
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
-// issue makes a certificate for 127.0.0.1, good as server and client, and returns the cert and key files.
-func (ca *testCA) issue(t *testing.T, name string) (certFile, keyFile string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ca.write(t, name+".pem", "CERTIFICATE", der), ca.write(t, name+".key", "PRIVATE KEY", kder)
-}
-
-func (ca *testCA) flags(t *testing.T, name string) []string {
-	cert, key := ca.issue(t, name)
-	return []string{"--tls-cert", cert, "--tls-key", key, "--tls-ca", filepath.Join(ca.dir, "ca.pem")}
-}
-
-func (ca *testCA) clientConfig(t *testing.T, name string) *tls.Config {
-	cert, key := ca.issue(t, name)
-	pair, err := tls.LoadX509KeyPair(cert, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(ca.cert)
-	return &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool, MinVersion: tls.VersionTLS13}
-}
+// flags are the TLS flags of a process named name, with a certificate of ca, trusting ca.
+func (ca *testCA) flags(t *testing.T, name string) []string { return ca.mixedFlags(t, name, ca) }
 
 // TestMutualTLSCluster runs a job on a cluster whose every connection is mutual TLS: it finishes with every
 // record once; a TaskManager whose certificate another authority signed never registers; a client with a
@@ -117,7 +50,7 @@ func TestMutualTLSCluster(t *testing.T) {
 	intruder := start(t, "tm-intruder", nil, append([]string{"taskmanager", "--jobmanager", c.addr, "--name", "tm-intruder"},
 		other.flags(t, "tm-intruder")...)...)
 
-	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: ca.clientConfig(t, "rest-client")}, Timeout: 5 * time.Second}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: ca.ClientConfig(t, "rest-client", ca.CA)}, Timeout: 5 * time.Second}
 	if _, err := http.Get("https://" + c.rest + "/v1/jobs"); err == nil {
 		t.Error("the REST API answered a client without a certificate")
 	}
@@ -168,7 +101,7 @@ func TestMutualTLSCluster(t *testing.T) {
 	defer pool.Destroy()
 	owner := ident.Attempt{Subtask: ident.Subtask{Vertex: 1}, Number: 7}
 	ch, err := network.DialRemoteChannel(ctx, tms.TaskManagers[0].DataAddress, ident.PartitionID{}, 0, owner, pool, 2, nil,
-		network.DialOptions{Job: job, Credential: [network.CredentialSize]byte{1, 2, 3}, TLS: ca.clientConfig(t, "intruder"), Timeout: 5 * time.Second})
+		network.DialOptions{Job: job, Credential: [network.CredentialSize]byte{1, 2, 3}, TLS: ca.ClientConfig(t, "intruder", ca.CA), Timeout: 5 * time.Second})
 	if err == nil {
 		ch.Release()
 		t.Fatal("a forged credential was admitted")
@@ -193,7 +126,8 @@ func TestMutualTLSCluster(t *testing.T) {
 // mixedFlags are the TLS flags of a process whose certificate ca issued and which trusts the authority of
 // trust.
 func (ca *testCA) mixedFlags(t *testing.T, name string, trust *testCA) []string {
-	cert, key := ca.issue(t, name)
+	t.Helper()
+	cert, key := ca.WriteIssued(t, ca.dir, name)
 	return []string{"--tls-cert", cert, "--tls-key", key, "--tls-ca", filepath.Join(trust.dir, "ca.pem")}
 }
 
@@ -286,16 +220,14 @@ func TestTLSRefusalsSayWhy(t *testing.T) {
 
 	// Every server's refusals: one WARN line first, with the peer's address and why; a flood adds at most
 	// one (a line per peer host per 10 s, and the flood, from one host, takes less).
-	bad := other.clientConfig(t, "flood")
-	bad.RootCAs = x509.NewCertPool()
-	bad.RootCAs.AddCert(ca.cert)
+	bad := other.ClientConfig(t, "flood", ca.CA)
 	bad.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &bad.Certificates[0], nil }
 	var tms struct {
 		TaskManagers []struct {
 			DataAddress string `json:"data_address"`
 		} `json:"taskmanagers"`
 	}
-	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: ca.clientConfig(t, "rest-client")}, Timeout: 5 * time.Second}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: ca.ClientConfig(t, "rest-client", ca.CA)}, Timeout: 5 * time.Second}
 	resp, err := hc.Get("https://" + rest + "/v1/taskmanagers")
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/runnel-dev/runnel/internal/mtls/mtlstest"
 )
 
 // stalledClient is a raw data-plane client that requests subpartition 0 of pid with plenty of credit, reads
@@ -321,8 +323,8 @@ func TestServerConnectionLimits(t *testing.T) {
 			env := &testEnv{t: t, pm: NewPartitionManager()}
 			var so ServerOptions
 			if tc.tls {
-				ca := newTestCA(t, "cluster CA")
-				so, env.dial = ca.serverOptions(t), ca.dialOptions(t)
+				ca := mtlstest.NewCA(t, "cluster CA")
+				so, env.dial = mtlsServerOptions(t, ca), mtlsDialOptions(t, ca)
 			}
 			so.MaxConnections, so.HandshakeTimeout = maxConns, tc.handshakeTimeout
 			so.Logger = slog.New(slog.NewTextHandler(&logs, nil))

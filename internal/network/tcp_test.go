@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/runnel-dev/runnel/internal/ident"
+	"github.com/runnel-dev/runnel/internal/mtls/mtlstest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -42,8 +43,8 @@ func forEachTransport(t *testing.T, scenario func(t *testing.T, env *testEnv)) {
 				scenario(t, newTestEnv(t, f.tcp))
 				return
 			}
-			ca := newTestCA(t, "runnel test CA")
-			so, do := ca.serverOptions(t), ca.dialOptions(t)
+			ca := mtlstest.NewCA(t, "runnel test CA")
+			so, do := mtlsServerOptions(t, ca), mtlsDialOptions(t, ca)
 			so.Admit = func(r PartitionRequest) (*PartitionManager, error) { return nil, r.VerifyCredential(testSecret) }
 			do.Job = testJob
 			scenario(t, newTestEnvWith(t, so, do))
@@ -941,8 +942,8 @@ func benchTransport(b *testing.B, mode benchMode) {
 				var so ServerOptions
 				var do DialOptions
 				if mode == benchTCPTLS {
-					ca := newTestCA(b, "bench CA")
-					so, do = ca.serverOptions(b), ca.dialOptions(b)
+					ca := mtlstest.NewCA(b, "bench CA")
+					so, do = mtlsServerOptions(b, ca), mtlsDialOptions(b, ca)
 				}
 				if mode == benchTCPCredentials || mode == benchTCPTLS {
 					so.Admit = func(r PartitionRequest) (*PartitionManager, error) { return nil, r.VerifyCredential(testSecret) }

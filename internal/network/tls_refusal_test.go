@@ -3,7 +3,6 @@ package network
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/runnel-dev/runnel/internal/mtls"
+	"github.com/runnel-dev/runnel/internal/mtls/mtlstest"
 )
 
 // TestTLSDialErrorsNameTLS: a channel dialing a data server that refuses its certificate (another
@@ -22,9 +22,9 @@ import (
 // it refused the server's certificate. The server logs the refusals at WARN, with the peer's address,
 // once per interval however many there were.
 func TestTLSDialErrorsNameTLS(t *testing.T) {
-	ca, other := newTestCA(t, "cluster CA"), newTestCA(t, "another CA")
+	ca, other := mtlstest.NewCA(t, "cluster CA"), mtlstest.NewCA(t, "another CA")
 	var logs syncBuffer
-	so := ca.serverOptions(t)
+	so := mtlsServerOptions(t, ca)
 	so.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	srv, err := NewServer(NewPartitionManager(), "127.0.0.1:0", so)
 	if err != nil {
@@ -32,8 +32,8 @@ func TestTLSDialErrorsNameTLS(t *testing.T) {
 	}
 	defer srv.Close()
 
-	intruder := other.issue(t, "intruder", x509.ExtKeyUsageClientAuth)
-	presented := &tls.Config{RootCAs: ca.pool, Certificates: []tls.Certificate{intruder}}
+	intruder := other.Issue(t, "intruder")
+	presented := &tls.Config{RootCAs: ca.Pool, Certificates: []tls.Certificate{intruder}}
 	mtls.PresentCertificate(presented)
 	const rounds = 20
 	for _, tc := range []struct {
@@ -42,7 +42,7 @@ func TestTLSDialErrorsNameTLS(t *testing.T) {
 		want string
 	}{
 		{"certificate of another authority", presented, "it refused our certificate (remote error: tls: unknown certificate authority)"},
-		{"server not trusted", &tls.Config{RootCAs: other.pool, Certificates: ca.dialOptions(t).TLS.Certificates},
+		{"server not trusted", &tls.Config{RootCAs: other.Pool, Certificates: mtlsDialOptions(t, ca).TLS.Certificates},
 			"we refused its certificate (tls: failed to verify certificate: x509: certificate signed by unknown authority"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -73,16 +73,16 @@ func TestTLSDialErrorsNameTLS(t *testing.T) {
 // TestTLSRefusalAfterAFailedWrite: when the request's write fails because the server that refused the
 // client's certificate has closed (a reset), the refusal is still found: its alert waits to be read.
 func TestTLSRefusalAfterAFailedWrite(t *testing.T) {
-	ca, other := newTestCA(t, "cluster CA"), newTestCA(t, "another CA")
-	so := ca.serverOptions(t)
+	ca, other := mtlstest.NewCA(t, "cluster CA"), mtlstest.NewCA(t, "another CA")
+	so := mtlsServerOptions(t, ca)
 	so.Logger = slog.New(slog.DiscardHandler)
 	srv, err := NewServer(NewPartitionManager(), "127.0.0.1:0", so)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	cfg := &tls.Config{RootCAs: ca.pool, ServerName: "127.0.0.1",
-		Certificates: []tls.Certificate{other.issue(t, "intruder", x509.ExtKeyUsageClientAuth)}}
+	cfg := &tls.Config{RootCAs: ca.Pool, ServerName: "127.0.0.1",
+		Certificates: []tls.Certificate{other.Issue(t, "intruder")}}
 	mtls.PresentCertificate(cfg)
 	raw, err := net.Dial("tcp", srv.Addr())
 	if err != nil {

@@ -2,16 +2,10 @@ package network
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
 	"io"
 	"log/slog"
-	"math/big"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -19,84 +13,25 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/runnel-dev/runnel/internal/mtls/mtlstest"
 )
 
-// testCA is a certificate authority made for one test: it issues the server's and the clients'
-// certificates, as a cluster's CA would.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pool *x509.CertPool
-}
-
-var testSerial atomic.Int64
-
-func newTestCA(t testing.TB, name string) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(testSerial.Add(1)),
-		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             time.Now().Add(-time.Minute),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	return &testCA{cert: cert, key: key, pool: pool}
-}
-
-// issue makes a certificate for 127.0.0.1 and localhost, for a server or a client.
-func (ca *testCA) issue(t testing.TB, name string, usage x509.ExtKeyUsage) tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(testSerial.Add(1)),
-		Subject:      pkix.Name{CommonName: name},
-		NotBefore:    time.Now().Add(-time.Minute),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-		DNSNames:     []string{"localhost"},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-}
-
-// serverOptions are a data server's options for mutual TLS with this CA.
-func (ca *testCA) serverOptions(t testing.TB) ServerOptions {
+// mtlsServerOptions are a data server's options for mutual TLS with ca: a certificate of ca, clients of ca
+// only; the version is left to the server.
+func mtlsServerOptions(t testing.TB, ca *mtlstest.CA) ServerOptions {
 	return ServerOptions{TLS: &tls.Config{
-		Certificates: []tls.Certificate{ca.issue(t, "data server", x509.ExtKeyUsageServerAuth)},
+		Certificates: []tls.Certificate{ca.Issue(t, "data server")},
 		ClientAuth:   tls.RequireAndVerifyClientCert,
-		ClientCAs:    ca.pool,
+		ClientCAs:    ca.Pool,
 	}}
 }
 
-// dialOptions are a channel's options for mutual TLS with this CA.
-func (ca *testCA) dialOptions(t testing.TB) DialOptions {
+// mtlsDialOptions are a channel's options for mutual TLS with ca: a certificate of ca, servers of ca only.
+func mtlsDialOptions(t testing.TB, ca *mtlstest.CA) DialOptions {
 	return DialOptions{TLS: &tls.Config{
-		RootCAs:      ca.pool,
-		Certificates: []tls.Certificate{ca.issue(t, "consumer", x509.ExtKeyUsageClientAuth)},
+		RootCAs:      ca.Pool,
+		Certificates: []tls.Certificate{ca.Issue(t, "consumer")},
 	}}
 }
 
@@ -104,8 +39,8 @@ func (ca *testCA) dialOptions(t testing.TB) DialOptions {
 // credentials) and checks the connection really is TLS 1.3 with the client's certificate verified, even
 // when both configs would allow older versions.
 func TestTLSChannelDeliversEveryRecord(t *testing.T) {
-	ca := newTestCA(t, "runnel test CA")
-	so, do := ca.serverOptions(t), ca.dialOptions(t)
+	ca := mtlstest.NewCA(t, "runnel test CA")
+	so, do := mtlsServerOptions(t, ca), mtlsDialOptions(t, ca)
 	so.TLS.MinVersion, do.TLS.MinVersion = tls.VersionTLS12, tls.VersionTLS12
 	var peers atomic.Int64
 	so.TLS.VerifyConnection = func(cs tls.ConnectionState) error {
@@ -151,9 +86,9 @@ func TestTLSChannelDeliversEveryRecord(t *testing.T) {
 // the dial fails at once, and the server counts and logs (once) the failed handshakes.
 func TestTLSRefusesUnauthenticatedPeers(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	ca, other := newTestCA(t, "cluster CA"), newTestCA(t, "another CA")
+	ca, other := mtlstest.NewCA(t, "cluster CA"), mtlstest.NewCA(t, "another CA")
 	var logs syncBuffer
-	so := ca.serverOptions(t)
+	so := mtlsServerOptions(t, ca)
 	so.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	var admits atomic.Int64
 	so.Admit = func(PartitionRequest) (*PartitionManager, error) { admits.Add(1); return nil, nil }
@@ -173,20 +108,20 @@ func TestTLSRefusesUnauthenticatedPeers(t *testing.T) {
 	}
 	defer p.Release()
 
-	good := ca.dialOptions(t).TLS
-	otherCert := other.issue(t, "intruder", x509.ExtKeyUsageClientAuth)
+	good := mtlsDialOptions(t, ca).TLS
+	otherCert := other.Issue(t, "intruder")
 	cases := []struct {
 		name string
 		tls  *tls.Config
 		want string // in the client's error
 	}{
-		{"no client certificate", &tls.Config{RootCAs: ca.pool}, "certificate required"},
+		{"no client certificate", &tls.Config{RootCAs: ca.Pool}, "certificate required"},
 		// GetClientCertificate, because Go's client would not even send a certificate the server's request
 		// does not ask for; an attacker would.
-		{"certificate from another CA", &tls.Config{RootCAs: ca.pool, GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+		{"certificate from another CA", &tls.Config{RootCAs: ca.Pool, GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
 			return &otherCert, nil
 		}}, "unknown certificate authority"},
-		{"server not trusted", &tls.Config{RootCAs: other.pool, Certificates: good.Certificates}, "x509: certificate signed by unknown authority"},
+		{"server not trusted", &tls.Config{RootCAs: other.Pool, Certificates: good.Certificates}, "x509: certificate signed by unknown authority"},
 		{"no TLS", nil, ""},
 	}
 	for i, tc := range cases {
@@ -281,8 +216,8 @@ func waitFailedTLS(t *testing.T, srv *Server, n uint64) {
 func TestTLSHandshakeDeadline(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	const timeout = 100 * time.Millisecond
-	ca := newTestCA(t, "cluster CA")
-	so := ca.serverOptions(t)
+	ca := mtlstest.NewCA(t, "cluster CA")
+	so := mtlsServerOptions(t, ca)
 	so.HandshakeTimeout = timeout
 	so.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	srv, err := NewServer(NewPartitionManager(), "127.0.0.1:0", so)
@@ -290,7 +225,7 @@ func TestTLSHandshakeDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	good := ca.dialOptions(t).TLS.Clone()
+	good := mtlsDialOptions(t, ca).TLS.Clone()
 	good.ServerName = "127.0.0.1"
 	cases := []struct {
 		name  string

@@ -1,21 +1,12 @@
 package rpc
 
 import (
-	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
 	"fmt"
-	"log/slog"
-	"math/big"
 	"net"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,102 +14,16 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/runnel-dev/runnel/internal/mtls"
+	"github.com/runnel-dev/runnel/internal/mtls/mtlstest"
 	"github.com/runnel-dev/runnel/internal/protocol"
 )
 
-// testCA is a certificate authority of one test.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pool *x509.CertPool
-}
-
-var testSerial atomic.Int64
-
-func newTestCA(t *testing.T, name string) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(testSerial.Add(1)), Subject: pkix.Name{CommonName: name}, IsCA: true,
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	return &testCA{cert: cert, key: key, pool: pool}
-}
-
-// issue makes a certificate for 127.0.0.1, good as a server's and a client's.
-func (ca *testCA) issue(t *testing.T, name string) tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(testSerial.Add(1)), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-}
-
-// serverTLS is a JobManager's config: a certificate of ca, clients of ca only.
-func (ca *testCA) serverTLS(t *testing.T) *tls.Config {
-	return &tls.Config{Certificates: []tls.Certificate{ca.issue(t, "jobmanager")}, ClientCAs: ca.pool,
-		ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS13}
-}
-
-// clientTLS is a client's config, as runnel's TLS flags make it: a certificate of ca, servers of trust.
-func (ca *testCA) clientTLS(t *testing.T, trust *testCA) *tls.Config {
-	cfg := &tls.Config{Certificates: []tls.Certificate{ca.issue(t, "client")}, RootCAs: trust.pool, MinVersion: tls.VersionTLS13}
+// clientTLS is a client's config, as runnel's TLS flags make it: a certificate of ca, servers of trust,
+// the certificate presented to every server.
+func clientTLS(t *testing.T, ca, trust *mtlstest.CA) *tls.Config {
+	cfg := ca.ClientConfig(t, "client", trust)
 	mtls.PresentCertificate(cfg)
 	return cfg
-}
-
-// logSink is a slog sink the server's goroutines write while the test reads.
-type logSink struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logSink) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// waitLine waits for a line that has every one of subs.
-func (b *logSink) waitLine(t *testing.T, subs ...string) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		b.mu.Lock()
-		text := b.buf.String()
-		b.mu.Unlock()
-	line:
-		for _, l := range strings.Split(text, "\n") {
-			for _, s := range subs {
-				if !strings.Contains(l, s) {
-					continue line
-				}
-			}
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no log line with %q; the log:\n%s", subs, text)
-		}
-	}
 }
 
 // TestTLSHandshakeFailuresNameTLS runs the control plane's clients (a JobClient, as `runnel submit` and
@@ -129,15 +34,15 @@ func (b *logSink) waitLine(t *testing.T, subs ...string) {
 // refused it. The server logs each at WARN with the client's address and the reason. A client of the
 // right authority gets through, every call.
 func TestTLSHandshakeFailuresNameTLS(t *testing.T) {
-	ca, other := newTestCA(t, "cluster CA"), newTestCA(t, "another CA")
-	var logs logSink
+	ca, other := mtlstest.NewCA(t, "cluster CA"), mtlstest.NewCA(t, "another CA")
+	var logs mtlstest.LogBuffer
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := lis.Addr().String()
-	srv := grpc.NewServer(append(ServerOptions(), grpc.Creds(ServerCredentials(ca.serverTLS(t),
-		mtls.NewRefusalLog(slog.New(slog.NewTextHandler(&logs, nil)), "control plane"))))...)
+	srv := grpc.NewServer(append(ServerOptions(), grpc.Creds(ServerCredentials(ca.ServerConfig(t, "jobmanager"),
+		mtls.NewRefusalLog(logs.Logger(), "control plane"))))...)
 	build := protocol.Build{Describe: "runnel test"}
 	RegisterJobService(srv, &jobTable{build: build, names: map[string]bool{"sequence": true},
 		jobs: map[protocol.JobID]SubmitRequest{}, stopped: map[protocol.JobID]string{}})
@@ -169,10 +74,10 @@ func TestTLSHandshakeFailuresNameTLS(t *testing.T) {
 		client             *tls.Config
 		wantClient, wantJM string
 	}{
-		{"certificate of another authority", other.clientTLS(t, ca),
+		{"certificate of another authority", clientTLS(t, other, ca),
 			"it refused our certificate (remote error: tls: unknown certificate authority)",
 			`reason="we refused its certificate (tls: failed to verify certificate: x509: certificate signed by unknown authority`},
-		{"server not trusted", ca.clientTLS(t, other),
+		{"server not trusted", clientTLS(t, ca, other),
 			"we refused its certificate (tls: failed to verify certificate: x509: certificate signed by unknown authority",
 			`reason="it refused our certificate (remote error: tls: bad certificate)"`},
 	} {
@@ -206,7 +111,7 @@ func TestTLSHandshakeFailuresNameTLS(t *testing.T) {
 				cancel()
 				conn.Close()
 				if round == 0 {
-					logs.waitLine(t, "level=WARN", `msg="TLS handshake failed; connection closed"`, `listener="control plane"`,
+					logs.WaitLines(t, 1, "level=WARN", `msg="TLS handshake failed; connection closed"`, `listener="control plane"`,
 						"peer="+local.Load().(string), tc.wantJM)
 				}
 
@@ -223,7 +128,7 @@ func TestTLSHandshakeFailuresNameTLS(t *testing.T) {
 		})
 	}
 
-	creds := NewClientCredentials(ca.clientTLS(t, ca), "the JobManager")
+	creds := NewClientCredentials(clientTLS(t, ca, ca), "the JobManager")
 	conn, err := grpc.NewClient(addr, append(DialOptions(), grpc.WithTransportCredentials(creds))...)
 	if err != nil {
 		t.Fatal(err)
@@ -236,7 +141,7 @@ func TestTLSHandshakeFailuresNameTLS(t *testing.T) {
 			t.Fatalf("a client of the cluster's authority: %v", err)
 		}
 	}
-	tm, err := DialGateway(ctx, addr, grpc.WithTransportCredentials(NewClientCredentials(ca.clientTLS(t, ca), "the JobManager")))
+	tm, err := DialGateway(ctx, addr, grpc.WithTransportCredentials(NewClientCredentials(clientTLS(t, ca, ca), "the JobManager")))
 	if err != nil {
 		t.Fatalf("a TaskManager of the cluster's authority: %v", err)
 	}
