@@ -58,4 +58,20 @@ func TestOnWatermarkDoesNotAllocate(t *testing.T) {
 	}); a != 0 {
 		t.Errorf("%v allocations per watermark, want 0", a)
 	}
+	// Statuses too, with the flush of the last channel going idle.
+	if a := testing.AllocsPerRun(1000, func() {
+		i++
+		v.OnWatermark(i%4, Watermark(i))
+		v.OnIdle(i % 4)
+		tv.OnIdle(i%2, 0)
+		tv.OnIdle(i%2, 1)
+		if i%4 == 3 {
+			for ch := range 4 {
+				v.OnActive(ch)
+			}
+		}
+		tv.OnActive(i%2, i%2)
+	}); a != 0 {
+		t.Errorf("%v allocations per status, want 0", a)
+	}
 }

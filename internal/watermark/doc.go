@@ -23,10 +23,17 @@
 //   - An idle channel does not count, and going idle may advance the output to the minimum of the others.
 //     A watermark on an idle channel is recorded but moves nothing until the channel is active again.
 //     Why: idle means "do not wait for me"; the recorded watermark is still a valid promise.
-//   - When no channel is active (all idle, or idle and finished), the valve is Idle and its output does not
-//     advance; the task forwards an idle status so that its consumers do not wait for it. Unlike Flink,
-//     the valve does not then flush the output to the highest idle watermark. Why: records behind the
-//     lowest of them may still come, and nothing is gained by making them late.
+//   - When no channel is active (all idle, or idle and finished), the valve is Idle; the task forwards an
+//     idle status so that its consumers do not wait for it. When the last active channel goes idle and its
+//     watermark is the output, the valve first flushes, as Flink's StatusWatermarkValve does: the output
+//     moves to the highest watermark of the channels that did not finish (those recorded while idle
+//     included), and the Result carries the advance before the idle status. Why: no channel will move the
+//     minimum on any more, so without the flush the windows behind the highest watermark would wait until
+//     some channel is active again, for ever when the subtask with data goes idle as the empty ones do.
+//     Records behind the flushed output that come once a channel is active again are late, as in Flink.
+//     A last channel that was catching up (below the output) does not flush, as in Flink; nor does a
+//     channel's end that leaves only idle channels, since an end does not push the output past them.
+//     While the valve is idle, its output does not advance.
 //   - A channel that becomes active again counts at once if its watermark is at or above the output;
 //     otherwise it is catching up, and counts from its first watermark at or above the output (Flink's
 //     rule). Why: counting it at once would move the output back, or freeze it below what was emitted.
@@ -45,8 +52,11 @@
 // minimum of the other channels, and records of the new attempt below it are late.
 //
 // A TwoInputValve applies the same rules between its two inputs, each a Valve of its own, with the input's
-// output and status standing for a channel's. An input whose last channel finished counts as finished, not
-// as having sent MaxWatermark, as a single channel does. An input with an active but catching-up channel is
+// output and status standing for a channel's, except the flush: each input's valve flushes its own
+// channels, but once neither input is active the operator's watermark stays where it is, as Flink's
+// combined watermark of an operator's inputs does (the minimum over the active inputs, no change once all
+// are idle). An input whose last channel finished counts as finished, not as having sent MaxWatermark, as
+// a single channel does. An input with an active but catching-up channel is
 // active and holds the operator at the input's output until that channel catches up, where one valve over
 // the channels of both inputs would not count the channel at all: the two differ only then.
 //

@@ -51,6 +51,16 @@ func (c *valveChecker) step(o op) error {
 	var r Result
 	var want Reason
 	st := c.status[o.ch]
+	// flushTo is the output an idle status must leave if it makes the valve idle (Flink's flush): the
+	// highest watermark of the channels that did not finish if the channel held the output, else the output.
+	flushTo := beforeOut
+	if o.kind == 'i' && st == Active && c.highest[o.ch] == beforeOut {
+		for i, h := range c.highest {
+			if c.status[i] != Finished {
+				flushTo = max(flushTo, h)
+			}
+		}
+	}
 	switch o.kind {
 	case 'w':
 		switch {
@@ -110,6 +120,10 @@ func (c *valveChecker) step(o op) error {
 		return fmt.Errorf("an ignored event changed the valve from %s, %s", beforeStatus, beforeOut)
 	case beforeStatus == Idle && status == Idle && out != beforeOut:
 		return fmt.Errorf("idle valve advanced from %s to %s", beforeOut, out)
+	case o.kind == 'i' && beforeStatus == Active && status == Idle && out != flushTo:
+		return fmt.Errorf("the last active channel went idle: output %s, want %s (from %s)", out, flushTo, beforeOut)
+	case o.kind != 'i' && beforeStatus == Active && status == Idle && out != beforeOut:
+		return fmt.Errorf("the valve became idle by %s: output %s moved from %s", o, out, beforeOut)
 	}
 	return c.checkState()
 }

@@ -16,13 +16,21 @@ type TwoInputValve struct {
 // NewTwoInputValve returns the valve of an operator whose first input has n1 channels and whose second
 // has n2 (at least one each).
 func NewTwoInputValve(n1, n2 int) *TwoInputValve {
-	return &TwoInputValve{inputs: [2]*Valve{NewValve(n1), NewValve(n2)}, combined: NewValve(2)}
+	return newTwoInputValve(NewValve(n1), NewValve(n2), NewValve(2))
 }
 
 // NewTwoInputValveAt returns a two-input valve restored at floor (see NewValveAt): neither input nor the
 // operator goes below it.
 func NewTwoInputValveAt(n1, n2 int, floor Watermark) *TwoInputValve {
-	return &TwoInputValve{inputs: [2]*Valve{NewValveAt(n1, floor), NewValveAt(n2, floor)}, combined: NewValveAt(2, floor)}
+	return newTwoInputValve(NewValveAt(n1, floor), NewValveAt(n2, floor), NewValveAt(2, floor))
+}
+
+// newTwoInputValve sets combined not to flush when both inputs are idle: each input's valve flushes its own
+// channels, but the operator's watermark is the minimum over its active inputs and stays where it is once
+// none is active, as Flink's combined watermark of an operator's inputs does.
+func newTwoInputValve(in0, in1, combined *Valve) *TwoInputValve {
+	combined.noFlush = true
+	return &TwoInputValve{inputs: [2]*Valve{in0, in1}, combined: combined}
 }
 
 // OnWatermark handles watermark w read from channel ch of input 0 or 1; the Result is the operator's.

@@ -108,6 +108,26 @@ func TestTwoInputValve(t *testing.T) {
 			wm 0.0 20 -> 20 advanced
 			wm 1.0 30 -> 20
 			wm 0.0 40 -> 40 advanced`},
+		// Flink: each input's valve flushes its own channels when they all go idle, and the operator's
+		// watermark is the minimum over its active inputs, left where it is once neither is active.
+		{"an input flushes its channels; the operator does not flush its inputs", 2, 1, `
+			wm 0.0 9   -> min
+			wm 0.1 5   -> min
+			wm 1.0 20  -> 5 advanced
+			idle 1.0   -> 5
+			idle 0.0   -> 5
+			idle 0.1   -> 9 advanced, became idle
+			state      -> idle, output 9; input 0: idle, output 9: 0=idle:9 1=idle:5; input 1: idle, output 20: 0=idle:20
+			active 1.0 -> 20 advanced, became active
+			idle 1.0   -> 20, became idle`},
+		{"both inputs idle: no flush across them", 1, 1, `
+			wm 0.0 9  -> min
+			wm 1.0 5  -> 5 advanced
+			idle 0.0  -> 5
+			idle 1.0  -> 5, became idle
+			state     -> idle, output 5; input 0: idle, output 9: 0=idle:9; input 1: idle, output 5: 0=idle:5
+			active 1.0 -> 5, became active
+			wm 1.0 7  -> 7 advanced`},
 		{"ignored events say why", 1, 1, `
 			wm 0.0 10 -> min
 			wm 0.0 5  -> min, ignored (behind)
@@ -167,6 +187,10 @@ func TestTwoInputValveRandom(t *testing.T) {
 					return fmt.Errorf("output moved back from %s", before)
 				case onlyProgress && (fr.Watermark != r.Watermark || fr.Status != r.Status):
 					return fmt.Errorf("operator %s, one valve over all channels %s", r, fr)
+				case r.StatusChanged && r.Status == Idle && v.Current() > max(before, v.Input(input).Current()):
+					// Only the input that went idle may have moved the operator (by its own flush).
+					return fmt.Errorf("operator became idle at %s, past its own %s and input %d's %s",
+						v.Current(), before, input, v.Input(input).Current())
 				}
 				// The combined valve's channel i is input i's output and status, and it follows the rules.
 				c := &valveChecker{v: v.combined, highest: make([]Watermark, 2), status: make([]Status, 2)}

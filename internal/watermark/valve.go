@@ -31,8 +31,9 @@ func (c ChannelState) String() string {
 }
 
 // Valve decides the watermark of one input gate of N channels: the minimum over its active, caught-up
-// channels, never moving back. Create it with NewValve; see the package documentation for the rules. Its
-// table holds exactly N channels (16 bytes each) and never grows. A Valve is not safe for concurrent use.
+// channels, flushed to the highest when the last active channel goes idle, never moving back. Create it
+// with NewValve; see the package documentation for the rules. Its table holds exactly N channels (16 bytes
+// each) and never grows. A Valve is not safe for concurrent use.
 type Valve struct {
 	chans []ChannelState
 	out   Watermark
@@ -45,6 +46,9 @@ type Valve struct {
 	// table only when the last channel holding the output moves on: amortized O(1) for channels that
 	// advance in turn, O(N) at worst.
 	numAtOut int
+	// noFlush keeps the output where it is when the last active channel goes idle: the valve of a
+	// TwoInputValve over its inputs, since Flink combines the inputs of an operator without a flush.
+	noFlush bool
 }
 
 // NewValve returns a valve for a gate of n input channels (at least one), all active, with no watermark
@@ -79,7 +83,8 @@ func NewValveAt(n int, floor Watermark) *Valve {
 
 // OnWatermark handles watermark w read from channel ch. A watermark at or below the channel's own is
 // ignored (Behind, Repeated), as is any on a finished channel. On an idle channel it is recorded, so that
-// the channel counts at once when it becomes active again, but moves nothing while the channel is idle.
+// the channel counts at once when it becomes active again (and in a flush, see OnIdle), but moves nothing
+// while the channel is idle.
 func (v *Valve) OnWatermark(ch int, w Watermark) Result {
 	v.checkChannel(ch)
 	c := &v.chans[ch]
@@ -115,8 +120,10 @@ func (v *Valve) OnWatermark(ch int, w Watermark) Result {
 }
 
 // OnIdle handles an idle status read from channel ch: the channel stops holding the output back, which may
-// advance it to the minimum of the others. If no channel is active any more, the valve becomes idle and
-// the output stays where it is.
+// advance it to the minimum of the others. If it was the last active channel, the valve becomes idle,
+// and if the channel held the output (its watermark is the output), the valve first flushes: the output
+// moves to the highest watermark of the channels that did not finish, as Flink's StatusWatermarkValve
+// does, since no channel will move the minimum on any more.
 func (v *Valve) OnIdle(ch int) Result {
 	v.checkChannel(ch)
 	c := &v.chans[ch]
@@ -127,9 +134,13 @@ func (v *Valve) OnIdle(ch int) Result {
 		return v.ignored(AlreadyIdle)
 	}
 	before, status := v.out, v.status
+	held := c.Watermark == v.out
 	c.Status, c.CaughtUp = Idle, false
 	v.numActive--
 	v.recompute()
+	if v.status == Idle && held && !v.noFlush {
+		v.flush()
+	}
 	return v.result(before, status)
 }
 
@@ -255,6 +266,17 @@ func (v *Valve) recompute() {
 		panic(fmt.Sprintf("watermark: bug: a counted channel is at %s, below the output %s (%s)", lowest, v.out, v))
 	}
 	v.out, v.numAtOut = lowest, at
+}
+
+// flush raises the output of a valve that just became idle to the highest watermark of its idle channels.
+// A finished channel does not take part: its end does not push the output past the idle ones (OnFinished).
+// The output stays monotone, and no channel counts until it is active again and caught up with it.
+func (v *Valve) flush() {
+	for i := range v.chans {
+		if c := &v.chans[i]; c.Status == Idle && c.Watermark > v.out {
+			v.out = c.Watermark
+		}
+	}
 }
 
 func (v *Valve) result(before Watermark, status Status) Result {

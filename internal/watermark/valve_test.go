@@ -143,15 +143,15 @@ func TestValve(t *testing.T) {
 			idle 1  -> 30 advanced
 			idle 2  -> 30, became idle
 			state   -> idle, output 30: 0=idle:10 1=idle:20 2=idle:30`},
-		{"all idle: the output does not advance", 2, `
+		{"all idle: flushed, then the output does not advance", 2, `
 			wm 0 50  -> min
 			wm 1 90  -> 50 advanced
 			idle 1   -> 50
-			idle 0   -> 50, became idle
-			wm 1 200 -> 50
-			wm 0 300 -> 50
-			idle 0   -> 50, ignored (already idle)
-			state    -> idle, output 50: 0=idle:300 1=idle:200`},
+			idle 0   -> 90 advanced, became idle
+			wm 1 200 -> 90
+			wm 0 300 -> 90
+			idle 0   -> 90, ignored (already idle)
+			state    -> idle, output 90: 0=idle:300 1=idle:200`},
 		{"watermarks recorded while idle count on activation", 2, `
 			wm 0 50  -> min
 			wm 1 60  -> 50 advanced
@@ -194,8 +194,9 @@ func TestValve(t *testing.T) {
 			wm 0 100 -> min
 			wm 1 50  -> 50 advanced
 			idle 0   -> 50
-			idle 1   -> 50, became idle
-			active 0 -> 100 advanced, became active`},
+			idle 1   -> 100 advanced, became idle
+			wm 0 150 -> 100
+			active 0 -> 150 advanced, became active`},
 		{"idle channel finishes", 2, `
 			wm 1 70 -> min
 			idle 0  -> 70 advanced
@@ -294,6 +295,99 @@ func TestValve(t *testing.T) {
 			runScript(t, tc.script, func(f []string) (Result, error) { return valveEvent(v, f) }, v.String)
 		})
 	}
+}
+
+// TestValveFlushWhenAllIdle holds the valve to Flink's rule for the last active channel going idle
+// (StatusWatermarkValve): if that channel's watermark is the output, the valve first emits the highest
+// watermark of all channels, then the idle status, since no channel will move the minimum on any more;
+// otherwise it only becomes idle. A channel active again below the output never moves it back. Channels
+// that finished do not take part (Runnel's: a finished channel's end does not push the output past idle
+// ones), and a valve left with idle channels by a channel's end does not flush.
+func TestValveFlushWhenAllIdle(t *testing.T) {
+	cases := []struct {
+		name   string
+		n      int
+		script string
+	}{
+		{"the channel with data goes idle last", 2, `
+			wm 0 5  -> min
+			wm 1 9  -> 5 advanced
+			idle 0  -> 9 advanced
+			idle 1  -> 9, became idle
+			state   -> idle, output 9: 0=idle:5 1=idle:9`},
+		{"the channel at the minimum goes idle last: the output jumps to the highest", 2, `
+			wm 0 9  -> min
+			wm 1 5  -> 5 advanced
+			idle 0  -> 5
+			idle 1  -> 9 advanced, became idle
+			state   -> idle, output 9: 0=idle:9 1=idle:5`},
+		{"channels that never sent a watermark go idle after the one with data", 3, `
+			wm 0 1999 -> min
+			idle 0    -> min
+			idle 1    -> min
+			idle 2    -> 1999 advanced, became idle`},
+		{"one channel", 1, `
+			wm 0 7  -> 7 advanced
+			idle 0  -> 7, became idle`},
+		{"nothing sent anywhere: idle at min", 2, `
+			idle 0  -> min
+			idle 1  -> min, became idle`},
+		{"a channel active again below the output does not move it back", 2, `
+			wm 0 3   -> min
+			wm 1 9   -> 3 advanced
+			idle 1   -> 3
+			idle 0   -> 9 advanced, became idle
+			active 0 -> 9, became active
+			state    -> active, output 9: 0=3 catching up 1=idle:9
+			wm 0 5   -> 9
+			wm 0 9   -> 9
+			state    -> active, output 9: 0=9 1=idle:9
+			wm 0 12  -> 12 advanced`},
+		{"the last channel going idle was catching up: no flush", 3, `
+			wm 0 12  -> min
+			wm 1 3   -> min
+			wm 2 10  -> 3 advanced
+			idle 1   -> 10 advanced
+			active 1 -> 10
+			idle 0   -> 10
+			idle 2   -> 10
+			idle 1   -> 10, became idle
+			state    -> idle, output 10: 0=idle:12 1=idle:3 2=idle:10`},
+		{"a finished channel does not take part", 3, `
+			wm 1 20  -> min
+			wm 2 10  -> min
+			end 0    -> 10 advanced
+			idle 1   -> 10
+			idle 2   -> 20 advanced, became idle
+			state    -> idle, output 20: 0=finished 1=idle:20 2=idle:10`},
+		{"the last active channel finishes: no flush", 2, `
+			wm 0 9  -> min
+			wm 1 5  -> 5 advanced
+			idle 0  -> 5
+			end 1   -> 5, became idle`},
+		{"idle, active, idle again: flushes each time", 2, `
+			wm 0 10  -> min
+			wm 1 20  -> 10 advanced
+			idle 1   -> 10
+			idle 0   -> 20 advanced, became idle
+			active 1 -> 20, became active
+			wm 1 30  -> 30 advanced
+			wm 0 40  -> 30
+			idle 1   -> 40 advanced, became idle`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			v := NewValve(tc.n)
+			runScript(t, tc.script, func(f []string) (Result, error) { return valveEvent(v, f) }, v.String)
+		})
+	}
+	t.Run("restored at a floor", func(t *testing.T) {
+		v := NewValveAt(2, 100)
+		runScript(t, `
+			wm 1 150 -> 100
+			idle 1   -> 100
+			idle 0   -> 150 advanced, became idle`, func(f []string) (Result, error) { return valveEvent(v, f) }, v.String)
+	})
 }
 
 // TestValveInvalidInput: indexes out of range and an empty gate are bugs of the caller and panic.
