@@ -129,3 +129,96 @@ func TestIdlenessOfSubtasksWithoutRecords(t *testing.T) {
 		})
 	}
 }
+
+// burstSource is an unbounded source with fewer splits than subtasks: subtask 0 emits its records, at 0,
+// 100, …, 2000 ms of event time, in its first poll and then nothing more, without end; the others never
+// emit one.
+type burstSource struct{}
+
+func (burstSource) CreateReader(ctx runnel.RuntimeContext) (runnel.SourceReader[int64], error) {
+	return &burstReader{data: ctx.SubtaskIndex() == 0}, nil
+}
+
+type burstReader struct{ data bool }
+
+func (r *burstReader) PollNext(out runnel.Collector[int64]) (runnel.InputStatus, error) {
+	if r.data {
+		for ts := int64(0); ts <= 2000; ts += 100 {
+			out.Collect(ts)
+		}
+		r.data = false
+	}
+	return runnel.NothingAvailable, nil
+}
+func (r *burstReader) Available() <-chan struct{} { return nil }
+func (r *burstReader) Close() error               { return nil }
+
+// idleAfterData is a punctuated generator of monotonous timestamps (the watermark is the record's
+// timestamp minus 1 ms) that marks its stream idle at the first periodic call after a record: the subtask
+// with data goes idle at once, long before the subtasks without records do (WithIdleness).
+type idleAfterData struct{ saw bool }
+
+func (g *idleAfterData) OnEvent(_ int64, ts int64, out runnel.WatermarkOutput) {
+	g.saw = true
+	out.EmitWatermark(ts - 1)
+}
+func (g *idleAfterData) OnPeriodicEmit(out runnel.WatermarkOutput) {
+	if g.saw {
+		out.MarkIdle()
+	}
+}
+
+// TestIdleSubtaskWithDataFlushes runs an unbounded job whose only subtask with data goes idle after its
+// last record, before the subtasks without records go idle: each channel of the window operator's valve is
+// then idle, and the last one to go idle holds the output at MinWatermark. Flink's StatusWatermarkValve
+// flushes then: the last active channel goes idle at the output, so the valve emits the highest watermark
+// of its channels, 1999 (the last record, 2000, minus 1 ms), before its idle status. So the windows
+// [0,1000) and [1000,2000) fire, ten records each, while the job runs; [2000,3000) does not, its end is
+// past every watermark. The strategy is folded into the source, and on an operator downstream of it.
+func TestIdleSubtaskWithDataFlushes(t *testing.T) {
+	want := []string{"[0,1000) 10", "[1000,2000) 10"}
+	strategy := runnel.CustomWatermarks(func() runnel.WatermarkGenerator[int64] { return &idleAfterData{} }).
+		WithTimestampAssigner(func(v int64, _ int64) int64 { return v }).WithIdleness(300 * time.Millisecond)
+	for _, downstream := range []bool{false, true} {
+		t.Run(fmt.Sprintf("downstream %v", downstream), func(t *testing.T) {
+			env := runnel.NewEnvironment(runnel.WithParallelism(3), runnel.WithWatermarkInterval(10*time.Millisecond),
+				runnel.WithLogger(quiet))
+			src := runnel.FromSource(env, runnel.Source[int64](burstSource{})).Name("source")
+			if downstream {
+				src = runnel.Map(src, func(v int64) (int64, error) { return v, nil }).Name("pass")
+			}
+			timed := src.WithTimestamps(strategy)
+			sink := &liveSink{}
+			runnel.WindowProcess(runnel.Window(runnel.KeyBy(timed, func(int64) int64 { return 0 }), runnel.TumblingEventTimeWindows(time.Second)),
+				func() runnel.ProcessWindowFunction[int64, int64, string] { return windowCount{} }).Name("windows").
+				SinkTo(sink).Name("sink")
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() {
+				_, err := env.Execute(ctx, "idle with data")
+				done <- err
+			}()
+			deadline := time.Now().Add(10 * time.Second)
+			for len(sink.results()) < len(want) && time.Now().Before(deadline) {
+				select {
+				case err := <-done:
+					t.Fatalf("the unbounded job ended: %v", err)
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+			// A window fired too far would show within a few watermark intervals.
+			time.Sleep(100 * time.Millisecond)
+			got := sink.results()
+			cancel()
+			select {
+			case <-done:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the job did not end within 20 s of its cancellation")
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("windows fired while the job ran (within 10 s): %q, want %q", got, want)
+			}
+		})
+	}
+}
