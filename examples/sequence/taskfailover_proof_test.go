@@ -12,7 +12,7 @@ import (
 	"github.com/runnel-dev/runnel/examples/sequence"
 )
 
-// The rest of the proof of task failover (docs/taskfailover.md §9, §13): failures during a checkpoint,
+// The rest of the proof of task failover (docs/taskfailover.md §9): failures during a checkpoint,
 // failures while an earlier task recovery still restarts or replays, a failure together with its
 // upstream, and an in-flight log past its budget. Each run is judged by the checker (every record exactly
 // once and in order per key) and by its failovers: a task failover restarted the failed subtask alone, and
@@ -254,11 +254,9 @@ func TestTaskFailoverDuringACheckpoint(t *testing.T) {
 			res := busy.run(t, inject, tc.opts...)
 			// Alone on a machine the three failures come in the order given, a checkpoint or more apart,
 			// and each is a task failover. Under load (the whole -race suite, pebble) the checker lags
-			// behind the maps, and the failures come in another order and closer together: a consumer
-			// that fails while its producer still replays falls back, and one that fails after its
-			// producer's task failover, before a checkpoint completed in between, may find the input its
-			// producer regenerated in other buffers than it recorded: its replay diverges, and it falls
-			// back (docs/taskfailover.md §13). Each says why; exactly once either way.
+			// behind the maps, and the failures come in another order and closer together, each still a
+			// task failover of its own (a consumer replays the buffers its producer's log holds, whatever
+			// the producer does); a fallback says why (docs/taskfailover.md §7). Exactly once either way.
 			ws := make([]want, len(res.Failovers))
 			failed := map[string]bool{}
 			for i, f := range res.Failovers {

@@ -162,7 +162,7 @@ func NewTaskManager(cfg TaskManagerConfig) (*TaskManager, error) {
 // The in-flight logs' budget of a TaskManager (docs/taskfailover.md §2.3): memory, then disk. Memory is
 // taken in chunks as the logs grow and kept for reuse once taken (up to the budget): 1 GiB holds a second
 // of the standard pipeline's keyed edge at about 50M records/s, so that it does not spill with checkpoints
-// every second (docs/taskfailover.md §13, session 9).
+// every second (docs/taskfailover.md §10).
 const (
 	InflightLogMemory = 1 << 30
 	InflightLogDisk   = 4 << 30
