@@ -1,6 +1,6 @@
 package main
 
-// The benchmarks of issue 10 that need a real cluster (docs/cluster.md §6.4): `runnel bench tm-loss` and
+// The benchmarks that need a real cluster (docs/cluster.md §6.4): `runnel bench tm-loss` and
 // `runnel bench throughput --processes N`. Both start a JobManager and TaskManagers as child processes of
 // this binary, submit a registered job to them from this process (runnel.Submit) and read the JobManager's
 // REST API. Every child is stopped and reaped before the command returns, on errors and interrupts too.

@@ -285,7 +285,7 @@ func New(cfg Config) (*Core, error) {
 	return c, nil
 }
 
-// logicalSlot is today's placement rule: with slot sharing subtask i of every vertex shares logical slot i;
+// logicalSlot is the placement rule: with slot sharing subtask i of every vertex shares logical slot i;
 // without, the subtasks take one logical slot each, in vertex order.
 func (c *Core) logicalSlot(s ident.Subtask) int {
 	if !c.cfg.NoSlotSharing {
@@ -517,8 +517,8 @@ func (c *Core) onJobSetUp(e JobSetUp) {
 	}
 	if e.Err != nil {
 		// Job setup fails the same way on a new attempt (a build that differs, storage not shared): the
-		// job cannot run there. Returning the slots to the pool with that TaskManager excluded is the
-		// cluster's answer (step 8); until then the job fails, saying why.
+		// job cannot run there, and fails, saying why (the driver keeps that TaskManager's slots from
+		// the job).
 		c.fail(fmt.Errorf("TaskManager %s cannot run the job: %w", tm.name, e.Err))
 		return
 	}
@@ -553,7 +553,7 @@ func (c *Core) deployable(s ident.Subtask) bool {
 }
 
 // deployScheduled deploys the released subtasks that can be, in subtask order, once nothing waits for a
-// slot: the first deployment waits for every slot, so that attempts start together as today.
+// slot: the first deployment waits for every slot, so that the job's first attempts start together.
 func (c *Core) deployScheduled() {
 	if c.status != StatusRunning || len(c.scheduled) == 0 {
 		return

@@ -443,7 +443,7 @@ func (h *harness) event(line string) ([]string, error) {
 	switch cmd {
 	case "start", "grant":
 		// TaskManagers and their slot counts: "tm-1 slots=2" pairs; the pool grants one slot per TaskManager
-		// per round, in the order given (today's placement).
+		// per round, in the order given (the mini-cluster's placement).
 		fs := fields(line)[1:]
 		type tmSlots struct {
 			name string

@@ -204,7 +204,7 @@ func NewDriver(cfg Config) (*Driver, error) {
 		CreditsPerChannel: cfg.CreditsPerChannel, StateBackend: cfg.StateBackend, Failover: cfg.Failover,
 		Restart: cfg.Restart, Scheduling: cfg.Scheduling, NoSlotSharing: cfg.NoSlotSharing,
 		Checkpoint: cfg.Checkpoint, SavepointOnStop: cfg.SavepointOnStop, SlotWaitTimeout: cfg.SlotWaitTimeout,
-		// The restart jitter differs from run to run, as it did before the core took the decisions.
+		// The restart jitter differs from run to run; the core's scripts seed it to replay exactly.
 		Seed: uint64(time.Now().UnixNano())}
 	if sp := cfg.Savepoint; sp != nil {
 		cc.Savepoint = sp.Checkpoint

@@ -32,7 +32,7 @@ type heapStore struct {
 	// refs counts, per slot, the list, map and list map tables that hold state for the slot's key, plus
 	// its timers and restored entries of unregistered states. Value tables are not counted: whether a slot
 	// has a value is one load of their present flags, checked when a slot might be freed (unreferenced),
-	// so that Update of a value, the per-record write, costs exactly what it did before slots were freed.
+	// so that Update of a value, the per-record write, pays nothing for the freeing of slots.
 	// A slot left unreferenced is freed at once, unless it is the current key's: that one becomes a
 	// candidate (so that a function may Clear and then Update the same key), and candidates still
 	// unreferenced are freed when the next new key needs a slot. So setting a known key checks nothing,
@@ -916,8 +916,8 @@ func (o *keyOrder) maybeCompact() {
 
 // merge sorts added and merges it into the order. The added keys are sorted by prefix with a radix sort
 // (sortByPrefix), then put in key group order by counting, which keeps that order within a group: no
-// comparisons, where a comparison sort of each group's keys (pdqsort, a function call a comparison) took
-// a ninth of q5's full writes. Keys of equal prefixes, rare, are then sorted by their bytes. Each group's
+// comparisons, since a comparison sort of each group's keys costs a function call a comparison, on every
+// write that adds keys. Keys of equal prefixes, rare, are then sorted by their bytes. Each group's
 // keys are merged with the order's run of that group; a group's new keys that all come after its old ones
 // (keys that rise in byte order, as big-endian ids or timestamps do) are appended without a comparison
 // each.

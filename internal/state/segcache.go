@@ -42,7 +42,7 @@ import (
 // group, encoded from the capture's keys, also in slot order), which reads those objects about in the
 // order they were made and lie in memory, then copies them into key order in a loop that does nothing
 // else, so that the processor overlaps its random reads; the walk copies them in sequence (reading them
-// from the slot-order buffer at random in the walk instead cost q5's growing state a sixth more). The
+// from the slot-order buffer in the walk would be a random read per key again). The
 // write builds the next data and list from the runs it
 // copied and the keys it encoded, and takes them only if it completes, so a write that fails halfway
 // leaves the last ones as they were; captures written out of order find the data too new (E > F) and
