@@ -1,6 +1,7 @@
 package runnel
 
 import (
+	"cmp"
 	"context"
 	cryptorand "crypto/rand"
 	"encoding/hex"
@@ -458,10 +459,7 @@ func (e *Environment) run(ctx context.Context, p *prepared, on runOn) (*JobResul
 	jmCfg.SavepointOnStop = rc.savepointDir
 	var restored *RestoreResult
 	if rc.restoreFrom != "" {
-		lg := e.cfg.Logger
-		if lg == nil {
-			lg = slog.Default()
-		}
+		lg := cmp.Or(e.cfg.Logger, slog.Default())
 		sp, info, err := openRestore(ctx, rc.restoreFrom, lg)
 		if err != nil {
 			return nil, fmt.Errorf("job %q: restore from savepoint %s: %w", name, rc.restoreFrom, err)
@@ -514,10 +512,7 @@ func (e *Environment) run(ctx context.Context, p *prepared, on runOn) (*JobResul
 				return nil, fmt.Errorf("job %q: WithMetrics: %w", name, err)
 			}
 		}
-		lg := e.cfg.Logger
-		if lg == nil {
-			lg = slog.Default()
-		}
+		lg := cmp.Or(e.cfg.Logger, slog.Default())
 		lg.Info("metrics", "job", name, "url", "http://"+ln.Addr().String()+"/metrics")
 		ms := startMetrics(ln, name, func() *JobResult { return resultOf(name, jm.Snapshot()) }, on.taskManagers)
 		defer func() {

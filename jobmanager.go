@@ -1,6 +1,7 @@
 package runnel
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -69,10 +70,7 @@ type TLSFiles struct {
 // submit (each a job registered in this binary, see Register) on their slots, and serves the REST API.
 // When ctx is done it cancels the jobs that still run, waits for them, and returns.
 func ServeJobManager(ctx context.Context, cfg JobManagerConfig) error {
-	lg := cfg.Logger
-	if lg == nil {
-		lg = slog.Default()
-	}
+	lg := cmp.Or(cfg.Logger, slog.Default())
 	if cfg.Addr == "" {
 		cfg.Addr = DefaultJobManagerAddr
 	}

@@ -1,6 +1,7 @@
 package runnel
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -61,10 +62,7 @@ type TaskManagerConfig struct {
 // JobManager it cancels every task and registers again, backing off from 100 ms to 5 s. A JobManager that
 // refuses it for good (another build) ends it with that error.
 func ServeTaskManager(ctx context.Context, cfg TaskManagerConfig) (err error) {
-	lg := cfg.Logger
-	if lg == nil {
-		lg = slog.Default()
-	}
+	lg := cmp.Or(cfg.Logger, slog.Default())
 	if cfg.JobManager == "" {
 		return errors.New("taskmanager: --jobmanager HOST:PORT is required")
 	}

@@ -14,6 +14,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -114,10 +115,7 @@ func NewTaskManager(cfg TaskManagerConfig) (*TaskManager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("TaskManager %s: %w", cfg.Name, err)
 	}
-	lg := cfg.Logger
-	if lg == nil {
-		lg = slog.Default()
-	}
+	lg := cmp.Or(cfg.Logger, slog.Default())
 	lg = lg.With("taskmanager", cfg.Name)
 	// The server's own partition manager stays empty: every request is admitted to its job's (admit).
 	pm := network.NewPartitionManager()

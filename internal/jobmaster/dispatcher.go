@@ -1,6 +1,7 @@
 package jobmaster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -71,10 +72,7 @@ type tmSession struct {
 
 // NewDispatcher starts a dispatcher with no TaskManagers.
 func NewDispatcher(cfg DispatcherConfig) *Dispatcher {
-	lg := cfg.Logger
-	if lg == nil {
-		lg = slog.Default()
-	}
+	lg := cmp.Or(cfg.Logger, slog.Default())
 	if cfg.RegisterTimeout <= 0 {
 		cfg.RegisterTimeout = 10 * time.Second
 	}

@@ -21,6 +21,7 @@
 package jobmaster
 
 import (
+	"cmp"
 	"context"
 	cryptorand "crypto/rand"
 	"errors"
@@ -196,10 +197,7 @@ func NewDriver(cfg Config) (*Driver, error) {
 	if cfg.StorageTimeout <= 0 {
 		cfg.StorageTimeout = DefaultStorageTimeout
 	}
-	lg := cfg.Logger
-	if lg == nil {
-		lg = slog.Default()
-	}
+	lg := cmp.Or(cfg.Logger, slog.Default())
 	cc := jobcore.Config{Job: cfg.Job, BufferTimeout: cfg.BufferTimeout, MaxRecordSize: cfg.MaxRecordSize,
 		CreditsPerChannel: cfg.CreditsPerChannel, StateBackend: cfg.StateBackend, Failover: cfg.Failover,
 		Restart: cfg.Restart, Scheduling: cfg.Scheduling, NoSlotSharing: cfg.NoSlotSharing,

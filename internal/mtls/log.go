@@ -2,6 +2,7 @@ package mtls
 
 import (
 	"bytes"
+	"cmp"
 	"log"
 	"log/slog"
 	"net"
@@ -42,9 +43,7 @@ type RefusalLog struct {
 // NewRefusalLog returns the log of the listener named listener ("control plane", "REST API"); a nil lg is
 // slog.Default().
 func NewRefusalLog(lg *slog.Logger, listener string) *RefusalLog {
-	if lg == nil {
-		lg = slog.Default()
-	}
+	lg = cmp.Or(lg, slog.Default())
 	return &RefusalLog{log: lg, listener: listener, now: time.Now, hosts: map[string]time.Time{}}
 }
 

@@ -37,6 +37,7 @@ package network
 
 import (
 	"bufio"
+	"cmp"
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
@@ -193,10 +194,7 @@ func NewServer(pm *PartitionManager, addr string, opts ServerOptions) (*Server, 
 		}
 		opts.TLS = cfg
 	}
-	lg := opts.Logger
-	if lg == nil {
-		lg = slog.Default()
-	}
+	lg := cmp.Or(opts.Logger, slog.Default())
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("network server: listen on %s: %w", addr, err)

@@ -15,6 +15,7 @@
 package task
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -426,10 +427,7 @@ func New(cfg Config, env Env) *Task {
 	if cfg.ConnectTimeout <= 0 {
 		cfg.ConnectTimeout = 30 * time.Second
 	}
-	lg := env.Logger
-	if lg == nil {
-		lg = slog.Default()
-	}
+	lg := cmp.Or(env.Logger, slog.Default())
 	if env.Clock == nil {
 		env.Clock = clockwork.NewRealClock()
 	}
