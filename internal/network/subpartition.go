@@ -24,8 +24,9 @@ type SubpartitionStats struct {
 // Subpartition is the part of a result partition destined for one consumer subtask: a queue of sealed
 // buffers (or, for a blocking partition, a spill file) and at most one live View.
 //
-// Lock order: Subpartition.mu may be held while nothing else is taken (except by a blocking view's reader,
-// see blocking.go); availability listeners are called after it is released.
+// Lock order: under Subpartition.mu only its in-flight log's budget locks are taken (LogBudget.mu and
+// logsMu; inflight.go), and a blocking view's reader takes it under its own (blocking.go); availability
+// listeners are called after it is released. docs/cluster.md §1.6 has the whole order.
 type Subpartition struct {
 	partition *ResultPartition
 	index     int

@@ -28,8 +28,8 @@ type Source interface {
 	// Job returns job id's live result (the --report document, plus "waiting"); an error wrapping
 	// ErrUnknownJob when there is no such job.
 	Job(ctx context.Context, id string) (any, error)
-	// Checkpoints returns job id's checkpoint counts, latest completed checkpoint and last outcomes; an
-	// error wrapping ErrUnknownJob when there is no such job.
+	// Checkpoints returns job id's checkpoint statistics (the counts and the latest completed checkpoint);
+	// an error wrapping ErrUnknownJob when there is no such job.
 	Checkpoints(ctx context.Context, id string) (any, error)
 	// Failovers returns job id's failovers with their loss and the totals; an error wrapping ErrUnknownJob
 	// when there is no such job.
