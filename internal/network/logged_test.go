@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -566,4 +567,45 @@ func TestLoggedReaderAfterTheProducerFinished(t *testing.T) {
 	if first != 5 || n != 15 {
 		t.Fatalf("read %d records from %d, want the 15 after barrier 1 (from 5), then the end", n, first)
 	}
+}
+
+// TestTakeoverWhileReadersConnect: readers connect over TCP while the producer is taken over again and
+// again. A reader checks its buffers against the partition's size, which must not be read from the pool a
+// takeover replaces (the race detector found that). A takeover with buffers of another size is refused.
+func TestTakeoverWhileReadersConnect(t *testing.T) {
+	env := newTestEnv(t, true)
+	const bufSize = 96
+	budget, _ := NewLogBudget(8 << 20)
+	p, _ := env.partition(14, bufSize, 1<<10, PartitionOptions{Reconnectable: true, Log: budget})
+	if err := p.Takeover(NewBufferPool("other", 2*bufSize, 8), nil, 0); err == nil {
+		t.Fatal("a takeover with buffers of another size was taken")
+	}
+	done := make(chan struct{})
+	var connected atomic.Int32
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for attempt := int32(1); ; attempt++ {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			ch, err := env.openFrom(p.ID(), 0, attemptOf(attempt), 2, bufSize, func() {}, 0)
+			if err != nil {
+				t.Errorf("reader %d: %v", attempt, err)
+				return
+			}
+			connected.Add(1)
+			ch.Release()
+		}
+	}()
+	for deadline := time.Now().Add(10 * time.Second); connected.Load() < 20 && time.Now().Before(deadline); {
+		if err := p.Takeover(NewBufferPool("new attempt", bufSize, 8), nil, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(done)
+	wg.Wait()
 }

@@ -46,11 +46,14 @@ type PartitionOptions struct {
 // (EmitRecord, BroadcastEvent, Flush, Finish, Close) belong to the producer's goroutine and must not be called
 // concurrently; views are read from other goroutines.
 type ResultPartition struct {
-	id     ident.PartitionID
-	opts   PartitionOptions
-	pool   *BufferPool
-	cancel <-chan struct{}
-	subs   []*Subpartition
+	id   ident.PartitionID
+	opts PartitionOptions
+	// bufSize is the size of the partition's buffers, header included: fixed for its life, so that a reader
+	// checks it without touching pool, which a takeover replaces.
+	bufSize int
+	pool    *BufferPool
+	cancel  <-chan struct{}
+	subs    []*Subpartition
 
 	// producer-owned
 	current []*Buffer
@@ -146,13 +149,16 @@ func NewResultPartition(id ident.PartitionID, opts PartitionOptions, pool *Buffe
 		}
 	}
 	p := &ResultPartition{
-		id: id, opts: opts, pool: pool, cancel: cancel,
+		id: id, opts: opts, pool: pool, cancel: cancel, bufSize: DefaultBufferSize,
 		subs:      make([]*Subpartition, opts.Subpartitions),
 		current:   make([]*Buffer, opts.Subpartitions),
 		nextSeq:   make([]uint64, opts.Subpartitions),
 		streamSeq: make([]uint64, opts.Subpartitions), streamTail: make([]int, opts.Subpartitions),
 		streamEnded: make([]bool, opts.Subpartitions),
 		failed:      make(chan struct{}),
+	}
+	if pool != nil {
+		p.bufSize = pool.Size()
 	}
 	for i := range p.subs {
 		p.subs[i] = &Subpartition{partition: p, index: i}
@@ -193,12 +199,7 @@ func (p *ResultPartition) Consumable() bool {
 }
 
 // bufferSize returns the size of the partition's buffers, header included.
-func (p *ResultPartition) bufferSize() int {
-	if p.pool != nil {
-		return p.pool.Size()
-	}
-	return DefaultBufferSize
-}
+func (p *ResultPartition) bufferSize() int { return p.bufSize }
 
 // RecordsWritten returns the number of records emitted into the partition (all subpartitions). Producer
 // goroutine only: the per-record path keeps no shared counters.
@@ -230,6 +231,9 @@ func (p *ResultPartition) NextSequence(i int) uint64 { return p.nextSeq[i] }
 func (p *ResultPartition) Takeover(pool *BufferPool, cancel <-chan struct{}, id int64) error {
 	if p.opts.Log == nil {
 		return fmt.Errorf("result partition %s: takeover needs an in-flight log (PartitionOptions.Log)", p.id)
+	}
+	if err := p.checkTakeoverPool(pool); err != nil {
+		return err
 	}
 	marks := make([]logMark, len(p.subs))
 	for i, s := range p.subs {
@@ -266,6 +270,19 @@ func (p *ResultPartition) Takeover(pool *BufferPool, cancel <-chan struct{}, id 
 	}
 	p.pool, p.cancel = pool, cancel
 	p.flushRequested.Store(false)
+	return nil
+}
+
+// checkTakeoverPool refuses a new attempt's pool of other buffers than the partition's: its readers
+// checked their buffers against the partition's size when they connected.
+func (p *ResultPartition) checkTakeoverPool(pool *BufferPool) error {
+	if pool == nil || pool.Size() != p.bufSize {
+		size := 0
+		if pool != nil {
+			size = pool.Size()
+		}
+		return fmt.Errorf("result partition %s: takeover with buffers of %d bytes, the partition's are %d bytes", p.id, size, p.bufSize)
+	}
 	return nil
 }
 

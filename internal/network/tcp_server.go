@@ -598,10 +598,7 @@ func (c *serverConn) createView() (*View, int, error) {
 		return nil, 0, fmt.Errorf("partition %s has %d subpartitions, %s asked for subpartition %d: %w",
 			r.partition, p.NumSubpartitions(), r.consumer, r.subpartition, ErrInvalidRequest)
 	}
-	bufferSize := DefaultBufferSize
-	if p.pool != nil {
-		bufferSize = p.pool.Size()
-	}
+	bufferSize := p.bufferSize()
 	if r.bufferSize < bufferSize || r.bufferSize > maxWireBufferSize {
 		return nil, 0, fmt.Errorf("partition %s writes buffers of %d bytes, consumer %s has buffers of %d bytes: %w",
 			r.partition, bufferSize, r.consumer, r.bufferSize, ErrInvalidRequest)
