@@ -90,39 +90,7 @@ func TestIdlenessOfSubtasksWithoutRecords(t *testing.T) {
 		WithIdleness(100 * time.Millisecond)
 	for _, downstream := range []bool{false, true} {
 		t.Run(fmt.Sprintf("downstream %v", downstream), func(t *testing.T) {
-			env := runnel.NewEnvironment(runnel.WithParallelism(3), runnel.WithWatermarkInterval(10*time.Millisecond),
-				runnel.WithLogger(quiet))
-			src := runnel.FromSource(env, runnel.Source[int64](sparseSource{})).Name("source")
-			if downstream {
-				src = runnel.Map(src, func(v int64) (int64, error) { return v, nil }).Name("pass")
-			}
-			timed := src.WithTimestamps(strategy)
-			sink := &liveSink{}
-			runnel.WindowProcess(runnel.Window(runnel.KeyBy(timed, func(int64) int64 { return 0 }), runnel.TumblingEventTimeWindows(time.Second)),
-				func() runnel.ProcessWindowFunction[int64, int64, string] { return windowCount{} }).Name("windows").
-				SinkTo(sink).Name("sink")
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			done := make(chan error, 1)
-			go func() {
-				_, err := env.Execute(ctx, "idleness")
-				done <- err
-			}()
-			deadline := time.Now().Add(10 * time.Second)
-			for len(sink.results()) < len(want) && time.Now().Before(deadline) {
-				select {
-				case err := <-done:
-					t.Fatalf("the unbounded job ended: %v", err)
-				case <-time.After(20 * time.Millisecond):
-				}
-			}
-			got := sink.results()
-			cancel()
-			select {
-			case <-done:
-			case <-time.After(20 * time.Second):
-				t.Fatal("the job did not end within 20 s of its cancellation")
-			}
+			got := runIdleWindows(t, sparseSource{}, strategy, downstream, len(want), 0)
 			if len(got) < len(want) || !slices.Equal(got[:len(want)], want) {
 				t.Fatalf("windows fired while the job ran (within 10 s): %q, want %q first", got, want)
 			}
@@ -181,44 +149,53 @@ func TestIdleSubtaskWithDataFlushes(t *testing.T) {
 		WithTimestampAssigner(func(v int64, _ int64) int64 { return v }).WithIdleness(300 * time.Millisecond)
 	for _, downstream := range []bool{false, true} {
 		t.Run(fmt.Sprintf("downstream %v", downstream), func(t *testing.T) {
-			env := runnel.NewEnvironment(runnel.WithParallelism(3), runnel.WithWatermarkInterval(10*time.Millisecond),
-				runnel.WithLogger(quiet))
-			src := runnel.FromSource(env, runnel.Source[int64](burstSource{})).Name("source")
-			if downstream {
-				src = runnel.Map(src, func(v int64) (int64, error) { return v, nil }).Name("pass")
-			}
-			timed := src.WithTimestamps(strategy)
-			sink := &liveSink{}
-			runnel.WindowProcess(runnel.Window(runnel.KeyBy(timed, func(int64) int64 { return 0 }), runnel.TumblingEventTimeWindows(time.Second)),
-				func() runnel.ProcessWindowFunction[int64, int64, string] { return windowCount{} }).Name("windows").
-				SinkTo(sink).Name("sink")
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			done := make(chan error, 1)
-			go func() {
-				_, err := env.Execute(ctx, "idle with data")
-				done <- err
-			}()
-			deadline := time.Now().Add(10 * time.Second)
-			for len(sink.results()) < len(want) && time.Now().Before(deadline) {
-				select {
-				case err := <-done:
-					t.Fatalf("the unbounded job ended: %v", err)
-				case <-time.After(20 * time.Millisecond):
-				}
-			}
 			// A window fired too far would show within a few watermark intervals.
-			time.Sleep(100 * time.Millisecond)
-			got := sink.results()
-			cancel()
-			select {
-			case <-done:
-			case <-time.After(20 * time.Second):
-				t.Fatal("the job did not end within 20 s of its cancellation")
-			}
+			got := runIdleWindows(t, burstSource{}, strategy, downstream, len(want), 100*time.Millisecond)
 			if !slices.Equal(got, want) {
 				t.Fatalf("windows fired while the job ran (within 10 s): %q, want %q", got, want)
 			}
 		})
 	}
+}
+
+// runIdleWindows runs an unbounded job at parallelism 3: src, with strategy folded into it (downstream:
+// into an operator after it), into one-second event-time windows that count their records. It returns
+// the windows that fired within 10 s once want of them did, and settle more, then cancels the job.
+func runIdleWindows(t *testing.T, src runnel.Source[int64], strategy runnel.WatermarkStrategy[int64], downstream bool, want int, settle time.Duration) []string {
+	t.Helper()
+	env := runnel.NewEnvironment(runnel.WithParallelism(3), runnel.WithWatermarkInterval(10*time.Millisecond),
+		runnel.WithLogger(quiet))
+	in := runnel.FromSource(env, src).Name("source")
+	if downstream {
+		in = runnel.Map(in, func(v int64) (int64, error) { return v, nil }).Name("pass")
+	}
+	timed := in.WithTimestamps(strategy)
+	sink := &liveSink{}
+	runnel.WindowProcess(runnel.Window(runnel.KeyBy(timed, func(int64) int64 { return 0 }), runnel.TumblingEventTimeWindows(time.Second)),
+		func() runnel.ProcessWindowFunction[int64, int64, string] { return windowCount{} }).Name("windows").
+		SinkTo(sink).Name("sink")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := env.Execute(ctx, "idleness")
+		done <- err
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(sink.results()) < want && time.Now().Before(deadline) {
+		select {
+		case err := <-done:
+			t.Fatalf("the unbounded job ended: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	time.Sleep(settle)
+	got := sink.results()
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the job did not end within 20 s of its cancellation")
+	}
+	return got
 }

@@ -126,20 +126,14 @@ func checkNoPartial(t *testing.T, dir string, retained int) {
 // checkpoints completed than retained nothing removed them.
 func TestFailedCheckpointsLeaveNoData(t *testing.T) {
 	dir := t.TempDir()
-	inner, err := checkpoint.OpenBucket(context.Background(), dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eb := errorbucket.Wrap(inner)
+	eb := faultyBucket(t, dir)
 	eb.Inject(errorbucket.Fault{Ops: errorbucket.OpPut, KeyContains: stateKeyOf(t, "sink"), Err: fmt.Errorf("no space left on device")})
 	eb.Inject(errorbucket.Fault{Ops: errorbucket.OpPut, KeyContains: stateKeyOf(t, "source"), Delay: 30 * time.Millisecond, Pass: true})
 	cc := checkpoint.DefaultConfig()
 	cc.IntervalMillis, cc.TolerableFailed, cc.Retained = 10, 1000, 5
 	const failures = 8
 	snap := leakJob(t, eb, dir, cc, "none", jobmaster.StatusFinished, func(func()) {
-		for deadline := time.Now().Add(20 * time.Second); eb.Hits() < failures && time.Now().Before(deadline); {
-			time.Sleep(5 * time.Millisecond)
-		}
+		waitHits(eb, failures)
 		eb.Clear() // the disk has room again
 	})
 	if snap.Checkpoints == nil || snap.Checkpoints.Failed < failures || snap.Checkpoints.Completed == 0 {
@@ -155,19 +149,13 @@ func TestFailedCheckpointsLeaveNoData(t *testing.T) {
 // not show an empty directory, so neither the abort's Discard (which ran first) nor retention saw it.
 func TestFailoverLeavesNoEmptyCheckpointDirectory(t *testing.T) {
 	dir := t.TempDir()
-	inner, err := checkpoint.OpenBucket(context.Background(), dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eb := errorbucket.Wrap(inner)
+	eb := faultyBucket(t, dir)
 	eb.Inject(errorbucket.Fault{Ops: errorbucket.OpPut, KeyContains: stateKeyOf(t, "sink"), Err: fmt.Errorf("no space left on device"), Times: 1})
 	eb.Inject(errorbucket.Fault{Ops: errorbucket.OpPut, KeyContains: stateKeyOf(t, "source"), Hang: true, Pass: true, Times: 1})
 	cc := checkpoint.DefaultConfig()
 	cc.IntervalMillis, cc.TolerableFailed, cc.Retained = 10, 0, 2
 	snap := leakJob(t, eb, dir, cc, "fixed-delay:attempts=3,delay=0s", jobmaster.StatusFinished, func(func()) {
-		for deadline := time.Now().Add(20 * time.Second); eb.Hits() < 1 && time.Now().Before(deadline); {
-			time.Sleep(5 * time.Millisecond)
-		}
+		waitHits(eb, 1)
 	})
 	if len(snap.Failovers) != 1 || snap.Checkpoints == nil || snap.Checkpoints.Failed != 1 {
 		t.Fatalf("%d failovers, checkpoints %+v: want one failover for one failed checkpoint", len(snap.Failovers), snap.Checkpoints)
@@ -181,24 +169,35 @@ func TestFailoverLeavesNoEmptyCheckpointDirectory(t *testing.T) {
 // removed it.
 func TestCancelledJobLeavesNoData(t *testing.T) {
 	dir := t.TempDir()
-	inner, err := checkpoint.OpenBucket(context.Background(), dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eb := errorbucket.Wrap(inner)
+	eb := faultyBucket(t, dir)
 	eb.Inject(errorbucket.Fault{Ops: errorbucket.OpPut, KeyContains: stateKeyOf(t, "sink"), Err: fmt.Errorf("no space left on device")})
 	eb.Inject(errorbucket.Fault{Ops: errorbucket.OpPut, KeyContains: stateKeyOf(t, "source"), Delay: 30 * time.Millisecond, Pass: true})
 	cc := checkpoint.DefaultConfig()
 	cc.IntervalMillis, cc.TolerableFailed = 10, 1000
 	const failures = 5
 	snap := leakJob(t, eb, dir, cc, "none", jobmaster.StatusCanceled, func(cancel func()) {
-		for deadline := time.Now().Add(20 * time.Second); eb.Hits() < failures && time.Now().Before(deadline); {
-			time.Sleep(5 * time.Millisecond)
-		}
+		waitHits(eb, failures)
 		cancel()
 	})
 	if snap.Checkpoints == nil || snap.Checkpoints.Failed < failures || snap.Checkpoints.Completed != 0 {
 		t.Fatalf("checkpoints %+v: want at least %d failed and none completed", snap.Checkpoints, failures)
 	}
 	checkNoPartial(t, dir, 0)
+}
+
+// faultyBucket opens the checkpoint bucket at dir wrapped for injected faults.
+func faultyBucket(t *testing.T, dir string) *errorbucket.Bucket {
+	t.Helper()
+	inner, err := checkpoint.OpenBucket(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return errorbucket.Wrap(inner)
+}
+
+// waitHits waits, for at most 20 s, until eb's faults were hit n times.
+func waitHits(eb *errorbucket.Bucket, n int) {
+	for deadline := time.Now().Add(20 * time.Second); eb.Hits() < n && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
 }

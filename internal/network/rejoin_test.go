@@ -156,19 +156,7 @@ func TestRejoinAgainWhileDropping(t *testing.T) {
 			if until() {
 				return
 			}
-			if _, err := dec.SetBuffer(b); err != nil {
-				t.Fatal(err)
-			}
-			for {
-				rec, err := dec.Next()
-				if err != nil {
-					t.Fatal(err)
-				}
-				if rec == nil {
-					break
-				}
-				got = append(got, dec.NextSeq()-1)
-			}
+			got = decodeSeqs(t, dec, b, got)
 		}
 	}
 	read(orig, func() bool { return dec.NextSeq() >= k })
@@ -222,19 +210,7 @@ func TestSkipToDropsWhatTheStateHolds(t *testing.T) {
 			}
 			var got []uint64
 			for _, b := range streamOf(t, tc.from, n, 128, 60, 0) {
-				if _, err := dec.SetBuffer(b); err != nil {
-					t.Fatal(err)
-				}
-				for {
-					rec, err := dec.Next()
-					if err != nil {
-						t.Fatal(err)
-					}
-					if rec == nil {
-						break
-					}
-					got = append(got, dec.NextSeq()-1)
-				}
+				got = decodeSeqs(t, dec, b, got)
 			}
 			if len(got) == 0 || got[0] != tc.wantFirst || got[len(got)-1] != n-1 || len(got) != n-int(tc.wantFirst) {
 				t.Fatalf("returned %d records from %v, want %d..%d", len(got), got[:min(3, len(got))], tc.wantFirst, n-1)
@@ -243,5 +219,23 @@ func TestSkipToDropsWhatTheStateHolds(t *testing.T) {
 				t.Fatalf("dropped %d, want %d", dec.DuplicatesDropped, tc.wantDropped)
 			}
 		})
+	}
+}
+
+// decodeSeqs hands b to dec and appends the sequence number of every record dec returns from it to seqs.
+func decodeSeqs(t *testing.T, dec *RecordDecoder, b *Buffer, seqs []uint64) []uint64 {
+	t.Helper()
+	if _, err := dec.SetBuffer(b); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		rec, err := dec.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec == nil {
+			return seqs
+		}
+		seqs = append(seqs, dec.NextSeq()-1)
 	}
 }
