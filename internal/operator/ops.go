@@ -111,15 +111,23 @@ func EmitSide[T any](ctx RuntimeContext, tag string, v T) {
 		case Collector[T]:
 			out.Collect(v)
 		case Collector[Timed[T]]:
-			ts := int64(math.MinInt64)
-			if t, ok := ctx.(interface{ Timestamp() (int64, bool) }); ok {
-				ts, _ = t.Timestamp()
-			}
-			out.Collect(Timed[T]{Ts: ts, V: v})
+			out.Collect(Timed[T]{Ts: timestampOf(ctx), V: v})
+		case sideRecorder:
+			out.record(v, timestampOf(ctx))
 		default:
 			c.failf("side output %q carries %T, not %T", tag, s.out, v)
 		}
 	}
+}
+
+// timestampOf is the timestamp of the record being processed behind ctx, math.MinInt64 where the context
+// has none.
+func timestampOf(ctx RuntimeContext) int64 {
+	if t, ok := ctx.(interface{ Timestamp() (int64, bool) }); ok {
+		ts, _ := t.Timestamp()
+		return ts
+	}
+	return math.MinInt64
 }
 
 // contextOf finds the operator's Context behind a context handed to user code.

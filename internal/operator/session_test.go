@@ -49,35 +49,6 @@ func (sumListing) Process(ctx WindowContext[int64], vs []keyed, out Collector[st
 	return nil
 }
 
-// runListing feeds a listing window operator a script (a key of -1 is a watermark) and returns its output.
-func runListing(t *testing.T, backend string, spec *WindowSpec[int64, keyed, struct{}, keyed, string], script []keyed) []string {
-	t.Helper()
-	log := &windowLog{}
-	b, err := spec.Build(windowTestContext(backend), []any{Collector[Timed[string]](log)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Open(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := b.Close(); err != nil {
-			t.Error(err)
-		}
-	}()
-	in := b.Input.(Collector[Timed[keyed]])
-	for _, x := range script {
-		if x.K < 0 {
-			if err := b.Watermark(x.Ts); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		in.Collect(Timed[keyed]{V: x, Ts: x.Ts})
-	}
-	return log.got
-}
-
 // TestSessionWindowsMergeWhenTheyTouch holds session windows to Flink's rule for merging: two windows
 // merge when they overlap or touch, start <= other.end && end >= other.start (TimeWindow.intersects), so
 // with a gap of 1000 ms records at 0 and 1000 make one session [0, 2000), not [0, 1000) and [1000, 2000).
@@ -113,20 +84,18 @@ func TestSessionWindowsMergeWhenTheyTouch(t *testing.T) {
 	} {
 		for _, backend := range []string{"memory", "pebble"} {
 			t.Run(tc.name+"/"+backend, func(t *testing.T) {
-				r := newWindowRun(t, backend, sessionSpec(1000, tc.lateness), nil, 0)
-				r.feed(tc.script)
-				got := slices.Clone(r.log.got)
-				slices.Sort(got)
-				if !slices.Equal(got, tc.want) {
-					t.Errorf("incremental: got %q, want %q", got, tc.want)
-				}
-				got = runListing(t, backend, listingSessionSpec(1000, tc.lateness), tc.script)
-				slices.Sort(got)
-				if !slices.Equal(got, tc.want) {
-					t.Errorf("listing: got %q, want %q", got, tc.want)
-				}
-				if n := r.keys(); n != 0 {
-					t.Errorf("%d keys hold state after the end of input", n)
+				inc := newWindowHarness(t, backend, sessionSpec(1000, tc.lateness))
+				listing := newWindowHarness(t, backend, listingSessionSpec(1000, tc.lateness))
+				for _, h := range []*windowHarness{inc, listing} {
+					feed(h, tc.script)
+					got := results(h)
+					slices.Sort(got)
+					if !slices.Equal(got, tc.want) {
+						t.Errorf("incremental %v: got %q, want %q", h == inc, got, tc.want)
+					}
+					if keys := StateKeys[int64](h); len(keys) != 0 {
+						t.Errorf("incremental %v: %d keys hold state after the end of input", h == inc, len(keys))
+					}
 				}
 			})
 		}
@@ -174,20 +143,20 @@ func TestRestoredTouchingSessionsMerge(t *testing.T) {
 				if err := b.Close(); err != nil {
 					t.Fatal(err)
 				}
-				r := newWindowRun(t, backend, sessionSpec(1000, 0), snap.Bytes(), math.MinInt64)
-				r.feed([]keyed{{K: -1, Ts: 999}})
-				if want := []string{"2 [0,1000) 1 @999"}; !slices.Equal(r.log.got, want) {
-					t.Fatalf("at watermark 999: %q, want %q (key 1's [0,1000) merged: it does not fire)", r.log.got, want)
+				h := newWindowHarness(t, backend, sessionSpec(1000, 0), Snapshot{State: snap.Bytes(), Watermark: math.MinInt64})
+				feed(h, []keyed{{K: -1, Ts: 999}})
+				if got, want := results(h), []string{"2 [0,1000) 1 @999"}; !slices.Equal(got, want) {
+					t.Fatalf("at watermark 999: %q, want %q (key 1's [0,1000) merged: it does not fire)", got, want)
 				}
-				r.feed([]keyed{{K: 1, V: 4, Ts: 2000}, {K: -1, Ts: math.MaxInt64}})
-				got := slices.Clone(r.log.got)
+				feed(h, []keyed{{K: 1, V: 4, Ts: 2000}, {K: -1, Ts: math.MaxInt64}})
+				got := results(h)
 				slices.Sort(got)
 				want := []string{"1 [0,3000) 7 @2999", "2 [0,1000) 1 @999", "2 [1500,2500) 2 @2499"}
 				if !slices.Equal(got, want) {
 					t.Fatalf("got %q, want %q", got, want)
 				}
-				if n := r.keys(); n != 0 {
-					t.Errorf("%d keys hold state after the end of input", n)
+				if keys := StateKeys[int64](h); len(keys) != 0 {
+					t.Errorf("%d keys hold state after the end of input", len(keys))
 				}
 			})
 		}

@@ -1,7 +1,6 @@
 package operator
 
 import (
-	"bytes"
 	"fmt"
 	"log/slog"
 	"math"
@@ -13,7 +12,6 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/runnel-dev/runnel/codec"
-	"github.com/runnel-dev/runnel/internal/state"
 	"github.com/runnel-dev/runnel/internal/task"
 )
 
@@ -70,85 +68,43 @@ func sumSpec(size, slide, lateness int64, unsliced bool) *WindowSpec[int64, keye
 	}
 }
 
-// windowRun is a window operator built for a test, fed by hand.
-type windowRun struct {
-	t   *testing.T
-	ctx *Context
-	b   Built
-	in  Collector[Timed[keyed]]
-	log *windowLog
-}
+// windowHarness is the harness of a window operator of the window tests, restored from snaps if given.
+type windowHarness = Harness[Timed[keyed], Timed[string]]
 
-func newWindowRun(t *testing.T, backend string, spec *WindowSpec[int64, keyed, int64, int64, string], restore []byte, watermark int64) *windowRun {
+func newWindowHarness[ACC, V any](t *testing.T, backend string, spec *WindowSpec[int64, keyed, ACC, V, string], snaps ...Snapshot) *windowHarness {
 	t.Helper()
-	log := &windowLog{}
-	ctx := windowTestContext(backend)
-	b, err := spec.Build(ctx, []any{Collector[Timed[string]](log)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Open(); err != nil {
-		t.Fatal(err)
-	}
-	if restore != nil {
-		if err := b.Restore(restore); err != nil {
-			t.Fatal(err)
-		}
-		b.RestoreWatermark(watermark)
-	}
-	t.Cleanup(func() {
-		if err := b.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	return &windowRun{t: t, ctx: ctx, b: b, in: b.Input.(Collector[Timed[keyed]]), log: log}
+	return NewHarness[Timed[keyed], Timed[string]](t, spec, HarnessConfig{Name: "window", StateBackend: backend, MaxParallelism: 16,
+		ProcessingTime: 1_000_000, Restore: snaps})
 }
 
-// feed hands the operator step i of the script: a record, or a watermark where the record's key is -1.
-func (r *windowRun) feed(script []keyed) {
+// feed hands the operator a script: records, and watermarks where the record's key is -1.
+func feed(h *windowHarness, script []keyed) {
 	for _, x := range script {
 		if x.K < 0 {
-			if err := r.b.Watermark(x.Ts); err != nil {
-				r.t.Fatal(err)
-			}
+			h.Watermark(x.Ts)
 			continue
 		}
-		r.in.Collect(Timed[keyed]{V: x, Ts: x.Ts})
+		h.Process(Timed[keyed]{V: x, Ts: x.Ts})
 	}
+}
+
+// results formats what a window operator emitted: "key [start,end) value @ts".
+func results(h *windowHarness) []string {
+	var got []string
+	for _, v := range h.Output() {
+		got = append(got, fmt.Sprintf("%s @%d", v.V, v.Ts))
+	}
+	return got
 }
 
 // dropped returns the operator's count of late records dropped.
-func (r *windowRun) dropped() int64 {
-	r.ctx.rt.Counters.Publish()
-	for _, m := range r.ctx.rt.Counters.PublishedMetrics() {
-		if m.Name == "window/late_records_dropped" {
-			return m.Value
-		}
-	}
-	r.t.Fatal("no late_records_dropped metric")
-	return 0
-}
-
-// keys returns the number of keys that hold state.
-func (r *windowRun) keys() int {
-	n := 0
-	err := r.ctx.backend.(state.KeyedBackend[int64]).ForEachKey(func(int64) error { n++; return nil })
-	if err != nil {
-		r.t.Fatal(err)
+func dropped(t *testing.T, h *windowHarness) int64 {
+	t.Helper()
+	n, ok := h.Metric("late_records_dropped")
+	if !ok {
+		t.Fatal("no late_records_dropped metric")
 	}
 	return n
-}
-
-func (r *windowRun) snapshot() []byte {
-	w, err := r.b.Snapshot(1)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	if err := w(&buf); err != nil {
-		r.t.Fatal(err)
-	}
-	return buf.Bytes()
 }
 
 // windowScript is seeded out-of-order input: n records of a few keys, times moving forward with jitter of
@@ -188,33 +144,27 @@ func TestSlicedWindowsEqualWindows(t *testing.T) {
 				}
 				script := windowScript(uint64(tc.size+tc.slide+tc.lateness), 3000, 30)
 				half := len(script) / 2
-				whole := newWindowRun(t, backend, sumSpec(tc.size, tc.slide, tc.lateness, true), nil, 0)
-				whole.feed(script[:half])
-				snap, emitted := whole.snapshot(), len(whole.log.got)
-				watermark := int64(math.MinInt64)
-				for _, x := range script[:half] {
-					if x.K < 0 {
-						watermark = x.Ts
-					}
-				}
-				whole.feed(script[half:])
-				want := slices.Clone(whole.log.got)
+				whole := newWindowHarness(t, backend, sumSpec(tc.size, tc.slide, tc.lateness, true))
+				feed(whole, script[:half])
+				snap, emitted := whole.Snapshot(), len(whole.Output())
+				feed(whole, script[half:])
+				want := results(whole)
 				slices.Sort(want)
 				if len(want) < 100 {
 					t.Fatalf("only %d results", len(want))
 				}
-				sliced := newWindowRun(t, backend, sumSpec(tc.size, tc.slide, tc.lateness, false), nil, 0)
-				sliced.feed(script)
-				if got, want := sliced.dropped(), whole.dropped(); got != want || want == 0 {
+				sliced := newWindowHarness(t, backend, sumSpec(tc.size, tc.slide, tc.lateness, false))
+				feed(sliced, script)
+				if got, want := dropped(t, sliced), dropped(t, whole); got != want || want == 0 {
 					t.Errorf("%d late records dropped, want %d (and some)", got, want)
 				}
-				restored := newWindowRun(t, backend, sumSpec(tc.size, tc.slide, tc.lateness, false), snap, watermark)
-				restored.feed(script[half:])
-				tail := slices.Clone(whole.log.got[emitted:])
+				restored := newWindowHarness(t, backend, sumSpec(tc.size, tc.slide, tc.lateness, false), snap)
+				feed(restored, script[half:])
+				tail := results(whole)[emitted:]
 				for _, c := range []struct {
 					name      string
 					got, want []string
-				}{{"sliced", sliced.log.got, want}, {"restored", restored.log.got, tail}} {
+				}{{"sliced", results(sliced), want}, {"restored", results(restored), tail}} {
 					got := slices.Clone(c.got)
 					slices.Sort(got)
 					slices.Sort(c.want)
@@ -224,9 +174,9 @@ func TestSlicedWindowsEqualWindows(t *testing.T) {
 				}
 				// Every window is done at the end of input: nothing is left, of the slices nor of the windows
 				// restored.
-				for _, r := range []*windowRun{whole, sliced, restored} {
-					if n := r.keys(); n != 0 {
-						t.Errorf("%d keys hold state at the end", n)
+				for _, h := range []*windowHarness{whole, sliced, restored} {
+					if keys := StateKeys[int64](h); len(keys) != 0 {
+						t.Errorf("%d keys hold state at the end", len(keys))
 					}
 				}
 			})
@@ -286,33 +236,30 @@ func TestSlicedProcessingTimeWindowsEqualWindows(t *testing.T) {
 			for i, unsliced := range []bool{true, false} {
 				spec := sumSpec(100, 20, 0, unsliced)
 				spec.Assigner.EventTime = false
-				r := newWindowRun(t, backend, spec, nil, 0)
-				clock := r.ctx.rt.Clock.(*clockwork.FakeClock)
+				h := newWindowHarness(t, backend, spec)
 				rng := rand.New(rand.NewPCG(3, 3))
 				// Timers fire up to the millisecond before the clock's: where a window fired at its last
 				// millisecond and records of that millisecond came after, an unsliced window fires again with
 				// those alone, a sliced one counts them in the later windows only (docs/eventtime.md §4.4).
-				fire := func() {
-					now := clock.Now().UnixMilli() - 1
-					for r.b.NextDeadline() <= now {
-						if err := r.b.OnProcessingTime(now); err != nil {
-							t.Fatal(err)
-						}
+				advance := func(d time.Duration) {
+					if d == 0 {
+						return // nothing is due that was not at the last advance
 					}
+					now := h.Clock().Now().Add(d).UnixMilli()
+					h.SetProcessingTime(now - 1)
+					h.Clock().Advance(time.Millisecond)
 				}
 				for n := range 2000 {
-					r.in.Collect(Timed[keyed]{V: keyed{K: rng.Int64N(7), V: int64(n + 1)}})
+					h.Process(Timed[keyed]{V: keyed{K: rng.Int64N(7), V: int64(n + 1)}})
 					if rng.IntN(10) == 0 {
-						clock.Advance(time.Duration(rng.IntN(15)) * time.Millisecond)
-						fire()
+						advance(time.Duration(rng.IntN(15)) * time.Millisecond)
 					}
 				}
-				clock.Advance(time.Second)
-				fire()
-				got[i] = slices.Clone(r.log.got)
+				advance(time.Second)
+				got[i] = results(h)
 				slices.Sort(got[i])
-				if n := r.keys(); n != 0 {
-					t.Errorf("unsliced %v: %d keys hold state after every window fired", unsliced, n)
+				if keys := StateKeys[int64](h); len(keys) != 0 {
+					t.Errorf("unsliced %v: %d keys hold state after every window fired", unsliced, len(keys))
 				}
 			}
 			if len(got[0]) < 100 || !slices.Equal(got[1], got[0]) {
