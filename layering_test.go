@@ -30,16 +30,19 @@ func TestLayering(t *testing.T) {
 		"internal/mtls":         {},
 		"internal/state":        {"codec"},
 		"internal/scheduler":    {"internal/graph", "internal/ident"},
-		"internal/task":         {"internal/barrier", "internal/checkpoint", "internal/determinants", "internal/ident", "internal/network", "internal/watermark"},
-		"internal/operator":     {"codec", "internal/graph", "internal/ident", "internal/network", "internal/state", "internal/task", "internal/watermark"},
-		"internal/jobcore":      {"internal/checkpoint", "internal/graph", "internal/ident", "internal/scheduler", "internal/task"},
-		"internal/protocol":     {},
-		"internal/jobmaster":    {"internal/checkpoint", "internal/graph", "internal/ident", "internal/jobcore", "internal/network", "internal/protocol", "internal/scheduler", "internal/task", "internal/buildinfo"},
-		"internal/cluster":      {"internal/checkpoint", "internal/determinants", "internal/ident", "internal/jobcore", "internal/network", "internal/protocol", "internal/scheduler", "internal/task"},
+		// The data between the job master and a task attempt: leaf types that the core and the runtime share.
+		"internal/deploy":   {"internal/checkpoint", "internal/ident"},
+		"internal/task":     {"internal/barrier", "internal/checkpoint", "internal/deploy", "internal/determinants", "internal/ident", "internal/network", "internal/watermark"},
+		"internal/operator": {"codec", "internal/deploy", "internal/graph", "internal/ident", "internal/network", "internal/state", "internal/task", "internal/watermark"},
+		// The job master's core describes deployments with internal/deploy, never with the runtime that runs them.
+		"internal/jobcore":   {"internal/checkpoint", "internal/deploy", "internal/graph", "internal/ident", "internal/scheduler"},
+		"internal/protocol":  {},
+		"internal/jobmaster": {"internal/checkpoint", "internal/graph", "internal/ident", "internal/jobcore", "internal/network", "internal/protocol", "internal/scheduler", "internal/deploy", "internal/buildinfo"},
+		"internal/cluster":   {"internal/checkpoint", "internal/deploy", "internal/determinants", "internal/ident", "internal/jobcore", "internal/network", "internal/protocol", "internal/scheduler", "internal/task"},
 		// The REST API serves what its Source returns: it reaches into no loop, core or cluster package.
 		"internal/rest":      {},
 		"internal/buildinfo": {"internal/protocol"},
-		"internal/rpc":       {"internal/checkpoint", "internal/ident", "internal/jobcore", "internal/mtls", "internal/protocol", "internal/rpc/pb", "internal/task"},
+		"internal/rpc":       {"internal/checkpoint", "internal/deploy", "internal/ident", "internal/jobcore", "internal/mtls", "internal/protocol", "internal/rpc/pb"},
 		// Connectors and examples are built on the public API only, like a user's code.
 		"connector":            {"", "codec"},
 		"connector/kafka":      {""},
@@ -71,6 +74,13 @@ func TestLayering(t *testing.T) {
 			}
 		}
 	}
+	// The job master's core and the descriptors it sends reach the task runtime by no path, direct or not:
+	// a decision about a deployment must not depend on the code that carries it out.
+	for _, dir := range []string{"internal/jobcore", "internal/deploy"} {
+		if path := reaches(t, mod, dir, "internal/task"); path != nil {
+			t.Errorf("%s reaches internal/task through %s", dir, strings.Join(path, " -> "))
+		}
+	}
 	// Packages for tests only: no package's own (non-test) files import them, listed above or not.
 	testOnly := []string{mod + "/internal/mtls/mtlstest"}
 	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
@@ -100,6 +110,36 @@ func TestLayering(t *testing.T) {
 	}
 }
 
+// reaches returns the chain of imports by which the module's package from reaches to (from first), or nil.
+func reaches(t *testing.T, mod, from, to string) []string {
+	t.Helper()
+	seen := map[string]bool{}
+	var walk func(dir string) []string
+	walk = func(dir string) []string {
+		if dir == to {
+			return []string{dir}
+		}
+		if seen[dir] {
+			return nil
+		}
+		seen[dir] = true
+		pkg, err := build.ImportDir(filepath.FromSlash(dir), 0)
+		if err != nil {
+			t.Fatalf("%s: %v", dir, err)
+		}
+		for _, imp := range pkg.Imports {
+			if !strings.HasPrefix(imp, mod+"/") {
+				continue
+			}
+			if rest := walk(strings.TrimPrefix(imp, mod+"/")); rest != nil {
+				return append([]string{dir}, rest...)
+			}
+		}
+		return nil
+	}
+	return walk(from)
+}
+
 // TestPureCores holds the pure decision packages to their rules (docs/architecture.md: decisions are
 // values, I/O is at the edge): they import only the listed packages, start no goroutine, and, where said,
 // use no channel and read no clock, so every behaviour is decided by the caller's events alone.
@@ -122,7 +162,10 @@ func TestPureCores(t *testing.T) {
 		// The job master's decisions: no lock (sync is not in the list), no channel, no clock; time.Time
 		// appears only as report fields computed from the job's start, which the driver passes in.
 		{dir: "internal/jobcore", imports: []string{"cmp", "errors", "fmt", "math", "math/rand/v2", "slices", "sort", "strings", "time",
-			mod + "internal/checkpoint", mod + "internal/graph", mod + "internal/ident", mod + "internal/scheduler", mod + "internal/task"},
+			mod + "internal/checkpoint", mod + "internal/deploy", mod + "internal/graph", mod + "internal/ident", mod + "internal/scheduler"},
+			noChannels: true, forbidden: clock},
+		// The deployment descriptor and the attempt's reports: data only, no channel, no clock.
+		{dir: "internal/deploy", imports: []string{"context", "errors", "fmt", "time", mod + "internal/checkpoint", mod + "internal/ident"},
 			noChannels: true, forbidden: clock},
 	} {
 		files, err := filepath.Glob(filepath.Join(filepath.FromSlash(core.dir), "*.go"))

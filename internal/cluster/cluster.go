@@ -25,6 +25,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/runnel-dev/runnel/internal/deploy"
 	"github.com/runnel-dev/runnel/internal/ident"
 	"github.com/runnel-dev/runnel/internal/network"
 	"github.com/runnel-dev/runnel/internal/protocol"
@@ -87,7 +88,7 @@ type TaskManager struct {
 	mu sync.Mutex
 	// tasks holds the attempts that run here, until their Run returns: at most one per slot-shared
 	// subtask deployed here, and the attempts being cancelled for a restart. An attempt that ended is
-	// forgotten (its final counters travel in its last task.Update), so a job that fails over again and
+	// forgotten (its final counters travel in its last deploy.Update), so a job that fails over again and
 	// again does not accumulate the attempts it replaced.
 	tasks    map[taskKey]*task.Task
 	wg       sync.WaitGroup
@@ -207,7 +208,7 @@ func (tm *TaskManager) InflightLogs() *network.LogBudget { return tm.logs }
 func (tm *TaskManager) Memory() *network.NetworkMemory { return tm.memory }
 
 // start runs a task on a goroutine the TaskManager owns.
-func (tm *TaskManager) start(job protocol.JobID, pm *network.PartitionManager, cfg task.Config, report func(task.Update)) error {
+func (tm *TaskManager) start(job protocol.JobID, pm *network.PartitionManager, cfg task.Config, report func(deploy.Update)) error {
 	env := task.Env{
 		Partitions: pm, Memory: tm.memory, Logger: tm.log, Report: report,
 		ConnectRemote: tm.connectRemote, SpillDir: tm.spill, SnapshotWriters: tm.snapshotWriters, Clock: tm.cfg.Clock,
@@ -255,7 +256,7 @@ func (tm *TaskManager) NumPartitions() int {
 	return n
 }
 
-func (tm *TaskManager) connectRemote(ctx context.Context, spec task.ChannelSpec, owner ident.Attempt, pool *network.BufferPool, credits int, notify func(), replayFrom int64) (network.InputChannel, error) {
+func (tm *TaskManager) connectRemote(ctx context.Context, spec deploy.ChannelSpec, owner ident.Attempt, pool *network.BufferPool, credits int, notify func(), replayFrom int64) (network.InputChannel, error) {
 	opts := tm.cfg.DataDial
 	opts.Job, opts.Credential, opts.ReplayFrom = spec.Job, spec.Credential, replayFrom
 	return network.DialRemoteChannel(ctx, spec.Address, spec.Partition, spec.Subpartition, owner, pool, credits, notify, opts)

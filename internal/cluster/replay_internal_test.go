@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/runnel-dev/runnel/internal/deploy"
 	"github.com/runnel-dev/runnel/internal/determinants"
 	"github.com/runnel-dev/runnel/internal/jobcore"
 	"github.com/runnel-dev/runnel/internal/network"
-	"github.com/runnel-dev/runnel/internal/task"
 )
 
 // TestReplayFailureOfAnError: the TaskManager tells why a replay did not hold from the error's types,
@@ -23,15 +23,15 @@ func TestReplayFailureOfAnError(t *testing.T) {
 	}{
 		{"user exception", errors.New("map: division by zero"), jobcore.ReplayFine},
 		{"text of an incomplete log only", errors.New("parse: unexpected 'network: in-flight log incomplete'"), jobcore.ReplayFine},
-		{"text of a divergence only", fmt.Errorf("task map [1/1] #2 failed: %s", task.ErrReplayDiverged.Error()), jobcore.ReplayFine},
+		{"text of a divergence only", fmt.Errorf("task map [1/1] #2 failed: %s", deploy.ErrReplayDiverged.Error()), jobcore.ReplayFine},
 		{"incomplete log", fmt.Errorf("task check [1/2] #1 failed: connect input 0: %w",
 			fmt.Errorf("subpartition r1/0 requested by check[0]#1 from checkpoint 3: %w: %w", network.ErrLogIncomplete, errors.New("truncated"))),
 			jobcore.ReplayLogIncomplete},
-		{"diverged", fmt.Errorf("task map [1/1] #2 failed: %w: at step 4", task.ErrReplayDiverged), jobcore.ReplayDiverged},
-		{"source that cannot replay", fmt.Errorf("replay: %w", task.ErrCannotReplay), jobcore.ReplaySourceCannotReplay},
+		{"diverged", fmt.Errorf("task map [1/1] #2 failed: %w: at step 4", deploy.ErrReplayDiverged), jobcore.ReplayDiverged},
+		{"source that cannot replay", fmt.Errorf("replay: %w", deploy.ErrCannotReplay), jobcore.ReplaySourceCannotReplay},
 		{"broken determinant log", fmt.Errorf("replay: %w: 65 marks", determinants.ErrBroken), jobcore.ReplayDeterminantsBroken},
 		{"determinant log without the mark", fmt.Errorf("replay: %w", noMark(t)), jobcore.ReplayDeterminantsBroken},
-		{"incomplete log and divergence", errors.Join(fmt.Errorf("%w", task.ErrReplayDiverged), network.ErrLogIncomplete), jobcore.ReplayLogIncomplete},
+		{"incomplete log and divergence", errors.Join(fmt.Errorf("%w", deploy.ErrReplayDiverged), network.ErrLogIncomplete), jobcore.ReplayLogIncomplete},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := replayFailure(tc.err); got != tc.want {

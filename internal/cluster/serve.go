@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/runnel-dev/runnel/internal/checkpoint"
+	"github.com/runnel-dev/runnel/internal/deploy"
 	"github.com/runnel-dev/runnel/internal/determinants"
 	"github.com/runnel-dev/runnel/internal/ident"
 	"github.com/runnel-dev/runnel/internal/jobcore"
@@ -277,7 +278,7 @@ func (ss *session) handle(env protocol.Envelope) {
 		ss.send(env.Job, protocol.Accumulators{Values: values, Final: true})
 	case jobcore.Deploy:
 		if err := ss.deploy(env.Job, m.Deployment); err != nil {
-			ss.send(env.Job, jobcore.TaskUpdate{Attempt: m.Deployment.Info.Attempt, State: task.Failed,
+			ss.send(env.Job, jobcore.TaskUpdate{Attempt: m.Deployment.Info.Attempt, State: deploy.Failed,
 				Failure: &jobcore.Failure{Message: err.Error(), Kind: jobcore.FailureDeploy, Cause: err}})
 		}
 	case jobcore.CancelTask:
@@ -486,12 +487,12 @@ func (ss *session) deploy(job protocol.JobID, dep jobcore.Deployment) error {
 			cfg.Restore = &rr
 		}
 	}
-	report := func(u task.Update) { ss.report(j, u) }
+	report := func(u deploy.Update) { ss.report(j, u) }
 	return tm.start(job, j.pm, cfg, report)
 }
 
 // report takes a task's update to the JobManager. Called from the task's goroutine.
-func (ss *session) report(j *tmJob, u task.Update) {
+func (ss *session) report(j *tmJob, u deploy.Update) {
 	if o := u.Observation; o != nil {
 		ss.send(j.id, jobcore.Observation{Attempt: u.Attempt, Kind: o.Kind,
 			Channel: jobcore.Channel{Partition: o.Channel.Partition, Subpartition: o.Channel.Subpartition},
@@ -523,9 +524,9 @@ func replayFailure(err error) jobcore.ReplayFailure {
 	switch {
 	case errors.Is(err, network.ErrLogIncomplete):
 		return jobcore.ReplayLogIncomplete
-	case errors.Is(err, task.ErrReplayDiverged), errors.Is(err, network.ErrRegeneratedOther):
+	case errors.Is(err, deploy.ErrReplayDiverged), errors.Is(err, network.ErrRegeneratedOther):
 		return jobcore.ReplayDiverged
-	case errors.Is(err, task.ErrCannotReplay):
+	case errors.Is(err, deploy.ErrCannotReplay):
 		return jobcore.ReplaySourceCannotReplay
 	case errors.Is(err, determinants.ErrBroken), errors.Is(err, determinants.ErrNoMark):
 		return jobcore.ReplayDeterminantsBroken

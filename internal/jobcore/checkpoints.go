@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/runnel-dev/runnel/internal/checkpoint"
+	"github.com/runnel-dev/runnel/internal/deploy"
 	"github.com/runnel-dev/runnel/internal/graph"
 	"github.com/runnel-dev/runnel/internal/ident"
-	"github.com/runnel-dev/runnel/internal/task"
 )
 
 // Bounds of the storage ops. At most maxStorageOps are out at the driver at once; further ones wait in
@@ -54,7 +54,7 @@ func (c *Core) restorePoint() *checkpoint.CompletedCheckpoint {
 // would miss the barriers its producers send meanwhile, and every other task would wait for it in alignment.
 func (c *Core) allRunning() bool {
 	for _, ex := range c.execs {
-		if ex.state != task.Running && ex.state != task.Finished {
+		if ex.state != deploy.Running && ex.state != deploy.Finished {
 			return false
 		}
 	}

@@ -4,8 +4,8 @@ import (
 	"time"
 
 	"github.com/runnel-dev/runnel/internal/checkpoint"
+	"github.com/runnel-dev/runnel/internal/deploy"
 	"github.com/runnel-dev/runnel/internal/ident"
-	"github.com/runnel-dev/runnel/internal/task"
 )
 
 // Ready is what the core asks the driver to do, in the order asked since the last Advance. The driver
@@ -149,9 +149,9 @@ func (Discard) isStorageRequest()        {}
 // TaskManager fills in from its own build of the job (the operator chain, the checkpoint storage and the
 // acknowledgement callbacks).
 type Deployment struct {
-	Info                task.Info
-	Outputs             []task.OutputSpec
-	Inputs              []task.InputSpec
+	Info                deploy.Info
+	Outputs             []deploy.OutputSpec
+	Inputs              []deploy.InputSpec
 	BufferTimeout       time.Duration
 	MaxRecordSize       int
 	CreditsPerChannel   int
@@ -167,7 +167,7 @@ type Deployment struct {
 	// Restore is the state the attempt starts from (nil: none). Its Read is left nil: for a restore from
 	// the savepoint the job started from (Restore.CheckpointID is that of Config.Savepoint), the driver
 	// reads through the savepoint it opened.
-	Restore *task.RestoreSpec
+	Restore *deploy.RestoreSpec
 	// Task failover (docs/taskfailover.md): Determinants asks the TaskManager for the subtask's determinant
 	// log (kept across its attempts); Replay and TakeOver mark an attempt that a task failover restarted,
 	// which replays the log and takes over the partitions of attempt PartitionAttempt (task.Config).

@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"github.com/runnel-dev/runnel/internal/checkpoint"
+	"github.com/runnel-dev/runnel/internal/deploy"
 	"github.com/runnel-dev/runnel/internal/graph"
 	"github.com/runnel-dev/runnel/internal/ident"
 	"github.com/runnel-dev/runnel/internal/scheduler"
-	"github.com/runnel-dev/runnel/internal/task"
 )
 
 // Config configures a Core: the job and how it runs, without the parts that belong to a process (the
@@ -60,12 +60,12 @@ const DefaultSavepointTimeout = time.Minute
 // execution is the current attempt of one subtask.
 type execution struct {
 	attempt ident.Attempt
-	state   task.State
+	state   deploy.State
 	in, out uint64
 	// watermark is the attempt's last reported watermark; hasWatermark says there is one.
 	watermark    int64
 	hasWatermark bool
-	metrics      []task.Metric
+	metrics      []deploy.Metric
 	// slot is the subtask's logical slot; tm the TaskManager the attempt was deployed to (0: not deployed).
 	slot int
 	tm   TaskManagerID
@@ -278,7 +278,7 @@ func New(cfg Config) (*Core, error) {
 	for _, s := range c.subtasks {
 		slot := c.logicalSlot(s)
 		c.slotCount = max(c.slotCount, slot+1)
-		c.execs[s] = &execution{attempt: ident.Attempt{Subtask: s}, state: task.Created, slot: slot}
+		c.execs[s] = &execution{attempt: ident.Attempt{Subtask: s}, state: deploy.Created, slot: slot}
 	}
 	c.slots = make([]*Slot, c.slotCount)
 	c.slotLost = make([]string, c.slotCount)
@@ -576,7 +576,7 @@ func (c *Core) deployScheduled() {
 	for _, s := range c.subtasks {
 		if c.scheduled[s] && c.deployable(s) {
 			delete(c.scheduled, s)
-			if ex := c.execs[s]; ex.state == task.Created {
+			if ex := c.execs[s]; ex.state == deploy.Created {
 				c.deploy(ex)
 			}
 		}
@@ -587,7 +587,7 @@ func (c *Core) deployScheduled() {
 func (c *Core) release(regions []scheduler.RegionID) {
 	for _, r := range regions {
 		for _, s := range c.topo.Members(r) {
-			if c.execs[s].state == task.Created {
+			if c.execs[s].state == deploy.Created {
 				c.scheduled[s] = true
 			}
 		}
@@ -600,7 +600,7 @@ func (c *Core) release(regions []scheduler.RegionID) {
 func (c *Core) deploy(ex *execution) {
 	to, _ := c.usable(ex.slot)
 	ex.tm = to
-	ex.state = task.Deploying
+	ex.state = deploy.Deploying
 	ex.skipUpTo = c.lastTriggered
 	ex.restoredFrom = c.restorePoint()
 	if ex.restore != nil {
@@ -616,7 +616,7 @@ func (c *Core) descriptor(ex *execution) Deployment {
 	v := c.cfg.Job.Vertex(ex.attempt.Vertex)
 	idx := int(ex.attempt.Index)
 	d := Deployment{
-		Info: task.Info{JobName: c.cfg.Job.Name, VertexName: v.Name, Attempt: ex.attempt, Parallelism: v.Parallelism,
+		Info: deploy.Info{JobName: c.cfg.Job.Name, VertexName: v.Name, Attempt: ex.attempt, Parallelism: v.Parallelism,
 			MaxParallelism: v.MaxParallelism, TaskManager: c.tms[ex.tm].name},
 		BufferTimeout: c.cfg.BufferTimeout, MaxRecordSize: c.cfg.MaxRecordSize, CreditsPerChannel: c.cfg.CreditsPerChannel,
 		StateBackend: c.cfg.StateBackend, SkipCheckpointsUpTo: ex.skipUpTo, FiredInjections: slices.Clone(c.fired),
@@ -638,16 +638,16 @@ func (c *Core) descriptor(ex *execution) Deployment {
 		}
 	}
 	for _, e := range v.Outputs {
-		d.Outputs = append(d.Outputs, task.OutputSpec{Result: e.Result, Subpartitions: len(graph.ConsumersOf(e, idx)),
+		d.Outputs = append(d.Outputs, deploy.OutputSpec{Result: e.Result, Subpartitions: len(graph.ConsumersOf(e, idx)),
 			Reconnectable: e.PartitionType.Reconnectable(), Blocking: e.PartitionType == graph.Blocking,
 			Logged: c.cfg.Failover == scheduler.TaskFailover && e.PartitionType.Reconnectable()})
 	}
 	for _, e := range v.Inputs {
-		var in task.InputSpec
+		var in deploy.InputSpec
 		for _, p := range graph.ProducersOf(e, idx) {
 			prod := c.execs[ident.Subtask{Vertex: e.Source.ID, Index: int32(p)}]
 			g := c.slots[prod.slot]
-			in.Channels = append(in.Channels, task.ChannelSpec{
+			in.Channels = append(in.Channels, deploy.ChannelSpec{
 				Partition:    prod.partition(e.Result),
 				Subpartition: graph.SubpartitionIndex(e, p, idx),
 				Local:        g.TaskManager == ex.tm,

@@ -12,10 +12,10 @@ import (
 	"github.com/cockroachdb/datadriven"
 
 	"github.com/runnel-dev/runnel/internal/checkpoint"
+	"github.com/runnel-dev/runnel/internal/deploy"
 	"github.com/runnel-dev/runnel/internal/graph"
 	"github.com/runnel-dev/runnel/internal/ident"
 	"github.com/runnel-dev/runnel/internal/scheduler"
-	"github.com/runnel-dev/runnel/internal/task"
 )
 
 // replayFailures are the REASONs of "update ... replay=REASON": a ReplayFailure by its String.
@@ -417,7 +417,7 @@ func (h *harness) pendingOp(match func(StorageRequest) bool) (uint64, bool) {
 func (h *harness) ackAll(id int64) error {
 	for _, s := range h.core.subtasks {
 		ex := h.core.execs[s]
-		if ex.state != task.Running {
+		if ex.state != deploy.Running {
 			continue
 		}
 		if err := h.step(CheckpointAck{ID: id, Attempt: ex.attempt}); err != nil {
@@ -490,7 +490,7 @@ func (h *harness) event(line string) ([]string, error) {
 					return nil, err
 				}
 			}
-			return nil, h.all(task.Running)
+			return nil, h.all(deploy.Running)
 		}
 	case "setup-ok", "setup-fail":
 		ev := JobSetUp{TaskManager: h.tm(pos[0])}
@@ -503,13 +503,13 @@ func (h *harness) event(line string) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		st, ok := map[string]task.State{"DEPLOYING": task.Deploying, "RUNNING": task.Running, "FINISHED": task.Finished,
-			"CANCELED": task.Canceled, "FAILED": task.Failed}[pos[1]]
+		st, ok := map[string]deploy.State{"DEPLOYING": deploy.Deploying, "RUNNING": deploy.Running, "FINISHED": deploy.Finished,
+			"CANCELED": deploy.Canceled, "FAILED": deploy.Failed}[pos[1]]
 		if !ok {
 			return nil, fmt.Errorf("bad state %q", pos[1])
 		}
 		u := TaskUpdate{Attempt: a, State: st}
-		if st == task.Failed {
+		if st == deploy.Failed {
 			u.Failure = &Failure{Message: kv["err"], NonRecoverable: slices.Contains(pos, "nonrecoverable")}
 			if kv["kind"] == "deploy" {
 				u.Failure.Kind = FailureDeploy
@@ -532,7 +532,7 @@ func (h *harness) event(line string) ([]string, error) {
 		}
 		return nil, h.step(u)
 	case "running", "canceled", "finished":
-		st := map[string]task.State{"running": task.Running, "canceled": task.Canceled, "finished": task.Finished}[cmd]
+		st := map[string]deploy.State{"running": deploy.Running, "canceled": deploy.Canceled, "finished": deploy.Finished}[cmd]
 		if len(pos) == 1 && pos[0] == "all" {
 			return nil, h.all(st)
 		}
@@ -574,13 +574,13 @@ func (h *harness) event(line string) ([]string, error) {
 			o.Lost, _ = strconv.ParseUint(kv["lost"], 10, 64)
 			o.Records, _ = strconv.ParseUint(kv["records"], 10, 64)
 			o.SnapshotBefore, _ = strconv.ParseInt(kv["snapshot-before"], 10, 64)
-			o.Kind = map[string]task.ObservationKind{"joined": task.ChannelJoined, "replayed": task.ChannelReplayed, "dropped": task.DuplicatesDropped}[pos[1]]
+			o.Kind = map[string]deploy.ObservationKind{"joined": deploy.ChannelJoined, "replayed": deploy.ChannelReplayed, "dropped": deploy.DuplicatesDropped}[pos[1]]
 		case "first-output":
-			o.Kind = task.FirstOutput
+			o.Kind = deploy.FirstOutput
 		case "input-ended":
-			o.Kind = task.InputEnded
+			o.Kind = deploy.InputEnded
 		case "replay-done":
-			o.Kind = task.ReplayDone
+			o.Kind = deploy.ReplayDone
 		default:
 			return nil, fmt.Errorf("bad observation %q", pos[1])
 		}
@@ -700,10 +700,10 @@ func (h *harness) event(line string) ([]string, error) {
 }
 
 // all moves every deployed, not yet terminal attempt (DEPLOYING, or RUNNING for a terminal st) to st.
-func (h *harness) all(st task.State) error {
+func (h *harness) all(st deploy.State) error {
 	for _, s := range h.core.subtasks {
 		ex := h.core.execs[s]
-		if ex.state == task.Created || ex.state.Terminal() || ex.state == st {
+		if ex.state == deploy.Created || ex.state.Terminal() || ex.state == st {
 			continue
 		}
 		if err := h.step(TaskUpdate{Attempt: ex.attempt, State: st}); err != nil {

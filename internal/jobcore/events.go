@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/runnel-dev/runnel/internal/checkpoint"
+	"github.com/runnel-dev/runnel/internal/deploy"
 	"github.com/runnel-dev/runnel/internal/ident"
 	"github.com/runnel-dev/runnel/internal/scheduler"
-	"github.com/runnel-dev/runnel/internal/task"
 )
 
 // Event is what the driver feeds the core with Step: one of the types below.
@@ -73,10 +73,10 @@ const (
 	// ReplayLogIncomplete: an in-flight log the replay read, or a partition it took over, no longer held
 	// what it needed (network.ErrLogIncomplete). Its producers must restart too.
 	ReplayLogIncomplete
-	// ReplayDiverged: the replay did not take the steps the failed attempt took (task.ErrReplayDiverged).
+	// ReplayDiverged: the replay did not take the steps the failed attempt took (deploy.ErrReplayDiverged).
 	ReplayDiverged
 	// ReplaySourceCannotReplay: the attempt's source does not say it replays deterministically
-	// (task.ErrCannotReplay).
+	// (deploy.ErrCannotReplay).
 	ReplaySourceCannotReplay
 	// ReplayDeterminantsBroken: the subtask's determinant log does not reach back to the restored
 	// checkpoint: it went past its bound and was dropped (determinants.ErrBroken), or it has no mark of that
@@ -148,20 +148,20 @@ func (f *Failure) Err() error {
 // with a terminal State.
 type TaskUpdate struct {
 	Attempt               ident.Attempt
-	State                 task.State
+	State                 deploy.State
 	Failure               *Failure
 	RecordsIn, RecordsOut uint64
 	// Watermark is the attempt's last watermark (epoch ms; math.MinInt64: none), with a terminal State.
 	Watermark int64
 	// Metrics are the attempt's last operator metrics, with a terminal State.
-	Metrics []task.Metric
+	Metrics []deploy.Metric
 }
 
-// Observation is a fact a running attempt reports (task.Observation), At being the time it happened as a
+// Observation is a fact a running attempt reports (deploy.Observation), At being the time it happened as a
 // Duration since the job started.
 type Observation struct {
 	Attempt        ident.Attempt
-	Kind           task.ObservationKind
+	Kind           deploy.ObservationKind
 	Channel        Channel
 	Lost           uint64
 	PartialSkipped uint64
@@ -179,8 +179,8 @@ type AttemptCounters struct {
 	In, Out uint64
 	// Watermark is the attempt's current watermark (epoch ms; math.MinInt64: none).
 	Watermark int64
-	// Metrics are the attempt's operator metrics (at most task.MaxMetricsPerTask).
-	Metrics []task.Metric
+	// Metrics are the attempt's operator metrics (at most deploy.MaxMetricsPerTask).
+	Metrics []deploy.Metric
 }
 
 // Counters carries the record counters of the attempts running on one TaskManager.

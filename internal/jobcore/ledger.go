@@ -5,7 +5,7 @@ import "github.com/runnel-dev/runnel/internal/ident"
 // LossLedger makes approximate recovery's loss exact when failovers overlap.
 //
 // A restarted consumer attempt reports, for each channel from a producer that kept running, the records
-// between the position it restored and the first record it received (task.ChannelJoined): the loss of the
+// between the position it restored and the first record it received (deploy.ChannelJoined): the loss of the
 // failover that deployed it, as a gap in the consumer's state. When the consumer fails again and its next
 // attempt restores a checkpoint that does not hold the previous attempt's state (the previous attempt was
 // deployed after that checkpoint was triggered), those gaps are rolled back with the state, and the later

@@ -5,10 +5,10 @@ import (
 	"math"
 	"slices"
 
+	"github.com/runnel-dev/runnel/internal/deploy"
 	"github.com/runnel-dev/runnel/internal/graph"
 	"github.com/runnel-dev/runnel/internal/ident"
 	"github.com/runnel-dev/runnel/internal/scheduler"
-	"github.com/runnel-dev/runnel/internal/task"
 )
 
 func (c *Core) onTaskUpdate(u TaskUpdate) {
@@ -35,7 +35,7 @@ func (c *Core) onTaskUpdate(u TaskUpdate) {
 		}
 	}
 	switch u.State {
-	case task.Running:
+	case deploy.Running:
 		if ex.replaying && c.cfg.Job.Vertex(u.Attempt.Vertex).IsSource() {
 			ex.replaying, ex.replayRetried = false, false // a source replays no input: it rewound and took its partitions over
 		}
@@ -44,7 +44,7 @@ func (c *Core) onTaskUpdate(u TaskUpdate) {
 		}
 		// The last subtask to run again lets a due checkpoint be triggered at once, in this step.
 		c.tickCoordinator()
-	case task.Finished:
+	case deploy.Finished:
 		if c.coord != nil {
 			c.carryOut(c.coord.TaskFinished(c.ms(), u.Attempt))
 		}
@@ -55,7 +55,7 @@ func (c *Core) onTaskUpdate(u TaskUpdate) {
 				}
 			}
 		}
-	case task.Failed:
+	case deploy.Failed:
 		if c.coord != nil {
 			c.carryOut(c.coord.TaskFailed(c.ms(), u.Attempt, u.Failure.Err()))
 		}
@@ -63,7 +63,7 @@ func (c *Core) onTaskUpdate(u TaskUpdate) {
 	}
 	takenOver := c.cfg.Failover == scheduler.TaskFailover && c.status == StatusRunning &&
 		!(c.plan != nil && c.plan.fallback && c.plan.subtasks[u.Attempt.Subtask])
-	if (u.State == task.Failed || u.State == task.Canceled) && !takenOver {
+	if (u.State == deploy.Failed || u.State == deploy.Canceled) && !takenOver {
 		// Released only now, after the failover cancelled its consumers: they must not wait on its data,
 		// and must not report its disappearance as failures of their own. Under task failover the next
 		// attempt takes them over instead, its consumers reading on.
@@ -259,8 +259,8 @@ func (c *Core) cancelAll() {
 	clear(c.scheduled)
 	for _, s := range c.subtasks {
 		switch ex := c.execs[s]; {
-		case ex.state == task.Created:
-			ex.state = task.Canceled
+		case ex.state == deploy.Created:
+			ex.state = deploy.Canceled
 		case !ex.state.Terminal():
 			c.send(ex.tm, CancelTask{Attempt: ex.attempt})
 		}
@@ -275,7 +275,7 @@ func (c *Core) checkDone() {
 		if !ex.state.Terminal() {
 			return
 		}
-		if c.status == StatusRunning && ex.state != task.Finished {
+		if c.status == StatusRunning && ex.state != deploy.Finished {
 			return // stopped for a restart
 		}
 	}
@@ -329,11 +329,11 @@ func (c *Core) committing() bool {
 // is measured against its producer's counters: a second sample, whose answer completes the loss.
 func (c *Core) onObservation(o Observation) {
 	ex := c.current(o.Attempt)
-	if ex != nil && o.Kind == task.ReplayDone {
+	if ex != nil && o.Kind == deploy.ReplayDone {
 		ex.replaying, ex.replayRetried = false, false
 		return
 	}
-	if o.Kind == task.DuplicatesDropped {
+	if o.Kind == deploy.DuplicatesDropped {
 		// Reported by the restarted producer, of one of its subpartitions: the failover is the one that
 		// restarted it.
 		prod := o.Channel.Partition.Producer.Subtask
@@ -343,7 +343,7 @@ func (c *Core) onObservation(o Observation) {
 		}
 		return
 	}
-	if ex != nil && o.Kind == task.InputEnded {
+	if ex != nil && o.Kind == deploy.InputEnded {
 		// The attempt waits for a checkpoint covering its end; once every input ended, the final
 		// checkpoint is triggered at once.
 		if c.coord != nil {
@@ -356,9 +356,9 @@ func (c *Core) onObservation(o Observation) {
 	}
 	ev := ex.createdBy
 	switch o.Kind {
-	case task.ChannelReplayed:
+	case deploy.ChannelReplayed:
 		ev.AddReplay(ChannelReplay{Producer: o.Channel.Partition.Producer.Subtask, Consumer: o.Attempt.Subtask, RecordsReplayed: o.Records})
-	case task.ChannelJoined:
+	case deploy.ChannelJoined:
 		cl := ChannelLoss{Producer: o.Channel.Partition.Producer.Subtask, Consumer: o.Attempt.Subtask,
 			RecordsLost: o.Lost, PartialRecordsSkipped: o.PartialSkipped}
 		// Checkpoints up to skipUpTo hold none of the attempt's state; those it took before it joined this
@@ -375,7 +375,7 @@ func (c *Core) onObservation(o Observation) {
 		c.token++
 		c.samples[c.token] = &pendingSample{to: pex.tm, ev: ev, join: join, channels: []Channel{o.Channel}}
 		c.send(pex.tm, SampleSubpartitions{Token: c.token, Channels: []Channel{o.Channel}})
-	case task.FirstOutput:
+	case deploy.FirstOutput:
 		ev.FirstOutput(o.Attempt.Subtask, c.wall(o.At))
 	}
 }

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/runnel-dev/runnel/internal/checkpoint"
+	"github.com/runnel-dev/runnel/internal/deploy"
 	"github.com/runnel-dev/runnel/internal/ident"
-	"github.com/runnel-dev/runnel/internal/task"
 )
 
 // TestRandomEvents drives cores with seeded random events, as a cluster would send them (updates, acks
@@ -78,7 +78,7 @@ type world struct {
 
 type simTask struct {
 	tm        TaskManagerID
-	state     task.State
+	state     deploy.State
 	canceling bool
 	ended     bool
 	// notified is set when a NotifyCheckpointComplete of a checkpoint triggered after its input ended
@@ -186,7 +186,7 @@ func (w *world) deployed(to TaskManagerID, d Deployment) {
 		w.fail("deploy of %v after attempt %d", a, last)
 	}
 	w.attempts[a.Subtask] = a.Number
-	w.tasks[a] = &simTask{tm: to, state: task.Deploying, acked: map[int64]bool{}}
+	w.tasks[a] = &simTask{tm: to, state: deploy.Deploying, acked: map[int64]bool{}}
 	if a.Number == 0 {
 		return
 	}
@@ -242,7 +242,7 @@ func (w *world) checkState() {
 	all, finished := true, true
 	for _, ex := range w.c.execs {
 		all = all && ex.state.Terminal()
-		finished = finished && ex.state == task.Finished
+		finished = finished && ex.state == deploy.Finished
 	}
 	switch {
 	case st.Terminal() && !all:
@@ -272,7 +272,7 @@ func (w *world) run(n int) {
 		for range 20 {
 			w.answerStorage()
 			for a, st := range w.tasks {
-				if st.state == task.Running && !w.lost[st.tm] {
+				if st.state == deploy.Running && !w.lost[st.tm] {
 					for _, id := range w.triggered {
 						if !st.acked[id] {
 							st.acked[id] = true
@@ -300,8 +300,8 @@ func (w *world) run(n int) {
 func (w *world) stopTasks() {
 	for _, a := range w.alive() {
 		if st := w.tasks[a]; st.canceling {
-			st.state = task.Canceled
-			w.step(TaskUpdate{Attempt: a, State: task.Canceled})
+			st.state = deploy.Canceled
+			w.step(TaskUpdate{Attempt: a, State: deploy.Canceled})
 		}
 	}
 }
@@ -392,10 +392,10 @@ func (w *world) randomEvent() {
 		// A failure naming another TaskManager as an unreachable peer: a suspect to probe.
 		a := as[w.rng.IntN(len(as))]
 		tms := slices.DeleteFunc(w.liveTMs(), func(tm TaskManagerID) bool { return tm == w.tasks[a].tm })
-		if st := w.tasks[a]; st.state == task.Running && len(tms) > 0 {
+		if st := w.tasks[a]; st.state == deploy.Running && len(tms) > 0 {
 			peer := tms[w.rng.IntN(len(tms))]
-			st.state = task.Failed
-			w.step(TaskUpdate{Attempt: a, State: task.Failed, Failure: &Failure{Message: "connection closed", PeerDataAddress: fmt.Sprintf("tm-%d:9000", peer)}})
+			st.state = deploy.Failed
+			w.step(TaskUpdate{Attempt: a, State: deploy.Failed, Failure: &Failure{Message: "connection closed", PeerDataAddress: fmt.Sprintf("tm-%d:9000", peer)}})
 		}
 	default:
 		w.step(Tick{})
@@ -408,23 +408,23 @@ func (w *world) updateTask(a ident.Attempt) {
 	st := w.tasks[a]
 	switch {
 	case st.canceling:
-		st.state = task.Canceled
-		w.step(TaskUpdate{Attempt: a, State: task.Canceled})
-	case st.state == task.Deploying:
-		st.state = task.Running
-		w.step(TaskUpdate{Attempt: a, State: task.Running})
-	case st.state == task.Running && st.ended && st.notified:
-		st.state = task.Finished
-		w.step(TaskUpdate{Attempt: a, State: task.Finished})
-	case st.state == task.Running && !st.ended && w.rng.IntN(10) == 0:
+		st.state = deploy.Canceled
+		w.step(TaskUpdate{Attempt: a, State: deploy.Canceled})
+	case st.state == deploy.Deploying:
+		st.state = deploy.Running
+		w.step(TaskUpdate{Attempt: a, State: deploy.Running})
+	case st.state == deploy.Running && st.ended && st.notified:
+		st.state = deploy.Finished
+		w.step(TaskUpdate{Attempt: a, State: deploy.Finished})
+	case st.state == deploy.Running && !st.ended && w.rng.IntN(10) == 0:
 		st.ended = true
 		if len(w.triggered) > 0 {
 			st.endedAfter = w.triggered[len(w.triggered)-1]
 		}
-		w.step(Observation{Attempt: a, Kind: task.InputEnded, At: w.now})
-	case st.state == task.Running && w.rng.IntN(25) == 0:
-		st.state = task.Failed
-		w.step(TaskUpdate{Attempt: a, State: task.Failed, Failure: &Failure{Message: "boom"}})
+		w.step(Observation{Attempt: a, Kind: deploy.InputEnded, At: w.now})
+	case st.state == deploy.Running && w.rng.IntN(25) == 0:
+		st.state = deploy.Failed
+		w.step(TaskUpdate{Attempt: a, State: deploy.Failed, Failure: &Failure{Message: "boom"}})
 	}
 }
 

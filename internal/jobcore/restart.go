@@ -8,10 +8,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/runnel-dev/runnel/internal/deploy"
 	"github.com/runnel-dev/runnel/internal/graph"
 	"github.com/runnel-dev/runnel/internal/ident"
 	"github.com/runnel-dev/runnel/internal/scheduler"
-	"github.com/runnel-dev/runnel/internal/task"
 )
 
 // startFailover records a failover event and adds set to the restart plan: failed is the subtask that
@@ -60,7 +60,7 @@ func (c *Core) startFailoverOf(failed *ident.Subtask, failedSubtasks []ident.Sub
 			continue // being cancelled for an earlier failover of the plan already
 		}
 		c.plan.subtasks[r] = true
-		if ex := c.execs[r]; !ex.state.Terminal() && ex.state != task.Created {
+		if ex := c.execs[r]; !ex.state.Terminal() && ex.state != deploy.Created {
 			cancel = append(cancel, ex)
 		}
 	}
@@ -178,7 +178,7 @@ func (c *Core) maybeRestart() {
 	}
 	for _, s := range subtasks {
 		// Subtasks never deployed (a region waiting for its blocking inputs) have nothing to stop.
-		if st := c.execs[s].state; !st.Terminal() && st != task.Created {
+		if st := c.execs[s].state; !st.Terminal() && st != deploy.Created {
 			return
 		}
 	}
@@ -221,10 +221,10 @@ func (c *Core) maybeRestart() {
 	var attempts []ident.Attempt
 	for _, s := range subtasks {
 		ex := c.execs[s]
-		if ex.state == task.Created {
+		if ex.state == deploy.Created {
 			continue // never ran: its first attempt is still to come
 		}
-		if ex.state == task.Finished {
+		if ex.state == deploy.Finished {
 			// A finished producer keeps its partitions until now: its new attempt produces them again.
 			c.send(ex.tm, ReleasePartitions{Attempt: ex.attempt})
 		}
@@ -242,7 +242,7 @@ func (c *Core) maybeRestart() {
 		if !ex.taskRestart {
 			ex.replayRetried = false
 		}
-		ex.state = task.Created
+		ex.state = deploy.Created
 		ex.in, ex.out = 0, 0
 		ex.watermark, ex.hasWatermark, ex.metrics = 0, false, nil
 		ex.tm = 0
@@ -387,13 +387,13 @@ func (c *Core) onTaskManagerLost(e TaskManagerLost) {
 			planned = append(planned, s)
 		}
 		switch {
-		case ex.state == task.Created || (ex.state.Terminal() && !c.blockingNeeded(ex)):
+		case ex.state == deploy.Created || (ex.state.Terminal() && !c.blockingNeeded(ex)):
 			continue
 		case c.status != StatusRunning:
-			ex.state = task.Canceled // being cancelled with the job: it ended with its TaskManager
+			ex.state = deploy.Canceled // being cancelled with the job: it ended with its TaskManager
 			continue
 		}
-		ex.state = task.Failed
+		ex.state = deploy.Failed
 		if c.coord != nil {
 			c.carryOut(c.coord.TaskFailed(c.ms(), ex.attempt, fmt.Errorf("TaskManager %s lost: %s", tm.name, e.Reason)))
 		}
@@ -443,7 +443,7 @@ func (c *Core) onTaskManagerLost(e TaskManagerLost) {
 // blockingNeeded reports whether a finished attempt's blocking partition is still to be read: a consumer
 // has not finished.
 func (c *Core) blockingNeeded(ex *execution) bool {
-	if ex.state != task.Finished {
+	if ex.state != deploy.Finished {
 		return false
 	}
 	for _, e := range c.cfg.Job.Vertex(ex.attempt.Vertex).Outputs {
@@ -451,7 +451,7 @@ func (c *Core) blockingNeeded(ex *execution) bool {
 			continue
 		}
 		for _, k := range graph.ConsumersOf(e, int(ex.attempt.Index)) {
-			if c.execs[ident.Subtask{Vertex: e.Target.ID, Index: int32(k)}].state != task.Finished {
+			if c.execs[ident.Subtask{Vertex: e.Target.ID, Index: int32(k)}].state != deploy.Finished {
 				return true
 			}
 		}

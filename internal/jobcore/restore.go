@@ -5,9 +5,9 @@ import (
 	"slices"
 
 	"github.com/runnel-dev/runnel/internal/checkpoint"
+	"github.com/runnel-dev/runnel/internal/deploy"
 	"github.com/runnel-dev/runnel/internal/graph"
 	"github.com/runnel-dev/runnel/internal/ident"
-	"github.com/runnel-dev/runnel/internal/task"
 )
 
 // RestoreSpecOf returns the state subtask s of vertex v starts from in checkpoint cp (nil: none).
@@ -17,7 +17,7 @@ import (
 // state is filtered to the subtask's key groups as it is read, and the task refuses state that is not
 // keyed, which cannot be split. Any other vertex is re-mapped: each of its operators takes its state from
 // the old vertex that held the operator's uid, whatever that vertex's chain (see remappedSpec).
-func RestoreSpecOf(v *graph.JobVertex, s ident.Subtask, cp *checkpoint.CompletedCheckpoint) *task.RestoreSpec {
+func RestoreSpecOf(v *graph.JobVertex, s ident.Subtask, cp *checkpoint.CompletedCheckpoint) *deploy.RestoreSpec {
 	old, ok := cp.VertexByID(s.Vertex)
 	if v == nil || !hasOperators(cp) || (ok && slices.Equal(old.Operators, v.UIDs())) {
 		return sameVertexSpec(v, s, cp, old, ok)
@@ -25,17 +25,17 @@ func RestoreSpecOf(v *graph.JobVertex, s ident.Subtask, cp *checkpoint.Completed
 	return remappedSpec(v, s, cp)
 }
 
-func sameVertexSpec(v *graph.JobVertex, s ident.Subtask, cp *checkpoint.CompletedCheckpoint, old checkpoint.Vertex, ok bool) *task.RestoreSpec {
+func sameVertexSpec(v *graph.JobVertex, s ident.Subtask, cp *checkpoint.CompletedCheckpoint, old checkpoint.Vertex, ok bool) *deploy.RestoreSpec {
 	if !ok || v == nil || int(old.Parallelism) == v.Parallelism {
 		h, ok := cp.State(s)
 		if !ok {
 			return nil
 		}
-		return &task.RestoreSpec{CheckpointID: cp.ID, Handle: h}
+		return &deploy.RestoreSpec{CheckpointID: cp.ID, Handle: h}
 	}
 	// Every old subtask's state, in subtask order: keyed state is filtered to the subtask's key groups as
 	// it is read, and operator list state is redistributed over all of them (even split or union).
-	spec := &task.RestoreSpec{CheckpointID: cp.ID, RescaledFrom: int(old.Parallelism)}
+	spec := &deploy.RestoreSpec{CheckpointID: cp.ID, RescaledFrom: int(old.Parallelism)}
 	for i := range int(old.Parallelism) {
 		if h, ok := cp.State(ident.Subtask{Vertex: s.Vertex, Index: int32(i)}); ok {
 			spec.Parts = append(spec.Parts, h)
@@ -61,8 +61,8 @@ func hasOperators(cp *checkpoint.CompletedCheckpoint) bool {
 // filters to its key groups. Old subtasks that hold none of the operators' state are not read, unless they
 // had finished (the new subtask has then finished too, or, if only part of what it takes had, refuses to
 // start). A vertex whose operators are all new, or kept no state, starts empty: nil.
-func remappedSpec(v *graph.JobVertex, s ident.Subtask, cp *checkpoint.CompletedCheckpoint) *task.RestoreSpec {
-	spec := &task.RestoreSpec{CheckpointID: cp.ID}
+func remappedSpec(v *graph.JobVertex, s ident.Subtask, cp *checkpoint.CompletedCheckpoint) *deploy.RestoreSpec {
+	spec := &deploy.RestoreSpec{CheckpointID: cp.ID}
 	uids := v.UIDs()
 	for _, old := range cp.Vertices {
 		var group []string
@@ -83,7 +83,7 @@ func remappedSpec(v *graph.JobVertex, s ident.Subtask, cp *checkpoint.CompletedC
 			if !ok {
 				continue
 			}
-			read := task.StateRead{Handle: h}
+			read := deploy.StateRead{Handle: h}
 			if rescaled {
 				read.RescaledFrom = int(old.Parallelism)
 			}

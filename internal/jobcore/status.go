@@ -4,8 +4,8 @@ import (
 	"time"
 
 	"github.com/runnel-dev/runnel/internal/checkpoint"
+	"github.com/runnel-dev/runnel/internal/deploy"
 	"github.com/runnel-dev/runnel/internal/graph"
-	"github.com/runnel-dev/runnel/internal/task"
 )
 
 // Status is the state of a job.
@@ -36,14 +36,14 @@ type SubtaskStatus struct {
 	Index       int
 	Attempt     int
 	TaskManager string
-	State       task.State
+	State       deploy.State
 	RecordsIn   uint64
 	RecordsOut  uint64
 	// Watermark is the subtask's last reported watermark (epoch ms), when HasWatermark.
 	Watermark    int64
 	HasWatermark bool
 	// Metrics are the subtask's operator metrics, as last reported ("operator/name").
-	Metrics []task.Metric
+	Metrics []deploy.Metric
 }
 
 // VertexStatus describes one vertex in a snapshot.

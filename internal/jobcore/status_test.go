@@ -6,10 +6,10 @@ import (
 	"time"
 
 	"github.com/runnel-dev/runnel/internal/checkpoint"
+	"github.com/runnel-dev/runnel/internal/deploy"
 	"github.com/runnel-dev/runnel/internal/graph"
 	"github.com/runnel-dev/runnel/internal/ident"
 	"github.com/runnel-dev/runnel/internal/scheduler"
-	"github.com/runnel-dev/runnel/internal/task"
 )
 
 // TestStatusMachine drives a one-subtask job through each path of the status machine and checks where it
@@ -21,7 +21,7 @@ func TestStatusMachine(t *testing.T) {
 		ev   Event
 		want Status // the core's status after the step
 	}
-	up := func(st task.State, f *Failure) TaskUpdate { return TaskUpdate{Attempt: src, State: st, Failure: f} }
+	up := func(st deploy.State, f *Failure) TaskUpdate { return TaskUpdate{Attempt: src, State: st, Failure: f} }
 	grant := SlotsGranted{Slots: []Slot{{TaskManager: 1, Name: "tm-1", DataAddress: "tm-1:1"}}}
 	setup := JobSetUp{TaskManager: 1}
 	for _, tc := range []struct {
@@ -31,26 +31,26 @@ func TestStatusMachine(t *testing.T) {
 		errHas  string
 	}{
 		{"finishes", "none", []step{{Start{}, StatusRunning}, {grant, StatusRunning}, {setup, StatusRunning},
-			{up(task.Running, nil), StatusRunning}, {up(task.Finished, nil), StatusFinished}}, ""},
+			{up(deploy.Running, nil), StatusRunning}, {up(deploy.Finished, nil), StatusFinished}}, ""},
 		{"no restart fails the job", "none", []step{{Start{}, StatusRunning}, {grant, StatusRunning}, {setup, StatusRunning},
-			{up(task.Failed, &Failure{Message: "boom"}), StatusFailed}}, "boom (restart strategy none gives up)"},
+			{up(deploy.Failed, &Failure{Message: "boom"}), StatusFailed}}, "boom (restart strategy none gives up)"},
 		{"a non-recoverable failure is not restarted", "fixed-delay:attempts=9,delay=0s", []step{{Start{}, StatusRunning},
-			{grant, StatusRunning}, {setup, StatusRunning}, {up(task.Failed, &Failure{Message: "bad config", NonRecoverable: true}), StatusFailed}}, "bad config"},
+			{grant, StatusRunning}, {setup, StatusRunning}, {up(deploy.Failed, &Failure{Message: "bad config", NonRecoverable: true}), StatusFailed}}, "bad config"},
 		{"a refused deployment fails the job", "fixed-delay:attempts=9,delay=0s", []step{{Start{}, StatusRunning},
-			{grant, StatusRunning}, {setup, StatusRunning}, {up(task.Failed, &Failure{Message: "TaskManager shut down", Kind: FailureDeploy}), StatusFailed}},
+			{grant, StatusRunning}, {setup, StatusRunning}, {up(deploy.Failed, &Failure{Message: "TaskManager shut down", Kind: FailureDeploy}), StatusFailed}},
 			"deploy source -> sink[0]: TaskManager shut down"},
 		{"a failed setup fails the job", "none", []step{{Start{}, StatusRunning}, {grant, StatusRunning},
 			{JobSetUp{TaskManager: 1, Err: errString("fingerprint mismatch")}, StatusFailed}}, "TaskManager tm-1 cannot run the job: fingerprint mismatch"},
 		{"cancel before start", "none", []step{{Cancel{}, StatusCanceled}}, ""},
 		{"cancel before deployment", "none", []step{{Start{}, StatusRunning}, {Cancel{}, StatusCanceled}}, ""},
 		{"cancel while running waits for the task", "none", []step{{Start{}, StatusRunning}, {grant, StatusRunning},
-			{setup, StatusRunning}, {Cancel{}, StatusCanceling}, {Cancel{}, StatusCanceling}, {up(task.Canceled, nil), StatusCanceled}}, ""},
+			{setup, StatusRunning}, {Cancel{}, StatusCanceling}, {Cancel{}, StatusCanceling}, {up(deploy.Canceled, nil), StatusCanceled}}, ""},
 		{"cancel while failing changes nothing", "none", []step{{Start{}, StatusRunning}, {grant, StatusRunning},
 			{setup, StatusRunning}, {JobSetUp{TaskManager: 1, Err: errString("late")}, StatusFailing}, {Cancel{}, StatusFailing},
-			{up(task.Canceled, nil), StatusFailed}}, "late"},
+			{up(deploy.Canceled, nil), StatusFailed}}, "late"},
 		{"slot wait times out", "none", []step{{Start{}, StatusRunning}, {Tick{}, StatusFailed}}, "deployment waits for 1 slot, for 5m0s"},
 		{"losing the TaskManager of a running task restarts it", "fixed-delay:attempts=1,delay=0s", []step{{Start{}, StatusRunning},
-			{grant, StatusRunning}, {setup, StatusRunning}, {up(task.Running, nil), StatusRunning},
+			{grant, StatusRunning}, {setup, StatusRunning}, {up(deploy.Running, nil), StatusRunning},
 			{TaskManagerLost{TaskManager: 1, Reason: "gone"}, StatusRunning}}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -32,12 +32,12 @@ import (
 	"time"
 
 	"github.com/runnel-dev/runnel/internal/checkpoint"
+	"github.com/runnel-dev/runnel/internal/deploy"
 	"github.com/runnel-dev/runnel/internal/graph"
 	"github.com/runnel-dev/runnel/internal/jobcore"
 	"github.com/runnel-dev/runnel/internal/network"
 	"github.com/runnel-dev/runnel/internal/protocol"
 	"github.com/runnel-dev/runnel/internal/scheduler"
-	"github.com/runnel-dev/runnel/internal/task"
 )
 
 // Status and Snapshot are jobcore's, where the decisions about them live.
@@ -451,9 +451,9 @@ func (d *Driver) message(m jobcore.Message) {
 // withCredentials copies a deployment's inputs with the job id and a partition credential on every remote
 // channel, made for this consumer attempt.
 func (d *Driver) withCredentials(dep jobcore.Deployment) jobcore.Deployment {
-	ins := make([]task.InputSpec, len(dep.Inputs))
+	ins := make([]deploy.InputSpec, len(dep.Inputs))
 	for i, in := range dep.Inputs {
-		out := task.InputSpec{Channels: make([]task.ChannelSpec, len(in.Channels))}
+		out := deploy.InputSpec{Channels: make([]deploy.ChannelSpec, len(in.Channels))}
 		copy(out.Channels, in.Channels)
 		for c := range out.Channels {
 			spec := &out.Channels[c]

@@ -15,11 +15,11 @@ import (
 
 	"github.com/runnel-dev/runnel/internal/checkpoint"
 	"github.com/runnel-dev/runnel/internal/checkpoint/errorbucket"
+	"github.com/runnel-dev/runnel/internal/deploy"
 	"github.com/runnel-dev/runnel/internal/graph"
 	"github.com/runnel-dev/runnel/internal/jobcore"
 	"github.com/runnel-dev/runnel/internal/protocol"
 	"github.com/runnel-dev/runnel/internal/rpc"
-	"github.com/runnel-dev/runnel/internal/task"
 )
 
 // fakeTM speaks the TaskManager's side of a session and runs no task: every attempt it is given reports
@@ -48,8 +48,8 @@ func (f *fakeTM) attach(t *testing.T, d *Dispatcher) {
 				_ = tm.Send(protocol.Envelope{Job: env.Job, Body: jobcore.JobSetUp{}})
 			case jobcore.Deploy:
 				a := m.Deployment.Info.Attempt
-				_ = tm.Send(protocol.Envelope{Job: env.Job, Body: jobcore.TaskUpdate{Attempt: a, State: task.Running}})
-				_ = tm.Send(protocol.Envelope{Job: env.Job, Body: jobcore.TaskUpdate{Attempt: a, State: task.Finished, RecordsIn: 7, RecordsOut: 7}})
+				_ = tm.Send(protocol.Envelope{Job: env.Job, Body: jobcore.TaskUpdate{Attempt: a, State: deploy.Running}})
+				_ = tm.Send(protocol.Envelope{Job: env.Job, Body: jobcore.TaskUpdate{Attempt: a, State: deploy.Finished, RecordsIn: 7, RecordsOut: 7}})
 			case jobcore.TriggerCheckpoint:
 				_ = tm.Send(protocol.Envelope{Job: env.Job, Body: jobcore.CheckpointDecline{ID: m.ID, Attempt: m.Attempt,
 					Err: checkpoint.ErrTaskNotReady, NotReady: true}})

@@ -50,7 +50,7 @@ type RuntimeContext interface {
 	Metrics() MetricGroup
 }
 
-// MetricGroup registers an operator's metrics; a task holds at most task.MaxMetricsPerTask, and a name
+// MetricGroup registers an operator's metrics; a task holds at most deploy.MaxMetricsPerTask, and a name
 // may be registered once per operator.
 type MetricGroup interface {
 	// Counter returns a counter to add to from the function (on the task goroutine, without atomics).

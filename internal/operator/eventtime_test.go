@@ -10,6 +10,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/runnel-dev/runnel/internal/deploy"
 	"github.com/runnel-dev/runnel/internal/task"
 )
 
@@ -125,7 +126,7 @@ func TestSourceWatermarks(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			clock := clockwork.NewFakeClockAt(time.UnixMilli(1_000_000))
-			rt := &task.Runtime{Info: task.Info{Parallelism: 1, MaxParallelism: 1}, Counters: task.NewCounters(),
+			rt := &task.Runtime{Info: deploy.Info{Parallelism: 1, MaxParallelism: 1}, Counters: task.NewCounters(),
 				Logger: slog.Default(), Clock: clock}
 			ctx := NewContext(rt, "src")
 			log := &eventLog{}
@@ -205,7 +206,7 @@ func (s *splitSource) CreateReader(RuntimeContext) (SourceReader[int], error) {
 // holding the others back and a released one stops counting.
 func TestSplitWatermarks(t *testing.T) {
 	clock := clockwork.NewFakeClockAt(time.UnixMilli(1_000_000))
-	rt := &task.Runtime{Info: task.Info{Parallelism: 1, MaxParallelism: 1}, Counters: task.NewCounters(), Logger: slog.Default(), Clock: clock}
+	rt := &task.Runtime{Info: deploy.Info{Parallelism: 1, MaxParallelism: 1}, Counters: task.NewCounters(), Logger: slog.Default(), Clock: clock}
 	ctx := NewContext(rt, "src")
 	log := &eventLog{}
 	ctx.wmOut = []watermarkTarget{log}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/runnel-dev/runnel/internal/deploy"
 	"github.com/runnel-dev/runnel/internal/ident"
 	"github.com/runnel-dev/runnel/internal/state"
 	"github.com/runnel-dev/runnel/internal/task"
@@ -97,7 +98,7 @@ func newHarness(t TB, spec NodeSpec, cfg HarnessConfig, out any) (*harness, erro
 	}
 	clock := clockwork.NewFakeClockAt(time.UnixMilli(cfg.ProcessingTime))
 	rt := &task.Runtime{
-		Info: task.Info{JobName: "harness", VertexName: cfg.Name, Parallelism: cfg.Parallelism, MaxParallelism: cfg.MaxParallelism,
+		Info: deploy.Info{JobName: "harness", VertexName: cfg.Name, Parallelism: cfg.Parallelism, MaxParallelism: cfg.MaxParallelism,
 			Attempt: ident.Attempt{Subtask: ident.Subtask{Index: int32(cfg.Subtask)}}},
 		Counters: task.NewCounters(), Cancel: make(chan struct{}), Logger: slog.New(slog.DiscardHandler), Clock: clock,
 		StateBackend: cfg.StateBackend, Checkpointing: cfg.Checkpointing,

@@ -12,6 +12,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/runnel-dev/runnel/codec"
+	"github.com/runnel-dev/runnel/internal/deploy"
 	"github.com/runnel-dev/runnel/internal/task"
 )
 
@@ -44,7 +45,7 @@ func (sumWindow) Process(ctx WindowContext[int64], vs []int64, out Collector[str
 
 func windowTestContext(backend string) *Context {
 	clock := clockwork.NewFakeClockAt(time.UnixMilli(1_000_000))
-	rt := &task.Runtime{Info: task.Info{Parallelism: 1, MaxParallelism: 16}, Counters: task.NewCounters(), Logger: slog.New(slog.DiscardHandler),
+	rt := &task.Runtime{Info: deploy.Info{Parallelism: 1, MaxParallelism: 16}, Counters: task.NewCounters(), Logger: slog.New(slog.DiscardHandler),
 		Clock: clock, StateBackend: backend}
 	return NewContext(rt, "window")
 }

@@ -5,28 +5,28 @@ import (
 	"time"
 
 	"github.com/runnel-dev/runnel/internal/checkpoint"
+	"github.com/runnel-dev/runnel/internal/deploy"
 	"github.com/runnel-dev/runnel/internal/ident"
 	"github.com/runnel-dev/runnel/internal/jobcore"
 	"github.com/runnel-dev/runnel/internal/protocol"
-	"github.com/runnel-dev/runnel/internal/task"
 )
 
 // benchDeploy is a typical deployment: a keyed subtask of parallelism 8 reading a hash shuffle from 8
 // producers over TCP, with one output, restoring a checkpoint of one blob.
 func benchDeploy() protocol.Envelope {
 	me := ident.Attempt{Subtask: ident.Subtask{Vertex: 2, Index: 3}, Number: 1}
-	var in task.InputSpec
+	var in deploy.InputSpec
 	for p := range int32(8) {
-		in.Channels = append(in.Channels, task.ChannelSpec{
+		in.Channels = append(in.Channels, deploy.ChannelSpec{
 			Partition:    ident.PartitionID{Result: 1, Producer: ident.Attempt{Subtask: ident.Subtask{Vertex: 1, Index: p}}},
 			Subpartition: 3, Address: "10.0.0.7:41234", Job: [16]byte{1, 2, 3}, Credential: [32]byte{4, 5, 6, 7}})
 	}
 	d := jobcore.Deployment{
-		Info:    task.Info{JobName: "sequence", VertexName: "check", Attempt: me, Parallelism: 8, MaxParallelism: 128, TaskManager: "tm-2"},
-		Outputs: []task.OutputSpec{{Result: 2, Subpartitions: 8}},
-		Inputs:  []task.InputSpec{in}, BufferTimeout: 10 * time.Millisecond, MaxRecordSize: 1 << 20, CreditsPerChannel: 2,
+		Info:    deploy.Info{JobName: "sequence", VertexName: "check", Attempt: me, Parallelism: 8, MaxParallelism: 128, TaskManager: "tm-2"},
+		Outputs: []deploy.OutputSpec{{Result: 2, Subpartitions: 8}},
+		Inputs:  []deploy.InputSpec{in}, BufferTimeout: 10 * time.Millisecond, MaxRecordSize: 1 << 20, CreditsPerChannel: 2,
 		StateBackend: "memory", SkipCheckpointsUpTo: 4, Checkpoints: &jobcore.CheckpointSettings{FinalCheckpoint: true},
-		Restore: &task.RestoreSpec{CheckpointID: 4, SameRun: true, Handle: checkpoint.StateHandle{Attempt: me,
+		Restore: &deploy.RestoreSpec{CheckpointID: 4, SameRun: true, Handle: checkpoint.StateHandle{Attempt: me,
 			Blobs: []checkpoint.BlobRef{{Key: "v2-3-a0-state", Size: 4096, CRC: 0xdeadbeef}}}},
 	}
 	return protocol.Envelope{Job: protocol.JobID{1, 2, 3}, Body: jobcore.Deploy{Deployment: d}}

@@ -9,16 +9,16 @@ import (
 	"time"
 
 	"github.com/runnel-dev/runnel/internal/checkpoint"
+	"github.com/runnel-dev/runnel/internal/deploy"
 	"github.com/runnel-dev/runnel/internal/ident"
 	"github.com/runnel-dev/runnel/internal/jobcore"
 	"github.com/runnel-dev/runnel/internal/protocol"
 	"github.com/runnel-dev/runnel/internal/rpc/pb"
-	"github.com/runnel-dev/runnel/internal/task"
 )
 
 // The conversions below map every field of every body both ways. What does not cross, by design:
 //   - jobcore.Failure.Cause (the error itself stays in its process; its text is Message),
-//   - task.RestoreSpec.Read (a function: the TaskManager supplies its own reader),
+//   - deploy.RestoreSpec.Read (a function: the TaskManager supplies its own reader),
 //   - the TaskManager fields of jobcore.JobSetUp and jobcore.TaskManagerAlive (the JobManager's session
 //     layer knows which session a message came from and fills them in),
 //   - error values, which cross as their text (JobSetUp.Err, CheckpointDecline.Err); a decline's error
@@ -171,7 +171,7 @@ func encodeFromTaskManager(env protocol.Envelope) (*pb.FromTaskManager, error) {
 		}
 		m.Body = &pb.FromTaskManager_TaskUpdate{TaskUpdate: u}
 	case jobcore.Observation:
-		if b.Kind > task.DuplicatesDropped {
+		if b.Kind > deploy.DuplicatesDropped {
 			return nil, fmt.Errorf("an Observation of %s: unknown kind %d", b.Attempt, b.Kind)
 		}
 		m.Body = &pb.FromTaskManager_Observation{Observation: &pb.Observation{Attempt: encodeAttempt(b.Attempt), Kind: pb.ObservationKind(b.Kind),
@@ -226,7 +226,7 @@ func decodeFromTaskManager(m *pb.FromTaskManager) (env protocol.Envelope, bye *p
 		env.Body = jobcore.JobSetUp{Err: textErr(b.JobSetUp.Err, false)}
 	case *pb.FromTaskManager_TaskUpdate:
 		u := b.TaskUpdate
-		st := task.State(u.GetState())
+		st := deploy.State(u.GetState())
 		if err := checkState(st); err != nil {
 			return env, nil, fmt.Errorf("TaskUpdate: %w", err)
 		}
@@ -251,7 +251,7 @@ func decodeFromTaskManager(m *pb.FromTaskManager) (env protocol.Envelope, bye *p
 		if o.GetKind() < 0 || o.GetKind() > pb.ObservationKind_OBSERVATION_KIND_DUPLICATES_DROPPED {
 			return env, nil, fmt.Errorf("an Observation: unknown kind %d", o.GetKind())
 		}
-		env.Body = jobcore.Observation{Attempt: decodeAttempt(o.GetAttempt()), Kind: task.ObservationKind(o.GetKind()),
+		env.Body = jobcore.Observation{Attempt: decodeAttempt(o.GetAttempt()), Kind: deploy.ObservationKind(o.GetKind()),
 			Channel: decodeChannel(o.GetChannel()), Lost: o.GetLost(), PartialSkipped: o.GetPartialSkipped(), At: time.Duration(o.GetAtNanos()), Records: o.GetRecords(), SnapshotBefore: o.GetSnapshotBefore()}
 	case *pb.FromTaskManager_CheckpointAck:
 		a := b.CheckpointAck
@@ -337,7 +337,7 @@ func encodeDeployment(d jobcore.Deployment) *pb.Deploy {
 func decodeDeployment(p *pb.Deploy) (jobcore.Deployment, error) {
 	info := p.GetInfo()
 	d := jobcore.Deployment{
-		Info: task.Info{JobName: info.GetJobName(), VertexName: info.GetVertexName(), Attempt: decodeAttempt(info.GetAttempt()),
+		Info: deploy.Info{JobName: info.GetJobName(), VertexName: info.GetVertexName(), Attempt: decodeAttempt(info.GetAttempt()),
 			Parallelism: int(info.GetParallelism()), MaxParallelism: int(info.GetMaxParallelism()), TaskManager: info.GetTaskManager()},
 		BufferTimeout:       time.Duration(p.GetBufferTimeoutNanos()),
 		MaxRecordSize:       int(p.GetMaxRecordSize()),
@@ -350,13 +350,13 @@ func decodeDeployment(p *pb.Deploy) (jobcore.Deployment, error) {
 		PartitionAttempt:    p.GetPartitionAttempt(),
 	}
 	for _, o := range p.GetOutputs() {
-		d.Outputs = append(d.Outputs, task.OutputSpec{Result: ident.ResultID(o.GetResult()), Subpartitions: int(o.GetSubpartitions()),
+		d.Outputs = append(d.Outputs, deploy.OutputSpec{Result: ident.ResultID(o.GetResult()), Subpartitions: int(o.GetSubpartitions()),
 			Reconnectable: o.GetReconnectable(), Blocking: o.GetBlocking(), Logged: o.GetLogged()})
 	}
 	for _, in := range p.GetInputs() {
-		var spec task.InputSpec
+		var spec deploy.InputSpec
 		for _, ch := range in.GetChannels() {
-			cs := task.ChannelSpec{Partition: decodePartition(ch.GetPartition()), Subpartition: int(ch.GetSubpartition()),
+			cs := deploy.ChannelSpec{Partition: decodePartition(ch.GetPartition()), Subpartition: int(ch.GetSubpartition()),
 				Local: ch.GetLocal(), Address: ch.GetAddress()}
 			if err := decodeFixed(cs.Job[:], ch.GetJob(), "Deploy channel job id"); err != nil {
 				return d, err
@@ -372,13 +372,13 @@ func decodeDeployment(p *pb.Deploy) (jobcore.Deployment, error) {
 		d.Checkpoints = &jobcore.CheckpointSettings{AtLeastOnce: c.GetAtLeastOnce(), FinalCheckpoint: c.GetFinalCheckpoint()}
 	}
 	if r := p.GetRestore(); r != nil {
-		rs := &task.RestoreSpec{CheckpointID: r.GetCheckpointId(), Handle: decodeHandle(r.GetHandle()),
+		rs := &deploy.RestoreSpec{CheckpointID: r.GetCheckpointId(), Handle: decodeHandle(r.GetHandle()),
 			RescaledFrom: int(r.GetRescaledFrom()), SameRun: r.GetSameRun()}
 		for _, h := range r.GetParts() {
 			rs.Parts = append(rs.Parts, decodeHandle(h))
 		}
 		for _, sr := range r.GetReads() {
-			rs.Reads = append(rs.Reads, task.StateRead{Handle: decodeHandle(sr.GetHandle()), Operators: nilIfEmpty(sr.GetOperators()),
+			rs.Reads = append(rs.Reads, deploy.StateRead{Handle: decodeHandle(sr.GetHandle()), Operators: nilIfEmpty(sr.GetOperators()),
 				RescaledFrom: int(sr.GetRescaledFrom())})
 		}
 		d.Restore = rs
@@ -442,8 +442,8 @@ func decodeBuild(p *pb.Build) (protocol.Build, error) {
 }
 
 // checkState accepts the states task defines.
-func checkState(s task.State) error {
-	if s < task.Created || s > task.Failed {
+func checkState(s deploy.State) error {
+	if s < deploy.Created || s > deploy.Failed {
 		return fmt.Errorf("unknown task state %d", int32(s))
 	}
 	return nil
@@ -556,7 +556,7 @@ func (e *remoteError) Is(target error) bool {
 	return e.notReady && target == checkpoint.ErrTaskNotReady
 }
 
-func encodeMetrics(ms []task.Metric) []*pb.Metric {
+func encodeMetrics(ms []deploy.Metric) []*pb.Metric {
 	if len(ms) == 0 {
 		return nil
 	}
@@ -567,13 +567,13 @@ func encodeMetrics(ms []task.Metric) []*pb.Metric {
 	return out
 }
 
-func decodeMetrics(ms []*pb.Metric) []task.Metric {
+func decodeMetrics(ms []*pb.Metric) []deploy.Metric {
 	if len(ms) == 0 {
 		return nil
 	}
-	out := make([]task.Metric, len(ms))
+	out := make([]deploy.Metric, len(ms))
 	for i, m := range ms {
-		out[i] = task.Metric{Name: m.GetName(), Value: m.GetValue()}
+		out[i] = deploy.Metric{Name: m.GetName(), Value: m.GetValue()}
 	}
 	return out
 }

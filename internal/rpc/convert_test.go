@@ -11,10 +11,10 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/runnel-dev/runnel/internal/checkpoint"
+	"github.com/runnel-dev/runnel/internal/deploy"
 	"github.com/runnel-dev/runnel/internal/jobcore"
 	"github.com/runnel-dev/runnel/internal/protocol"
 	"github.com/runnel-dev/runnel/internal/rpc/pb"
-	"github.com/runnel-dev/runnel/internal/task"
 )
 
 // bodyKind is one body type of the contract and the direction it travels in.
@@ -62,8 +62,8 @@ type filler struct {
 
 var (
 	errorType    = reflect.TypeFor[error]()
-	stateType    = reflect.TypeFor[task.State]()
-	obsKindType  = reflect.TypeFor[task.ObservationKind]()
+	stateType    = reflect.TypeFor[deploy.State]()
+	obsKindType  = reflect.TypeFor[deploy.ObservationKind]()
 	failKindType = reflect.TypeFor[jobcore.FailureKind]()
 	replayType   = reflect.TypeFor[jobcore.ReplayFailure]()
 	modeType     = reflect.TypeFor[checkpoint.Mode]()
@@ -98,13 +98,13 @@ func (f *filler) fill(v reflect.Value) {
 	t := v.Type()
 	switch t {
 	case stateType:
-		v.SetInt(int64(f.next(uint64(task.Failed) + 1)))
+		v.SetInt(int64(f.next(uint64(deploy.Failed) + 1)))
 		return
 	case obsKindType:
 		if f.full {
-			v.SetUint(1 + f.next(uint64(task.DuplicatesDropped)))
+			v.SetUint(1 + f.next(uint64(deploy.DuplicatesDropped)))
 		} else {
-			v.SetUint(f.next(uint64(task.DuplicatesDropped) + 1))
+			v.SetUint(f.next(uint64(deploy.DuplicatesDropped) + 1))
 		}
 		return
 	case failKindType:
@@ -182,7 +182,7 @@ func (f *filler) fill(v reflect.Value) {
 			}
 		}
 	case reflect.Func:
-		// task.RestoreSpec.Read: set, so the test sees it does not cross.
+		// deploy.RestoreSpec.Read: set, so the test sees it does not cross.
 		v.Set(reflect.MakeFunc(t, func([]reflect.Value) []reflect.Value { panic("never called") }))
 	default:
 		panic(fmt.Sprintf("filler: cannot fill %s", t))
@@ -466,8 +466,8 @@ func TestBodiesThatCannotCross(t *testing.T) {
 		{func() {}, false, "func() cannot be sent to a JobManager"},
 		{jobcore.TriggerCheckpoint{ID: 7, Mode: 9}, true, "TriggerCheckpoint 7: unknown checkpoint mode 9"},
 		{jobcore.TaskUpdate{State: 42}, false, "unknown task state 42"},
-		{jobcore.TaskUpdate{State: task.Failed, Failure: &jobcore.Failure{Kind: 5}}, false, "unknown failure kind 5"},
-		{jobcore.TaskUpdate{State: task.Failed, Failure: &jobcore.Failure{Replay: jobcore.MaxReplayFailure + 1}}, false, "unknown replay failure 5"},
+		{jobcore.TaskUpdate{State: deploy.Failed, Failure: &jobcore.Failure{Kind: 5}}, false, "unknown failure kind 5"},
+		{jobcore.TaskUpdate{State: deploy.Failed, Failure: &jobcore.Failure{Replay: jobcore.MaxReplayFailure + 1}}, false, "unknown replay failure 5"},
 		{jobcore.Observation{Kind: 9}, false, "unknown kind 9"},
 	} {
 		t.Run(fmt.Sprintf("%T", tc.body), func(t *testing.T) {

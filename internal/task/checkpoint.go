@@ -12,6 +12,7 @@ import (
 
 	"github.com/runnel-dev/runnel/internal/barrier"
 	"github.com/runnel-dev/runnel/internal/checkpoint"
+	"github.com/runnel-dev/runnel/internal/deploy"
 	"github.com/runnel-dev/runnel/internal/determinants"
 	"github.com/runnel-dev/runnel/internal/ident"
 	"github.com/runnel-dev/runnel/internal/network"
@@ -87,40 +88,6 @@ const maxChain = 64
 // deltas (StateWriter.Delta) of the blobs before it in the handle: a count, then per operator its uid,
 // each with a uvarint length.
 const deltasName = "\x00deltas"
-
-// RestoreSpec is the state a task starts from.
-type RestoreSpec struct {
-	CheckpointID int64
-	Handle       checkpoint.StateHandle
-	// RescaledFrom, when not zero, is the parallelism the vertex had in the checkpoint, and Parts replaces
-	// Handle: the states of the old subtasks whose key groups overlap this subtask's. Only keyed state can be
-	// restored so (each part is filtered to this subtask's key groups); other state cannot be split.
-	RescaledFrom int
-	Parts        []checkpoint.StateHandle
-	// SameRun says the checkpoint was taken in this run of the job (not a savepoint or a checkpoint of an
-	// earlier run): only then do the input channels' recorded positions belong to producer attempts that
-	// can still be read, and only then are they restored (they measure approximate recovery's loss).
-	SameRun bool
-	// Read reads the state blobs; nil means the checkpoint storage (a savepoint brings its own).
-	Read func(ctx context.Context, ref checkpoint.BlobRef) ([]byte, error)
-	// Reads, when not empty, replaces Handle, RescaledFrom and Parts: the job is restored into other
-	// vertices than the checkpoint's (operators chained otherwise, added or removed), and each read names
-	// the operators whose state this subtask takes from one old subtask. The task's own entries (channel
-	// positions, the watermark floor, the end of input) are combined over the reads: positions are dropped,
-	// the lowest floor holds, and the input had ended only if it had in every read.
-	Reads []StateRead
-}
-
-// StateRead is one old subtask's state that a re-mapped subtask takes part of.
-type StateRead struct {
-	Handle checkpoint.StateHandle
-	// Operators are the uids of the operators whose entries this subtask takes from the handle's blobs.
-	Operators []string
-	// RescaledFrom, when not zero, is the parallelism the operators' old vertex had: the handle is then
-	// one of that vertex's subtasks, each of which is read, and the operators' keyed state is filtered to
-	// this subtask's key groups.
-	RescaledFrom int
-}
 
 // stateBlobName is the name of the one blob that holds all operator states of a subtask.
 const stateBlobName = "state"
@@ -526,7 +493,7 @@ func (r *run) restore() (finished bool, err error) {
 }
 
 // readStates reads one state blob of spec and decodes its entries.
-func (r *run) readStates(spec *RestoreSpec, read func(context.Context, checkpoint.BlobRef) ([]byte, error), ref checkpoint.BlobRef) (map[string][]byte, error) {
+func (r *run) readStates(spec *deploy.RestoreSpec, read func(context.Context, checkpoint.BlobRef) ([]byte, error), ref checkpoint.BlobRef) (map[string][]byte, error) {
 	data, err := read(r.asyncCtx, ref)
 	if err != nil {
 		return nil, fmt.Errorf("restore from checkpoint %d: %w", spec.CheckpointID, err)
@@ -543,7 +510,7 @@ func (r *run) readStates(spec *RestoreSpec, read func(context.Context, checkpoin
 // deltasName entry names the operators whose entries there are deltas. An entry that is not a delta
 // replaces the same entry of earlier blobs; an operator's deltas are framed (JoinPieces) together with
 // its entries before them back to its last whole one, in order, for the operator to apply.
-func (r *run) readHandle(spec *RestoreSpec, read func(context.Context, checkpoint.BlobRef) ([]byte, error), blobs []checkpoint.BlobRef) (map[string][]byte, error) {
+func (r *run) readHandle(spec *deploy.RestoreSpec, read func(context.Context, checkpoint.BlobRef) ([]byte, error), blobs []checkpoint.BlobRef) (map[string][]byte, error) {
 	if len(blobs) == 1 {
 		return r.readStates(spec, read, blobs[0])
 	}
@@ -586,7 +553,7 @@ func (r *run) readHandle(spec *RestoreSpec, read func(context.Context, checkpoin
 // restoreRescaled restores a subtask whose vertex had another parallelism in the checkpoint: every
 // operator's state is gathered from the overlapping old subtasks and handed to the chain as parts. The
 // input channels' consumed positions belong to the old channels and are dropped.
-func (r *run) restoreRescaled(spec *RestoreSpec, read func(context.Context, checkpoint.BlobRef) ([]byte, error)) error {
+func (r *run) restoreRescaled(spec *deploy.RestoreSpec, read func(context.Context, checkpoint.BlobRef) ([]byte, error)) error {
 	me := r.t.cfg.Info
 	parts := map[string][][]byte{}
 	var floors floorOf
@@ -634,7 +601,7 @@ func (r *run) restoreRescaled(spec *RestoreSpec, read func(context.Context, chec
 // are dropped; the lowest watermark floor holds; the subtask had finished, or its input had ended, only if
 // that holds for every read (a mix cannot be restored: part of the new chain would have input left, part
 // none).
-func (r *run) restoreRemapped(spec *RestoreSpec, read func(context.Context, checkpoint.BlobRef) ([]byte, error)) (bool, error) {
+func (r *run) restoreRemapped(spec *deploy.RestoreSpec, read func(context.Context, checkpoint.BlobRef) ([]byte, error)) (bool, error) {
 	me := r.t.cfg.Info
 	fail := func(format string, args ...any) (bool, error) {
 		return false, fmt.Errorf("restore from checkpoint %d: %s: %w", spec.CheckpointID, me.Name(), fmt.Errorf(format, args...))
@@ -737,7 +704,7 @@ func (r *run) apply(a barrier.Action) {
 // producer attempt and subpartition: after a savepoint, a restart of the producer or a rescaling, the
 // recorded positions count records of a sequence that no longer exists. The legacy entry, which did not
 // name the producers, is used only within one run and when the channels still line up one to one.
-func (r *run) restorePositions(spec *RestoreSpec, states map[string][]byte) error {
+func (r *run) restorePositions(spec *deploy.RestoreSpec, states map[string][]byte) error {
 	legacy, hasLegacy := states[channelStateName]
 	pos, has := states[channelPositionsName]
 	delete(states, channelStateName)
@@ -784,13 +751,13 @@ type channelID struct {
 	subpartition int
 }
 
-func channelOf(c ChannelSpec) channelID {
+func channelOf(c deploy.ChannelSpec) channelID {
 	return channelID{partition: c.Partition, subpartition: c.Subpartition}
 }
 
 // encodePositions writes, for each channel, its producer attempt, subpartition and consumed position:
 // count, then per channel result, vertex, index, attempt, subpartition, position (uvarints).
-func encodePositions(channels []ChannelSpec, seqs []uint64) []byte {
+func encodePositions(channels []deploy.ChannelSpec, seqs []uint64) []byte {
 	b := make([]byte, 0, 1+len(channels)*8)
 	b = binary.AppendUvarint(b, uint64(len(channels)))
 	for i, c := range channels {

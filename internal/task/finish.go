@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/runnel-dev/runnel/internal/checkpoint"
+	"github.com/runnel-dev/runnel/internal/deploy"
 	"github.com/runnel-dev/runnel/internal/network"
 )
 
@@ -120,7 +121,7 @@ func (r *run) finishInput() error {
 				return fmt.Errorf("send end of data: %w", err)
 			}
 		}
-		t.observe(Observation{Kind: InputEnded, At: time.Now()})
+		t.observe(deploy.Observation{Kind: deploy.InputEnded, At: time.Now()})
 	}
 	r.runDeferredTriggers()
 	if r.finishedInput(wait) {

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/runnel-dev/runnel/internal/checkpoint"
+	"github.com/runnel-dev/runnel/internal/deploy"
 	"github.com/runnel-dev/runnel/internal/ident"
 	"github.com/runnel-dev/runnel/internal/network"
 )
@@ -132,7 +133,7 @@ type finishHarness struct {
 	pm      *network.PartitionManager
 	mem     *network.NetworkMemory
 	store   *checkpoint.Storage
-	updates chan Update
+	updates chan deploy.Update
 	acks    chan string // "ack 3" or "decline 3: ..."
 	handles map[int64]checkpoint.StateHandle
 	hmu     sync.Mutex
@@ -149,7 +150,7 @@ func newFinishHarness(t *testing.T) *finishHarness {
 	}
 	t.Cleanup(func() { st.Close() })
 	return &finishHarness{t: t, pm: network.NewPartitionManager(), mem: mem, store: st,
-		updates: make(chan Update, 256), acks: make(chan string, 64), handles: map[int64]checkpoint.StateHandle{}}
+		updates: make(chan deploy.Update, 256), acks: make(chan string, 64), handles: map[int64]checkpoint.StateHandle{}}
 }
 
 func (h *finishHarness) setup(final bool) *CheckpointSetup {
@@ -186,7 +187,7 @@ func (h *finishHarness) partition(id ident.PartitionID, opts network.PartitionOp
 
 // start runs a task on its own goroutine; the returned function waits for its end.
 func (h *finishHarness) start(cfg Config) (*Task, func()) {
-	tk := New(cfg, Env{Partitions: h.pm, Memory: h.mem, Report: func(u Update) { h.updates <- u },
+	tk := New(cfg, Env{Partitions: h.pm, Memory: h.mem, Report: func(u deploy.Update) { h.updates <- u },
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -196,14 +197,14 @@ func (h *finishHarness) start(cfg Config) (*Task, func()) {
 
 // await waits for the next update that matches what (a state name, or "observed input ended"), skipping
 // others, and fails on a terminal state that is not it.
-func (h *finishHarness) await(what string) Update {
+func (h *finishHarness) await(what string) deploy.Update {
 	h.t.Helper()
 	timeout := time.After(10 * time.Second)
 	for {
 		select {
 		case u := <-h.updates:
 			if o := u.Observation; o != nil {
-				if o.Kind == InputEnded && what == "observed input ended" {
+				if o.Kind == deploy.InputEnded && what == "observed input ended" {
 					return u
 				}
 				continue
@@ -323,8 +324,8 @@ var finishSource = ident.Attempt{Subtask: ident.Subtask{Vertex: 0, Index: 0}}
 
 func sourceConfig(c *finishChain, cs *CheckpointSetup) Config {
 	return Config{
-		Info:          Info{JobName: "finish", VertexName: "src", Attempt: finishSource, Parallelism: 1, MaxParallelism: 1},
-		Outputs:       []OutputSpec{{Result: 2, Subpartitions: 1}},
+		Info:          deploy.Info{JobName: "finish", VertexName: "src", Attempt: finishSource, Parallelism: 1, MaxParallelism: 1},
+		Outputs:       []deploy.OutputSpec{{Result: 2, Subpartitions: 1}},
 		Chain:         func(rt *Runtime) (Chain, error) { c.rt = rt; return c, nil },
 		BufferTimeout: -1, MaxRecordSize: 1 << 16, Checkpoints: cs,
 	}
@@ -340,20 +341,20 @@ func TestSourceWaitsForTheFinalCheckpoint(t *testing.T) {
 		name  string
 		final bool
 		// run drives the task after start; it returns the state the task must end in.
-		run        func(h *finishHarness, tk *Task, c *finishChain) State
+		run        func(h *finishHarness, tk *Task, c *finishChain) deploy.State
 		wantOutput string
 		wantChain  string
 	}{
 		{
 			name:  "finishes after the final checkpoint",
 			final: true,
-			run: func(h *finishHarness, tk *Task, c *finishChain) State {
+			run: func(h *finishHarness, tk *Task, c *finishChain) deploy.State {
 				close(c.release)
 				h.await("observed input ended")
 				tk.TriggerCheckpoint(1, 0, 0)
 				h.awaitAck("ack 1")
 				tk.NotifyCheckpointComplete(1)
-				return Finished
+				return deploy.Finished
 			},
 			wantOutput: "records, end-of-data, barrier 1, end-of-partition",
 			wantChain:  "emit 10; end input after 0; snapshot 1 after 0; complete 1",
@@ -361,7 +362,7 @@ func TestSourceWaitsForTheFinalCheckpoint(t *testing.T) {
 		{
 			name:  "an earlier checkpoint or an aborted one does not end the wait",
 			final: true,
-			run: func(h *finishHarness, tk *Task, c *finishChain) State {
+			run: func(h *finishHarness, tk *Task, c *finishChain) deploy.State {
 				h.await("RUNNING")
 				tk.TriggerCheckpoint(1, 0, 0)
 				h.awaitAck("ack 1")
@@ -373,13 +374,13 @@ func TestSourceWaitsForTheFinalCheckpoint(t *testing.T) {
 				h.awaitAck("ack 2")
 				tk.AbortCheckpoint(2)
 				h.sync(tk)
-				if s := tk.State(); s != Running {
+				if s := tk.State(); s != deploy.Running {
 					h.t.Fatalf("state %s after checkpoint 1 completed and 2 was aborted, want RUNNING", s)
 				}
 				tk.TriggerCheckpoint(3, 0, 0)
 				h.awaitAck("ack 3")
 				tk.NotifyCheckpointComplete(3)
-				return Finished
+				return deploy.Finished
 			},
 			wantOutput: "barrier 1, records, end-of-data, barrier 2, barrier 3, end-of-partition",
 			wantChain:  "snapshot 1 after 0; emit 10; end input after 0; complete 1; snapshot 2 after 0; snapshot 3 after 0; complete 3",
@@ -387,20 +388,20 @@ func TestSourceWaitsForTheFinalCheckpoint(t *testing.T) {
 		{
 			name:  "cancel ends the wait",
 			final: true,
-			run: func(h *finishHarness, tk *Task, c *finishChain) State {
+			run: func(h *finishHarness, tk *Task, c *finishChain) deploy.State {
 				close(c.release)
 				h.await("observed input ended")
 				tk.Cancel()
-				return Canceled
+				return deploy.Canceled
 			},
 			wantChain: "emit 10; end input after 0",
 		},
 		{
 			name:  "without a final checkpoint it finishes at the end",
 			final: false,
-			run: func(h *finishHarness, tk *Task, c *finishChain) State {
+			run: func(h *finishHarness, tk *Task, c *finishChain) deploy.State {
 				close(c.release)
-				return Finished
+				return deploy.Finished
 			},
 			wantOutput: "records, end-of-partition",
 			wantChain:  "emit 10; end input after 0",
@@ -456,7 +457,7 @@ func TestRestoredAfterItsEndEmitsNothing(t *testing.T) {
 	close(c2.release)
 	cfg := sourceConfig(c2, h.setup(true))
 	cfg.Info.Attempt.Number = 1
-	cfg.Restore = &RestoreSpec{CheckpointID: 1, Handle: handle}
+	cfg.Restore = &deploy.RestoreSpec{CheckpointID: 1, Handle: handle}
 	stop := make(chan struct{})
 	defer close(stop)
 	tk2, wait2 := h.start(cfg)
@@ -499,8 +500,8 @@ func TestTriggeredConsumerSnapshotsAfterItsLastRecord(t *testing.T) {
 			p := h.partition(id, network.PartitionOptions{Subpartitions: 1, MaxRecordSize: 1 << 16})
 			c := &finishChain{}
 			cfg := Config{
-				Info:   Info{JobName: "finish", VertexName: "sink", Attempt: consumer, Parallelism: 1, MaxParallelism: 1},
-				Inputs: []InputSpec{{Channels: []ChannelSpec{{Partition: id, Subpartition: 0, Local: true}}}},
+				Info:   deploy.Info{JobName: "finish", VertexName: "sink", Attempt: consumer, Parallelism: 1, MaxParallelism: 1},
+				Inputs: []deploy.InputSpec{{Channels: []deploy.ChannelSpec{{Partition: id, Subpartition: 0, Local: true}}}},
 				Chain:  func(rt *Runtime) (Chain, error) { c.rt = rt; return c, nil }, BufferTimeout: -1, MaxRecordSize: 1 << 16,
 				Checkpoints: h.setup(true),
 			}
@@ -605,12 +606,12 @@ func TestCheckpointPositionBeforeTheFirstRecord(t *testing.T) {
 			emit(10)
 
 			// start runs attempt n of the consumer and returns the records its join says it lost.
-			start := func(n int32, restore *RestoreSpec) (*Task, func(), uint64) {
+			start := func(n int32, restore *deploy.RestoreSpec) (*Task, func(), uint64) {
 				t.Helper()
 				c := timedChain{&finishChain{}}
 				cfg := Config{
-					Info:   Info{JobName: "join", VertexName: "sink", Attempt: ident.Attempt{Subtask: ident.Subtask{Vertex: 1}, Number: n}, Parallelism: 1, MaxParallelism: 1},
-					Inputs: []InputSpec{{Channels: []ChannelSpec{{Partition: id, Subpartition: 0, Local: true}}}},
+					Info:   deploy.Info{JobName: "join", VertexName: "sink", Attempt: ident.Attempt{Subtask: ident.Subtask{Vertex: 1}, Number: n}, Parallelism: 1, MaxParallelism: 1},
+					Inputs: []deploy.InputSpec{{Channels: []deploy.ChannelSpec{{Partition: id, Subpartition: 0, Local: true}}}},
 					Chain:  func(rt *Runtime) (Chain, error) { c.rt = rt; return c, nil }, BufferTimeout: -1, MaxRecordSize: 1 << 16,
 					Restore: restore, Checkpoints: h.setup(false),
 				}
@@ -619,7 +620,7 @@ func TestCheckpointPositionBeforeTheFirstRecord(t *testing.T) {
 				for {
 					select {
 					case u := <-h.updates:
-						if o := u.Observation; o != nil && o.Kind == ChannelJoined {
+						if o := u.Observation; o != nil && o.Kind == deploy.ChannelJoined {
 							return tk, wait, o.Lost
 						}
 						if u.State.Terminal() {
@@ -644,7 +645,7 @@ func TestCheckpointPositionBeforeTheFirstRecord(t *testing.T) {
 			h.hmu.Lock()
 			handle := h.handles[7]
 			h.hmu.Unlock()
-			tk, wait, lost = start(2, &RestoreSpec{CheckpointID: 7, Handle: handle, SameRun: true})
+			tk, wait, lost = start(2, &deploy.RestoreSpec{CheckpointID: 7, Handle: handle, SameRun: true})
 			if lost != 5 {
 				t.Errorf("attempt 2, restored from checkpoint 7, joined with %d lost, want the 5 written after it", lost)
 			}
@@ -661,7 +662,7 @@ func TestCheckpointPositionBeforeTheFirstRecord(t *testing.T) {
 				h.hmu.Lock()
 				handle = h.handles[8]
 				h.hmu.Unlock()
-				tk, wait, lost = start(3, &RestoreSpec{CheckpointID: 8, Handle: handle, SameRun: true})
+				tk, wait, lost = start(3, &deploy.RestoreSpec{CheckpointID: 8, Handle: handle, SameRun: true})
 				if lost != 3 {
 					t.Errorf("attempt 3, restored from checkpoint 8, joined with %d lost, want the 3 written after it", lost)
 				}

@@ -7,6 +7,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/runnel-dev/runnel/internal/deploy"
 	"github.com/runnel-dev/runnel/internal/ident"
 )
 
@@ -51,19 +52,19 @@ func TestFirstOutputIsStampedBeforeItsWork(t *testing.T) {
 	stop := make(chan struct{})
 	out := h.read(ident.PartitionID{Result: 2, Producer: finishSource}, stop)
 	close(c.release)
-	var first *Observation
+	var first *deploy.Observation
 	timeout := time.After(10 * time.Second)
 	for done := false; !done; {
 		select {
 		case u := <-h.updates:
 			if o := u.Observation; o != nil {
-				if o.Kind == FirstOutput {
+				if o.Kind == deploy.FirstOutput {
 					first = o
 				}
 				continue
 			}
 			if u.State.Terminal() {
-				if u.State != Finished {
+				if u.State != deploy.Finished {
 					t.Fatalf("task ended %s (%v)", u.State, u.Err)
 				}
 				done = true

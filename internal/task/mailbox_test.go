@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/runnel-dev/runnel/internal/checkpoint"
+	"github.com/runnel-dev/runnel/internal/deploy"
 	"github.com/runnel-dev/runnel/internal/ident"
 	"github.com/runnel-dev/runnel/internal/network"
 )
@@ -174,7 +175,7 @@ func TestFloodedMailboxDeliversEverything(t *testing.T) {
 		acked []int64
 	)
 	cfg := Config{
-		Info:  Info{JobName: "flood", VertexName: "source", Parallelism: 1, MaxParallelism: 128},
+		Info:  deploy.Info{JobName: "flood", VertexName: "source", Parallelism: 1, MaxParallelism: 128},
 		Chain: func(*Runtime) (Chain, error) { return chain, nil },
 		Checkpoints: &CheckpointSetup{Store: store,
 			Ack: func(id int64, _ ident.Attempt, _ checkpoint.StateHandle) {
@@ -218,7 +219,7 @@ func TestFloodedMailboxDeliversEverything(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the task did not end")
 	}
-	if err := task.Err(); err != nil || task.State() != Finished {
+	if err := task.Err(); err != nil || task.State() != deploy.Finished {
 		t.Fatalf("task ended %s: %v", task.State(), err)
 	}
 	var wantSnapshots []int64

@@ -4,18 +4,9 @@ import (
 	"fmt"
 	"slices"
 	"sync/atomic"
+
+	"github.com/runnel-dev/runnel/internal/deploy"
 )
-
-// MaxMetricsPerTask bounds the metrics the operators of one task register (counters and gauges of user
-// functions, and the engine's own, such as a window's late records): past it registration fails, naming
-// the operator, so a function that makes a metric per key cannot grow the table without end.
-const MaxMetricsPerTask = 256
-
-// Metric is one published operator metric of a task: "operator/name" and its value.
-type Metric struct {
-	Name  string
-	Value int64
-}
 
 // metric is a registered metric: a counter the task goroutine adds to, or a gauge it reads at publish.
 type metric struct {
@@ -51,8 +42,8 @@ func (c *Counters) register(m *metric) error {
 			return fmt.Errorf("metric %q is registered twice", m.name)
 		}
 	}
-	if len(c.m.table) == MaxMetricsPerTask {
-		return fmt.Errorf("metric %q: the task has %d metrics already, the most it may (MaxMetricsPerTask)", m.name, MaxMetricsPerTask)
+	if len(c.m.table) == deploy.MaxMetricsPerTask {
+		return fmt.Errorf("metric %q: the task has %d metrics already, the most it may (MaxMetricsPerTask)", m.name, deploy.MaxMetricsPerTask)
 	}
 	c.m.table = append(c.m.table, m)
 	ro := slices.Clone(c.m.table)
@@ -72,14 +63,14 @@ func (c *Counters) publishMetrics() {
 }
 
 // PublishedMetrics returns the metrics as last published (nil when the task has none).
-func (c *Counters) PublishedMetrics() []Metric {
+func (c *Counters) PublishedMetrics() []deploy.Metric {
 	ro := c.m.ro.Load()
 	if ro == nil {
 		return nil
 	}
-	out := make([]Metric, len(*ro))
+	out := make([]deploy.Metric, len(*ro))
 	for i, m := range *ro {
-		out[i] = Metric{Name: m.name, Value: m.published.Load()}
+		out[i] = deploy.Metric{Name: m.name, Value: m.published.Load()}
 	}
 	return out
 }

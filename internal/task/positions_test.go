@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"testing"
 
+	"github.com/runnel-dev/runnel/internal/deploy"
 	"github.com/runnel-dev/runnel/internal/ident"
 	"github.com/runnel-dev/runnel/internal/network"
 )
@@ -12,27 +13,27 @@ func TestRestorePositions(t *testing.T) {
 	prod := func(idx, n int32) ident.PartitionID {
 		return ident.PartitionID{Result: 3, Producer: ident.Attempt{Subtask: ident.Subtask{Vertex: 1, Index: idx}, Number: n}}
 	}
-	recorded := []ChannelSpec{{Partition: prod(0, 0), Subpartition: 1}, {Partition: prod(1, 2), Subpartition: 1}}
+	recorded := []deploy.ChannelSpec{{Partition: prod(0, 0), Subpartition: 1}, {Partition: prod(1, 2), Subpartition: 1}}
 	positions := encodePositions(recorded, []uint64{500, 70})
 	legacy := binary.AppendUvarint(binary.AppendUvarint(binary.AppendUvarint(nil, 2), 11), 12)
 	for _, tc := range []struct {
 		name     string
 		sameRun  bool
 		states   map[string][]byte
-		channels []ChannelSpec
+		channels []deploy.ChannelSpec
 		want     []uint64
 	}{
 		{"same producers", true, map[string][]byte{channelPositionsName: positions}, recorded, []uint64{500, 70}},
 		{"a producer restarted since: its new sequence starts at 0", true, map[string][]byte{channelPositionsName: positions},
-			[]ChannelSpec{{Partition: prod(0, 1), Subpartition: 1}, {Partition: prod(1, 2), Subpartition: 1}}, []uint64{0, 70}},
+			[]deploy.ChannelSpec{{Partition: prod(0, 1), Subpartition: 1}, {Partition: prod(1, 2), Subpartition: 1}}, []uint64{0, 70}},
 		{"channels in another order", true, map[string][]byte{channelPositionsName: positions},
-			[]ChannelSpec{recorded[1], recorded[0]}, []uint64{70, 500}},
+			[]deploy.ChannelSpec{recorded[1], recorded[0]}, []uint64{70, 500}},
 		{"upstream rescaled: a third channel, the others kept", true, map[string][]byte{channelPositionsName: positions},
-			append(append([]ChannelSpec{}, recorded...), ChannelSpec{Partition: prod(2, 0), Subpartition: 1}), []uint64{500, 70, 0}},
+			append(append([]deploy.ChannelSpec{}, recorded...), deploy.ChannelSpec{Partition: prod(2, 0), Subpartition: 1}), []uint64{500, 70, 0}},
 		{"savepoint of another run: all fresh", false, map[string][]byte{channelPositionsName: positions}, recorded, []uint64{0, 0}},
 		{"legacy entry, channels line up", true, map[string][]byte{channelStateName: legacy}, recorded, []uint64{11, 12}},
 		{"legacy entry, channel count changed: fresh", true, map[string][]byte{channelStateName: legacy},
-			append(append([]ChannelSpec{}, recorded...), ChannelSpec{Partition: prod(2, 0)}), []uint64{0, 0, 0}},
+			append(append([]deploy.ChannelSpec{}, recorded...), deploy.ChannelSpec{Partition: prod(2, 0)}), []uint64{0, 0, 0}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := &run{channels: tc.channels, restored: make([]uint64, len(tc.channels))}
@@ -43,7 +44,7 @@ func TestRestorePositions(t *testing.T) {
 			for k, v := range tc.states {
 				states[k] = v
 			}
-			if err := r.restorePositions(&RestoreSpec{CheckpointID: 9, SameRun: tc.sameRun}, states); err != nil {
+			if err := r.restorePositions(&deploy.RestoreSpec{CheckpointID: 9, SameRun: tc.sameRun}, states); err != nil {
 				t.Fatal(err)
 			}
 			for i, w := range tc.want {
@@ -64,7 +65,7 @@ func TestRestorePositions(t *testing.T) {
 }
 
 func TestDecodePositionsRejectsDamage(t *testing.T) {
-	good := encodePositions([]ChannelSpec{{Subpartition: 1}}, []uint64{5})
+	good := encodePositions([]deploy.ChannelSpec{{Subpartition: 1}}, []uint64{5})
 	for _, b := range [][]byte{nil, good[:len(good)-1], append(append([]byte{}, good...), 0), binary.AppendUvarint(nil, 1<<40)} {
 		if _, err := decodePositions(b); err == nil {
 			t.Fatalf("decodePositions(%x) accepted damaged input", b)

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/runnel-dev/runnel/internal/checkpoint"
+	"github.com/runnel-dev/runnel/internal/deploy"
 	"github.com/runnel-dev/runnel/internal/ident"
 )
 
@@ -61,13 +62,13 @@ func TestRestoreRemapped(t *testing.T) {
 		"e0": {entries: map[string]string{"sum": "e"}, ended: true},
 		"e1": {entries: map[string]string{"src": "e"}, ended: true},
 	}
-	read := func(key string, ops []string, rescaled int) StateRead {
-		return StateRead{Handle: checkpoint.StateHandle{Blobs: []checkpoint.BlobRef{{Key: key}}}, Operators: ops, RescaledFrom: rescaled}
+	read := func(key string, ops []string, rescaled int) deploy.StateRead {
+		return deploy.StateRead{Handle: checkpoint.StateHandle{Blobs: []checkpoint.BlobRef{{Key: key}}}, Operators: ops, RescaledFrom: rescaled}
 	}
-	finished := StateRead{Handle: checkpoint.StateHandle{Finished: true}}
+	finished := deploy.StateRead{Handle: checkpoint.StateHandle{Finished: true}}
 	for _, tc := range []struct {
 		name     string
-		reads    []StateRead
+		reads    []deploy.StateRead
 		whole    map[string]string
 		parts    map[string][]string
 		floor    []int64
@@ -75,21 +76,21 @@ func TestRestoreRemapped(t *testing.T) {
 		ended    bool
 		wantErr  string
 	}{
-		{name: "whole and parts", reads: []StateRead{read("a0", []string{"src"}, 0), read("b0", []string{"sum"}, 2), read("b1", []string{"sum"}, 2)},
+		{name: "whole and parts", reads: []deploy.StateRead{read("a0", []string{"src"}, 0), read("b0", []string{"sum"}, 2), read("b1", []string{"sum"}, 2)},
 			whole: map[string]string{"src": "s0"}, parts: map[string][]string{"sum": {"sum0", "sum1"}}, floor: []int64{300}},
-		{name: "all finished", reads: []StateRead{finished, finished}, finished: true},
-		{name: "finished and not", reads: []StateRead{finished, read("a0", []string{"src"}, 0)}, wantErr: "1 of the 2 old subtasks whose state it takes had finished"},
-		{name: "all ended", reads: []StateRead{read("e0", []string{"sum"}, 0), read("e1", []string{"src"}, 0)},
+		{name: "all finished", reads: []deploy.StateRead{finished, finished}, finished: true},
+		{name: "finished and not", reads: []deploy.StateRead{finished, read("a0", []string{"src"}, 0)}, wantErr: "1 of the 2 old subtasks whose state it takes had finished"},
+		{name: "all ended", reads: []deploy.StateRead{read("e0", []string{"sum"}, 0), read("e1", []string{"src"}, 0)},
 			whole: map[string]string{"sum": "e", "src": "e"}, ended: true},
-		{name: "ended and not", reads: []StateRead{read("e0", []string{"sum"}, 0), read("a0", []string{"src"}, 0)}, wantErr: "the input had ended in 1 of the 2"},
-		{name: "ended and rescaled", reads: []StateRead{read("e0", []string{"sum"}, 2)}, wantErr: "cannot rescale operators [sum]"},
-		{name: "entry missing", reads: []StateRead{read("a0", []string{"src", "tag"}, 0)}, wantErr: "holds 1 of the 2 operators [src tag]"},
+		{name: "ended and not", reads: []deploy.StateRead{read("e0", []string{"sum"}, 0), read("a0", []string{"src"}, 0)}, wantErr: "the input had ended in 1 of the 2"},
+		{name: "ended and rescaled", reads: []deploy.StateRead{read("e0", []string{"sum"}, 2)}, wantErr: "cannot rescale operators [sum]"},
+		{name: "entry missing", reads: []deploy.StateRead{read("a0", []string{"src", "tag"}, 0)}, wantErr: "holds 1 of the 2 operators [src tag]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := &remapChain{whole: map[string]string{}, parts: map[string][]string{}}
-			r := &run{t: &Task{cfg: Config{Info: Info{JobName: "j", VertexName: "v", Attempt: ident.Attempt{Subtask: ident.Subtask{Vertex: 1}}, Parallelism: 3}},
+			r := &run{t: &Task{cfg: Config{Info: deploy.Info{JobName: "j", VertexName: "v", Attempt: ident.Attempt{Subtask: ident.Subtask{Vertex: 1}}, Parallelism: 3}},
 				counters: NewCounters()}, chain: c, asyncCtx: context.Background()}
-			finished, err := r.restoreRemapped(&RestoreSpec{CheckpointID: 7, Reads: tc.reads}, func(_ context.Context, ref checkpoint.BlobRef) ([]byte, error) {
+			finished, err := r.restoreRemapped(&deploy.RestoreSpec{CheckpointID: 7, Reads: tc.reads}, func(_ context.Context, ref checkpoint.BlobRef) ([]byte, error) {
 				b, ok := blobs[ref.Key]
 				if !ok {
 					return nil, fmt.Errorf("no blob %q", ref.Key)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/runnel-dev/runnel/internal/deploy"
 	"github.com/runnel-dev/runnel/internal/determinants"
 	"github.com/runnel-dev/runnel/internal/ident"
 	"github.com/runnel-dev/runnel/internal/network"
@@ -51,7 +52,7 @@ func (c *orderChain) seen() []string {
 
 // loggedInputs makes two producers' logged partitions (results firstResult and firstResult+1) in h's
 // partition manager, and the input of a task that reads both, one channel each.
-func loggedInputs(t *testing.T, h *finishHarness, firstResult int) ([]*network.ResultPartition, InputSpec) {
+func loggedInputs(t *testing.T, h *finishHarness, firstResult int) ([]*network.ResultPartition, deploy.InputSpec) {
 	t.Helper()
 	budget, err := network.NewLogBudget(8 << 20)
 	if err != nil {
@@ -63,7 +64,7 @@ func loggedInputs(t *testing.T, h *finishHarness, firstResult int) ([]*network.R
 	}
 	t.Cleanup(pool.Destroy)
 	var parts []*network.ResultPartition
-	var in InputSpec
+	var in deploy.InputSpec
 	for i := range 2 {
 		id := ident.PartitionID{Result: ident.ResultID(firstResult + i), Producer: ident.Attempt{Subtask: ident.Subtask{Vertex: ident.VertexID(5 + i)}}}
 		p, err := network.NewResultPartition(id, network.PartitionOptions{Subpartitions: 1, MaxRecordSize: 1 << 10, Reconnectable: true, Log: budget}, pool, nil)
@@ -74,7 +75,7 @@ func loggedInputs(t *testing.T, h *finishHarness, firstResult int) ([]*network.R
 			t.Fatal(err)
 		}
 		parts = append(parts, p)
-		in.Channels = append(in.Channels, ChannelSpec{Partition: id, Local: true})
+		in.Channels = append(in.Channels, deploy.ChannelSpec{Partition: id, Local: true})
 	}
 	return parts, in
 }
@@ -96,8 +97,8 @@ func TestReplayTakesTheRecordedOrder(t *testing.T) {
 		t.Helper()
 		c := &orderChain{}
 		cfg := Config{
-			Info:   Info{JobName: "replay", VertexName: "join", Attempt: ident.Attempt{Subtask: ident.Subtask{Vertex: 1}, Number: attempt}, Parallelism: 1, MaxParallelism: 1},
-			Inputs: []InputSpec{in}, Chain: func(rt *Runtime) (Chain, error) { c.rt = rt; return c, nil },
+			Info:   deploy.Info{JobName: "replay", VertexName: "join", Attempt: ident.Attempt{Subtask: ident.Subtask{Vertex: 1}, Number: attempt}, Parallelism: 1, MaxParallelism: 1},
+			Inputs: []deploy.InputSpec{in}, Chain: func(rt *Runtime) (Chain, error) { c.rt = rt; return c, nil },
 			BufferTimeout: -1, MaxRecordSize: 1 << 10, CreditsPerChannel: 2, ConnectTimeout: 5 * time.Second,
 			Determinants: log, Replay: replay,
 		}
@@ -196,14 +197,14 @@ func TestReplayRunsTimersWhereTheyRan(t *testing.T) {
 		clock := clockwork.NewFakeClockAt(time.UnixMilli(1_000_000 + int64(attempt)*777_000))
 		c := &timedOrderChain{}
 		cfg := Config{
-			Info:   Info{JobName: "replay", VertexName: "timed", Attempt: ident.Attempt{Subtask: ident.Subtask{Vertex: 1}, Number: attempt}, Parallelism: 1, MaxParallelism: 1},
-			Inputs: []InputSpec{in}, Chain: func(rt *Runtime) (Chain, error) { c.rt = rt; return c, nil },
+			Info:   deploy.Info{JobName: "replay", VertexName: "timed", Attempt: ident.Attempt{Subtask: ident.Subtask{Vertex: 1}, Number: attempt}, Parallelism: 1, MaxParallelism: 1},
+			Inputs: []deploy.InputSpec{in}, Chain: func(rt *Runtime) (Chain, error) { c.rt = rt; return c, nil },
 			BufferTimeout: -1, MaxRecordSize: 1 << 10, CreditsPerChannel: 2, ConnectTimeout: 5 * time.Second,
 		}
 		if withLog {
 			cfg.Determinants, cfg.Replay = dets, attempt > 0
 		}
-		tk := New(cfg, Env{Partitions: h.pm, Memory: h.mem, Report: func(u Update) { h.updates <- u }, Clock: clock,
+		tk := New(cfg, Env{Partitions: h.pm, Memory: h.mem, Report: func(u deploy.Update) { h.updates <- u }, Clock: clock,
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		done := make(chan struct{})
 		go func() { defer close(done); tk.Run() }()
@@ -265,8 +266,8 @@ func TestProducerTakenOverTwice(t *testing.T) {
 	p := parts[0]
 	c := &orderChain{}
 	cfg := Config{
-		Info:   Info{JobName: "rejoin", VertexName: "consumer", Attempt: ident.Attempt{Subtask: ident.Subtask{Vertex: 1}}, Parallelism: 1, MaxParallelism: 1},
-		Inputs: []InputSpec{in}, Chain: func(rt *Runtime) (Chain, error) { c.rt = rt; return c, nil },
+		Info:   deploy.Info{JobName: "rejoin", VertexName: "consumer", Attempt: ident.Attempt{Subtask: ident.Subtask{Vertex: 1}}, Parallelism: 1, MaxParallelism: 1},
+		Inputs: []deploy.InputSpec{in}, Chain: func(rt *Runtime) (Chain, error) { c.rt = rt; return c, nil },
 		BufferTimeout: -1, MaxRecordSize: 1 << 10, CreditsPerChannel: 2, ConnectTimeout: 5 * time.Second,
 	}
 	_, wait := h.start(cfg)
@@ -306,11 +307,11 @@ func TestProducerTakenOverTwice(t *testing.T) {
 	for done := false; !done; {
 		select {
 		case u := <-h.updates:
-			if o := u.Observation; o != nil && o.Kind == DuplicatesDropped {
+			if o := u.Observation; o != nil && o.Kind == deploy.DuplicatesDropped {
 				dropped = append(dropped, o.Records)
 			}
 			if u.State.Terminal() {
-				if u.State != Finished {
+				if u.State != deploy.Finished {
 					t.Fatalf("consumer ended %s: %v", u.State, u.Err)
 				}
 				done = true
@@ -360,12 +361,12 @@ func TestReplayDivergenceIsFound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := func(attempt int32, replay, twice bool, write func()) Update {
+	run := func(attempt int32, replay, twice bool, write func()) deploy.Update {
 		t.Helper()
 		c := &emittingChain{twice: twice}
 		cfg := Config{
-			Info:   Info{JobName: "replay", VertexName: "emit", Attempt: ident.Attempt{Subtask: ident.Subtask{Vertex: 1}, Number: attempt}, Parallelism: 1, MaxParallelism: 1},
-			Inputs: []InputSpec{in}, Chain: func(rt *Runtime) (Chain, error) { c.rt = rt; return c, nil },
+			Info:   deploy.Info{JobName: "replay", VertexName: "emit", Attempt: ident.Attempt{Subtask: ident.Subtask{Vertex: 1}, Number: attempt}, Parallelism: 1, MaxParallelism: 1},
+			Inputs: []deploy.InputSpec{in}, Chain: func(rt *Runtime) (Chain, error) { c.rt = rt; return c, nil },
 			BufferTimeout: -1, MaxRecordSize: 1 << 10, CreditsPerChannel: 2, ConnectTimeout: 5 * time.Second,
 			Determinants: log, Replay: replay,
 		}
@@ -399,14 +400,14 @@ func TestReplayDivergenceIsFound(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-	}); u.State != Finished {
+	}); u.State != deploy.Finished {
 		t.Fatalf("the first attempt ended %s: %v", u.State, u.Err)
 	}
-	if u := run(1, true, false, nil); u.State != Finished {
+	if u := run(1, true, false, nil); u.State != deploy.Finished {
 		t.Fatalf("a faithful replay ended %s: %v", u.State, u.Err)
 	}
 	u := run(2, true, true, nil)
-	if u.State != Failed || !errors.Is(u.Err, ErrReplayDiverged) || !strings.Contains(u.Err.Error(), "had emitted 1 records since its previous step, this attempt 2") {
+	if u.State != deploy.Failed || !errors.Is(u.Err, deploy.ErrReplayDiverged) || !strings.Contains(u.Err.Error(), "had emitted 1 records since its previous step, this attempt 2") {
 		t.Fatalf("a diverging replay ended %s: %v", u.State, u.Err)
 	}
 	t.Log(u.Err)
@@ -427,8 +428,8 @@ func TestReplayOfAStepThisTaskCannotTake(t *testing.T) {
 	}
 	c := &emittingChain{}
 	cfg := Config{
-		Info:   Info{JobName: "replay", VertexName: "emit", Attempt: ident.Attempt{Subtask: ident.Subtask{Vertex: 1}, Number: 1}, Parallelism: 1, MaxParallelism: 1},
-		Inputs: []InputSpec{in}, Chain: func(rt *Runtime) (Chain, error) { c.rt = rt; return c, nil },
+		Info:   deploy.Info{JobName: "replay", VertexName: "emit", Attempt: ident.Attempt{Subtask: ident.Subtask{Vertex: 1}, Number: 1}, Parallelism: 1, MaxParallelism: 1},
+		Inputs: []deploy.InputSpec{in}, Chain: func(rt *Runtime) (Chain, error) { c.rt = rt; return c, nil },
 		BufferTimeout: -1, MaxRecordSize: 1 << 10, CreditsPerChannel: 2, ConnectTimeout: 5 * time.Second,
 		Determinants: log, Replay: true,
 	}
@@ -440,7 +441,7 @@ func TestReplayOfAStepThisTaskCannotTake(t *testing.T) {
 			if u.Observation != nil || !u.State.Terminal() {
 				continue
 			}
-			if u.State != Failed || !errors.Is(u.Err, ErrReplayDiverged) || !strings.Contains(u.Err.Error(), "buffer(9), which this task cannot replay") {
+			if u.State != deploy.Failed || !errors.Is(u.Err, deploy.ErrReplayDiverged) || !strings.Contains(u.Err.Error(), "buffer(9), which this task cannot replay") {
 				t.Fatalf("the replay ended %s: %v", u.State, u.Err)
 			}
 			return

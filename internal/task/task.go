@@ -30,36 +30,11 @@ import (
 
 	"github.com/runnel-dev/runnel/internal/barrier"
 	"github.com/runnel-dev/runnel/internal/checkpoint"
+	"github.com/runnel-dev/runnel/internal/deploy"
 	"github.com/runnel-dev/runnel/internal/determinants"
 	"github.com/runnel-dev/runnel/internal/ident"
 	"github.com/runnel-dev/runnel/internal/network"
 )
-
-// State is the lifecycle state of a task attempt.
-type State int32
-
-const (
-	Created State = iota
-	Deploying
-	Initializing
-	Running
-	Finished
-	Canceling
-	Canceled
-	Failed
-)
-
-var stateNames = [...]string{"CREATED", "DEPLOYING", "INITIALIZING", "RUNNING", "FINISHED", "CANCELING", "CANCELED", "FAILED"}
-
-func (s State) String() string {
-	if int(s) < len(stateNames) {
-		return stateNames[s]
-	}
-	return fmt.Sprintf("state(%d)", int32(s))
-}
-
-// Terminal reports whether the state is final.
-func (s State) Terminal() bool { return s == Finished || s == Canceled || s == Failed }
 
 // SourceStatus is what a source poll says about its input.
 type SourceStatus int
@@ -133,24 +108,9 @@ func (f *Failure) Unwrap() error { return f.Err }
 // Abort unwinds the chain with err; the task fails (or, for cancellation, stops) with it.
 func Abort(err error) { panic(&Failure{Err: err}) }
 
-// Info describes the subtask to its operators.
-type Info struct {
-	JobName        string
-	VertexName     string
-	Attempt        ident.Attempt
-	Parallelism    int
-	MaxParallelism int
-	TaskManager    string
-}
-
-// Name formats the subtask as people read it: "tokenize -> count [1/2] #0".
-func (i Info) Name() string {
-	return fmt.Sprintf("%s [%d/%d] #%d", i.VertexName, i.Attempt.Index+1, i.Parallelism, i.Attempt.Number)
-}
-
 // Runtime is what a chain factory gets to build the chain.
 type Runtime struct {
-	Info Info
+	Info deploy.Info
 	// Outputs holds one result partition per output edge, in the vertex's output order.
 	Outputs []*network.ResultPartition
 	// FlushEveryRecord asks record writers to flush after each record (buffer timeout 0).
@@ -227,41 +187,11 @@ func (c *Counters) PublishedWatermark() int64 { return c.publishedWatermark.Load
 // Snapshot returns the last published counts.
 func (c *Counters) Snapshot() (in, out uint64) { return c.publishedIn.Load(), c.publishOut.Load() }
 
-// OutputSpec describes one result partition the task produces.
-type OutputSpec struct {
-	Result        ident.ResultID
-	Subpartitions int
-	Reconnectable bool
-	// Blocking partitions are spilled and consumable once the producer finished.
-	Blocking bool
-	// Logged partitions (task failover) keep an in-flight log per subpartition in Env.LogBudget.
-	Logged bool
-}
-
-// ChannelSpec describes one input channel: which subpartition of which partition, and where it lives.
-type ChannelSpec struct {
-	Partition    ident.PartitionID
-	Subpartition int
-	// Local channels read from this TaskManager's partition manager; others connect to Address.
-	Local   bool
-	Address string
-	// Job and Credential go into a remote channel's partition request: the job the consumer belongs to and
-	// what the job master issued to this consumer attempt for this subpartition (network.PartitionCredential),
-	// which the producer's TaskManager checks before it serves anything.
-	Job        [network.JobIDSize]byte
-	Credential [network.CredentialSize]byte
-}
-
-// InputSpec lists the channels of one input edge, in channel order.
-type InputSpec struct {
-	Channels []ChannelSpec
-}
-
 // Config is a task deployment descriptor.
 type Config struct {
-	Info    Info
-	Outputs []OutputSpec
-	Inputs  []InputSpec
+	Info    deploy.Info
+	Outputs []deploy.OutputSpec
+	Inputs  []deploy.InputSpec
 	Chain   ChainFactory
 	// BufferTimeout: > 0 flush partly filled buffers at this interval; 0 flush after every record; < 0 only
 	// when full.
@@ -274,7 +204,7 @@ type Config struct {
 	// Checkpoints, when set, makes the task take part in checkpoints.
 	Checkpoints *CheckpointSetup
 	// Restore, when set, is the state the attempt starts from.
-	Restore *RestoreSpec
+	Restore *deploy.RestoreSpec
 	// StateBackend names where keyed state lives: "memory" (default) or "pebble".
 	StateBackend string
 	// SkipCheckpointsUpTo makes the barrier aligner drop barriers of checkpoints up to this id: they were
@@ -312,70 +242,11 @@ type ReplayChecker interface {
 	CheckReplay() error
 }
 
-// Update reports a state change of a task attempt, or (with Observation set) something it observed while
-// running, in which case State is not a change.
-type Update struct {
-	Attempt     ident.Attempt
-	State       State
-	Err         error
-	Observation *Observation
-	// RecordsIn and RecordsOut are the attempt's final record counts, set with a terminal State: the
-	// TaskManager forgets an attempt once it ended, so the report carries what is left to know of it.
-	RecordsIn, RecordsOut uint64
-	// Watermark is the attempt's last watermark, with a terminal State (math.MinInt64: none).
-	Watermark int64
-	// Metrics are the attempt's operator metrics as last published, with a terminal State.
-	Metrics []Metric
-}
-
-// ObservationKind says what a task observed.
-type ObservationKind uint8
-
-const (
-	// ChannelJoined: an input channel delivered its first buffer to this attempt. Lost counts the records
-	// the producer sent on the channel after the position this attempt restored and before the first record
-	// it received: records that affect no state (approximate recovery's loss on that channel).
-	ChannelJoined ObservationKind = iota + 1
-	// FirstOutput: the attempt emitted (or, a sink, wrote) its first record.
-	FirstOutput
-	// InputEnded: the attempt's input ended and its operators heard EndInput; it waits for a checkpoint
-	// that covers its end before it finishes (see finish.go).
-	InputEnded
-	// ReplayDone: the attempt replayed its determinant log to the end and reads live (task failover): a
-	// failure of a neighbour no longer needs the replay, and the job master takes it as a task failure of
-	// its own again.
-	ReplayDone
-	// ChannelReplayed: Records is how many records the attempt read again on the channel while it replayed
-	// (task failover): those its producer's in-flight log held from the restored checkpoint on. Reported
-	// just before ReplayDone, for each channel with any.
-	ChannelReplayed
-	// DuplicatesDropped: this attempt took its output over (task failover) and regenerated records that the
-	// stream of output channel Channel had already; Records is how many its subpartition dropped. Reported
-	// once the attempt is past them on every output.
-	DuplicatesDropped
-)
-
-// Observation is a fact a running task reports to the job master.
-type Observation struct {
-	Kind    ObservationKind
-	At      time.Time
-	Channel ChannelSpec
-	// Lost and PartialSkipped describe a ChannelJoined.
-	Lost           uint64
-	PartialSkipped uint64
-	// Records is the count of a ChannelReplayed or a DuplicatesDropped.
-	Records uint64
-	// SnapshotBefore, of a ChannelJoined, is the newest checkpoint whose snapshot the attempt took before
-	// it joined the channel (0: none). Those checkpoints record the channel at the position the attempt
-	// restored, before the gap: a later attempt that restores one of them counts the gap again.
-	SnapshotBefore int64
-}
-
 // RemoteConnector opens a channel to a partition on another TaskManager.
 //
 // replayFrom is the checkpoint whose barrier a partition with an in-flight log is read from (the one the
 // attempt restored; 0: its start), as network.DialOptions.ReplayFrom.
-type RemoteConnector func(ctx context.Context, spec ChannelSpec, owner ident.Attempt, pool *network.BufferPool, credits int, notify func(), replayFrom int64) (network.InputChannel, error)
+type RemoteConnector func(ctx context.Context, spec deploy.ChannelSpec, owner ident.Attempt, pool *network.BufferPool, credits int, notify func(), replayFrom int64) (network.InputChannel, error)
 
 // Env is what the hosting TaskManager provides.
 type Env struct {
@@ -388,7 +259,7 @@ type Env struct {
 	// LogBudget is the memory (and disk) of the in-flight logs of the TaskManager's logged partitions.
 	LogBudget *network.LogBudget
 	// Report receives every state change; it must not block for long.
-	Report func(Update)
+	Report func(deploy.Update)
 	// Clock is the processing time of the TaskManager's tasks; nil: the wall clock.
 	Clock clockwork.Clock
 	// SnapshotWriters, if not nil, bounds the snapshot writers of the TaskManager's tasks that run at once
@@ -437,10 +308,10 @@ func New(cfg Config, env Env) *Task {
 }
 
 // Info returns the task's description.
-func (t *Task) Info() Info { return t.cfg.Info }
+func (t *Task) Info() deploy.Info { return t.cfg.Info }
 
 // State returns the current state.
-func (t *Task) State() State { return State(t.state.Load()) }
+func (t *Task) State() deploy.State { return deploy.State(t.state.Load()) }
 
 // Counters returns the task's record counters.
 func (t *Task) Counters() *Counters { return t.counters }
@@ -459,10 +330,10 @@ func (t *Task) Cancel() {
 	t.once.Do(func() { close(t.cancel) })
 }
 
-func (t *Task) setState(s State, err error) {
+func (t *Task) setState(s deploy.State, err error) {
 	t.state.Store(int32(s))
 	if t.env.Report != nil {
-		u := Update{Attempt: t.cfg.Info.Attempt, State: s, Err: err}
+		u := deploy.Update{Attempt: t.cfg.Info.Attempt, State: s, Err: err}
 		if s.Terminal() {
 			u.RecordsIn, u.RecordsOut = t.counters.Snapshot()
 			u.Watermark = t.counters.PublishedWatermark()
@@ -494,17 +365,17 @@ func (t *Task) Run() {
 	r.async.Wait() // a finished task still acknowledges the checkpoints it took
 	r.stopAsync()
 	r.cleanup(err)
-	final := Finished
+	final := deploy.Finished
 	switch {
 	case err == nil:
 	case t.canceled() && (errors.Is(err, network.ErrCanceled) || errors.Is(err, errCanceled)):
-		final, err = Canceled, nil
+		final, err = deploy.Canceled, nil
 	case t.canceled():
 		// Failures caused by the cancellation itself (a released partition, a closed connection) are not
 		// the task's fault.
-		final, err = Canceled, nil
+		final, err = deploy.Canceled, nil
 	default:
-		final = Failed
+		final = deploy.Failed
 		err = fmt.Errorf("task %s failed: %w", t.cfg.Info.Name(), err)
 	}
 	t.err = err
@@ -528,19 +399,12 @@ var errCanceled = errors.New("task canceled")
 
 // ErrReplayDiverged reports a replay under task failover that did not take the steps the failed attempt
 // took (docs/taskfailover.md §8): the attempt fails rather than emit what its consumers would drop wrongly,
-// and the job master falls back to region failover.
-var ErrReplayDiverged = errors.New("replay diverged")
-
-// ErrCannotReplay is wrapped by the error of an attempt under task failover whose chain says, after its
-// restore, that it cannot replay (ReplayChecker: a source whose reader is not deterministic), so that the
-// TaskManager can tell it from other failures without reading its text.
-var ErrCannotReplay = errors.New("chain cannot replay")
 
 // cannotReplayError is a ReplayChecker's error, unchanged in its text, that also wraps ErrCannotReplay.
 type cannotReplayError struct{ err error }
 
 func (e cannotReplayError) Error() string   { return e.err.Error() }
-func (e cannotReplayError) Unwrap() []error { return []error{ErrCannotReplay, e.err} }
+func (e cannotReplayError) Unwrap() []error { return []error{deploy.ErrCannotReplay, e.err} }
 
 // run holds the resources of one execution.
 type run struct {
@@ -556,8 +420,8 @@ type run struct {
 	chain      Chain
 	opened     bool
 	aligner    *barrier.Aligner
-	channels   []ChannelSpec // by gate channel index
-	restored   []uint64      // per channel: records consumed at the restored checkpoint
+	channels   []deploy.ChannelSpec // by gate channel index
+	restored   []uint64             // per channel: records consumed at the restored checkpoint
 	// replay reads the determinant log while the attempt replays (Config.Replay); nil once live. next is
 	// the entry whose buffer it waits for, when have.
 	replay     *determinants.Reader
@@ -600,11 +464,11 @@ func (r *run) execute() (err error) {
 			err = panicError(p, rt)
 		}
 	}()
-	t.setState(Deploying, nil)
+	t.setState(deploy.Deploying, nil)
 	if err := r.setupOutputs(); err != nil {
 		return err
 	}
-	t.setState(Initializing, nil)
+	t.setState(deploy.Initializing, nil)
 	if err := r.setupInputs(); err != nil {
 		return err
 	}
@@ -667,7 +531,7 @@ func (r *run) execute() (err error) {
 			}
 		}
 	}
-	t.setState(Running, nil)
+	t.setState(deploy.Running, nil)
 	// A subtask that had finished at the restored checkpoint ends right away: its output was complete. One
 	// whose input had ended there emits nothing and does not end its input again, but waits like any other
 	// for a checkpoint that covers its end.
@@ -814,7 +678,7 @@ func (r *run) setupInputs() error {
 }
 
 // connect opens one channel, waiting for a local producer that is not deployed yet.
-func (r *run) connect(ctx context.Context, c ChannelSpec, idx, credits int) (network.InputChannel, error) {
+func (r *run) connect(ctx context.Context, c deploy.ChannelSpec, idx, credits int) (network.InputChannel, error) {
 	t := r.t
 	owner := t.cfg.Info.Attempt
 	notify := r.gate.Notifier(idx)
@@ -942,7 +806,7 @@ func (r *run) checkRegenerated() {
 	for i, p := range r.outputs {
 		for sub := range r.t.cfg.Outputs[i].Subpartitions {
 			if n := p.Discarded(sub); n > 0 {
-				r.t.observe(Observation{Kind: DuplicatesDropped, At: now, Channel: ChannelSpec{Partition: p.ID(), Subpartition: sub}, Records: n})
+				r.t.observe(deploy.Observation{Kind: deploy.DuplicatesDropped, At: now, Channel: deploy.ChannelSpec{Partition: p.ID(), Subpartition: sub}, Records: n})
 			}
 		}
 	}
@@ -1024,7 +888,7 @@ func (r *run) nextBuffer() (int, *network.Buffer, error) {
 			}
 			r.checkOutput(began)
 		case (e.Kind != determinants.Buffer && e.Kind != determinants.Event) || e.Channel >= r.gate.NumChannels():
-			return -1, nil, fmt.Errorf("%w: determinant %v, which this task cannot replay", ErrReplayDiverged, e)
+			return -1, nil, fmt.Errorf("%w: determinant %v, which this task cannot replay", deploy.ErrReplayDiverged, e)
 		default:
 			r.replayNext, r.replayHave = e, true
 		}
@@ -1037,14 +901,14 @@ func (r *run) nextBuffer() (int, *network.Buffer, error) {
 		}
 		r.replaySteps++
 		if isEvent := buf.Kind == network.KindEvent; isEvent != (r.replayNext.Kind == determinants.Event) {
-			return idx, nil, fmt.Errorf("%w: at step %d the log says %v, the channel has a %s buffer", ErrReplayDiverged, r.replaySteps, r.replayNext, buf.Kind)
+			return idx, nil, fmt.Errorf("%w: at step %d the log says %v, the channel has a %s buffer", deploy.ErrReplayDiverged, r.replaySteps, r.replayNext, buf.Kind)
 		}
 		// The steps before this one must have emitted what they emitted in the failed attempt: otherwise
 		// what this attempt regenerates is not what its consumers had, and dropping it would lose or
 		// duplicate records (docs/taskfailover.md §8).
 		if out := r.t.counters.Out - r.stepOut; out != uint64(r.replayNext.Value) {
 			return idx, nil, fmt.Errorf("%w: before step %d (%v) the failed attempt had emitted %d records since its previous step, this attempt %d; an operator does not emit the same for the same input (randomness, wall-clock time read directly, or state outside Runnel's)",
-				ErrReplayDiverged, r.replaySteps, r.replayNext, r.replayNext.Value, out)
+				deploy.ErrReplayDiverged, r.replaySteps, r.replayNext, r.replayNext.Value, out)
 		}
 		r.stepOut = r.t.counters.Out
 		r.replayHave = false
@@ -1163,7 +1027,7 @@ func (r *run) join(idx int, firstSeq, partial uint64) {
 	r.joined[idx] = true
 	r.joinedAt[idx] = max(firstSeq, r.restored[idx])
 	lost := r.joinedAt[idx] - r.restored[idx]
-	r.t.observe(Observation{Kind: ChannelJoined, At: time.Now(), Channel: r.channels[idx], Lost: lost, PartialSkipped: partial, SnapshotBefore: r.lastSnapshot})
+	r.t.observe(deploy.Observation{Kind: deploy.ChannelJoined, At: time.Now(), Channel: r.channels[idx], Lost: lost, PartialSkipped: partial, SnapshotBefore: r.lastSnapshot})
 }
 
 // replayed reports the end of the replay: the records read again on each input channel, then ReplayDone.
@@ -1171,10 +1035,10 @@ func (r *run) replayed() {
 	now := time.Now()
 	for idx, dec := range r.decoders {
 		if dec.Synced() && dec.NextSeq() > r.restored[idx] {
-			r.t.observe(Observation{Kind: ChannelReplayed, At: now, Channel: r.channels[idx], Records: dec.NextSeq() - r.restored[idx]})
+			r.t.observe(deploy.Observation{Kind: deploy.ChannelReplayed, At: now, Channel: r.channels[idx], Records: dec.NextSeq() - r.restored[idx]})
 		}
 	}
-	r.t.observe(Observation{Kind: ReplayDone, At: now})
+	r.t.observe(deploy.Observation{Kind: deploy.ReplayDone, At: now})
 }
 
 // beforeWork returns the time before work that may emit the attempt's first record (a poll, a buffer, a
@@ -1196,7 +1060,7 @@ func (r *run) checkOutput(began time.Time) {
 	if !r.outputSeen && r.t.counters.Out > 0 {
 		r.outputSeen = true
 		r.flushAll()
-		r.t.observe(Observation{Kind: FirstOutput, At: began})
+		r.t.observe(deploy.Observation{Kind: deploy.FirstOutput, At: began})
 	}
 }
 
@@ -1210,9 +1074,9 @@ func (r *run) flushRequested() {
 	}
 }
 
-func (t *Task) observe(o Observation) {
+func (t *Task) observe(o deploy.Observation) {
 	if t.env.Report != nil {
-		t.env.Report(Update{Attempt: t.cfg.Info.Attempt, State: t.State(), Observation: &o})
+		t.env.Report(deploy.Update{Attempt: t.cfg.Info.Attempt, State: t.State(), Observation: &o})
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/runnel-dev/runnel/internal/checkpoint"
+	"github.com/runnel-dev/runnel/internal/deploy"
 	"github.com/runnel-dev/runnel/internal/ident"
 	"github.com/runnel-dev/runnel/internal/network"
 )
@@ -121,7 +122,7 @@ func TestWatermarkEvents(t *testing.T) {
 			cancel := make(chan struct{})
 			defer close(cancel)
 			var parts []*network.ResultPartition
-			var inputs []InputSpec
+			var inputs []deploy.InputSpec
 			for i := range 3 {
 				id := ident.PartitionID{Result: ident.ResultID(10 + i), Producer: ident.Attempt{Subtask: ident.Subtask{Vertex: ident.VertexID(5 + i)}}}
 				p, err := network.NewResultPartition(id, network.PartitionOptions{Subpartitions: 1, MaxRecordSize: 1 << 10}, pool, cancel)
@@ -132,19 +133,19 @@ func TestWatermarkEvents(t *testing.T) {
 					t.Fatal(err)
 				}
 				parts = append(parts, p)
-				spec := ChannelSpec{Partition: id, Subpartition: 0, Local: true}
+				spec := deploy.ChannelSpec{Partition: id, Subpartition: 0, Local: true}
 				if i < 2 {
 					if len(inputs) == 0 {
-						inputs = append(inputs, InputSpec{})
+						inputs = append(inputs, deploy.InputSpec{})
 					}
 					inputs[0].Channels = append(inputs[0].Channels, spec)
 				} else {
-					inputs = append(inputs, InputSpec{Channels: []ChannelSpec{spec}})
+					inputs = append(inputs, deploy.InputSpec{Channels: []deploy.ChannelSpec{spec}})
 				}
 			}
 			c := &wmChain{finishChain: &finishChain{}}
 			cfg := Config{
-				Info:   Info{JobName: "wm", VertexName: "window", Attempt: ident.Attempt{Subtask: ident.Subtask{Vertex: 1}}, Parallelism: 1, MaxParallelism: 1},
+				Info:   deploy.Info{JobName: "wm", VertexName: "window", Attempt: ident.Attempt{Subtask: ident.Subtask{Vertex: 1}}, Parallelism: 1, MaxParallelism: 1},
 				Inputs: inputs, Chain: func(rt *Runtime) (Chain, error) { c.rt = rt; return c, nil },
 				BufferTimeout: -1, MaxRecordSize: 1 << 10,
 			}
@@ -156,7 +157,7 @@ func TestWatermarkEvents(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				cfg.Restore = &RestoreSpec{CheckpointID: 1, Handle: checkpoint.StateHandle{Blobs: []checkpoint.BlobRef{{}}},
+				cfg.Restore = &deploy.RestoreSpec{CheckpointID: 1, Handle: checkpoint.StateHandle{Blobs: []checkpoint.BlobRef{{}}},
 					Read: func(context.Context, checkpoint.BlobRef) ([]byte, error) { return blob.Payload(), nil }}
 				want = append(want, fmt.Sprint("restored at ", tc.floor))
 			}
