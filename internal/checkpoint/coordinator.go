@@ -346,6 +346,9 @@ type pending struct {
 	triggerMillis int64
 	waiting       map[ident.Subtask]ident.Attempt
 	acks          map[ident.Subtask]StateHandle
+	// targets are the subtasks the checkpoint was triggered at; every other subtask takes it when the
+	// barrier comes from its upstream.
+	targets       map[ident.Subtask]bool
 	lastAckMillis int64
 	persisting    *CompletedCheckpoint
 }
@@ -713,6 +716,10 @@ func (c *Coordinator) trigger(now int64, rd *Ready) {
 		acks:          make(map[ident.Subtask]StateHandle, len(c.order)),
 	}
 	t := Trigger{ID: id, TimestampMillis: now, Mode: c.cfg.Mode, Targets: c.targets()}
+	p.targets = make(map[ident.Subtask]bool, len(t.Targets))
+	for _, a := range t.Targets {
+		p.targets[a.Subtask] = true
+	}
 	for _, sub := range c.order {
 		st := c.tasks[sub]
 		switch st.status {
@@ -931,11 +938,43 @@ func (c *Coordinator) TaskFinished(now int64, attempt ident.Attempt) Ready {
 			delete(p.waiting, attempt.Subtask)
 			p.acks[attempt.Subtask] = StateHandle{Attempt: attempt, Finished: true}
 			p.lastAckMillis = now
+			if sub, ok := c.cutOff(p); ok {
+				c.abort(&rd, p, AbortTaskNotReady, fmt.Errorf("checkpoint %d aborted: its barrier can no longer reach %s: every subtask upstream of it finished without taking the checkpoint", p.id, sub))
+				continue
+			}
 			c.maybeComplete(&rd, p)
 		}
 	}
 	c.maybeTriggerFinal(now, &rd)
 	return rd
+}
+
+// cutOff returns a subtask that p waits for and that can no longer take it: p was not triggered at it,
+// and every subtask upstream of it finished without taking p (recorded as finished in p's acks), so no
+// barrier of p will come. Such an upstream subtask finished after the trigger without taking it: a
+// trigger that reached a source as it was finishing, or a subtask that was cut off itself. A subtask with
+// some upstream that took p, or that still runs, can still take it: the barrier comes on that channel, and
+// the finished ones have ended theirs.
+//
+// Why abort rather than wait: the checkpoint would hold its slot until it timed out, and with it every
+// later one, also the final checkpoint that finishing subtasks wait for.
+func (c *Coordinator) cutOff(p *pending) (ident.Subtask, bool) {
+	for _, sub := range c.order {
+		if _, waiting := p.waiting[sub]; !waiting || p.targets[sub] {
+			continue
+		}
+		cut := true
+		for _, up := range c.tasks[sub].Upstream {
+			if h, ok := p.acks[up]; !ok || !h.Finished {
+				cut = false
+				break
+			}
+		}
+		if cut {
+			return sub, true
+		}
+	}
+	return ident.Subtask{}, false
 }
 
 // Stop ends checkpointing (the job is finishing, cancelled or suspended): checkpoints collecting acks are

@@ -492,17 +492,20 @@ func TestCoordinator(t *testing.T) {
 				{tick(0), ""},
 				{finished(10, src0), ""},
 				{tick(1000), "trigger 1 @1000 exactly_once -> v0[1]#0 v1[0]#0"},
+				{ack(1005, 1, src1), ""},
 				{finished(1010, src1), ""},
-				{ack(1020, 1, map0, map1, sink0), "persist 1 @1000 [v0[0]#0:finished v0[1]#0:finished v1[0]#0 v1[1]#0 v2[0]#0]"},
+				{ack(1020, 1, map0, map1, sink0), "persist 1 @1000 [v0[0]#0:finished v0[1]#0 v1[0]#0 v1[1]#0 v2[0]#0]"},
 				{persisted(1030, 1, nil), lines(
 					"completed 1",
 					"notify complete 1 -> v1[0]#0 v1[1]#0 v2[0]#0")},
 				{finished(1500, map0), ""},
 				// The sink waits for map1 still: it is no target yet.
 				{tick(2000), "trigger 2 @2000 exactly_once -> v1[1]#0"},
+				// A finishing subtask acknowledges what it took before it reports its end.
+				{ack(2005, 2, map1), ""},
 				{finished(2010, map1), ""},
 				{ack(2020, 2, sink0), lines(
-					"persist 2 @2000 [v0[0]#0:finished v0[1]#0:finished v1[0]#0:finished v1[1]#0:finished v2[0]#0]")},
+					"persist 2 @2000 [v0[0]#0:finished v0[1]#0:finished v1[0]#0:finished v1[1]#0 v2[0]#0]")},
 				{persisted(2030, 2, nil), lines(
 					"completed 2",
 					"notify complete 2 -> v2[0]#0")},
@@ -514,6 +517,35 @@ func TestCoordinator(t *testing.T) {
 				{finished(5010, sink0), ""}, // a repeated report changes nothing
 			}},
 			want: Counts{Completed: 3, LastCompletedID: 3},
+		},
+		{
+			name: "a checkpoint whose barrier can no longer come is aborted",
+			steps: [][]step{{
+				{tick(0), ""},
+				{tick(1000), "trigger 1 @1000 exactly_once -> v0[0]#0 v0[1]#0"},
+				{ack(1010, 1, src1, map1), ""},
+				// src0 finished as its trigger arrived, without taking it: map0 cannot take the
+				// checkpoint, and the sink cannot complete it.
+				{finished(1020, src0), lines(
+					"abort 1 task not ready",
+					"notify abort 1 -> v0[1]#0 v1[0]#0 v1[1]#0 v2[0]#0")},
+				// map0, whose upstream finished, is a target of the next one.
+				{tick(2000), "trigger 2 @2000 exactly_once -> v0[1]#0 v1[0]#0"},
+				{ack(2010, 2, src1, map0, map1, sink0), "persist 2 @2000 [v0[0]#0:finished v0[1]#0 v1[0]#0 v1[1]#0 v2[0]#0]"},
+			}},
+			want: Counts{Aborted: 1},
+		},
+		{
+			name: "a finished upstream subtask does not cut off one that has another",
+			steps: [][]step{{
+				{tick(0), ""},
+				{tick(1000), "trigger 1 @1000 exactly_once -> v0[0]#0 v0[1]#0"},
+				{ack(1010, 1, src0, src1, map0), ""},
+				// map1 finishes without the barrier; the sink still gets map0's.
+				{finished(1020, map1), ""},
+				{ack(1030, 1, sink0), "persist 1 @1000 [v0[0]#0 v0[1]#0 v1[0]#0 v1[1]#0:finished v2[0]#0]"},
+			}},
+			want: Counts{},
 		},
 		{
 			name: "final checkpoint at once when every input ended",

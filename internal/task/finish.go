@@ -204,6 +204,25 @@ func (r *run) runDeferredTriggers() {
 	}
 }
 
+// declineLeftTriggers declines, as not ready, the checkpoints the ended task was triggered for and did not
+// take: those left in its mailbox and those it deferred. The declines go out before the task reports its
+// end, so the coordinator aborts each such checkpoint (without counting a failure) instead of counting the
+// finished task as having taken it, and triggers the next one at the subtasks whose upstream finished.
+func (r *run) declineLeftTriggers(left []trigger) {
+	cs := r.t.cfg.Checkpoints
+	if cs == nil {
+		return
+	}
+	me := r.t.cfg.Info.Attempt
+	for _, d := range r.fin.deferred {
+		cs.Decline(d.id, me, fmt.Errorf("%w: the task ended before its input did", checkpoint.ErrTaskNotReady))
+	}
+	r.fin.deferred = nil
+	for _, tr := range left {
+		cs.Decline(tr.id, me, fmt.Errorf("%w: the task ended before it took the checkpoint", checkpoint.ErrTaskNotReady))
+	}
+}
+
 // dropDeferredTriggersUpTo drops the deferred triggers of checkpoints up to id (an abort-up-to mark).
 func (r *run) dropDeferredTriggersUpTo(id int64) {
 	r.fin.deferred = slices.DeleteFunc(r.fin.deferred, func(d deferredTrigger) bool { return d.id <= id })

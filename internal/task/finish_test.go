@@ -30,6 +30,9 @@ type finishChain struct {
 	source  bool
 	records int
 	release chan struct{} // a source emits once it is closed
+	// closing, when set, is closed by Close, which then waits for hold: the test acts while the task has
+	// ended its work but not yet its life.
+	closing, hold chan struct{}
 
 	mu        sync.Mutex
 	log       []string
@@ -100,7 +103,13 @@ func (c *finishChain) count() int {
 	return c.processed
 }
 
-func (c *finishChain) Close() error { return nil }
+func (c *finishChain) Close() error {
+	if c.closing != nil {
+		close(c.closing)
+		<-c.hold
+	}
+	return nil
+}
 
 func (c *finishChain) Snapshot(id int64) ([]StateWriter, error) {
 	c.logf("snapshot %d after %d", id, c.count())
@@ -386,6 +395,26 @@ func TestSourceWaitsForTheFinalCheckpoint(t *testing.T) {
 			wantChain:  "snapshot 1 after 0; emit 10; end input after 0; complete 1; snapshot 2 after 0; snapshot 3 after 0; complete 3",
 		},
 		{
+			name:  "a trigger that arrives after the covering checkpoint completed is declined, not dropped",
+			final: true,
+			run: func(h *finishHarness, tk *Task, c *finishChain) deploy.State {
+				close(c.release)
+				h.await("observed input ended")
+				tk.TriggerCheckpoint(1, 0, 0)
+				h.awaitAck("ack 1")
+				tk.NotifyCheckpointComplete(1)
+				<-c.closing // the task ended its partitions and is closing its chain
+				if !tk.TriggerCheckpoint(2, 0, 0) {
+					h.t.Fatal("the closing task refused trigger 2: the job master would decline it itself")
+				}
+				close(c.hold)
+				h.awaitAck("decline 2: " + checkpoint.ErrTaskNotReady.Error() + ": the task ended before it took the checkpoint")
+				return deploy.Finished
+			},
+			wantOutput: "records, end-of-data, barrier 1, end-of-partition",
+			wantChain:  "emit 10; end input after 0; snapshot 1 after 0; complete 1",
+		},
+		{
 			name:  "cancel ends the wait",
 			final: true,
 			run: func(h *finishHarness, tk *Task, c *finishChain) deploy.State {
@@ -411,6 +440,9 @@ func TestSourceWaitsForTheFinalCheckpoint(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newFinishHarness(t)
 			c := &finishChain{source: true, records: 10, release: make(chan struct{})}
+			if strings.Contains(tc.name, "declined") {
+				c.closing, c.hold = make(chan struct{}), make(chan struct{})
+			}
 			tk, wait := h.start(sourceConfig(c, h.setup(tc.final)))
 			stop := make(chan struct{})
 			var out *reader

@@ -27,7 +27,10 @@ import (
 //     most checkpoint.MaxConcurrentLimit of those. Past the bound a trigger is refused: TriggerCheckpoint
 //     returns false, and the job master declines the checkpoint (counted, visible in the report).
 //
-// After the task ended, mail is refused (the methods return false).
+// After the task ended, mail is refused (the methods return false), and the triggers still waiting are
+// declined as not ready: a source that finishes with a trigger in its mailbox never sends that
+// checkpoint's barrier, so its consumers would never take part in it, and the checkpoint would hold the
+// coordinator's slot until it timed out (and with it the final checkpoint the consumers wait for).
 
 // maxPendingTriggers bounds the checkpoint triggers waiting in a task's mailbox.
 const maxPendingTriggers = checkpoint.MaxConcurrentLimit
@@ -169,12 +172,16 @@ func (mb *mailbox) idle() bool {
 	return mb.pending.empty() && mb.taken == mb.carried
 }
 
-// close refuses all further mail; what waits is dropped with the task that ended.
-func (mb *mailbox) close() {
+// close refuses all further mail and returns the triggers that were waiting: the task that ended must
+// decline them, since the job master counts a trigger it delivered as taken. The rest of what waits is
+// dropped with the task (aborts and completions are about the task's own work, which ended).
+func (mb *mailbox) close() []trigger {
 	mb.mu.Lock()
 	defer mb.mu.Unlock()
 	mb.closed = true
+	left := mb.pending.triggers
 	mb.pending = mail{}
+	return left
 }
 
 // TriggerCheckpoint asks a source task (or, once tasks finished, one whose upstream all finished: see

@@ -22,7 +22,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // TestMailboxCoalesces pins the mailbox's bounds and what it does past them: completions merge into the
 // highest id, aborts stay individual up to maxPendingAborts and fold the oldest into an abort-up-to mark
 // beyond, an abort voids its checkpoint's waiting trigger, triggers past maxPendingTriggers are refused,
-// and an ended task refuses everything.
+// and an ended task refuses everything and hands back the triggers that waited (to be declined).
 func TestMailboxCoalesces(t *testing.T) {
 	type op struct {
 		kind string // "complete", "abort", "trigger", "close"
@@ -54,25 +54,29 @@ func TestMailboxCoalesces(t *testing.T) {
 		name string
 		ops  []op
 		want mail
+		left []trigger // what close returned
 	}{
-		{"completions merge into the highest", many("complete", 1, 10_000, true), mail{completeUpTo: 10_000}},
-		{"a lower completion after a higher one", []op{{"complete", 7, true}, {"complete", 3, true}}, mail{completeUpTo: 7}},
+		{"completions merge into the highest", many("complete", 1, 10_000, true), mail{completeUpTo: 10_000}, nil},
+		{"a lower completion after a higher one", []op{{"complete", 7, true}, {"complete", 3, true}}, mail{completeUpTo: 7}, nil},
 		{"aborts up to the bound stay individual", many("abort", 1, maxPendingAborts, true),
-			mail{aborts: ids(1, maxPendingAborts)}},
+			mail{aborts: ids(1, maxPendingAborts)}, nil},
 		{"aborts past the bound fold the oldest", append(many("abort", 1, 10_000, true), op{"abort", 3, true}),
-			mail{abortUpTo: 10_000 - maxPendingAborts, folded: 10_000 - maxPendingAborts, aborts: ids(10_001-maxPendingAborts, 10_000)}},
+			mail{abortUpTo: 10_000 - maxPendingAborts, folded: 10_000 - maxPendingAborts, aborts: ids(10_001-maxPendingAborts, 10_000)}, nil},
 		{"duplicate aborts count once", []op{{"abort", 5, true}, {"abort", 2, true}, {"abort", 5, true}},
-			mail{aborts: []int64{2, 5}}},
+			mail{aborts: []int64{2, 5}}, nil},
 		{"an abort voids its trigger", []op{{"trigger", 1, true}, {"trigger", 2, true}, {"abort", 1, true}},
-			mail{aborts: []int64{1}, triggers: triggerIDs(2)}},
+			mail{aborts: []int64{1}, triggers: triggerIDs(2)}, nil},
 		{"triggers past the bound are refused", append(many("trigger", 1, maxPendingTriggers, true), op{"trigger", 99, false}),
-			mail{triggers: triggerIDs(ids(1, maxPendingTriggers)...)}},
+			mail{triggers: triggerIDs(ids(1, maxPendingTriggers)...)}, nil},
 		{"an ended task refuses mail", []op{{"complete", 1, true}, {"close", 0, true}, {"complete", 2, false}, {"abort", 2, false},
-			{"trigger", 2, false}}, mail{}},
+			{"trigger", 2, false}}, mail{}, nil},
+		{"an ended task hands back its waiting triggers", []op{{"trigger", 1, true}, {"trigger", 2, true}, {"abort", 1, true},
+			{"complete", 1, true}, {"close", 0, true}, {"trigger", 3, false}}, mail{}, triggerIDs(2)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			mb := newMailbox()
 			maxLen := 0
+			var left []trigger
 			for _, o := range tc.ops {
 				var ok bool
 				switch o.kind {
@@ -83,7 +87,7 @@ func TestMailboxCoalesces(t *testing.T) {
 				case "trigger":
 					ok = mb.putTrigger(trigger{id: o.id, timestampMillis: o.id * 10})
 				case "close":
-					mb.close()
+					left = append(left, mb.close()...)
 					ok = true
 				}
 				if ok != o.ok {
@@ -99,6 +103,9 @@ func TestMailboxCoalesces(t *testing.T) {
 			if got.abortUpTo != tc.want.abortUpTo || got.folded != tc.want.folded || got.completeUpTo != tc.want.completeUpTo ||
 				!slices.Equal(got.aborts, tc.want.aborts) || !slices.Equal(got.triggers, tc.want.triggers) {
 				t.Fatalf("took %+v\nwant %+v", got, tc.want)
+			}
+			if !slices.Equal(left, tc.left) {
+				t.Fatalf("close handed back %+v, want %+v", left, tc.left)
 			}
 			mb.take(&got)
 			if !got.empty() {

@@ -390,7 +390,7 @@ func (t *Task) Run() {
 			t.log.Error("task failed", "err", err)
 		}
 	}
-	t.mb.close()
+	r.declineLeftTriggers(t.mb.close())
 	t.setState(final, err)
 	close(t.done)
 }
