@@ -14,7 +14,6 @@ import (
 	"io"
 	"os"
 	"sync"
-	"time"
 
 	"github.com/runnel-dev/runnel"
 )
@@ -98,7 +97,7 @@ func (g *generator[T]) CreateReader(ctx runnel.RuntimeContext) (runnel.SourceRea
 	if g.opts.RatePerSubtask < 0 {
 		return nil, fmt.Errorf("generator: negative rate %v", g.opts.RatePerSubtask)
 	}
-	r := &generatorReader[T]{fn: g.fn, subtask: ctx.SubtaskIndex(), limit: g.opts.RecordsPerSubtask, rate: g.opts.RatePerSubtask}
+	r := &generatorReader[T]{fn: g.fn, subtask: ctx.SubtaskIndex(), limit: g.opts.RecordsPerSubtask, pace: NewPacer(g.opts.RatePerSubtask, 0)}
 	r.bounded = r.limit > 0
 	if t := g.opts.TotalRecords; t > 0 {
 		r.bounded = true
@@ -121,11 +120,7 @@ type generatorReader[T any] struct {
 	limit   uint64
 	bounded bool // limit applies; a TotalRecords split may give a subtask a limit of 0
 	done    bool
-	rate    float64
-	base    uint64 // seq at which the rate clock started
-	start   time.Time
-	timer   *time.Timer
-	wake    chan struct{}
+	pace    *Pacer
 	buf     []T // the records of one poll, for a BatchCollector
 }
 
@@ -133,18 +128,12 @@ func (r *generatorReader[T]) PollNext(out runnel.Collector[T]) (runnel.InputStat
 	if r.done {
 		return runnel.EndOfInput, nil
 	}
-	n := uint64(batch)
-	if r.rate > 0 {
-		if r.start.IsZero() {
-			r.start = time.Now()
-		}
-		due := r.base + uint64(time.Since(r.start).Seconds()*r.rate) + 1
-		if due <= r.seq {
-			r.arm(time.Duration(float64(r.seq-due+1) / r.rate * float64(time.Second)))
-			return runnel.NothingAvailable, nil
-		}
-		n = min(n, due-r.seq)
+	due := r.pace.Due()
+	if due <= r.seq {
+		r.pace.Wait(r.seq)
+		return runnel.NothingAvailable, nil
 	}
+	n := min(uint64(batch), due-r.seq)
 	if r.limit > 0 {
 		n = min(n, r.limit-r.seq)
 	}
@@ -169,24 +158,7 @@ func (r *generatorReader[T]) PollNext(out runnel.Collector[T]) (runnel.InputStat
 	return runnel.MoreAvailable, nil
 }
 
-// arm makes Available ready after d.
-func (r *generatorReader[T]) arm(d time.Duration) {
-	if r.wake == nil {
-		r.wake = make(chan struct{}, 1)
-	}
-	if r.timer == nil {
-		r.timer = time.AfterFunc(d, func() {
-			select {
-			case r.wake <- struct{}{}:
-			default:
-			}
-		})
-		return
-	}
-	r.timer.Reset(d)
-}
-
-func (r *generatorReader[T]) Available() <-chan struct{} { return r.wake }
+func (r *generatorReader[T]) Available() <-chan struct{} { return r.pace.Available() }
 
 // ReplaysDeterministically implements runnel.DeterministicReader: record n is a function of n, whatever the
 // rate lets a poll emit.
@@ -208,15 +180,13 @@ func (r *generatorReader[T]) RestoreState(b []byte) error {
 		return fmt.Errorf("generator: the checkpoint was taken at record %d of this subtask, past the %d records it now generates (RecordsPerSubtask): restore with at least as many records, or unbounded", v, r.limit)
 	}
 	r.seq = v
-	r.base = v
+	r.pace.Restart(v)
 	r.done = r.bounded && v >= r.limit
 	return nil
 }
 
 func (r *generatorReader[T]) Close() error {
-	if r.timer != nil {
-		r.timer.Stop()
-	}
+	r.pace.Close()
 	return nil
 }
 

@@ -3,9 +3,9 @@ package nexmark
 import (
 	"encoding/binary"
 	"fmt"
-	"time"
 
 	"github.com/runnel-dev/runnel"
+	"github.com/runnel-dev/runnel/connector"
 )
 
 // pollEvents is how many events a generator reader emits per poll at most: a few hundred keeps the
@@ -27,45 +27,30 @@ func (s *source) CreateReader(ctx runnel.RuntimeContext) (runnel.SourceReader[Ev
 		return nil, err
 	}
 	return &generatorReader{gen: g, cfg: s.cfg, next: uint64(ctx.SubtaskIndex()), step: uint64(ctx.Parallelism()),
-		base: uint64(ctx.SubtaskIndex())}, nil
+		pace: connector.NewPacer(float64(s.cfg.Rate), uint64(ctx.SubtaskIndex()))}, nil
 }
 
 type generatorReader struct {
 	gen        *Generator
 	cfg        GeneratorConfig
-	next, step uint64 // the next event number and the parallelism
-	base       uint64 // the event number at which the rate clock started
-	start      time.Time
-	timer      *time.Timer
-	wake       chan struct{}
-	buf        []Event // one poll's events, handed to a BatchCollector
+	next, step uint64           // the next event number and the parallelism
+	pace       *connector.Pacer // over event numbers of all subtasks
+	buf        []Event          // one poll's events, handed to a BatchCollector
 }
 
 func (r *generatorReader) ended() bool { return r.cfg.Events > 0 && r.next >= r.cfg.Events }
-
-// due returns the first event number (over all subtasks) not yet due at the configured rate, or the end of
-// the stream when unthrottled.
-func (r *generatorReader) due() uint64 {
-	if r.cfg.Rate <= 0 {
-		return ^uint64(0)
-	}
-	if r.start.IsZero() {
-		r.start = time.Now()
-	}
-	return r.base + uint64(time.Since(r.start).Seconds()*float64(r.cfg.Rate)) + 1
-}
 
 // PollNext emits up to pollEvents due events.
 func (r *generatorReader) PollNext(out runnel.Collector[Event]) (runnel.InputStatus, error) {
 	if r.ended() {
 		return runnel.EndOfInput, nil
 	}
-	due := r.due()
+	due := r.pace.Due()
 	if r.cfg.Events > 0 {
 		due = min(due, r.cfg.Events)
 	}
 	if r.next >= due {
-		r.arm(time.Duration(float64(r.next-due+1) / float64(r.cfg.Rate) * float64(time.Second)))
+		r.pace.Wait(r.next)
 		return runnel.NothingAvailable, nil
 	}
 	if cap(r.buf) < pollEvents {
@@ -90,25 +75,8 @@ func (r *generatorReader) PollNext(out runnel.Collector[Event]) (runnel.InputSta
 	return runnel.MoreAvailable, nil
 }
 
-// arm makes Available ready after d.
-func (r *generatorReader) arm(d time.Duration) {
-	if r.wake == nil {
-		r.wake = make(chan struct{}, 1)
-	}
-	if r.timer == nil {
-		r.timer = time.AfterFunc(d, func() {
-			select {
-			case r.wake <- struct{}{}:
-			default:
-			}
-		})
-		return
-	}
-	r.timer.Reset(d)
-}
-
 // Available implements runnel.SourceReader.
-func (r *generatorReader) Available() <-chan struct{} { return r.wake }
+func (r *generatorReader) Available() <-chan struct{} { return r.pace.Available() }
 
 // ReplaysDeterministically implements runnel.DeterministicReader: event n is a function of n (its dateTime
 // too), whatever the rate lets a poll emit.
@@ -126,14 +94,13 @@ func (r *generatorReader) RestoreState(b []byte) error {
 	if n != len(b) || n <= 0 || v%r.step != r.next%r.step || (r.cfg.Events > 0 && v >= r.cfg.Events+r.step) {
 		return fmt.Errorf("nexmark generator: bad checkpointed position % x for subtask %d of %d", b, r.next%r.step, r.step)
 	}
-	r.next, r.base = v, v
+	r.next = v
+	r.pace.Restart(v)
 	return nil
 }
 
 // Close implements runnel.SourceReader.
 func (r *generatorReader) Close() error {
-	if r.timer != nil {
-		r.timer.Stop()
-	}
+	r.pace.Close()
 	return nil
 }
