@@ -24,7 +24,7 @@ func TestLayering(t *testing.T) {
 		"internal/barrier":      {},
 		"internal/watermark":    {},
 		"internal/determinants": {},
-		"internal/checkpoint":   {"internal/ident"},
+		"internal/checkpoint":   {"internal/barrier", "internal/ident"},
 		"internal/graph":        {"internal/ident"},
 		"internal/network":      {"internal/ident", "internal/mtls"},
 		"internal/mtls":         {},
@@ -35,14 +35,14 @@ func TestLayering(t *testing.T) {
 		"internal/task":     {"internal/barrier", "internal/checkpoint", "internal/deploy", "internal/determinants", "internal/ident", "internal/network", "internal/watermark"},
 		"internal/operator": {"codec", "internal/deploy", "internal/graph", "internal/ident", "internal/network", "internal/state", "internal/task", "internal/watermark"},
 		// The job master's core describes deployments with internal/deploy, never with the runtime that runs them.
-		"internal/jobcore":   {"internal/checkpoint", "internal/deploy", "internal/graph", "internal/ident", "internal/scheduler"},
+		"internal/jobcore":   {"internal/barrier", "internal/checkpoint", "internal/deploy", "internal/graph", "internal/ident", "internal/scheduler"},
 		"internal/protocol":  {},
 		"internal/jobmaster": {"internal/checkpoint", "internal/graph", "internal/ident", "internal/jobcore", "internal/network", "internal/protocol", "internal/scheduler", "internal/deploy", "internal/buildinfo"},
-		"internal/cluster":   {"internal/checkpoint", "internal/deploy", "internal/determinants", "internal/ident", "internal/jobcore", "internal/network", "internal/protocol", "internal/scheduler", "internal/task"},
+		"internal/cluster":   {"internal/barrier", "internal/checkpoint", "internal/deploy", "internal/determinants", "internal/ident", "internal/jobcore", "internal/network", "internal/protocol", "internal/scheduler", "internal/task"},
 		// The REST API serves what its Source returns: it reaches into no loop, core or cluster package.
 		"internal/rest":      {},
 		"internal/buildinfo": {"internal/protocol"},
-		"internal/rpc":       {"internal/checkpoint", "internal/deploy", "internal/ident", "internal/jobcore", "internal/mtls", "internal/protocol", "internal/rpc/pb"},
+		"internal/rpc":       {"internal/barrier", "internal/checkpoint", "internal/deploy", "internal/ident", "internal/jobcore", "internal/mtls", "internal/protocol", "internal/rpc/pb"},
 		// Connectors and examples are built on the public API only, like a user's code.
 		"connector":            {"", "codec"},
 		"connector/kafka":      {""},
@@ -162,7 +162,7 @@ func TestPureCores(t *testing.T) {
 		// The job master's decisions: no lock (sync is not in the list), no channel, no clock; time.Time
 		// appears only as report fields computed from the job's start, which the driver passes in.
 		{dir: "internal/jobcore", imports: []string{"cmp", "errors", "fmt", "math", "math/rand/v2", "slices", "sort", "strings", "time",
-			mod + "internal/checkpoint", mod + "internal/deploy", mod + "internal/graph", mod + "internal/ident", mod + "internal/scheduler"},
+			mod + "internal/barrier", mod + "internal/checkpoint", mod + "internal/deploy", mod + "internal/graph", mod + "internal/ident", mod + "internal/scheduler"},
 			noChannels: true, forbidden: clock},
 		// The deployment descriptor and the attempt's reports: data only, no channel, no clock.
 		{dir: "internal/deploy", imports: []string{"context", "errors", "fmt", "time", mod + "internal/checkpoint", mod + "internal/ident"},

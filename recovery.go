@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/runnel-dev/runnel/internal/barrier"
 	"github.com/runnel-dev/runnel/internal/checkpoint"
 	"github.com/runnel-dev/runnel/internal/graph"
 	"github.com/runnel-dev/runnel/internal/operator"
@@ -182,9 +183,9 @@ func (c *Config) recovery(job string) (*recoveryConfig, error) {
 		cc.IntervalMillis = cp.Interval.Milliseconds()
 		switch cp.Mode {
 		case "", ExactlyOnce:
-			cc.Mode = checkpoint.ExactlyOnce
+			cc.Mode = barrier.ExactlyOnce
 		case AtLeastOnce:
-			cc.Mode = checkpoint.AtLeastOnce
+			cc.Mode = barrier.AtLeastOnce
 		default:
 			errs = append(errs, fmt.Errorf("CheckpointConfig.Mode: %q is not a mode; use %q or %q", cp.Mode, ExactlyOnce, AtLeastOnce))
 		}

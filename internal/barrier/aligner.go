@@ -6,18 +6,21 @@ import (
 	"strings"
 )
 
-// Mode says whether barriers are aligned.
+// Mode says whether barriers are aligned: the consistency mode a checkpoint is taken in (Flink's
+// CheckpointingMode). The job's configuration chooses it, the checkpoint coordinator sends it to the tasks
+// with every trigger, the barriers carry it, and the checkpoint's metadata records it.
 type Mode uint8
 
 const (
 	// ExactlyOnce aligns barriers: a channel that delivered the pending barrier is blocked until every channel
-	// has delivered it.
+	// has delivered it. It is the default.
 	ExactlyOnce Mode = iota
 	// AtLeastOnce blocks nothing: records keep flowing, and the snapshot is taken when the last barrier arrives.
 	AtLeastOnce
 )
 
-// String returns "exactly-once" or "at-least-once".
+// String returns "exactly-once" or "at-least-once", the one spelling of the modes on the command line, in
+// the API, in checkpoint metadata and in reports.
 func (m Mode) String() string {
 	switch m {
 	case ExactlyOnce:
@@ -26,6 +29,21 @@ func (m Mode) String() string {
 		return "at-least-once"
 	}
 	return fmt.Sprintf("mode(%d)", uint8(m))
+}
+
+// Valid reports whether m is one of the modes.
+func (m Mode) Valid() bool { return m == ExactlyOnce || m == AtLeastOnce }
+
+// ParseMode parses the spelling String returns. It accepts "exactly_once" and "at_least_once" too: the
+// metadata of checkpoints taken by earlier versions spells the modes so, and they must still restore.
+func ParseMode(s string) (Mode, error) {
+	switch s {
+	case "exactly-once", "exactly_once":
+		return ExactlyOnce, nil
+	case "at-least-once", "at_least_once":
+		return AtLeastOnce, nil
+	}
+	return 0, fmt.Errorf("unknown checkpoint mode %q (want exactly-once or at-least-once)", s)
 }
 
 // MaxAbortedIDs bounds how many ids the job master aborted before their barriers arrived (OnAbort of an id
@@ -151,7 +169,7 @@ func New(numChannels int, mode Mode) *Aligner {
 	if numChannels < 1 {
 		panic(fmt.Sprintf("barrier: %d input channels, want at least 1", numChannels))
 	}
-	if mode != ExactlyOnce && mode != AtLeastOnce {
+	if !mode.Valid() {
 		panic(fmt.Sprintf("barrier: unknown %s", mode))
 	}
 	return &Aligner{

@@ -384,6 +384,36 @@ func TestInvalidUse(t *testing.T) {
 	}
 }
 
+// TestParseMode: String's spelling parses back, the underscored one of older checkpoint metadata too, and
+// nothing else does.
+func TestParseMode(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want Mode
+		ok   bool
+	}{
+		{ExactlyOnce.String(), ExactlyOnce, true},
+		{AtLeastOnce.String(), AtLeastOnce, true},
+		{"exactly_once", ExactlyOnce, true},
+		{"at_least_once", AtLeastOnce, true},
+		{"", 0, false},
+		{"EXACTLY_ONCE", 0, false},
+		{"exactlyonce", 0, false},
+		{Mode(9).String(), 0, false},
+	} {
+		got, err := ParseMode(tc.in)
+		if (err == nil) != tc.ok || (tc.ok && got != tc.want) {
+			t.Errorf("ParseMode(%q) = %s, %v; want %s, ok %v", tc.in, got, err, tc.want, tc.ok)
+		}
+		if tc.ok != got.Valid() && tc.ok {
+			t.Errorf("ParseMode(%q) = %s, not Valid", tc.in, got)
+		}
+	}
+	if Mode(2).Valid() {
+		t.Error("Mode(2) is Valid")
+	}
+}
+
 func TestStrings(t *testing.T) {
 	for _, tc := range []struct{ got, want string }{
 		{ExactlyOnce.String(), "exactly-once"},

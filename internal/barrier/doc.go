@@ -1,7 +1,9 @@
 // Package barrier owns the checkpoint barrier aligner of a task: the state machine that decides, for a task
 // with N input channels, when to take its checkpoint snapshot, which channels to stop reading meanwhile, and
 // when to give a checkpoint up because its barrier will not come on some channel (Flink's
-// SingleCheckpointBarrierHandler, written as a value in the style of etcd's raft library).
+// SingleCheckpointBarrierHandler, written as a value in the style of etcd's raft library). It owns the
+// checkpoint Mode too, since the mode is what the aligner does with barriers: the checkpoint coordinator,
+// the job master and the checkpoint metadata use this type, and its String is the one spelling of the modes.
 //
 // # Driving the aligner
 //

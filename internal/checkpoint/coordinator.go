@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/runnel-dev/runnel/internal/barrier"
 	"github.com/runnel-dev/runnel/internal/ident"
 )
 
@@ -16,7 +17,7 @@ type Config struct {
 	// still works, for savepoints).
 	IntervalMillis int64
 	// Mode is carried to the tasks with every trigger.
-	Mode Mode
+	Mode barrier.Mode
 	// TimeoutMillis aborts a checkpoint not acknowledged by every task this long after its trigger.
 	TimeoutMillis int64
 	// MinPauseMillis is the least time between the completion of one checkpoint and the trigger of the next.
@@ -49,7 +50,7 @@ const (
 // checkpoints.
 func DefaultConfig() Config {
 	return Config{
-		Mode:          ExactlyOnce,
+		Mode:          barrier.ExactlyOnce,
 		TimeoutMillis: DefaultTimeoutMillis,
 		MaxConcurrent: DefaultMaxConcurrent,
 		Retained:      DefaultRetained,
@@ -61,8 +62,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.IntervalMillis < 0:
 		return fmt.Errorf("checkpoint interval %d ms is negative: use 0 to disable periodic checkpoints", c.IntervalMillis)
-	case c.Mode != ExactlyOnce && c.Mode != AtLeastOnce:
-		return fmt.Errorf("checkpoint mode %d is unknown: use exactly_once or at_least_once", c.Mode)
+	case !c.Mode.Valid():
+		return fmt.Errorf("checkpoint mode %d is unknown: use exactly-once or at-least-once", c.Mode)
 	case c.TimeoutMillis <= 0:
 		return fmt.Errorf("checkpoint timeout %d ms must be positive (default %d)", c.TimeoutMillis, DefaultTimeoutMillis)
 	case c.MinPauseMillis < 0:
@@ -105,7 +106,7 @@ type Trigger struct {
 	// TimestampMillis is the trigger time, carried by the barriers.
 	TimestampMillis int64
 	// Mode is carried by the barriers.
-	Mode Mode
+	Mode barrier.Mode
 	// Targets are the current attempts of the running subtasks whose upstream all finished, in subtask
 	// order.
 	Targets []ident.Attempt

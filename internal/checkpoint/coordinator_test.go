@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/runnel-dev/runnel/internal/barrier"
 	"github.com/runnel-dev/runnel/internal/ident"
 )
 
@@ -202,7 +203,7 @@ func TestCoordinator(t *testing.T) {
 			steps: [][]step{{
 				{tick(0), ""},
 				{tick(999), ""},
-				{tick(1000), "trigger 1 @1000 exactly_once -> v0[0]#0 v0[1]#0"},
+				{tick(1000), "trigger 1 @1000 exactly-once -> v0[0]#0 v0[1]#0"},
 				{tick(1050), ""},
 				{ack(1060, 1, src0, src1, map0, map1), ""},
 				{ack(1100, 1, sink0), "persist 1 @1000 [v0[0]#0 v0[1]#0 v1[0]#0 v1[1]#0 v2[0]#0]"},
@@ -211,30 +212,30 @@ func TestCoordinator(t *testing.T) {
 					"completed 1",
 					"notify complete 1 -> v0[0]#0 v0[1]#0 v1[0]#0 v1[1]#0 v2[0]#0")},
 				{tick(1999), ""},
-				{tick(2000), "trigger 2 @2000 exactly_once -> v0[0]#0 v0[1]#0"},
+				{tick(2000), "trigger 2 @2000 exactly-once -> v0[0]#0 v0[1]#0"},
 			}},
 			want: Counts{Completed: 1, LastCompletedID: 1},
 		},
 		{
 			name: "at-least-once mode travels with the trigger",
-			cfg:  func(c *Config) { c.Mode = AtLeastOnce },
+			cfg:  func(c *Config) { c.Mode = barrier.AtLeastOnce },
 			steps: [][]step{{
 				{tick(0), ""},
-				{tick(1000), "trigger 1 @1000 at_least_once -> v0[0]#0 v0[1]#0"},
+				{tick(1000), "trigger 1 @1000 at-least-once -> v0[0]#0 v0[1]#0"},
 			}},
 		},
 		{
 			name: "checkpoint timeout",
 			steps: [][]step{{
 				{tick(0), ""},
-				{tick(1000), "trigger 1 @1000 exactly_once -> v0[0]#0 v0[1]#0"},
+				{tick(1000), "trigger 1 @1000 exactly-once -> v0[0]#0 v0[1]#0"},
 				{ack(1100, 1, src0, map0), ""},
 				{tick(1499), ""},
 				{tick(1500), lines(
 					"abort 1 timeout",
 					"notify abort 1 -> v0[0]#0 v0[1]#0 v1[0]#0 v1[1]#0 v2[0]#0")},
 				{ack(1600, 1, sink0), "ignore ack 1 from v2[0]#0: checkpoint aborted"},
-				{tick(2000), "trigger 2 @2000 exactly_once -> v0[0]#0 v0[1]#0"},
+				{tick(2000), "trigger 2 @2000 exactly-once -> v0[0]#0 v0[1]#0"},
 			}, completeAll(2000, 2100, 2, all...)},
 			want: Counts{Completed: 1, Failed: 1, LastCompletedID: 2},
 		},
@@ -242,7 +243,7 @@ func TestCoordinator(t *testing.T) {
 			name: "late ack from an old attempt",
 			steps: [][]step{{
 				{tick(0), ""},
-				{tick(1000), "trigger 1 @1000 exactly_once -> v0[0]#0 v0[1]#0"},
+				{tick(1000), "trigger 1 @1000 exactly-once -> v0[0]#0 v0[1]#0"},
 				{ack(1010, 1, src0, src1, map0), ""},
 				{failed(1020, map1), lines(
 					"abort 1 task failed",
@@ -250,7 +251,7 @@ func TestCoordinator(t *testing.T) {
 				{tick(2000), ""}, // map1 is down: no trigger
 				{ack(2001, 1, map1), "ignore ack 1 from v1[1]#0: checkpoint aborted"},
 				{restarted(2100, map1b), ""},
-				{tick(2100), "trigger 2 @2100 exactly_once -> v0[0]#0 v0[1]#0"},
+				{tick(2100), "trigger 2 @2100 exactly-once -> v0[0]#0 v0[1]#0"},
 				{ack(2150, 2, map1), "ignore ack 2 from v1[1]#0: not the current attempt"},
 				{decline(2150, 2, map1, errors.New("late")), "ignore decline 2 from v1[1]#0: not the current attempt"},
 				{ack(2150, 2, att(1, 1, 7)), "ignore ack 2 from v1[1]#7: not the current attempt"},
@@ -262,14 +263,14 @@ func TestCoordinator(t *testing.T) {
 			name: "ack for an aborted, unknown or completed id",
 			steps: [][]step{{
 				{tick(0), ""},
-				{tick(1000), "trigger 1 @1000 exactly_once -> v0[0]#0 v0[1]#0"},
+				{tick(1000), "trigger 1 @1000 exactly-once -> v0[0]#0 v0[1]#0"},
 				{decline(1010, 1, map0, errors.New("snapshot failed")), lines(
 					"abort 1 declined",
 					"notify abort 1 -> v0[0]#0 v0[1]#0 v1[0]#0 v1[1]#0 v2[0]#0")},
 				{ack(1020, 1, src0), "ignore ack 1 from v0[0]#0: checkpoint aborted"},
 				{ack(1020, 99, src0), "ignore ack 99 from v0[0]#0: unknown checkpoint"},
 				{ack(1020, 0, src0), "ignore ack 0 from v0[0]#0: unknown checkpoint"},
-				{tick(2000), "trigger 2 @2000 exactly_once -> v0[0]#0 v0[1]#0"},
+				{tick(2000), "trigger 2 @2000 exactly-once -> v0[0]#0 v0[1]#0"},
 				{ack(2010, 2, src0), ""},
 				{ack(2010, 2, src0), "ignore ack 2 from v0[0]#0: duplicate"},
 				{persisted(2010, 2, nil), "ignore persisted 2: checkpoint not waiting to be persisted"},
@@ -289,7 +290,7 @@ func TestCoordinator(t *testing.T) {
 			cfg:  func(c *Config) { c.TolerableFailed = 0 },
 			steps: [][]step{{
 				{tick(0), ""},
-				{tick(1000), "trigger 1 @1000 exactly_once -> v0[0]#0 v0[1]#0"},
+				{tick(1000), "trigger 1 @1000 exactly-once -> v0[0]#0 v0[1]#0"},
 				{ack(1010, 1, src0, src1, map0, map1), ""},
 				{failed(1020, sink0), lines(
 					"abort 1 task failed",
@@ -298,7 +299,7 @@ func TestCoordinator(t *testing.T) {
 				{failed(1030, att(2, 0, 5)), "ignore task-failed 0 from v2[0]#5: not the current attempt"},
 				{tick(3000), ""},
 				{restarted(3100, sink0b), ""},
-				{tick(3100), "trigger 2 @3100 exactly_once -> v0[0]#0 v0[1]#0"},
+				{tick(3100), "trigger 2 @3100 exactly-once -> v0[0]#0 v0[1]#0"},
 			}, completeAll(3100, 3200, 2, src0, src1, map0, map1, sink0b)},
 			want: Counts{Completed: 1, Aborted: 1, LastCompletedID: 2},
 		},
@@ -311,12 +312,12 @@ func TestCoordinator(t *testing.T) {
 			},
 			steps: [][]step{{
 				{tick(0), ""},
-				{tick(100), "trigger 1 @100 exactly_once -> v0[0]#0 v0[1]#0"},
-				{tick(200), "trigger 2 @200 exactly_once -> v0[0]#0 v0[1]#0"},
+				{tick(100), "trigger 1 @100 exactly-once -> v0[0]#0 v0[1]#0"},
+				{tick(200), "trigger 2 @200 exactly-once -> v0[0]#0 v0[1]#0"},
 				{tick(300), ""},
 				{tick(400), ""},
 			}, completeAll(100, 450, 1, all...), {
-				{tick(450), "trigger 3 @450 exactly_once -> v0[0]#0 v0[1]#0"},
+				{tick(450), "trigger 3 @450 exactly-once -> v0[0]#0 v0[1]#0"},
 				{tick(550), ""},
 			}},
 			want: Counts{Completed: 1, LastCompletedID: 1},
@@ -330,12 +331,12 @@ func TestCoordinator(t *testing.T) {
 			},
 			steps: [][]step{{
 				{tick(0), ""},
-				{tick(100), "trigger 1 @100 exactly_once -> v0[0]#0 v0[1]#0"},
+				{tick(100), "trigger 1 @100 exactly-once -> v0[0]#0 v0[1]#0"},
 				{tick(200), ""},
 			}, completeAll(100, 230, 1, all...), {
 				{tick(300), ""},
 				{tick(479), ""},
-				{tick(480), "trigger 2 @480 exactly_once -> v0[0]#0 v0[1]#0"},
+				{tick(480), "trigger 2 @480 exactly-once -> v0[0]#0 v0[1]#0"},
 			}},
 			want: Counts{Completed: 1, LastCompletedID: 1},
 		},
@@ -344,11 +345,11 @@ func TestCoordinator(t *testing.T) {
 			cfg:  func(c *Config) { c.TolerableFailed = 1 },
 			steps: [][]step{{
 				{tick(0), ""},
-				{tick(1000), "trigger 1 @1000 exactly_once -> v0[0]#0 v0[1]#0"},
+				{tick(1000), "trigger 1 @1000 exactly-once -> v0[0]#0 v0[1]#0"},
 				{tick(1500), lines(
 					"abort 1 timeout",
 					"notify abort 1 -> v0[0]#0 v0[1]#0 v1[0]#0 v1[1]#0 v2[0]#0")},
-				{tick(2000), "trigger 2 @2000 exactly_once -> v0[0]#0 v0[1]#0"},
+				{tick(2000), "trigger 2 @2000 exactly-once -> v0[0]#0 v0[1]#0"},
 				{tick(2500), lines(
 					"abort 2 timeout",
 					"notify abort 2 -> v0[0]#0 v0[1]#0 v1[0]#0 v1[1]#0 v2[0]#0",
@@ -361,13 +362,13 @@ func TestCoordinator(t *testing.T) {
 			cfg:  func(c *Config) { c.TolerableFailed = 1 },
 			steps: [][]step{{
 				{tick(0), ""},
-				{tick(1000), "trigger 1 @1000 exactly_once -> v0[0]#0 v0[1]#0"},
+				{tick(1000), "trigger 1 @1000 exactly-once -> v0[0]#0 v0[1]#0"},
 				{decline(1010, 1, src0, errors.New("x")), lines(
 					"abort 1 declined",
 					"notify abort 1 -> v0[0]#0 v0[1]#0 v1[0]#0 v1[1]#0 v2[0]#0")},
-				{tick(2000), "trigger 2 @2000 exactly_once -> v0[0]#0 v0[1]#0"},
+				{tick(2000), "trigger 2 @2000 exactly-once -> v0[0]#0 v0[1]#0"},
 			}, completeAll(2000, 2100, 2, all...), {
-				{tick(3000), "trigger 3 @3000 exactly_once -> v0[0]#0 v0[1]#0"},
+				{tick(3000), "trigger 3 @3000 exactly-once -> v0[0]#0 v0[1]#0"},
 				{ack(3050, 3, all...), "persist 3 @3000 [v0[0]#0 v0[1]#0 v1[0]#0 v1[1]#0 v2[0]#0]"},
 				{persisted(3060, 3, errDisk), lines(
 					"abort 3 persist failed",
@@ -380,7 +381,7 @@ func TestCoordinator(t *testing.T) {
 			cfg:  func(c *Config) { c.TolerableFailed = 0 },
 			steps: [][]step{{
 				{tick(0), ""},
-				{tick(1000), "trigger 1 @1000 exactly_once -> v0[0]#0 v0[1]#0"},
+				{tick(1000), "trigger 1 @1000 exactly-once -> v0[0]#0 v0[1]#0"},
 				{ack(1050, 1, all...), "persist 1 @1000 [v0[0]#0 v0[1]#0 v1[0]#0 v1[1]#0 v2[0]#0]"},
 				{persisted(1060, 1, errDisk), lines(
 					"abort 1 persist failed",
@@ -394,7 +395,7 @@ func TestCoordinator(t *testing.T) {
 			cfg:  func(c *Config) { c.TolerableFailed = 0 },
 			steps: [][]step{{
 				{tick(0), ""},
-				{tick(1000), "trigger 1 @1000 exactly_once -> v0[0]#0 v0[1]#0"},
+				{tick(1000), "trigger 1 @1000 exactly-once -> v0[0]#0 v0[1]#0"},
 				{decline(1001, 1, src1, fmt.Errorf("restoring: %w", ErrTaskNotReady)), lines(
 					"abort 1 task not ready",
 					"notify abort 1 -> v0[0]#0 v0[1]#0 v1[0]#0 v1[1]#0 v2[0]#0")},
@@ -406,9 +407,9 @@ func TestCoordinator(t *testing.T) {
 			cfg:  func(c *Config) { c.MaxConcurrent = 2; c.IntervalMillis = 200; c.TimeoutMillis = 10_000 },
 			steps: [][]step{{
 				{tick(0), ""},
-				{tick(200), "trigger 1 @200 exactly_once -> v0[0]#0 v0[1]#0"},
+				{tick(200), "trigger 1 @200 exactly-once -> v0[0]#0 v0[1]#0"},
 				{ack(250, 1, src0, src1, map0, map1), ""},
-				{tick(400), "trigger 2 @400 exactly_once -> v0[0]#0 v0[1]#0"},
+				{tick(400), "trigger 2 @400 exactly-once -> v0[0]#0 v0[1]#0"},
 				{ack(410, 2, src0, map1), ""},
 				// map1 fails; approximate recovery restarts it and the sink downstream, nothing upstream.
 				{failed(420, map1), lines(
@@ -419,7 +420,7 @@ func TestCoordinator(t *testing.T) {
 				{tick(600), ""},
 				{restarted(650, map1b, sink0b), ""},
 				{ack(651, 2, sink0), "ignore ack 2 from v2[0]#0: not the current attempt"},
-				{tick(651), "trigger 3 @651 exactly_once -> v0[0]#0 v0[1]#0"},
+				{tick(651), "trigger 3 @651 exactly-once -> v0[0]#0 v0[1]#0"},
 				{ack(700, 3, src0, src1, map0, map1b), ""},
 				{ack(700, 3, sink0), "ignore ack 3 from v2[0]#0: not the current attempt"},
 				{ack(751, 3, sink0b), "persist 3 @651 [v0[0]#0 v0[1]#0 v1[0]#0 v1[1]#1 v2[0]#1]"},
@@ -427,7 +428,7 @@ func TestCoordinator(t *testing.T) {
 					"completed 3",
 					"notify complete 3 -> v0[0]#0 v0[1]#0 v1[0]#0 v1[1]#1 v2[0]#1")},
 			}, {
-				{tick(851), "trigger 4 @851 exactly_once -> v0[0]#0 v0[1]#0"},
+				{tick(851), "trigger 4 @851 exactly-once -> v0[0]#0 v0[1]#0"},
 			}},
 			want: Counts{Completed: 1, Aborted: 2, LastCompletedID: 3},
 		},
@@ -435,7 +436,7 @@ func TestCoordinator(t *testing.T) {
 			name: "restart while persisting leaves the complete checkpoint alone",
 			steps: [][]step{{
 				{tick(0), ""},
-				{tick(1000), "trigger 1 @1000 exactly_once -> v0[0]#0 v0[1]#0"},
+				{tick(1000), "trigger 1 @1000 exactly-once -> v0[0]#0 v0[1]#0"},
 				{ack(1100, 1, all...), "persist 1 @1000 [v0[0]#0 v0[1]#0 v1[0]#0 v1[1]#0 v2[0]#0]"},
 				{restarted(1150, map1b, sink0b), ""},
 				// Only attempts still live hear of the completion.
@@ -451,8 +452,8 @@ func TestCoordinator(t *testing.T) {
 			cfg:  func(c *Config) { c.MaxConcurrent = 2; c.IntervalMillis = 100; c.TimeoutMillis = 10_000 },
 			steps: [][]step{{
 				{tick(0), ""},
-				{tick(100), "trigger 1 @100 exactly_once -> v0[0]#0 v0[1]#0"},
-				{tick(200), "trigger 2 @200 exactly_once -> v0[0]#0 v0[1]#0"},
+				{tick(100), "trigger 1 @100 exactly-once -> v0[0]#0 v0[1]#0"},
+				{tick(200), "trigger 2 @200 exactly-once -> v0[0]#0 v0[1]#0"},
 				{ack(300, 1, src0), ""},
 				{ack(300, 2, all...), "persist 2 @200 [v0[0]#0 v0[1]#0 v1[0]#0 v1[1]#0 v2[0]#0]"},
 				{persisted(310, 2, nil), lines(
@@ -467,7 +468,7 @@ func TestCoordinator(t *testing.T) {
 			name: "bounded job: finished tasks",
 			steps: [][]step{{
 				{tick(0), ""},
-				{tick(1000), "trigger 1 @1000 exactly_once -> v0[0]#0 v0[1]#0"},
+				{tick(1000), "trigger 1 @1000 exactly-once -> v0[0]#0 v0[1]#0"},
 				{ack(1010, 1, src1, map0, map1, sink0), ""},
 				// src0 ran out of input before its trigger arrived.
 				{finished(1100, src0), "persist 1 @1000 [v0[0]#0:finished v0[1]#0 v1[0]#0 v1[1]#0 v2[0]#0]"},
@@ -475,7 +476,7 @@ func TestCoordinator(t *testing.T) {
 					"completed 1",
 					"notify complete 1 -> v0[1]#0 v1[0]#0 v1[1]#0 v2[0]#0")},
 				// map0, whose only upstream finished, is a new source of what still runs.
-				{tick(2000), "trigger 2 @2000 exactly_once -> v0[1]#0 v1[0]#0"},
+				{tick(2000), "trigger 2 @2000 exactly-once -> v0[1]#0 v1[0]#0"},
 				{ack(2010, 2, src0), "ignore ack 2 from v0[0]#0: subtask not part of the checkpoint"},
 				{ack(2010, 2, src1, map0, map1), ""},
 				// The sink finishes before the barrier reaches it: the checkpoint completes without it.
@@ -491,7 +492,7 @@ func TestCoordinator(t *testing.T) {
 			steps: [][]step{{
 				{tick(0), ""},
 				{finished(10, src0), ""},
-				{tick(1000), "trigger 1 @1000 exactly_once -> v0[1]#0 v1[0]#0"},
+				{tick(1000), "trigger 1 @1000 exactly-once -> v0[1]#0 v1[0]#0"},
 				{ack(1005, 1, src1), ""},
 				{finished(1010, src1), ""},
 				{ack(1020, 1, map0, map1, sink0), "persist 1 @1000 [v0[0]#0:finished v0[1]#0 v1[0]#0 v1[1]#0 v2[0]#0]"},
@@ -500,7 +501,7 @@ func TestCoordinator(t *testing.T) {
 					"notify complete 1 -> v1[0]#0 v1[1]#0 v2[0]#0")},
 				{finished(1500, map0), ""},
 				// The sink waits for map1 still: it is no target yet.
-				{tick(2000), "trigger 2 @2000 exactly_once -> v1[1]#0"},
+				{tick(2000), "trigger 2 @2000 exactly-once -> v1[1]#0"},
 				// A finishing subtask acknowledges what it took before it reports its end.
 				{ack(2005, 2, map1), ""},
 				{finished(2010, map1), ""},
@@ -509,7 +510,7 @@ func TestCoordinator(t *testing.T) {
 				{persisted(2030, 2, nil), lines(
 					"completed 2",
 					"notify complete 2 -> v2[0]#0")},
-				{tick(3000), "trigger 3 @3000 exactly_once -> v2[0]#0"},
+				{tick(3000), "trigger 3 @3000 exactly-once -> v2[0]#0"},
 				{finished(3010, sink0), "persist 3 @3000 [v0[0]#0:finished v0[1]#0:finished v1[0]#0:finished v1[1]#0:finished v2[0]#0:finished]"},
 				{persisted(3020, 3, nil), "completed 3"},
 				{tick(5000), ""},
@@ -522,7 +523,7 @@ func TestCoordinator(t *testing.T) {
 			name: "a checkpoint whose barrier can no longer come is aborted",
 			steps: [][]step{{
 				{tick(0), ""},
-				{tick(1000), "trigger 1 @1000 exactly_once -> v0[0]#0 v0[1]#0"},
+				{tick(1000), "trigger 1 @1000 exactly-once -> v0[0]#0 v0[1]#0"},
 				{ack(1010, 1, src1, map1), ""},
 				// src0 finished as its trigger arrived, without taking it: map0 cannot take the
 				// checkpoint, and the sink cannot complete it.
@@ -530,7 +531,7 @@ func TestCoordinator(t *testing.T) {
 					"abort 1 task not ready",
 					"notify abort 1 -> v0[1]#0 v1[0]#0 v1[1]#0 v2[0]#0")},
 				// map0, whose upstream finished, is a target of the next one.
-				{tick(2000), "trigger 2 @2000 exactly_once -> v0[1]#0 v1[0]#0"},
+				{tick(2000), "trigger 2 @2000 exactly-once -> v0[1]#0 v1[0]#0"},
 				{ack(2010, 2, src1, map0, map1, sink0), "persist 2 @2000 [v0[0]#0:finished v0[1]#0 v1[0]#0 v1[1]#0 v2[0]#0]"},
 			}},
 			want: Counts{Aborted: 1},
@@ -539,7 +540,7 @@ func TestCoordinator(t *testing.T) {
 			name: "a finished upstream subtask does not cut off one that has another",
 			steps: [][]step{{
 				{tick(0), ""},
-				{tick(1000), "trigger 1 @1000 exactly_once -> v0[0]#0 v0[1]#0"},
+				{tick(1000), "trigger 1 @1000 exactly-once -> v0[0]#0 v0[1]#0"},
 				{ack(1010, 1, src0, src1, map0), ""},
 				// map1 finishes without the barrier; the sink still gets map0's.
 				{finished(1020, map1), ""},
@@ -552,12 +553,12 @@ func TestCoordinator(t *testing.T) {
 			steps: [][]step{
 				append([]step{
 					{tick(0), ""},
-					{tick(1000), "trigger 1 @1000 exactly_once -> v0[0]#0 v0[1]#0"}},
+					{tick(1000), "trigger 1 @1000 exactly-once -> v0[0]#0 v0[1]#0"}},
 					completeAll(1000, 1100, 1, all...)...),
 				{
 					{inputEnded(1200, src0, src1, map0, map1), ""},
 					{tick(1250), ""},
-					{inputEnded(1300, sink0), "trigger 2 @1300 exactly_once -> v0[0]#0 v0[1]#0"},
+					{inputEnded(1300, sink0), "trigger 2 @1300 exactly-once -> v0[0]#0 v0[1]#0"},
 					// Input-ended sources stay the targets until they finish.
 					{ack(1310, 2, all...), "persist 2 @1300 [v0[0]#0 v0[1]#0 v1[0]#0 v1[1]#0 v2[0]#0]"},
 					{persisted(1320, 2, nil), lines(
@@ -573,13 +574,13 @@ func TestCoordinator(t *testing.T) {
 			name: "final checkpoint waits for the one in progress, then goes at once",
 			steps: [][]step{{
 				{tick(0), ""},
-				{tick(1000), "trigger 1 @1000 exactly_once -> v0[0]#0 v0[1]#0"},
+				{tick(1000), "trigger 1 @1000 exactly-once -> v0[0]#0 v0[1]#0"},
 				{inputEnded(1010, all...), ""}, // one checkpoint at a time
 				{ack(1020, 1, all...), "persist 1 @1000 [v0[0]#0 v0[1]#0 v1[0]#0 v1[1]#0 v2[0]#0]"},
 				{persisted(1030, 1, nil), lines(
 					"completed 1",
 					"notify complete 1 -> v0[0]#0 v0[1]#0 v1[0]#0 v1[1]#0 v2[0]#0",
-					"trigger 2 @1030 exactly_once -> v0[0]#0 v0[1]#0")},
+					"trigger 2 @1030 exactly-once -> v0[0]#0 v0[1]#0")},
 				{tick(1040), ""}, // owed once
 			}},
 			want: Counts{Completed: 1, LastCompletedID: 1},
@@ -588,12 +589,12 @@ func TestCoordinator(t *testing.T) {
 			name: "final checkpoint freed by a decline",
 			steps: [][]step{{
 				{tick(0), ""},
-				{tick(1000), "trigger 1 @1000 exactly_once -> v0[0]#0 v0[1]#0"},
+				{tick(1000), "trigger 1 @1000 exactly-once -> v0[0]#0 v0[1]#0"},
 				{inputEnded(1010, all...), ""},
 				{decline(1020, 1, src0, ErrTaskNotReady), lines(
 					"abort 1 task not ready",
 					"notify abort 1 -> v0[0]#0 v0[1]#0 v1[0]#0 v1[1]#0 v2[0]#0",
-					"trigger 2 @1020 exactly_once -> v0[0]#0 v0[1]#0")},
+					"trigger 2 @1020 exactly-once -> v0[0]#0 v0[1]#0")},
 			}},
 			want: Counts{Aborted: 1},
 		},
@@ -603,10 +604,10 @@ func TestCoordinator(t *testing.T) {
 			steps: [][]step{
 				append([]step{
 					{tick(0), ""},
-					{tick(1000), "trigger 1 @1000 exactly_once -> v0[0]#0 v0[1]#0"}},
+					{tick(1000), "trigger 1 @1000 exactly-once -> v0[0]#0 v0[1]#0"}},
 					completeAll(1000, 1100, 1, all...)...),
 				{
-					{inputEnded(1200, all...), "trigger 2 @1200 exactly_once -> v0[0]#0 v0[1]#0"},
+					{inputEnded(1200, all...), "trigger 2 @1200 exactly-once -> v0[0]#0 v0[1]#0"},
 				},
 			},
 			want: Counts{Completed: 1, LastCompletedID: 1},
@@ -615,13 +616,13 @@ func TestCoordinator(t *testing.T) {
 			name: "a failed final checkpoint is retried on the periodic schedule",
 			steps: [][]step{{
 				{tick(0), ""},
-				{inputEnded(500, all...), "trigger 1 @500 exactly_once -> v0[0]#0 v0[1]#0"},
+				{inputEnded(500, all...), "trigger 1 @500 exactly-once -> v0[0]#0 v0[1]#0"},
 				{decline(510, 1, map1, errDisk), lines(
 					"abort 1 declined",
 					"notify abort 1 -> v0[0]#0 v0[1]#0 v1[0]#0 v1[1]#0 v2[0]#0")},
 				{tick(1000), ""},
 				{tick(1499), ""},
-				{tick(1500), "trigger 2 @1500 exactly_once -> v0[0]#0 v0[1]#0"},
+				{tick(1500), "trigger 2 @1500 exactly-once -> v0[0]#0 v0[1]#0"},
 				{ack(1600, 2, all...), "persist 2 @1500 [v0[0]#0 v0[1]#0 v1[0]#0 v1[1]#0 v2[0]#0]"},
 			}},
 			want: Counts{Failed: 1},
@@ -630,7 +631,7 @@ func TestCoordinator(t *testing.T) {
 			name: "a restart after every input ended owes a new final checkpoint",
 			steps: [][]step{{
 				{tick(0), ""},
-				{inputEnded(100, all...), "trigger 1 @100 exactly_once -> v0[0]#0 v0[1]#0"},
+				{inputEnded(100, all...), "trigger 1 @100 exactly-once -> v0[0]#0 v0[1]#0"},
 				{failed(110, sink0), lines(
 					"abort 1 task failed",
 					"notify abort 1 -> v0[0]#0 v0[1]#0 v1[0]#0 v1[1]#0")},
@@ -639,7 +640,7 @@ func TestCoordinator(t *testing.T) {
 				{inputEnded(140, map1b), ""},
 				{inputEnded(150, sink0), "ignore task-input-ended 0 from v2[0]#0: not the current attempt"},
 				{tick(160), ""},
-				{inputEnded(170, sink0b), "trigger 2 @170 exactly_once -> v0[0]#0 v0[1]#0"},
+				{inputEnded(170, sink0b), "trigger 2 @170 exactly-once -> v0[0]#0 v0[1]#0"},
 			}},
 			want: Counts{Aborted: 1},
 		},
@@ -647,7 +648,7 @@ func TestCoordinator(t *testing.T) {
 			name: "a finished subtask completes the final checkpoint in its place",
 			steps: [][]step{{
 				{tick(0), ""},
-				{inputEnded(100, all...), "trigger 1 @100 exactly_once -> v0[0]#0 v0[1]#0"},
+				{inputEnded(100, all...), "trigger 1 @100 exactly-once -> v0[0]#0 v0[1]#0"},
 				{ack(110, 1, src0, src1, map0, map1), ""},
 				{finished(120, sink0), "persist 1 @100 [v0[0]#0 v0[1]#0 v1[0]#0 v1[1]#0 v2[0]#0:finished]"},
 				{inputEnded(140, sink0), "ignore task-input-ended 0 from v2[0]#0: subtask not part of the checkpoint"},
@@ -660,7 +661,7 @@ func TestCoordinator(t *testing.T) {
 				{tick(0), ""},
 				{inputEnded(100, all...), ""},
 				{tick(100_000), ""},
-				{triggerNow(100_001), "trigger 1 @100001 exactly_once -> v0[0]#0 v0[1]#0"},
+				{triggerNow(100_001), "trigger 1 @100001 exactly-once -> v0[0]#0 v0[1]#0"},
 			}},
 		},
 		{
@@ -669,15 +670,15 @@ func TestCoordinator(t *testing.T) {
 			steps: [][]step{{
 				{tick(0), ""},
 				{tick(100_000), ""}, // no periodic checkpoints
-				{triggerNow(100_001), "trigger 1 @100001 exactly_once -> v0[0]#0 v0[1]#0"},
-				{triggerNow(100_002), "trigger 2 @100002 exactly_once -> v0[0]#0 v0[1]#0"},
+				{triggerNow(100_001), "trigger 1 @100001 exactly-once -> v0[0]#0 v0[1]#0"},
+				{triggerNow(100_002), "trigger 2 @100002 exactly-once -> v0[0]#0 v0[1]#0"},
 			}},
 		},
 		{
 			name: "stop aborts and ends triggering",
 			steps: [][]step{{
 				{tick(0), ""},
-				{tick(1000), "trigger 1 @1000 exactly_once -> v0[0]#0 v0[1]#0"},
+				{tick(1000), "trigger 1 @1000 exactly-once -> v0[0]#0 v0[1]#0"},
 				{stop(1100), lines(
 					"abort 1 coordinator stopped",
 					"notify abort 1 -> v0[0]#0 v0[1]#0 v1[0]#0 v1[1]#0 v2[0]#0")},
@@ -804,7 +805,7 @@ func TestTasksRestartedValidation(t *testing.T) {
 
 func TestCompletedCheckpointContent(t *testing.T) {
 	cfg := testConfig()
-	cfg.Mode = AtLeastOnce
+	cfg.Mode = barrier.AtLeastOnce
 	c, err := NewCoordinator(cfg, testTasks(), 41)
 	if err != nil {
 		t.Fatal(err)
@@ -826,7 +827,7 @@ func TestCompletedCheckpointContent(t *testing.T) {
 		t.Fatalf("no checkpoint to persist after all acks: %s", trace(rd))
 	}
 	cp := rd.Persist[0]
-	if cp.ID != 41 || cp.TimestampMillis != 1000 || cp.CompletedMillis != 1104 || cp.Mode != AtLeastOnce {
+	if cp.ID != 41 || cp.TimestampMillis != 1000 || cp.CompletedMillis != 1104 || cp.Mode != barrier.AtLeastOnce {
 		t.Fatalf("checkpoint header %d @%d..%d %s", cp.ID, cp.TimestampMillis, cp.CompletedMillis, cp.Mode)
 	}
 	wantV := []Vertex{{0, "gen", 2, nil}, {1, "map", 2, nil}, {2, "sink", 1, nil}}

@@ -6,41 +6,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/runnel-dev/runnel/internal/barrier"
 	"github.com/runnel-dev/runnel/internal/ident"
 )
-
-// Mode is the consistency mode a checkpoint is taken in; it travels to the tasks with every trigger so that
-// barriers carry it.
-type Mode uint8
-
-const (
-	// ExactlyOnce aligns barriers at tasks with several inputs (the default, Flink's EXACTLY_ONCE).
-	ExactlyOnce Mode = iota
-	// AtLeastOnce forwards barriers without alignment.
-	AtLeastOnce
-)
-
-// String returns "exactly_once" or "at_least_once", the spelling used in metadata and reports.
-func (m Mode) String() string {
-	switch m {
-	case ExactlyOnce:
-		return "exactly_once"
-	case AtLeastOnce:
-		return "at_least_once"
-	}
-	return fmt.Sprintf("mode(%d)", uint8(m))
-}
-
-// ParseMode parses the spelling String returns.
-func ParseMode(s string) (Mode, error) {
-	switch s {
-	case "exactly_once":
-		return ExactlyOnce, nil
-	case "at_least_once":
-		return AtLeastOnce, nil
-	}
-	return 0, fmt.Errorf("unknown checkpoint mode %q (want exactly_once or at_least_once)", s)
-}
 
 // BlobRef names one state blob inside a checkpoint directory, with what a reader needs to verify it.
 type BlobRef struct {
@@ -96,7 +64,7 @@ type CompletedCheckpoint struct {
 	TimestampMillis int64
 	// CompletedMillis is the time of the last acknowledgement.
 	CompletedMillis int64
-	Mode            Mode
+	Mode            barrier.Mode
 	// Vertices lists every vertex of the job, sorted by ID.
 	Vertices []Vertex
 	// States holds one handle per subtask, sorted by subtask.
@@ -141,7 +109,7 @@ func (cp *CompletedCheckpoint) Validate() error {
 	if cp.ID < 1 {
 		return fmt.Errorf("checkpoint id %d is not positive", cp.ID)
 	}
-	if cp.Mode != ExactlyOnce && cp.Mode != AtLeastOnce {
+	if !cp.Mode.Valid() {
 		return fmt.Errorf("checkpoint %d: unknown mode %d", cp.ID, cp.Mode)
 	}
 	if len(cp.Vertices) == 0 {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/runnel-dev/runnel/internal/barrier"
 	"github.com/runnel-dev/runnel/internal/ident"
 )
 
@@ -129,7 +130,7 @@ func DecodeMetadata(key string, obj []byte) (*CompletedCheckpoint, error) {
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, bad("data after the metadata document")
 	}
-	mode, err := ParseMode(m.Mode)
+	mode, err := barrier.ParseMode(m.Mode)
 	if err != nil {
 		return nil, bad("%v", err)
 	}

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/runnel-dev/runnel/internal/barrier"
 )
 
 func sampleCheckpoint() *CompletedCheckpoint {
@@ -19,7 +21,7 @@ func sampleCheckpoint() *CompletedCheckpoint {
 		ID:              12,
 		TimestampMillis: 1_700_000_000_000,
 		CompletedMillis: 1_700_000_000_250,
-		Mode:            AtLeastOnce,
+		Mode:            barrier.AtLeastOnce,
 		Vertices: []Vertex{{ID: 0, Name: "Source: gen -> map", Parallelism: 2, Operators: []string{"gen", "map"}},
 			{ID: 2, Name: "check", Parallelism: 1, Operators: []string{"checker"}}},
 		States: []StateHandle{
@@ -123,17 +125,17 @@ func TestEnvelopeProblems(t *testing.T) {
 
 func TestDecodeRejectsInconsistentMetadata(t *testing.T) {
 	for name, body := range map[string]string{
-		"unknown field":                      `{"id":1,"mode":"exactly_once","vertices":[{"id":0,"name":"a","parallelism":1}],"states":[{"vertex":0,"index":0,"attempt":0}],"extra":1}`,
+		"unknown field":                      `{"id":1,"mode":"exactly-once","vertices":[{"id":0,"name":"a","parallelism":1}],"states":[{"vertex":0,"index":0,"attempt":0}],"extra":1}`,
 		"unknown mode":                       `{"id":1,"mode":"sometimes","vertices":[{"id":0,"name":"a","parallelism":1}],"states":[{"vertex":0,"index":0,"attempt":0}]}`,
-		"missing subtask":                    `{"id":1,"mode":"exactly_once","vertices":[{"id":0,"name":"a","parallelism":2}],"states":[{"vertex":0,"index":0,"attempt":0}]}`,
-		"two documents":                      `{"id":1,"mode":"exactly_once","vertices":[{"id":0,"name":"a","parallelism":1}],"states":[{"vertex":0,"index":0,"attempt":0}]} {}`,
-		"blob leaves dir":                    `{"id":1,"mode":"exactly_once","vertices":[{"id":0,"name":"a","parallelism":1}],"states":[{"vertex":0,"index":0,"attempt":0,"blobs":[{"key":"../x","size":30,"crc32c":1}]}]}`,
-		"finished has state":                 `{"id":1,"mode":"exactly_once","vertices":[{"id":0,"name":"a","parallelism":1}],"states":[{"vertex":0,"index":0,"attempt":0,"finished":true,"inline":"AA=="}]}`,
+		"missing subtask":                    `{"id":1,"mode":"exactly-once","vertices":[{"id":0,"name":"a","parallelism":2}],"states":[{"vertex":0,"index":0,"attempt":0}]}`,
+		"two documents":                      `{"id":1,"mode":"exactly-once","vertices":[{"id":0,"name":"a","parallelism":1}],"states":[{"vertex":0,"index":0,"attempt":0}]} {}`,
+		"blob leaves dir":                    `{"id":1,"mode":"exactly-once","vertices":[{"id":0,"name":"a","parallelism":1}],"states":[{"vertex":0,"index":0,"attempt":0,"blobs":[{"key":"../x","size":30,"crc32c":1}]}]}`,
+		"finished has state":                 `{"id":1,"mode":"exactly-once","vertices":[{"id":0,"name":"a","parallelism":1}],"states":[{"vertex":0,"index":0,"attempt":0,"finished":true,"inline":"AA=="}]}`,
 		"not json":                           `hello`,
-		"uid in two vertices":                `{"id":1,"mode":"exactly_once","vertices":[{"id":0,"name":"a","parallelism":1,"operators":["x"]},{"id":1,"name":"b","parallelism":1,"operators":["x"]}],"states":[{"vertex":0,"index":0,"attempt":0},{"vertex":1,"index":0,"attempt":0}]}`,
-		"empty uid":                          `{"id":1,"mode":"exactly_once","vertices":[{"id":0,"name":"a","parallelism":1,"operators":[""]}],"states":[{"vertex":0,"index":0,"attempt":0}]}`,
-		"state of another vertex's operator": `{"id":1,"mode":"exactly_once","vertices":[{"id":0,"name":"a","parallelism":1,"operators":["x"]}],"states":[{"vertex":0,"index":0,"attempt":0,"operators":["y"]}]}`,
-		"operators unsorted":                 `{"id":1,"mode":"exactly_once","vertices":[{"id":0,"name":"a","parallelism":1,"operators":["x","y"]}],"states":[{"vertex":0,"index":0,"attempt":0,"operators":["y","x"]}]}`,
+		"uid in two vertices":                `{"id":1,"mode":"exactly-once","vertices":[{"id":0,"name":"a","parallelism":1,"operators":["x"]},{"id":1,"name":"b","parallelism":1,"operators":["x"]}],"states":[{"vertex":0,"index":0,"attempt":0},{"vertex":1,"index":0,"attempt":0}]}`,
+		"empty uid":                          `{"id":1,"mode":"exactly-once","vertices":[{"id":0,"name":"a","parallelism":1,"operators":[""]}],"states":[{"vertex":0,"index":0,"attempt":0}]}`,
+		"state of another vertex's operator": `{"id":1,"mode":"exactly-once","vertices":[{"id":0,"name":"a","parallelism":1,"operators":["x"]}],"states":[{"vertex":0,"index":0,"attempt":0,"operators":["y"]}]}`,
+		"operators unsorted":                 `{"id":1,"mode":"exactly-once","vertices":[{"id":0,"name":"a","parallelism":1,"operators":["x","y"]}],"states":[{"vertex":0,"index":0,"attempt":0,"operators":["y","x"]}]}`,
 	} {
 		obj, _ := seal(magicMetadata, []byte(body))
 		_, err := DecodeMetadata("k", obj)
@@ -157,6 +159,39 @@ func TestMetadataVersion1Reads(t *testing.T) {
 	}
 	if v := cp.Vertices[0]; v.Name != "gen -> sum" || v.Operators != nil || cp.States[0].Operators != nil || len(cp.States[0].Blobs) != 1 {
 		t.Fatalf("decoded %+v", cp)
+	}
+}
+
+// TestMetadataModeSpellings: metadata records the mode as barrier.Mode spells it, and reads the spelling
+// with underscores too, which the metadata of earlier versions holds.
+func TestMetadataModeSpellings(t *testing.T) {
+	for _, tc := range []struct {
+		stored string
+		want   barrier.Mode
+	}{
+		{"exactly-once", barrier.ExactlyOnce},
+		{"at-least-once", barrier.AtLeastOnce},
+		{"exactly_once", barrier.ExactlyOnce},
+		{"at_least_once", barrier.AtLeastOnce},
+	} {
+		t.Run(tc.stored, func(t *testing.T) {
+			body := `{"id":3,"mode":"` + tc.stored + `","vertices":[{"id":0,"name":"a","parallelism":1}],"states":[{"vertex":0,"index":0,"attempt":0}]}`
+			obj, _ := seal(magicMetadata, []byte(body))
+			cp, err := DecodeMetadata("k", obj)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cp.Mode != tc.want {
+				t.Fatalf("mode %q decodes as %s, want %s", tc.stored, cp.Mode, tc.want)
+			}
+			again, err := EncodeMetadata(cp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := `"mode":"` + tc.want.String() + `"`; !bytes.Contains(again, []byte(want)) {
+				t.Fatalf("re-encoded metadata %q lacks %s", again, want)
+			}
+		})
 	}
 }
 
@@ -220,11 +255,12 @@ func TestCompatible(t *testing.T) {
 }
 
 // The package holds its place in the layering of docs/architecture.md: of Runnel's packages it may import
-// ident only.
+// ident, and barrier for the checkpoint mode, only.
 func TestImportsStayInLayer(t *testing.T) {
 	const module = "github.com/runnel-dev/runnel"
 	allowed := map[string]bool{
 		module + "/internal/ident":      true,
+		module + "/internal/barrier":    true,
 		module + "/internal/checkpoint": true, // from sub-packages and external tests
 	}
 	err := filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
@@ -239,7 +275,7 @@ func TestImportsStayInLayer(t *testing.T) {
 			p, _ := strconv.Unquote(imp.Path.Value)
 			if (p == module || strings.HasPrefix(p, module+"/")) && !allowed[p] &&
 				!strings.HasPrefix(p, module+"/internal/checkpoint/") {
-				t.Errorf("%s imports %s: package checkpoint may only import internal/ident", path, p)
+				t.Errorf("%s imports %s: package checkpoint may only import internal/ident and internal/barrier", path, p)
 			}
 		}
 		return nil

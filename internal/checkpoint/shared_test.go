@@ -9,6 +9,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/runnel-dev/runnel/internal/barrier"
 	"github.com/runnel-dev/runnel/internal/checkpoint"
 	"github.com/runnel-dev/runnel/internal/ident"
 )
@@ -19,7 +20,7 @@ import (
 func writeIncremental(t *testing.T, s *checkpoint.Storage, id int64, chains [][]checkpoint.BlobRef, full func(i int) bool) *checkpoint.CompletedCheckpoint {
 	t.Helper()
 	ctx := context.Background()
-	cp := &checkpoint.CompletedCheckpoint{ID: id, TimestampMillis: id, CompletedMillis: id, Mode: checkpoint.ExactlyOnce,
+	cp := &checkpoint.CompletedCheckpoint{ID: id, TimestampMillis: id, CompletedMillis: id, Mode: barrier.ExactlyOnce,
 		Vertices: []checkpoint.Vertex{{ID: 0, Name: "window", Parallelism: 2}}}
 	for i := range chains {
 		a := att(0, int32(i), 0)

@@ -17,6 +17,7 @@ import (
 
 	"gocloud.dev/blob/memblob"
 
+	"github.com/runnel-dev/runnel/internal/barrier"
 	"github.com/runnel-dev/runnel/internal/checkpoint"
 	"github.com/runnel-dev/runnel/internal/checkpoint/errorbucket"
 	"github.com/runnel-dev/runnel/internal/ident"
@@ -66,7 +67,7 @@ func writeCheckpoint(t *testing.T, s *checkpoint.Storage, id int64) *checkpoint.
 		ID:              id,
 		TimestampMillis: 1000 * id,
 		CompletedMillis: 1000*id + 50,
-		Mode:            checkpoint.ExactlyOnce,
+		Mode:            barrier.ExactlyOnce,
 		Vertices:        []checkpoint.Vertex{{ID: 0, Name: "gen", Parallelism: 2}, {ID: 1, Name: "sink", Parallelism: 1}},
 	}
 	for _, a := range []ident.Attempt{att(0, 0, 0), att(0, 1, 2), att(1, 0, 0)} {

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/runnel-dev/runnel/internal/barrier"
 	"github.com/runnel-dev/runnel/internal/checkpoint"
 	"github.com/runnel-dev/runnel/internal/deploy"
 	"github.com/runnel-dev/runnel/internal/determinants"
@@ -291,7 +292,7 @@ func (ss *session) handle(env protocol.Envelope) {
 		}
 	case jobcore.TriggerCheckpoint:
 		var flags uint32
-		if m.Mode == checkpoint.AtLeastOnce {
+		if m.Mode == barrier.AtLeastOnce {
 			flags = BarrierFlagAtLeastOnce
 		}
 		if t := tm.task(env.Job, m.Attempt); t == nil || !t.TriggerCheckpoint(m.ID, m.TimestampMillis, flags) {
@@ -471,7 +472,7 @@ func (ss *session) deploy(job protocol.JobID, dep jobcore.Deployment) error {
 		}
 	}
 	if cs := dep.Checkpoints; cs != nil {
-		cfg.Checkpoints = &task.CheckpointSetup{Store: j.build.Store, AtLeastOnce: cs.AtLeastOnce, FinalCheckpoint: cs.FinalCheckpoint,
+		cfg.Checkpoints = &task.CheckpointSetup{Store: j.build.Store, Mode: cs.Mode, FinalCheckpoint: cs.FinalCheckpoint,
 			Incremental: j.build.Incremental,
 			Ack: func(id int64, from ident.Attempt, h checkpoint.StateHandle) {
 				ss.send(job, jobcore.CheckpointAck{ID: id, Attempt: from, Handle: h})

@@ -3,6 +3,7 @@ package jobcore
 import (
 	"time"
 
+	"github.com/runnel-dev/runnel/internal/barrier"
 	"github.com/runnel-dev/runnel/internal/checkpoint"
 	"github.com/runnel-dev/runnel/internal/deploy"
 	"github.com/runnel-dev/runnel/internal/ident"
@@ -73,7 +74,7 @@ type TriggerCheckpoint struct {
 	ID              int64
 	TimestampMillis int64
 	// Mode is carried by the barriers (at-least-once barriers are not aligned).
-	Mode checkpoint.Mode
+	Mode barrier.Mode
 }
 
 // AbortCheckpoint tells an attempt that checkpoint ID was given up: it drops its alignment and snapshot.
@@ -179,8 +180,8 @@ type Deployment struct {
 // CheckpointSettings are the checkpoint settings a task needs (task.CheckpointSetup without the storage
 // and the acknowledgement callbacks, which the TaskManager supplies).
 type CheckpointSettings struct {
-	// AtLeastOnce disables barrier alignment.
-	AtLeastOnce bool
+	// Mode says whether the task aligns barriers.
+	Mode barrier.Mode
 	// FinalCheckpoint makes a task whose input ended wait for a checkpoint covering its end before it
 	// finishes: set with periodic checkpoints, since without them none would come.
 	FinalCheckpoint bool

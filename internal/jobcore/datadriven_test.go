@@ -11,6 +11,7 @@ import (
 
 	"github.com/cockroachdb/datadriven"
 
+	"github.com/runnel-dev/runnel/internal/barrier"
 	"github.com/runnel-dev/runnel/internal/checkpoint"
 	"github.com/runnel-dev/runnel/internal/deploy"
 	"github.com/runnel-dev/runnel/internal/graph"
@@ -268,7 +269,7 @@ func (h *harness) job(lines []string) string {
 			cc.TimeoutMillis = ms(v)
 		}
 		if opts["mode"] == "at-least-once" {
-			cc.Mode = checkpoint.AtLeastOnce
+			cc.Mode = barrier.AtLeastOnce
 		}
 		if v, ok := opts["savepoint-timeout"]; ok {
 			d, perr := time.ParseDuration(v)

@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/runnel-dev/runnel/internal/barrier"
 	"github.com/runnel-dev/runnel/internal/checkpoint"
 	"github.com/runnel-dev/runnel/internal/ident"
 )
@@ -23,7 +24,7 @@ func commit(t *testing.T, st *checkpoint.Storage, id int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cp := &checkpoint.CompletedCheckpoint{ID: id, TimestampMillis: id, CompletedMillis: id, Mode: checkpoint.ExactlyOnce,
+	cp := &checkpoint.CompletedCheckpoint{ID: id, TimestampMillis: id, CompletedMillis: id, Mode: barrier.ExactlyOnce,
 		Vertices: []checkpoint.Vertex{{ID: 0, Name: "source", Parallelism: 1}},
 		States:   []checkpoint.StateHandle{{Attempt: a, Blobs: []checkpoint.BlobRef{ref}}}}
 	if err := st.CommitMetadata(ctx, cp); err != nil {

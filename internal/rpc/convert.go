@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/runnel-dev/runnel/internal/barrier"
 	"github.com/runnel-dev/runnel/internal/checkpoint"
 	"github.com/runnel-dev/runnel/internal/deploy"
 	"github.com/runnel-dev/runnel/internal/ident"
@@ -53,7 +54,7 @@ func encodeToTaskManager(env protocol.Envelope) (*pb.ToTaskManager, error) {
 	case jobcore.ReleasePartitions:
 		m.Body = &pb.ToTaskManager_ReleasePartitions{ReleasePartitions: &pb.ReleasePartitions{Attempt: encodeAttempt(b.Attempt)}}
 	case jobcore.TriggerCheckpoint:
-		if b.Mode != checkpoint.ExactlyOnce && b.Mode != checkpoint.AtLeastOnce {
+		if !b.Mode.Valid() {
 			return nil, fmt.Errorf("TriggerCheckpoint %d: unknown checkpoint mode %d", b.ID, b.Mode)
 		}
 		m.Body = &pb.ToTaskManager_TriggerCheckpoint{TriggerCheckpoint: &pb.TriggerCheckpoint{Attempt: encodeAttempt(b.Attempt),
@@ -115,7 +116,7 @@ func decodeToTaskManager(m *pb.ToTaskManager) (env protocol.Envelope, bye *pb.Go
 		env.Body = jobcore.ReleasePartitions{Attempt: decodeAttempt(b.ReleasePartitions.GetAttempt())}
 	case *pb.ToTaskManager_TriggerCheckpoint:
 		t := b.TriggerCheckpoint
-		mode := checkpoint.Mode(t.GetMode())
+		mode := barrier.Mode(t.GetMode())
 		if t.GetMode() != pb.CheckpointMode_CHECKPOINT_MODE_EXACTLY_ONCE && t.GetMode() != pb.CheckpointMode_CHECKPOINT_MODE_AT_LEAST_ONCE {
 			return env, nil, fmt.Errorf("TriggerCheckpoint %d: unknown checkpoint mode %d", t.GetId(), t.GetMode())
 		}
@@ -314,7 +315,7 @@ func encodeDeployment(d jobcore.Deployment) *pb.Deploy {
 		out.Inputs = append(out.Inputs, spec)
 	}
 	if c := d.Checkpoints; c != nil {
-		out.Checkpoints = &pb.CheckpointSettings{AtLeastOnce: c.AtLeastOnce, FinalCheckpoint: c.FinalCheckpoint}
+		out.Checkpoints = &pb.CheckpointSettings{AtLeastOnce: c.Mode == barrier.AtLeastOnce, FinalCheckpoint: c.FinalCheckpoint}
 	}
 	if r := d.Restore; r != nil {
 		rs := &pb.RestoreSpec{CheckpointId: r.CheckpointID, Handle: encodeHandle(r.Handle), RescaledFrom: int64(r.RescaledFrom),
@@ -369,7 +370,10 @@ func decodeDeployment(p *pb.Deploy) (jobcore.Deployment, error) {
 		d.Inputs = append(d.Inputs, spec)
 	}
 	if c := p.GetCheckpoints(); c != nil {
-		d.Checkpoints = &jobcore.CheckpointSettings{AtLeastOnce: c.GetAtLeastOnce(), FinalCheckpoint: c.GetFinalCheckpoint()}
+		d.Checkpoints = &jobcore.CheckpointSettings{Mode: barrier.ExactlyOnce, FinalCheckpoint: c.GetFinalCheckpoint()}
+		if c.GetAtLeastOnce() {
+			d.Checkpoints.Mode = barrier.AtLeastOnce
+		}
 	}
 	if r := p.GetRestore(); r != nil {
 		rs := &deploy.RestoreSpec{CheckpointID: r.GetCheckpointId(), Handle: decodeHandle(r.GetHandle()),

@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/runnel-dev/runnel/internal/barrier"
 	"github.com/runnel-dev/runnel/internal/checkpoint"
 	"github.com/runnel-dev/runnel/internal/deploy"
 	"github.com/runnel-dev/runnel/internal/jobcore"
@@ -66,7 +67,7 @@ var (
 	obsKindType  = reflect.TypeFor[deploy.ObservationKind]()
 	failKindType = reflect.TypeFor[jobcore.FailureKind]()
 	replayType   = reflect.TypeFor[jobcore.ReplayFailure]()
-	modeType     = reflect.TypeFor[checkpoint.Mode]()
+	modeType     = reflect.TypeFor[barrier.Mode]()
 )
 
 func (f *filler) count() int {

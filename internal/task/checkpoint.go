@@ -39,8 +39,8 @@ type StateStore interface {
 // CheckpointSetup lets a task take part in checkpoints.
 type CheckpointSetup struct {
 	Store StateStore
-	// AtLeastOnce disables barrier alignment.
-	AtLeastOnce bool
+	// Mode says whether the task aligns barriers.
+	Mode barrier.Mode
 	// FinalCheckpoint makes the task, once its input ended, wait for a checkpoint it takes part in to
 	// complete before it finishes (see finish.go). Set it when checkpoints are triggered periodically: with
 	// none, the task would wait for ever.

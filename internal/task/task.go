@@ -498,11 +498,7 @@ func (r *run) execute() (err error) {
 		return errCanceled
 	}
 	if r.gate != nil && t.cfg.Checkpoints != nil {
-		mode := barrier.ExactlyOnce
-		if t.cfg.Checkpoints.AtLeastOnce {
-			mode = barrier.AtLeastOnce
-		}
-		r.aligner = barrier.New(r.gate.NumChannels(), mode)
+		r.aligner = barrier.New(r.gate.NumChannels(), t.cfg.Checkpoints.Mode)
 		if id := t.cfg.SkipCheckpointsUpTo; id > 0 {
 			r.apply(r.aligner.OnAbortUpTo(id))
 		}
