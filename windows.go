@@ -46,14 +46,7 @@ type WindowAssigner struct {
 	err error
 }
 
-func (w WindowAssigner) String() string {
-	kind := [...]string{"tumbling", "sliding", "session"}[w.a.Kind]
-	domain := "processing-time"
-	if w.a.EventTime {
-		domain = "event-time"
-	}
-	return domain + " " + kind + " windows"
-}
+func (w WindowAssigner) String() string { return w.a.String() }
 
 func millis(what string, d time.Duration, min time.Duration) (int64, error) {
 	if d < min || d%time.Millisecond != 0 {
@@ -62,24 +55,34 @@ func millis(what string, d time.Duration, min time.Duration) (int64, error) {
 	return d.Milliseconds(), nil
 }
 
-func assigner(kind operator.WindowKind, eventTime bool, name string, size, slide, gap time.Duration, offset []time.Duration) WindowAssigner {
-	w := WindowAssigner{a: operator.WindowAssigner{Kind: kind, EventTime: eventTime}}
+// windowKind is the shape of an assigner's windows, as the constructors below make them.
+type windowKind uint8
+
+const (
+	tumbling windowKind = iota
+	sliding
+	session
+)
+
+func assigner(kind windowKind, eventTime bool, name string, size, slide, gap time.Duration, offset []time.Duration) WindowAssigner {
+	var w WindowAssigner
 	var errs [4]error
+	var sizeMs, slideMs, gapMs, offsetMs int64
 	switch kind {
-	case operator.Tumbling:
-		w.a.Size, errs[0] = millis(name+": the size", size, time.Millisecond)
-		w.a.Slide = w.a.Size
-	case operator.Sliding:
-		w.a.Size, errs[0] = millis(name+": the size", size, time.Millisecond)
-		w.a.Slide, errs[1] = millis(name+": the slide", slide, time.Millisecond)
-	case operator.Session:
-		w.a.Gap, errs[0] = millis(name+": the gap", gap, time.Millisecond)
+	case tumbling:
+		sizeMs, errs[0] = millis(name+": the size", size, time.Millisecond)
+		slideMs = sizeMs
+	case sliding:
+		sizeMs, errs[0] = millis(name+": the size", size, time.Millisecond)
+		slideMs, errs[1] = millis(name+": the slide", slide, time.Millisecond)
+	case session:
+		gapMs, errs[0] = millis(name+": the gap", gap, time.Millisecond)
 	}
 	if len(offset) > 1 {
 		errs[2] = fmt.Errorf("%s: at most one offset, got %d", name, len(offset))
 	} else if len(offset) == 1 {
-		w.a.Offset, errs[3] = millis(name+": the offset", offset[0], 0)
-		if errs[3] == nil && w.a.Offset >= w.a.Slide {
+		offsetMs, errs[3] = millis(name+": the offset", offset[0], 0)
+		if errs[3] == nil && offsetMs >= slideMs {
 			errs[3] = fmt.Errorf("%s: the offset %s must be below the slide", name, offset[0])
 		}
 	}
@@ -88,40 +91,48 @@ func assigner(kind operator.WindowKind, eventTime bool, name string, size, slide
 			w.err = e
 		}
 	}
+	switch kind {
+	case tumbling:
+		w.a = operator.TumblingWindows{Size: sizeMs, Offset: offsetMs, EventTime: eventTime}
+	case sliding:
+		w.a = operator.SlidingWindows{Size: sizeMs, Slide: slideMs, Offset: offsetMs, EventTime: eventTime}
+	default:
+		w.a = operator.SessionWindows{Gap: gapMs, EventTime: eventTime}
+	}
 	return w
 }
 
 // TumblingEventTimeWindows cuts event time into windows of size, [k*size+offset, (k+1)*size+offset).
 func TumblingEventTimeWindows(size time.Duration, offset ...time.Duration) WindowAssigner {
-	return assigner(operator.Tumbling, true, "TumblingEventTimeWindows", size, 0, 0, offset)
+	return assigner(tumbling, true, "TumblingEventTimeWindows", size, 0, 0, offset)
 }
 
 // SlidingEventTimeWindows makes windows of size starting every slide: a record belongs to size/slide
 // (rounded up) of them.
 func SlidingEventTimeWindows(size, slide time.Duration, offset ...time.Duration) WindowAssigner {
-	return assigner(operator.Sliding, true, "SlidingEventTimeWindows", size, slide, 0, offset)
+	return assigner(sliding, true, "SlidingEventTimeWindows", size, slide, 0, offset)
 }
 
 // EventTimeSessionWindows groups a key's records into sessions: a record at t is the window [t, t+gap),
 // and a key's windows that overlap or touch merge (as in Flink: with a gap of 1 s, records at 0 and 1000
 // make one session [0, 2000)), so a session ends gap after its last record unless another comes by then.
 func EventTimeSessionWindows(gap time.Duration) WindowAssigner {
-	return assigner(operator.Session, true, "EventTimeSessionWindows", 0, 0, gap, nil)
+	return assigner(session, true, "EventTimeSessionWindows", 0, 0, gap, nil)
 }
 
 // TumblingProcessingTimeWindows is TumblingEventTimeWindows on the clock at which records arrive.
 func TumblingProcessingTimeWindows(size time.Duration, offset ...time.Duration) WindowAssigner {
-	return assigner(operator.Tumbling, false, "TumblingProcessingTimeWindows", size, 0, 0, offset)
+	return assigner(tumbling, false, "TumblingProcessingTimeWindows", size, 0, 0, offset)
 }
 
 // SlidingProcessingTimeWindows is SlidingEventTimeWindows on the clock at which records arrive.
 func SlidingProcessingTimeWindows(size, slide time.Duration, offset ...time.Duration) WindowAssigner {
-	return assigner(operator.Sliding, false, "SlidingProcessingTimeWindows", size, slide, 0, offset)
+	return assigner(sliding, false, "SlidingProcessingTimeWindows", size, slide, 0, offset)
 }
 
 // ProcessingTimeSessionWindows is EventTimeSessionWindows on the clock at which records arrive.
 func ProcessingTimeSessionWindows(gap time.Duration) WindowAssigner {
-	return assigner(operator.Session, false, "ProcessingTimeSessionWindows", 0, 0, gap, nil)
+	return assigner(session, false, "ProcessingTimeSessionWindows", 0, 0, gap, nil)
 }
 
 // WindowedStream is a keyed stream cut into windows; a window function (WindowReduce, WindowAggregate,
@@ -164,7 +175,7 @@ func (w *WindowedStream[K, T]) AllowedLateness(d time.Duration) *WindowedStream[
 	if err != nil {
 		w.ks.s.env.addErr(fmt.Errorf("%w (at %s)", err, origin()))
 	}
-	if !w.a.a.EventTime && d > 0 {
+	if !w.a.a.IsEventTime() && d > 0 {
 		w.ks.s.env.addErr(fmt.Errorf("AllowedLateness: %s have no lateness: records are never late on the clock they arrive by (at %s)", w.a, origin()))
 	}
 	w.lateness = ms
@@ -188,7 +199,7 @@ func windowNode[K comparable, T, ACC, V, Out any](w *WindowedStream[K, T], what 
 	if w.a.err != nil {
 		env.addErr(fmt.Errorf("%s: %w (at %s)", what, w.a.err, origin()))
 	}
-	if w.a.a.EventTime && !w.ks.s.timed {
+	if w.a.a.IsEventTime() && !w.ks.s.timed {
 		env.addErr(fmt.Errorf("%s: %s need a stream with event time: give it a WatermarkStrategy (WithTimestamps) (at %s)", what, w.a, origin()))
 	}
 	spec.Key, spec.KeyCodec, spec.Assigner, spec.Lateness, spec.Timed = w.ks.key, w.ks.kc, w.a.a, w.lateness, w.ks.s.timed

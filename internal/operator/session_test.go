@@ -15,7 +15,7 @@ import (
 // listing the records (listing) and summing them when the window fires.
 func sessionSpec(gap, lateness int64) *WindowSpec[int64, keyed, int64, int64, string] {
 	s := sumSpec(0, 0, lateness, false)
-	s.Assigner = WindowAssigner{Kind: Session, Gap: gap, EventTime: true}
+	s.Assigner = SessionWindows{Gap: gap, EventTime: true}
 	return s
 }
 
@@ -27,7 +27,7 @@ func listingSessionSpec(gap, lateness int64) *WindowSpec[int64, keyed, struct{},
 	return &WindowSpec[int64, keyed, struct{}, keyed, string]{
 		Key:        func(r keyed) int64 { return r.K },
 		KeyCodec:   codec.Int64(),
-		Assigner:   WindowAssigner{Kind: Session, Gap: gap, EventTime: true},
+		Assigner:   SessionWindows{Gap: gap, EventTime: true},
 		Lateness:   lateness,
 		Timed:      true,
 		ElemCodec:  c,
@@ -124,12 +124,12 @@ func TestRestoredTouchingSessionsMerge(t *testing.T) {
 					b.SetCurrentKey(key)
 					var set []sessionWindow
 					for i, w := range ws {
-						op.acc.Put(w, int64(i+1))
+						op.contents.(*incrementalContents[keyed, int64, int64]).acc.Put(w, int64(i+1))
 						op.timers.Register(w.MaxTimestamp(), state.Namespace{A: w.Start, B: w.End})
 						set = append(set, sessionWindow{W: w, State: w})
 					}
 					if listed {
-						op.sessions.Update(set)
+						op.sessions.sessions.Update(set)
 					}
 				}
 				write, err := b.Snapshot(1)

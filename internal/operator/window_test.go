@@ -54,7 +54,7 @@ func sumSpec(size, slide, lateness int64, unsliced bool) *WindowSpec[int64, keye
 	return &WindowSpec[int64, keyed, int64, int64, string]{
 		Key:      func(r keyed) int64 { return r.K },
 		KeyCodec: codec.Int64(),
-		Assigner: WindowAssigner{Kind: Sliding, Size: size, Slide: slide, EventTime: true},
+		Assigner: SlidingWindows{Size: size, Slide: slide, EventTime: true},
 		Lateness: lateness,
 		Timed:    true,
 		Inc: &Incremental[keyed, int64, int64]{
@@ -208,19 +208,26 @@ func TestSlicedWindowsKeepOneAccumulatorPerSlice(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		op, err := newWindowOp(ctx, spec, b)
+		op, err := newWindowOperator(ctx, spec, b)
 		if err != nil {
 			t.Fatal(err)
+		}
+		var acc windowContents[keyed, int64]
+		switch op := op.(type) {
+		case *windowOp[int64, keyed, int64, int64, string]:
+			acc = op.contents
+		case *slicedWindowOp[int64, keyed, int64, int64, string]:
+			acc = op.acc
 		}
 		for k := range int64(1000) {
 			op.process(keyed{K: k, V: 1}, 1000+k%20) // one slice, [1000, 1020)
 		}
 		entries := 0
-		if err := b.ForEachKey(func(int64) error { entries += op.acc.Len(); return nil }); err != nil {
+		if err := b.ForEachKey(func(int64) error { entries += acc.(*incrementalContents[keyed, int64, int64]).acc.Len(); return nil }); err != nil {
 			t.Fatal(err)
 		}
-		if entries != tc.entries || op.timers.Len() != tc.timers {
-			t.Errorf("unsliced %v: %d accumulators and %d timers, want %d and %d", tc.unsliced, entries, op.timers.Len(), tc.entries, tc.timers)
+		if timers := op.base().timers.Len(); entries != tc.entries || timers != tc.timers {
+			t.Errorf("unsliced %v: %d accumulators and %d timers, want %d and %d", tc.unsliced, entries, timers, tc.entries, tc.timers)
 		}
 		if err := b.Close(); err != nil {
 			t.Fatal(err)
@@ -236,7 +243,7 @@ func TestSlicedProcessingTimeWindowsEqualWindows(t *testing.T) {
 			var got [2][]string
 			for i, unsliced := range []bool{true, false} {
 				spec := sumSpec(100, 20, 0, unsliced)
-				spec.Assigner.EventTime = false
+				spec.Assigner = SlidingWindows{Size: 100, Slide: 20}
 				h := newWindowHarness(t, backend, spec)
 				rng := rand.New(rand.NewPCG(3, 3))
 				// Timers fire up to the millisecond before the clock's: where a window fired at its last
