@@ -143,6 +143,8 @@ type WindowedStream[K comparable, T any] struct {
 	lateness int64
 	all      bool   // WindowAll: parallelism 1
 	lateTag  string // SideOutputLateData
+	trigger  Trigger[T]
+	evictor  Evictor[T]
 }
 
 // Window cuts a keyed stream into windows.
@@ -203,7 +205,18 @@ func windowNode[K comparable, T, ACC, V, Out any](w *WindowedStream[K, T], what 
 		env.addErr(fmt.Errorf("%s: %s need a stream with event time: give it a WatermarkStrategy (WithTimestamps) (at %s)", what, w.a, origin()))
 	}
 	spec.Key, spec.KeyCodec, spec.Assigner, spec.Lateness, spec.Timed = w.ks.key, w.ks.kc, w.a.a, w.lateness, w.ks.s.timed
-	spec.LateTag = w.lateTag
+	spec.LateTag, spec.Evictor = w.lateTag, w.evictor
+	if !operator.IsDefaultTrigger(w.trigger, w.a.a) {
+		spec.Trigger = w.trigger
+	}
+	if w.evictor != nil && spec.ElemCodec == nil {
+		spec.ElemCodec = accCodec[T](env, what)
+	}
+	if w.trigger != nil && w.a.err == nil {
+		if err := operator.CheckTrigger(w.trigger, w.a.a); err != nil {
+			env.addErr(fmt.Errorf("%s: %w (at %s)", what, err, origin()))
+		}
+	}
 	name := "window"
 	if w.all {
 		name = "window-all"

@@ -147,7 +147,7 @@ func (s *WindowSpec[K, T, ACC, V, Out]) check(op string) error {
 	if s.Assigner.IsEventTime() && !s.Timed {
 		return fmt.Errorf("operator %q: an event-time window needs a stream with event time (WithTimestamps)", op)
 	}
-	if err := checkTrigger(s.Trigger, s.Assigner); err != nil {
+	if err := CheckTrigger(s.Trigger, s.Assigner); err != nil {
 		return fmt.Errorf("operator %q: %w", op, err)
 	}
 	return nil

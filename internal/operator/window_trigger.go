@@ -129,8 +129,9 @@ func (c *triggerContext) MergeWindowState(s AnyWindowState) {
 	c.failf("window state %q is not declared: the trigger must list it in WindowStates", s.Name())
 }
 
-// checkTrigger refuses a trigger that cannot run on the assigner's windows.
-func checkTrigger[T any](t Trigger[T], a WindowAssigner) error {
+// CheckTrigger refuses a trigger that cannot run on the assigner's windows: one that cannot merge, on
+// merging windows.
+func CheckTrigger[T any](t Trigger[T], a WindowAssigner) error {
 	if _, merging := a.(MergingWindowAssigner); !merging || t == nil {
 		return nil
 	}
@@ -138,4 +139,18 @@ func checkTrigger[T any](t Trigger[T], a WindowAssigner) error {
 		return fmt.Errorf("trigger %s cannot run on %s: windows merge, and the trigger does not (it must implement MergingTrigger with CanMerge true)", t, a)
 	}
 	return nil
+}
+
+// IsDefaultTrigger says t is the default trigger of a's windows (or nil), which the operator runs built
+// in.
+func IsDefaultTrigger[T any](t Trigger[T], a WindowAssigner) bool {
+	switch t.(type) {
+	case nil:
+		return true
+	case eventTimeTrigger[T]:
+		return a.IsEventTime()
+	case processingTimeTrigger[T]:
+		return !a.IsEventTime()
+	}
+	return false
 }
