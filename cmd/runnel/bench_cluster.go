@@ -8,7 +8,6 @@ package main
 // are tested without processes.
 
 import (
-	"bufio"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -16,15 +15,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
-	"sync"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -32,6 +26,7 @@ import (
 
 	"github.com/runnel-dev/runnel"
 	"github.com/runnel-dev/runnel/bench/throughput"
+	"github.com/runnel-dev/runnel/cmd/runnel/internal/proccluster"
 )
 
 // Bounds and timings of the cluster benchmarks.
@@ -39,9 +34,6 @@ const (
 	// childTailLines is how many of a child's last stderr lines are kept, to say why it failed; older lines
 	// are dropped.
 	childTailLines = 100
-	// childLineBytes bounds one stderr line; a longer one ends the line scanning (the rest is drained
-	// unread, so that the child never blocks on a full pipe).
-	childLineBytes = 1 << 20
 	// childStartTimeout bounds how long a child may take to print that it is ready.
 	childStartTimeout = 60 * time.Second
 	// childStopGrace is how long a child may take to exit after SIGTERM before it is SIGKILLed.
@@ -50,275 +42,28 @@ const (
 	phaseTimeout = 60 * time.Second
 	// restPollInterval is how often the REST API is read while waiting for the job to change.
 	restPollInterval = 10 * time.Millisecond
-	// restTimeout bounds one REST request.
-	restTimeout = 5 * time.Second
 	// sourceVertex is the sequence job's chained source task; its subtask 1's TaskManager is the victim.
 	sourceVertex = "source -> map"
 )
 
-var (
-	listeningLine  = regexp.MustCompile(`JobManager listening on (\S+) \(REST API http://(\S+)/v1/jobs\)`)
-	registeredLine = regexp.MustCompile(`registered with the JobManager`)
-)
+// benchCluster is a cluster of child processes of this binary, named tm-1 ... tm-N, that logs the pid of
+// every child to log.
+type benchCluster struct{ *proccluster.Cluster }
 
-// child is one child process of a cluster benchmark: this binary in a role. Its stderr is read line by
-// line: the last lines are kept, and the first match of each watched pattern is remembered.
-type child struct {
-	name  string
-	cmd   *exec.Cmd
-	watch []*regexp.Regexp
-
-	mu      sync.Mutex
-	tail    []string                    // the last childTailLines lines
-	marks   map[*regexp.Regexp][]string // first submatches of the watched patterns
-	changed chan struct{}               // closed, and replaced, when a mark is set
-	frozen  bool                        // SIGSTOPped: SIGTERM would stay pending, so it is SIGKILLed
-
-	done chan struct{} // closed once the process exited and was reaped
-	err  error         // what Wait returned; read after done
-}
-
-// startChild starts this binary with args, logging its pid to log.
-func startChild(name string, log io.Writer, watch []*regexp.Regexp, args ...string) (*child, error) {
-	exe, err := os.Executable()
+// startBenchCluster starts taskManagers TaskManagers with slots slots each and waits until every one
+// registered (registration order does not matter: the victim is found by REST). jmArgs go to the
+// JobManager. On an error, what it started is stopped before it returns.
+func startBenchCluster(ctx context.Context, taskManagers, slots int, jmArgs []string, log io.Writer) (*benchCluster, error) {
+	c, err := proccluster.StartCluster(ctx, proccluster.Spec{TaskManagers: taskManagers, Slots: slots, JobManagerArgs: jmArgs,
+		StartTimeout: childStartTimeout, Process: proccluster.Options{TailLines: childTailLines, Log: log}})
 	if err != nil {
-		return nil, fmt.Errorf("start %s: finding this binary: %w", name, err)
+		return nil, err
 	}
-	c := &child{name: name, cmd: exec.Command(exe, args...), watch: watch, marks: map[*regexp.Regexp][]string{},
-		changed: make(chan struct{}), done: make(chan struct{})}
-	stderr, err := c.cmd.StderrPipe()
-	if err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	if err := c.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	fmt.Fprintf(log, "bench: started %s (pid %d)\n", name, c.cmd.Process.Pid)
-	go c.read(stderr)
-	return c, nil
+	return &benchCluster{c}, nil
 }
 
-// read consumes the child's stderr until it closes, then reaps the child (os/exec wants every read of
-// the pipe done before Wait).
-func (c *child) read(r io.Reader) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), childLineBytes)
-	for sc.Scan() {
-		c.line(sc.Text())
-	}
-	_, _ = io.Copy(io.Discard, r)
-	c.err = c.cmd.Wait()
-	close(c.done)
-}
-
-func (c *child) line(l string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.tail) == childTailLines {
-		c.tail = slices.Delete(c.tail, 0, 1)
-	}
-	c.tail = append(c.tail, l)
-	marked := false
-	for _, re := range c.watch {
-		if _, ok := c.marks[re]; ok {
-			continue
-		}
-		if m := re.FindStringSubmatch(l); m != nil {
-			c.marks[re] = m
-			marked = true
-		}
-	}
-	if marked {
-		close(c.changed)
-		c.changed = make(chan struct{})
-	}
-}
-
-// lastLines returns the child's last stderr lines, for error messages.
-func (c *child) lastLines() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return strings.Join(c.tail, "\n")
-}
-
-// waitFor waits until the child printed a line matching re (one of its watched patterns) and returns
-// the submatches.
-func (c *child) waitFor(ctx context.Context, re *regexp.Regexp, timeout time.Duration) ([]string, error) {
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	for {
-		c.mu.Lock()
-		m, ok := c.marks[re]
-		changed := c.changed
-		c.mu.Unlock()
-		if ok {
-			return m, nil
-		}
-		select {
-		case <-changed:
-		case <-c.done:
-			c.mu.Lock()
-			m, ok := c.marks[re]
-			c.mu.Unlock()
-			if ok {
-				return m, nil
-			}
-			return nil, fmt.Errorf("%s exited (%v) before printing %q; its last lines:\n%s", c.name, c.err, re, c.lastLines())
-		case <-timer.C:
-			return nil, fmt.Errorf("%s did not print %q within %v; its last lines:\n%s", c.name, re, timeout, c.lastLines())
-		case <-ctx.Done():
-			return nil, fmt.Errorf("waiting for %s to print %q: %w", c.name, re, ctx.Err())
-		}
-	}
-}
-
-// signal sends sig unless the child was reaped already (its pid may belong to another process by then).
-func (c *child) signal(sig syscall.Signal) error {
-	select {
-	case <-c.done:
-		return nil
-	default:
-	}
-	if err := c.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return fmt.Errorf("%s %s (pid %d): %w", sig, c.name, c.cmd.Process.Pid, err)
-	}
-	return nil
-}
-
-// kill SIGKILLs the child and waits until it is reaped.
-func (c *child) kill() error {
-	err := c.signal(syscall.SIGKILL)
-	<-c.done
-	return err
-}
-
-// freeze SIGSTOPs the child: it keeps its sockets open and answers nothing, as a hung machine would.
-func (c *child) freeze() error {
-	c.mu.Lock()
-	c.frozen = true
-	c.mu.Unlock()
-	return c.signal(syscall.SIGSTOP)
-}
-
-// beginStop asks the child to exit: SIGTERM, or SIGKILL when it is frozen.
-func (c *child) beginStop() {
-	c.mu.Lock()
-	frozen := c.frozen
-	c.mu.Unlock()
-	if frozen {
-		_ = c.signal(syscall.SIGKILL)
-		return
-	}
-	_ = c.signal(syscall.SIGTERM)
-}
-
-// finishStop waits until deadline for the child to exit, then SIGKILLs it; it returns once it is reaped.
-func (c *child) finishStop(deadline time.Time) {
-	select {
-	case <-c.done:
-	case <-time.After(time.Until(deadline)):
-		_ = c.kill()
-	}
-}
-
-// clusterSpec shapes a benchmark cluster.
-type clusterSpec struct {
-	taskManagers, slots int
-	// heartbeatInterval and heartbeatTimeout are the JobManager's (0: its defaults).
-	heartbeatInterval, heartbeatTimeout time.Duration
-}
-
-// benchCluster is a JobManager and its TaskManagers, each a child process, named tm-1 ... tm-N.
-type benchCluster struct {
-	jm         *child
-	addr, rest string
-	tms        []*child
-	client     *http.Client
-}
-
-// startBenchCluster starts the cluster and waits until every TaskManager registered. On an error, what
-// it started is stopped before it returns.
-func startBenchCluster(ctx context.Context, spec clusterSpec, log io.Writer) (c *benchCluster, err error) {
-	c = &benchCluster{client: &http.Client{Timeout: restTimeout}}
-	defer func() {
-		if err != nil {
-			c.close()
-			c = nil
-		}
-	}()
-	jmArgs := []string{"jobmanager", "--addr", "127.0.0.1:0", "--rest-addr", "127.0.0.1:0"}
-	if spec.heartbeatInterval > 0 {
-		jmArgs = append(jmArgs, "--heartbeat-interval", spec.heartbeatInterval.String(), "--heartbeat-timeout", spec.heartbeatTimeout.String())
-	}
-	if c.jm, err = startChild("jobmanager", log, []*regexp.Regexp{listeningLine}, jmArgs...); err != nil {
-		return c, err
-	}
-	m, err := c.jm.waitFor(ctx, listeningLine, childStartTimeout)
-	if err != nil {
-		return c, err
-	}
-	c.addr, c.rest = m[1], m[2]
-	// The TaskManagers start together (registration order does not matter: the victim is found by REST).
-	for i := range spec.taskManagers {
-		name := fmt.Sprintf("tm-%d", i+1)
-		tm, err := startChild(name, log, []*regexp.Regexp{registeredLine}, "taskmanager", "--jobmanager", c.addr,
-			"--name", name, "--slots", fmt.Sprint(spec.slots))
-		if err != nil {
-			return c, err
-		}
-		c.tms = append(c.tms, tm)
-	}
-	for _, tm := range c.tms {
-		if _, err := tm.waitFor(ctx, registeredLine, childStartTimeout); err != nil {
-			return c, err
-		}
-	}
-	return c, nil
-}
-
-// close stops every child (SIGTERM together, SIGKILL after childStopGrace) and returns once all are
-// reaped. It may be called more than once.
-func (c *benchCluster) close() {
-	all := append(slices.Clone(c.tms), c.jm)
-	all = slices.DeleteFunc(all, func(ch *child) bool { return ch == nil })
-	for _, ch := range all {
-		ch.beginStop()
-	}
-	deadline := time.Now().Add(childStopGrace)
-	for _, ch := range all {
-		ch.finishStop(deadline)
-	}
-}
-
-func (c *benchCluster) taskManager(name string) *child {
-	for _, tm := range c.tms {
-		if tm.name == name {
-			return tm
-		}
-	}
-	return nil
-}
-
-// get decodes the JSON document at a REST path of the JobManager into v.
-func (c *benchCluster) get(ctx context.Context, path string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.rest+path, nil)
-	if err != nil {
-		return fmt.Errorf("GET %s: %w", path, err)
-	}
-	resp, err := c.client.Do(req)
-	if err != nil {
-		return fmt.Errorf("GET %s: %w", path, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("GET %s: %s: %s", path, resp.Status, body)
-	}
-	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
-		return fmt.Errorf("GET %s: decoding: %w", path, err)
-	}
-	return nil
-}
+// close stops every child and returns once all are reaped. It may be called more than once.
+func (c *benchCluster) close() { c.Close(childStopGrace) }
 
 // submission is a job submitted from this process with runnel.Submit, which blocks until the job ends.
 type submission struct {
@@ -334,7 +79,7 @@ func (c *benchCluster) submit(ctx context.Context, job string, args []string) *s
 	s := &submission{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
-		s.res, s.err = runnel.Submit(sctx, runnel.SubmitConfig{JobManager: c.addr, Job: job, Args: args})
+		s.res, s.err = runnel.Submit(sctx, runnel.SubmitConfig{JobManager: c.Addr, Job: job, Args: args})
 	}()
 	return s
 }
@@ -348,7 +93,7 @@ func (s *submission) stop(c *benchCluster) {
 		return
 	case <-time.After(phaseTimeout):
 	}
-	_ = c.jm.kill()
+	_ = c.JobManager.Kill()
 	<-s.done
 }
 
@@ -362,7 +107,7 @@ func (c *benchCluster) poll(ctx context.Context, s *submission, id string, timeo
 	var doc runnel.JobResult
 	for {
 		doc = runnel.JobResult{}
-		if err := c.get(ctx, "/v1/jobs/"+id, &doc); err != nil {
+		if err := c.Get(ctx, "/v1/jobs/"+id, &doc); err != nil {
 			return nil, fmt.Errorf("waiting for %s: %w", what, err)
 		}
 		ok, err := done(&doc)
@@ -374,7 +119,7 @@ func (c *benchCluster) poll(ctx context.Context, s *submission, id string, timeo
 		}
 		if time.Now().After(deadline) {
 			return nil, fmt.Errorf("no %s within %v: the job is %s (waiting: %q), failovers %s; JobManager's last lines:\n%s",
-				what, timeout, doc.Status, doc.Waiting, describeFailovers(doc.Failovers), c.jm.lastLines())
+				what, timeout, doc.Status, doc.Waiting, describeFailovers(doc.Failovers), c.JobManager.LastLines())
 		}
 		select {
 		case <-tick.C:
@@ -407,7 +152,7 @@ func (c *benchCluster) jobID(ctx context.Context, s *submission) (string, error)
 				ID string `json:"id"`
 			} `json:"jobs"`
 		}
-		if err := c.get(ctx, "/v1/jobs", &jobs); err != nil {
+		if err := c.Get(ctx, "/v1/jobs", &jobs); err != nil {
 			return "", err
 		}
 		switch n := len(jobs.Jobs); {
@@ -556,18 +301,6 @@ func steady(doc *runnel.JobResult) bool {
 	return len(tms) > 1
 }
 
-// placement returns the TaskManager and attempt of every subtask ("source -> map[1]").
-func placement(doc *runnel.JobResult) (tm map[string]string, attempt map[string]int) {
-	tm, attempt = map[string]string{}, map[string]int{}
-	for _, v := range doc.Vertices {
-		for _, s := range v.Subtasks {
-			k := fmt.Sprintf("%s[%d]", v.Name, s.Index)
-			tm[k], attempt[k] = s.TaskManager, s.Attempt
-		}
-	}
-	return tm, attempt
-}
-
 // measureTMLoss computes a run's figures from the job before the kill (placement), after its recovery,
 // the victim and when it was killed.
 func measureTMLoss(before, after *runnel.JobResult, victim string, killedAt time.Time) (tmLossSample, error) {
@@ -608,8 +341,8 @@ func measureTMLoss(before, after *runnel.JobResult, victim string, killedAt time
 		s.Restarted = append(s.Restarted, r)
 	}
 	slices.Sort(s.Restarted)
-	where, _ := placement(before)
-	_, attempt := placement(after)
+	where, _ := proccluster.Placement(before)
+	_, attempt := proccluster.Placement(after)
 	s.UpstreamUnchanged = true
 	sources := 0
 	for st, tm := range where {
@@ -671,8 +404,11 @@ func runTMLoss(ctx context.Context, cfg tmLossConfig, strategy string, log io.Wr
 		return tmLossSample{}, fmt.Errorf("checkpoint directory: %w", err)
 	}
 	defer os.RemoveAll(dir)
-	c, err := startBenchCluster(ctx, clusterSpec{taskManagers: 3, slots: 2, heartbeatInterval: cfg.heartbeatInterval,
-		heartbeatTimeout: cfg.heartbeatTimeout}, log)
+	var jmArgs []string
+	if cfg.heartbeatInterval > 0 {
+		jmArgs = []string{"--heartbeat-interval", cfg.heartbeatInterval.String(), "--heartbeat-timeout", cfg.heartbeatTimeout.String()}
+	}
+	c, err := startBenchCluster(ctx, 3, 2, jmArgs, log)
 	if err != nil {
 		return tmLossSample{}, err
 	}
@@ -693,17 +429,17 @@ func runTMLoss(ctx context.Context, cfg tmLossConfig, strategy string, log io.Wr
 	if err != nil {
 		return tmLossSample{}, err
 	}
-	where, _ := placement(before)
+	where, _ := proccluster.Placement(before)
 	victimName := where[sourceVertex+"[1]"]
-	victim := c.taskManager(victimName)
+	victim := c.TaskManager(victimName)
 	if victim == nil {
 		return tmLossSample{}, fmt.Errorf("%s[1] runs on %q, not on one of the benchmark's TaskManagers", sourceVertex, victimName)
 	}
 	killedAt := time.Now().Round(0) // wall clock only: failed_at comes from the JobManager's
 	if cfg.freeze {
-		err = victim.freeze()
+		err = victim.Freeze()
 	} else {
-		err = victim.kill()
+		err = victim.Kill()
 	}
 	if err != nil {
 		return tmLossSample{}, err
@@ -714,7 +450,7 @@ func runTMLoss(ctx context.Context, cfg tmLossConfig, strategy string, log io.Wr
 	}
 	sub.stop(c)
 	var after runnel.JobResult
-	if err := c.get(ctx, "/v1/jobs/"+id, &after); err != nil {
+	if err := c.Get(ctx, "/v1/jobs/"+id, &after); err != nil {
 		return tmLossSample{}, fmt.Errorf("the job after it stopped: %w", err)
 	}
 	return measureTMLoss(before, &after, victimName, killedAt)
@@ -866,7 +602,7 @@ func rps(records uint64, wallMillis int64) float64 {
 func runProcessThroughput(ctx context.Context, records uint64, keys int64, processes, runs int, log io.Writer) (*processThroughput, error) {
 	res := &processThroughput{Processes: processes, Records: records, Keys: keys, Parallelism: processes, Runs: runs}
 	job := benchThroughputArgs{records: records, keys: keys, parallelism: processes}
-	c, err := startBenchCluster(ctx, clusterSpec{taskManagers: processes, slots: 1}, log)
+	c, err := startBenchCluster(ctx, processes, 1, nil, log)
 	if err != nil {
 		return nil, err
 	}

@@ -2,48 +2,26 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/runnel-dev/runnel"
+	"github.com/runnel-dev/runnel/cmd/runnel/internal/proccluster"
 )
 
-// lockedBuffer collects a child process's stderr while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// process is a child process of a cluster test: the runnel binary in one role.
-type process struct {
-	name   string
-	cmd    *exec.Cmd
-	stderr *lockedBuffer
-	done   chan struct{}
-	err    error
-}
+// process is a child process of a cluster test: the runnel binary in one role, every stderr line kept.
+type process struct{ *proccluster.Process }
 
 // start starts the runnel binary with args; cleanup kills it (if it still runs) and reaps it.
 func start(t *testing.T, name string, env []string, args ...string) *process {
@@ -54,66 +32,51 @@ func start(t *testing.T, name string, env []string, args ...string) *process {
 // startIn is start with the working directory dir ("": the test's).
 func startIn(t *testing.T, dir, name string, env []string, args ...string) *process {
 	t.Helper()
-	p := &process{name: name, cmd: exec.Command(binary, args...), stderr: &lockedBuffer{}, done: make(chan struct{})}
-	p.cmd.Dir = dir
-	p.cmd.Stderr = p.stderr
-	p.cmd.Env = append(os.Environ(), env...)
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
+	p, err := proccluster.Start(name, proccluster.Options{Binary: binary, Dir: dir, Env: env}, args...)
+	if err != nil {
+		t.Fatal(err)
 	}
-	go func() {
-		p.err = p.cmd.Wait()
-		close(p.done)
-	}()
 	t.Cleanup(func() {
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		if t.Failed() {
-			t.Logf("%s's stderr:\n%s", name, p.stderr.String())
-		}
+		_ = p.Kill()
+		logIfFailed(t, p)
 	})
-	return p
+	return &process{p}
+}
+
+func logIfFailed(t *testing.T, p *proccluster.Process) {
+	if t.Failed() {
+		t.Logf("%s's stderr:\n%s", p.Name, p.Stderr())
+	}
 }
 
 // waitFor waits until the process's stderr matches re, and returns the submatches.
 func (p *process) waitFor(t *testing.T, re *regexp.Regexp, timeout time.Duration) []string {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if m := re.FindStringSubmatch(p.stderr.String()); m != nil {
-			return m
-		}
-		select {
-		case <-p.done:
-			if m := re.FindStringSubmatch(p.stderr.String()); m != nil {
-				return m
-			}
-			t.Fatalf("%s exited (%v) before printing %q:\n%s", p.name, p.err, re, p.stderr.String())
-		case <-time.After(20 * time.Millisecond):
-		}
+	m, err := p.WaitFor(context.Background(), re, timeout)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatalf("%s did not print %q within %v:\n%s", p.name, re, timeout, p.stderr.String())
-	return nil
+	return m
 }
 
 // exited waits for the process to exit and returns its exit code.
 func (p *process) exited(t *testing.T, timeout time.Duration) int {
 	t.Helper()
-	select {
-	case <-p.done:
-	case <-time.After(timeout):
-		t.Fatalf("%s still runs after %v:\n%s", p.name, timeout, p.stderr.String())
+	code, err := p.Exited(timeout)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return p.cmd.ProcessState.ExitCode()
+	return code
 }
 
 var (
-	listening  = regexp.MustCompile(`JobManager listening on (\S+) \(REST API http://(\S+)/v1/jobs\)`)
-	registered = regexp.MustCompile(`registered with the JobManager`)
+	listening  = proccluster.Listening
+	registered = proccluster.Registered
 )
 
 // testCluster is a JobManager and its TaskManagers, each a process.
 type testCluster struct {
+	c          *proccluster.Cluster
 	jm         *process
 	addr, rest string
 	tms        []*process
@@ -123,26 +86,44 @@ type testCluster struct {
 // waits for each to register (in order, so that the slot pool's order follows the names).
 func startCluster(t *testing.T, n, slots int) *testCluster {
 	t.Helper()
-	c := &testCluster{jm: start(t, "jobmanager", nil, "jobmanager", "--addr", "127.0.0.1:0", "--rest-addr", "127.0.0.1:0")}
-	m := c.jm.waitFor(t, listening, 30*time.Second)
-	c.addr, c.rest = m[1], m[2]
-	for i := range n {
-		c.addTaskManager(t, fmt.Sprintf("tm-%d", i+1), slots)
+	return startClusterWith(t, proccluster.Spec{TaskManagers: n, Slots: slots})
+}
+
+// startClusterWith starts the cluster spec shapes, its TaskManagers in order; cleanup kills every process.
+func startClusterWith(t *testing.T, spec proccluster.Spec) *testCluster {
+	t.Helper()
+	spec.InOrder, spec.StartTimeout, spec.Process.Binary = true, 30*time.Second, binary
+	c, err := proccluster.StartCluster(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return c
+	tc := &testCluster{c: c, jm: &process{c.JobManager}, addr: c.Addr, rest: c.REST}
+	for _, tm := range c.TaskManagers {
+		tc.tms = append(tc.tms, &process{tm})
+	}
+	t.Cleanup(func() {
+		c.Close(0)
+		logIfFailed(t, c.JobManager)
+		for _, tm := range c.TaskManagers {
+			logIfFailed(t, tm)
+		}
+	})
+	return tc
 }
 
 func (c *testCluster) addTaskManager(t *testing.T, name string, slots int, extra ...string) *process {
 	t.Helper()
-	p := start(t, name, nil, append([]string{"taskmanager", "--jobmanager", c.addr, "--name", name, "--slots", fmt.Sprint(slots)}, extra...)...)
-	p.waitFor(t, registered, 30*time.Second)
-	c.tms = append(c.tms, p)
-	return p
+	p, err := c.c.AddTaskManager(context.Background(), name, slots, extra...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.tms = append(c.tms, &process{p})
+	return c.tms[len(c.tms)-1]
 }
 
 func (c *testCluster) taskManager(name string) *process {
 	for _, p := range c.tms {
-		if p.name == name {
+		if p.Name == name {
 			return p
 		}
 	}
@@ -152,48 +133,15 @@ func (c *testCluster) taskManager(name string) *process {
 // get decodes the JSON of a REST path of the JobManager into v.
 func (c *testCluster) get(t *testing.T, path string, v any) {
 	t.Helper()
-	resp, err := http.Get("http://" + c.rest + path)
-	if err != nil {
-		t.Fatalf("GET %s: %v", path, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %s", path, resp.Status)
-	}
-	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
-		t.Fatalf("GET %s: %v", path, err)
+	if err := c.c.Get(context.Background(), path, v); err != nil {
+		t.Fatal(err)
 	}
 }
 
-// clusterReport is what the tests read of a --report file or of the REST API's job document.
+// clusterReport is what the tests read of a --report file or of the REST API's job document: the job's
+// result, and the sequence checker's verdict in a report.
 type clusterReport struct {
-	Status   string `json:"status"`
-	Waiting  string `json:"waiting"`
-	Vertices []struct {
-		Name     string `json:"name"`
-		Subtasks []struct {
-			Index       int    `json:"index"`
-			Attempt     int    `json:"attempt"`
-			TaskManager string `json:"taskmanager"`
-		} `json:"subtasks"`
-	} `json:"vertices"`
-	Checkpoints *struct {
-		Completed int `json:"completed"`
-	} `json:"checkpoints"`
-	Failovers []struct {
-		Failed             string    `json:"failed"`
-		FailedSubtasks     []string  `json:"failed_subtasks"`
-		TaskManager        string    `json:"taskmanager"`
-		Cause              string    `json:"cause"`
-		FailedAt           time.Time `json:"failed_at"`
-		Restarted          []string  `json:"restarted"`
-		CheckpointRestored *int64    `json:"checkpoint_restored"`
-		Strategy           string    `json:"strategy"`
-		Fallback           string    `json:"fallback"`
-	} `json:"failovers"`
-	FailoverTotals struct {
-		RecordsLost uint64 `json:"records_lost"`
-	} `json:"failover_totals"`
+	runnel.JobResult
 	Checker struct {
 		Records    int64  `json:"records"`
 		Lost       int64  `json:"lost"`
@@ -217,15 +165,8 @@ func readReport(t *testing.T, path string) clusterReport {
 }
 
 // where returns the TaskManager of each subtask ("source -> map[1]" -> "tm-2") and its attempt.
-func (r clusterReport) where() (tm map[string]string, attempt map[string]int) {
-	tm, attempt = map[string]string{}, map[string]int{}
-	for _, v := range r.Vertices {
-		for _, s := range v.Subtasks {
-			k := fmt.Sprintf("%s[%d]", v.Name, s.Index)
-			tm[k], attempt[k] = s.TaskManager, s.Attempt
-		}
-	}
-	return tm, attempt
+func (r *clusterReport) where() (tm map[string]string, attempt map[string]int) {
+	return proccluster.Placement(&r.JobResult)
 }
 
 // TestClusterRunsAJobLikeTheMiniCluster runs sequence on a JobManager and three TaskManager processes:
@@ -238,7 +179,7 @@ func TestClusterRunsAJobLikeTheMiniCluster(t *testing.T) {
 	report := filepath.Join(dir, "cluster.json")
 	sub := start(t, "submit", nil, append([]string{"submit", "--jobmanager", c.addr, "--report", report}, args...)...)
 	if code := sub.exited(t, 60*time.Second); code != 0 {
-		t.Fatalf("submit exited %d:\n%s", code, sub.stderr.String())
+		t.Fatalf("submit exited %d:\n%s", code, sub.Stderr())
 	}
 	r := readReport(t, report)
 	if r.Status != "FINISHED" || len(r.Failovers) != 0 || r.Checker.Verdict != "OK" || r.Checker.Records != 40000 {
@@ -365,11 +306,11 @@ func TestKilledTaskManager(t *testing.T) {
 				sig = syscall.SIGSTOP
 			}
 			killedAt := time.Now()
-			if err := p.cmd.Process.Signal(sig); err != nil {
+			if err := p.Signal(sig); err != nil {
 				t.Fatal(err)
 			}
 			if code := sub.exited(t, 60*time.Second); code != 0 {
-				t.Fatalf("submit exited %d:\n%s", code, sub.stderr.String())
+				t.Fatalf("submit exited %d:\n%s", code, sub.Stderr())
 			}
 			r := readReport(t, report)
 			// One failover names the lost TaskManager; any other is a consumer whose connection to it
@@ -442,9 +383,7 @@ func TestKilledTaskManager(t *testing.T) {
 // in-flight log gauges (--metrics-addr), which no heartbeat carries to the JobManager: its budget, and
 // the drops of the logs that overflowed.
 func TestTaskFailoverFallbackAcrossProcesses(t *testing.T) {
-	c := &testCluster{jm: start(t, "jobmanager", nil, "jobmanager", "--addr", "127.0.0.1:0", "--rest-addr", "127.0.0.1:0")}
-	m := c.jm.waitFor(t, listening, 30*time.Second)
-	c.addr, c.rest = m[1], m[2]
+	c := startCluster(t, 0, 0)
 	metrics := map[string]string{}
 	for _, name := range []string{"tm-1", "tm-2"} {
 		p := c.addTaskManager(t, name, 1, "--inflight-log-memory", fmt.Sprint(4<<20), "--inflight-log-disk", "-1",
@@ -459,7 +398,7 @@ func TestTaskFailoverFallbackAcrossProcesses(t *testing.T) {
 		"--failover", "task", "--restart-strategy", "fixed-delay:attempts=6,delay=0s", "--checkpoint-interval", "10s",
 		"--checkpoint-storage", filepath.Join(dir, "chk"), "--inject-failure", "source[1]@150000")
 	if code := sub.exited(t, 90*time.Second); code != 0 {
-		t.Fatalf("submit exited %d:\n%s", code, sub.stderr.String())
+		t.Fatalf("submit exited %d:\n%s", code, sub.Stderr())
 	}
 	r := readReport(t, report)
 	if r.Status != "FINISHED" || r.Checker.Verdict != "OK" || r.Checker.Records != records {
@@ -533,14 +472,14 @@ func TestTaskManagerOfAnotherBuildIsRefused(t *testing.T) {
 	c := startCluster(t, 0, 1)
 	p := start(t, "tm-other", []string{"RUNNEL_TEST_FINGERPRINT=other"}, "taskmanager", "--jobmanager", c.addr, "--name", "tm-other")
 	if code := p.exited(t, 30*time.Second); code != exitUsage {
-		t.Fatalf("exit %d, want %d:\n%s", code, exitUsage, p.stderr.String())
+		t.Fatalf("exit %d, want %d:\n%s", code, exitUsage, p.Stderr())
 	}
-	if !strings.Contains(p.stderr.String(), "start every process of a cluster from the same build") {
-		t.Errorf("the refusal does not say why:\n%s", p.stderr.String())
+	if !strings.Contains(p.Stderr(), "start every process of a cluster from the same build") {
+		t.Errorf("the refusal does not say why:\n%s", p.Stderr())
 	}
 	other := start(t, "submit-other", []string{"RUNNEL_TEST_FINGERPRINT=other"}, "submit", "sequence", "--jobmanager", c.addr, "--records", "10")
-	if code := other.exited(t, 30*time.Second); code != exitUsage || !strings.Contains(other.stderr.String(), "start every process of a cluster from the same build") {
-		t.Errorf("submit from another build: exit %d:\n%s", code, other.stderr.String())
+	if code := other.exited(t, 30*time.Second); code != exitUsage || !strings.Contains(other.Stderr(), "start every process of a cluster from the same build") {
+		t.Errorf("submit from another build: exit %d:\n%s", code, other.Stderr())
 	}
 	if _, stderr, code := runCLI(t, "submit", "sequence", "--jobmanager", c.addr, "--checkpoint-interval", "50ms"); code != exitUsage ||
 		!strings.Contains(stderr, "every process reaches") {
@@ -566,7 +505,7 @@ func TestStoppedJobManagerTakesItsTaskManagersTasksDown(t *testing.T) {
 		c.get(t, "/v1/jobs", &jobs)
 	}
 	stopped := time.Now()
-	if err := c.jm.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := c.jm.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	if code := c.jm.exited(t, 30*time.Second); code != 0 {
@@ -575,7 +514,7 @@ func TestStoppedJobManagerTakesItsTaskManagersTasksDown(t *testing.T) {
 	for _, tm := range c.tms {
 		tm.waitFor(t, regexp.MustCompile(`every task cancelled`), 2*time.Second+time.Since(stopped))
 		if code := tm.exited(t, 30*time.Second); code != exitFailed {
-			t.Errorf("%s exited %d, want %d after --jobmanager-wait", tm.name, code, exitFailed)
+			t.Errorf("%s exited %d, want %d after --jobmanager-wait", tm.Name, code, exitFailed)
 		}
 	}
 	if code := sub.exited(t, 30*time.Second); code == 0 {
@@ -607,7 +546,7 @@ func TestJobWaitsForATaskManagerToJoin(t *testing.T) {
 		}
 	}
 	victim := c.taskManager("tm-3")
-	if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := victim.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(live.Waiting, "slot"); time.Sleep(20 * time.Millisecond) {
@@ -621,7 +560,7 @@ func TestJobWaitsForATaskManagerToJoin(t *testing.T) {
 	}
 	c.addTaskManager(t, "tm-4", 1)
 	if code := sub.exited(t, 60*time.Second); code != 0 {
-		t.Fatalf("submit exited %d:\n%s", code, sub.stderr.String())
+		t.Fatalf("submit exited %d:\n%s", code, sub.Stderr())
 	}
 	r := readReport(t, report)
 	if r.Status != "FINISHED" || r.Checker.Verdict != "OK" {
@@ -710,9 +649,7 @@ func TestCancelWithSavepoint(t *testing.T) {
 // checkpoints no other process could restore.
 func TestUnsharedCheckpointStorageIsRefused(t *testing.T) {
 	jmDir, tmDir := t.TempDir(), t.TempDir()
-	c := &testCluster{jm: startIn(t, jmDir, "jobmanager", nil, "jobmanager", "--addr", "127.0.0.1:0", "--rest-addr", "127.0.0.1:0")}
-	m := c.jm.waitFor(t, listening, 30*time.Second)
-	c.addr, c.rest = m[1], m[2]
+	c := startClusterWith(t, proccluster.Spec{Process: proccluster.Options{Dir: jmDir}})
 	tm := startIn(t, tmDir, "tm-1", nil, "taskmanager", "--jobmanager", c.addr, "--name", "tm-1", "--slots", "2")
 	tm.waitFor(t, registered, 30*time.Second)
 	_, stderr, code := runCLI(t, "submit", "sequence", "--jobmanager", c.addr, "--records", "1000",

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runnel-dev/runnel/cmd/runnel/internal/proccluster"
 	"github.com/runnel-dev/runnel/internal/ident"
 	"github.com/runnel-dev/runnel/internal/mtls/mtlstest"
 	"github.com/runnel-dev/runnel/internal/network"
@@ -41,9 +42,7 @@ func (ca *testCA) flags(t *testing.T, name string) []string { return ca.mixedFla
 // refused, and the job's own consumers are not disturbed.
 func TestMutualTLSCluster(t *testing.T) {
 	ca, other := newTestCA(t, "runnel-test-ca"), newTestCA(t, "intruder-ca")
-	jm := start(t, "jobmanager", nil, append([]string{"jobmanager", "--addr", "127.0.0.1:0", "--rest-addr", "127.0.0.1:0"}, ca.flags(t, "jobmanager")...)...)
-	m := jm.waitFor(t, listening, 30*time.Second)
-	c := &testCluster{jm: jm, addr: m[1], rest: m[2]}
+	c := startClusterWith(t, proccluster.Spec{JobManagerArgs: ca.flags(t, "jobmanager")})
 	for _, name := range []string{"tm-1", "tm-2"} {
 		c.addTaskManager(t, name, 2, ca.flags(t, name)...)
 	}
@@ -111,14 +110,14 @@ func TestMutualTLSCluster(t *testing.T) {
 	}
 
 	if code := sub.exited(t, 60*time.Second); code != 0 {
-		t.Fatalf("submit exited %d:\n%s", code, sub.stderr.String())
+		t.Fatalf("submit exited %d:\n%s", code, sub.Stderr())
 	}
 	r := readReport(t, report)
 	if r.Status != "FINISHED" || len(r.Failovers) != 0 || r.Checker.Verdict != "OK" {
 		t.Fatalf("%s, failovers %+v, checker %+v", r.Status, r.Failovers, r.Checker)
 	}
-	if strings.Contains(intruder.stderr.String(), "registered with the JobManager") {
-		t.Errorf("a TaskManager with another authority's certificate registered:\n%s", intruder.stderr.String())
+	if strings.Contains(intruder.Stderr(), "registered with the JobManager") {
+		t.Errorf("a TaskManager with another authority's certificate registered:\n%s", intruder.Stderr())
 	}
 	intruder.waitFor(t, regexp.MustCompile(`certificate|tls`), 5*time.Second)
 }
@@ -185,16 +184,16 @@ func TestTLSRefusalsSayWhy(t *testing.T) {
 	if code := intruder.exited(t, 30*time.Second); code != exitFailed {
 		t.Errorf("the TaskManager of another authority exited %d, want %d", code, exitFailed)
 	}
-	retries := linesWith(intruder.stderr.String(), regexp.MustCompile(`level=WARN msg="no session with the JobManager; registering again"`))
+	retries := linesWith(intruder.Stderr(), regexp.MustCompile(`level=WARN msg="no session with the JobManager; registering again"`))
 	if len(retries) == 0 {
-		t.Fatalf("the TaskManager of another authority never said why it could not register:\n%s", intruder.stderr.String())
+		t.Fatalf("the TaskManager of another authority never said why it could not register:\n%s", intruder.Stderr())
 	}
 	for _, l := range retries {
 		if !strings.Contains(l, refused) {
 			t.Fatalf("a failed registration says %q, want it to say %q", l, refused)
 		}
 	}
-	if s := intruder.stderr.String(); !strings.Contains(s, "(--jobmanager-wait): "+refused) {
+	if s := intruder.Stderr(); !strings.Contains(s, "(--jobmanager-wait): "+refused) {
 		t.Errorf("the TaskManager's last words do not say %q:\n%s", refused, s)
 	}
 
@@ -254,12 +253,12 @@ func TestTLSRefusalsSayWhy(t *testing.T) {
 			floodTLS(t, s.addr, bad, 1) // no refusal came there yet
 		}
 		s.p.waitFor(t, s.line, 10*time.Second)
-		before := len(linesWith(s.p.stderr.String(), s.line))
+		before := len(linesWith(s.p.Stderr(), s.line))
 		took := floodTLS(t, s.addr, bad, 50)
 		time.Sleep(200 * time.Millisecond) // the server logs after its side of the handshake
-		after := len(linesWith(s.p.stderr.String(), s.line))
+		after := len(linesWith(s.p.Stderr(), s.line))
 		if took < 10*time.Second && after > before+1 {
-			t.Errorf("%s: 50 bad handshakes in %v added %d log lines, want at most 1:\n%s", s.what, took, after-before, s.p.stderr.String())
+			t.Errorf("%s: 50 bad handshakes in %v added %d log lines, want at most 1:\n%s", s.what, took, after-before, s.p.Stderr())
 		}
 	}
 }
