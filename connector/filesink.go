@@ -1,7 +1,6 @@
 package connector
 
 import (
-	"bufio"
 	cryptorand "crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
@@ -51,22 +50,16 @@ func (s *fileSink[T]) CreateWriter(ctx runnel.RuntimeContext) (runnel.SinkWriter
 	return &fileWriter[T]{s: s, sub: ctx.SubtaskIndex(), checkpointing: ctx.Checkpointing()}, nil
 }
 
-// pendingPart is a part file closed for checkpoint id and not yet committed.
-type pendingPart struct {
-	checkpoint int64
-	n          uint64
-}
-
 type fileWriter[T any] struct {
 	s             *fileSink[T]
 	sub           int
 	checkpointing bool
 	run           string // the job run's id in the part names; "" until the first part or a restore
 	next          uint64 // the number of the next part
-	cur           *os.File
-	curN          uint64
-	buf           *bufio.Writer
-	pending       []pendingPart // by ascending checkpoint id
+	out           lineFile
+	writing       bool   // out holds a part in progress
+	curN          uint64 // the number of the part in progress
+	pending       commitQueue[uint64]
 }
 
 func (w *fileWriter[T]) name(n uint64, suffix string) string {
@@ -90,7 +83,7 @@ func (w *fileWriter[T]) ensureRun() error {
 }
 
 func (w *fileWriter[T]) Write(v T) error {
-	if w.cur == nil {
+	if !w.writing {
 		if err := w.ensureRun(); err != nil {
 			return err
 		}
@@ -98,18 +91,11 @@ func (w *fileWriter[T]) Write(v T) error {
 		if err != nil {
 			return fmt.Errorf("FileSink: %w", err)
 		}
-		w.cur, w.curN = f, w.next
+		w.out.use(f)
+		w.writing, w.curN = true, w.next
 		w.next++
-		if w.buf == nil {
-			w.buf = bufio.NewWriterSize(f, 64<<10)
-		} else {
-			w.buf.Reset(f)
-		}
 	}
-	if _, err := w.buf.WriteString(w.s.format(v)); err != nil {
-		return fmt.Errorf("FileSink: %w", err)
-	}
-	if err := w.buf.WriteByte('\n'); err != nil {
+	if err := w.out.writeLine(w.s.format(v)); err != nil {
 		return fmt.Errorf("FileSink: %w", err)
 	}
 	return nil
@@ -117,16 +103,13 @@ func (w *fileWriter[T]) Write(v T) error {
 
 // closePart makes the part being written durable and renames it to suffix ("" commits it).
 func (w *fileWriter[T]) closePart(suffix string) error {
-	if w.cur == nil {
+	if !w.writing {
 		return nil
 	}
-	f, n := w.cur, w.curN
-	w.cur = nil
-	err := w.buf.Flush()
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
+	n := w.curN
+	w.writing = false
+	err := w.out.sync()
+	if cerr := w.out.f.Close(); err == nil {
 		err = cerr
 	}
 	if err == nil {
@@ -138,15 +121,22 @@ func (w *fileWriter[T]) closePart(suffix string) error {
 	if suffix == ".pending" {
 		return nil
 	}
-	return syncDir(w.s.dir)
+	return w.syncDir()
+}
+
+func (w *fileWriter[T]) syncDir() error {
+	if err := syncDir(w.s.dir); err != nil {
+		return fmt.Errorf("FileSink: %w", err)
+	}
+	return nil
 }
 
 // Flush ends the input: with checkpointing the final checkpoint covers what was written; without, the part
 // is committed now.
 func (w *fileWriter[T]) Flush() error {
 	if w.checkpointing {
-		if w.cur != nil {
-			if err := w.buf.Flush(); err != nil {
+		if w.writing {
+			if err := w.out.buf.Flush(); err != nil {
 				return fmt.Errorf("FileSink: %w", err)
 			}
 		}
@@ -157,12 +147,11 @@ func (w *fileWriter[T]) Flush() error {
 
 // Close releases the part being written; it stays in progress, for a restore to delete.
 func (w *fileWriter[T]) Close() error {
-	if w.cur == nil {
+	if !w.writing {
 		return nil
 	}
-	err := w.cur.Close()
-	w.cur = nil
-	return err
+	w.writing = false
+	return w.out.f.Close()
 }
 
 // fileSinkStateVersion starts the writer's checkpointed state.
@@ -170,38 +159,36 @@ const fileSinkStateVersion = 1
 
 // SnapshotState closes the part being written as pending for checkpoint id and records what is pending.
 func (w *fileWriter[T]) SnapshotState(id int64) ([]byte, error) {
-	if w.cur != nil {
+	if w.writing {
+		n := w.curN
 		if err := w.closePart(".pending"); err != nil {
 			return nil, err
 		}
-		w.pending = append(w.pending, pendingPart{checkpoint: id, n: w.curN})
+		w.pending.add(id, n)
 	}
 	if err := w.ensureRun(); err != nil {
 		return nil, err
 	}
-	b := []byte{fileSinkStateVersion}
-	b = binary.AppendUvarint(b, uint64(len(w.run)))
-	b = append(b, w.run...)
+	b := appendString([]byte{fileSinkStateVersion}, w.run)
 	b = binary.AppendUvarint(b, w.next)
-	b = binary.AppendUvarint(b, uint64(len(w.pending)))
-	for _, p := range w.pending {
-		b = binary.AppendVarint(b, p.checkpoint)
-		b = binary.AppendUvarint(b, p.n)
+	b = binary.AppendUvarint(b, uint64(len(w.pending.ids)))
+	for i, id := range w.pending.ids {
+		b = binary.AppendVarint(b, id)
+		b = binary.AppendUvarint(b, w.pending.items[i])
 	}
 	return b, nil
 }
 
 // NotifyCheckpointComplete commits every part pending for a checkpoint up to id.
 func (w *fileWriter[T]) NotifyCheckpointComplete(id int64) error {
-	i := 0
-	for ; i < len(w.pending) && w.pending[i].checkpoint <= id; i++ {
-		if err := w.commit(w.pending[i].n); err != nil {
+	parts := w.pending.due(id)
+	for _, n := range parts {
+		if err := w.commit(n); err != nil {
 			return err
 		}
 	}
-	w.pending = w.pending[i:]
-	if i > 0 {
-		return syncDir(w.s.dir)
+	if len(parts) > 0 {
+		return w.syncDir()
 	}
 	return nil
 }
@@ -225,94 +212,52 @@ func (w *fileWriter[T]) commit(n uint64) error {
 // this subtask began after it: their records come again.
 func (w *fileWriter[T]) RestoreState(b []byte) error {
 	bad := errors.New("FileSink: malformed checkpointed state")
-	if len(b) == 0 || b[0] != fileSinkStateVersion {
+	r := newStateReader(b, fileSinkStateVersion)
+	if !r.ok() {
 		return fmt.Errorf("%w: unknown version", bad)
 	}
-	b = b[1:]
-	uv := func() (uint64, bool) {
-		v, k := binary.Uvarint(b)
-		if k <= 0 {
-			return 0, false
-		}
-		b = b[k:]
-		return v, true
-	}
-	l, ok := uv()
-	if !ok || l > uint64(len(b)) || l > 64 {
+	w.run = r.str(64)
+	w.next = r.uvarint()
+	np := r.uvarint()
+	if !r.ok() || np > uint64(len(b)) {
 		return bad
 	}
-	w.run, b = string(b[:l]), b[l:]
-	if w.next, ok = uv(); !ok {
-		return bad
-	}
-	np, ok := uv()
-	if !ok || np > uint64(len(b)) {
-		return bad
-	}
-	var pending []pendingPart
+	var pending []uint64
 	for range np {
-		id, k := binary.Varint(b)
-		if k <= 0 {
-			return bad
-		}
-		b = b[k:]
-		n, ok := uv()
-		if !ok {
-			return bad
-		}
-		pending = append(pending, pendingPart{checkpoint: id, n: n})
+		r.varint() // the checkpoint the part was pending for: the restored one completed
+		pending = append(pending, r.uvarint())
 	}
-	for _, p := range pending {
-		if err := w.commit(p.n); err != nil {
+	if !r.ok() {
+		return bad
+	}
+	for _, n := range pending {
+		if err := w.commit(n); err != nil {
 			return err
 		}
 	}
-	w.pending = nil
+	w.pending = commitQueue[uint64]{}
 	if err := w.deleteAfter(w.next); err != nil {
 		return err
 	}
-	return syncDir(w.s.dir)
+	return w.syncDir()
 }
 
 // deleteAfter removes this subtask's parts numbered from next on, begun after the restored checkpoint: in
 // progress, pending, and also committed ones, which a restore from an older checkpoint than the newest
 // (the newest was damaged and passed over) finds: their records come again.
 func (w *fileWriter[T]) deleteAfter(next uint64) error {
-	entries, err := os.ReadDir(w.s.dir)
-	if err != nil {
-		return fmt.Errorf("FileSink: %w", err)
-	}
 	prefix := fmt.Sprintf("part-%s-%d-", w.run, w.sub)
-	for _, e := range entries {
-		name := strings.TrimPrefix(e.Name(), ".")
-		if !strings.HasPrefix(name, prefix) {
-			continue
+	err := removeFiles(w.s.dir, func(name string) bool {
+		rest, ok := strings.CutPrefix(strings.TrimPrefix(name, "."), prefix)
+		if !ok {
+			return false
 		}
-		rest := strings.TrimPrefix(name, prefix)
 		num, _, _ := strings.Cut(rest, ".")
 		n, err := strconv.ParseUint(num, 10, 64)
-		if err != nil || n < next {
-			continue
-		}
-		if err := os.Remove(filepath.Join(w.s.dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("FileSink: %w", err)
-		}
-	}
-	return nil
-}
-
-// syncDir makes renames in dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
+		return err == nil && n >= next
+	})
 	if err != nil {
 		return fmt.Errorf("FileSink: %w", err)
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("FileSink: sync %s: %w", dir, err)
 	}
 	return nil
 }

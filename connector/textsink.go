@@ -1,7 +1,6 @@
 package connector
 
 import (
-	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -50,13 +49,24 @@ func (s *textSink[T]) CreateWriter(ctx runnel.RuntimeContext) (runnel.SinkWriter
 	if err != nil {
 		return nil, fmt.Errorf("text file sink: %w", err)
 	}
-	return &textWriter[T]{f: f, w: bufio.NewWriterSize(f, 64<<10), tmp: tmp, target: target, format: s.format,
-		checkpointing: ctx.Checkpointing(), firstSnapshot: -1, endSnapshot: -1}, nil
+	w := &textWriter[T]{tmp: tmp, target: target, format: s.format, checkpointing: ctx.Checkpointing()}
+	w.out.use(f)
+	return w, nil
 }
 
+// textCommit is what a textWriter does when a checkpoint completes.
+type textCommit uint8
+
+const (
+	// removeRestored removes the file of an earlier attempt that the restore copied: no checkpoint that
+	// may still be restored names it once a checkpoint of this attempt completed.
+	removeRestored textCommit = iota
+	// commitOutput replaces the target with the file: the checkpoint covers the end of input.
+	commitOutput
+)
+
 type textWriter[T any] struct {
-	f             *os.File
-	w             *bufio.Writer
+	out           lineFile // out.f is nil once a restore committed the output
 	tmp, target   string
 	format        func(T) string
 	checkpointing bool
@@ -66,11 +76,11 @@ type textWriter[T any] struct {
 	committed bool // the file replaced the target
 	// referenced says a checkpoint may name tmp: this attempt snapshotted it, or restored into it.
 	referenced bool
-	// restoredFrom is the file of an earlier attempt that the restore copied; it goes once a checkpoint of
-	// this attempt completes, since no checkpoint that may still be restored names it then.
-	restoredFrom  string
-	firstSnapshot int64 // the first checkpoint this attempt took; -1 before it
-	endSnapshot   int64 // the first checkpoint taken after the end of input; -1 before it
+	// restoredFrom is the file of an earlier attempt that the restore copied (removeRestored).
+	restoredFrom string
+	snapshotted  bool // this attempt took a checkpoint
+	endCovered   bool // a checkpoint taken after the end of input waits to commit the output
+	commits      commitQueue[textCommit]
 }
 
 func (w *textWriter[T]) Write(v T) error {
@@ -79,14 +89,13 @@ func (w *textWriter[T]) Write(v T) error {
 			return err
 		}
 	}
-	w.w.WriteString(w.format(v))
-	return w.w.WriteByte('\n')
+	return w.out.writeLine(w.format(v))
 }
 
 // start empties the file of an attempt that restored nothing.
 func (w *textWriter[T]) start() error {
 	w.ready = true
-	if err := w.f.Truncate(0); err != nil {
+	if err := w.out.f.Truncate(0); err != nil {
 		return fmt.Errorf("text file sink %s: %w", w.target, err)
 	}
 	return nil
@@ -99,13 +108,10 @@ func (w *textWriter[T]) sync() (int64, error) {
 			return 0, err
 		}
 	}
-	if err := w.w.Flush(); err != nil {
+	if err := w.out.sync(); err != nil {
 		return 0, fmt.Errorf("text file sink %s: %w", w.target, err)
 	}
-	if err := w.f.Sync(); err != nil {
-		return 0, fmt.Errorf("text file sink %s: %w", w.target, err)
-	}
-	n, err := w.f.Seek(0, io.SeekCurrent)
+	n, err := w.out.f.Seek(0, io.SeekCurrent)
 	if err != nil {
 		return 0, fmt.Errorf("text file sink %s: %w", w.target, err)
 	}
@@ -147,24 +153,16 @@ func (w *textWriter[T]) removeStale() error {
 	if dir == "" {
 		dir = "."
 	}
-	entries, err := os.ReadDir(dir)
-	if err != nil {
+	if err := removeFiles(dir, func(name string) bool { return strings.HasPrefix(name, base+".inprogress.") }); err != nil {
 		return fmt.Errorf("text file sink: %w", err)
-	}
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), base+".inprogress.") {
-			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return fmt.Errorf("text file sink: %w", err)
-			}
-		}
 	}
 	return nil
 }
 
 func (w *textWriter[T]) Close() error {
 	var err error
-	if w.f != nil {
-		err = w.f.Close()
+	if w.out.f != nil {
+		err = w.out.f.Close()
 	}
 	if !w.committed && !w.referenced {
 		os.Remove(w.tmp)
@@ -186,15 +184,17 @@ func (w *textWriter[T]) SnapshotState(id int64) ([]byte, error) {
 		}
 	}
 	w.referenced = true
-	if w.firstSnapshot < 0 {
-		w.firstSnapshot = id
+	if !w.snapshotted {
+		w.snapshotted = true
+		if w.restoredFrom != "" {
+			w.commits.add(id, removeRestored)
+		}
 	}
-	if w.ended && w.endSnapshot < 0 {
-		w.endSnapshot = id
+	if w.ended && !w.endCovered {
+		w.endCovered = true
+		w.commits.add(id, commitOutput)
 	}
-	b := []byte{textSinkStateVersion}
-	b = binary.AppendUvarint(b, uint64(len(filepath.Base(w.tmp))))
-	b = append(b, filepath.Base(w.tmp)...)
+	b := appendString([]byte{textSinkStateVersion}, filepath.Base(w.tmp))
 	b = binary.AppendUvarint(b, uint64(n))
 	if w.ended {
 		return append(b, 1), nil
@@ -205,14 +205,18 @@ func (w *textWriter[T]) SnapshotState(id int64) ([]byte, error) {
 // NotifyCheckpointComplete implements runnel.CheckpointListener: the file an earlier attempt left goes,
 // and the checkpoint after the end of input commits the output.
 func (w *textWriter[T]) NotifyCheckpointComplete(id int64) error {
-	if w.restoredFrom != "" && w.firstSnapshot >= 0 && id >= w.firstSnapshot {
-		if err := os.Remove(w.restoredFrom); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("text file sink: %w", err)
+	for _, c := range w.commits.due(id) {
+		switch c {
+		case removeRestored:
+			if err := os.Remove(w.restoredFrom); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("text file sink: %w", err)
+			}
+			w.restoredFrom = ""
+		case commitOutput:
+			if err := w.commit(); err != nil {
+				return err
+			}
 		}
-		w.restoredFrom = ""
-	}
-	if w.endSnapshot >= 0 && id >= w.endSnapshot {
-		return w.commit()
 	}
 	return nil
 }
@@ -221,21 +225,14 @@ func (w *textWriter[T]) NotifyCheckpointComplete(id int64) error {
 // file it names, or, when the input had ended then, commits that file if it was not committed yet.
 func (w *textWriter[T]) RestoreState(b []byte) error {
 	bad := fmt.Errorf("text file sink %s: malformed checkpointed state % x", w.target, b)
-	if len(b) == 0 || b[0] != textSinkStateVersion {
+	r := newStateReader(b, textSinkStateVersion)
+	name := r.str(len(b))
+	size := r.uvarint()
+	flag := r.flag()
+	if !r.done() || flag > 1 || name != filepath.Base(name) {
 		return bad
 	}
-	b = b[1:]
-	l, k := binary.Uvarint(b)
-	if k <= 0 || l > uint64(len(b)-k) {
-		return bad
-	}
-	name := string(b[k : k+int(l)])
-	b = b[k+int(l):]
-	size, k := binary.Uvarint(b)
-	if k <= 0 || len(b) != k+1 || b[k] > 1 || name != filepath.Base(name) {
-		return bad
-	}
-	ended := b[k] == 1
+	ended := flag == 1
 	if !strings.HasPrefix(name, filepath.Base(w.target)+".inprogress.") {
 		return fmt.Errorf("text file sink %s: the checkpoint's in-progress file %s is another target's (the sink's path or parallelism changed)", w.target, name)
 	}
@@ -255,18 +252,18 @@ func (w *textWriter[T]) RestoreState(b []byte) error {
 		return fmt.Errorf("text file sink: restore: %s holds %d bytes, fewer than the %d its checkpoint covers", old, st.Size(), size)
 	}
 	if old == w.tmp {
-		if err := w.f.Truncate(int64(size)); err != nil {
+		if err := w.out.f.Truncate(int64(size)); err != nil {
 			return fmt.Errorf("text file sink: restore: %w", err)
 		}
-		if _, err := w.f.Seek(int64(size), io.SeekStart); err != nil {
+		if _, err := w.out.f.Seek(int64(size), io.SeekStart); err != nil {
 			return fmt.Errorf("text file sink: restore: %w", err)
 		}
 		return nil
 	}
-	if err := w.f.Truncate(0); err != nil {
+	if err := w.out.f.Truncate(0); err != nil {
 		return fmt.Errorf("text file sink: restore: %w", err)
 	}
-	if _, err := io.CopyN(w.f, src, int64(size)); err != nil {
+	if _, err := io.CopyN(w.out.f, src, int64(size)); err != nil {
 		return fmt.Errorf("text file sink: restore: copy %s: %w", old, err)
 	}
 	w.restoredFrom = old
@@ -277,10 +274,10 @@ func (w *textWriter[T]) RestoreState(b []byte) error {
 // target holds it already if the commit happened before the failure.
 func (w *textWriter[T]) commitRestored(old string, size int64) error {
 	w.ended, w.committed = true, true
-	if err := w.f.Close(); err != nil {
+	if err := w.out.f.Close(); err != nil {
 		return fmt.Errorf("text file sink: restore: %w", err)
 	}
-	w.f = nil
+	w.out.f = nil
 	if old != w.tmp {
 		os.Remove(w.tmp)
 	}
