@@ -96,29 +96,30 @@ func newStateReader(b []byte, version byte) *stateReader {
 	return &stateReader{b: b[1:]}
 }
 
-func (r *stateReader) uvarint() uint64 {
-	if r.bad {
-		return 0
-	}
-	v, k := binary.Uvarint(r.b)
-	if k <= 0 {
+// take consumes k bytes of a read that used them, or marks the state malformed when the read failed
+// (k <= 0); it reports whether the read succeeded.
+func (r *stateReader) take(k int) bool {
+	if r.bad || k <= 0 {
 		r.bad = true
-		return 0
+		return false
 	}
 	r.b = r.b[k:]
+	return true
+}
+
+func (r *stateReader) uvarint() uint64 {
+	v, k := binary.Uvarint(r.b)
+	if !r.take(k) {
+		return 0
+	}
 	return v
 }
 
 func (r *stateReader) varint() int64 {
-	if r.bad {
-		return 0
-	}
 	v, k := binary.Varint(r.b)
-	if k <= 0 {
-		r.bad = true
+	if !r.take(k) {
 		return 0
 	}
-	r.b = r.b[k:]
 	return v
 }
 
