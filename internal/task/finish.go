@@ -127,39 +127,35 @@ func (r *run) finishInput() error {
 	if r.finishedInput(wait) {
 		return nil
 	}
-	tick, stop := r.ticker()
-	defer stop()
-	flushEach := t.cfg.BufferTimeout == 0
-	for {
-		if err := r.handleMail(tick); err != nil {
-			return err
-		}
-		if r.finishedInput(wait) {
-			return nil
-		}
-		var wake <-chan struct{} // nil: wait for mail, the timer or cancellation only
-		if r.gate != nil && r.endedCount < len(r.ended) {
-			idx, buf, err := r.gate.Next()
-			if err != nil {
-				return fmt.Errorf("input channel %d: %w", idx, err)
-			}
-			if buf != nil {
-				if _, err := r.processBuffer(idx, buf); err != nil {
-					return err
-				}
-				r.afterWork(flushEach)
-				r.runDeferredTriggers()
-				if r.finishedInput(wait) {
-					return nil
-				}
-				continue
-			}
-			wake = r.gate.Wake()
-		}
-		if err := r.idle(wake, tick); err != nil {
-			return err
-		}
+	return r.loop(func() (progress, error) { return r.drain(wait) })
+}
+
+// drain is the default action of a finishing task (finishInput): one buffer of a channel that has not
+// delivered its end of partition yet, until the task may end its partitions. It reads the gate's next
+// buffer: what a finishing task reads is neither replayed from the determinant log nor recorded in it.
+func (r *run) drain(wait bool) (progress, error) {
+	if r.finishedInput(wait) {
+		return finished, nil
 	}
+	if r.gate == nil || r.endedCount == len(r.ended) {
+		return idleUntil(nil), nil // wait for mail, the timer or cancellation only
+	}
+	idx, buf, err := r.gate.Next()
+	if err != nil {
+		return more, fmt.Errorf("input channel %d: %w", idx, err)
+	}
+	if buf == nil {
+		return idleUntil(r.gate.Wake()), nil
+	}
+	if _, err := r.processBuffer(idx, buf); err != nil {
+		return more, err
+	}
+	r.afterWork()
+	r.runDeferredTriggers()
+	if r.finishedInput(wait) {
+		return finished, nil
+	}
+	return more, nil
 }
 
 // finishedInput reports whether the finishing task may end its partitions: every input channel ended,

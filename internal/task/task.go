@@ -397,9 +397,6 @@ func (t *Task) Run() {
 
 var errCanceled = errors.New("task canceled")
 
-// ErrReplayDiverged reports a replay under task failover that did not take the steps the failed attempt
-// took (docs/taskfailover.md §8): the attempt fails rather than emit what its consumers would drop wrongly,
-
 // cannotReplayError is a ReplayChecker's error, unchanged in its text, that also wraps ErrCannotReplay.
 type cannotReplayError struct{ err error }
 
@@ -534,12 +531,11 @@ func (r *run) execute() (err error) {
 	if !finished {
 		if !r.fin.restoredEnded {
 			r.rearm()
+			read := r.readInput
 			if chain.IsSource() {
-				err = r.sourceLoop()
-			} else {
-				err = r.inputLoop()
+				read = r.pollSource
 			}
-			if err != nil {
+			if err := r.loop(read); err != nil {
 				return err
 			}
 			// Processing-time work pending at the end of the input is dropped, as Flink does when a task
@@ -729,65 +725,6 @@ func (r *run) ticker() (<-chan time.Time, func()) {
 // publishInterval is how often a task without a buffer timeout publishes its counters.
 const publishInterval = 200 * time.Millisecond
 
-// handleMail runs what is pending in the mailbox and the timer without waiting.
-func (r *run) handleMail(tick <-chan time.Time) error {
-	select {
-	case <-r.t.mb.ready:
-		r.runMail()
-	case <-tick:
-		r.flushAll()
-		r.t.counters.Publish()
-	case <-r.timerC():
-		return r.onTimer()
-	case <-r.t.cancel:
-		return errCanceled
-	default:
-	}
-	return nil
-}
-
-func (r *run) sourceLoop() error {
-	t := r.t
-	tick, stop := r.ticker()
-	defer stop()
-	flushEach := t.cfg.BufferTimeout == 0
-	for {
-		if err := r.handleMail(tick); err != nil {
-			return err
-		}
-		began := r.beforeWork()
-		st, err := r.chain.PollSource()
-		if err != nil {
-			return fmt.Errorf("source: %w", err)
-		}
-		r.checkOutput(began)
-		r.afterWork(flushEach)
-		switch st {
-		case EndOfInput:
-			return nil
-		case NothingAvailable:
-			// No flush here: a rate-limited source is idle between every few records, and flushing each
-			// time would send tiny buffers; the buffer timeout bounds the latency.
-			if err := r.idle(r.chain.SourceAvailable(), tick); err != nil {
-				return err
-			}
-		}
-	}
-}
-
-// afterWork follows a source poll or an input buffer: outputs a reader reconnected to are flushed, and
-// all of them without a buffer timeout.
-func (r *run) afterWork(flushEach bool) {
-	r.rearm()
-	r.flushRequested()
-	if flushEach {
-		r.flushAll()
-	}
-	if r.regenerating {
-		r.checkRegenerated()
-	}
-}
-
 // checkRegenerated ends the regeneration of a task failover's new attempt once every output it took over
 // is past what its stream held (network.ResultPartition.Takeover): it reports, per subpartition, the
 // records that were dropped as its consumers had them, and takes the checkpoints it deferred meanwhile.
@@ -807,57 +744,6 @@ func (r *run) checkRegenerated() {
 		}
 	}
 	r.runDeferredTriggers()
-}
-
-// idle waits for more work (wake), mail, the timer or cancellation. The buffer timeout is measured here
-// too: a task spends most of its time in this wait when its input is slow, and a tick taken without
-// flushing would hold its records until a buffer fills.
-func (r *run) idle(wake <-chan struct{}, tick <-chan time.Time) error {
-	t := r.t
-	t.counters.Publish()
-	select {
-	case <-wake:
-	case <-t.mb.ready:
-		r.runMail()
-	case <-tick:
-		r.flushAll()
-		t.counters.Publish()
-	case <-r.timerC():
-		return r.onTimer()
-	case <-t.cancel:
-		return errCanceled
-	}
-	return nil
-}
-
-func (r *run) inputLoop() error {
-	t := r.t
-	tick, stop := r.ticker()
-	defer stop()
-	flushEach := t.cfg.BufferTimeout == 0
-	for {
-		if err := r.handleMail(tick); err != nil {
-			return err
-		}
-		idx, buf, err := r.nextBuffer()
-		if err != nil {
-			return fmt.Errorf("input channel %d: %w", idx, err)
-		}
-		if buf == nil {
-			if err := r.idle(r.gate.Wake(), tick); err != nil {
-				return err
-			}
-			continue
-		}
-		done, err := r.processBuffer(idx, buf)
-		if err != nil {
-			return err
-		}
-		r.afterWork(flushEach)
-		if done {
-			return nil
-		}
-	}
 }
 
 // nextBuffer returns the next input buffer and its channel (nil: none now). While the attempt replays, that

@@ -1,0 +1,177 @@
+package task
+
+import (
+	"fmt"
+	"time"
+)
+
+// The mailbox loop (Flink's MailboxProcessor)
+//
+// A task's goroutine runs one loop, loop, for each phase of its life: it reads its input (a source's poll,
+// or the input gate's next buffer) until the input ends, then, finishing, drains its channels to their
+// ends of partition and waits for the final checkpoint (finish.go). What the phase does is the loop's
+// default action; between two runs of it, the loop carries out what else is ready (mail from other
+// goroutines, the flush tick, the processing-time timer, cancellation), so that a task busy with records
+// still hears checkpoints and time. When the action has nothing to do, the loop waits for what makes it
+// available again, or for any of those.
+
+// action is one run of a loop's default action.
+type action func() (progress, error)
+
+// progress is what a run of the default action says about the next one.
+type progress struct {
+	// done: the phase is over and the loop returns.
+	done bool
+	// idle: the action has nothing to do now. The loop waits for wake (nil: the action waits for mail,
+	// the tick or the timer only), mail, the tick, the timer or cancellation.
+	idle bool
+	wake <-chan struct{}
+}
+
+var (
+	more     = progress{}
+	finished = progress{done: true}
+)
+
+// idleUntil says the action has nothing to do until wake is ready.
+func idleUntil(wake <-chan struct{}) progress { return progress{idle: true, wake: wake} }
+
+// loop runs act until it says done, with the mail, tick and timer between its runs.
+func (r *run) loop(act action) error {
+	tick, stop := r.ticker()
+	defer stop()
+	for {
+		if err := r.between(tick, false, nil); err != nil {
+			return err
+		}
+		p, err := act()
+		if err != nil {
+			return err
+		}
+		if p.done {
+			return nil
+		}
+		if p.idle {
+			if err := r.between(tick, true, p.wake); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// readySignal is what between found ready.
+type readySignal uint8
+
+const (
+	none readySignal = iota
+	woken
+	mailReady
+	tickReady
+	timerReady
+	canceled
+)
+
+// between carries out one of what is ready between two runs of the default action: mail, the flush tick,
+// the processing-time timer, or cancellation. Idle, it waits for one of them or for wake; otherwise it
+// returns at once when none is ready. The buffer timeout is measured while idle too: a task spends most of
+// its time in that wait when its input is slow, and a tick taken without flushing would hold its records
+// until a buffer fills.
+func (r *run) between(tick <-chan time.Time, idle bool, wake <-chan struct{}) error {
+	t := r.t
+	got := none
+	// Go's select cannot make its default case conditional: the wait and the look are two selects over
+	// the same cases, and what they found is carried out once, below.
+	if idle {
+		t.counters.Publish()
+		select {
+		case <-wake:
+			got = woken
+		case <-t.mb.ready:
+			got = mailReady
+		case <-tick:
+			got = tickReady
+		case <-r.timerC():
+			got = timerReady
+		case <-t.cancel:
+			got = canceled
+		}
+	} else {
+		select {
+		case <-t.mb.ready:
+			got = mailReady
+		case <-tick:
+			got = tickReady
+		case <-r.timerC():
+			got = timerReady
+		case <-t.cancel:
+			got = canceled
+		default:
+		}
+	}
+	switch got {
+	case mailReady:
+		r.runMail()
+	case tickReady:
+		r.flushAll()
+		t.counters.Publish()
+	case timerReady:
+		return r.onTimer()
+	case canceled:
+		return errCanceled
+	}
+	return nil
+}
+
+// pollSource is the default action of a source's input phase: one poll of the source.
+func (r *run) pollSource() (progress, error) {
+	began := r.beforeWork()
+	st, err := r.chain.PollSource()
+	if err != nil {
+		return more, fmt.Errorf("source: %w", err)
+	}
+	r.checkOutput(began)
+	r.afterWork()
+	switch st {
+	case EndOfInput:
+		return finished, nil
+	case NothingAvailable:
+		// No flush here: a rate-limited source is idle between every few records, and flushing each
+		// time would send tiny buffers; the buffer timeout bounds the latency.
+		return idleUntil(r.chain.SourceAvailable()), nil
+	}
+	return more, nil
+}
+
+// readInput is the default action of a task with inputs until its input ends: one buffer of the input
+// gate (the one the determinant log names, while the attempt replays).
+func (r *run) readInput() (progress, error) {
+	idx, buf, err := r.nextBuffer()
+	if err != nil {
+		return more, fmt.Errorf("input channel %d: %w", idx, err)
+	}
+	if buf == nil {
+		return idleUntil(r.gate.Wake()), nil
+	}
+	done, err := r.processBuffer(idx, buf)
+	if err != nil {
+		return more, err
+	}
+	r.afterWork()
+	if done {
+		return finished, nil
+	}
+	return more, nil
+}
+
+// afterWork follows a source poll or an input buffer: outputs a reader reconnected to are flushed, and
+// all of them without a buffer timeout.
+func (r *run) afterWork() {
+	r.rearm()
+	r.flushRequested()
+	if r.t.cfg.BufferTimeout == 0 {
+		r.flushAll()
+	}
+	if r.regenerating {
+		r.checkRegenerated()
+	}
+}
