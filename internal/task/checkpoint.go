@@ -13,7 +13,6 @@ import (
 	"github.com/runnel-dev/runnel/internal/barrier"
 	"github.com/runnel-dev/runnel/internal/checkpoint"
 	"github.com/runnel-dev/runnel/internal/deploy"
-	"github.com/runnel-dev/runnel/internal/determinants"
 	"github.com/runnel-dev/runnel/internal/ident"
 	"github.com/runnel-dev/runnel/internal/network"
 )
@@ -112,17 +111,7 @@ func (r *run) performCheckpoint(id, ts int64, flags uint32) {
 		return
 	}
 	me := r.t.cfg.Info.Attempt
-	if d := r.t.cfg.Determinants; d != nil && r.replay == nil {
-		// A restore from id replays what the task took after this point.
-		if err := d.Mark(id); err != nil && !r.recordErr {
-			r.recordErr = true
-			r.t.log.Warn("determinant log", "err", err)
-		}
-		if r.stepped != nil {
-			// A replay from this mark starts at this time, whatever came before the mark.
-			r.record(determinants.Entry{Kind: determinants.Time, Value: r.stepped.ms.Load()})
-		}
-	}
+	r.steps.mark(id)
 	writers, err := r.chain.Snapshot(id)
 	if err != nil {
 		cs.Decline(id, me, fmt.Errorf("snapshot: %w", err))

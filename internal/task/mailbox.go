@@ -231,9 +231,7 @@ func (r *run) runMail() {
 	}
 	if id := m.completeUpTo; id > r.completeHeard && r.chain != nil {
 		r.completeHeard = id
-		if d := r.t.cfg.Determinants; d != nil && r.replay == nil {
-			d.Truncate(id) // no attempt will restore an older checkpoint
-		}
+		r.steps.truncate(id) // no attempt will restore an older checkpoint
 		for _, p := range r.outputs {
 			p.TruncateLog(id) // nor will any consumer
 		}

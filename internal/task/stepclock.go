@@ -5,8 +5,6 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
-
-	"github.com/runnel-dev/runnel/internal/determinants"
 )
 
 // stepClock is the processing time a task with a determinant log gives its operators: the time read once
@@ -27,18 +25,3 @@ func (c *stepClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
 
 // Until returns the duration until t, as of the current step.
 func (c *stepClock) Until(t time.Time) time.Duration { return t.Sub(c.Now()) }
-
-// step begins a step: live, it reads the underlying clock and records the time if it changed since the
-// last step; replaying, the log's Time entries set it (replayTime).
-func (r *run) step() {
-	c := r.stepped
-	if c == nil || r.replay != nil {
-		return
-	}
-	now := c.Clock.Now().UnixMilli()
-	if now != c.ms.Load() || !c.recorded {
-		c.ms.Store(now)
-		c.recorded = true
-		r.record(determinants.Entry{Kind: determinants.Time, Value: now})
-	}
-}

@@ -354,7 +354,7 @@ func (t *Task) canceled() bool {
 
 // Run executes the task to a terminal state. It is called once, on the goroutine the TaskManager owns for it.
 func (t *Task) Run() {
-	r := &run{t: t, et: eventTime{clock: t.env.Clock, deadline: math.MaxInt64}}
+	r := &run{t: t, et: eventTime{clock: t.env.Clock, deadline: math.MaxInt64}, steps: steps{log: t.cfg.Determinants, warn: t.log}}
 	r.asyncCtx, r.stopAsync = context.WithCancel(context.Background())
 	r.snapMemory = checkpoint.NewBlobPool()
 	err := r.execute()
@@ -419,18 +419,8 @@ type run struct {
 	aligner    *barrier.Aligner
 	channels   []deploy.ChannelSpec // by gate channel index
 	restored   []uint64             // per channel: records consumed at the restored checkpoint
-	// replay reads the determinant log while the attempt replays (Config.Replay); nil once live. next is
-	// the entry whose buffer it waits for, when have.
-	replay     *determinants.Reader
-	stepped    *stepClock // the operators' clock when the task keeps a determinant log
-	replayNext determinants.Entry
-	replayHave bool
-	// stepOut is the task's output record count when it took its last buffer or event: each step's entry
-	// records the records emitted since, which the replay checks. replaySteps counts the replayed steps.
-	stepOut     uint64
-	replaySteps int64
-	recordErr   bool // the determinant log broke: said once
-	joined      []bool
+	steps      steps                // the determinant log's steps: recorded live, read back while replaying
+	joined     []bool
 	// joinedAt is, per joined channel, the position its gap ends at: the first record after the join. A
 	// checkpoint records it until the decoder synchronises on a data buffer, since a channel may join on
 	// an event: a barrier, or the last watermark a reconnectable subpartition re-sends to a new reader.
@@ -473,9 +463,9 @@ func (r *run) execute() (err error) {
 		Checkpointing: t.cfg.Checkpoints != nil && t.cfg.Checkpoints.FinalCheckpoint,
 		Counters:      t.counters, Cancel: t.cancel, Logger: t.log, StateBackend: t.cfg.StateBackend, Clock: t.env.Clock}
 	if t.cfg.Determinants != nil {
-		r.stepped = &stepClock{Clock: t.env.Clock}
-		r.stepped.ms.Store(t.env.Clock.Now().UnixMilli())
-		rt.Clock = r.stepped
+		r.steps.clock = &stepClock{Clock: t.env.Clock}
+		r.steps.clock.ms.Store(t.env.Clock.Now().UnixMilli())
+		rt.Clock = r.steps.clock
 	}
 	chain, err := t.cfg.Chain(rt)
 	if err != nil {
@@ -515,7 +505,7 @@ func (r *run) execute() (err error) {
 					return fmt.Errorf("replay: %w", err)
 				}
 			}
-		} else if r.replay, err = t.cfg.Determinants.ReaderAt(t.cfg.restoredID()); err != nil {
+		} else if r.steps.reader, err = t.cfg.Determinants.ReaderAt(t.cfg.restoredID()); err != nil {
 			return fmt.Errorf("replay: %w", err)
 		}
 		if rc, ok := chain.(ReplayChecker); ok {
@@ -750,77 +740,37 @@ func (r *run) checkRegenerated() {
 // is the next buffer of the channel the determinant log names, whatever the others hold; live, the gate's
 // next, which is recorded in the log if the task keeps one.
 func (r *run) nextBuffer() (int, *network.Buffer, error) {
-	for r.replay != nil && !r.replayHave {
-		e, ok, err := r.replay.Next()
-		switch {
-		case err != nil:
-			return -1, nil, fmt.Errorf("replay: %w", err)
-		case !ok:
-			r.replay = nil // the log is used up: live from here, appending
-			r.replayed()
-		case e.Kind == determinants.Time:
-			if r.stepped != nil {
-				r.stepped.ms.Store(e.Value)
-			}
-		case e.Kind == determinants.Timers:
-			// The failed attempt's processing-time timers ran here, at this time.
-			began := r.beforeWork()
-			if err := r.chain.OnProcessingTime(e.Value); err != nil {
-				return -1, nil, err
-			}
-			r.checkOutput(began)
-		case (e.Kind != determinants.Buffer && e.Kind != determinants.Event) || e.Channel >= r.gate.NumChannels():
-			return -1, nil, fmt.Errorf("%w: determinant %v, which this task cannot replay", deploy.ErrReplayDiverged, e)
-		default:
-			r.replayNext, r.replayHave = e, true
-		}
-	}
-	if r.replay != nil {
-		idx := r.replayNext.Channel
-		buf, err := r.gate.NextFrom(idx)
-		if err != nil || buf == nil {
+	if r.steps.replaying() {
+		idx, ok, err := r.steps.replayTo(r.gate.NumChannels(), r.replayTimers, r.replayed)
+		if err != nil {
 			return idx, nil, err
 		}
-		r.replaySteps++
-		if isEvent := buf.Kind == network.KindEvent; isEvent != (r.replayNext.Kind == determinants.Event) {
-			return idx, nil, fmt.Errorf("%w: at step %d the log says %v, the channel has a %s buffer", deploy.ErrReplayDiverged, r.replaySteps, r.replayNext, buf.Kind)
+		if ok {
+			buf, err := r.gate.NextFrom(idx)
+			if err != nil || buf == nil {
+				return idx, nil, err
+			}
+			if err := r.steps.replayedTook(buf.Kind, r.t.counters.Out); err != nil {
+				return idx, nil, err
+			}
+			return idx, buf, nil
 		}
-		// The steps before this one must have emitted what they emitted in the failed attempt: otherwise
-		// what this attempt regenerates is not what its consumers had, and dropping it would lose or
-		// duplicate records (docs/taskfailover.md §8).
-		if out := r.t.counters.Out - r.stepOut; out != uint64(r.replayNext.Value) {
-			return idx, nil, fmt.Errorf("%w: before step %d (%v) the failed attempt had emitted %d records since its previous step, this attempt %d; an operator does not emit the same for the same input (randomness, wall-clock time read directly, or state outside Runnel's)",
-				deploy.ErrReplayDiverged, r.replaySteps, r.replayNext, r.replayNext.Value, out)
-		}
-		r.stepOut = r.t.counters.Out
-		r.replayHave = false
-		return idx, buf, nil
 	}
 	idx, buf, err := r.gate.Next()
 	if buf != nil {
-		r.step()
-		kind := determinants.Buffer
-		if buf.Kind == network.KindEvent {
-			kind = determinants.Event
-		}
-		r.record(determinants.Entry{Kind: kind, Channel: idx, Value: int64(r.t.counters.Out - r.stepOut)})
-		r.stepOut = r.t.counters.Out
+		r.steps.took(idx, buf.Kind == network.KindEvent, r.t.counters.Out)
 	}
 	return idx, buf, err
 }
 
-// record appends a step to the determinant log, if the task keeps one and is live. A log that breaks (past
-// its bound) is said once; it cannot be replayed any more, and the job master falls back when this subtask
-// fails.
-func (r *run) record(e determinants.Entry) {
-	d := r.t.cfg.Determinants
-	if d == nil || r.replay != nil {
-		return
+// replayTimers runs the processing-time timers where the failed attempt ran them, at its time.
+func (r *run) replayTimers(ms int64) error {
+	began := r.beforeWork()
+	if err := r.chain.OnProcessingTime(ms); err != nil {
+		return err
 	}
-	if err := d.Append(e); err != nil && !r.recordErr {
-		r.recordErr = true
-		r.t.log.Warn("determinant log", "err", err)
-	}
+	r.checkOutput(began)
+	return nil
 }
 
 // processBuffer handles one buffer of channel idx and recycles it. It returns true once every channel

@@ -9,7 +9,6 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
-	"github.com/runnel-dev/runnel/internal/determinants"
 	"github.com/runnel-dev/runnel/internal/network"
 	"github.com/runnel-dev/runnel/internal/watermark"
 )
@@ -196,7 +195,7 @@ func (r *run) applyValve(res watermark.Result) error {
 
 // timerC is the channel of the processing-time timer; nil (never ready) while the chain has no deadline.
 func (r *run) timerC() <-chan time.Time {
-	if r.et.timer == nil || r.et.deadline == math.MaxInt64 || r.et.off || r.replay != nil {
+	if r.et.timer == nil || r.et.deadline == math.MaxInt64 || r.et.off || r.steps.replaying() {
 		// While the task replays, its timers run where the determinant log says (nextBuffer).
 		return nil
 	}
@@ -234,12 +233,7 @@ func (r *run) rearm() {
 // onTimer runs the chain's processing-time work that is due.
 func (r *run) onTimer() error {
 	r.et.deadline = math.MaxInt64 // the timer fired: it is no longer set
-	now := r.et.clock.Now().UnixMilli()
-	if r.stepped != nil {
-		r.step()
-		now = r.stepped.ms.Load()
-	}
-	r.record(determinants.Entry{Kind: determinants.Timers, Value: now})
+	now := r.steps.timers(r.et.clock.Now().UnixMilli())
 	began := r.beforeWork()
 	if err := r.chain.OnProcessingTime(now); err != nil {
 		return err
