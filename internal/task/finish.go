@@ -180,8 +180,8 @@ func (r *run) triggered(id, ts int64, flags uint32) {
 	if len(r.fin.deferred) == maxDeferredTriggers {
 		old := r.fin.deferred[0]
 		r.fin.deferred = r.fin.deferred[1:]
-		if cs := r.t.cfg.Checkpoints; cs != nil {
-			cs.Decline(old.id, r.t.cfg.Info.Attempt, fmt.Errorf("%w: %d newer triggers wait for the end of the input or of a regeneration",
+		if r.cp.setup != nil {
+			r.cp.decline(old.id, fmt.Errorf("%w: %d newer triggers wait for the end of the input or of a regeneration",
 				checkpoint.ErrTaskNotReady, maxDeferredTriggers))
 		}
 	}

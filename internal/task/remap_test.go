@@ -89,7 +89,7 @@ func TestRestoreRemapped(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := &remapChain{whole: map[string]string{}, parts: map[string][]string{}}
 			r := &run{t: &Task{cfg: Config{Info: deploy.Info{JobName: "j", VertexName: "v", Attempt: ident.Attempt{Subtask: ident.Subtask{Vertex: 1}}, Parallelism: 3}},
-				counters: NewCounters()}, chain: c, asyncCtx: context.Background()}
+				counters: NewCounters()}, chain: c, cp: newCheckpointer(nil, ident.Attempt{}, nil)}
 			finished, err := r.restoreRemapped(&deploy.RestoreSpec{CheckpointID: 7, Reads: tc.reads}, func(_ context.Context, ref checkpoint.BlobRef) ([]byte, error) {
 				b, ok := blobs[ref.Key]
 				if !ok {

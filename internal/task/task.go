@@ -29,7 +29,6 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/runnel-dev/runnel/internal/barrier"
-	"github.com/runnel-dev/runnel/internal/checkpoint"
 	"github.com/runnel-dev/runnel/internal/deploy"
 	"github.com/runnel-dev/runnel/internal/determinants"
 	"github.com/runnel-dev/runnel/internal/ident"
@@ -354,16 +353,15 @@ func (t *Task) canceled() bool {
 
 // Run executes the task to a terminal state. It is called once, on the goroutine the TaskManager owns for it.
 func (t *Task) Run() {
-	r := &run{t: t, et: eventTime{clock: t.env.Clock, deadline: math.MaxInt64}, steps: steps{log: t.cfg.Determinants, warn: t.log}}
-	r.asyncCtx, r.stopAsync = context.WithCancel(context.Background())
-	r.snapMemory = checkpoint.NewBlobPool()
+	r := &run{t: t, et: eventTime{clock: t.env.Clock, deadline: math.MaxInt64}, steps: steps{log: t.cfg.Determinants, warn: t.log},
+		cp: newCheckpointer(t.cfg.Checkpoints, t.cfg.Info.Attempt, t.env.SnapshotWriters)}
 	err := r.execute()
 	if err != nil {
-		r.stopAsync()
+		r.cp.cancel()
 	}
 	r.stopTimer()
-	r.async.Wait() // a finished task still acknowledges the checkpoints it took
-	r.stopAsync()
+	r.cp.wait() // a finished task still acknowledges the checkpoints it took
+	r.cp.cancel()
 	r.cleanup(err)
 	final := deploy.Finished
 	switch {
@@ -431,12 +429,8 @@ type run struct {
 	// lastSnapshot is the newest checkpoint whose snapshot the attempt took (0: none), which a join reports.
 	lastSnapshot int64
 	outputSeen   bool
-	async        sync.WaitGroup       // goroutines writing checkpoint state
-	snapMemory   *checkpoint.BlobPool // memory of the state blobs, for later ones
-	incr         incremental          // the chain of incremental checkpoints (checkpoint.go)
-	asyncCtx     context.Context
-	stopAsync    context.CancelFunc
-	mail         mail // the mail being carried out (its memory is reused)
+	cp           *checkpointer // writes the snapshots (checkpointer.go)
+	mail         mail          // the mail being carried out (its memory is reused)
 	// completeHeard is the highest checkpoint completion the chain heard of.
 	completeHeard int64
 	fin           finishing // end of input and the final checkpoint (finish.go)

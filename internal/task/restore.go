@@ -1,0 +1,303 @@
+package task
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/runnel-dev/runnel/internal/checkpoint"
+	"github.com/runnel-dev/runnel/internal/deploy"
+)
+
+// restore loads the state of the restore spec into the chain; it reports whether the subtask had already
+// finished at that checkpoint.
+func (r *run) restore() (finished bool, err error) {
+	spec := r.t.cfg.Restore
+	if spec == nil {
+		return false, nil
+	}
+	if spec.Handle.Finished {
+		return true, nil
+	}
+	read := spec.Read
+	if read == nil {
+		cs := r.t.cfg.Checkpoints
+		if cs == nil || cs.Store == nil {
+			return false, errors.New("restore: no state store configured")
+		}
+		read = func(ctx context.Context, ref checkpoint.BlobRef) ([]byte, error) {
+			return cs.Store.ReadState(ctx, spec.CheckpointID, ref)
+		}
+	}
+	if len(spec.Reads) > 0 {
+		return r.restoreRemapped(spec, read)
+	}
+	if spec.RescaledFrom > 0 {
+		return false, r.restoreRescaled(spec, read)
+	}
+	states := map[string][]byte{}
+	var floors floorOf
+	if len(spec.Handle.Blobs) > 0 {
+		m, err := r.readHandle(spec, read, spec.Handle.Blobs)
+		if err != nil {
+			return false, err
+		}
+		for k, v := range m {
+			if k == inputEndedName {
+				r.fin.restoredEnded = true // the input had ended: see finish.go
+				continue
+			}
+			if k == watermarkName {
+				if err := floors.add(v); err != nil {
+					return false, fmt.Errorf("restore from checkpoint %d: %w", spec.CheckpointID, err)
+				}
+				continue
+			}
+			states[k] = v
+		}
+	}
+	if err := r.restorePositions(spec, states); err != nil {
+		return false, err
+	}
+	if err := r.chain.Restore(states); err != nil {
+		return false, fmt.Errorf("restore from checkpoint %d: %w", spec.CheckpointID, err)
+	}
+	if err := r.restoreFloor(floors); err != nil {
+		return false, fmt.Errorf("restore from checkpoint %d: %w", spec.CheckpointID, err)
+	}
+	return false, nil
+}
+
+// readStates reads one state blob of spec and decodes its entries.
+func (r *run) readStates(spec *deploy.RestoreSpec, read func(context.Context, checkpoint.BlobRef) ([]byte, error), ref checkpoint.BlobRef) (map[string][]byte, error) {
+	data, err := read(r.cp.ctx, ref)
+	if err != nil {
+		return nil, fmt.Errorf("restore from checkpoint %d: %w", spec.CheckpointID, err)
+	}
+	m, err := decodeStates(data)
+	if err != nil {
+		return nil, fmt.Errorf("restore from checkpoint %d: %w", spec.CheckpointID, err)
+	}
+	return m, nil
+}
+
+// readHandle reads the blobs of one handle and returns the entries they hold together. A handle lists
+// one blob, or, in an incremental checkpoint, a chain: a blob of whole entries, then blobs whose
+// deltasName entry names the operators whose entries there are deltas. An entry that is not a delta
+// replaces the same entry of earlier blobs; an operator's deltas are framed (JoinPieces) together with
+// its entries before them back to its last whole one, in order, for the operator to apply.
+func (r *run) readHandle(spec *deploy.RestoreSpec, read func(context.Context, checkpoint.BlobRef) ([]byte, error), blobs []checkpoint.BlobRef) (map[string][]byte, error) {
+	if len(blobs) == 1 {
+		return r.readStates(spec, read, blobs[0])
+	}
+	states := map[string][]byte{}
+	chains := map[string][][]byte{}
+	for _, ref := range blobs {
+		m, err := r.readStates(spec, read, ref)
+		if err != nil {
+			return nil, err
+		}
+		var deltas map[string]bool
+		if d, ok := m[deltasName]; ok {
+			if deltas, err = decodeDeltas(d); err != nil {
+				return nil, fmt.Errorf("restore from checkpoint %d: %s: %w", spec.CheckpointID, ref.Key, err)
+			}
+			delete(m, deltasName)
+		}
+		for k, v := range m {
+			if deltas[k] {
+				if _, ok := states[k]; !ok && len(chains[k]) == 0 {
+					return nil, fmt.Errorf("restore from checkpoint %d: %s holds a delta of operator %q, which no blob before it holds",
+						spec.CheckpointID, ref.Key, k)
+				}
+				if len(chains[k]) == 0 {
+					chains[k] = [][]byte{states[k]}
+				}
+				chains[k] = append(chains[k], v)
+				continue
+			}
+			states[k] = v
+			delete(chains, k)
+		}
+	}
+	for k, c := range chains {
+		states[k] = JoinPieces(c)
+	}
+	return states, nil
+}
+
+// restoreRescaled restores a subtask whose vertex had another parallelism in the checkpoint: every
+// operator's state is gathered from the overlapping old subtasks and handed to the chain as parts. The
+// input channels' consumed positions belong to the old channels and are dropped.
+func (r *run) restoreRescaled(spec *deploy.RestoreSpec, read func(context.Context, checkpoint.BlobRef) ([]byte, error)) error {
+	me := r.t.cfg.Info
+	parts := map[string][][]byte{}
+	var floors floorOf
+	for _, h := range spec.Parts {
+		if h.Finished {
+			return fmt.Errorf("restore from checkpoint %d: cannot rescale %s from parallelism %d to %d: subtask %d had finished",
+				spec.CheckpointID, me.Name(), spec.RescaledFrom, me.Parallelism, h.Attempt.Index)
+		}
+		if len(h.Blobs) > 0 {
+			m, err := r.readHandle(spec, read, h.Blobs)
+			if err != nil {
+				return err
+			}
+			if _, ok := m[inputEndedName]; ok {
+				return fmt.Errorf("restore from checkpoint %d: cannot rescale %s from parallelism %d to %d: subtask %d: %w",
+					spec.CheckpointID, me.Name(), spec.RescaledFrom, me.Parallelism, h.Attempt.Index, errRescaleEnded)
+			}
+			for k, v := range m {
+				switch k {
+				case channelStateName, channelPositionsName:
+				case watermarkName:
+					if err := floors.add(v); err != nil {
+						return fmt.Errorf("restore from checkpoint %d: %w", spec.CheckpointID, err)
+					}
+				default:
+					parts[k] = append(parts[k], v)
+				}
+			}
+		}
+	}
+	if err := r.chain.RestoreRescaled(parts); err != nil {
+		return fmt.Errorf("restore from checkpoint %d, rescaling from parallelism %d to %d: %w",
+			spec.CheckpointID, spec.RescaledFrom, me.Parallelism, err)
+	}
+	// Every old subtask whose key groups this one took over had reached its floor: the lowest holds for all.
+	if err := r.restoreFloor(floors); err != nil {
+		return fmt.Errorf("restore from checkpoint %d: %w", spec.CheckpointID, err)
+	}
+	return nil
+}
+
+// restoreRemapped restores a subtask of a job whose operators sit in other vertices than in the checkpoint
+// (spec.Reads): each read hands the named operators their entries, whole when their old vertex had this
+// parallelism, as parts to filter by key group otherwise. Channel positions belong to other channels and
+// are dropped; the lowest watermark floor holds; the subtask had finished, or its input had ended, only if
+// that holds for every read (a mix cannot be restored: part of the new chain would have input left, part
+// none).
+func (r *run) restoreRemapped(spec *deploy.RestoreSpec, read func(context.Context, checkpoint.BlobRef) ([]byte, error)) (bool, error) {
+	me := r.t.cfg.Info
+	fail := func(format string, args ...any) (bool, error) {
+		return false, fmt.Errorf("restore from checkpoint %d: %s: %w", spec.CheckpointID, me.Name(), fmt.Errorf(format, args...))
+	}
+	whole := map[string][]byte{}
+	parts := map[string][][]byte{}
+	var floors floorOf
+	finished, ended := 0, 0
+	for _, sr := range spec.Reads {
+		if sr.Handle.Finished {
+			finished++
+			continue
+		}
+		found := 0
+		hadEnded := false
+		if len(sr.Handle.Blobs) > 0 {
+			m, err := r.readHandle(spec, read, sr.Handle.Blobs)
+			if err != nil {
+				return false, err
+			}
+			for k, v := range m {
+				switch {
+				case k == inputEndedName:
+					hadEnded = true
+				case k == watermarkName:
+					if err := floors.add(v); err != nil {
+						return fail("%w", err)
+					}
+				case slices.Contains(sr.Operators, k):
+					found++
+					if sr.RescaledFrom > 0 {
+						parts[k] = append(parts[k], v)
+					} else {
+						whole[k] = v
+					}
+				}
+			}
+		}
+		if found != len(sr.Operators) {
+			return fail("the state of %s holds %d of the %d operators %v its metadata lists", sr.Handle.Attempt, found, len(sr.Operators), sr.Operators)
+		}
+		if hadEnded {
+			if sr.RescaledFrom > 0 {
+				return fail("cannot rescale operators %v from parallelism %d to %d: subtask %d: %w",
+					sr.Operators, sr.RescaledFrom, me.Parallelism, sr.Handle.Attempt.Index, errRescaleEnded)
+			}
+			ended++
+		}
+	}
+	switch n := len(spec.Reads); {
+	case finished == n:
+		return true, nil
+	case finished > 0:
+		return fail("%d of the %d old subtasks whose state it takes had finished, the others not: a job whose operators are chained otherwise cannot be restored from a checkpoint taken while part of it had finished", finished, n)
+	case ended == n:
+		r.fin.restoredEnded = true
+	case ended > 0:
+		return fail("the input had ended in %d of the %d old subtasks whose state it takes, not in the others: a job whose operators are chained otherwise cannot be restored from a checkpoint taken while part of its input had ended", ended, n)
+	}
+	if len(whole) > 0 {
+		if err := r.chain.Restore(whole); err != nil {
+			return fail("%w", err)
+		}
+	}
+	if len(parts) > 0 {
+		if err := r.chain.RestoreRescaled(parts); err != nil {
+			return fail("rescaling: %w", err)
+		}
+	}
+	if err := r.restoreFloor(floors); err != nil {
+		return fail("%w", err)
+	}
+	return false, nil
+}
+
+// restorePositions sets the consumed position of every input channel from the task's own state in the
+// restored blob (and removes that state from the operators' map). A channel starts at 0 of its producer's
+// sequence unless the checkpoint was taken in this run of the job (spec.SameRun) and recorded this very
+// producer attempt and subpartition: after a savepoint, a restart of the producer or a rescaling, the
+// recorded positions count records of a sequence that no longer exists. The legacy entry, which did not
+// name the producers, is used only within one run and when the channels still line up one to one.
+func (r *run) restorePositions(spec *deploy.RestoreSpec, states map[string][]byte) error {
+	legacy, hasLegacy := states[channelStateName]
+	pos, has := states[channelPositionsName]
+	delete(states, channelStateName)
+	delete(states, channelPositionsName)
+	if !spec.SameRun {
+		return nil
+	}
+	if has {
+		recorded, err := decodePositions(pos)
+		if err != nil {
+			return fmt.Errorf("restore from checkpoint %d: %w", spec.CheckpointID, err)
+		}
+		for i, c := range r.channels {
+			if seq, ok := recorded[channelOf(c)]; ok {
+				r.restored[i] = seq
+				// The state holds every record before seq; a channel served from its producer's log
+				// starts at the checkpoint's barrier, which may lie before it (the checkpoint was taken
+				// while the task still dropped what a restarted producer regenerated).
+				r.decoders[i].SkipTo(seq)
+			}
+		}
+		return nil
+	}
+	if hasLegacy {
+		n, k := binary.Uvarint(legacy)
+		if k <= 0 || n != uint64(len(r.restored)) {
+			return nil // the channels changed: start them fresh
+		}
+		legacy = legacy[k:]
+		for i := range r.restored {
+			v, k := binary.Uvarint(legacy)
+			if k <= 0 {
+				return fmt.Errorf("restore from checkpoint %d: malformed channel positions", spec.CheckpointID)
+			}
+			r.restored[i], legacy = v, legacy[k:]
+		}
+	}
+	return nil
+}
