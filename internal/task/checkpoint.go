@@ -74,25 +74,8 @@ func (r *run) performCheckpoint(id, ts int64, flags uint32) {
 	if w := r.watermarkFloor(); w != nil {
 		writers = append(writers, *w)
 	}
-	if len(r.decoders) > 0 {
-		seqs := make([]uint64, len(r.decoders))
-		for i, d := range r.decoders {
-			// The first record not had: past a gap the attempt counted (or a restore of this checkpoint
-			// would count it again), and past the records a rejoining decoder still drops.
-			// A channel joined on an event (its gap counted there) before its first data buffer stands at
-			// the gap's end, though its decoder may still wait to drop what its restored state holds.
-			switch {
-			case d.Synced():
-				seqs[i] = d.Resume()
-			case r.joined[i]:
-				seqs[i] = max(r.joinedAt[i], d.Resume())
-			case d.Rejoining():
-				seqs[i] = d.Resume()
-			default:
-				seqs[i] = r.restored[i]
-			}
-		}
-		pos := encodePositions(r.channels, seqs)
+	if len(r.in.channels) > 0 {
+		pos := encodePositions(r.in.channels, r.in.positions())
 		writers = append(writers, StateWriter{Operator: channelPositionsName, Write: func(w io.Writer) error { _, err := w.Write(pos); return err }})
 	}
 	ev := network.Event{Type: network.EventBarrier, CheckpointID: id, TimestampMillis: ts, Flags: flags}

@@ -57,13 +57,10 @@ type deferredTrigger struct {
 }
 
 // finishing is the end-of-input state of a run; the task goroutine owns it.
+//
+// That the task's own input ended (its operators heard EndInput, or the restored checkpoint says they had)
+// is input.closed: the input side refuses records after it.
 type finishing struct {
-	// dataEnded marks the input channels that delivered end of data or end of partition: no more records.
-	dataEnded      []bool
-	dataEndedCount int
-	// ended says the task's own input ended and its operators heard EndInput (or the restored checkpoint
-	// says they had).
-	ended bool
 	// restoredEnded says the restored checkpoint was taken after the subtask's input had ended.
 	restoredEnded bool
 	// firstSnapshot is the first checkpoint snapshotted since the input ended (0: none yet); every later
@@ -72,33 +69,6 @@ type finishing struct {
 	// covered says the operators heard that a checkpoint at or after firstSnapshot completed.
 	covered  bool
 	deferred []deferredTrigger
-}
-
-// endData records that input channel idx will deliver no more records.
-func (r *run) endData(idx int) {
-	f := &r.fin
-	if f.dataEnded == nil {
-		f.dataEnded = make([]bool, len(r.ended))
-	}
-	if !f.dataEnded[idx] {
-		f.dataEnded[idx] = true
-		f.dataEndedCount++
-	}
-}
-
-// inputDone reports whether every input channel delivered end of data or end of partition.
-func (r *run) inputDone() bool { return r.fin.dataEndedCount == len(r.ended) }
-
-// checkRecordsAllowed refuses a buffer of records on channel idx after the channel or the task's input
-// ended: the producer broke the protocol, and taking the records would count them twice after a restore.
-func (r *run) checkRecordsAllowed(idx int) error {
-	switch {
-	case len(r.fin.dataEnded) > 0 && r.fin.dataEnded[idx]:
-		return fmt.Errorf("input channel %d: %w: records after the channel's end of data", idx, network.ErrCorrupt)
-	case r.fin.ended:
-		return fmt.Errorf("input channel %d: %w: records after the task's input ended", idx, network.ErrCorrupt)
-	}
-	return nil
 }
 
 // waitsForFinalCheckpoint reports whether the task, once its input ended, waits for a checkpoint to
@@ -112,7 +82,7 @@ func (r *run) waitsForFinalCheckpoint() bool {
 // had): see the protocol above. It returns once the task may end its partitions.
 func (r *run) finishInput() error {
 	t := r.t
-	r.fin.ended = true
+	r.in.closed = true
 	wait := r.waitsForFinalCheckpoint()
 	if wait {
 		ev := network.Event{Type: network.EventEndOfData}
@@ -137,7 +107,7 @@ func (r *run) drain(wait bool) (progress, error) {
 	if r.finishedInput(wait) {
 		return finished, nil
 	}
-	if r.gate == nil || r.endedCount == len(r.ended) {
+	if r.gate == nil || r.in.drained() {
 		return idleUntil(nil), nil // wait for mail, the timer or cancellation only
 	}
 	idx, buf, err := r.gate.Next()
@@ -161,13 +131,13 @@ func (r *run) drain(wait bool) (progress, error) {
 // finishedInput reports whether the finishing task may end its partitions: every input channel ended,
 // and, when it waits for one, a checkpoint covering its end completed.
 func (r *run) finishedInput(wait bool) bool {
-	return (r.gate == nil || r.endedCount == len(r.ended)) && (!wait || r.fin.covered)
+	return (r.gate == nil || r.in.drained()) && (!wait || r.fin.covered)
 }
 
 // readAllInput reports whether the task has read every input channel to its end, after EndInput: a
 // snapshot taken now covers everything its upstream sent.
 func (r *run) readAllInput() bool {
-	return r.gate == nil || (r.fin.ended && r.endedCount == len(r.ended))
+	return r.gate == nil || (r.in.closed && r.in.drained())
 }
 
 // triggered starts checkpoint id at this task on the job master's request: at once for a source or a task
@@ -237,7 +207,7 @@ func (r *run) dropDeferredTrigger(id int64) {
 // snapshotTaken notes that checkpoint id is being snapshotted and, after the end of the input, returns
 // the writer of the entry that says so (nil before).
 func (r *run) snapshotTaken(id int64) *StateWriter {
-	if !r.fin.ended {
+	if !r.in.closed {
 		return nil
 	}
 	if r.fin.firstSnapshot == 0 {

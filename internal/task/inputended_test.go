@@ -18,12 +18,12 @@ func TestInputEndedInState(t *testing.T) {
 		return append([]byte(nil), b.Payload()...)
 	}
 	op := StateWriter{Operator: "sum", Write: func(w io.Writer) error { _, err := w.Write([]byte("state")); return err }}
-	r := &run{}
+	r := &run{in: newInput(nil, nil, 0)}
 	if w := r.snapshotTaken(1); w != nil {
 		t.Fatal("an entry before the end of the input")
 	}
 	before := blob(op)
-	r.fin.ended = true
+	r.in.closed = true
 	after := blob(op, *r.snapshotTaken(2))
 	for _, tc := range []struct {
 		name    string

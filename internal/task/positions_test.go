@@ -6,7 +6,6 @@ import (
 
 	"github.com/runnel-dev/runnel/internal/deploy"
 	"github.com/runnel-dev/runnel/internal/ident"
-	"github.com/runnel-dev/runnel/internal/network"
 )
 
 func TestRestorePositions(t *testing.T) {
@@ -36,10 +35,7 @@ func TestRestorePositions(t *testing.T) {
 			append(append([]deploy.ChannelSpec{}, recorded...), deploy.ChannelSpec{Partition: prod(2, 0)}), []uint64{0, 0, 0}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := &run{channels: tc.channels, restored: make([]uint64, len(tc.channels))}
-			for range tc.channels {
-				r.decoders = append(r.decoders, network.NewRecordDecoder(0))
-			}
+			r := &run{in: newInput(tc.channels, make([]int, len(tc.channels)), 0)}
 			states := map[string][]byte{"op": {1}}
 			for k, v := range tc.states {
 				states[k] = v
@@ -48,12 +44,12 @@ func TestRestorePositions(t *testing.T) {
 				t.Fatal(err)
 			}
 			for i, w := range tc.want {
-				if r.restored[i] != w {
-					t.Fatalf("channel %d restored at %d, want %d (all %v)", i, r.restored[i], w, r.restored)
+				if r.in.restored[i] != w {
+					t.Fatalf("channel %d restored at %d, want %d (all %v)", i, r.in.restored[i], w, r.in.restored)
 				}
 				// What the channel delivers before a position that names its producer is in the state: the
 				// decoder drops it.
-				if got := r.decoders[i].Resume(); tc.states[channelPositionsName] != nil && w > 0 && got != w {
+				if got := r.in.decoders[i].Resume(); tc.states[channelPositionsName] != nil && w > 0 && got != w {
 					t.Fatalf("channel %d's decoder resumes at %d, want %d", i, got, w)
 				}
 			}

@@ -2,7 +2,6 @@ package task
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -274,29 +273,12 @@ func (r *run) restorePositions(spec *deploy.RestoreSpec, states map[string][]byt
 		if err != nil {
 			return fmt.Errorf("restore from checkpoint %d: %w", spec.CheckpointID, err)
 		}
-		for i, c := range r.channels {
-			if seq, ok := recorded[channelOf(c)]; ok {
-				r.restored[i] = seq
-				// The state holds every record before seq; a channel served from its producer's log
-				// starts at the checkpoint's barrier, which may lie before it (the checkpoint was taken
-				// while the task still dropped what a restarted producer regenerated).
-				r.decoders[i].SkipTo(seq)
-			}
-		}
+		r.in.restorePositions(recorded)
 		return nil
 	}
 	if hasLegacy {
-		n, k := binary.Uvarint(legacy)
-		if k <= 0 || n != uint64(len(r.restored)) {
-			return nil // the channels changed: start them fresh
-		}
-		legacy = legacy[k:]
-		for i := range r.restored {
-			v, k := binary.Uvarint(legacy)
-			if k <= 0 {
-				return fmt.Errorf("restore from checkpoint %d: malformed channel positions", spec.CheckpointID)
-			}
-			r.restored[i], legacy = v, legacy[k:]
+		if err := r.in.restoreLegacyPositions(legacy); err != nil {
+			return fmt.Errorf("restore from checkpoint %d: %w", spec.CheckpointID, err)
 		}
 	}
 	return nil

@@ -403,26 +403,16 @@ func (e cannotReplayError) Unwrap() []error { return []error{deploy.ErrCannotRep
 
 // run holds the resources of one execution.
 type run struct {
-	t          *Task
-	outPool    *network.BufferPool
-	inPool     *network.BufferPool
-	outputs    []*network.ResultPartition
-	gate       *network.InputGate
-	chanInput  []int // channel index -> input index
-	decoders   []*network.RecordDecoder
-	ended      []bool
-	endedCount int
-	chain      Chain
-	opened     bool
-	aligner    *barrier.Aligner
-	channels   []deploy.ChannelSpec // by gate channel index
-	restored   []uint64             // per channel: records consumed at the restored checkpoint
-	steps      steps                // the determinant log's steps: recorded live, read back while replaying
-	joined     []bool
-	// joinedAt is, per joined channel, the position its gap ends at: the first record after the join. A
-	// checkpoint records it until the decoder synchronises on a data buffer, since a channel may join on
-	// an event: a barrier, or the last watermark a reconnectable subpartition re-sends to a new reader.
-	joinedAt []uint64
+	t       *Task
+	outPool *network.BufferPool
+	inPool  *network.BufferPool
+	outputs []*network.ResultPartition
+	gate    *network.InputGate
+	in      *input // the input side, channel by channel (input.go); without channels for a source
+	chain   Chain
+	opened  bool
+	aligner *barrier.Aligner
+	steps   steps // the determinant log's steps: recorded live, read back while replaying
 	// regenerating says outputs taken over still regenerate what their streams held: no checkpoint is
 	// taken until they are past it (a barrier there would stand after records the state has not produced).
 	regenerating bool
@@ -611,6 +601,7 @@ func (r *run) setupInputs() error {
 		}
 	}
 	if total == 0 {
+		r.in = newInput(nil, nil, 0)
 		return nil
 	}
 	credits := t.cfg.CreditsPerChannel
@@ -633,6 +624,8 @@ func (r *run) setupInputs() error {
 		}
 	}()
 	idx := 0
+	var channels []deploy.ChannelSpec
+	var logical []int
 	for input, in := range t.cfg.Inputs {
 		for _, c := range in.Channels {
 			ch, err := r.connect(ctx, c, idx, credits)
@@ -640,16 +633,12 @@ func (r *run) setupInputs() error {
 				return fmt.Errorf("connect input %d channel to %s[%d]: %w", input, c.Partition, c.Subpartition, err)
 			}
 			r.gate.SetChannel(idx, ch)
-			r.chanInput = append(r.chanInput, input)
-			r.channels = append(r.channels, c)
-			r.decoders = append(r.decoders, network.NewRecordDecoder(t.cfg.MaxRecordSize))
+			logical = append(logical, input)
+			channels = append(channels, c)
 			idx++
 		}
 	}
-	r.ended = make([]bool, total)
-	r.restored = make([]uint64, total)
-	r.joined = make([]bool, total)
-	r.joinedAt = make([]uint64, total)
+	r.in = newInput(channels, logical, t.cfg.MaxRecordSize)
 	return nil
 }
 
@@ -771,74 +760,21 @@ func (r *run) replayTimers(ms int64) error {
 // delivered end of data or end of partition (no more records: the input ended).
 func (r *run) processBuffer(idx int, buf *network.Buffer) (bool, error) {
 	defer r.gate.Recycle(idx, buf)
-	if !r.joined[idx] && buf.Kind == network.KindEvent {
-		r.join(idx, buf.FirstSeq, 0)
-	}
 	if buf.Kind == network.KindEvent {
-		ev, err := network.DecodeEvent(buf.Payload())
-		if err != nil {
-			return false, fmt.Errorf("input channel %d: %w", idx, err)
+		if j, ok := r.in.joinOnEvent(idx, buf.FirstSeq); ok {
+			r.joined(idx, j)
 		}
-		switch ev.Type {
-		case network.EventEndOfPartition:
-			if r.decoders[idx].InRecord() {
-				return false, fmt.Errorf("input channel %d: %w: end of partition inside a record", idx, network.ErrCorrupt)
-			}
-			if !r.ended[idx] {
-				r.ended[idx] = true
-				r.endedCount++
-				r.endData(idx)
-				if err := r.finishChannel(idx); err != nil {
-					return false, err
-				}
-				if r.aligner != nil {
-					r.apply(r.aligner.OnEndOfPartition(idx))
-				}
-			}
-			return r.inputDone(), nil
-		case network.EventEndOfData:
-			// The channel still carries barriers and its end of partition; only its records are over.
-			if r.decoders[idx].InRecord() {
-				return false, fmt.Errorf("input channel %d: %w: end of data inside a record", idx, network.ErrCorrupt)
-			}
-			r.endData(idx)
-			if err := r.finishChannel(idx); err != nil {
-				return false, err
-			}
-			return r.inputDone(), nil
-		case network.EventWatermark, network.EventWatermarkStatus:
-			if err := r.onWatermarkEvent(idx, ev); err != nil {
-				return false, err
-			}
-			return false, nil
-		case network.EventBarrier:
-			if r.aligner == nil {
-				return false, fmt.Errorf("input channel %d: barrier of checkpoint %d, but checkpointing is off for this task", idx, ev.CheckpointID)
-			}
-			r.apply(r.aligner.OnBarrier(idx, barrier.Checkpoint{ID: ev.CheckpointID, TimestampMillis: ev.TimestampMillis, Flags: ev.Flags}))
-			return false, nil
-		case network.EventCancelCheckpoint:
-			if r.aligner != nil {
-				r.apply(r.aligner.OnCancelMarker(idx, ev.CheckpointID))
-			}
-			return false, nil
-		default:
-			return false, fmt.Errorf("input channel %d: unexpected %s event", idx, ev.Type)
-		}
+		return r.processEvent(idx, buf.Payload())
 	}
-	if err := r.checkRecordsAllowed(idx); err != nil {
+	dec, j, joined, err := r.in.records(idx, buf)
+	if err != nil {
 		return false, err
 	}
-	dec := r.decoders[idx]
-	joined, err := dec.SetBuffer(buf)
-	if err != nil {
-		return false, fmt.Errorf("input channel %d: %w", idx, err)
-	}
-	if joined && !r.joined[idx] {
-		r.join(idx, dec.NextSeq(), dec.PartialRecordsSkipped)
+	if joined {
+		r.joined(idx, j)
 	}
 	began := r.beforeWork()
-	n, err := r.chain.ProcessBuffer(r.chanInput[idx], dec)
+	n, err := r.chain.ProcessBuffer(r.in.logical[idx], dec)
 	r.t.counters.In += uint64(n)
 	if err != nil {
 		return false, fmt.Errorf("input channel %d: %w", idx, err)
@@ -847,21 +783,65 @@ func (r *run) processBuffer(idx int, buf *network.Buffer) (bool, error) {
 	return false, nil
 }
 
-// join reports the first buffer of channel idx: the records lost on it are those after the restored
+// processEvent carries out the event of channel idx whose payload is b.
+func (r *run) processEvent(idx int, b []byte) (bool, error) {
+	ev, err := network.DecodeEvent(b)
+	if err != nil {
+		return false, fmt.Errorf("input channel %d: %w", idx, err)
+	}
+	switch ev.Type {
+	case network.EventEndOfPartition:
+		end, err := r.in.endOfPartition(idx)
+		if err != nil || !end.first {
+			return end.done, err
+		}
+		if err := r.finishChannel(idx); err != nil {
+			return false, err
+		}
+		if r.aligner != nil {
+			r.apply(r.aligner.OnEndOfPartition(idx))
+		}
+		return end.done, nil
+	case network.EventEndOfData:
+		end, err := r.in.endOfData(idx)
+		if err != nil {
+			return false, err
+		}
+		if err := r.finishChannel(idx); err != nil {
+			return false, err
+		}
+		return end.done, nil
+	case network.EventWatermark, network.EventWatermarkStatus:
+		return false, r.onWatermarkEvent(idx, ev)
+	case network.EventBarrier:
+		if r.aligner == nil {
+			return false, fmt.Errorf("input channel %d: barrier of checkpoint %d, but checkpointing is off for this task", idx, ev.CheckpointID)
+		}
+		r.apply(r.aligner.OnBarrier(idx, barrier.Checkpoint{ID: ev.CheckpointID, TimestampMillis: ev.TimestampMillis, Flags: ev.Flags}))
+		return false, nil
+	case network.EventCancelCheckpoint:
+		if r.aligner != nil {
+			r.apply(r.aligner.OnCancelMarker(idx, ev.CheckpointID))
+		}
+		return false, nil
+	default:
+		return false, fmt.Errorf("input channel %d: unexpected %s event", idx, ev.Type)
+	}
+}
+
+// joined reports the first buffer of channel idx: the records lost on it are those after the restored
 // position and before the first one received.
-func (r *run) join(idx int, firstSeq, partial uint64) {
-	r.joined[idx] = true
-	r.joinedAt[idx] = max(firstSeq, r.restored[idx])
-	lost := r.joinedAt[idx] - r.restored[idx]
-	r.t.observe(deploy.Observation{Kind: deploy.ChannelJoined, At: time.Now(), Channel: r.channels[idx], Lost: lost, PartialSkipped: partial, SnapshotBefore: r.lastSnapshot})
+func (r *run) joined(idx int, j join) {
+	r.t.observe(deploy.Observation{Kind: deploy.ChannelJoined, At: time.Now(), Channel: r.in.channels[idx], Lost: j.Lost,
+		PartialSkipped: j.PartialSkipped, SnapshotBefore: r.lastSnapshot})
 }
 
 // replayed reports the end of the replay: the records read again on each input channel, then ReplayDone.
 func (r *run) replayed() {
 	now := time.Now()
-	for idx, dec := range r.decoders {
-		if dec.Synced() && dec.NextSeq() > r.restored[idx] {
-			r.t.observe(deploy.Observation{Kind: deploy.ChannelReplayed, At: now, Channel: r.channels[idx], Records: dec.NextSeq() - r.restored[idx]})
+	for idx, n := range r.in.replayed() {
+		if n > 0 {
+			r.t.observe(deploy.Observation{Kind: deploy.ChannelReplayed, At: now, Channel: r.in.channels[idx], Records: n})
 		}
 	}
 	r.t.observe(deploy.Observation{Kind: deploy.ReplayDone, At: now})

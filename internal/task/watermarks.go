@@ -101,17 +101,17 @@ func (v twoValves) restored(floor watermark.Watermark) gateValve {
 func (r *run) setupValve() {
 	et := &r.et
 	var n [2]int
-	for _, input := range r.chanInput {
+	for _, input := range r.in.logical {
 		if r.chain.InputTimed(input) {
 			n[r.chain.LogicalInput(input)]++
 		}
 	}
-	et.vch = make([]int32, len(r.chanInput))
+	et.vch = make([]int32, len(r.in.logical))
 	next := [2]int{0, n[0]}
 	if n[0] == 0 || n[1] == 0 {
 		next = [2]int{0, 0} // one valve over whichever input has event time
 	}
-	for idx, input := range r.chanInput {
+	for idx, input := range r.in.logical {
 		et.vch[idx] = -1
 		if r.chain.InputTimed(input) {
 			l := r.chain.LogicalInput(input)
