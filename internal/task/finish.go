@@ -175,17 +175,15 @@ func (r *run) runDeferredTriggers() {
 // end, so the coordinator aborts each such checkpoint (without counting a failure) instead of counting the
 // finished task as having taken it, and triggers the next one at the subtasks whose upstream finished.
 func (r *run) declineLeftTriggers(left []trigger) {
-	cs := r.t.cfg.Checkpoints
-	if cs == nil {
+	if r.cp.setup == nil {
 		return
 	}
-	me := r.t.cfg.Info.Attempt
 	for _, d := range r.fin.deferred {
-		cs.Decline(d.id, me, fmt.Errorf("%w: the task ended before its input did", checkpoint.ErrTaskNotReady))
+		r.cp.decline(d.id, fmt.Errorf("%w: the task ended before its input did", checkpoint.ErrTaskNotReady))
 	}
 	r.fin.deferred = nil
 	for _, tr := range left {
-		cs.Decline(tr.id, me, fmt.Errorf("%w: the task ended before it took the checkpoint", checkpoint.ErrTaskNotReady))
+		r.cp.decline(tr.id, fmt.Errorf("%w: the task ended before it took the checkpoint", checkpoint.ErrTaskNotReady))
 	}
 }
 
