@@ -105,27 +105,27 @@ func (r *run) finishInput() error {
 // buffer: what a finishing task reads is neither replayed from the determinant log nor recorded in it.
 func (r *run) drain(wait bool) (progress, error) {
 	if r.finishedInput(wait) {
-		return finished, nil
+		return phaseEnded, nil
 	}
 	if r.gate == nil || r.in.drained() {
 		return idleUntil(nil), nil // wait for mail, the timer or cancellation only
 	}
 	idx, buf, err := r.gate.Next()
 	if err != nil {
-		return more, fmt.Errorf("input channel %d: %w", idx, err)
+		return goOn, fmt.Errorf("input channel %d: %w", idx, err)
 	}
 	if buf == nil {
 		return idleUntil(r.gate.Wake()), nil
 	}
 	if _, err := r.processBuffer(idx, buf); err != nil {
-		return more, err
+		return goOn, err
 	}
 	r.afterWork()
 	r.runDeferredTriggers()
 	if r.finishedInput(wait) {
-		return finished, nil
+		return phaseEnded, nil
 	}
-	return more, nil
+	return goOn, nil
 }
 
 // finishedInput reports whether the finishing task may end its partitions: every input channel ended,

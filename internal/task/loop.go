@@ -29,8 +29,10 @@ type progress struct {
 }
 
 var (
-	more     = progress{}
-	finished = progress{done: true}
+	// goOn: run the action again, after what is ready between.
+	goOn = progress{}
+	// phaseEnded: the phase is over.
+	phaseEnded = progress{done: true}
 )
 
 // idleUntil says the action has nothing to do until wake is ready.
@@ -63,12 +65,12 @@ func (r *run) loop(act action) error {
 type readySignal uint8
 
 const (
-	none readySignal = iota
-	woken
-	mailReady
-	tickReady
-	timerReady
-	canceled
+	sigNone readySignal = iota
+	sigWake
+	sigMail
+	sigTick
+	sigTimer
+	sigCancel
 )
 
 // between carries out one of what is ready between two runs of the default action: mail, the flush tick,
@@ -78,45 +80,45 @@ const (
 // until a buffer fills.
 func (r *run) between(tick <-chan time.Time, idle bool, wake <-chan struct{}) error {
 	t := r.t
-	got := none
+	got := sigNone
 	// Go's select cannot make its default case conditional: the wait and the look are two selects over
 	// the same cases, and what they found is carried out once, below.
 	if idle {
 		t.counters.Publish()
 		select {
 		case <-wake:
-			got = woken
+			got = sigWake
 		case <-t.mb.ready:
-			got = mailReady
+			got = sigMail
 		case <-tick:
-			got = tickReady
+			got = sigTick
 		case <-r.timerC():
-			got = timerReady
+			got = sigTimer
 		case <-t.cancel:
-			got = canceled
+			got = sigCancel
 		}
 	} else {
 		select {
 		case <-t.mb.ready:
-			got = mailReady
+			got = sigMail
 		case <-tick:
-			got = tickReady
+			got = sigTick
 		case <-r.timerC():
-			got = timerReady
+			got = sigTimer
 		case <-t.cancel:
-			got = canceled
+			got = sigCancel
 		default:
 		}
 	}
 	switch got {
-	case mailReady:
+	case sigMail:
 		r.runMail()
-	case tickReady:
+	case sigTick:
 		r.flushAll()
 		t.counters.Publish()
-	case timerReady:
+	case sigTimer:
 		return r.onTimer()
-	case canceled:
+	case sigCancel:
 		return errCanceled
 	}
 	return nil
@@ -127,19 +129,19 @@ func (r *run) pollSource() (progress, error) {
 	began := r.beforeWork()
 	st, err := r.chain.PollSource()
 	if err != nil {
-		return more, fmt.Errorf("source: %w", err)
+		return goOn, fmt.Errorf("source: %w", err)
 	}
 	r.checkOutput(began)
 	r.afterWork()
 	switch st {
 	case EndOfInput:
-		return finished, nil
+		return phaseEnded, nil
 	case NothingAvailable:
 		// No flush here: a rate-limited source is idle between every few records, and flushing each
 		// time would send tiny buffers; the buffer timeout bounds the latency.
 		return idleUntil(r.chain.SourceAvailable()), nil
 	}
-	return more, nil
+	return goOn, nil
 }
 
 // readInput is the default action of a task with inputs until its input ends: one buffer of the input
@@ -147,20 +149,20 @@ func (r *run) pollSource() (progress, error) {
 func (r *run) readInput() (progress, error) {
 	idx, buf, err := r.nextBuffer()
 	if err != nil {
-		return more, fmt.Errorf("input channel %d: %w", idx, err)
+		return goOn, fmt.Errorf("input channel %d: %w", idx, err)
 	}
 	if buf == nil {
 		return idleUntil(r.gate.Wake()), nil
 	}
 	done, err := r.processBuffer(idx, buf)
 	if err != nil {
-		return more, err
+		return goOn, err
 	}
 	r.afterWork()
 	if done {
-		return finished, nil
+		return phaseEnded, nil
 	}
-	return more, nil
+	return goOn, nil
 }
 
 // afterWork follows a source poll or an input buffer: outputs a reader reconnected to are flushed, and
