@@ -61,6 +61,20 @@ func (r *run) loop(act action) error {
 	}
 }
 
+// ticker drives the output flusher (every buffer timeout) and the publication of the record counters; a
+// task without outputs to flush still publishes its counters every publishInterval.
+func (r *run) ticker() (<-chan time.Time, func()) {
+	d := publishInterval
+	if bt := r.t.cfg.BufferTimeout; bt > 0 && len(r.outputs) > 0 {
+		d = bt
+	}
+	tk := time.NewTicker(d)
+	return tk.C, tk.Stop
+}
+
+// publishInterval is how often a task without a buffer timeout publishes its counters.
+const publishInterval = 200 * time.Millisecond
+
 // readySignal is what between found ready.
 type readySignal uint8
 
