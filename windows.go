@@ -10,8 +10,10 @@ import (
 )
 
 // Windows (docs/eventtime.md §4): a keyed stream is cut into windows of time by a WindowAssigner, and a
-// window function turns each window's records into results when the window fires: in event time when the
-// watermark passes the window's end, in processing time when the clock does. Windows are aligned to the
+// window function turns each window's records into results when the window fires: by default in event time
+// when the watermark passes the window's end, in processing time when the clock does; a Trigger
+// (trigger.go) decides otherwise, an Evictor (evictor.go) removes records as a window fires. Windows are
+// aligned to the
 // epoch (plus an offset); a window [Start, End) holds the records with Start <= t < End, and its results
 // carry the timestamp End-1. Window contents and timers are keyed state: checkpointed, restored and
 // rescaled, and freed once a window is done.

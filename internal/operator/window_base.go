@@ -15,7 +15,7 @@ type windowBase[K comparable, T, V, Out any] struct {
 	wc       *windowContext[K] // a pointer: handing a value to the function would box it at every firing
 	fn       ProcessWindowFunction[K, V, Out]
 	clearer  WindowClearer[K]
-	fnStates *windowStates // the function's window states, nil when it keeps none
+	fnStates *windowStates // the function's window states
 	out      Collector[Out]
 	stamp    *stamper[Out] // the timed output, nil untimed
 	flush    func()
@@ -40,21 +40,22 @@ func (o *windowBase[K, T, V, Out]) init(ctx *Context, s windowSpec[K, T, V, Out]
 		return fmt.Errorf("the window function factory returned nil")
 	}
 	o.clearer, _ = o.fn.(WindowClearer[K])
+	var list []AnyWindowState
 	if d, ok := o.fn.(WindowStateDeclarer); ok {
 		if _, merging := a.(MergingWindowAssigner); merging {
 			return fmt.Errorf("the window function keeps window states, which %s cannot have: windows that merge have no state of their own (as in Flink)", a)
 		}
-		var err error
-		if o.fnStates, err = declareWindowStates(b, "window function", "\x00window-state/", d.WindowStates(), o.kc); err != nil {
-			return err
-		}
+		list = d.WindowStates()
+	}
+	var err error
+	if o.fnStates, err = declareWindowStates(b, "window function", "\x00window-state/", list, o.kc); err != nil {
+		return err
 	}
 	o.wc = &windowContext[K]{keyedContext: o.kc, cur: new(TimeWindow), watermark: &o.watermark, states: o.fnStates}
 	name := "\x00timers/processing"
 	if o.eventTime {
 		name = "\x00timers/event"
 	}
-	var err error
 	if o.timers, err = state.NewTimers[K](state.Engine(b), name); err != nil {
 		return err
 	}

@@ -76,10 +76,12 @@ func newWindowOp[K comparable, T, ACC, V, Out any](ctx *Context, s *WindowSpec[K
 	if err != nil {
 		return nil, err
 	}
+	var list []AnyWindowState
 	if d, ok := o.trigger.(WindowStateDeclarer); ok {
-		if o.tctx.states, err = declareWindowStates(b, "trigger", "\x00trigger/", d.WindowStates(), o.kc); err != nil {
-			return nil, err
-		}
+		list = d.WindowStates()
+	}
+	if o.tctx.states, err = declareWindowStates(b, "trigger", "\x00trigger/", list, o.kc); err != nil {
+		return nil, err
 	}
 	o.proc = o.tctx.proc
 	if s.Timed {

@@ -136,22 +136,17 @@ func declareWindowStates(b state.Backend, owner, prefix string, list []AnyWindow
 // tableOf finds the table of s among the states of the party behind ctx.
 func tableOf[V any](ctx WindowStateScope, s *WindowState[V]) (*windowStateTable[V], TimeWindow) {
 	ws, w := ctx.windowScope()
-	if ws != nil {
-		for i, d := range ws.decls {
-			if d == AnyWindowState(s) {
-				return ws.tables[i].(*windowStateTable[V]), w
-			}
+	for i, d := range ws.decls {
+		if d == AnyWindowState(s) {
+			return ws.tables[i].(*windowStateTable[V]), w
 		}
-		ws.kc.failf("window state %q is not declared: the %s must list it in WindowStates", s.name, ws.owner)
 	}
-	panic(fmt.Sprintf("window state %q: the context %T declares no window states", s.name, ctx))
+	ws.kc.failf("window state %q is not declared: the %s must list it in WindowStates", s.name, ws.owner)
+	panic("unreachable: failf aborts")
 }
 
 // removeAll removes every state's value of window w.
 func (ws *windowStates) removeAll(w TimeWindow) {
-	if ws == nil {
-		return
-	}
 	for _, t := range ws.tables {
 		t.remove(w)
 	}

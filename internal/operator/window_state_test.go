@@ -101,3 +101,22 @@ func TestPerWindowState(t *testing.T) {
 		t.Fatalf("window state on sessions: %v", err)
 	}
 }
+
+// undeclared uses a window state it does not list.
+type undeclared struct{ ProcessWindowBaseForTest }
+
+func (undeclared) Process(ctx WindowContext[int64], _ []int64, _ Collector[string]) error {
+	firingsState.Update(ctx, 1)
+	return nil
+}
+
+// TestUndeclaredWindowStateFails names the state and where to list it.
+func TestUndeclaredWindowStateFails(t *testing.T) {
+	spec := tumblingSum(100, 0)
+	spec.NewProcess = func() ProcessWindowFunction[int64, int64, string] { return undeclared{} }
+	h := newWindowHarness(t, "memory", spec)
+	err := h.Catch(func() { feed(h, []keyed{{1, 1, 10}, {-1, 0, 100}}) })
+	if err == nil || !strings.Contains(err.Error(), `window state "firings" is not declared: the window function must list it in WindowStates`) {
+		t.Fatalf("got %v", err)
+	}
+}
