@@ -2,29 +2,28 @@ package runnel
 
 import (
 	"context"
+	"io"
 	"maps"
 	"slices"
 
+	"github.com/runnel-dev/runnel/internal/cli"
 	"github.com/runnel-dev/runnel/internal/cluster"
+	"github.com/runnel-dev/runnel/internal/executor"
 )
 
 // OnClusterStarted makes Execute call f with the mini-cluster of each job it runs, until the returned
 // function is called (for tests that watch the cluster's tables; not safe with parallel jobs).
 func OnClusterStarted(f func(*cluster.MiniCluster)) (restore func()) {
-	clusterStarted = f
-	return func() { clusterStarted = nil }
+	return executor.OnClusterStarted(f)
 }
 
-// Prepared is a prepared build of a job (prepare), for tests of the registry.
-type Prepared = prepared
+// Prepared is a compiled build of a job, for tests of the registry.
+type Prepared = executor.Job
 
-// Fingerprint is the build's graph fingerprint.
-func (p *prepared) Fingerprint() [32]byte { return p.fingerprint }
-
-// FiredInjections reports, per failure injection of the build in the order given, whether it fired.
-func (p *prepared) FiredInjections() []bool {
-	out := make([]bool, len(p.rc.injections))
-	for i, inj := range p.rc.injections {
+// FiredInjections reports, per failure injection of the build p in the order given, whether it fired.
+func FiredInjections(p *Prepared) []bool {
+	out := make([]bool, len(p.Recovery.Injections))
+	for i, inj := range p.Recovery.Injections {
 		out[i] = inj.Fired()
 	}
 	return out
@@ -35,9 +34,17 @@ func BuildRegistered(ctx context.Context, name string, args []string) (*Environm
 	return buildRegistered(ctx, name, args)
 }
 
-// BuildVerified is buildVerified.
+// BuildVerified is what a process that runs a job another built does: buildRegistered, refused unless the
+// build's fingerprint is want.
 func BuildVerified(ctx context.Context, name string, args []string, want [32]byte) (*Environment, *Prepared, error) {
-	return buildVerified(ctx, name, args, want)
+	env, p, err := buildRegistered(ctx, name, args)
+	if err == nil {
+		err = executor.SameBuild(name, want, p.Fingerprint)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return env, p, nil
 }
 
 // LookupJob reports whether name is registered.
@@ -59,22 +66,20 @@ func MergeAccumulators(env *Environment, values map[string][]byte) error {
 }
 
 // SyncInjections does what a TaskManager does with the fired set of a deployment of subtask sub of the
-// vertex that holds operator before it builds the chain; it returns whether each of the build's injections
-// is fired after.
-func (p *prepared) SyncInjections(operator string, sub int, fired ...int) []bool {
-	for _, v := range p.jg.Vertices {
+// vertex of build p that holds operator before it builds the chain; it returns whether each of the build's
+// injections is fired after.
+func SyncInjections(p *Prepared, operator string, sub int, fired ...int) []bool {
+	for _, v := range p.Graph.Vertices {
 		for _, n := range v.Nodes {
 			if n.Name == operator {
-				p.syncInjections(v.ID, sub, fired)
+				p.SyncInjections(v.ID, sub, fired)
 			}
 		}
 	}
-	var out []bool
-	for _, inj := range p.rc.injections {
-		out = append(out, inj.Fired())
-	}
-	return out
+	return FiredInjections(p)
 }
 
 // MainWith is Main on args, for tests: it returns the exit code.
-var MainWith = mainWith
+func MainWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return cli.Main(ctx, registryJobs{}, args, stdout, stderr)
+}

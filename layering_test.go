@@ -43,6 +43,13 @@ func TestLayering(t *testing.T) {
 		"internal/rest":      {},
 		"internal/buildinfo": {"internal/protocol"},
 		"internal/rpc":       {"internal/barrier", "internal/checkpoint", "internal/deploy", "internal/ident", "internal/jobcore", "internal/mtls", "internal/protocol", "internal/rpc/pb"},
+		// The executor runs a compiled job and the roles run the processes of a cluster; neither imports
+		// the root package, the API a job author imports, which calls them.
+		"internal/report":   {"internal/ident", "internal/jobcore"},
+		"internal/metrics":  {"internal/cluster", "internal/report"},
+		"internal/executor": {"internal/checkpoint", "internal/cluster", "internal/graph", "internal/ident", "internal/jobcore", "internal/jobmaster", "internal/metrics", "internal/operator", "internal/protocol", "internal/report", "internal/rpc", "internal/scheduler", "internal/task"},
+		"internal/roles":    {"internal/buildinfo", "internal/cluster", "internal/executor", "internal/jobmaster", "internal/metrics", "internal/mtls", "internal/protocol", "internal/report", "internal/rest", "internal/rpc"},
+		"internal/cli":      {"internal/executor", "internal/report", "internal/roles"},
 		// Connectors and examples are built on the public API only, like a user's code.
 		"connector":            {"", "codec"},
 		"connector/kafka":      {""},
@@ -138,6 +145,24 @@ func reaches(t *testing.T, mod, from, to string) []string {
 		return nil
 	}
 	return walk(from)
+}
+
+// TestRootIsTheAPI holds the root package to what a job author imports it for: it brings in no RPC, command
+// line or metrics library (gRPC, pflag, Prometheus); the executor, the process roles and the command line
+// that use them live in internal packages it calls.
+func TestRootIsTheAPI(t *testing.T) {
+	pkg, err := build.ImportDir(".", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forbidden := []string{"google.golang.org/grpc", "github.com/spf13/pflag", "github.com/spf13/cobra", "github.com/prometheus/"}
+	for _, imp := range pkg.Imports {
+		for _, f := range forbidden {
+			if strings.HasPrefix(imp, f) {
+				t.Errorf("the root package imports %s: it is the job-writing API; put what needs it in an internal package", imp)
+			}
+		}
+	}
 }
 
 // TestPureCores holds the pure decision packages to their rules (docs/architecture.md: decisions are

@@ -10,6 +10,7 @@ import (
 
 	"github.com/runnel-dev/runnel/internal/barrier"
 	"github.com/runnel-dev/runnel/internal/checkpoint"
+	"github.com/runnel-dev/runnel/internal/executor"
 	"github.com/runnel-dev/runnel/internal/graph"
 	"github.com/runnel-dev/runnel/internal/operator"
 	"github.com/runnel-dev/runnel/internal/scheduler"
@@ -144,41 +145,31 @@ func WithScheduling(mode string) Option { return func(c *Config) { c.Scheduling 
 // doubling up to 10 s, with 10% jitter.
 const DefaultRestartWithCheckpoints = "exponential-delay:initial=100ms,max=10s,multiplier=2,reset=1m,jitter=0.1,immediate=1"
 
-// recoveryConfig is the validated form of the recovery options.
+// recoveryConfig is the validated form of the recovery options: what the executor runs the job with, and
+// what building its job graph takes of them.
 type recoveryConfig struct {
-	checkpointing bool
-	checkpoint    checkpoint.Config
-	storage       string
-	failover      scheduler.FailoverMode
-	restart       scheduler.RestartConfig
-	backend       string
-	injections    []*operator.Injection
-	savepointDir  string
-	restoreFrom   string
-	allowDropped  bool
-	incremental   bool
+	executor.Recovery
 	exchange      graph.ExchangeMode
-	scheduling    scheduler.SchedulingMode
 	pipelinedType graph.PartitionType
 }
 
 func (c *Config) recovery(job string) (*recoveryConfig, error) {
 	var errs []error
-	rc := &recoveryConfig{backend: c.StateBackend, pipelinedType: graph.PipelinedBounded}
+	rc := &recoveryConfig{Recovery: executor.Recovery{Backend: c.StateBackend}, pipelinedType: graph.PipelinedBounded}
 	cp := c.Checkpoint
 	if cp.Interval < 0 {
 		errs = append(errs, fmt.Errorf("CheckpointConfig.Interval: must not be negative, got %s", cp.Interval))
 	}
-	rc.checkpointing = cp.Interval > 0 || c.SavepointOnStop != ""
-	rc.savepointDir, rc.restoreFrom, rc.allowDropped = c.SavepointOnStop, c.RestoreFrom, c.AllowNonRestoredState
-	rc.incremental = c.IncrementalCheckpoints
+	rc.Checkpointing = cp.Interval > 0 || c.SavepointOnStop != ""
+	rc.SavepointDir, rc.RestoreFrom, rc.AllowDropped = c.SavepointOnStop, c.RestoreFrom, c.AllowNonRestoredState
+	rc.Incremental = c.IncrementalCheckpoints
 	if c.AllowNonRestoredState && c.RestoreFrom == "" {
 		errs = append(errs, errors.New("AllowNonRestoredState (--allow-non-restored-state) applies to a restore: give WithRestoreFrom (--from-savepoint) too"))
 	}
 	if cp.Unaligned {
 		errs = append(errs, errors.New("CheckpointConfig.Unaligned: unaligned checkpoints are not supported yet; use aligned checkpoints (Mode ExactlyOnce) or AtLeastOnce"))
 	}
-	if rc.checkpointing {
+	if rc.Checkpointing {
 		cc := checkpoint.DefaultConfig()
 		cc.IntervalMillis = cp.Interval.Milliseconds()
 		switch cp.Mode {
@@ -203,8 +194,8 @@ func (c *Config) recovery(job string) (*recoveryConfig, error) {
 		if err := cc.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("CheckpointConfig: %w", err))
 		}
-		rc.checkpoint = cc
-		rc.storage = cp.Storage
+		rc.Checkpoint = cc
+		rc.Storage = cp.Storage
 	}
 	failover := c.Failover
 	if failover == "" {
@@ -216,7 +207,7 @@ func (c *Config) recovery(job string) (*recoveryConfig, error) {
 	if mode, err := scheduler.ParseFailoverStrategy(failover); err != nil {
 		errs = append(errs, fmt.Errorf("WithFailover: %w", err))
 	} else {
-		rc.failover = mode
+		rc.Failover = mode
 		if cp.ApproximateLocalRecovery && mode != scheduler.ApproximateFailover {
 			errs = append(errs, fmt.Errorf("CheckpointConfig.ApproximateLocalRecovery with WithFailover(%q): approximate local recovery is its own failover strategy; drop WithFailover or use \"approximate\"", failover))
 		}
@@ -239,13 +230,13 @@ func (c *Config) recovery(job string) (*recoveryConfig, error) {
 	} else {
 		// Restarting without checkpoints is allowed, as in Flink: sources replay from the start and state
 		// starts empty.
-		rc.restart = r
+		rc.Restart = r
 	}
 	switch c.StateBackend {
 	case "", "memory":
-		rc.backend = "memory"
+		rc.Backend = "memory"
 	case "pebble":
-		rc.backend = "pebble"
+		rc.Backend = "pebble"
 	default:
 		errs = append(errs, fmt.Errorf("WithStateBackend: %q is not a state backend; use memory or pebble", c.StateBackend))
 	}
@@ -256,17 +247,17 @@ func (c *Config) recovery(job string) (*recoveryConfig, error) {
 			rc.exchange = m
 		}
 	}
-	if rc.exchange != graph.AllPipelined && rc.checkpointing {
+	if rc.exchange != graph.AllPipelined && rc.Checkpointing {
 		errs = append(errs, fmt.Errorf("WithExchangeMode(%q) with checkpointing: checkpoints are for pipelined (streaming) jobs; a job with blocking edges recovers by restarting regions from their blocking inputs — drop WithCheckpointing or use exchange mode pipelined", c.ExchangeMode))
 	}
 	if c.Scheduling != "" {
 		if m, err := scheduler.ParseSchedulingStrategy(c.Scheduling); err != nil {
 			errs = append(errs, fmt.Errorf("WithScheduling: %w", err))
 		} else {
-			rc.scheduling = m
+			rc.Scheduling = m
 		}
 	}
-	if rc.scheduling == scheduler.EagerScheduling && rc.exchange != graph.AllPipelined {
+	if rc.Scheduling == scheduler.EagerScheduling && rc.exchange != graph.AllPipelined {
 		errs = append(errs, fmt.Errorf("WithScheduling(\"eager\") with exchange mode %q: blocking edges need pipelined-region scheduling", c.ExchangeMode))
 	}
 	for _, s := range c.FailureInjections {
@@ -275,8 +266,8 @@ func (c *Config) recovery(job string) (*recoveryConfig, error) {
 			errs = append(errs, fmt.Errorf("WithFailureInjection: %w", err))
 			continue
 		}
-		inj.Index = len(rc.injections) // the same in every process that parses the same options
-		rc.injections = append(rc.injections, inj)
+		inj.Index = len(rc.Injections) // the same in every process that parses the same options
+		rc.Injections = append(rc.Injections, inj)
 	}
 	return rc, errors.Join(errs...)
 }

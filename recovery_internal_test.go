@@ -17,7 +17,7 @@ func TestDefaultRestartIsImmediateFirst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs, err := scheduler.NewRestartStrategy(rc.restart, rand.New(rand.NewPCG(1, 2)))
+	rs, err := scheduler.NewRestartStrategy(rc.Restart, rand.New(rand.NewPCG(1, 2)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func TestDefaultRestartIsImmediateFirst(t *testing.T) {
 	}
 	// Without checkpoints nothing restarts by default.
 	rc, err = (&Config{}).recovery("job")
-	if err != nil || rc.restart.Kind != scheduler.NoRestart {
-		t.Fatalf("without checkpoints: %+v, %v", rc.restart, err)
+	if err != nil || rc.Restart.Kind != scheduler.NoRestart {
+		t.Fatalf("without checkpoints: %+v, %v", rc.Restart, err)
 	}
 }

@@ -8,11 +8,10 @@ import (
 	"strings"
 	"sync"
 	"unicode"
-)
 
-// roleWords are the first arguments Main reserves for the roles (docs/cluster.md §2.1); no job may be
-// called by one of them, since "myjob submit" must mean the role.
-var roleWords = []string{"run", "jobmanager", "taskmanager", "submit", "cancel"}
+	"github.com/runnel-dev/runnel/internal/cli"
+	"github.com/runnel-dev/runnel/internal/executor"
+)
 
 // registry holds the jobs a binary can run by name. It is as large as the program's Register calls make it
 // (they are code, not input), so it needs no bound of its own.
@@ -33,8 +32,8 @@ func Register(name string, build func(args []string) (*Environment, error)) {
 	switch {
 	case name == "":
 		panic("runnel.Register: a job needs a name")
-	case slices.Contains(roleWords, name):
-		panic(fmt.Sprintf("runnel.Register(%q): %q is a role of runnel.Main (%s) and cannot name a job", name, name, strings.Join(roleWords, ", ")))
+	case slices.Contains(cli.Roles, name):
+		panic(fmt.Sprintf("runnel.Register(%q): %q is a role of runnel.Main (%s) and cannot name a job", name, name, strings.Join(cli.Roles, ", ")))
 	case strings.HasPrefix(name, "-") || strings.ContainsFunc(name, unicode.IsSpace):
 		panic(fmt.Sprintf("runnel.Register(%q): a job name must not start with '-' or hold white space: it is given on command lines", name))
 	case build == nil:
@@ -74,10 +73,10 @@ func lookupJob(name string) (build func(args []string) (*Environment, error), ok
 	return build, ok
 }
 
-// buildRegistered builds the registered job name from args and prepares it: what a JobManager does with a
+// buildRegistered builds the registered job name from args and compiles it: what a JobManager does with a
 // submitted job, and a TaskManager with a job it is asked to run. A build function that fails or panics is
 // an error naming the job (a long-lived TaskManager must survive a job it cannot build).
-func buildRegistered(ctx context.Context, name string, args []string) (*Environment, *prepared, error) {
+func buildRegistered(ctx context.Context, name string, args []string) (*Environment, *executor.Job, error) {
 	build, ok := lookupJob(name)
 	if !ok {
 		registered := "none"
@@ -90,26 +89,12 @@ func buildRegistered(ctx context.Context, name string, args []string) (*Environm
 	if err != nil {
 		return nil, nil, fmt.Errorf("job %q: building it from its arguments %q: %w", name, args, err)
 	}
-	p, err := prepare(ctx, env, name)
+	job, err := env.compile(ctx, name)
 	if err != nil {
 		return nil, nil, err
 	}
-	p.args = slices.Clone(args)
-	return env, p, nil
-}
-
-// buildVerified is buildRegistered for a process that must run the same job as another: the result's
-// fingerprint must be want (the JobManager's, or the client's), or the error says that the build function
-// depends on something other than its arguments.
-func buildVerified(ctx context.Context, name string, args []string, want [32]byte) (*Environment, *prepared, error) {
-	env, p, err := buildRegistered(ctx, name, args)
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := sameBuild(name, want, p.fingerprint); err != nil {
-		return nil, nil, err
-	}
-	return env, p, nil
+	job.Args = slices.Clone(args)
+	return env, job, nil
 }
 
 // callBuild calls a registered build function, turning a panic into an error with its stack.
@@ -124,4 +109,16 @@ func callBuild(build func([]string) (*Environment, error), args []string) (env *
 		err = fmt.Errorf("the build function returned neither an Environment nor an error")
 	}
 	return env, err
+}
+
+// registryJobs are the jobs of this binary's registry, as the roles of its processes build them.
+type registryJobs struct{}
+
+// Names implements roles.Jobs.
+func (registryJobs) Names() []string { return registeredJobs() }
+
+// Build implements roles.Jobs.
+func (registryJobs) Build(ctx context.Context, name string, args []string) (*executor.Job, error) {
+	_, job, err := buildRegistered(ctx, name, args)
+	return job, err
 }

@@ -248,7 +248,7 @@ func TestTaskManagersBuildTheJobFromTheRegistry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	workers, wp, err := runnel.BuildVerified(ctx, registrySequence, args, sp.Fingerprint())
+	workers, wp, err := runnel.BuildVerified(ctx, registrySequence, args, sp.Fingerprint)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,10 +264,10 @@ func TestTaskManagersBuildTheJobFromTheRegistry(t *testing.T) {
 	if len(theirs.Latest()) != keys {
 		t.Fatalf("the workers' sink saw %d keys, want %d", len(theirs.Latest()), keys)
 	}
-	if got := sp.FiredInjections(); got[0] {
+	if got := runnel.FiredInjections(sp); got[0] {
 		t.Fatal("the submitting build's injection fired: the tasks ran its operators")
 	}
-	if got := wp.FiredInjections(); !got[0] {
+	if got := runnel.FiredInjections(wp); !got[0] {
 		t.Fatal("the workers' injection did not fire")
 	}
 	if names := runnel.AccumulatorNames(submitted); !slices.Equal(names, []string{sequence.SinkAccumulator}) {
@@ -304,11 +304,11 @@ func TestNondeterministicBuildIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again.Fingerprint() == fp.Fingerprint() {
+	if again.Fingerprint == fp.Fingerprint {
 		t.Fatal("two builds with different graphs have one fingerprint")
 	}
 	const wantMsg = "the job's build function depends on something other than its arguments"
-	_, _, err = runnel.BuildVerified(ctx, registryCounter, nil, fp.Fingerprint())
+	_, _, err = runnel.BuildVerified(ctx, registryCounter, nil, fp.Fingerprint)
 	if err == nil || !strings.Contains(err.Error(), `job "registry-counter": built from the same arguments, its job graph differs`) ||
 		!strings.Contains(err.Error(), wantMsg) {
 		t.Fatalf("BuildVerified: err = %v", err)
@@ -322,10 +322,10 @@ func TestNondeterministicBuildIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := runnel.BuildVerified(ctx, registrySequence, []string{"--records=10"}, sp.Fingerprint()); err != nil {
+	if _, _, err := runnel.BuildVerified(ctx, registrySequence, []string{"--records=10"}, sp.Fingerprint); err != nil {
 		t.Fatalf("the same arguments: %v", err)
 	}
-	if _, _, err := runnel.BuildVerified(ctx, registrySequence, []string{"--records=10", "--parallelism=3", "--keys=16"}, sp.Fingerprint()); err == nil {
+	if _, _, err := runnel.BuildVerified(ctx, registrySequence, []string{"--records=10", "--parallelism=3", "--keys=16"}, sp.Fingerprint); err == nil {
 		t.Fatal("other arguments (parallelism 3) verified against parallelism 2's fingerprint")
 	}
 }
@@ -355,7 +355,7 @@ func TestInjectionsFollowTheJobMastersFiredSet(t *testing.T) {
 		{"map", 1, []int{2}, []bool{false, false, false}},
 		{"map", 0, []int{2}, []bool{false, false, true}},
 	} {
-		if got := wp.SyncInjections(step.operator, step.sub, step.fired...); !slices.Equal(got, step.want) {
+		if got := runnel.SyncInjections(wp, step.operator, step.sub, step.fired...); !slices.Equal(got, step.want) {
 			t.Fatalf("after a deployment of %s[%d] with fired %v: fired %v, want %v", step.operator, step.sub, step.fired, got, step.want)
 		}
 	}
@@ -375,7 +375,7 @@ func TestInjectionsFireInABuildOfTheirOwn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	workers, wp, err := runnel.BuildVerified(ctx, registrySequence, args, sp.Fingerprint())
+	workers, wp, err := runnel.BuildVerified(ctx, registrySequence, args, sp.Fingerprint)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/runnel-dev/runnel"
 	"github.com/runnel-dev/runnel/examples"
+	"github.com/runnel-dev/runnel/internal/cli"
 )
 
 // registerExamples makes every bundled example a registered job: a JobManager and its TaskManagers build
@@ -93,7 +94,7 @@ func newSubmitCmd() *cobra.Command {
 	pf := submit.PersistentFlags()
 	f.register(pf)
 	pf.StringVar(&jobManager, "jobmanager", runnel.DefaultJobManagerAddr, "the JobManager's address")
-	tls = runnel.AddTLSFlags(pf)
+	tls = cli.AddTLSFlags(pf)
 	for _, ex := range examples.All() {
 		c := &cobra.Command{Use: ex.Name + " [flags]", Short: ex.Description, Args: cobra.NoArgs}
 		ex.New(c.Flags()) // the example's flags, parsed again from the arguments by every process
@@ -166,7 +167,7 @@ func newJobManagerCmd() *cobra.Command {
 			return err
 		},
 	}
-	config = runnel.AddJobManagerFlags(c.Flags())
+	config = cli.AddJobManagerFlags(c.Flags())
 	c.Flags().BoolVar(&verbose, "verbose", false, "DEBUG logs")
 	return c
 }
@@ -204,7 +205,7 @@ func newTaskManagerCmd() *cobra.Command {
 			return err
 		},
 	}
-	config = runnel.AddTaskManagerFlags(c.Flags())
+	config = cli.AddTaskManagerFlags(c.Flags())
 	c.Flags().BoolVar(&verbose, "verbose", false, "DEBUG logs")
 	return c
 }
@@ -227,6 +228,6 @@ func newCancelCmd() *cobra.Command {
 	}
 	c.Flags().StringVar(&cfg.JobManager, "jobmanager", runnel.DefaultJobManagerAddr, "the JobManager's address")
 	c.Flags().StringVar(&cfg.Savepoint, "savepoint", "", "write a savepoint to this directory (which every process reaches) before the job is cancelled")
-	tls = runnel.AddTLSFlags(c.Flags())
+	tls = cli.AddTLSFlags(c.Flags())
 	return c
 }

@@ -1,4 +1,4 @@
-package runnel
+package executor
 
 import (
 	"context"

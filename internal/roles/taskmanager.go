@@ -1,4 +1,4 @@
-package runnel
+package roles
 
 import (
 	"cmp"
@@ -15,13 +15,12 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/runnel-dev/runnel/internal/buildinfo"
-	"github.com/runnel-dev/runnel/internal/checkpoint"
 	"github.com/runnel-dev/runnel/internal/cluster"
-	"github.com/runnel-dev/runnel/internal/ident"
+	"github.com/runnel-dev/runnel/internal/executor"
+	"github.com/runnel-dev/runnel/internal/metrics"
 	"github.com/runnel-dev/runnel/internal/mtls"
 	"github.com/runnel-dev/runnel/internal/protocol"
 	"github.com/runnel-dev/runnel/internal/rpc"
-	"github.com/runnel-dev/runnel/internal/task"
 )
 
 // TaskManagerConfig configures ServeTaskManager.
@@ -61,7 +60,7 @@ type TaskManagerConfig struct {
 // it is given (the jobs are built from this binary's registry, see Register), and when it loses the
 // JobManager it cancels every task and registers again, backing off from 100 ms to 5 s. A JobManager that
 // refuses it for good (another build) ends it with that error.
-func ServeTaskManager(ctx context.Context, cfg TaskManagerConfig) (err error) {
+func ServeTaskManager(ctx context.Context, jobs Jobs, cfg TaskManagerConfig) (err error) {
 	lg := cmp.Or(cfg.Logger, slog.Default())
 	if cfg.JobManager == "" {
 		return errors.New("taskmanager: --jobmanager HOST:PORT is required")
@@ -97,11 +96,11 @@ func ServeTaskManager(ctx context.Context, cfg TaskManagerConfig) (err error) {
 			return fmt.Errorf("taskmanager: metrics: %w", lerr)
 		}
 		metricsAddr = ln.Addr().String()
-		ms := startTaskManagerMetrics(ln, tm, serverTLS, mtls.NewRefusalLog(lg, "metrics").HTTPErrorLog())
+		ms := metrics.ServeTaskManager(ln, tm, serverTLS, mtls.NewRefusalLog(lg, "metrics").HTTPErrorLog())
 		// Stopped before the TaskManager shuts down: a scrape never reads a TaskManager that is gone. A
 		// server that failed while the TaskManager ran is said here (err is ServeTaskManager's result).
 		defer func() {
-			if serr := ms.stop(); serr != nil {
+			if serr := ms.Stop(); serr != nil {
 				err = errors.Join(err, fmt.Errorf("taskmanager %s: %w", cfg.Name, serr))
 			}
 		}()
@@ -109,7 +108,7 @@ func ServeTaskManager(ctx context.Context, cfg TaskManagerConfig) (err error) {
 			cfg.MetricsListening(metricsAddr)
 		}
 	}
-	cat := &registryCatalog{log: lg}
+	cat := &registryCatalog{jobs: jobs, log: lg}
 	backoff := 100 * time.Millisecond
 	lostSince := time.Now()
 	lg.Info("TaskManager started", "name", cfg.Name, "slots", cfg.Slots, "data", tm.DataListenAddress(), "jobmanager", cfg.JobManager,
@@ -153,64 +152,16 @@ func ServeTaskManager(ctx context.Context, cfg TaskManagerConfig) (err error) {
 
 // registryCatalog builds the jobs a TaskManager is asked to run from this binary's registry, with the
 // arguments they were submitted with, and refuses a build whose graph is not the JobManager's.
-type registryCatalog struct{ log *slog.Logger }
+type registryCatalog struct {
+	jobs Jobs
+	log  *slog.Logger
+}
 
 // Open implements cluster.Catalog.
-func (c *registryCatalog) Open(ctx context.Context, _ protocol.JobID, setup protocol.SetupJob) (b *cluster.JobBuild, err error) {
-	env, p, err := buildVerified(ctx, setup.Name, setup.Args, setup.Graph)
+func (c *registryCatalog) Open(ctx context.Context, _ protocol.JobID, setup protocol.SetupJob) (*cluster.JobBuild, error) {
+	job, err := buildVerified(ctx, c.jobs, setup.Name, setup.Args, setup.Graph)
 	if err != nil {
 		return nil, err
 	}
-	var closers []func() error
-	defer func() {
-		if err != nil {
-			for _, f := range closers {
-				_ = f()
-			}
-		}
-	}()
-	b = &cluster.JobBuild{ChainFor: func(id ident.VertexID) (task.ChainFactory, error) {
-		if p.jg.Vertex(id) == nil {
-			return nil, fmt.Errorf("job %q has no vertex %d", setup.Name, id)
-		}
-		return p.chainFor(id), nil
-	}, Incremental: p.rc.incremental, Accumulators: env.encodeAccumulators, SyncInjections: p.syncInjections}
-	if setup.CheckpointStorage != "" {
-		st, err := checkpoint.Open(ctx, setup.CheckpointStorage)
-		if err != nil {
-			return nil, fmt.Errorf("checkpoint storage %s: %w", setup.CheckpointStorage, err)
-		}
-		closers = append(closers, st.Close)
-		if setup.Probe != "" {
-			if err := st.CheckProbe(ctx, setup.Probe, setup.ProbeNonce); err != nil {
-				return nil, fmt.Errorf("checkpoint storage %s is not the one the JobManager writes (every process of a cluster must reach the same directory or bucket; a relative path is relative to each process's working directory): %w",
-					setup.CheckpointStorage, err)
-			}
-		}
-		b.Store = st
-	}
-	if setup.Savepoint != "" {
-		sp, _, err := openRestore(ctx, setup.Savepoint, c.log)
-		if err != nil {
-			return nil, fmt.Errorf("restore from savepoint %s: %w", setup.Savepoint, err)
-		}
-		closers = append(closers, sp.Close)
-		b.Savepoint = sp
-	}
-	// Time-based failure injections fire on the job's clock, which started on the JobManager.
-	start := time.Unix(0, setup.Start)
-	for _, inj := range p.rc.injections {
-		if inj.After > 0 {
-			t := time.AfterFunc(max(time.Until(start.Add(inj.After)), 0), inj.Arm)
-			closers = append(closers, func() error { t.Stop(); return nil })
-		}
-	}
-	b.Close = func() error {
-		var errs []error
-		for _, f := range closers {
-			errs = append(errs, f())
-		}
-		return errors.Join(errs...)
-	}
-	return b, nil
+	return executor.TaskManagerBuild(ctx, job, setup, c.log)
 }

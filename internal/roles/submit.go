@@ -1,4 +1,4 @@
-package runnel
+package roles
 
 import (
 	"context"
@@ -12,7 +12,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/runnel-dev/runnel/internal/buildinfo"
+	"github.com/runnel-dev/runnel/internal/executor"
 	"github.com/runnel-dev/runnel/internal/protocol"
+	"github.com/runnel-dev/runnel/internal/report"
 	"github.com/runnel-dev/runnel/internal/rpc"
 )
 
@@ -21,13 +23,10 @@ type SubmitConfig struct {
 	// JobManager is the JobManager's address (HOST:PORT).
 	JobManager string
 	TLS        *TLSFiles
-	// Job names a job registered in this binary (see Register), built with Args on every process.
-	Job  string
-	Args []string
-	// Env is this process's build of the job (nil: Submit builds it from Args): it is checked as Execute
-	// would, its progress callback is fed from the JobManager, and at the end the accumulators the
-	// cluster's tasks built are merged into its own, so that the caller reads them as after Execute.
-	Env *Environment
+	// Job is this process's build of a job registered in the binary, built with Job.Args on every
+	// process: its progress callback is fed from the JobManager, and at the end the accumulators the
+	// cluster's tasks built are merged into its own.
+	Job *executor.Job
 }
 
 // ErrJobManagerLost is returned by Submit when the connection to the JobManager was lost while the job
@@ -37,27 +36,13 @@ var ErrJobManagerLost = errors.New("lost the JobManager; the job's state is unkn
 // ErrJobManagerUnreachable is returned by Submit and Cancel when the JobManager does not answer.
 var ErrJobManagerUnreachable = rpc.ErrUnreachable
 
-// Submit runs a registered job on the cluster of a JobManager and blocks until it ends, like Execute: the
-// result is returned in every case where the job ran, and err is non-nil unless it finished or was
-// cancelled. Cancelling ctx stops the job (with its savepoint on stop, if it has one).
-func Submit(ctx context.Context, cfg SubmitConfig) (*JobResult, error) {
-	env := cfg.Env
-	if env == nil {
-		var err error
-		if env, _, err = buildRegistered(ctx, cfg.Job, cfg.Args); err != nil {
-			return nil, err
-		}
-	}
-	if env.executed {
-		return nil, errors.New("Submit: an Environment runs one job; make a new Environment for another")
-	}
-	env.executed = true
-	p, err := prepare(ctx, env, cfg.Job)
-	if err != nil {
+// Submit runs a registered job on the cluster of a JobManager and blocks until it ends, as
+// executor.Execute does in this process: the result is returned in every case where the job ran, and err
+// is non-nil unless it finished or was cancelled. Cancelling ctx stops the job (with its savepoint on stop, if it has one).
+func Submit(ctx context.Context, cfg SubmitConfig) (*report.JobResult, error) {
+	job, name := cfg.Job, cfg.Job.Name
+	if err := job.CheckSharedStorage(); err != nil {
 		return nil, err
-	}
-	if rc := p.rc; rc.checkpointing && (rc.storage == "" || len(rc.storage) >= 6 && rc.storage[:6] == "mem://") {
-		return nil, fmt.Errorf("job %q: checkpointing on a cluster needs --checkpoint-storage naming storage that every process reaches (a shared directory or s3://); %s cannot be", cfg.Job, storageWord(rc.storage))
 	}
 	conn, creds, err := dialJobManager(cfg.JobManager, cfg.TLS)
 	if err != nil {
@@ -70,10 +55,10 @@ func Submit(ctx context.Context, cfg SubmitConfig) (*JobResult, error) {
 		return nil, fmt.Errorf("submit: %w", err)
 	}
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	id, err := client.Submit(sctx, rpc.SubmitRequest{Name: cfg.Job, Args: cfg.Args, Graph: p.fingerprint, Build: build})
+	id, err := client.Submit(sctx, rpc.SubmitRequest{Name: name, Args: job.Args, Graph: job.Fingerprint, Build: build})
 	cancel()
 	if err != nil {
-		return nil, fmt.Errorf("submit job %q to %s: %w", cfg.Job, cfg.JobManager, creds.Explain(err))
+		return nil, fmt.Errorf("submit job %q to %s: %w", name, cfg.JobManager, creds.Explain(err))
 	}
 	// The watch outlives ctx: a cancelled ctx stops the job, and its end still comes through the watch.
 	stopped := make(chan struct{})
@@ -93,10 +78,10 @@ func Submit(ctx context.Context, cfg SubmitConfig) (*JobResult, error) {
 			final = &st
 			return nil
 		}
-		if env.cfg.Progress != nil {
-			var r JobResult
+		if progress := job.Settings.Progress; progress != nil {
+			var r report.JobResult
 			if err := json.Unmarshal(st.ResultJSON, &r); err == nil {
-				env.cfg.Progress(&r)
+				progress(&r)
 			}
 		}
 		return nil
@@ -105,17 +90,17 @@ func Submit(ctx context.Context, cfg SubmitConfig) (*JobResult, error) {
 		if werr == nil {
 			werr = errors.New("the watch ended before the job")
 		}
-		return nil, fmt.Errorf("job %q (%s) on %s: %w: %w", cfg.Job, id, cfg.JobManager, ErrJobManagerLost, werr)
+		return nil, fmt.Errorf("job %q (%s) on %s: %w: %w", name, id, cfg.JobManager, ErrJobManagerLost, werr)
 	}
-	var res JobResult
+	var res report.JobResult
 	if err := json.Unmarshal(final.ResultJSON, &res); err != nil {
-		return nil, fmt.Errorf("job %q (%s): the JobManager's result: %w", cfg.Job, id, err)
+		return nil, fmt.Errorf("job %q (%s): the JobManager's result: %w", name, id, err)
 	}
-	if err := env.mergeAccumulators(final.Accumulators); err != nil {
-		return &res, fmt.Errorf("job %q: accumulators: %w", cfg.Job, err)
+	if err := job.MergeAccumulators(final.Accumulators); err != nil {
+		return &res, fmt.Errorf("job %q: accumulators: %w", name, err)
 	}
-	if env.cfg.Progress != nil {
-		env.cfg.Progress(&res)
+	if job.Settings.Progress != nil {
+		job.Settings.Progress(&res)
 	}
 	if final.Error != "" {
 		return &res, fmt.Errorf("%s (job id %s)", final.Error, id)

@@ -1,4 +1,7 @@
-package runnel
+// Package metrics serves Runnel's Prometheus metrics: the collectors of a job (read from its result at every
+// scrape; nothing is counted on the record path for them) and of TaskManagers' in-flight logs, and the
+// /metrics server of a job run or a TaskManager process. It decides nothing about a job and changes none.
+package metrics
 
 import (
 	"context"
@@ -18,20 +21,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/runnel-dev/runnel/internal/cluster"
+	"github.com/runnel-dev/runnel/internal/report"
 )
 
-// WithMetrics serves the job's metrics in the Prometheus text format at http://addr/metrics while Execute
-// runs (for example "127.0.0.1:9249" or ":9249").
-func WithMetrics(addr string) Option { return func(c *Config) { c.MetricsAddr = addr } }
-
-// WithMetricsListener is WithMetrics on a listener the caller opened; Execute serves on it while the job
-// runs and closes it when it returns.
-func WithMetricsListener(ln net.Listener) Option { return func(c *Config) { c.MetricsListener = ln } }
-
-// jobCollector reads the job's counters at every scrape; nothing is counted on the record path for it.
-type jobCollector struct {
+// JobCollector reads the job's counters at every scrape; nothing is counted on the record path for it.
+type JobCollector struct {
 	name     string
-	snapshot func() *JobResult
+	snapshot func() *report.JobResult
 
 	up, uptime, recordsIn, recordsOut, attempt, running *prometheus.Desc
 	watermark, operatorMetric                           *prometheus.Desc
@@ -39,7 +35,9 @@ type jobCollector struct {
 	failovers, recordsLost, lastOutage, lastRecovery    *prometheus.Desc
 }
 
-func newJobCollector(name string, snapshot func() *JobResult, labels prometheus.Labels) *jobCollector {
+// NewJobCollector collects the metrics of job name from snapshot, with labels added to each (the JobManager
+// adds its job_id).
+func NewJobCollector(name string, snapshot func() *report.JobResult, labels prometheus.Labels) *JobCollector {
 	job := prometheus.Labels{"job": name}
 	for k, v := range labels {
 		job[k] = v
@@ -48,7 +46,7 @@ func newJobCollector(name string, snapshot func() *JobResult, labels prometheus.
 	d := func(n, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc("runnel_"+n, help, labels, job)
 	}
-	return &jobCollector{name: name, snapshot: snapshot,
+	return &JobCollector{name: name, snapshot: snapshot,
 		up:         d("job_status", "1 for the job's current status.", "status"),
 		uptime:     d("job_uptime_seconds", "Time since the job started."),
 		recordsIn:  d("records_in_total", "Records the subtask's current attempt took in (from 0 at each restart).", sub...),
@@ -70,10 +68,10 @@ func newJobCollector(name string, snapshot func() *JobResult, labels prometheus.
 }
 
 // Describe implements prometheus.Collector.
-func (c *jobCollector) Describe(ch chan<- *prometheus.Desc) { prometheus.DescribeByCollect(c, ch) }
+func (c *JobCollector) Describe(ch chan<- *prometheus.Desc) { prometheus.DescribeByCollect(c, ch) }
 
 // Collect implements prometheus.Collector.
-func (c *jobCollector) Collect(ch chan<- prometheus.Metric) {
+func (c *JobCollector) Collect(ch chan<- prometheus.Metric) {
 	r := c.snapshot()
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
@@ -177,29 +175,29 @@ func (c *inflightLogCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// metricsServer serves a job's metrics over HTTP until stopped.
-type metricsServer struct {
+// Server serves metrics at /metrics over HTTP until stopped.
+type Server struct {
 	srv  *http.Server
 	done sync.WaitGroup
 	err  error
 }
 
-// startMetrics serves the job's metrics on ln, and those of the in-process TaskManagers tms; stop ends the
+// ServeJob serves the job's metrics on ln, and those of the in-process TaskManagers tms; Stop ends the
 // server and waits for it.
-func startMetrics(ln net.Listener, name string, snapshot func() *JobResult, tms []*cluster.TaskManager) *metricsServer {
+func ServeJob(ln net.Listener, name string, snapshot func() *report.JobResult, tms []*cluster.TaskManager) *Server {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(newJobCollector(name, snapshot, nil), collectors.NewGoCollector())
+	reg.MustRegister(NewJobCollector(name, snapshot, nil), collectors.NewGoCollector())
 	if len(tms) > 0 {
 		reg.MustRegister(newInflightLogCollector(tms))
 	}
 	return serveMetrics(ln, reg, nil, nil)
 }
 
-// startTaskManagerMetrics serves the metrics of a TaskManager process (runnel taskmanager --metrics-addr)
+// ServeTaskManager serves the metrics of a TaskManager process (runnel taskmanager --metrics-addr)
 // on ln: its in-flight log gauges, which no heartbeat carries to the JobManager, and the Go runtime's.
 // With serverTLS it serves HTTPS with the TaskManager's certificate and asks the scraper for one, as the
 // JobManager's REST API does. errorLog, when set, is the server's http.Server.ErrorLog.
-func startTaskManagerMetrics(ln net.Listener, tm *cluster.TaskManager, serverTLS *tls.Config, errorLog *log.Logger) *metricsServer {
+func ServeTaskManager(ln net.Listener, tm *cluster.TaskManager, serverTLS *tls.Config, errorLog *log.Logger) *Server {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(newInflightLogCollector([]*cluster.TaskManager{tm}), collectors.NewGoCollector())
 	return serveMetrics(ln, reg, serverTLS, errorLog)
@@ -207,10 +205,10 @@ func startTaskManagerMetrics(ln net.Listener, tm *cluster.TaskManager, serverTLS
 
 // serveMetrics serves reg at /metrics on ln (over TLS with serverTLS, with errorLog as the server's
 // http.Server.ErrorLog) until stopped.
-func serveMetrics(ln net.Listener, reg *prometheus.Registry, serverTLS *tls.Config, errorLog *log.Logger) *metricsServer {
+func serveMetrics(ln net.Listener, reg *prometheus.Registry, serverTLS *tls.Config, errorLog *log.Logger) *Server {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	m := &metricsServer{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, TLSConfig: serverTLS, ErrorLog: errorLog}}
+	m := &Server{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, TLSConfig: serverTLS, ErrorLog: errorLog}}
 	m.done.Add(1)
 	go func() {
 		defer m.done.Done()
@@ -227,8 +225,8 @@ func serveMetrics(ln net.Listener, reg *prometheus.Registry, serverTLS *tls.Conf
 	return m
 }
 
-// stop shuts the server down, letting a scrape in progress finish for a moment, and waits for it.
-func (m *metricsServer) stop() error {
+// Stop shuts the server down, letting a scrape in progress finish for a moment, and waits for it.
+func (m *Server) Stop() error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	if err := m.srv.Shutdown(ctx); err != nil {

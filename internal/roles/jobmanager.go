@@ -1,17 +1,19 @@
-package runnel
+// Package roles runs the processes of a Runnel cluster: the JobManager (ServeJobManager), the TaskManager
+// (ServeTaskManager), and the client that submits a job to a JobManager and watches it (Submit) or stops
+// one (Cancel). The jobs come from the binary's registry through Jobs; the roles build them with it and run
+// them with the executor. It parses no command line (package cli does) and must not import the root
+// package, which calls it.
+package roles
 
 import (
 	"cmp"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"sync"
 	"time"
 
@@ -21,12 +23,38 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/runnel-dev/runnel/internal/buildinfo"
+	"github.com/runnel-dev/runnel/internal/executor"
 	"github.com/runnel-dev/runnel/internal/jobmaster"
+	"github.com/runnel-dev/runnel/internal/metrics"
 	"github.com/runnel-dev/runnel/internal/mtls"
 	"github.com/runnel-dev/runnel/internal/protocol"
+	"github.com/runnel-dev/runnel/internal/report"
 	"github.com/runnel-dev/runnel/internal/rest"
 	"github.com/runnel-dev/runnel/internal/rpc"
 )
+
+// Jobs are the jobs a binary can run by name (the root package's registry, runnel.Register).
+type Jobs interface {
+	// Names returns the names of the registered jobs, sorted.
+	Names() []string
+	// Build builds the registered job name from args and compiles it; a build function that fails or
+	// panics is an error naming the job.
+	Build(ctx context.Context, name string, args []string) (*executor.Job, error)
+}
+
+// buildVerified builds job name with jobs for a process that must run the same job as another: the
+// build's fingerprint must be want (the JobManager's, or the client's), or the error says that the build
+// function depends on something other than its arguments.
+func buildVerified(ctx context.Context, jobs Jobs, name string, args []string, want [32]byte) (*executor.Job, error) {
+	job, err := jobs.Build(ctx, name, args)
+	if err != nil {
+		return nil, err
+	}
+	if err := executor.SameBuild(name, want, job.Fingerprint); err != nil {
+		return nil, err
+	}
+	return job, nil
+}
 
 // Defaults of a cluster's processes.
 const (
@@ -58,18 +86,10 @@ type JobManagerConfig struct {
 	Listening func(addr, restAddr string)
 }
 
-// TLSFiles names the PEM files of a process's mutual TLS: its certificate and key, and the certificate
-// authority that every peer's certificate must be signed by. ServerName, when set, is the name every
-// peer's certificate is verified against instead of the host dialled (one certificate for a cluster).
-type TLSFiles struct {
-	Cert, Key, CA string
-	ServerName    string
-}
-
 // ServeJobManager runs a JobManager until ctx is done: it registers TaskManagers, runs the jobs clients
 // submit (each a job registered in this binary, see Register) on their slots, and serves the REST API.
 // When ctx is done it cancels the jobs that still run, waits for them, and returns.
-func ServeJobManager(ctx context.Context, cfg JobManagerConfig) error {
+func ServeJobManager(ctx context.Context, jobs Jobs, cfg JobManagerConfig) error {
 	lg := cmp.Or(cfg.Logger, slog.Default())
 	if cfg.Addr == "" {
 		cfg.Addr = DefaultJobManagerAddr
@@ -98,7 +118,7 @@ func ServeJobManager(ctx context.Context, cfg JobManagerConfig) error {
 	warnIfExposed(lg, "control plane", ln.Addr(), serverTLS != nil)
 	disp := jobmaster.NewDispatcher(jobmaster.DispatcherConfig{Logger: lg, HeartbeatInterval: cfg.HeartbeatInterval,
 		HeartbeatTimeout: cfg.HeartbeatTimeout, BufferSize: cfg.BufferSize, Build: build})
-	jm := &jobManager{cfg: cfg, log: lg, disp: disp, build: build, jobs: map[protocol.JobID]*jmJob{}}
+	jm := &jobManager{cfg: cfg, registry: jobs, log: lg, disp: disp, build: build, jobs: map[protocol.JobID]*jmJob{}}
 	jm.ctx, jm.cancel = context.WithCancel(context.Background())
 	opts := rpc.ServerOptions()
 	if serverTLS != nil {
@@ -165,13 +185,14 @@ func warnIfExposed(lg *slog.Logger, what string, addr net.Addr, tls bool) {
 
 // jobManager is the JobManager's table of jobs: what clients submitted, and their drivers.
 type jobManager struct {
-	cfg    JobManagerConfig
-	log    *slog.Logger
-	disp   *jobmaster.Dispatcher
-	build  protocol.Build
-	ctx    context.Context // cancelled when the JobManager stops: every job is cancelled
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	cfg      JobManagerConfig
+	registry Jobs
+	log      *slog.Logger
+	disp     *jobmaster.Dispatcher
+	build    protocol.Build
+	ctx      context.Context // cancelled when the JobManager stops: every job is cancelled
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
 
 	mu    sync.Mutex
 	jobs  map[protocol.JobID]*jmJob
@@ -186,20 +207,20 @@ const maxJobsRemembered = 100
 type jmJob struct {
 	id        protocol.JobID
 	name      string
-	env       *Environment
+	job       *executor.Job
 	submitted time.Time
 	stop      context.CancelFunc
-	collector *jobCollector
+	collector *metrics.JobCollector
 	// driver is set when the job starts; done is closed when it ended, after result and err are set.
 	mu     sync.Mutex
 	driver *jobmaster.Driver
 	done   chan struct{}
-	result *JobResult
+	result *report.JobResult
 	err    error
 	ended  time.Time
 }
 
-func (j *jmJob) current() *JobResult {
+func (j *jmJob) current() *report.JobResult {
 	select {
 	case <-j.done:
 		return j.result
@@ -209,9 +230,9 @@ func (j *jmJob) current() *JobResult {
 	d := j.driver
 	j.mu.Unlock()
 	if d == nil {
-		return &JobResult{Job: j.name, Status: string(jobmaster.StatusCreated), Failovers: []FailoverResult{}}
+		return &report.JobResult{Job: j.name, Status: string(jobmaster.StatusCreated), Failovers: []report.FailoverResult{}}
 	}
-	return resultOf(j.name, d.Snapshot())
+	return report.Of(j.name, d.Snapshot())
 }
 
 // Submit implements rpc.JobService: it builds the job from this binary's registry, checks that the client
@@ -221,23 +242,23 @@ func (jm *jobManager) Submit(_ context.Context, req rpc.SubmitRequest) (protocol
 		return protocol.JobID{}, fmt.Errorf("%w: %s", rpc.ErrRefused, m)
 	}
 	ctx, cancel := context.WithCancel(jm.ctx)
-	env, p, err := buildVerified(ctx, req.Name, req.Args, req.Graph)
+	job, err := buildVerified(ctx, jm.registry, req.Name, req.Args, req.Graph)
 	if err != nil {
 		cancel()
 		return protocol.JobID{}, fmt.Errorf("%w: %w", rpc.ErrRefused, err)
 	}
-	if env.cfg.Logger == nil {
-		env.cfg.Logger = jm.log
+	if job.Settings.MiniCluster.Logger == nil {
+		job.Settings.MiniCluster.Logger = jm.log
 	}
-	j := &jmJob{name: req.Name, env: env, submitted: time.Now(), stop: cancel, done: make(chan struct{})}
+	j := &jmJob{name: req.Name, job: job, submitted: time.Now(), stop: cancel, done: make(chan struct{})}
 	started := make(chan *jobmaster.Driver, 1)
 	refused := make(chan error, 1)
 	jm.wg.Add(1)
 	go func() {
 		defer jm.wg.Done()
 		defer cancel()
-		res, err := env.run(ctx, p, runOn{dispatcher: jm.disp, cluster: true, slotWait: jm.cfg.SlotWaitTimeout,
-			started: func(d *jobmaster.Driver) {
+		res, err := executor.Run(ctx, job, executor.On{Dispatcher: jm.disp, Cluster: true, SlotWait: jm.cfg.SlotWaitTimeout,
+			Started: func(d *jobmaster.Driver) {
 				j.id = d.JobID() // before the send: Submit reads it after the receive
 				j.mu.Lock()
 				j.driver = d
@@ -259,7 +280,7 @@ func (jm *jobManager) Submit(_ context.Context, req rpc.SubmitRequest) (protocol
 	case err := <-refused:
 		return protocol.JobID{}, fmt.Errorf("%w: %w", rpc.ErrRefused, err)
 	}
-	j.collector = newJobCollector(j.name, j.current, prometheus.Labels{"job_id": j.id.String()})
+	j.collector = metrics.NewJobCollector(j.name, j.current, prometheus.Labels{"job_id": j.id.String()})
 	jm.mu.Lock()
 	jm.jobs[j.id] = j
 	jm.order = append(jm.order, j.id)
@@ -315,7 +336,7 @@ func (jm *jobManager) Watch(ctx context.Context, id protocol.JobID, send func(rp
 			if j.err != nil {
 				st.Error = j.err.Error()
 			}
-			if st.Accumulators, err = j.env.encodeAccumulators(); err != nil {
+			if st.Accumulators, err = j.job.EncodeAccumulators(); err != nil {
 				st.Error = errors.Join(j.err, fmt.Errorf("accumulators: %w", err)).Error()
 			}
 			return send(st)
@@ -369,7 +390,7 @@ func (jm *jobManager) Jobs(context.Context) ([]rest.JobSummary, error) {
 	return out, nil
 }
 
-func (jm *jobManager) restJob(id string) (*JobResult, error) {
+func (jm *jobManager) restJob(id string) (*report.JobResult, error) {
 	jid, err := protocol.ParseJobID(id)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %q: %w", rest.ErrUnknownJob, id, err)
@@ -452,32 +473,4 @@ func (c clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, j := range jobs {
 		j.collector.Collect(ch)
 	}
-}
-
-// load reads the TLS files: the server's config (client certificates required) and the client's (which
-// presents its certificate to every server it trusts, so that a server of another authority says so).
-func (f *TLSFiles) load() (server, client *tls.Config, err error) {
-	if f == nil {
-		return nil, nil, nil
-	}
-	if f.Cert == "" || f.Key == "" || f.CA == "" {
-		return nil, nil, errors.New("--tls-cert, --tls-key and --tls-ca go together: give all three or none")
-	}
-	cert, err := tls.LoadX509KeyPair(f.Cert, f.Key)
-	if err != nil {
-		return nil, nil, fmt.Errorf("--tls-cert %s / --tls-key %s: %w", f.Cert, f.Key, err)
-	}
-	caPEM, err := os.ReadFile(f.CA)
-	if err != nil {
-		return nil, nil, fmt.Errorf("--tls-ca: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(caPEM) {
-		return nil, nil, fmt.Errorf("--tls-ca %s holds no PEM certificate", f.CA)
-	}
-	server = &tls.Config{Certificates: []tls.Certificate{cert}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert,
-		MinVersion: tls.VersionTLS13}
-	client = &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ServerName: f.ServerName, MinVersion: tls.VersionTLS13}
-	mtls.PresentCertificate(client)
-	return server, client, nil
 }

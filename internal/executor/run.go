@@ -1,0 +1,252 @@
+package executor
+
+import (
+	"context"
+	cryptorand "crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/runnel-dev/runnel/internal/checkpoint"
+	"github.com/runnel-dev/runnel/internal/cluster"
+	"github.com/runnel-dev/runnel/internal/jobcore"
+	"github.com/runnel-dev/runnel/internal/jobmaster"
+	"github.com/runnel-dev/runnel/internal/metrics"
+	"github.com/runnel-dev/runnel/internal/operator"
+	"github.com/runnel-dev/runnel/internal/protocol"
+	"github.com/runnel-dev/runnel/internal/report"
+)
+
+// On says where Run runs a job: the dispatcher of its TaskManagers, and for the mini-cluster the catalog
+// through which they take the job's operators (chains) and storage from this process.
+type On struct {
+	Dispatcher *jobmaster.Dispatcher
+	// Cluster marks TaskManagers in other processes: checkpoint storage must be shared, and the
+	// accumulators their tasks built are merged into the job's at the end.
+	Cluster bool
+	// SlotWait bounds the job's wait for slots (0: the job master's default).
+	SlotWait time.Duration
+	// Started, when set, is called with the driver before the job starts (the JobManager's table of jobs).
+	Started func(*jobmaster.Driver)
+
+	requireSlots bool
+	catalog      *inProcessCatalog
+	chains       *Job
+	// taskManagers are the mini-cluster's TaskManagers, whose in-flight logs the job's metrics show.
+	taskManagers []*cluster.TaskManager
+}
+
+// undo is what a run opened and must release when it returns, released last first.
+type undo []func()
+
+func (u *undo) push(f func()) { *u = append(*u, f) }
+
+func (u undo) run() {
+	for _, f := range slices.Backward(u) {
+		f()
+	}
+}
+
+// Run runs job on the TaskManagers of on and blocks until it ends: FINISHED when every source ended and
+// all records were processed, FAILED when a task failed (the error names the subtask), CANCELED when ctx
+// was cancelled first. The result is returned in every case where the job ran; err is non-nil unless the
+// job finished or was cancelled.
+func Run(ctx context.Context, job *Job, on On) (*report.JobResult, error) {
+	var release undo
+	defer release.run()
+	name, rc := job.Name, &job.Recovery
+	build := on.jobBuild(job)
+	jmCfg := jobmaster.Config{
+		Job: job.Graph, Dispatcher: on.Dispatcher, RequireSlots: on.requireSlots, CollectAccumulators: on.Cluster, SlotWaitTimeout: on.SlotWait,
+		Setup:         protocol.SetupJob{Args: job.Args, Graph: job.Fingerprint},
+		BufferTimeout: job.Settings.BufferTimeout, MaxRecordSize: job.Settings.MaxRecordSize, Logger: job.Settings.MiniCluster.Logger,
+		Failover: rc.Failover, Restart: rc.Restart, StateBackend: rc.Backend, Scheduling: rc.Scheduling,
+		NoSlotSharing: job.Settings.NoSlotSharing, SavepointOnStop: rc.SavepointDir,
+	}
+	if on.Cluster {
+		if err := job.CheckSharedStorage(); err != nil {
+			return nil, err
+		}
+	}
+	if rc.Checkpointing {
+		st, err := job.openStorage(ctx, on.Cluster, &jmCfg.Setup, &release)
+		if err != nil {
+			return nil, fmt.Errorf("job %q: %w", name, err)
+		}
+		cc := rc.Checkpoint
+		jmCfg.Checkpoint, jmCfg.Storage = &cc, st
+		if build != nil {
+			build.Store = st
+		}
+	}
+	var restored *report.RestoreResult
+	if rc.RestoreFrom != "" {
+		sp, info, err := job.restore(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("job %q: restore from savepoint %s: %w", name, rc.RestoreFrom, err)
+		}
+		release.push(func() { _ = sp.Close() })
+		restored = info
+		jmCfg.Savepoint = sp
+		jmCfg.Setup.Savepoint = rc.RestoreFrom
+		if build != nil {
+			build.Savepoint = sp
+		}
+	}
+	jm, err := jobmaster.NewDriver(jmCfg)
+	if err != nil {
+		return nil, fmt.Errorf("job %q: %w", name, err)
+	}
+	if on.Started != nil {
+		on.Started(jm)
+	}
+	for _, inj := range on.injections() {
+		if inj.After > 0 {
+			t := time.AfterFunc(inj.After, inj.Arm)
+			release.push(func() { t.Stop() })
+		}
+	}
+	if err := job.serveMetrics(jm, on.taskManagers, &release); err != nil {
+		return nil, fmt.Errorf("job %q: WithMetrics: %w", name, err)
+	}
+	stopProgress := job.reportProgress(jm)
+	snap := jm.Run(ctx)
+	stopProgress()
+	return job.result(snap, jm, on.Cluster, restored)
+}
+
+// openStorage opens the job's checkpoint storage (a temporary directory of this process when none is
+// named) and sets it in setup. For TaskManagers in other processes (shared) a probe written to it proves
+// that each reaches it: every TaskManager reads it back before it runs the job.
+func (j *Job) openStorage(ctx context.Context, shared bool, setup *protocol.SetupJob, release *undo) (*checkpoint.Storage, error) {
+	loc := j.Recovery.Storage
+	if loc == "" {
+		dir, err := os.MkdirTemp("", "runnel-checkpoints-")
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint storage: %w", err)
+		}
+		release.push(func() { _ = os.RemoveAll(dir) })
+		loc = dir
+	}
+	st, err := checkpoint.Open(ctx, loc)
+	if err != nil {
+		return nil, fmt.Errorf("CheckpointConfig.Storage: %w", err)
+	}
+	release.push(func() { _ = st.Close() })
+	setup.CheckpointStorage = loc
+	if !shared {
+		return st, nil
+	}
+	probe, nonce := make([]byte, 8), make([]byte, 16)
+	_, _ = cryptorand.Read(probe)
+	_, _ = cryptorand.Read(nonce)
+	setup.Probe, setup.ProbeNonce = hex.EncodeToString(probe), nonce
+	if err := st.WriteProbe(ctx, setup.Probe, nonce); err != nil {
+		return nil, fmt.Errorf("CheckpointConfig.Storage: %w", err)
+	}
+	release.push(func() { _ = st.DeleteProbe(context.Background(), setup.Probe) })
+	return st, nil
+}
+
+// serveMetrics serves the job's metrics (and those of the in-process TaskManagers tms) while it runs, when
+// the settings ask for it.
+func (j *Job) serveMetrics(jm *jobmaster.Driver, tms []*cluster.TaskManager, release *undo) error {
+	ln := j.Settings.MetricsListener
+	if ln == nil && j.Settings.MetricsAddr == "" {
+		return nil
+	}
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", j.Settings.MetricsAddr); err != nil {
+			return err
+		}
+	}
+	lg := j.Settings.logger()
+	lg.Info("metrics", "job", j.Name, "url", "http://"+ln.Addr().String()+"/metrics")
+	ms := metrics.ServeJob(ln, j.Name, func() *report.JobResult { return report.Of(j.Name, jm.Snapshot()) }, tms)
+	release.push(func() {
+		if err := ms.Stop(); err != nil {
+			lg.Warn("metrics server", "job", j.Name, "err", err)
+		}
+	})
+	return nil
+}
+
+// reportProgress calls the settings' Progress with a snapshot of the running job every ProgressInterval,
+// from a goroutine that the returned function stops and waits for.
+func (j *Job) reportProgress(jm *jobmaster.Driver) (stop func()) {
+	progress := j.Settings.Progress
+	if progress == nil {
+		return func() {}
+	}
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	wg.Go(func() {
+		t := time.NewTicker(j.Settings.ProgressInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				progress(report.Of(j.Name, jm.Snapshot()))
+			case <-done:
+				return
+			}
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}
+
+// result makes the result of the ended run: it merges what the TaskManagers of a cluster accumulated,
+// lists the failure injections that never fired, and gives the result to Progress a last time.
+func (j *Job) result(snap jobcore.Snapshot, jm *jobmaster.Driver, cluster bool, restored *report.RestoreResult) (*report.JobResult, error) {
+	name, lg := j.Name, j.Settings.logger()
+	if cluster {
+		// What the TaskManagers' sinks built, merged into this build's accumulators (a join: the order and
+		// repeats do not matter).
+		for tm, values := range jm.Accumulators() {
+			if err := j.MergeAccumulators(values); err != nil {
+				lg.Error("accumulators of a TaskManager cannot be merged", "job", name, "taskmanager", tm, "err", err)
+			}
+		}
+	}
+	res := report.Of(name, snap)
+	res.RestoredFrom = restored
+	for i, inj := range j.Recovery.Injections {
+		if !slices.Contains(snap.FiredInjections, i) {
+			// A test or demo that asked for a failure and got none proves less than it seems to.
+			res.UnfiredInjections = append(res.UnfiredInjections, inj.Spec)
+			lg.Warn("a failure injection never fired: the job ended before it was due", "job", name, "injection", inj.Spec)
+		}
+	}
+	if j.Settings.Progress != nil {
+		j.Settings.Progress(res)
+	}
+	if snap.Status == jobcore.StatusFailed {
+		return res, fmt.Errorf("job %q failed: %w", name, snap.Err)
+	}
+	if j.Recovery.SavepointDir != "" && snap.Status == jobcore.StatusCanceled && snap.Savepoint == "" {
+		err := snap.SavepointErr
+		if err == nil {
+			err = errors.New("no savepoint was taken")
+		}
+		return res, fmt.Errorf("job %q: savepoint on stop: %w", name, err)
+	}
+	return res, nil
+}
+
+// injections returns the failure injections whose timers this process arms: those of the operators its
+// tasks run (none for TaskManagers in other processes, which arm their own).
+func (on On) injections() []*operator.Injection {
+	if on.chains == nil {
+		return nil
+	}
+	return on.chains.Recovery.Injections
+}

@@ -1,0 +1,307 @@
+// Package report owns the result of a job run: JobResult and its parts, whose JSON form is the `--report`
+// contract of the runnel command and the body of the REST API's job resources (fields are only ever added,
+// never renamed), and its making from a job master's snapshot. It runs nothing and reads no clock but the
+// wall time of a job that has not ended.
+package report
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/runnel-dev/runnel/internal/ident"
+	"github.com/runnel-dev/runnel/internal/jobcore"
+)
+
+// JobResult describes a job run; its JSON form is the `--report` contract of the runnel command (fields are
+// only ever added, never renamed).
+type JobResult struct {
+	Job        string         `json:"job"`
+	Status     string         `json:"status"`
+	Error      string         `json:"error"`
+	WallMillis int64          `json:"wall_ms"`
+	Vertices   []VertexResult `json:"vertices"`
+	// Checkpoints is present when checkpointing is on.
+	Checkpoints *CheckpointCounts `json:"checkpoints,omitempty"`
+	// Failovers lists the failover events, oldest first: the last 1000 of them (FailoverTotals counts all).
+	Failovers []FailoverResult `json:"failovers"`
+	// FailoverTotals sums every failover of the run, those the list omits included.
+	FailoverTotals FailoverTotals `json:"failover_totals"`
+	// Savepoint is the directory of the savepoint written when the job was stopped.
+	Savepoint string `json:"savepoint,omitempty"`
+	// RestoredFrom says which savepoint or retained checkpoint the job started from.
+	RestoredFrom *RestoreResult `json:"restored_from,omitempty"`
+	// Waiting, while the job waits for something to restart (slots, a TaskManager), says what.
+	Waiting string `json:"waiting,omitempty"`
+	// UnfiredInjections lists, once the job ended, the failure injections (WithFailureInjection) that never
+	// fired: the job ended before they were due (a record count its subtask never saw, a checkpoint that
+	// never completed). Each is also logged at WARN.
+	UnfiredInjections []string `json:"unfired_injections,omitempty"`
+}
+
+// RestoreResult describes the state a job started from: the location, the checkpoint's id, and the newer
+// checkpoints that were passed over because they were corrupt, truncated or incomplete.
+type RestoreResult struct {
+	Location     string   `json:"location"`
+	CheckpointID int64    `json:"checkpoint_id"`
+	Skipped      []string `json:"skipped"`
+	// Finished says that the job had already finished in that checkpoint: every subtask had finished, or
+	// its input had ended, when it was taken (the final checkpoint of a bounded job is such a one). As
+	// Flink finishes the operators a checkpoint records as finished when it restores it, this run reads and
+	// emits nothing: its tasks take the final checkpoint they owe and finish at once.
+	Finished bool `json:"finished"`
+}
+
+// CheckpointCounts counts the checkpoints of a job run.
+type CheckpointCounts struct {
+	Completed       int64 `json:"completed"`
+	Failed          int64 `json:"failed"`
+	Aborted         int64 `json:"aborted"`
+	LastCompletedID int64 `json:"last_completed_id"`
+}
+
+// FailoverResult is one failover: the subtask that failed ("VERTEX[i]", or "job" for a failure of the job as a
+// whole, such as too many failed checkpoints in a row, which restarts every subtask), the strategy, the subtasks
+// restarted, the checkpoint their state came from (nil: none, they started empty), and the time from the
+// failure until every restarted subtask was running again.
+type FailoverResult struct {
+	Failed string `json:"failed"`
+	// FailedSubtasks lists every subtask that failed in this event when there were several: those of a
+	// lost TaskManager.
+	FailedSubtasks []string `json:"failed_subtasks,omitempty"`
+	// TaskManager names the TaskManager whose loss caused the failover ("" for a task's own failure).
+	TaskManager string `json:"taskmanager,omitempty"`
+	Cause       string `json:"cause"`
+	// FailedAt is when the job master learned of the failure; the durations below are measured from it.
+	FailedAt time.Time `json:"failed_at"`
+	Strategy string    `json:"strategy"`
+	// Fallback, under task failover, says why this failover restarted by region instead.
+	Fallback           string   `json:"fallback,omitempty"`
+	Restarted          []string `json:"restarted"`
+	CheckpointRestored *int64   `json:"checkpoint_restored"`
+	RecoveryMillis     int64    `json:"recovery_ms"`
+	// OutageMillis runs from the failure until the restarted tail subtasks emitted output again. Both
+	// durations are rounded up to whole milliseconds.
+	OutageMillis int64 `json:"outage_ms"`
+	// RecordsLost is the whole loss of the failover (records after the restored consumers' positions that
+	// they never received); the others are its parts as the producers saw them.
+	RecordsLost           uint64 `json:"records_lost"`
+	RecordsDropped        uint64 `json:"records_dropped"`
+	BuffersDropped        uint64 `json:"buffers_dropped"`
+	PartialRecordsSkipped uint64 `json:"partial_records_skipped"`
+	// Channels breaks the loss down by channel, for the channels that lost anything.
+	Channels []ChannelLossResult `json:"channels,omitempty"`
+	// RecordsReplayed counts, under task failover, the records the restarted subtask read again from its
+	// producers' in-flight logs; DuplicatesDropped those its consumers dropped because it regenerated them
+	// (they had had them before it failed). Replay breaks both down by channel.
+	RecordsReplayed   uint64                `json:"records_replayed"`
+	DuplicatesDropped uint64                `json:"duplicates_dropped"`
+	Replay            []ChannelReplayResult `json:"replay,omitempty"`
+}
+
+// ChannelReplayResult is what task failover did on one channel in one failover: on a channel into the
+// restarted subtask, the records it replayed; on one out of it, the duplicates its consumer dropped.
+type ChannelReplayResult struct {
+	From              string `json:"from"`
+	To                string `json:"to"`
+	RecordsReplayed   uint64 `json:"records_replayed"`
+	DuplicatesDropped uint64 `json:"duplicates_dropped"`
+}
+
+// ChannelLossResult is the loss of one channel in one failover, from a producer subtask ("VERTEX[i]") that
+// kept running (or was restarted) to a restarted consumer.
+type ChannelLossResult struct {
+	From                  string `json:"from"`
+	To                    string `json:"to"`
+	RecordsLost           uint64 `json:"records_lost"`
+	RecordsDropped        uint64 `json:"records_dropped"`
+	BuffersDropped        uint64 `json:"buffers_dropped"`
+	PartialRecordsSkipped uint64 `json:"partial_records_skipped"`
+}
+
+// FailoverTotals sums every failover of a run. Failovers counts them; Omitted those no longer listed in
+// JobResult.Failovers, which keeps the last 1000 so that a long job's memory stays flat. Edges breaks the
+// loss down by edge of the job graph (tasks, by name), over all failovers.
+type FailoverTotals struct {
+	Failovers             int    `json:"failovers"`
+	Omitted               int    `json:"omitted"`
+	RecordsLost           uint64 `json:"records_lost"`
+	RecordsDropped        uint64 `json:"records_dropped"`
+	BuffersDropped        uint64 `json:"buffers_dropped"`
+	PartialRecordsSkipped uint64 `json:"partial_records_skipped"`
+	// RecordsReplayed and DuplicatesDropped sum those of the task failovers.
+	RecordsReplayed   uint64           `json:"records_replayed"`
+	DuplicatesDropped uint64           `json:"duplicates_dropped"`
+	Edges             []EdgeLossResult `json:"edges"`
+}
+
+// EdgeLossResult is the loss on the channels from one task to another, over all failovers.
+type EdgeLossResult struct {
+	From                  string `json:"from"`
+	To                    string `json:"to"`
+	RecordsLost           uint64 `json:"records_lost"`
+	RecordsDropped        uint64 `json:"records_dropped"`
+	BuffersDropped        uint64 `json:"buffers_dropped"`
+	PartialRecordsSkipped uint64 `json:"partial_records_skipped"`
+}
+
+// VertexResult describes one task (a chain of operators) of the job.
+type VertexResult struct {
+	Name        string          `json:"name"`
+	Operators   []string        `json:"operators"`
+	Parallelism int             `json:"parallelism"`
+	Inputs      []InputResult   `json:"inputs"`
+	RecordsIn   uint64          `json:"records_in"`
+	RecordsOut  uint64          `json:"records_out"`
+	Subtasks    []SubtaskResult `json:"subtasks"`
+}
+
+// InputResult describes one input edge of a vertex.
+type InputResult struct {
+	From    string `json:"from"`
+	Pattern string `json:"pattern"`
+}
+
+// SubtaskResult describes one parallel instance of a vertex.
+type SubtaskResult struct {
+	Index       int    `json:"index"`
+	Attempt     int    `json:"attempt"`
+	TaskManager string `json:"taskmanager"`
+	State       string `json:"state"`
+	RecordsIn   uint64 `json:"records_in"`
+	RecordsOut  uint64 `json:"records_out"`
+	// Watermark is the subtask's current event-time watermark (epoch ms): its input watermark, or for a
+	// source what it emitted last; absent while it has none (a job without event time, or before the
+	// first). MaxWatermark once its input ended.
+	Watermark *int64 `json:"watermark,omitempty"`
+	// Metrics are the operator metrics of the subtask's current attempt, by "operator/name": the counters
+	// and gauges its functions registered (RuntimeContext.Metrics) and the engine's own, such as a
+	// window's late_records_dropped.
+	Metrics map[string]int64 `json:"metrics,omitempty"`
+}
+
+// Vertex returns the vertex that contains the named operator, or nil.
+func (r *JobResult) Vertex(operatorName string) *VertexResult {
+	for i := range r.Vertices {
+		for _, op := range r.Vertices[i].Operators {
+			if op == operatorName {
+				return &r.Vertices[i]
+			}
+		}
+	}
+	return nil
+}
+
+// Of is the result of job name in the job master's snapshot s: while it runs (WallMillis up to now) or
+// once it ended.
+func Of(name string, s jobcore.Snapshot) *JobResult {
+	r := &JobResult{Job: name, Status: string(s.Status), Failovers: []FailoverResult{}, Savepoint: s.Savepoint, Waiting: s.Waiting}
+	if c := s.Checkpoints; c != nil {
+		r.Checkpoints = &CheckpointCounts{Completed: c.Completed, Failed: c.Failed, Aborted: c.Aborted, LastCompletedID: c.LastCompletedID}
+	}
+	subtaskName := func(st ident.Subtask) string {
+		for _, vs := range s.Vertices {
+			if vs.Vertex.ID == st.Vertex {
+				return fmt.Sprintf("%s[%d]", vs.Vertex.Name, st.Index)
+			}
+		}
+		return st.String()
+	}
+	t := s.FailoverTotals
+	r.FailoverTotals = FailoverTotals{Failovers: t.Failovers, Omitted: t.Omitted, RecordsLost: t.RecordsLost,
+		RecordsDropped: t.RecordsDropped, BuffersDropped: t.BuffersDropped, PartialRecordsSkipped: t.PartialRecordsSkipped,
+		RecordsReplayed: t.RecordsReplayed, DuplicatesDropped: t.DuplicatesDropped, Edges: []EdgeLossResult{}}
+	vertexName := func(id ident.VertexID) string {
+		for _, vs := range s.Vertices {
+			if vs.Vertex.ID == id {
+				return vs.Vertex.Name
+			}
+		}
+		return fmt.Sprintf("v%d", id)
+	}
+	for _, e := range t.Edges {
+		r.FailoverTotals.Edges = append(r.FailoverTotals.Edges, EdgeLossResult{From: vertexName(e.Producer), To: vertexName(e.Consumer),
+			RecordsLost: e.RecordsLost, RecordsDropped: e.RecordsDropped, BuffersDropped: e.BuffersDropped,
+			PartialRecordsSkipped: e.PartialRecordsSkipped})
+	}
+	for _, f := range s.Failovers {
+		fr := FailoverResult{Failed: subtaskName(f.Failed), Strategy: f.Strategy, Fallback: f.Fallback, CheckpointRestored: f.CheckpointRestored, Restarted: []string{}, FailedAt: f.FailedAt}
+		if f.Global {
+			fr.Failed = "job"
+		}
+		fr.TaskManager = f.TaskManager
+		for _, st := range f.FailedSubtasks {
+			fr.FailedSubtasks = append(fr.FailedSubtasks, subtaskName(st))
+		}
+		if f.Cause != nil {
+			fr.Cause = f.Cause.Error()
+		}
+		for _, st := range f.Restarted {
+			fr.Restarted = append(fr.Restarted, subtaskName(st))
+		}
+		if !f.RecoveredAt.IsZero() {
+			fr.RecoveryMillis = ceilMillis(f.RecoveredAt.Sub(f.FailedAt))
+		}
+		if !f.OutputAt.IsZero() {
+			fr.OutageMillis = ceilMillis(f.OutputAt.Sub(f.FailedAt))
+		}
+		fr.RecordsLost, fr.RecordsDropped, fr.BuffersDropped, fr.PartialRecordsSkipped = f.RecordsLost, f.RecordsDropped, f.BuffersDropped, f.PartialRecordsSkipped
+		for _, c := range f.Channels {
+			fr.Channels = append(fr.Channels, ChannelLossResult{From: subtaskName(c.Producer), To: subtaskName(c.Consumer),
+				RecordsLost: c.RecordsLost, RecordsDropped: c.RecordsDropped, BuffersDropped: c.BuffersDropped,
+				PartialRecordsSkipped: c.PartialRecordsSkipped})
+		}
+		fr.RecordsReplayed, fr.DuplicatesDropped = f.RecordsReplayed, f.DuplicatesDropped
+		for _, c := range f.Replay {
+			fr.Replay = append(fr.Replay, ChannelReplayResult{From: subtaskName(c.Producer), To: subtaskName(c.Consumer),
+				RecordsReplayed: c.RecordsReplayed, DuplicatesDropped: c.DuplicatesDropped})
+		}
+		r.Failovers = append(r.Failovers, fr)
+	}
+	if s.Err != nil {
+		r.Error = s.Err.Error()
+	}
+	end := s.Ended
+	if end.IsZero() {
+		end = time.Now()
+	}
+	if !s.Started.IsZero() {
+		r.WallMillis = end.Sub(s.Started).Milliseconds()
+	}
+	for _, vs := range s.Vertices {
+		v := vs.Vertex
+		vr := VertexResult{Name: v.Name, Parallelism: v.Parallelism, RecordsIn: vs.RecordsIn, RecordsOut: vs.RecordsOut,
+			Inputs: []InputResult{}}
+		for _, n := range v.Nodes {
+			vr.Operators = append(vr.Operators, n.Name)
+		}
+		for _, in := range v.Inputs {
+			vr.Inputs = append(vr.Inputs, InputResult{From: in.Source.Name, Pattern: in.Pattern.String()})
+		}
+		for _, st := range vs.Subtasks {
+			sr := SubtaskResult{Index: st.Index, Attempt: st.Attempt, TaskManager: st.TaskManager,
+				State: st.State.String(), RecordsIn: st.RecordsIn, RecordsOut: st.RecordsOut}
+			if st.HasWatermark {
+				w := st.Watermark
+				sr.Watermark = &w
+			}
+			if len(st.Metrics) > 0 {
+				sr.Metrics = make(map[string]int64, len(st.Metrics))
+				for _, m := range st.Metrics {
+					sr.Metrics[m.Name] = m.Value
+				}
+			}
+			vr.Subtasks = append(vr.Subtasks, sr)
+		}
+		r.Vertices = append(r.Vertices, vr)
+	}
+	return r
+}
+
+// ceilMillis rounds d up to whole milliseconds: a recovery that took 0.3 ms is reported as 1 ms, not as 0,
+// which would read as "not measured", and a figure is never lower than what happened.
+func ceilMillis(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
