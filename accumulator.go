@@ -3,7 +3,6 @@ package runnel
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"maps"
 	"slices"
 )
@@ -84,12 +83,4 @@ func (e *Environment) mergeAccumulators(values map[string][]byte) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// logger is the Environment's logger, or slog's default.
-func (e *Environment) logger() *slog.Logger {
-	if e.cfg.Logger != nil {
-		return e.cfg.Logger
-	}
-	return slog.Default()
 }
