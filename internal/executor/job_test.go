@@ -46,12 +46,14 @@ func TestSameBuild(t *testing.T) {
 // TestUndoReleasesLastFirst: what a run opened is released in the reverse order, as deferred calls are
 // (the metrics server before the storage it reads, the storage before its temporary directory).
 func TestUndoReleasesLastFirst(t *testing.T) {
-	var u undo
 	var got []int
-	for i := range 3 {
-		u.push(func() { got = append(got, i) })
-	}
-	u.run()
+	func() {
+		var u undo
+		defer u.run() // as Run releases: pushed after the defer statement
+		for i := range 3 {
+			u.push(func() { got = append(got, i) })
+		}
+	}()
 	if want := []int{2, 1, 0}; !slices.Equal(got, want) {
 		t.Fatalf("released %v, want %v", got, want)
 	}

@@ -46,8 +46,10 @@ type undo []func()
 
 func (u *undo) push(f func()) { *u = append(*u, f) }
 
-func (u undo) run() {
-	for _, f := range slices.Backward(u) {
+// run releases everything pushed so far. Its receiver is a pointer so that `defer u.run()` releases
+// what is pushed after the defer statement too.
+func (u *undo) run() {
+	for _, f := range slices.Backward(*u) {
 		f()
 	}
 }
