@@ -66,19 +66,12 @@ func New(fs *pflag.FlagSet) *Job {
 
 // GenerateClick returns click seq of source subtask.
 func GenerateClick(users, pages int, subtask int, seq uint64) Click {
-	h := mix(uint64(subtask)<<40 ^ seq)
+	h := run.Mix(uint64(subtask)<<40 ^ seq)
 	return Click{
 		User:      int64(h % uint64(users)),
 		Page:      int32((h >> 32) % uint64(pages)),
 		Timestamp: int64(seq)*10 + int64(subtask),
 	}
-}
-
-func mix(x uint64) uint64 {
-	x += 0x9e3779b97f4a7c15
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
-	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
-	return x ^ (x >> 31)
 }
 
 // Build adds the clickstream pipeline to env.

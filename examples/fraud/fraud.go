@@ -105,18 +105,11 @@ func Generate(accounts, fraudEvery int, subtask int, seq uint64) Transaction {
 	local := int64(seq % uint64(accounts))
 	round := seq / uint64(accounts)
 	t := Transaction{Account: int64(subtask)*int64(accounts) + local, Seq: int64(seq),
-		Cents: 1_000 + int64(mix(uint64(subtask)<<40^seq)%40_000)}
+		Cents: 1_000 + int64(run.Mix(uint64(subtask)<<40^seq)%40_000)}
 	if fraudEvery > 0 && local%int64(fraudEvery) == 0 {
 		t.Cents = [4]int64{50, 90_000, 90, 2_000}[round%4]
 	}
 	return t
-}
-
-func mix(x uint64) uint64 {
-	x += 0x9e3779b97f4a7c15
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
-	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
-	return x ^ (x >> 31)
 }
 
 // Job is a configured fraud detection run.

@@ -45,19 +45,22 @@ func AppendEvent(dst []byte, e *Event) []byte {
 		o.String("extra", a.Extra)
 		dst = o.End()
 	default:
-		b := &e.Bid
-		dst = append(dst, `{"bid":`...)
-		o := BeginObject(dst)
-		o.Int("auction", b.Auction)
-		o.Int("bidder", b.Bidder)
-		o.Int("price", b.Price)
-		o.String("channel", b.Channel)
-		o.String("url", b.URL)
-		o.Int("dateTime", b.DateTime)
-		o.String("extra", b.Extra)
-		dst = o.End()
+		dst = appendBid(append(dst, `{"bid":`...), &e.Bid)
 	}
 	return append(dst, '}')
+}
+
+// appendBid appends b as a JSON object with the model's fields in order: an event's body and q0's row.
+func appendBid(dst []byte, b *Bid) []byte {
+	o := BeginObject(dst)
+	o.Int("auction", b.Auction)
+	o.Int("bidder", b.Bidder)
+	o.Int("price", b.Price)
+	o.String("channel", b.Channel)
+	o.String("url", b.URL)
+	o.Int("dateTime", b.DateTime)
+	o.String("extra", b.Extra)
+	return o.End()
 }
 
 // Object appends one flat JSON object to a buffer, field by field, for the queries' output rows:

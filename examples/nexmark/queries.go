@@ -131,17 +131,7 @@ func auctions[T any](events *runnel.Stream[Event], f func(a Auction) (T, bool)) 
 // q0 passes every bid through: {auction, bidder, price, channel, url, dateTime, extra}.
 func q0(events *runnel.Stream[Event]) Result {
 	s := bids(events, func(b Bid) (Bid, bool) { return b, true }).WithCodec(codec.MustStruct[Bid]())
-	return newResult(s, func(dst []byte, b *Bid) []byte {
-		o := BeginObject(dst)
-		o.Int("auction", b.Auction)
-		o.Int("bidder", b.Bidder)
-		o.Int("price", b.Price)
-		o.String("channel", b.Channel)
-		o.String("url", b.URL)
-		o.Int("dateTime", b.DateTime)
-		o.String("extra", b.Extra)
-		return o.End()
-	})
+	return newResult(s, appendBid)
 }
 
 // euroBid is q1's row; Milli is the price in thousandths of a euro (price·908: 0.908 × price exactly).

@@ -75,11 +75,11 @@ type Generator struct {
 }
 
 // active says whether user u clicks in activity period p (about a third of the users are, each period).
-func (g Generator) active(u, p uint64) bool { return mix(g.Seed^mix(u<<32^p))%3 == 0 }
+func (g Generator) active(u, p uint64) bool { return run.Mix(g.Seed^run.Mix(u<<32^p))%3 == 0 }
 
 // Click returns click i of the stream.
 func (g Generator) Click(i uint64) Click {
-	h := mix(g.Seed ^ mix(i))
+	h := run.Mix(g.Seed ^ run.Mix(i))
 	at := BaseTime + int64(i)*ClickSpacing.Milliseconds()
 	period := uint64(at / (4 * g.Gap.Milliseconds()))
 	users := uint64(g.Users)
@@ -96,13 +96,6 @@ func (g Generator) Click(i uint64) Click {
 		Page: int32((h >> 20) % Pages),
 		Time: at - int64((h>>40)%uint64(g.Jitter.Milliseconds()+1)),
 	}
-}
-
-func mix(x uint64) uint64 {
-	x += 0x9e3779b97f4a7c15
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
-	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
-	return x ^ (x >> 31)
 }
 
 // Job is a configured sessionizer run.

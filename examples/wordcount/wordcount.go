@@ -127,11 +127,11 @@ größe naïve café straße señor über crème déjà 東京 数据 流 abc123
 // GeneratedLine returns line i of the generated text: 4 to 15 words of a fixed vocabulary, with a skew so
 // that some words are much more frequent than others.
 func GeneratedLine(i uint64) string {
-	h := mix(i + 1)
+	h := run.Mix(i + 1)
 	n := 4 + int(h%12)
 	var b strings.Builder
 	for k := 0; k < n; k++ {
-		h = mix(h + uint64(k))
+		h = run.Mix(h + uint64(k))
 		// Square a uniform index to favour the front of the vocabulary.
 		u := float64(h>>11) / (1 << 53)
 		w := vocabulary[int(u*u*float64(len(vocabulary)))]
@@ -149,14 +149,6 @@ func GeneratedLine(i uint64) string {
 	}
 	b.WriteByte('.')
 	return b.String()
-}
-
-// mix is the splitmix64 finalizer.
-func mix(x uint64) uint64 {
-	x += 0x9e3779b97f4a7c15
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
-	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
-	return x ^ (x >> 31)
 }
 
 // counter keeps a count per word and emits all counts at end of input.
