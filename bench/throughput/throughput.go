@@ -61,9 +61,9 @@ type CheckpointResult struct {
 	Checkpoints     int64   `json:"checkpoints_completed"`
 }
 
-// RunCheckpointOverhead runs the standard pipeline without and with checkpoints every interval,
-// alternating, and compares the medians.
-func RunCheckpointOverhead(ctx context.Context, cfg Config, interval time.Duration) (*CheckpointResult, error) {
+// overheadConfig gives an overhead comparison its defaults (parallelism 2, 3 runs of each side) and checks
+// its checkpoint interval.
+func overheadConfig(cfg Config, interval time.Duration) (Config, error) {
 	if cfg.Parallelism == 0 {
 		cfg.Parallelism = 2
 	}
@@ -71,7 +71,17 @@ func RunCheckpointOverhead(ctx context.Context, cfg Config, interval time.Durati
 		cfg.Runs = 3
 	}
 	if interval <= 0 {
-		return nil, fmt.Errorf("throughput: checkpoint interval must be positive, got %s", interval)
+		return cfg, fmt.Errorf("throughput: checkpoint interval must be positive, got %s", interval)
+	}
+	return cfg, nil
+}
+
+// RunCheckpointOverhead runs the standard pipeline without and with checkpoints every interval,
+// alternating, and compares the medians.
+func RunCheckpointOverhead(ctx context.Context, cfg Config, interval time.Duration) (*CheckpointResult, error) {
+	cfg, err := overheadConfig(cfg, interval)
+	if err != nil {
+		return nil, err
 	}
 	res := &CheckpointResult{IntervalMillis: interval.Milliseconds()}
 	var plain, checked []time.Duration
@@ -111,14 +121,9 @@ type FailoverResult struct {
 // RunFailoverOverhead runs the checkpointed standard pipeline under region failover and under strategy,
 // alternating, and compares the medians.
 func RunFailoverOverhead(ctx context.Context, cfg Config, interval time.Duration, strategy string) (*FailoverResult, error) {
-	if cfg.Parallelism == 0 {
-		cfg.Parallelism = 2
-	}
-	if cfg.Runs <= 0 {
-		cfg.Runs = 3
-	}
-	if interval <= 0 {
-		return nil, fmt.Errorf("throughput: checkpoint interval must be positive, got %s", interval)
+	cfg, err := overheadConfig(cfg, interval)
+	if err != nil {
+		return nil, err
 	}
 	var region, other []time.Duration
 	for i := 0; i < cfg.Runs; i++ {
