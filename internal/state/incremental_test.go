@@ -42,7 +42,7 @@ func TestDeltaChainsRestoreExactly(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			clock := int64(1_000_000)
 			now := func() int64 { return clock }
-			live, ref := newSegStates(t, false, now), newSegStates(t, true, now)
+			live, ref := newSegStates(t, now), newReference(t, now)
 			rng := rand.New(rand.NewPCG(tc.seed, 11))
 			var chain [][]byte // the pieces the next restore needs
 			full := true       // the next write must be a full one
@@ -357,7 +357,7 @@ func TestDeltaChainsRescale(t *testing.T) {
 // TestDeltaDamage: a delta that is cut short or altered is refused like any snapshot, naming which of
 // the chain it is.
 func TestDeltaDamage(t *testing.T) {
-	s := newSegStates(t, false, func() int64 { return 0 })
+	s := newSegStates(t, func() int64 { return 0 })
 	var chain [][]byte
 	for round := 1; round <= 3; round++ {
 		for k := range int64(20) {
@@ -387,7 +387,7 @@ func TestDeltaDamage(t *testing.T) {
 		func(b []byte) []byte { c := bytes.Clone(b); c[len(c)/2] ^= 0x40; return c },
 	} {
 		bad := [][]byte{chain[0], chain[1], damage(chain[2])}
-		back := newSegStates(t, false, func() int64 { return 0 })
+		back := newSegStates(t, func() int64 { return 0 })
 		err := back.b.Restore(readers(bad))
 		if !errors.Is(err, ErrCorruptSnapshot) {
 			t.Fatalf("damaged delta: %v, want ErrCorruptSnapshot", err)

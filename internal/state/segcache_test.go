@@ -27,13 +27,12 @@ type segStates struct {
 	ttl    MapState[int64, int64]
 }
 
-func newSegStates(t *testing.T, encodeAll bool, now func() int64) *segStates {
+func newSegStates(t *testing.T, now func() int64) *segStates {
 	t.Helper()
 	kb, err := NewHeap[int64](Options[int64]{MaxParallelism: 16, KeyGroupEnd: 15, Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}
-	kb.(*heapBackend[int64]).encodeAll = encodeAll
 	return declareSegStates(t, kb)
 }
 
@@ -151,7 +150,7 @@ func TestSegmentCacheMatchesFullEncoding(t *testing.T) {
 			segSpareBytes = tc.spare
 			clock := int64(1_000_000)
 			now := func() int64 { return clock }
-			cached, full := newSegStates(t, false, now), newSegStates(t, true, now)
+			cached, full := newSegStates(t, now), newReference(t, now)
 			rng := rand.New(rand.NewPCG(seed, 7))
 			type pending struct {
 				id   int64
@@ -286,7 +285,7 @@ func TestSegmentsFollowTheLiveKeys(t *testing.T) {
 	spare := segSpareBytes
 	t.Cleanup(func() { segSpareBytes = spare })
 	segSpareBytes = 0
-	s := newSegStates(t, false, func() int64 { return 0 })
+	s := newSegStates(t, func() int64 { return 0 })
 	const keys, kept = 2000, 100
 	for k := range int64(keys) {
 		for x := range 4 {
@@ -420,7 +419,7 @@ func TestSegmentCacheReusesAroundGoneAndNewKeys(t *testing.T) {
 func TestLentBlobMatchesFullEncoding(t *testing.T) {
 	clock := int64(1_000_000)
 	now := func() int64 { return clock }
-	cached, full := newSegStates(t, false, now), newSegStates(t, true, now)
+	cached, full := newSegStates(t, now), newReference(t, now)
 	rng := rand.New(rand.NewPCG(5, 9))
 	pool := checkpoint.NewBlobPool()
 	var mems []*byte
