@@ -9,42 +9,42 @@ import (
 	"github.com/runnel-dev/runnel/codec"
 )
 
-// heapMap is a MapState on the heap.
-type heapMap[MK comparable, MV any] struct {
+// heapMaps is the table of map and list map state on the heap: per slot, a map from the map key to V (a
+// value, or a list of elements). A map is copied on its first change in an epoch, since a capture may
+// hold it.
+type heapMaps[MK comparable, V any] struct {
 	st   *heapStore
 	name string
+	k    kind
 	kc   codec.Codec[MK]
-	vc   codec.Codec[MV]
-	maps []map[MK]MV
+	maps []map[MK]V
 	// epoch is the epoch in which each map was made (or emptied) by this table: a map changes in place
 	// only in that epoch, so it is also the epoch of the map's last change (for the segment cache).
 	epoch []uint32
 	sc    *segCache
 }
 
-func (s *heapMap[MK, MV]) kind() kind { return kindMap }
+func (s *heapMaps[MK, V]) kind() kind { return s.k }
 
-func (s *heapMap[MK, MV]) current() map[MK]MV {
-	slot := int(s.st.cur)
+// currentSlot returns the current key's slot; there must be one.
+func (s *heapMaps[MK, V]) currentSlot() int32 {
+	slot := s.st.cur
 	if slot < 0 {
-		panic("state: map state used without a current key")
+		panic("state: " + s.k.String() + " state used without a current key")
 	}
+	return slot
+}
+
+func (s *heapMaps[MK, V]) current() map[MK]V {
+	slot := int(s.currentSlot())
 	if slot >= len(s.maps) {
 		return nil
 	}
 	return s.maps[slot]
 }
 
-// writable returns the current key's map, made or copied so that it may be changed in place.
-func (s *heapMap[MK, MV]) writable() map[MK]MV {
-	slot := int(s.st.cur)
-	if slot < 0 {
-		panic("state: map state used without a current key")
-	}
-	return s.writableAt(slot)
-}
-
-func (s *heapMap[MK, MV]) writableAt(slot int) map[MK]MV {
+// writableAt returns slot's map, made or copied so that it may be changed in place.
+func (s *heapMaps[MK, V]) writableAt(slot int) map[MK]V {
 	for len(s.maps) <= slot {
 		s.maps = append(s.maps, nil)
 		s.epoch = append(s.epoch, 0)
@@ -52,7 +52,7 @@ func (s *heapMap[MK, MV]) writableAt(slot int) map[MK]MV {
 	m := s.maps[slot]
 	switch {
 	case m == nil:
-		m = make(map[MK]MV)
+		m = make(map[MK]V)
 	case s.epoch[slot] != s.st.epoch:
 		m = maps.Clone(m) // a capture may hold m
 	default:
@@ -63,35 +63,37 @@ func (s *heapMap[MK, MV]) writableAt(slot int) map[MK]MV {
 	return m
 }
 
-func (s *heapMap[MK, MV]) Get(mk MK) (MV, bool) {
-	v, ok := s.current()[mk]
-	return v, ok
-}
-
-func (s *heapMap[MK, MV]) Put(mk MK, mv MV) {
-	m := s.writable()
+// put stores v under mk in slot's map.
+func (s *heapMaps[MK, V]) put(slot int32, mk MK, v V) {
+	m := s.writableAt(int(slot))
 	if len(m) == 0 {
-		s.st.incRef(s.st.cur)
+		s.st.incRef(slot)
 	}
-	m[mk] = mv
+	m[mk] = v
 }
 
-func (s *heapMap[MK, MV]) Remove(mk MK) {
+// drop empties slot's map, which holds entries.
+func (s *heapMaps[MK, V]) drop(slot int32) {
+	s.maps[slot], s.epoch[slot] = nil, s.st.epoch
+	s.st.decRef(slot)
+}
+
+func (s *heapMaps[MK, V]) Remove(mk MK) {
 	m := s.current()
 	if _, ok := m[mk]; !ok {
 		return
 	}
+	slot := s.st.cur
 	if len(m) == 1 {
-		s.maps[s.st.cur], s.epoch[s.st.cur] = nil, s.st.epoch
-		s.st.decRef(s.st.cur)
+		s.drop(slot)
 		return
 	}
-	delete(s.writable(), mk)
+	delete(s.writableAt(int(slot)), mk)
 }
 
-func (s *heapMap[MK, MV]) Len() int { return len(s.current()) }
+func (s *heapMaps[MK, V]) Len() int { return len(s.current()) }
 
-func (s *heapMap[MK, MV]) Range(f func(MK, MV) bool) {
+func (s *heapMaps[MK, V]) Range(f func(MK, V) bool) {
 	for k, v := range s.current() {
 		if !f(k, v) {
 			return
@@ -99,81 +101,105 @@ func (s *heapMap[MK, MV]) Range(f func(MK, MV) bool) {
 	}
 }
 
-func (s *heapMap[MK, MV]) Clear() {
-	if slot := int(s.st.cur); slot >= 0 && slot < len(s.maps) && len(s.maps[slot]) > 0 {
-		s.maps[slot], s.epoch[slot] = nil, s.st.epoch
-		s.st.decRef(int32(slot))
+func (s *heapMaps[MK, V]) Clear() {
+	if slot := s.st.cur; slot >= 0 && int(slot) < len(s.maps) && len(s.maps[slot]) > 0 {
+		s.drop(slot)
 	}
 }
 
-func (s *heapMap[MK, MV]) hasSlot(slot int) bool { return slot < len(s.maps) && len(s.maps[slot]) > 0 }
+func (s *heapMaps[MK, V]) hasSlot(slot int) bool { return slot < len(s.maps) && len(s.maps[slot]) > 0 }
 
-func (s *heapMap[MK, MV]) capture(n int) heapCapture {
+// frozen returns the capture of slots [0, n) of the table, whose values appendValue encodes.
+func (s *heapMaps[MK, V]) frozen(n int, appendValue func(dst []byte, v V) ([]byte, error)) mapsCapture[MK, V] {
 	if s.sc == nil {
 		s.sc = &segCache{}
 	}
-	return &mapCapture[MK, MV]{kc: s.kc, vc: s.vc, maps: slices.Clone(s.maps[:min(n, len(s.maps))]),
+	return mapsCapture[MK, V]{kc: s.kc, appendValue: appendValue, maps: slices.Clone(s.maps[:min(n, len(s.maps))]),
 		epochs: slices.Clone(s.epoch[:min(n, len(s.epoch))]), sc: s.sc}
 }
 
-func (s *heapMap[MK, MV]) restore(slot int32, mapKey, value []byte) error {
+// restoreKey decodes a restored entry's map key.
+func (s *heapMaps[MK, V]) restoreKey(mapKey []byte) (MK, error) {
 	var mk MK
-	var mv MV
 	if err := s.kc.Decode(mapKey, &mk); err != nil {
-		return fmt.Errorf("map key: %w", err)
+		return mk, fmt.Errorf("map key: %w", err)
 	}
+	return mk, nil
+}
+
+// heapMap is a MapState on the heap.
+type heapMap[MK comparable, MV any] struct {
+	heapMaps[MK, MV]
+	vc codec.Codec[MV]
+}
+
+func newHeapMap[MK comparable, MV any](st *heapStore, name string, kc codec.Codec[MK], vc codec.Codec[MV]) *heapMap[MK, MV] {
+	return &heapMap[MK, MV]{heapMaps: heapMaps[MK, MV]{st: st, name: name, k: kindMap, kc: kc}, vc: vc}
+}
+
+func (s *heapMap[MK, MV]) Get(mk MK) (MV, bool) {
+	v, ok := s.current()[mk]
+	return v, ok
+}
+
+func (s *heapMap[MK, MV]) Put(mk MK, mv MV) { s.put(s.currentSlot(), mk, mv) }
+
+func (s *heapMap[MK, MV]) capture(n int) heapCapture {
+	return &mapCapture[MK, MV]{s.frozen(n, s.appendValue)}
+}
+
+func (s *heapMap[MK, MV]) appendValue(dst []byte, mv MV) ([]byte, error) {
+	dst, err := s.vc.Append(dst, mv)
+	if err != nil {
+		return dst, fmt.Errorf("encode map value: %w", err)
+	}
+	return dst, nil
+}
+
+func (s *heapMap[MK, MV]) restore(slot int32, mapKey, value []byte) error {
+	mk, err := s.restoreKey(mapKey)
+	if err != nil {
+		return err
+	}
+	var mv MV
 	if err := s.vc.Decode(value, &mv); err != nil {
 		return fmt.Errorf("map value: %w", err)
 	}
-	m := s.writableAt(int(slot))
-	if len(m) == 0 {
-		s.st.incRef(slot)
-	}
-	m[mk] = mv
+	s.put(slot, mk, mv)
 	return nil
 }
 
-type mapCapture[MK comparable, MV any] struct {
-	kc     codec.Codec[MK]
-	vc     codec.Codec[MV]
-	maps   []map[MK]MV
-	epochs []uint32
-	sc     *segCache
-	arena  []byte
-	spans  []entrySpan
-	sorted []mapEntry
+// mapsCapture is a frozen view of a heapMaps table.
+type mapsCapture[MK comparable, V any] struct {
+	kc          codec.Codec[MK]
+	appendValue func(dst []byte, v V) ([]byte, error)
+	maps        []map[MK]V
+	epochs      []uint32
+	sc          *segCache
+	arena       []byte
+	spans       []entrySpan
+	sorted      []mapEntry
 }
 
-type mapEntry struct{ k, v []byte }
+func (c *mapsCapture[MK, V]) changedEpochs() []uint32 { return c.epochs }
 
-// entrySpan locates one encoded map entry in an arena: the key is [k0, k1), the value [k1, v1).
-type entrySpan struct{ k0, k1, v1 int }
+func (c *mapsCapture[MK, V]) segments() *segCache { return c.sc }
 
-func (c *mapCapture[MK, MV]) kind() kind { return kindMap }
-
-func (c *mapCapture[MK, MV]) changedEpochs() []uint32 { return c.epochs }
-
-func (c *mapCapture[MK, MV]) holdsNothing(slot int) bool {
-	return slot >= len(c.maps) || c.maps[slot] == nil
-}
-
-func (c *mapCapture[MK, MV]) segments() *segCache { return c.sc }
-
-func (c *mapCapture[MK, MV]) entries(slot int, out *slotEmitter) error {
+func (c *mapsCapture[MK, V]) entries(slot int, out *slotEmitter) error {
 	if slot >= len(c.maps) || len(c.maps[slot]) == 0 {
 		return nil
 	}
 	// Encode every entry into one arena, then slice it: the arena does not move once filled.
 	c.arena, c.spans = c.arena[:0], c.spans[:0]
-	for mk, mv := range c.maps[slot] {
+	for mk, v := range c.maps[slot] {
 		var err error
 		k0 := len(c.arena)
 		if c.arena, err = c.kc.Append(c.arena, mk); err != nil {
 			return fmt.Errorf("snapshot keyed state: encode map key: %w", err)
 		}
 		k1 := len(c.arena)
-		if c.arena, err = c.vc.Append(c.arena, mv); err != nil {
-			return fmt.Errorf("snapshot keyed state: encode map value: %w", err)
+		if c.arena, err = c.appendValue(c.arena, v); err != nil {
+			return fmt.Errorf("snapshot keyed state: %w", err)
 		}
 		c.spans = append(c.spans, entrySpan{k0, k1, len(c.arena)})
 	}
@@ -185,6 +211,20 @@ func (c *mapCapture[MK, MV]) entries(slot int, out *slotEmitter) error {
 	}
 	return nil
 }
+
+// mapCapture is a frozen view of a heapMap.
+type mapCapture[MK comparable, MV any] struct{ mapsCapture[MK, MV] }
+
+func (c *mapCapture[MK, MV]) kind() kind { return kindMap }
+
+func (c *mapCapture[MK, MV]) holdsNothing(slot int) bool {
+	return slot >= len(c.maps) || c.maps[slot] == nil
+}
+
+type mapEntry struct{ k, v []byte }
+
+// entrySpan locates one encoded map entry in an arena: the key is [k0, k1), the value [k1, v1).
+type entrySpan struct{ k0, k1, v1 int }
 
 // sortEntries appends the entries of spans in arena to dst in key byte order. A key's map is small as a
 // rule (a window operator's: the few windows a key is in), so small ones are insertion sorted.

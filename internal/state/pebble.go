@@ -641,32 +641,61 @@ func (b *pebbleBackend[K]) Close() error {
 
 // pebbleValue is a ValueState in pebble: one store key per key, holding the value's encoding.
 type pebbleValue[V any] struct {
+	pebbleKey
+	c   codec.Codec[V]
+	buf []byte
+	dec V
+}
+
+// pebbleKey is what value and list state in pebble share: one store key per key, the key's store key.
+type pebbleKey struct {
 	st   *pebbleStore
 	name string
 	id   uint16
-	c    codec.Codec[V]
-	buf  []byte
-	dec  V
+}
+
+func (s *pebbleKey) Clear() {
+	if k, ok := s.st.keyFor(s.id); ok {
+		s.st.check(s.st.db.Delete(k, pebble.NoSync), s.name, "clear")
+	}
 }
 
 func (s *pebbleValue[V]) Value() (V, bool) {
-	var zero V
 	k, ok := s.st.keyFor(s.id)
 	if !ok {
+		var zero V
 		return zero, false
 	}
-	raw, closer, ok := s.st.get(k, s.name)
+	return getValue(s.st, k, s.c, &s.dec, s.name, "decode value")
+}
+
+// getValue returns the value stored under key, decoded into *dec (a field of the state, which it leaves
+// zero): decoding into a local would make the value escape to the heap on every call.
+func getValue[V any](st *pebbleStore, key []byte, c codec.Codec[V], dec *V, name, op string) (V, bool) {
+	var zero V
+	raw, closer, ok := st.get(key, name)
 	if !ok {
 		return zero, false
 	}
-	// Decoding into a field, not a local, keeps the value from escaping to the heap on every call.
-	s.dec = zero
-	err := s.c.Decode(raw, &s.dec)
+	*dec = zero
+	err := c.Decode(raw, dec)
 	_ = closer.Close()
-	s.st.check(err, s.name, "decode value")
-	v := s.dec
-	s.dec = zero
+	st.check(err, name, op)
+	v := *dec
+	*dec = zero
 	return v, true
+}
+
+// getList returns the list stored under key, nil if there is none.
+func getList[V any](st *pebbleStore, key []byte, c codec.Codec[V], name string) []V {
+	raw, closer, ok := st.get(key, name)
+	if !ok {
+		return nil
+	}
+	l, err := decodeList(c, raw, nil)
+	_ = closer.Close()
+	st.check(err, name, "decode list")
+	return l
 }
 
 func (s *pebbleValue[V]) Update(v V) {
@@ -677,20 +706,12 @@ func (s *pebbleValue[V]) Update(v V) {
 	s.st.check(s.st.db.Set(k, s.buf, pebble.NoSync), s.name, "update")
 }
 
-func (s *pebbleValue[V]) Clear() {
-	if k, ok := s.st.keyFor(s.id); ok {
-		s.st.check(s.st.db.Delete(k, pebble.NoSync), s.name, "clear")
-	}
-}
-
 // pebbleList is a ListState in pebble: one store key per key, holding the list encoding, to which Add
 // merges (appends) one element.
 type pebbleList[V any] struct {
-	st   *pebbleStore
-	name string
-	id   uint16
-	c    codec.Codec[V]
-	buf  []byte
+	pebbleKey
+	c   codec.Codec[V]
+	buf []byte
 }
 
 func (s *pebbleList[V]) Get() []V {
@@ -698,14 +719,7 @@ func (s *pebbleList[V]) Get() []V {
 	if !ok {
 		return nil
 	}
-	raw, closer, ok := s.st.get(k, s.name)
-	if !ok {
-		return nil
-	}
-	l, err := decodeList(s.c, raw, nil)
-	_ = closer.Close()
-	s.st.check(err, s.name, "decode list")
-	return l
+	return getList(s.st, k, s.c, s.name)
 }
 
 func (s *pebbleList[V]) Add(v V) {
@@ -728,26 +742,17 @@ func (s *pebbleList[V]) Update(vs []V) {
 	s.st.check(s.st.db.Set(k, s.buf, pebble.NoSync), s.name, "update")
 }
 
-func (s *pebbleList[V]) Clear() {
-	if k, ok := s.st.keyFor(s.id); ok {
-		s.st.check(s.st.db.Delete(k, pebble.NoSync), s.name, "clear")
-	}
-}
-
-// pebbleMap is a MapState in pebble: one store key per map entry, the key's store key followed by the map
-// key's encoding.
-type pebbleMap[MK comparable, MV any] struct {
+// pebbleMapKeys is what map and list map state in pebble share: one store key per map key, the key's store
+// key followed by the map key's encoding.
+type pebbleMapKeys[MK comparable] struct {
 	st   *pebbleStore
 	name string
 	id   uint16
 	kc   codec.Codec[MK]
-	vc   codec.Codec[MV]
-	buf  []byte
-	dec  MV
 }
 
 // entryKey returns the store key of mk under the current key.
-func (s *pebbleMap[MK, MV]) entryKey(mk MK, op string) []byte {
+func (s *pebbleMapKeys[MK]) entryKey(mk MK, op string) []byte {
 	k := s.st.mustKeyFor(s.id, s.name, op)
 	var err error
 	s.st.mkey, err = s.kc.Append(append(s.st.mkey[:0], k...), mk)
@@ -755,19 +760,57 @@ func (s *pebbleMap[MK, MV]) entryKey(mk MK, op string) []byte {
 	return s.st.mkey
 }
 
-func (s *pebbleMap[MK, MV]) Get(mk MK) (MV, bool) {
-	var zero MV
-	raw, closer, ok := s.st.get(s.entryKey(mk, "get"), s.name)
-	if !ok {
-		return zero, false
+func (s *pebbleMapKeys[MK]) Remove(mk MK) {
+	s.st.check(s.st.db.Delete(s.entryKey(mk, "remove"), pebble.NoSync), s.name, "remove")
+}
+
+// iter returns an iterator over the current key's entries and the length of their common prefix.
+func (s *pebbleMapKeys[MK]) iter(op string) (*pebble.Iterator, int) {
+	prefix := bytes.Clone(s.st.mustKeyFor(s.id, s.name, op))
+	it, err := s.st.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	s.st.check(err, s.name, op)
+	return it, len(prefix)
+}
+
+func (s *pebbleMapKeys[MK]) Len() int {
+	it, _ := s.iter("len")
+	n := 0
+	for valid := it.First(); valid; valid = it.Next() {
+		n++
 	}
-	s.dec = zero
-	err := s.vc.Decode(raw, &s.dec)
-	_ = closer.Close()
-	s.st.check(err, s.name, "decode map value")
-	v := s.dec
-	s.dec = zero
-	return v, true
+	s.st.check(errors.Join(it.Error(), it.Close()), s.name, "len")
+	return n
+}
+
+// each calls f with the map key and the stored value of each of the current key's entries, until f
+// returns false.
+func (s *pebbleMapKeys[MK]) each(f func(mk MK, raw []byte) bool) {
+	it, n := s.iter("range")
+	defer func() { s.st.check(it.Close(), s.name, "range") }()
+	for valid := it.First(); valid; valid = it.Next() {
+		var mk MK
+		s.st.check(s.kc.Decode(it.Key()[n:], &mk), s.name, "decode map key")
+		raw, err := it.ValueAndErr()
+		s.st.check(err, s.name, "range")
+		if !f(mk, raw) {
+			return
+		}
+	}
+	s.st.check(it.Error(), s.name, "range")
+}
+
+func (s *pebbleMapKeys[MK]) Clear() { s.st.clearPrefix(s.id, s.name) }
+
+// pebbleMap is a MapState in pebble: one store key per map entry, holding the value's encoding.
+type pebbleMap[MK comparable, MV any] struct {
+	pebbleMapKeys[MK]
+	vc  codec.Codec[MV]
+	buf []byte
+	dec MV
+}
+
+func (s *pebbleMap[MK, MV]) Get(mk MK) (MV, bool) {
+	return getValue(s.st, s.entryKey(mk, "get"), s.vc, &s.dec, s.name, "decode map value")
 }
 
 func (s *pebbleMap[MK, MV]) Put(mk MK, mv MV) {
@@ -778,46 +821,13 @@ func (s *pebbleMap[MK, MV]) Put(mk MK, mv MV) {
 	s.st.check(s.st.db.Set(k, s.buf, pebble.NoSync), s.name, "put")
 }
 
-func (s *pebbleMap[MK, MV]) Remove(mk MK) {
-	s.st.check(s.st.db.Delete(s.entryKey(mk, "remove"), pebble.NoSync), s.name, "remove")
-}
-
-// iter returns an iterator over the current key's entries and the length of their common prefix.
-func (s *pebbleMap[MK, MV]) iter(op string) (*pebble.Iterator, int) {
-	prefix := bytes.Clone(s.st.mustKeyFor(s.id, s.name, op))
-	it, err := s.st.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
-	s.st.check(err, s.name, op)
-	return it, len(prefix)
-}
-
-func (s *pebbleMap[MK, MV]) Len() int {
-	it, _ := s.iter("len")
-	n := 0
-	for valid := it.First(); valid; valid = it.Next() {
-		n++
-	}
-	s.st.check(errors.Join(it.Error(), it.Close()), s.name, "len")
-	return n
-}
-
 func (s *pebbleMap[MK, MV]) Range(f func(MK, MV) bool) {
-	it, n := s.iter("range")
-	defer func() { s.st.check(it.Close(), s.name, "range") }()
-	for valid := it.First(); valid; valid = it.Next() {
-		var mk MK
+	s.each(func(mk MK, raw []byte) bool {
 		var mv MV
-		s.st.check(s.kc.Decode(it.Key()[n:], &mk), s.name, "decode map key")
-		raw, err := it.ValueAndErr()
-		s.st.check(err, s.name, "range")
 		s.st.check(s.vc.Decode(raw, &mv), s.name, "decode map value")
-		if !f(mk, mv) {
-			return
-		}
-	}
-	s.st.check(it.Error(), s.name, "range")
+		return f(mk, mv)
+	})
 }
-
-func (s *pebbleMap[MK, MV]) Clear() { s.st.clearPrefix(s.id, s.name) }
 
 // clearPrefix deletes the current key's entries of map-keyed state id, one point delete each. A range
 // delete would be one write, but every range tombstone in the memtable is fragmented again by each later

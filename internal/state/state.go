@@ -512,7 +512,7 @@ func NewValue[V any](b Backend, name string, c codec.Codec[V]) (ValueState[V], e
 		if err != nil {
 			return nil, err
 		}
-		return &pebbleValue[V]{st: st, name: name, id: id, c: c}, nil
+		return &pebbleValue[V]{pebbleKey: pebbleKey{st: st, name: name, id: id}, c: c}, nil
 	}
 	return nil, fmt.Errorf("value state %q: unknown backend %T", name, b)
 }
@@ -541,7 +541,7 @@ func NewList[V any](b Backend, name string, c codec.Codec[V]) (ListState[V], err
 		if err != nil {
 			return nil, err
 		}
-		return &pebbleList[V]{st: st, name: name, id: id, c: c}, nil
+		return &pebbleList[V]{pebbleKey: pebbleKey{st: st, name: name, id: id}, c: c}, nil
 	}
 	return nil, fmt.Errorf("list state %q: unknown backend %T", name, b)
 }
@@ -563,7 +563,7 @@ func NewMap[MK comparable, MV any](b Backend, name string, mk codec.Codec[MK], m
 	}
 	switch st := store.(type) {
 	case *heapStore:
-		s := &heapMap[MK, MV]{st: st, name: name, kc: mk, vc: mv}
+		s := newHeapMap(st, name, mk, mv)
 		if err := st.register(name, s); err != nil {
 			return nil, err
 		}
@@ -573,7 +573,7 @@ func NewMap[MK comparable, MV any](b Backend, name string, mk codec.Codec[MK], m
 		if err != nil {
 			return nil, err
 		}
-		return &pebbleMap[MK, MV]{st: st, name: name, id: id, kc: mk, vc: mv}, nil
+		return &pebbleMap[MK, MV]{pebbleMapKeys: pebbleMapKeys[MK]{st: st, name: name, id: id, kc: mk}, vc: mv}, nil
 	}
 	return nil, fmt.Errorf("map state %q: unknown backend %T", name, b)
 }

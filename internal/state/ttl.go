@@ -329,7 +329,7 @@ func newTTLValue[V any](store any, name string, c codec.Codec[V], ttl TTL) (Valu
 		if err != nil {
 			return nil, err
 		}
-		in := &pebbleValue[stamped[V]]{st: st, name: name, id: id, c: sc}
+		in := &pebbleValue[stamped[V]]{pebbleKey: pebbleKey{st: st, name: name, id: id}, c: sc}
 		return &ttlValue[V]{ttlClock: ttlClock{now: st.now, ttl: ms, onRead: ttl.RefreshOnRead}, in: in}, nil
 	}
 	return nil, fmt.Errorf("value state %q: unknown backend %T", name, store)
@@ -380,7 +380,7 @@ func newTTLList[V any](store any, name string, c codec.Codec[V], ttl TTL) (ListS
 		if err != nil {
 			return nil, err
 		}
-		in := &pebbleList[stamped[V]]{st: st, name: name, id: id, c: sc}
+		in := &pebbleList[stamped[V]]{pebbleKey: pebbleKey{st: st, name: name, id: id}, c: sc}
 		return &ttlList[V]{ttlClock: ttlClock{now: st.now, ttl: ms, onRead: ttl.RefreshOnRead}, in: in}, nil
 	}
 	return nil, fmt.Errorf("list state %q: unknown backend %T", name, store)
@@ -395,7 +395,7 @@ func newTTLMap[MK comparable, MV any](store any, name string, mk codec.Codec[MK]
 	sc := stampedCodec[MV]{c: mv}
 	switch st := store.(type) {
 	case *heapStore:
-		in := &heapMap[MK, stamped[MV]]{st: st, name: name, kc: mk, vc: sc}
+		in := newHeapMap[MK, stamped[MV]](st, name, mk, sc)
 		var dead []MK
 		if err := st.registerTTL(name, in, ms, func(slot int, now int64) {
 			if slot >= len(in.maps) {
@@ -411,8 +411,7 @@ func newTTLMap[MK comparable, MV any](store any, name string, mk codec.Codec[MK]
 			switch {
 			case len(dead) == 0:
 			case len(dead) == len(m):
-				in.maps[slot], in.epoch[slot] = nil, st.epoch
-				st.decRef(int32(slot))
+				in.drop(int32(slot))
 			default:
 				w := in.writableAt(slot)
 				for _, k := range dead {
@@ -429,7 +428,7 @@ func newTTLMap[MK comparable, MV any](store any, name string, mk codec.Codec[MK]
 		if err != nil {
 			return nil, err
 		}
-		in := &pebbleMap[MK, stamped[MV]]{st: st, name: name, id: id, kc: mk, vc: sc}
+		in := &pebbleMap[MK, stamped[MV]]{pebbleMapKeys: pebbleMapKeys[MK]{st: st, name: name, id: id, kc: mk}, vc: sc}
 		return &ttlMap[MK, MV]{ttlClock: ttlClock{now: st.now, ttl: ms, onRead: ttl.RefreshOnRead}, in: in}, nil
 	}
 	return nil, fmt.Errorf("map state %q: unknown backend %T", name, store)
