@@ -235,6 +235,25 @@ func wholeStates(t *testing.T, delta []byte) bool {
 
 func uvarintLen(n int) int { return len(binary.AppendUvarint(nil, uint64(n))) }
 
+// chainPiece captures kb for checkpoint id and writes the capture as a full snapshot or as a delta.
+func chainPiece(t *testing.T, kb KeyedBackend[int64], id int64, full bool) []byte {
+	t.Helper()
+	fw, dw, err := SnapshotIncremental(kb, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if full {
+		err = fw(&b)
+	} else {
+		_, err = dw(&b)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
 func readers(pieces [][]byte) []io.Reader {
 	rs := make([]io.Reader, len(pieces))
 	for i, p := range pieces {
@@ -279,20 +298,7 @@ func TestDeltaChainsRescale(t *testing.T) {
 			ref.apply(k, op, x)
 		}
 		for i, h := range halves {
-			fw, dw, err := SnapshotIncremental(h.b, int64(round))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var b bytes.Buffer
-			if round == 1 {
-				err = fw(&b)
-			} else {
-				_, err = dw(&b)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			chains[i] = append(chains[i], b.Bytes())
+			chains[i] = append(chains[i], chainPiece(t, h.b, int64(round), round == 1))
 		}
 	}
 	rw, err := ref.b.Snapshot(8)
@@ -364,20 +370,7 @@ func TestDeltaDamage(t *testing.T) {
 			s.apply(k*int64(round), 0, round)
 			s.apply(k, 1, round-1)
 		}
-		fw, dw, err := SnapshotIncremental(s.b, int64(round))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var b bytes.Buffer
-		if round == 1 {
-			err = fw(&b)
-		} else {
-			_, err = dw(&b)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		chain = append(chain, b.Bytes())
+		chain = append(chain, chainPiece(t, s.b, int64(round), round == 1))
 	}
 	if !IsDelta(chain[2]) || IsDelta(chain[0]) {
 		t.Fatal("pieces 2 and 3 should be deltas, 1 not")

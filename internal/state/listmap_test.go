@@ -7,7 +7,6 @@ import (
 	"reflect"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 )
 
@@ -128,15 +127,7 @@ func TestListMapSnapshotIsolationAndRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var buf bytes.Buffer
-			var wg sync.WaitGroup
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if err := write(&buf); err != nil {
-					t.Error(err)
-				}
-			}()
+			buf, wait := writeConcurrently(t, write)
 			for i := range 200 {
 				b.SetCurrentKey(fmt.Sprintf("k%d", i%12))
 				switch i % 4 {
@@ -148,7 +139,7 @@ func TestListMapSnapshotIsolationAndRoundTrip(t *testing.T) {
 					lm.Clear()
 				}
 			}
-			wg.Wait()
+			wait()
 			snaps = append(snaps, buf.Bytes())
 			if want == nil {
 				want = before

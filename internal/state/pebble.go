@@ -831,8 +831,8 @@ func (s *pebbleMap[MK, MV]) Range(f func(MK, MV) bool) {
 
 // clearPrefix deletes the current key's entries of map-keyed state id, one point delete each. A range
 // delete would be one write, but every range tombstone in the memtable is fragmented again by each later
-// read until a flush, so clearing per key (a window's state, say) made reads slow down with every clear;
-// the entries of one key are few.
+// read until a flush, so that clearing per key (a window's state, say) would slow reads down with every
+// clear; the entries of one key are few.
 func (st *pebbleStore) clearPrefix(id uint16, name string) {
 	k, ok := st.keyFor(id)
 	if !ok {

@@ -37,7 +37,7 @@ import (
 // Dirty keys that hold nothing now (once every window fired, every key) are told in slot order too, from
 // their states' per-slot tables (markNone), and written without reading anything of theirs. The keys it
 // encodes (a delta's too), when at most half the keys are, are not encoded in the walk: met in key order,
-// their slots come at random, and each one's map or list, an object of its own, was a cache miss or
+// their slots come at random, and each one's map or list, an object of its own, is a cache miss or
 // several. encodeDirty encodes them in slot order first, as whole entries (with the key and its key
 // group, encoded from the capture's keys, also in slot order), which reads those objects about in the
 // order they were made and lie in memory, then copies them into key order in a loop that does nothing
@@ -56,7 +56,7 @@ import (
 // leaves the sizes of its own capture: a writer asked for a delta (even one that writes a full snapshot,
 // having nothing to build on) writes them per slot as it goes; a full writer not asked for one leaves them
 // in its list (each key's size), and the first delta after it sets them per slot from the list. A job
-// without incremental checkpoints never needs them, and writing them cost a store per key, at random.
+// without incremental checkpoints never needs them, and writing them costs a store per key, at random.
 //
 // A write into a checkpoint blob (checkpoint.Blob, which lends the writer its memory: snapWriter.lend)
 // appends its bytes to the blob's memory in place and keeps them there as its data, where a write into
@@ -136,7 +136,7 @@ type segCache struct {
 	sizesAt uint32
 	// sizesInList says that sizes are those the list holds (each key's n), not yet written per slot: a
 	// write that was not asked for a delta leaves them there, since a job without incremental
-	// checkpoints never reads them, and writing them cost a store per key at random (by slot) in every
+	// checkpoints never reads them, and writing them costs a store per key at random (by slot) in every
 	// write; the first delta after such a write sets them from the list (begin).
 	sizesInList bool
 	// dirty marks the slots whose entries changed after an epoch (markChanged); none those of them that
@@ -478,7 +478,7 @@ func (c *segCache) finish(epoch uint32, full, sized bool, blob []byte, hold func
 // state at index state (isMap: its kind has map keys), before a write that encodes only those walks its
 // keys (order) in key order. The walk meets the slots at random, and a slot's entries lie in objects of
 // their own (a map, a list) made about when the slot was: read in slot order they are read about in the
-// order they lie in memory, where in key order nearly every one of them was a cache miss. So the entries
+// order they lie in memory, where in key order nearly every one of them is a cache miss. So the entries
 // are encoded in slot order into pre first, as the snapshot's entries, with the key and its key group
 // (keyOf encodes a slot's key, from the capture's keys, read in slot order too); then a loop over the key
 // order that does nothing else copies each dirty key's into key order into inOrder, one copy a key, so
@@ -486,11 +486,10 @@ func (c *segCache) finish(epoch uint32, full, sized bool, blob []byte, hold func
 // could not); the walk copies each key's from inOrder, in sequence (encodedEntries).
 //
 // It also sets none to the dirty slots that hold nothing now (as markNone does): when at most half the keys
-// are dirty, each slot is asked as its turn comes, just before its entries are read (a pass of its own read
+// are dirty, each slot is asked as its turn comes, just before its entries are read (a pass of its own would read
 // each slot's map or list once more, a cache miss a key); else in a pass of its own first. When more than
 // half the keys are dirty and hold something, it leaves them to the walk (encoded is false): encoding them
-// twice over and copying them twice more then costs more than the misses it saves (a write that changes
-// every key took a third longer).
+// twice over and copying them twice more then costs more than the misses it saves.
 func (c *segCache) encodeDirty(capt heapCapture, n int, order []heapKey, state int, isMap bool, keyOf func(slot int) ([]byte, int, error)) error {
 	words := (n + 63) / 64
 	count := 0

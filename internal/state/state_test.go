@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/cespare/xxhash/v2"
 
@@ -508,6 +507,21 @@ func copyContents(c contents) contents {
 	return out
 }
 
+// writeConcurrently runs write on a goroutine of its own, as a task's snapshot writer runs, into the
+// buffer it returns; wait waits for the write to end.
+func writeConcurrently(t *testing.T, write func(io.Writer) error) (buf *bytes.Buffer, wait func()) {
+	buf = new(bytes.Buffer)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := write(buf); err != nil {
+			t.Error(err)
+		}
+	}()
+	return buf, wg.Wait
+}
+
 func TestRestoreMismatches(t *testing.T) {
 	b := open(t, NewHeap[string], fullRange(8))
 	s := register(t, b)
@@ -613,19 +627,11 @@ func TestSnapshotIsolation(t *testing.T) {
 			}
 			mutate(1)
 			// Write while the task goroutine goes on changing state (the race detector watches).
-			var buf bytes.Buffer
-			var wg sync.WaitGroup
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if err := write(&buf); err != nil {
-					t.Error(err)
-				}
-			}()
+			buf, wait := writeConcurrently(t, write)
 			for r := 2; r < 6; r++ {
 				mutate(r)
 			}
-			wg.Wait()
+			wait()
 			for _, dst := range backendKinds {
 				b2 := open(t, dst.make, fullRange(8))
 				s2 := register(t, b2)
@@ -791,16 +797,7 @@ func BenchmarkSnapshot(b *testing.B) {
 			var writeNs int64
 			b.ResetTimer()
 			for i := range b.N {
-				write, err := kb.Snapshot(int64(i))
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.StopTimer()
-				start := time.Now()
-				if err := write(io.Discard); err != nil {
-					b.Fatal(err)
-				}
-				writeNs += time.Since(start).Nanoseconds()
+				writeNs += captureAndWrite(b, kb, int64(i))
 				b.StartTimer()
 			}
 			b.ReportMetric(float64(writeNs)/float64(b.N), "write-ns/op")
