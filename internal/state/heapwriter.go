@@ -69,7 +69,7 @@ func (s *heapSnapshot[K]) write(w io.Writer, o writeOptions) (int64, error) {
 	}
 	ord.orderedAt = s.epoch
 	ord.markWent()
-	// The arena keeps the bytes of the keys that went until they are deleted below.
+	// The arena keeps the bytes of the keys that went until the write has deleted them (stateWriter.gone).
 	defer ord.maybeCompact()
 	var keyBuf []byte
 	keyOf := func(slot int) ([]byte, int, error) {
