@@ -27,6 +27,7 @@ import (
 	"github.com/runnel-dev/runnel"
 	"github.com/runnel-dev/runnel/bench/throughput"
 	"github.com/runnel-dev/runnel/cmd/runnel/internal/proccluster"
+	"github.com/runnel-dev/runnel/internal/report"
 )
 
 // Bounds and timings of the cluster benchmarks.
@@ -225,9 +226,6 @@ type tmLossResult struct {
 	Samples           []tmLossSample `json:"samples"`
 }
 
-// ceilMillis rounds d up to whole milliseconds, as the report's durations are.
-func ceilMillis(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
-
 // failoversAfter returns the failovers of doc the job master started at or after t.
 func failoversAfter(doc *runnel.JobResult, t time.Time) []runnel.FailoverResult {
 	var out []runnel.FailoverResult
@@ -332,9 +330,9 @@ func measureTMLoss(before, after *runnel.JobResult, victim string, killedAt time
 		return s, fmt.Errorf("none of the %d failovers after the kill names the lost TaskManager %s", len(fs), victim)
 	}
 	s.Failovers = len(fs)
-	s.DetectionMillis = ceilMillis(first.Sub(killedAt))
-	s.LostMillis = ceilMillis(lost.FailedAt.Sub(killedAt))
-	s.TotalMillis = ceilMillis(end.Sub(killedAt))
+	s.DetectionMillis = report.CeilMillis(first.Sub(killedAt))
+	s.LostMillis = report.CeilMillis(lost.FailedAt.Sub(killedAt))
+	s.TotalMillis = report.CeilMillis(end.Sub(killedAt))
 	s.RestartMillis = s.TotalMillis - s.DetectionMillis
 	s.CheckpointRestored = lost.CheckpointRestored
 	for r := range restarted {

@@ -239,10 +239,10 @@ func Of(name string, s jobcore.Snapshot) *JobResult {
 			fr.Restarted = append(fr.Restarted, subtaskName(st))
 		}
 		if !f.RecoveredAt.IsZero() {
-			fr.RecoveryMillis = ceilMillis(f.RecoveredAt.Sub(f.FailedAt))
+			fr.RecoveryMillis = CeilMillis(f.RecoveredAt.Sub(f.FailedAt))
 		}
 		if !f.OutputAt.IsZero() {
-			fr.OutageMillis = ceilMillis(f.OutputAt.Sub(f.FailedAt))
+			fr.OutageMillis = CeilMillis(f.OutputAt.Sub(f.FailedAt))
 		}
 		fr.RecordsLost, fr.RecordsDropped, fr.BuffersDropped, fr.PartialRecordsSkipped = f.RecordsLost, f.RecordsDropped, f.BuffersDropped, f.PartialRecordsSkipped
 		for _, c := range f.Channels {
@@ -297,9 +297,10 @@ func Of(name string, s jobcore.Snapshot) *JobResult {
 	return r
 }
 
-// ceilMillis rounds d up to whole milliseconds: a recovery that took 0.3 ms is reported as 1 ms, not as 0,
-// which would read as "not measured", and a figure is never lower than what happened.
-func ceilMillis(d time.Duration) int64 {
+// CeilMillis rounds d up to whole milliseconds, and a negative d to 0: a recovery that took 0.3 ms is
+// reported as 1 ms, not as 0, which would read as "not measured", and a figure is never lower than what
+// happened. The reports' durations and the benchmarks' figures are rounded so.
+func CeilMillis(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
 	}

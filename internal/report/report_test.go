@@ -15,8 +15,8 @@ func TestCeilMillis(t *testing.T) {
 		{-time.Second, 0}, {0, 0}, {time.Nanosecond, 1}, {300 * time.Microsecond, 1},
 		{time.Millisecond, 1}, {time.Millisecond + 1, 2}, {1500 * time.Millisecond, 1500},
 	} {
-		if got := ceilMillis(tc.d); got != tc.want {
-			t.Errorf("ceilMillis(%v) = %d, want %d", tc.d, got, tc.want)
+		if got := CeilMillis(tc.d); got != tc.want {
+			t.Errorf("CeilMillis(%v) = %d, want %d", tc.d, got, tc.want)
 		}
 	}
 }
