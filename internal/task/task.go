@@ -9,9 +9,16 @@
 // writes the state on a goroutine of its own and acknowledges, restores the state it is deployed with, and
 // reports what a restarted attempt observes on its channels (the loss of approximate recovery).
 //
+// A run of the task is the loop (loop.go) and the wiring of parts with one concern each: the input side
+// (input.go), a value that says what each buffer and event of a channel means; the checkpointer
+// (checkpointer.go), which writes snapshots off the task goroutine; the determinant log's steps under task
+// failover (replay.go); event time (watermarks.go); and the end of input and the final checkpoint
+// (finish.go).
+//
 // The chain itself is typed code built by internal/operator behind the Chain interface; this package sees
 // bytes, buffers and events only. It must not import the public runnel package, the graph translation, the
-// scheduler or the job master; it reports state changes through a callback.
+// scheduler or the job master; it reports state changes through a callback, with the types of
+// internal/deploy.
 package task
 
 import (
