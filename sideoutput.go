@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"reflect"
 
+	"github.com/runnel-dev/runnel/internal/graph"
 	"github.com/runnel-dev/runnel/internal/operator"
 )
 
@@ -35,6 +36,15 @@ func SideOutput[Out, T any](s *Stream[Out], t OutputTag[T]) *Stream[T] {
 	if t.id == "" {
 		env.addErr(fmt.Errorf("SideOutput: the tag has no id: make it with NewOutputTag (at %s)", origin()))
 	}
+	declareSideTag(env, "SideOutput", n, t.id, reflect.TypeFor[T]())
+	out := newStreamOf[T](env, n, s.timed)
+	out.inputs[0].side = t.id
+	return out
+}
+
+// declareSideTag records that node n emits records of type typ to tag id, and an error of the API what if
+// the tag has another type there already: one type per tag and node.
+func declareSideTag(env *Environment, what string, n *graph.StreamNode, id string, typ reflect.Type) {
 	if env.sideTags == nil {
 		env.sideTags = map[int]map[string]reflect.Type{}
 	}
@@ -43,12 +53,8 @@ func SideOutput[Out, T any](s *Stream[Out], t OutputTag[T]) *Stream[T] {
 		tags = map[string]reflect.Type{}
 		env.sideTags[n.ID] = tags
 	}
-	typ := reflect.TypeFor[T]()
-	if prev, ok := tags[t.id]; ok && prev != typ {
-		env.addErr(fmt.Errorf("SideOutput: tag %q of %q is used with %s and %s: one type per tag (at %s)", t.id, n.Name, prev, typ, origin()))
+	if prev, ok := tags[id]; ok && prev != typ {
+		env.addErr(fmt.Errorf("%s: tag %q of %q is used with %s and %s: one type per tag (at %s)", what, id, n.Name, prev, typ, origin()))
 	}
-	tags[t.id] = typ
-	out := newStreamOf[T](env, n, s.timed)
-	out.inputs[0].side = t.id
-	return out
+	tags[id] = typ
 }

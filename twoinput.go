@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
-	"time"
 
 	"github.com/runnel-dev/runnel/codec"
 	"github.com/runnel-dev/runnel/internal/graph"
@@ -219,43 +218,6 @@ func WindowJoin[K comparable, A, B, Out any](a *KeyedStream[K, A], b *KeyedStrea
 		}
 		return nil
 	})
-}
-
-// JoinContext tells an interval join's function the timestamps of the pair it joins.
-type JoinContext = operator.JoinContext
-
-// IntervalJoin joins two keyed streams with event time: a of the first at ta and b of the second at tb,
-// with one key, when ta+lower <= tb <= ta+upper; fn's results take the later timestamp of the two. Each
-// side's records are kept until the watermark reaches the last time they could still be joined (and at
-// least until it reaches their own time); a record whose timestamp is below the watermark when it arrives
-// is late and dropped, one at the watermark is joined (as in Flink).
-func IntervalJoin[K comparable, A, B, Out any](a *KeyedStream[K, A], b *KeyedStream[K, B], lower, upper time.Duration,
-	fn func(a A, b B, ctx JoinContext, out Collector[Out]) error) *Stream[Out] {
-	env := a.s.env
-	if fn == nil {
-		nilFunc(env, "IntervalJoin")
-	}
-	lo, errLo := millis("IntervalJoin: the lower bound", lower, -1<<62)
-	hi, errHi := millis("IntervalJoin: the upper bound", upper, -1<<62)
-	switch {
-	case errLo != nil || errHi != nil:
-		env.addErr(fmt.Errorf("%w (at %s)", errors.Join(errLo, errHi), origin()))
-	case lo > hi:
-		env.addErr(fmt.Errorf("IntervalJoin: the lower bound %s is above the upper bound %s (at %s)", lower, upper, origin()))
-	case !a.s.timed || !b.s.timed:
-		env.addErr(fmt.Errorf("IntervalJoin: both streams need event time: give them a WatermarkStrategy (WithTimestamps) (at %s)", origin()))
-	}
-	ca, errA := sideCodec(a.s)
-	cb, errB := sideCodec(b.s)
-	if errA != nil || errB != nil {
-		env.addErr(fmt.Errorf("IntervalJoin: the records of both sides are kept in keyed state and need codecs: %w (at %s)", errors.Join(errA, errB), origin()))
-	}
-	n := env.addNode(graph.OperatorNode, "intervaljoin", &operator.IntervalJoinSpec[K, A, B, Out]{Key1: a.key, Key2: b.key,
-		KeyCodec: a.kc, Lower: lo, Upper: hi, CodecA: ca, CodecB: cb, Fn: fn})
-	n.Inputs = 2
-	connectInput(a.s, n, 0)
-	connectInput(b.s, n, 1)
-	return newStreamOf[Out](env, n, true)
 }
 
 // CoProcessFunction processes two streams that are not keyed: ProcessElement1 gets the first stream's
