@@ -31,7 +31,6 @@ type joinCase struct {
 // each key's running count of pairs (kept in keyed state) to the side output "counts", and counts pairs
 // in a metric.
 type pairFn struct {
-	t      *testing.T
 	count  state.ValueState[int64]
 	pairs  *Counter
 	opened bool

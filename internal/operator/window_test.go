@@ -19,17 +19,6 @@ import (
 // keyed is a record of the window tests: a key, a value and an event time.
 type keyed struct{ K, V, Ts int64 }
 
-// windowLog records what a window operator emits: "key [start,end) value @ts".
-type windowLog struct{ got []string }
-
-func (l *windowLog) Collect(v Timed[string]) { l.got = append(l.got, fmt.Sprintf("%s @%d", v.V, v.Ts)) }
-
-func (l *windowLog) CollectBatch(vs []Timed[string]) {
-	for _, v := range vs {
-		l.Collect(v)
-	}
-}
-
 // sumWindow formats a window's sum with its key and bounds.
 type sumWindow struct{}
 
