@@ -150,53 +150,50 @@ func joinReference(c joinCase, steps []joinStep) (out joinOut) {
 		cleanup int64
 		gone    bool
 	}
-	var as, bs []kept
+	var recs []kept
 	wmA, wmB := int64(math.MinInt64), int64(math.MinInt64)
 	wm := int64(math.MinInt64)
 	counts := map[int64]int{}
-	pair := func(a, b joinStep) {
-		out.pairs = append(out.pairs, fmt.Sprintf("a%d@%d b%d@%d@%d", a.id, a.ts, b.id, b.ts, max(a.ts, b.ts)))
-		counts[a.id%joinKeys]++
-	}
 	for _, s := range steps {
-		switch s.side {
-		case 'x', 'y', 'w':
-			if s.side != 'y' {
-				wmA = max(wmA, s.ts)
-			}
-			if s.side != 'x' {
-				wmB = max(wmB, s.ts)
-			}
-			if m := min(wmA, wmB); m > wm {
-				wm = m
-				for _, k := range [][]kept{as, bs} {
-					for i := range k {
-						k[i].gone = k[i].gone || k[i].cleanup <= wm
-					}
-				}
-			}
-		case 'a':
+		if s.side == 'a' || s.side == 'b' {
 			if s.ts < wm {
-				out.lateA = append(out.lateA, fmt.Sprintf("%d@%d", s.id, s.ts))
+				late := &out.lateA
+				if s.side == 'b' {
+					late = &out.lateB
+				}
+				*late = append(*late, fmt.Sprintf("%d@%d", s.id, s.ts))
 				continue
 			}
-			for _, b := range bs {
-				if b.id%joinKeys == s.id%joinKeys && !b.gone && b.ts >= s.ts+lo && b.ts <= s.ts+hi {
-					pair(s, b.joinStep)
+			for _, r := range recs {
+				a, b := r.joinStep, s
+				if s.side == 'a' {
+					a, b = s, r.joinStep
+				}
+				if r.side != s.side && !r.gone && r.id%joinKeys == s.id%joinKeys && b.ts >= a.ts+lo && b.ts <= a.ts+hi {
+					out.pairs = append(out.pairs, fmt.Sprintf("a%d@%d b%d@%d@%d", a.id, a.ts, b.id, b.ts, max(a.ts, b.ts)))
+					counts[a.id%joinKeys]++
 				}
 			}
-			as = append(as, kept{joinStep: s, cleanup: max(s.ts+hi, s.ts)})
-		case 'b':
-			if s.ts < wm {
-				out.lateB = append(out.lateB, fmt.Sprintf("%d@%d", s.id, s.ts))
-				continue
+			// The last time the other side joins: ta+hi for a record of the first input, tb-lo for one of
+			// the second.
+			last := s.ts + hi
+			if s.side == 'b' {
+				last = s.ts - lo
 			}
-			for _, a := range as {
-				if a.id%joinKeys == s.id%joinKeys && !a.gone && s.ts >= a.ts+lo && s.ts <= a.ts+hi {
-					pair(a.joinStep, s)
-				}
+			recs = append(recs, kept{joinStep: s, cleanup: max(last, s.ts)})
+			continue
+		}
+		if s.side != 'y' {
+			wmA = max(wmA, s.ts)
+		}
+		if s.side != 'x' {
+			wmB = max(wmB, s.ts)
+		}
+		if m := min(wmA, wmB); m > wm {
+			wm = m
+			for i := range recs {
+				recs[i].gone = recs[i].gone || recs[i].cleanup <= wm
 			}
-			bs = append(bs, kept{joinStep: s, cleanup: max(s.ts-lo, s.ts)})
 		}
 	}
 	for k, n := range counts {
