@@ -336,6 +336,16 @@ func TestBuildErrorsNameTheUsersCall(t *testing.T) {
 			_, at := runnel.IntervalJoin(a, b, time.Second, -time.Second, join), here()
 			return at
 		}},
+		{"IntervalJoinBetween with exclusive bounds that admit no pair", "IntervalJoinBetween: the bounds [0 ms, 0 ms] with an exclusive end admit no pair", func(env *runnel.Environment) string {
+			j := runnel.IntervalJoinBetween(timed(env, "a"), timed(env, "b"), 0, 0).UpperBoundExclusive()
+			_, at := runnel.IntervalJoinProcess(j, func() runnel.ProcessJoinFunction[click, click, click] { return nil }), here()
+			return at
+		}},
+		{"SideOutputRightLateData without a tag", "SideOutputRightLateData: the tag has no id", func(env *runnel.Environment) string {
+			j := runnel.IntervalJoinBetween(timed(env, "a"), timed(env, "b"), -time.Second, time.Second)
+			_, at := j.SideOutputRightLateData(runnel.OutputTag[click]{}), here()
+			return at
+		}},
 		{"ConnectKeyed of a timed and an untimed stream", "ConnectKeyed: one stream has event time", func(env *runnel.Environment) string {
 			a, b := timed(env, "a"), untimed(env, "b")
 			_, at := runnel.ConnectKeyed(a, b), here()

@@ -20,8 +20,10 @@
 //   - windows: tumbling, sliding and session windows in event or processing time (Window, WindowAll),
 //     with WindowReduce, WindowAggregate, WindowProcess and WindowAggregateProcess, allowed lateness and
 //     a side output for late records;
-//   - two inputs: CoProcess, KeyedCoProcess, IntervalJoin, WindowJoin, WindowCoGroup and broadcast state
-//     (ConnectBroadcast, ProcessBroadcast); side outputs (OutputTag, SideOutput);
+//   - two inputs: CoProcess, KeyedCoProcess, interval joins (IntervalJoinBetween and IntervalJoinProcess
+//     with a ProcessJoinFunction, exclusive bounds and late side outputs per side, or IntervalJoin),
+//     WindowJoin, WindowCoGroup and broadcast state (ConnectBroadcast, ProcessBroadcast); side outputs
+//     (OutputTag, SideOutput);
 //   - operator state, checkpoints and savepoints (exactly once or at least once), restart and failover
 //     strategies, and rescaling from a savepoint.
 //
