@@ -235,12 +235,6 @@ func inputWatermarks(steps []joinStep) []joinStep {
 	return out
 }
 
-func sorted(s []string) []string {
-	s = slices.Clone(s)
-	slices.Sort(s)
-	return s
-}
-
 // randomJoinScript returns a script of n steps: records of both inputs within a spread of the watermark,
 // a sixth of it before (some late), and watermarks of either input that advance by up to half the spread
 // now and then, the inputs' up to a spread apart. A small spread puts records at the watermark and at the
