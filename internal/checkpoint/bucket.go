@@ -108,7 +108,24 @@ func (bb *blobBucket) Get(ctx context.Context, key string) (io.ReadCloser, int64
 	return r, r.Size(), nil
 }
 
+// localListAttempts bounds the listings of a local directory that List makes when one finds a file gone
+// between reading the directory and looking at the file.
+const localListAttempts = 8
+
 func (bb *blobBucket) List(ctx context.Context, prefix string) ([]Entry, error) {
+	for attempt := 1; ; attempt++ {
+		out, err := bb.list(ctx, prefix)
+		// A local listing reads the directory, then looks at each file. A file that went in between (a
+		// writer's temporary file renamed into place beside it, a blob deleted by a sweep) fails the whole
+		// listing as not found, though nothing the caller asked for is missing: list again. An object
+		// store's listing does not fail that way.
+		if err == nil || bb.dir == "" || !errors.Is(err, ErrNotFound) || attempt == localListAttempts || ctx.Err() != nil {
+			return out, err
+		}
+	}
+}
+
+func (bb *blobBucket) list(ctx context.Context, prefix string) ([]Entry, error) {
 	it := bb.b.List(&blob.ListOptions{Prefix: prefix, Delimiter: "/"})
 	var out []Entry
 	for {

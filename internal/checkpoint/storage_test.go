@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"gocloud.dev/blob/memblob"
@@ -892,5 +893,56 @@ func TestLatestForVerifiesOnlyWhatIsRestored(t *testing.T) {
 	}
 	if got, _, err := s.Latest(ctx); err != nil || got.ID != first.ID {
 		t.Fatalf("Latest (all subtasks): %v, %v; want checkpoint 1", got, err)
+	}
+}
+
+// TestListWhileWriting lists a local directory while blobs are written into it: each write's temporary
+// file, beside its target, is renamed away between the listing's read of the directory and its look at
+// the file. A listing must not fail because of that (a commit listing shared/ while tasks write the next
+// checkpoint's shared blobs), and must show every blob written before it started. The writers rewrite a
+// few keys over and over, so the directory stays small while renames keep happening.
+func TestListWhileWriting(t *testing.T) {
+	ctx := context.Background()
+	b, err := checkpoint.OpenBucket(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	const writers, keys = 2, 8
+	var written [writers * keys]atomic.Bool
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := 0; ; i = (i + 1) % keys {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err := b.Put(ctx, fmt.Sprintf("shared/w%d-%d", w, i), make([]byte, 256)); err != nil {
+					t.Error(err)
+					return
+				}
+				written[w*keys+i].Store(true)
+			}
+		})
+	}
+	defer wg.Wait()
+	defer close(stop)
+	for range 2000 {
+		before := 0
+		for i := range written {
+			if written[i].Load() {
+				before++
+			}
+		}
+		entries, err := b.List(ctx, "shared/")
+		if err != nil {
+			t.Fatalf("list while writing: %v", err)
+		}
+		if len(entries) < before {
+			t.Fatalf("listed %d blobs, %d were written before the listing", len(entries), before)
+		}
 	}
 }
