@@ -101,7 +101,7 @@ func TestSessionsMatchReference(t *testing.T) {
 		// machine is loaded: with record counts, under the whole -race suite on two cores, both failures once
 		// came before any checkpoint (every 20 ms) completed. At 10k clicks a second per source the run lasts
 		// a second, long enough for the checkpoints they wait for.
-		{name: "region failover memory tcp", output: true, rate: 25_000, inject: []string{"sessions[1]@chk-2"},
+		{name: "region failover memory tcp", output: true, rate: 10_000, inject: []string{"sessions[1]@chk-2"},
 			opts: []runnel.Option{runnel.WithParallelism(2), runnel.WithTaskManagers(2), runnel.WithFailover("region")}},
 		{name: "full failover pebble local", output: true, rate: 10_000, inject: []string{"sessions[0]@chk-2", "output[0]@chk-4"},
 			opts: []runnel.Option{runnel.WithParallelism(2), runnel.WithStateBackend("pebble"), runnel.WithFailover("full")}},
