@@ -29,23 +29,21 @@ import (
 // Readers see whole files only: ignore names that start with a dot. dir must exist, and be shared by every
 // TaskManager in a cluster. Rescaling the sink's parallelism from a savepoint is not supported.
 func FileSink[T any](dir string, format func(T) string) runnel.Sink[T] {
-	return &fileSink[T]{dir: dir, format: format}
+	return &fileSink[T]{lineSink[T]{where: dir, format: format}}
 }
 
-type fileSink[T any] struct {
-	dir    string
-	format func(T) string
-}
+// fileSink's where is the directory of the part files.
+type fileSink[T any] struct{ lineSink[T] }
 
 func (s *fileSink[T]) CreateWriter(ctx runnel.RuntimeContext) (runnel.SinkWriter[T], error) {
-	if s.format == nil {
-		return nil, errors.New("FileSink: format is nil")
+	if err := s.check("FileSink"); err != nil {
+		return nil, err
 	}
-	if st, err := os.Stat(s.dir); err != nil || !st.IsDir() {
+	if st, err := os.Stat(s.where); err != nil || !st.IsDir() {
 		if err == nil {
 			err = errors.New("not a directory")
 		}
-		return nil, fmt.Errorf("FileSink: %s: %w", s.dir, err)
+		return nil, fmt.Errorf("FileSink: %s: %w", s.where, err)
 	}
 	return &fileWriter[T]{s: s, sub: ctx.SubtaskIndex(), checkpointing: ctx.Checkpointing()}, nil
 }
@@ -65,9 +63,9 @@ type fileWriter[T any] struct {
 func (w *fileWriter[T]) name(n uint64, suffix string) string {
 	base := fmt.Sprintf("part-%s-%d-%d", w.run, w.sub, n)
 	if suffix == "" {
-		return filepath.Join(w.s.dir, base)
+		return filepath.Join(w.s.where, base)
 	}
-	return filepath.Join(w.s.dir, "."+base+suffix)
+	return filepath.Join(w.s.where, "."+base+suffix)
 }
 
 func (w *fileWriter[T]) ensureRun() error {
@@ -125,7 +123,7 @@ func (w *fileWriter[T]) closePart(suffix string) error {
 }
 
 func (w *fileWriter[T]) syncDir() error {
-	if err := syncDir(w.s.dir); err != nil {
+	if err := syncDir(w.s.where); err != nil {
 		return fmt.Errorf("FileSink: %w", err)
 	}
 	return nil
@@ -200,7 +198,7 @@ func (w *fileWriter[T]) commit(n uint64) error {
 		if _, serr := os.Stat(w.name(n, "")); serr == nil {
 			return nil
 		}
-		return fmt.Errorf("FileSink: part %d of subtask %d is neither pending nor committed in %s: it was removed", n, w.sub, w.s.dir)
+		return fmt.Errorf("FileSink: part %d of subtask %d is neither pending nor committed in %s: it was removed", n, w.sub, w.s.where)
 	}
 	if err != nil {
 		return fmt.Errorf("FileSink: commit part %d: %w", n, err)
@@ -247,7 +245,7 @@ func (w *fileWriter[T]) RestoreState(b []byte) error {
 // (the newest was damaged and passed over) finds: their records come again.
 func (w *fileWriter[T]) deleteAfter(next uint64) error {
 	prefix := fmt.Sprintf("part-%s-%d-", w.run, w.sub)
-	err := removeFiles(w.s.dir, func(name string) bool {
+	err := removeFiles(w.s.where, func(name string) bool {
 		rest, ok := strings.CutPrefix(strings.TrimPrefix(name, "."), prefix)
 		if !ok {
 			return false

@@ -26,6 +26,21 @@ import (
 	"path/filepath"
 )
 
+// lineSink is what both file sinks are made of: where they write (FileSink's directory, TextFileSink's
+// target path) and how a record becomes a line.
+type lineSink[T any] struct {
+	where  string
+	format func(T) string
+}
+
+// check refuses a sink without a format before it writes anything; name is the sink's in the error.
+func (s *lineSink[T]) check(name string) error {
+	if s.format == nil {
+		return fmt.Errorf("%s: format is nil", name)
+	}
+	return nil
+}
+
 // lineFile writes records as lines into one file through a 64 KiB buffer, kept across files.
 type lineFile struct {
 	f   *os.File

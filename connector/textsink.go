@@ -26,21 +26,19 @@ import (
 // the job's checkpoint after the end of input completes. The in-progress files of a job that failed for
 // good stay, for a restore from its checkpoints. Rescaling the sink from a savepoint is not supported.
 func TextFileSink[T any](path string, format func(T) string) runnel.Sink[T] {
-	return &textSink[T]{path: path, format: format}
+	return &textSink[T]{lineSink[T]{where: path, format: format}}
 }
 
-type textSink[T any] struct {
-	path   string
-	format func(T) string
-}
+// textSink's where is the target file's path.
+type textSink[T any] struct{ lineSink[T] }
 
 func (s *textSink[T]) CreateWriter(ctx runnel.RuntimeContext) (runnel.SinkWriter[T], error) {
-	if s.format == nil {
-		return nil, errors.New("text file sink: nil format function")
+	if err := s.check("TextFileSink"); err != nil {
+		return nil, err
 	}
-	target := s.path
+	target := s.where
 	if ctx.Parallelism() > 1 {
-		target = fmt.Sprintf("%s-%d", s.path, ctx.SubtaskIndex())
+		target = fmt.Sprintf("%s-%d", s.where, ctx.SubtaskIndex())
 	}
 	tmp := fmt.Sprintf("%s.inprogress.%d", target, ctx.Attempt())
 	// Not truncated here: a restore may name this very file (a new job restoring a checkpoint its own
