@@ -367,7 +367,7 @@ func TestTextFileSinkInvalid(t *testing.T) {
 		sink    runnel.Sink[int64]
 		wantErr string
 	}{
-		{"nil format", connector.TextFileSink[int64](filepath.Join(dir, "out.txt"), nil), "nil format"},
+		{"nil format", connector.TextFileSink[int64](filepath.Join(dir, "out.txt"), nil), "format is nil"},
 		{"missing directory", connector.TextFileSink(filepath.Join(dir, "no", "out.txt"), func(v int64) string { return fmt.Sprint(v) }), "no such file"},
 	}
 	for _, tc := range tests {
