@@ -18,10 +18,11 @@ import (
 //	prog submit [JOB] --jobmanager HOST:PORT [--report FILE] [-- ARGS...]
 //	                                                             run JOB on the cluster and wait for its end
 //
-// JOB may be left out when one job is registered; ARGS are what its build function gets, the same on every
-// process. Every process of a cluster must run the same binary. SIGINT or SIGTERM stops a job (run, submit)
-// or a daemon. Exit codes: 0 the job finished or a daemon stopped; 1 the job failed or was stopped; 2 a
-// mistake in the command line or configuration, found before anything ran.
+// prog --help (or -h, help, run --help) prints the roles and the registered jobs. JOB may be left out when
+// one job is registered; ARGS are what its build function gets, the same on every process. Every process
+// of a cluster must run the same binary. SIGINT or SIGTERM stops a job (run, submit) or a daemon. Exit
+// codes: 0 the job finished or a daemon stopped; 1 the job failed or was stopped; 2 a mistake in the
+// command line or configuration, found before anything ran.
 func Main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := cli.Main(ctx, registryJobs{}, os.Args[1:], os.Stdout, os.Stderr)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -71,6 +72,13 @@ func TestMainRoles(t *testing.T) {
 	var out syncWriter
 	if code := runnel.MainWith(context.Background(), []string{"run", mainTestJob, "--records", "3000"}, &out, &out); code != 0 {
 		t.Fatalf("run: exit %d:\n%s", code, out.String())
+	}
+	for _, help := range [][]string{{"--help"}, {"-h"}, {"help"}, {"run", "--help"}} {
+		var w syncWriter
+		if code := runnel.MainWith(context.Background(), help, &w, &w); code != 0 || !strings.Contains(w.String(), "Usage:") ||
+			!strings.Contains(w.String(), mainTestJob) || strings.Contains(w.String(), "job "+mainTestJob) {
+			t.Errorf("%q: exit %d, want 0 and the usage with the registered jobs, no job run:\n%s", help, code, w.String())
+		}
 	}
 	for _, tc := range [][]string{{"run"}, {"run", mainTestJob, "--no-such-flag"}, {"submit", mainTestJob, "stray"}, {"taskmanager", "--slots", "0"}} {
 		var w syncWriter

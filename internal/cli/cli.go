@@ -35,6 +35,12 @@ var Roles = []string{"run", "jobmanager", "taskmanager", "submit", "cancel"}
 // Main runs the role args name, with the jobs registered in the binary, writing to stdout and stderr, and
 // returns the exit code (runnel.Main documents the command line and the codes).
 func Main(ctx context.Context, jobs roles.Jobs, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && isHelp(args[0]) || len(args) > 1 && args[0] == "run" && isHelp(args[1]) {
+		// Asked before any job is picked: with one job registered, "--help" would otherwise be taken for
+		// that job's first argument, and the job would start.
+		usage(stdout, jobs)
+		return 0
+	}
 	role := "run"
 	if len(args) > 0 && slices.Contains(Roles, args[0]) {
 		role, args = args[0], args[1:]
@@ -60,6 +66,31 @@ func Main(ctx context.Context, jobs roles.Jobs, args []string, stdout, stderr io
 		return 2
 	}
 	return 1
+}
+
+func isHelp(arg string) bool { return arg == "-h" || arg == "--help" || arg == "help" }
+
+// usage writes what the program can do: its roles and its registered jobs.
+func usage(w io.Writer, jobs roles.Jobs) {
+	prog := progName()
+	fmt.Fprintf(w, `Usage:
+  %[1]s [run] [JOB] [ARGS...]                  run JOB in the embedded mini-cluster
+  %[1]s jobmanager [--addr HOST:PORT] [--rest-addr HOST:PORT]
+                                               run a JobManager
+  %[1]s taskmanager --jobmanager HOST:PORT [--slots N]
+                                               run a TaskManager
+  %[1]s submit [JOB] --jobmanager HOST:PORT [--report FILE] [-- ARGS...]
+                                               run JOB on the cluster and wait for its end
+
+JOB may be left out when one job is registered; ARGS go to its build function.
+Exit codes: 0 finished, 1 failed or stopped, 2 a mistake in the command line.
+`, prog)
+	names := jobs.Names()
+	if len(names) == 0 {
+		fmt.Fprintln(w, "\nNo job is registered in this program.")
+		return
+	}
+	fmt.Fprintf(w, "\nRegistered jobs: %s\n", strings.Join(names, ", "))
 }
 
 func progName() string {
