@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/runnel-dev/runnel/internal/cli"
 	"github.com/runnel-dev/runnel/internal/executor"
 	"github.com/runnel-dev/runnel/internal/roles"
 )
@@ -43,7 +44,7 @@ var ErrJobManagerUnreachable = roles.ErrJobManagerUnreachable
 // submit (each a job registered in this binary, see Register) on their slots, and serves the REST API.
 // When ctx is done it cancels the jobs that still run, waits for them, and returns.
 func ServeJobManager(ctx context.Context, cfg JobManagerConfig) error {
-	return roles.ServeJobManager(ctx, registryJobs{}, cfg)
+	return roles.ServeJobManager(ctx, cli.RegisteredJobs{}, cfg)
 }
 
 // ServeTaskManager runs a TaskManager until ctx is done: it registers with the JobManager, runs the tasks
@@ -51,7 +52,7 @@ func ServeJobManager(ctx context.Context, cfg JobManagerConfig) error {
 // JobManager it cancels every task and registers again, backing off from 100 ms to 5 s. A JobManager that
 // refuses it for good (another build) ends it with that error.
 func ServeTaskManager(ctx context.Context, cfg TaskManagerConfig) error {
-	return roles.ServeTaskManager(ctx, registryJobs{}, cfg)
+	return roles.ServeTaskManager(ctx, cli.RegisteredJobs{}, cfg)
 }
 
 // SubmitConfig configures Submit.
@@ -75,7 +76,7 @@ func Submit(ctx context.Context, cfg SubmitConfig) (*JobResult, error) {
 	var job *executor.Job
 	var err error
 	if env := cfg.Env; env == nil {
-		_, job, err = buildRegistered(ctx, cfg.Job, cfg.Args)
+		job, err = buildRegistered(ctx, cfg.Job, cfg.Args)
 	} else if env.executed {
 		err = errors.New("Submit: an Environment runs one job; make a new Environment for another")
 	} else {

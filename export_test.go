@@ -5,6 +5,7 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"sync"
 
 	"github.com/runnel-dev/runnel/internal/cli"
 	"github.com/runnel-dev/runnel/internal/cluster"
@@ -29,15 +30,27 @@ func FiredInjections(p *Prepared) []bool {
 	return out
 }
 
-// BuildRegistered is buildRegistered.
+// builds maps each build of a registered job to the Environment it was built in.
+var builds sync.Map
+
+func init() {
+	onBuild = func(job *executor.Job, env *Environment) { builds.Store(job, env) }
+}
+
+// BuildRegistered is buildRegistered, with the Environment of the build.
 func BuildRegistered(ctx context.Context, name string, args []string) (*Environment, *Prepared, error) {
-	return buildRegistered(ctx, name, args)
+	p, err := buildRegistered(ctx, name, args)
+	if err != nil {
+		return nil, nil, err
+	}
+	env, _ := builds.Load(p)
+	return env.(*Environment), p, nil
 }
 
 // BuildVerified is what a process that runs a job another built does: buildRegistered, refused unless the
 // build's fingerprint is want.
 func BuildVerified(ctx context.Context, name string, args []string, want [32]byte) (*Environment, *Prepared, error) {
-	env, p, err := buildRegistered(ctx, name, args)
+	env, p, err := BuildRegistered(ctx, name, args)
 	if err == nil {
 		err = executor.SameBuild(name, want, p.Fingerprint)
 	}
@@ -48,7 +61,7 @@ func BuildVerified(ctx context.Context, name string, args []string, want [32]byt
 }
 
 // LookupJob reports whether name is registered.
-func LookupJob(name string) bool { _, ok := lookupJob(name); return ok }
+func LookupJob(name string) bool { _, ok := cli.Lookup(name); return ok }
 
 // RunChainsFrom makes env's Execute run the operators of another build of the job in every task, as the
 // TaskManagers of a cluster do.
@@ -81,5 +94,5 @@ func SyncInjections(p *Prepared, operator string, sub int, fired ...int) []bool 
 
 // MainWith is Main on args, for tests: it returns the exit code.
 func MainWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	return cli.Main(ctx, registryJobs{}, args, stdout, stderr)
+	return cli.Main(ctx, cliSettings(NewEnvironment().cfg), args, stdout, stderr)
 }

@@ -143,7 +143,7 @@ func WithScheduling(mode string) Option { return func(c *Config) { c.Scheduling 
 // DefaultRestartWithCheckpoints is the restart strategy of a checkpointed job without an explicit one: the
 // first failure after a quiet minute restarts at once (immediate=1), the next ones back off from 100 ms,
 // doubling up to 10 s, with 10% jitter.
-const DefaultRestartWithCheckpoints = "exponential-delay:initial=100ms,max=10s,multiplier=2,reset=1m,jitter=0.1,immediate=1"
+const DefaultRestartWithCheckpoints = scheduler.DefaultRestartWithCheckpoints
 
 // recoveryConfig is the validated form of the recovery options: what the executor runs the job with, and
 // what building its job graph takes of them.

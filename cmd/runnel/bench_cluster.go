@@ -16,9 +16,11 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -541,7 +543,7 @@ every run's figures under "samples"). Every child process is stopped before the 
 				return usageError(fmt.Errorf("invalid --checkpoint-interval %v: must be positive", cfg.checkpointInterval))
 			}
 			// SIGINT and SIGTERM end the runs cleanly: the children are stopped, not orphaned.
-			ctx, stop := daemonContext(cmd.Context())
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			res, err := runTMLossBench(ctx, cfg, cmd.ErrOrStderr())
 			if err != nil {
@@ -607,8 +609,9 @@ func runProcessThroughput(ctx context.Context, records uint64, keys int64, proce
 	defer c.close()
 	logger := slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	mini := func() (int64, error) {
-		env, err := buildBenchThroughput(job.args(), runnel.WithTaskManagers(processes), runnel.WithLogger(logger))
-		if err != nil {
+		env := runnel.NewEnvironment(append(benchThroughputOptions, runnel.WithParallelism(processes),
+			runnel.WithTaskManagers(processes), runnel.WithLogger(logger))...)
+		if err := job.build(env); err != nil {
 			return 0, err
 		}
 		r, err := env.Execute(ctx, benchThroughputJob)
@@ -672,7 +675,7 @@ func runProcessThroughputCmd(cmd *cobra.Command, cfg throughput.Config, processe
 		return usageError(fmt.Errorf("invalid --runs %d: must be at least 1", runs))
 	}
 	// SIGINT and SIGTERM end the runs cleanly: the children are stopped, not orphaned.
-	ctx, stop := daemonContext(cmd.Context())
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	res, err := runProcessThroughput(ctx, cfg.Records, cfg.Keys, processes, runs, cmd.ErrOrStderr())
 	if err != nil {

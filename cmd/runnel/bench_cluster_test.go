@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/runnel-dev/runnel"
+	"github.com/runnel-dev/runnel/internal/cli"
 )
 
 var startedLine = regexp.MustCompile(`bench: started (\S+) \(pid (\d+)\)`)
@@ -197,9 +199,10 @@ func TestBuildBenchThroughputArgs(t *testing.T) {
 		{args: []string{"--keys=0"}, wantErr: "invalid --keys 0"},
 		{args: []string{"--parallelism=0"}, wantErr: "invalid --parallelism 0"},
 		{args: []string{"--nope"}, wantErr: "unknown flag: --nope"},
+		{args: []string{"--", "stray"}, wantErr: `unexpected arguments ["stray"]`},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			_, err := buildBenchThroughput(tc.args)
+			_, err := cli.BuildJob(context.Background(), benchThroughputJob, tc.args, cli.Local{})
 			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
 				t.Fatalf("err %v, want %q", err, tc.wantErr)
 			}

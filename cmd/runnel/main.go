@@ -1,8 +1,10 @@
 // Command runnel runs Runnel's bundled example jobs, in an in-process mini-cluster or on a cluster of
-// JobManager and TaskManager processes, and benchmarks the engine.
+// JobManager and TaskManager processes, and benchmarks the engine. It is runnel.Main with the examples
+// registered as jobs and two commands of its own (examples, bench), so its command line is the one a
+// user's own job binary has:
 //
 //	runnel examples                              list the examples
-//	runnel run wordcount --input F --output O    run an example (see runnel run EXAMPLE --help)
+//	runnel run wordcount --input F --output O    run an example (runnel run EXAMPLE --help: its flags)
 //	runnel bench throughput [--json]             engine vs hand-written Go baseline
 //	runnel bench checkpoints [--interval D]      throughput with checkpoints, as a ratio to without
 //	runnel bench recovery                        one failure under full, region and approximate failover
@@ -16,9 +18,9 @@
 //	runnel submit EXAMPLE --jobmanager HOST:PORT [the flags of runnel run EXAMPLE]
 //	runnel cancel JOBID --jobmanager HOST:PORT [--savepoint DIR]
 //
-// Every example takes the recovery flags of `runnel run`: checkpoints (--checkpoint-interval,
-// --checkpoint-mode, --checkpoint-storage), --failover, --restart-strategy, --state-backend, and
-// --inject-failure to make tasks fail on purpose, for example
+// Every example takes the flags of every run: checkpoints (--checkpoint-interval, --checkpoint-mode,
+// --checkpoint-storage), --failover, --restart-strategy, --state-backend, and --inject-failure to make
+// tasks fail on purpose, for example
 //
 //	runnel run sequence --records 200000 --checkpoint-interval 100ms --inject-failure 'map[0]@50000' --report r.json
 //
@@ -34,12 +36,17 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
-	"os"
+	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+
+	"github.com/runnel-dev/runnel"
+	"github.com/runnel-dev/runnel/examples"
+	"github.com/runnel-dev/runnel/internal/cli"
 )
 
 // exitError carries an exit code for errors that were already reported.
@@ -62,17 +69,42 @@ func usageError(err error) error { return &exitError{code: exitUsage, err: err} 
 
 func main() {
 	registerExamples()
-	os.Exit(runCommand(newRoot(), os.Args[1:], os.Stderr))
+	cli.AddCommand(cli.Command{Name: "examples", Short: "list the bundled example jobs", Run: listExamples})
+	cli.AddCommand(cli.Command{Name: "bench", Short: "benchmarks of the engine (runnel bench --help)",
+		Run: func(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+			return runCobra(ctx, newBenchCmd(), args, stdout, stderr)
+		}})
+	runnel.Main()
 }
 
-// runCommand executes the command line args and returns the exit code, having reported an error on stderr.
-func runCommand(root *cobra.Command, args []string, stderr io.Writer) int {
+// listExamples lists the bundled examples with their descriptions.
+func listExamples(_ context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		fmt.Fprintf(stderr, "runnel examples: unexpected arguments %q\n", args)
+		return exitUsage
+	}
+	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	for _, e := range examples.All() {
+		fmt.Fprintf(w, "%s\t%s\n", e.Name, e.Description)
+	}
+	fmt.Fprintln(w, "\nRun one with: runnel run EXAMPLE [flags]   (runnel run EXAMPLE --help for its flags)")
+	w.Flush()
+	return 0
+}
+
+// runCobra executes a cobra command tree on args and returns the exit code, having reported an error on
+// stderr.
+func runCobra(ctx context.Context, root *cobra.Command, args []string, stdout, stderr io.Writer) int {
+	root.SilenceUsage, root.SilenceErrors = true, true
+	withExitCodes(root)
 	root.SetArgs(args)
-	err := root.Execute()
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return 0
 	}
-	fmt.Fprintf(stderr, "runnel: %v\n", err)
+	fmt.Fprintf(stderr, "runnel %s: %v\n", root.Name(), err)
 	var ee *exitError
 	if errors.As(err, &ee) {
 		return ee.code
@@ -80,18 +112,6 @@ func runCommand(root *cobra.Command, args []string, stderr io.Writer) int {
 	// Every error of a command's RunE carries its code (see withExitCodes); one without a code comes from
 	// cobra itself, which found the command line unusable before running anything.
 	return exitUsage
-}
-
-func newRoot() *cobra.Command {
-	root := &cobra.Command{
-		Use:           "runnel",
-		Short:         "Runnel: a distributed stream-processing engine in Go",
-		SilenceUsage:  true,
-		SilenceErrors: true,
-	}
-	root.AddCommand(newExamplesCmd(), newRunCmd(), newBenchCmd(), newSubmitCmd(), newJobManagerCmd(), newTaskManagerCmd(), newCancelCmd())
-	withExitCodes(root)
-	return root
 }
 
 // withExitCodes makes every error a command's RunE returns carry an exit code: the code it chose

@@ -507,3 +507,8 @@ func (f *failureRate) CanRestart() bool {
 }
 
 func (f *failureRate) BackoffMillis() int64 { return f.delayMillis }
+
+// DefaultRestartWithCheckpoints is the restart strategy of a checkpointed job without an explicit one: the
+// first failure after a quiet minute restarts at once (immediate=1), the next ones back off from 100 ms,
+// doubling up to 10 s, with 10% jitter.
+const DefaultRestartWithCheckpoints = "exponential-delay:initial=100ms,max=10s,multiplier=2,reset=1m,jitter=0.1,immediate=1"

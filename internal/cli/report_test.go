@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -6,14 +6,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/runnel-dev/runnel"
+	"github.com/runnel-dev/runnel/internal/report"
 )
 
 func TestReportJSONAddsFieldsWithoutRenaming(t *testing.T) {
 	id := int64(3)
-	res := &runnel.JobResult{Job: "j", Status: "FINISHED", WallMillis: 5,
-		Checkpoints: &runnel.CheckpointCounts{Completed: 2, LastCompletedID: 3},
-		Failovers:   []runnel.FailoverResult{{Failed: "a[0]", Strategy: "full", Restarted: []string{"a[0]"}, CheckpointRestored: &id}}}
+	res := &report.JobResult{Job: "j", Status: "FINISHED", WallMillis: 5,
+		Checkpoints: &report.CheckpointCounts{Completed: 2, LastCompletedID: 3},
+		Failovers:   []report.FailoverResult{{Failed: "a[0]", Strategy: "full", Restarted: []string{"a[0]"}, CheckpointRestored: &id}}}
 	b, err := reportJSON(res, map[string]any{"checker": map[string]int{"records": 7}, "status": "overridden?", "aaa": 1})
 	if err != nil {
 		t.Fatal(err)

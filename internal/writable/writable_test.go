@@ -1,4 +1,4 @@
-package run
+package writable
 
 import (
 	"os"
@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-func TestCheckWritableFile(t *testing.T) {
+func TestCheck(t *testing.T) {
 	dir := t.TempDir()
 	existing := filepath.Join(dir, "existing.txt")
 	if err := os.WriteFile(existing, []byte("keep"), 0o644); err != nil {
@@ -24,9 +24,9 @@ func TestCheckWritableFile(t *testing.T) {
 		{filepath.Join(dir, "nosuch", "out.txt"), "directory " + filepath.Join(dir, "nosuch") + " does not exist"},
 		{filepath.Join(existing, "out.txt"), "cannot create " + filepath.Join(existing, "out.txt")},
 	} {
-		err := CheckWritableFile(tc.path)
+		err := Check(tc.path)
 		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
-			t.Errorf("CheckWritableFile(%q) = %v, want %q", tc.path, err, tc.want)
+			t.Errorf("Check(%q) = %v, want %q", tc.path, err, tc.want)
 		}
 	}
 	// Nothing was left behind or changed.
