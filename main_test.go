@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -22,18 +23,18 @@ import (
 const mainTestJob = "main-test"
 
 func init() {
-	runnel.Register(mainTestJob, func(args []string) (*runnel.Environment, error) {
-		fs := pflag.NewFlagSet(mainTestJob, pflag.ContinueOnError)
+	runnel.RegisterJob(mainTestJob, "doubles generated numbers", func(fs *pflag.FlagSet) runnel.Job {
 		records := fs.Uint64("records", 1000, "records")
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		env := runnel.NewEnvironment(runnel.WithParallelism(2))
-		src := runnel.FromSource(env, connector.Generator(func(_ int, seq uint64) uint64 { return seq },
-			connector.GeneratorOptions{TotalRecords: *records})).Name("source")
-		runnel.Map(src, func(v uint64) (uint64, error) { return v * 2, nil }).Name("double").SinkTo(connector.Discard[uint64]()).Name("sink")
-		return env, nil
-	})
+		return runnel.BuildFunc(func(env *runnel.Environment, args []string) error {
+			if len(args) > 0 {
+				return fmt.Errorf("unexpected arguments %q: the job takes flags only", args)
+			}
+			src := runnel.FromSource(env, connector.Generator(func(_ int, seq uint64) uint64 { return seq },
+				connector.GeneratorOptions{TotalRecords: *records})).Name("source")
+			runnel.Map(src, func(v uint64) (uint64, error) { return v * 2, nil }).Name("double").SinkTo(connector.Discard[uint64]()).Name("sink")
+			return nil
+		})
+	}, runnel.WithParallelism(2))
 }
 
 // syncWriter is a stderr that goroutines write and the test reads.
@@ -66,12 +67,22 @@ func waitForLine(t *testing.T, w *syncWriter, re *regexp.Regexp) []string {
 }
 
 // TestMainRoles runs a registered job through Main's roles: in the mini-cluster (run), and on a JobManager
-// with two TaskManagers (jobmanager, taskmanager, submit with the job's arguments after --), each role on
-// real sockets; command-line mistakes exit with 2.
+// with two TaskManagers (jobmanager, taskmanager, submit with the job's flags and those of a run), each
+// role on real sockets; command-line mistakes exit with 2.
 func TestMainRoles(t *testing.T) {
 	var out syncWriter
-	if code := runnel.MainWith(context.Background(), []string{"run", mainTestJob, "--records", "3000"}, &out, &out); code != 0 {
+	runReport := filepath.Join(t.TempDir(), "run.json")
+	if code := runnel.MainWith(context.Background(), []string{"run", mainTestJob, "--records", "3000", "--parallelism", "3", "--report", runReport}, &out, &out); code != 0 {
 		t.Fatalf("run: exit %d:\n%s", code, out.String())
+	}
+	if r := readReport(t, runReport); r.Status != "FINISHED" || r.Vertex("sink").RecordsIn != 3000 || len(r.Vertex("sink").Subtasks) != 3 {
+		t.Fatalf("run with --parallelism 3: %s, sink took %d records in %d subtasks", r.Status, r.Vertex("sink").RecordsIn, len(r.Vertex("sink").Subtasks))
+	}
+	var jobHelp syncWriter
+	if code := runnel.MainWith(context.Background(), []string{"run", mainTestJob, "--help"}, &jobHelp, &jobHelp); code != 0 ||
+		!regexp.MustCompile(`--records uint +records \(default 1000\)`).MatchString(jobHelp.String()) ||
+		!regexp.MustCompile(`--parallelism int +default parallelism of the job's operators \(default 2\)`).MatchString(jobHelp.String()) {
+		t.Errorf("run %s --help: exit %d, want the job's flag and its default parallelism:\n%s", mainTestJob, code, jobHelp.String())
 	}
 	for _, help := range [][]string{{"--help"}, {"-h"}, {"help"}, {"run", "--help"}} {
 		var w syncWriter
@@ -80,7 +91,8 @@ func TestMainRoles(t *testing.T) {
 			t.Errorf("%q: exit %d, want 0 and the usage with the registered jobs, no job run:\n%s", help, code, w.String())
 		}
 	}
-	for _, tc := range [][]string{{"run"}, {"run", mainTestJob, "--no-such-flag"}, {"submit", mainTestJob, "stray"}, {"taskmanager", "--slots", "0"}} {
+	for _, tc := range [][]string{{"run"}, {"run", mainTestJob, "--no-such-flag"}, {"submit", mainTestJob, "stray"}, {"run", mainTestJob, "--", "--records", "3"},
+		{"taskmanager", "--slots", "0"}, {"no-such-job"}, {"run", "no-such-job"}, {"submit", mainTestJob, "--taskmanagers", "2"}} {
 		var w syncWriter
 		if code := runnel.MainWith(context.Background(), tc, &w, &w); code != 2 {
 			t.Errorf("%q: exit %d, want 2:\n%s", tc, code, w.String())
@@ -108,17 +120,10 @@ func TestMainRoles(t *testing.T) {
 	}
 	report := filepath.Join(t.TempDir(), "r.json")
 	var sub syncWriter
-	if code := runnel.MainWith(ctx, []string{"submit", mainTestJob, "--jobmanager", addr, "--report", report, "--", "--records", "4000"}, &sub, &sub); code != 0 {
+	if code := runnel.MainWith(ctx, []string{"submit", mainTestJob, "--jobmanager", addr, "--report", report, "--records", "4000"}, &sub, &sub); code != 0 {
 		t.Fatalf("submit: exit %d:\n%s\n%s", code, sub.String(), jmOut.String())
 	}
-	b, err := os.ReadFile(report)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r runnel.JobResult
-	if err := json.Unmarshal(b, &r); err != nil {
-		t.Fatal(err)
-	}
+	r := readReport(t, report)
 	tms := map[string]bool{}
 	for _, v := range r.Vertices {
 		for _, st := range v.Subtasks {
@@ -136,6 +141,19 @@ func TestMainRoles(t *testing.T) {
 			t.Errorf("a daemon exited %d after its context ended", code)
 		}
 	}
+}
+
+func readReport(t *testing.T, path string) runnel.JobResult {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r runnel.JobResult
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 // TestTaskManagerRegistersAgain stops a JobManager under a TaskManager and starts another on the same
@@ -178,7 +196,7 @@ func TestTaskManagerRegistersAgain(t *testing.T) {
 	_, _ = startJM()
 	waitForLine(t, &tm, regexp.MustCompile(`(?s)registered with the JobManager.*registered with the JobManager`))
 	var sub syncWriter
-	if code := runnel.MainWith(ctx, []string{"submit", mainTestJob, "--jobmanager", addr, "--", "--records", "2000"}, &sub, &sub); code != 0 {
+	if code := runnel.MainWith(ctx, []string{"submit", mainTestJob, "--jobmanager", addr, "--records", "2000"}, &sub, &sub); code != 0 {
 		t.Fatalf("submit to the second JobManager: exit %d:\n%s\n%s", code, sub.String(), tm.String())
 	}
 }

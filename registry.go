@@ -3,7 +3,6 @@ package runnel
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"runtime/debug"
@@ -82,7 +81,7 @@ func register(name, description string, define func(*pflag.FlagSet) Job, opts []
 			job := define(fs)
 			return func(ctx context.Context, s cli.Settings, local cli.Local, args []string) (*cli.Built, error) {
 				if job == nil {
-					return nil, errors.New("its define function returned no Job")
+					return nil, fmt.Errorf("job %q: its define function returned no Job", name)
 				}
 				all := append(slices.Clone(opts), withCLISettings(s))
 				if local.Logger != nil {
@@ -93,7 +92,7 @@ func register(name, description string, define func(*pflag.FlagSet) Job, opts []
 				}
 				env := NewEnvironment(all...)
 				if err := callBuild(job, env, args); err != nil {
-					return nil, fmt.Errorf("building it from its arguments %q: %w", args, err)
+					return nil, fmt.Errorf("job %q: building it from its arguments %q: %w", name, args, err)
 				}
 				compiled, err := env.compile(ctx, name)
 				if err != nil {

@@ -25,7 +25,7 @@ const (
 	registryCounter  = "registry-counter"  // a build whose graph depends on a global counter
 	registryFailing  = "registry-failing"  // a build that returns an error
 	registryPanics   = "registry-panics"   // a build that panics
-	registryNil      = "registry-nil"      // a build that returns neither
+	registryNil      = "registry-nil"      // a define that returns no Job
 	registryInvalid  = "registry-invalid"  // a build of a job without operators
 )
 
@@ -37,57 +37,66 @@ var sequenceJobs sync.Map
 var buildCount atomic.Int64
 
 func init() {
-	runnel.Register(registrySequence, func(args []string) (*runnel.Environment, error) {
-		fs := pflag.NewFlagSet(registrySequence, pflag.ContinueOnError)
+	runnel.RegisterJob(registrySequence, "the sequence checker", func(fs *pflag.FlagSet) runnel.Job {
 		job := sequence.New(fs)
-		p := fs.Int("parallelism", 2, "")
-		inject := fs.StringSlice("inject", nil, "")
-		interval := fs.Duration("checkpoint-interval", 0, "")
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		env := runnel.NewEnvironment(runnel.WithParallelism(*p), runnel.WithTaskManagers(2),
-			runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: *interval}),
-			runnel.WithFailureInjection(*inject...), runnel.WithRestartStrategy("fixed-delay:attempts=3,delay=10ms"))
-		if err := job.Build(env, examples.Options{}); err != nil {
-			return nil, err
-		}
-		sequenceJobs.Store(env, job)
-		return env, nil
-	})
-	runnel.Register(registryCounter, func([]string) (*runnel.Environment, error) {
-		env := runnel.NewEnvironment()
+		return runnel.BuildFunc(func(env *runnel.Environment, _ []string) error {
+			if err := job.Build(env, examples.Options{}); err != nil {
+				return err
+			}
+			sequenceJobs.Store(env, job)
+			return nil
+		})
+	}, runnel.WithParallelism(2), runnel.WithTaskManagers(2), runnel.WithRestartStrategy("fixed-delay:attempts=3,delay=10ms"))
+	runnel.Register(registryCounter, "a build that reads a global", func(env *runnel.Environment, _ []string) error {
 		src := runnel.FromSource(env, connector.Collection([]int64{1, 2, 3})).Name("numbers")
 		// The mistake: the shape reads a global, so every process (and every call) builds another job.
 		n := buildCount.Add(1)
 		mapped := runnel.Map(src, func(v int64) (int64, error) { return v, nil }).Name(fmt.Sprintf("map-%d", n))
 		mapped.SinkTo(connector.NewCollect[int64]()).Name("collect")
-		return env, nil
+		return nil
 	})
-	runnel.Register(registryFailing, func(args []string) (*runnel.Environment, error) {
-		return nil, fmt.Errorf("unknown flag %s", args[0])
+	runnel.Register(registryFailing, "a build that fails", func(_ *runnel.Environment, args []string) error {
+		return fmt.Errorf("unknown word %s", args[0])
 	})
-	runnel.Register(registryPanics, func([]string) (*runnel.Environment, error) { panic("the build fell over") })
-	runnel.Register(registryNil, func([]string) (*runnel.Environment, error) { return nil, nil })
-	runnel.Register(registryInvalid, func([]string) (*runnel.Environment, error) { return runnel.NewEnvironment(), nil })
+	runnel.Register(registryPanics, "a build that panics", func(*runnel.Environment, []string) error { panic("the build fell over") })
+	runnel.RegisterJob(registryNil, "a define that returns no job", func(*pflag.FlagSet) runnel.Job { return nil })
+	runnel.Register(registryInvalid, "a job without operators", func(*runnel.Environment, []string) error { return nil })
 }
 
 // TestRegisterRefusesBadNames: Register panics, with a message that says why, on a name registered twice
 // and on names no command line could select; the jobs registered are listed sorted.
 func TestRegisterRefusesBadNames(t *testing.T) {
-	build := func([]string) (*runnel.Environment, error) { return runnel.NewEnvironment(), nil }
+	build := func(*runnel.Environment, []string) error { return nil }
 	cases := []struct {
-		name  string
-		job   string
-		build func([]string) (*runnel.Environment, error)
-		want  string
+		name     string
+		register func()
+		job      string
+		want     string
 	}{
-		{"twice", registrySequence, build, `runnel.Register: job "registry-sequence" is registered twice; job names must be unique in a binary`},
-		{"empty", "", build, "runnel.Register: a job needs a name"},
-		{"a role", "submit", build, `runnel.Register("submit"): "submit" is a role of runnel.Main (run, jobmanager, taskmanager, submit, cancel) and cannot name a job`},
-		{"a flag", "-x", build, "must not start with '-' or hold white space"},
-		{"white space", "my job", build, "must not start with '-' or hold white space"},
-		{"nil build", "registry-nil-build", nil, `runnel.Register("registry-nil-build"): build is nil`},
+		{"twice", func() { runnel.Register(registrySequence, "", build) }, registrySequence,
+			`runnel.Register: job "registry-sequence" is registered twice; job names must be unique in a binary`},
+		{"empty", func() { runnel.Register("", "", build) }, "", `runnel.Register(""): a job needs a name`},
+		{"a role", func() { runnel.Register("submit", "", build) }, "submit",
+			`runnel.Register("submit"): "submit" is a role of runnel.Main (run, submit, cancel, jobmanager, taskmanager, help) and cannot name a job`},
+		{"help", func() { runnel.Register("help", "", build) }, "help", `"help" is a role of runnel.Main`},
+		{"a flag", func() { runnel.Register("-x", "", build) }, "-x", "must not start with '-' or hold white space"},
+		{"white space", func() { runnel.Register("my job", "", build) }, "my job", "must not start with '-' or hold white space"},
+		{"two lines", func() { runnel.Register("registry-lines", "one\ntwo", build) }, "registry-lines", "the description must be one line"},
+		{"nil build", func() { runnel.Register("registry-nil-build", "", nil) }, "registry-nil-build", `runnel.Register("registry-nil-build"): build is nil`},
+		{"nil define", func() { runnel.RegisterJob("registry-nil-define", "", nil) }, "registry-nil-define", `runnel.RegisterJob("registry-nil-define"): define is nil`},
+		{"a flag of every run", func() {
+			runnel.RegisterJob("registry-clash", "", func(fs *pflag.FlagSet) runnel.Job {
+				fs.Int("parallelism", 1, "")
+				fs.Bool("help", false, "")
+				return runnel.BuildFunc(build)
+			})
+		}, "registry-clash", "its flag --help takes the place of --help (-h); its flag --parallelism is a flag of every run (default parallelism of the job's operators): choose other names"},
+		{"a flag of submit", func() {
+			runnel.RegisterJob("registry-clash-submit", "", func(fs *pflag.FlagSet) runnel.Job {
+				fs.String("jobmanager", "", "")
+				return runnel.BuildFunc(build)
+			})
+		}, "registry-clash-submit", "its flag --jobmanager is a flag of every run"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -100,7 +109,7 @@ func TestRegisterRefusesBadNames(t *testing.T) {
 					t.Fatalf("%q was registered all the same", tc.job)
 				}
 			}()
-			runnel.Register(tc.job, tc.build)
+			tc.register()
 		})
 	}
 	jobs := runnel.RegisteredJobs()
@@ -123,12 +132,15 @@ func TestBuildRegisteredErrorsNameTheJob(t *testing.T) {
 		want []string
 	}{
 		{"nobody", nil, []string{`job "nobody" is not registered in this binary; registered: `, registryCounter + ", " + registryFailing}},
-		{registryFailing, []string{"--bogus"}, []string{`job "registry-failing": building it from its arguments ["--bogus"]: unknown flag --bogus`}},
-		{registryPanics, nil, []string{`job "registry-panics": building it from its arguments []: the build function panicked: the build fell over`, "registry_test.go"}},
-		{registryNil, nil, []string{`job "registry-nil": building it from its arguments []: the build function returned neither an Environment nor an error`}},
+		{registryFailing, []string{"--", "--bogus"}, []string{`job "registry-failing": building it from its arguments ["--bogus"]: unknown word --bogus`}},
+		{registryFailing, []string{"--bogus"}, []string{`job "registry-failing": registry-failing: unknown flag: --bogus`}},
+		{registrySequence, []string{"--parallelism=x"}, []string{`job "registry-sequence": registry-sequence: invalid argument "x" for "--parallelism" flag`}},
+		{registrySequence, []string{"--failover=some"}, []string{`job "registry-sequence": invalid --failover "some": use full, region, approximate or task`}},
+		{registryPanics, nil, []string{`job "registry-panics": building it from its arguments []: the build panicked: the build fell over`, "registry_test.go"}},
+		{registryNil, nil, []string{`job "registry-nil": its define function returned no Job`}},
 		{registryInvalid, nil, []string{`job "registry-invalid": job "registry-invalid" has no operators`}},
-		{registrySequence, []string{"--keys=1"}, []string{`job "registry-sequence": building it from its arguments ["--keys=1"]: --keys 1 is less than the parallelism 2`}},
-		{registrySequence, []string{"--inject=nothing[0]@5"}, []string{`job "registry-sequence": WithFailureInjection "nothing[0]@5": no operator is named "nothing"`}},
+		{registrySequence, []string{"--keys=1"}, []string{`job "registry-sequence": building it from its arguments []: --keys 1 is less than the parallelism 2`}},
+		{registrySequence, []string{"--inject-failure=nothing[0]@5"}, []string{`job "registry-sequence": WithFailureInjection "nothing[0]@5": no operator is named "nothing"`}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.job+strings.Join(tc.args, ""), func(t *testing.T) {
@@ -220,7 +232,7 @@ func sequenceJobOf(t *testing.T, env *runnel.Environment) *sequence.Job {
 func TestTaskManagersBuildTheJobFromTheRegistry(t *testing.T) {
 	const records, keys = 20_000, 8
 	args := []string{fmt.Sprintf("--records=%d", records), fmt.Sprintf("--keys=%d", keys), "--rate=20000",
-		"--checkpoint-interval=30ms", "--inject=check[0]@3000"}
+		"--checkpoint-interval=30ms", "--inject-failure=check[0]@3000"}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	want := sequence.Checker{Records: records, Keys: keys, ExpectedRecords: records, Verdict: sequence.VerdictOK}
@@ -335,7 +347,7 @@ func TestNondeterministicBuildIsRefused(t *testing.T) {
 // deployment) holds them: one fired elsewhere never fires here, one the job master left out (it fired in an
 // attempt a failover was stopping already) fires again; injections of other subtasks are left alone.
 func TestInjectionsFollowTheJobMastersFiredSet(t *testing.T) {
-	args := []string{"--records=100", "--inject=check[0]@3000", "--inject=map[1]@2000", "--inject=map[0]@10"}
+	args := []string{"--records=100", "--inject-failure=check[0]@3000", "--inject-failure=map[1]@2000", "--inject-failure=map[0]@10"}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_, wp, err := runnel.BuildRegistered(ctx, registrySequence, args)
@@ -368,7 +380,7 @@ func TestInjectionsFollowTheJobMastersFiredSet(t *testing.T) {
 func TestInjectionsFireInABuildOfTheirOwn(t *testing.T) {
 	const records, keys = 20_000, 8
 	args := []string{fmt.Sprintf("--records=%d", records), fmt.Sprintf("--keys=%d", keys), "--rate=20000",
-		"--checkpoint-interval=30ms", "--inject=check[0]@3000", "--inject=map[1]@2000"}
+		"--checkpoint-interval=30ms", "--inject-failure=check[0]@3000", "--inject-failure=map[1]@2000"}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	submitted, sp, err := runnel.BuildRegistered(ctx, registrySequence, args)

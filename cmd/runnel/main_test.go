@@ -186,24 +186,29 @@ func TestBadFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"nosuch"}, `unknown command "nosuch"`},
+		{[]string{"nosuch"}, `"nosuch" is neither a role nor a job of this program`},
 		{[]string{"run", "wordcount", "--parallelism", "two"}, "--parallelism"},
 		{[]string{"run", "wordcount", "--parallelism"}, "--parallelism"},
 		{[]string{"run", "sequence", "--duration", "soon"}, "--duration"},
-		{[]string{"run", "sequence", "stray"}, `unknown command "stray"`},
-		{[]string{"examples", "stray"}, `unknown command "stray"`},
+		{[]string{"run", "sequence", "stray"}, `unexpected arguments ["stray"]: the example takes flags only`},
+		{[]string{"examples", "stray"}, `unexpected arguments ["stray"]`},
 		{[]string{"bench", "throughput", "--records", "-5"}, "--records"},
 		{[]string{"bench", "throughput", "--keys", "0"}, "--keys"},
-		{[]string{"run", "sequence", "--taskmanagers", "100000"}, "invalid --taskmanagers 100000: must be between 1 and 1024"},
-		{[]string{"run", "sequence", "--max-parallelism", "0"}, "invalid --max-parallelism 0: must be between 1 and 32768"},
-		{[]string{"run", "sequence", "--max-parallelism", "40000"}, "invalid --max-parallelism 40000"},
+		{[]string{"run", "sequence", "--taskmanagers", "100000"}, "--taskmanagers: between 1 and 1024 TaskManagers"},
+		{[]string{"run", "sequence", "--max-parallelism", "0"}, "--max-parallelism: must be between 1 and 32768, got 0"},
+		{[]string{"run", "sequence", "--max-parallelism", "40000"}, "--max-parallelism: must be between 1 and 32768, got 40000"},
 		{[]string{"run", "sequence", "--keys", "8", "--parallelism", "3", "--max-parallelism", "2"},
 			"parallelism 3 exceeds max parallelism 2 (the number of key groups); raise --max-parallelism"},
 		{[]string{"run", "wordcount", "--parallelism", "0"}, "--parallelism"},
 		{[]string{"run", "wordcount", "--taskmanagers", "-1"}, "--taskmanagers"},
 		{[]string{"run", "wordcount", "--input", "/does/not/exist"}, "--input"},
 		{[]string{"run", "wordcount", "--bogus"}, "--bogus"},
-		{[]string{"run", "nosuch"}, "unknown example"},
+		{[]string{"run", "nosuch"}, `job "nosuch" is not registered in this binary; registered: bench-throughput, clickstream`},
+		{[]string{"run"}, "name the job: the jobs are bench-throughput, clickstream"},
+		{[]string{"run", "sequence", "--", "--records", "5"}, `unexpected arguments ["--records" "5"]`},
+		{[]string{"submit", "sequence", "--taskmanagers", "2"}, "--taskmanagers is not a flag of submit: the cluster's TaskManagers are its own"},
+		{[]string{"cancel"}, "cancel: want one JOBID"},
+		{[]string{"jobmanager", "stray"}, `jobmanager: unexpected arguments ["stray"]`},
 		{[]string{"run", "clickstream", "--users", "0"}, "--users"},
 		{[]string{"bench", "throughput", "--records", "0"}, "--records"},
 		{[]string{"run", "sequence", "--failover", "bogus"}, "--failover"},
@@ -590,7 +595,12 @@ func TestRunHelp(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{[]string{"run", "--help"}, []string{"SIGTERM stops the job cleanly", "Exit codes: 0 done, 1 the job failed, 2 a usage error"}},
+		{[]string{"run", "--help"}, []string{"SIGTERM stops the job cleanly", "Exit codes: 0 the job finished", "2 a mistake in the command line", "Jobs: bench-throughput, clickstream"}},
+		{[]string{"--help"}, []string{"submit [JOB] --jobmanager HOST:PORT", "sequence          semantics checker", "examples  list the bundled example jobs", "--checkpoint-interval"}},
+		{[]string{}, []string{"Usage:", "Jobs:"}},
+		{[]string{"run", "nexmark", "--help"}, []string{"Flags of nexmark:", "--query string", "--events uint", "Flags of every run:", "(default 2)"}},
+		{[]string{"submit", "sequence", "--help"}, []string{"--jobmanager string", "--records uint", "follows it to its end"}},
+		{[]string{"taskmanager", "--help"}, []string{"--slots int"}},
 		{[]string{"run", "sequence", "--help"}, []string{"the first restart of a failure is immediate", "immediate=1", "--max-parallelism"}},
 	} {
 		out, _, code := runCLI(t, tc.args...)

@@ -15,6 +15,8 @@ import (
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/spf13/pflag"
 )
 
 // Exit codes of Main (docs/cluster.md §2.1).
@@ -164,13 +166,13 @@ func progName() string {
 	return "runnel"
 }
 
-// pickJob returns the job args start with (its name, when registered) and the arguments after it; with
-// one job registered the name may be left out.
+// pickJob returns the job args name and the arguments without its name. The name is the first word, or
+// the first word that is not a flag or a flag's value ("submit --jobmanager HOST:PORT sequence"); with
+// one job registered it may be left out.
 func pickJob(args []string) (Job, []string, error) {
-	if len(args) > 0 {
-		if j, ok := Lookup(args[0]); ok {
-			return j, args[1:], nil
-		}
+	if i := jobWord(args); i >= 0 {
+		j, _ := Lookup(args[i])
+		return j, append(args[:i:i], args[i+1:]...), nil
 	}
 	names := Names()
 	switch {
@@ -183,6 +185,39 @@ func pickJob(args []string) (Job, []string, error) {
 		return Job{}, nil, usageErr{fmt.Errorf("%w (%s --help lists the jobs)", notRegistered(args[0]), progName())}
 	}
 	return Job{}, nil, usageErr{fmt.Errorf("name the job: the jobs are %s", strings.Join(names, ", "))}
+}
+
+// jobWord returns the index in args of the word that names a registered job, or -1: the first word, or
+// else the first that the flags of a run leave as an argument (a job's own flags are not known before its
+// name, so one of them before the name must be written --flag=value).
+func jobWord(args []string) int {
+	if len(args) == 0 {
+		return -1
+	}
+	if _, ok := Lookup(args[0]); ok {
+		return 0
+	}
+	fs := pflag.NewFlagSet("pick", pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	addRunFlags(fs, Settings{}, &runOnly{})
+	addSubmitFlags(fs, new(string))
+	fs.ParseErrorsAllowlist.UnknownFlags = true
+	if fs.Parse(args) != nil || fs.NArg() == 0 {
+		return -1
+	}
+	name := fs.Arg(0)
+	if _, ok := Lookup(name); !ok {
+		return -1
+	}
+	for i, a := range args {
+		if a == "--" {
+			break
+		}
+		if a == name {
+			return i
+		}
+	}
+	return -1
 }
 
 // wantsHelp reports whether args ask for help before their "--".

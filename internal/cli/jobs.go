@@ -37,7 +37,7 @@ func BuildJob(ctx context.Context, name string, args []string, local Local) (*ex
 	}
 	built, err := r.build(ctx, s, local, r.fs.Args())
 	if err != nil {
-		return nil, fmt.Errorf("job %q: %w", name, err)
+		return nil, err // it names the job
 	}
 	built.Job.Args = slices.Clone(args)
 	return built.Job, nil

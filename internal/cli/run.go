@@ -63,14 +63,7 @@ func jobHelp(w io.Writer, role string, job Job, r *runFlagSet) {
 	if job.Description != "" {
 		fmt.Fprintf(w, "\n%s\n", job.Description)
 	}
-	if role == "submit" {
-		fmt.Fprintln(w, "\nRuns the job on the cluster of a JobManager and follows it to its end. Every process of the cluster must run\n"+
-			"this same program, and checkpoint storage must be shared by all of them.")
-	} else {
-		fmt.Fprintln(w, "\nRuns the job in this process (a JobManager and --taskmanagers TaskManagers). Live progress goes to stderr: a\n"+
-			"refreshing status block on a terminal, log lines otherwise.")
-	}
-	fmt.Fprintln(w, "Ctrl-C (SIGINT) or SIGTERM stops the job cleanly (with --savepoint-on-stop, after a savepoint); a second one exits at once.")
+	fmt.Fprintf(w, "\n%s", roleAbout(role))
 	if r.own.HasFlags() {
 		fmt.Fprintf(w, "\nFlags of %s:\n%s", job.Name, r.own.FlagUsages())
 	} else {
@@ -80,11 +73,22 @@ func jobHelp(w io.Writer, role string, job Job, r *runFlagSet) {
 	fmt.Fprint(w, exitCodes)
 }
 
+// roleAbout says what run or submit does.
+func roleAbout(role string) string {
+	what := "Runs the job in this process (a JobManager and --taskmanagers TaskManagers)."
+	if role == "submit" {
+		what = "Runs the job on the cluster of a JobManager and follows it to its end. Every process of the cluster must run\n" +
+			"this same program, and checkpoint storage must be shared by all of them."
+	}
+	return what + "\nLive progress goes to stderr: a refreshing status block on a terminal, log lines otherwise.\n" +
+		"Ctrl-C (SIGINT) or SIGTERM stops the job cleanly (with --savepoint-on-stop, after a savepoint); a second one exits at once.\n"
+}
+
 // mainRun runs (role "run") or submits (role "submit") the job args name, with its flags.
 func mainRun(ctx context.Context, engine Settings, role string, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && isHelp(args[0]) && len(Names()) != 1 {
-		fmt.Fprintf(stdout, "Usage: %s %s JOB [FLAGS] [-- JOB-ARGS]   (%s %s JOB --help: the job's flags)\n\nJobs: %s\n\nFlags of every %s:\n%s",
-			progName(), role, progName(), role, strings.Join(Names(), ", "), role, runFlagUsages(engine))
+		fmt.Fprintf(stdout, "Usage: %s %s JOB [FLAGS] [-- JOB-ARGS]   (%s %s JOB --help: the job's flags)\n\nJobs: %s\n\n%s\nFlags of every %s:\n%s%s",
+			progName(), role, progName(), role, strings.Join(Names(), ", "), roleAbout(role), role, runFlagUsages(engine), exitCodes)
 		return nil
 	}
 	job, args, err := pickJob(args)
@@ -128,7 +132,7 @@ func mainRun(ctx context.Context, engine Settings, role string, args []string, s
 	free := r.fs.Args()
 	built, err := r.build(ctx, s, local, free)
 	if err != nil {
-		return usageErr{flagError{fmt.Errorf("%s: %w", job.Name, err)}}
+		return usageErr{flagError{err}}
 	}
 	built.Job.Args = wireArgs(r.fs, free)
 
