@@ -88,6 +88,22 @@ func roleHelp(w io.Writer, usage, about string, fs *pflag.FlagSet) {
 	fmt.Fprintf(w, "Usage: %s %s\n\n%s\n\nFlags:\n%s", progName(), usage, about, fs.FlagUsages())
 }
 
+// parseDaemon parses the command line of a daemon role, which takes flags only; help reports that it
+// asked for (and was given) the role's help instead.
+func parseDaemon(fs *pflag.FlagSet, args []string, stdout io.Writer, usage, about string) (help bool, err error) {
+	if wantsHelp(args) {
+		roleHelp(stdout, usage, about, fs)
+		return true, nil
+	}
+	if err := parse(fs, args); err != nil {
+		return false, err
+	}
+	if fs.NArg() > 0 {
+		return false, usageErr{fmt.Errorf("%s: unexpected arguments %q", fs.Name(), fs.Args())}
+	}
+	return false, nil
+}
+
 // daemonLogger logs at INFO, or at DEBUG with --verbose.
 func daemonLogger(w io.Writer, verbose bool) *slog.Logger {
 	level := slog.LevelInfo
@@ -101,16 +117,9 @@ func mainJobManager(ctx context.Context, args []string, stdout, stderr io.Writer
 	fs := pflag.NewFlagSet("jobmanager", pflag.ContinueOnError)
 	config := AddJobManagerFlags(fs)
 	verbose := fs.Bool("verbose", false, "DEBUG logs")
-	if wantsHelp(args) {
-		roleHelp(stdout, "jobmanager [FLAGS]", "Runs a JobManager until SIGINT or SIGTERM, which cancel its jobs and end its TaskManagers' tasks.\n"+
-			"It prints \"JobManager listening on ADDR\" once it accepts TaskManagers and clients.", fs)
-		return nil
-	}
-	if err := parse(fs, args); err != nil {
+	if help, err := parseDaemon(fs, args, stdout, "jobmanager [FLAGS]", "Runs a JobManager until SIGINT or SIGTERM, which cancel its jobs and end its TaskManagers' tasks.\n"+
+		"It prints \"JobManager listening on ADDR\" once it accepts TaskManagers and clients."); help || err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return usageErr{fmt.Errorf("jobmanager: unexpected arguments %q", fs.Args())}
 	}
 	cfg := config()
 	cfg.Logger = daemonLogger(stderr, *verbose)
@@ -136,17 +145,10 @@ func mainTaskManager(ctx context.Context, args []string, stdout, stderr io.Write
 	fs := pflag.NewFlagSet("taskmanager", pflag.ContinueOnError)
 	config := AddTaskManagerFlags(fs)
 	verbose := fs.Bool("verbose", false, "DEBUG logs")
-	if wantsHelp(args) {
-		roleHelp(stdout, "taskmanager --jobmanager HOST:PORT [FLAGS]", "Runs a TaskManager until SIGINT or SIGTERM. When it loses its JobManager it cancels its tasks and registers\n"+
-			"again (with --jobmanager-wait, it exits with code 1 after that long without one). A JobManager of another build\n"+
-			"refuses it: exit code 2.", fs)
-		return nil
-	}
-	if err := parse(fs, args); err != nil {
+	if help, err := parseDaemon(fs, args, stdout, "taskmanager --jobmanager HOST:PORT [FLAGS]", "Runs a TaskManager until SIGINT or SIGTERM. When it loses its JobManager it cancels its tasks and registers\n"+
+		"again (with --jobmanager-wait, it exits with code 1 after that long without one). A JobManager of another build\n"+
+		"refuses it: exit code 2."); help || err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return usageErr{fmt.Errorf("taskmanager: unexpected arguments %q", fs.Args())}
 	}
 	cfg, err := config()
 	if err != nil {
