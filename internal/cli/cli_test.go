@@ -18,7 +18,9 @@ func init() {
 			Scheduling: "pipelined-region"},
 			Define: func(fs *pflag.FlagSet) Build {
 				fs.Int("n", 1, "a flag of the job")
-				return func(context.Context, Settings, Local, []string) (*Built, error) { return nil, errors.New("not built here") }
+				return func(context.Context, Settings, Local, []string) (*Built, error) {
+					return nil, errors.New("not built here")
+				}
 			}})
 	}
 }
