@@ -135,7 +135,7 @@ func TestUserBinary(t *testing.T) {
 				t.Errorf("%q: exit %d, want %d, with %q in:\n%s", tc.args, code, exitUsage, tc.says, stderr)
 			}
 			// Nothing ran: no job started, End did not print, no report was written.
-			if out != "" || strings.Contains(stderr, "job starting") {
+			if out != "" || strings.Contains(stderr, "job starting") || strings.Contains(stderr, "submitting the job") {
 				t.Errorf("%q: something ran; stdout:\n%s\nstderr:\n%s", tc.args, out, stderr)
 			}
 			if _, err := os.Stat(report); !errors.Is(err, fs.ErrNotExist) {

@@ -158,7 +158,11 @@ func mainRun(ctx context.Context, engine Settings, role string, args []string, s
 		if len(s.InjectFailures) > 0 {
 			attrs = append(attrs, "failover", s.Failover, "inject_failure", strings.Join(s.InjectFailures, " "))
 		}
-		cliLog.Info("job starting", attrs...)
+		msg := "job starting"
+		if role == "submit" {
+			msg = "submitting the job" // the JobManager may still refuse it
+		}
+		cliLog.Info(msg, attrs...)
 	}
 	var res *report.JobResult
 	if role == "submit" {
