@@ -1,0 +1,217 @@
+package kafka
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/runnel-dev/runnel"
+	"github.com/runnel-dev/runnel/codec"
+)
+
+// StartAt says where a source subtask starts reading a partition for which no checkpoint holds an offset,
+// when the job starts without a checkpoint. Partitions found later (discovery, or a job restored from a
+// checkpoint that does not list them) start at their earliest record, whatever StartAt says: they are
+// new, and what was written to them since they appeared belongs to the job's input (Flink does the same).
+type StartAt int
+
+const (
+	// Earliest starts at the oldest record the partition still holds.
+	Earliest StartAt = iota
+	// Latest starts after the newest record: only records produced from now on.
+	Latest
+	// Timestamp starts at the first record whose Kafka timestamp is at or after SourceConfig.StartTimestamp;
+	// a partition without one starts at its end.
+	Timestamp
+	// GroupOffsets starts at the offsets SourceConfig.Group committed; a partition the group has no offset
+	// for starts at SourceConfig.GroupFallback.
+	GroupOffsets
+)
+
+func (s StartAt) String() string {
+	switch s {
+	case Earliest:
+		return "Earliest"
+	case Latest:
+		return "Latest"
+	case Timestamp:
+		return "Timestamp"
+	case GroupOffsets:
+		return "GroupOffsets"
+	}
+	return fmt.Sprintf("StartAt(%d)", int(s))
+}
+
+// DefaultDiscoveryInterval is how often an unbounded source looks for new partitions and topics when
+// SourceConfig.DiscoveryInterval is zero. (Flink's KafkaSource checks every 5 minutes by default; a
+// metadata request every 30 s per subtask costs a broker nothing, and a partition added to a running
+// topic is then read within half a minute.)
+const DefaultDiscoveryInterval = 30 * time.Second
+
+// SourceConfig configures a Kafka source.
+type SourceConfig struct {
+	// Brokers are the seed brokers ("host:port"); required.
+	Brokers []string
+	// Topic, Topics and TopicPattern say what to read: the topic Topic and the topics Topics (each must
+	// exist when a subtask starts), or every topic whose name TopicPattern matches (Go regexp syntax, so
+	// anchor it: `^orders-.*$`), including topics created while the job runs. A pattern excludes the other
+	// two; internal topics (__consumer_offsets, ...) are never matched.
+	Topic        string
+	Topics       []string
+	TopicPattern *regexp.Regexp
+	// StartAt is where partitions start when the job starts without a checkpoint (default Earliest).
+	StartAt StartAt
+	// StartTimestamp is the time StartAt Timestamp starts at.
+	StartTimestamp time.Time
+	// GroupFallback is where StartAt GroupOffsets starts a partition the group committed no offset for:
+	// Earliest (the default) or Latest.
+	GroupFallback StartAt
+	// Group is the consumer group the source commits its offsets to when a checkpoint completes, so that
+	// lag dashboards and tools see how far the job got; StartAt GroupOffsets also reads it. The source
+	// never joins the group (its subtasks are assigned partitions by the rule in the package doc), and the
+	// committed offsets play no part in recovery: a restore takes its offsets from the checkpoint. Empty:
+	// nothing is committed.
+	Group string
+	// ReadUncommitted reads records of open and aborted transactions too. By default the source reads
+	// with isolation level read_committed, as Flink's KafkaSource does: it sees only records of committed
+	// transactions (and every non-transactional one), and so only what an exactly-once Kafka sink
+	// committed.
+	ReadUncommitted bool
+	// DiscoveryInterval is how often each subtask of an unbounded source looks for new partitions of its
+	// topics and for new topics matching TopicPattern (default DefaultDiscoveryInterval); negative: never.
+	// A bounded source reads the partitions that exist when it starts.
+	DiscoveryInterval time.Duration
+	// Bounded stops each subtask once it has read its partitions up to the end offsets they had when it
+	// started (with read_committed: the last stable offset); otherwise the source never ends.
+	Bounded bool
+	// DecodeErrors, when its id is set (runnel.NewOutputTag), sends each record the decode function fails
+	// on to that side output of the source, with the error, instead of failing the job; read it with
+	// runnel.SideOutput(source, tag). The record counts as read (its offset is checkpointed).
+	DecodeErrors runnel.OutputTag[DecodeError]
+	// ClientOptions are passed to every Kafka client the source makes (TLS, SASL, timeouts ...), after the
+	// source's own, which they may override.
+	ClientOptions []kgo.Opt
+}
+
+// DecodeError is a record the decode function failed on, as the source sends it to the side output
+// SourceConfig.DecodeErrors.
+type DecodeError struct {
+	Record Record
+	// Err is the decode function's error message.
+	Err string
+}
+
+// topics returns the topics of Topic and Topics, without duplicates, in order.
+func (c *SourceConfig) topics() []string {
+	var ts []string
+	for _, t := range append([]string{c.Topic}, c.Topics...) {
+		if t != "" && !contains(ts, t) {
+			ts = append(ts, t)
+		}
+	}
+	return ts
+}
+
+func contains(ts []string, t string) bool {
+	for _, x := range ts {
+		if x == t {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *SourceConfig) check() error {
+	var errs []error
+	if len(c.Brokers) == 0 {
+		errs = append(errs, errors.New("kafka source: no brokers: set SourceConfig.Brokers"))
+	}
+	switch {
+	case c.TopicPattern == nil && len(c.topics()) == 0:
+		errs = append(errs, errors.New("kafka source: no topic: set SourceConfig.Topic, Topics or TopicPattern"))
+	case c.TopicPattern != nil && len(c.topics()) > 0:
+		errs = append(errs, fmt.Errorf("kafka source: both topics %q and TopicPattern %q: set one of them", c.topics(), c.TopicPattern))
+	}
+	for _, t := range c.Topics {
+		if t == "" {
+			errs = append(errs, errors.New("kafka source: an empty name in SourceConfig.Topics"))
+			break
+		}
+	}
+	switch c.StartAt {
+	case Earliest, Latest:
+	case Timestamp:
+		if c.StartTimestamp.IsZero() {
+			errs = append(errs, errors.New("kafka source: StartAt Timestamp without a StartTimestamp"))
+		}
+	case GroupOffsets:
+		if c.Group == "" {
+			errs = append(errs, errors.New("kafka source: StartAt GroupOffsets without a Group"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("kafka source: StartAt %d is none of Earliest, Latest, Timestamp, GroupOffsets", c.StartAt))
+	}
+	if c.GroupFallback != Earliest && c.GroupFallback != Latest {
+		errs = append(errs, fmt.Errorf("kafka source: GroupFallback %s is neither Earliest nor Latest", c.GroupFallback))
+	}
+	return errors.Join(errs...)
+}
+
+// discoveryInterval is how often an unbounded source looks for partitions; 0: never.
+func (c *SourceConfig) discoveryInterval() time.Duration {
+	switch {
+	case c.Bounded || c.DiscoveryInterval < 0:
+		return 0
+	case c.DiscoveryInterval == 0:
+		return DefaultDiscoveryInterval
+	}
+	return c.DiscoveryInterval
+}
+
+// Source reads the topics of cfg; decode turns each record into a T. An error of decode fails the job,
+// naming the topic, partition and offset of the record, unless cfg.DecodeErrors routes such records to a
+// side output.
+func Source[T any](cfg SourceConfig, decode func(Record) (T, error)) runnel.Source[T] {
+	return &source[T]{cfg: cfg, decode: decode}
+}
+
+type source[T any] struct {
+	cfg    SourceConfig
+	decode func(Record) (T, error)
+}
+
+// Rescalable implements runnel.RescalableSource: the offsets are union list state, which a restore at
+// another parallelism hands to every subtask, and each keeps the partitions the assignment rule gives it.
+func (s *source[T]) Rescalable() bool { return true }
+
+// offsetsState names the union list state of the offsets.
+const offsetsState = "kafka-offsets"
+
+// partOffset is one element of the offsets state: the offset of the next record of a partition. A
+// snapshot also holds one element with Partition -1 (started), so that a restored subtask knows the job
+// started before, even if no subtask had a partition then.
+type partOffset struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+}
+
+// CreateReader implements runnel.Source. The client connects at the first poll, after a restore (the
+// offsets state is restored after CreateReader declares it).
+func (s *source[T]) CreateReader(ctx runnel.RuntimeContext) (runnel.SourceReader[T], error) {
+	if err := s.cfg.check(); err != nil {
+		return nil, err
+	}
+	if s.decode == nil {
+		return nil, errors.New("kafka source: nil decode function")
+	}
+	st, err := runnel.NewUnionListState[partOffset](ctx, offsetsState, codec.MustStruct[partOffset]())
+	if err != nil {
+		return nil, fmt.Errorf("kafka source: %w", err)
+	}
+	return &sourceReader[T]{src: s, ctx: ctx, state: st, offsets: map[tp]int64{}, splits: map[tp]int{},
+		restored: map[tp]int64{}, ready: make(chan struct{}, 1)}, nil
+}

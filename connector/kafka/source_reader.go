@@ -1,0 +1,695 @@
+package kafka
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/runnel-dev/runnel"
+)
+
+// tp is a topic partition.
+type tp struct {
+	topic string
+	part  int32
+}
+
+func (p tp) String() string { return fmt.Sprintf("%s[%d]", p.topic, p.part) }
+
+// sortTPs sorts partitions by topic, then partition, so that what is derived from a set of them (split
+// ids, snapshots) does not depend on map order.
+func sortTPs(ps []tp) {
+	slices.SortFunc(ps, func(a, b tp) int {
+		if c := strings.Compare(a.topic, b.topic); c != 0 {
+			return c
+		}
+		return int(a.part - b.part)
+	})
+}
+
+// pollBatch bounds the records one fetch hands over, and so one PollNext.
+const pollBatch = 1000
+
+// startTimeout bounds the requests a subtask makes before it reads (metadata, start offsets).
+const startTimeout = 30 * time.Second
+
+// commitTimeout bounds one commit of offsets to the group.
+const commitTimeout = 10 * time.Second
+
+// maxPendingCommits bounds the snapshots a source with a group remembers until their checkpoint completes
+// (a checkpoint that never completes is forgotten when this many newer ones wait).
+const maxPendingCommits = 32
+
+type sourceReader[T any] struct {
+	src   *source[T]
+	ctx   runnel.RuntimeContext
+	state runnel.OperatorListState[partOffset]
+	// restored holds the offsets of the restored checkpoint (after a rescale: every old subtask's), and
+	// wasStarted says the job started before (the state came from a checkpoint).
+	restored   map[tp]int64
+	wasStarted bool
+
+	started bool
+	cl      *kgo.Client
+	stop    context.CancelFunc // stops the fetch and discovery goroutines
+	closing chan struct{}      // closed at Close: the committer commits what is pending and ends
+	wg      sync.WaitGroup
+
+	// offsets holds, per assigned partition, the offset of the next record to emit.
+	offsets map[tp]int64
+	// splits holds the split id (runnel.SplitOutput) of each assigned partition.
+	splits map[tp]int
+	// announced says the partitions were announced to a SplitOutput (a stream with event time).
+	announced bool
+	// end holds, for a bounded source, the offset each assigned partition ends at.
+	end map[tp]int64
+	// pending holds the offsets of snapshots whose checkpoint has not completed yet, oldest first (only
+	// with a group to commit to).
+	pending []pendingCommit
+
+	mu      sync.Mutex
+	fetched [][]*kgo.Record // batches the fetch goroutine handed over, oldest first
+	added   []partOffset    // partitions discovery assigned since the last poll, with their start offsets
+	err     error           // the fetch goroutine's failure
+	commit  kadm.Offsets    // the newest completed checkpoint's offsets, not committed yet
+	ready   chan struct{}   // signalled when a batch, a partition or an error arrives
+	commitC chan struct{}   // signalled when commit is set
+}
+
+type pendingCommit struct {
+	id      int64
+	offsets kadm.Offsets
+}
+
+// clientOpts are the options of the subtask's client: the source's, then the user's.
+func (r *sourceReader[T]) clientOpts() []kgo.Opt {
+	cfg := &r.src.cfg
+	opts := []kgo.Opt{kgo.SeedBrokers(cfg.Brokers...), kgo.FetchMaxWait(100 * time.Millisecond),
+		// Control records (transaction markers) come through so that a partition's position moves past
+		// them: a bounded source whose end offset is right after a marker knows it reached the end.
+		kgo.KeepControlRecords()}
+	if !cfg.ReadUncommitted {
+		opts = append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	}
+	return append(opts, cfg.ClientOptions...)
+}
+
+// isolation is the ListOffsets isolation level that matches the fetches: the end of a read_committed
+// partition is its last stable offset.
+func (r *sourceReader[T]) isolation() int8 {
+	if r.src.cfg.ReadUncommitted {
+		return 0
+	}
+	return 1
+}
+
+// start connects, finds this subtask's partitions, decides where each starts and starts fetching.
+func (r *sourceReader[T]) start() error {
+	r.started = true
+	cfg := &r.src.cfg
+	r.takeRestored()
+	cl, err := kgo.NewClient(r.clientOpts()...)
+	if err != nil {
+		return fmt.Errorf("kafka source: %w", err)
+	}
+	r.cl = cl
+	ctx, cancel := r.requestContext(startTimeout)
+	defer cancel()
+	found, err := findPartitions(ctx, cl, cfg, true)
+	if err != nil {
+		return err
+	}
+	mine := r.assigned(found)
+	var fresh []tp
+	for _, p := range mine {
+		if off, ok := r.restored[p]; ok {
+			r.offsets[p] = off
+		} else {
+			fresh = append(fresh, p)
+		}
+	}
+	for p := range r.restored {
+		if owner(p, r.ctx.Parallelism()) == r.ctx.SubtaskIndex() && !slices.Contains(mine, p) {
+			r.ctx.Logger().Warn("kafka source: the checkpoint has an offset for a partition that is no longer read (its topic is gone or no longer subscribed)",
+				"partition", p.String(), "offset", r.restored[p])
+		}
+	}
+	// A job that started before reads partitions its checkpoint does not list from their start: they
+	// appeared after it (or after the last checkpoint).
+	from := cfg.StartAt
+	if r.wasStarted {
+		from = Earliest
+	}
+	starts, err := r.startOffsets(ctx, fresh, from)
+	if err != nil {
+		return err
+	}
+	for p, off := range starts {
+		r.offsets[p] = off
+	}
+	if cfg.Bounded {
+		if r.end, err = listOffsets(ctx, cl, mine, -1, r.isolation()); err != nil {
+			return err
+		}
+	}
+	for _, p := range mine {
+		r.splitID(p)
+	}
+	r.consume(mine)
+	fctx, stop := context.WithCancel(context.Background())
+	r.stop, r.closing, r.commitC = stop, make(chan struct{}), make(chan struct{}, 1)
+	r.wg.Add(1)
+	go r.fetch(fctx)
+	if every := cfg.discoveryInterval(); every > 0 {
+		known := map[tp]bool{}
+		for _, ps := range found {
+			for _, p := range ps {
+				known[p] = true
+			}
+		}
+		r.wg.Add(1)
+		go r.discover(fctx, every, known)
+	}
+	if cfg.Group != "" {
+		r.wg.Add(1)
+		go r.committer()
+	}
+	return nil
+}
+
+// takeRestored reads the restored offsets state (it is restored after CreateReader) into restored.
+func (r *sourceReader[T]) takeRestored() {
+	for _, po := range r.state.Get() {
+		r.wasStarted = true
+		p := tp{po.Topic, po.Partition}
+		if _, dup := r.restored[p]; !dup && po.Partition >= 0 {
+			r.restored[p] = po.Offset
+		}
+	}
+}
+
+// requestContext is a context for requests of the task goroutine: it ends after d or when the task is
+// cancelled.
+func (r *sourceReader[T]) requestContext(d time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	go func() {
+		select {
+		case <-r.ctx.Done():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
+// assigned returns this subtask's share of the partitions found, sorted.
+func (r *sourceReader[T]) assigned(found map[string][]tp) []tp {
+	var mine []tp
+	for _, ps := range found {
+		for _, p := range ps {
+			if owner(p, r.ctx.Parallelism()) == r.ctx.SubtaskIndex() {
+				mine = append(mine, p)
+			}
+		}
+	}
+	sortTPs(mine)
+	return mine
+}
+
+// consume makes the client fetch the partitions from their offsets.
+func (r *sourceReader[T]) consume(ps []tp) {
+	m := map[string]map[int32]kgo.Offset{}
+	for _, p := range ps {
+		if m[p.topic] == nil {
+			m[p.topic] = map[int32]kgo.Offset{}
+		}
+		m[p.topic][p.part] = kgo.NewOffset().At(r.offsets[p])
+	}
+	r.cl.AddConsumePartitions(m)
+}
+
+// startOffsets returns where each of ps starts without a checkpointed offset.
+func (r *sourceReader[T]) startOffsets(ctx context.Context, ps []tp, from StartAt) (map[tp]int64, error) {
+	cfg := &r.src.cfg
+	if len(ps) == 0 {
+		return map[tp]int64{}, nil
+	}
+	switch from {
+	case Latest:
+		return listOffsets(ctx, r.cl, ps, -1, r.isolation())
+	case Timestamp:
+		at, err := listOffsets(ctx, r.cl, ps, cfg.StartTimestamp.UnixMilli(), r.isolation())
+		if err != nil {
+			return nil, err
+		}
+		var none []tp // no record at or after the time: start at the end
+		for _, p := range ps {
+			if at[p] < 0 {
+				none = append(none, p)
+			}
+		}
+		ends, err := listOffsets(ctx, r.cl, none, -1, r.isolation())
+		if err != nil {
+			return nil, err
+		}
+		for p, off := range ends {
+			at[p] = off
+		}
+		return at, nil
+	case GroupOffsets:
+		return r.groupOffsets(ctx, ps)
+	}
+	return listOffsets(ctx, r.cl, ps, -2, 0)
+}
+
+// groupOffsets returns the offsets cfg.Group committed for ps, and cfg.GroupFallback's for the others.
+func (r *sourceReader[T]) groupOffsets(ctx context.Context, ps []tp) (map[tp]int64, error) {
+	cfg := &r.src.cfg
+	var topics []string
+	for _, p := range ps {
+		if !contains(topics, p.topic) {
+			topics = append(topics, p.topic)
+		}
+	}
+	resp, err := kadm.NewClient(r.cl).FetchOffsetsForTopics(ctx, cfg.Group, topics...)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		resp, err = nil, nil // a group that never committed (some brokers say so, others answer no offsets)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kafka source: committed offsets of group %q on brokers %s: %w", cfg.Group, strings.Join(cfg.Brokers, ","), err)
+	}
+	out := map[tp]int64{}
+	var none []tp
+	for _, p := range ps {
+		o, ok := resp.Lookup(p.topic, p.part)
+		switch {
+		case ok && o.Err != nil:
+			return nil, fmt.Errorf("kafka source: committed offset of group %q for %s: %w", cfg.Group, p, o.Err)
+		case ok && o.At >= 0:
+			out[p] = o.At
+		default:
+			none = append(none, p)
+		}
+	}
+	at := int64(-2)
+	if cfg.GroupFallback == Latest {
+		at = -1
+	}
+	fb, err := listOffsets(ctx, r.cl, none, at, r.isolation())
+	if err != nil {
+		return nil, err
+	}
+	for p, off := range fb {
+		out[p] = off
+	}
+	return out, nil
+}
+
+// splitID returns the split id of partition p, giving it the next one if it has none.
+func (r *sourceReader[T]) splitID(p tp) int {
+	id, ok := r.splits[p]
+	if !ok {
+		id = len(r.splits)
+		r.splits[p] = id
+	}
+	return id
+}
+
+// fetch runs on its own goroutine until stopped: it polls batches of records and hands them over.
+func (r *sourceReader[T]) fetch(ctx context.Context) {
+	defer r.wg.Done()
+	for {
+		fs := r.cl.PollRecords(ctx, pollBatch)
+		if ctx.Err() != nil {
+			return
+		}
+		var ferr error
+		fs.EachError(func(topic string, part int32, err error) {
+			if ferr == nil && !errors.Is(err, context.Canceled) {
+				ferr = fmt.Errorf("kafka source: fetch partition %d of topic %q: %w", part, topic, err)
+			}
+		})
+		var recs []*kgo.Record
+		fs.EachRecord(func(rec *kgo.Record) { recs = append(recs, rec) })
+		if len(recs) == 0 && ferr == nil {
+			continue
+		}
+		r.mu.Lock()
+		if len(recs) > 0 {
+			r.fetched = append(r.fetched, recs)
+		}
+		if ferr != nil && r.err == nil {
+			r.err = ferr
+		}
+		backlog := len(r.fetched)
+		r.mu.Unlock()
+		r.signal()
+		if ferr != nil {
+			return
+		}
+		// Do not run far ahead of the task: wait while a few batches are waiting to be emitted.
+		for backlog >= 4 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Millisecond):
+			}
+			r.mu.Lock()
+			backlog = len(r.fetched)
+			r.mu.Unlock()
+		}
+	}
+}
+
+func (r *sourceReader[T]) signal() {
+	select {
+	case r.ready <- struct{}{}:
+	default:
+	}
+}
+
+// discover runs on its own goroutine until stopped: every interval it looks for partitions it has not
+// seen, and hands this subtask's share over to the task goroutine (before the client fetches them, so
+// that the task knows a partition before its first record), starting at their earliest record. A failed
+// look is logged and tried again at the next interval: a broker that is briefly away does not fail the
+// job, and nothing is read that the task does not know of.
+func (r *sourceReader[T]) discover(ctx context.Context, every time.Duration, known map[tp]bool) {
+	defer r.wg.Done()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := r.discoverOnce(ctx, known); err != nil && ctx.Err() == nil {
+			r.ctx.Logger().Warn("kafka source: partition discovery failed; trying again at the next interval", "err", err)
+		}
+	}
+}
+
+func (r *sourceReader[T]) discoverOnce(ctx context.Context, known map[tp]bool) error {
+	rctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	found, err := findPartitions(rctx, r.cl, &r.src.cfg, false)
+	if err != nil {
+		return err
+	}
+	var fresh []tp
+	for _, p := range r.assigned(found) {
+		if !known[p] {
+			fresh = append(fresh, p)
+		}
+	}
+	if len(fresh) == 0 {
+		return nil
+	}
+	starts, err := listOffsets(rctx, r.cl, fresh, -2, 0)
+	if err != nil {
+		return err
+	}
+	m := map[string]map[int32]kgo.Offset{}
+	r.mu.Lock()
+	for _, p := range fresh {
+		known[p] = true
+		r.added = append(r.added, partOffset{Topic: p.topic, Partition: p.part, Offset: starts[p]})
+		if m[p.topic] == nil {
+			m[p.topic] = map[int32]kgo.Offset{}
+		}
+		m[p.topic][p.part] = kgo.NewOffset().At(starts[p])
+	}
+	r.mu.Unlock()
+	r.ctx.Logger().Info("kafka source: discovered partitions", "partitions", fmt.Sprint(fresh))
+	r.cl.AddConsumePartitions(m)
+	r.signal()
+	return nil
+}
+
+// committer runs on its own goroutine: it commits the newest completed checkpoint's offsets to the group,
+// one commit at a time (a newer checkpoint replaces one not committed yet), and what is pending at Close.
+func (r *sourceReader[T]) committer() {
+	defer r.wg.Done()
+	for {
+		select {
+		case <-r.commitC:
+			r.commitNow()
+		case <-r.closing:
+			r.commitNow()
+			return
+		}
+	}
+}
+
+func (r *sourceReader[T]) commitNow() {
+	r.mu.Lock()
+	offs := r.commit
+	r.commit = nil
+	r.mu.Unlock()
+	if len(offs) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
+	defer cancel()
+	group := r.src.cfg.Group
+	resp, err := kadm.NewClient(r.cl).CommitOffsets(ctx, group, offs)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		// The commit only feeds lag dashboards: the job goes on, and the next checkpoint commits again.
+		r.ctx.Logger().Warn("kafka source: commit offsets to the group failed", "group", group, "err", err)
+	}
+}
+
+// PollNext implements runnel.SourceReader: it emits one fetched batch.
+func (r *sourceReader[T]) PollNext(out runnel.Collector[T]) (runnel.InputStatus, error) {
+	if !r.started {
+		if err := r.start(); err != nil {
+			return runnel.EndOfInput, err
+		}
+	}
+	r.mu.Lock()
+	err, added := r.err, r.added
+	r.added = nil
+	var batch []*kgo.Record
+	if len(r.fetched) > 0 {
+		batch = r.fetched[0]
+		r.fetched = r.fetched[1:]
+	}
+	more := len(r.fetched) > 0
+	r.mu.Unlock()
+	// On a stream with event time each partition gets its own watermark (runnel.SplitOutput), and the
+	// record's Kafka timestamp is the assigner's recordTs.
+	splits, _ := out.(runnel.SplitOutput[T])
+	for _, a := range added {
+		p := tp{a.Topic, a.Partition}
+		if _, ok := r.offsets[p]; ok {
+			continue
+		}
+		r.offsets[p] = a.Offset
+		id := r.splitID(p)
+		if splits != nil && r.announced {
+			splits.ForSplit(id) // it counts from now on: it holds the watermark back until it has records or idles
+		}
+	}
+	if splits != nil && !r.announced {
+		// Every assigned partition counts from the start, so that one read first does not carry the
+		// watermark past the records of those not read yet.
+		r.announced = true
+		for p, id := range r.splits {
+			if end, ok := r.end[p]; ok && r.offsets[p] >= end {
+				continue // already at its end: nothing will come
+			}
+			splits.ForSplit(id)
+		}
+	}
+	if r.finished() {
+		return runnel.EndOfInput, nil
+	}
+	if batch == nil {
+		if err != nil {
+			return runnel.EndOfInput, err
+		}
+		return runnel.NothingAvailable, nil
+	}
+	tag := r.src.cfg.DecodeErrors
+	for _, rec := range batch {
+		p := tp{rec.Topic, rec.Partition}
+		next, ok := r.offsets[p]
+		if !ok || rec.Offset < next {
+			continue // not this subtask's, or emitted already
+		}
+		if end, ok := r.end[p]; ok && rec.Offset >= end {
+			continue // past the end of a bounded partition
+		}
+		r.offsets[p] = rec.Offset + 1
+		if !rec.Attrs.IsControl() {
+			kr := Record{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Key: rec.Key, Value: rec.Value, Timestamp: rec.Timestamp}
+			v, err := r.src.decode(kr)
+			switch {
+			case err != nil && tag.ID() != "":
+				tag.Emit(r.ctx, DecodeError{Record: kr, Err: err.Error()})
+			case err != nil:
+				return runnel.EndOfInput, fmt.Errorf("kafka source: cannot decode the record at offset %d of partition %d of topic %q: %w",
+					rec.Offset, rec.Partition, rec.Topic, err)
+			case splits != nil:
+				c := splits.ForSplit(r.splits[p])
+				if tc, ok := c.(runnel.TimestampedCollector[T]); ok {
+					tc.CollectWithTimestamp(v, rec.Timestamp.UnixMilli())
+				} else {
+					c.Collect(v)
+				}
+			default:
+				out.Collect(v)
+			}
+		}
+		if end, ok := r.end[p]; ok && splits != nil && rec.Offset+1 >= end {
+			splits.ReleaseSplit(r.splits[p]) // a bounded partition that ended stops counting
+		}
+	}
+	if r.finished() {
+		return runnel.EndOfInput, nil
+	}
+	if more {
+		return runnel.MoreAvailable, nil
+	}
+	return runnel.NothingAvailable, nil
+}
+
+// finished reports whether a bounded source has emitted everything up to its end offsets.
+func (r *sourceReader[T]) finished() bool {
+	if !r.src.cfg.Bounded {
+		return false
+	}
+	for p, end := range r.end {
+		if r.offsets[p] < end {
+			return false
+		}
+	}
+	return true
+}
+
+// Available implements runnel.SourceReader.
+func (r *sourceReader[T]) Available() <-chan struct{} { return r.ready }
+
+// ReplaysDeterministically implements runnel.DeterministicReader, for a subtask restored with the offset
+// of exactly one partition that discovers no others: the records of one partition come in offset order.
+// With several, they are merged in the order the fetches return them, which a replay would not repeat;
+// with discovery on, a partition found during the replay would mix its records in; with none restored (a
+// failure before the first checkpoint) the partitions are not known yet. Either way task failover falls
+// back to region failover for this subtask.
+func (r *sourceReader[T]) ReplaysDeterministically() bool {
+	if !r.started {
+		r.takeRestored()
+	}
+	return len(r.restored) == 1 && r.src.cfg.discoveryInterval() == 0
+}
+
+// SnapshotState implements runnel.CheckpointedReader: the offsets go to the union list state (so that a
+// restore at another parallelism can redistribute them), not into the reader's own bytes, which stay
+// empty. With a group, they are also kept until the checkpoint completes, to be committed then.
+func (r *sourceReader[T]) SnapshotState(id int64) ([]byte, error) {
+	ps := make([]tp, 0, len(r.offsets))
+	for p := range r.offsets {
+		ps = append(ps, p)
+	}
+	sortTPs(ps)
+	elems := make([]partOffset, 0, len(ps)+1)
+	elems = append(elems, partOffset{Partition: -1}) // started
+	for _, p := range ps {
+		elems = append(elems, partOffset{Topic: p.topic, Partition: p.part, Offset: r.offsets[p]})
+	}
+	r.state.Update(elems)
+	if r.src.cfg.Group != "" && r.started {
+		offs := kadm.Offsets{}
+		for _, p := range ps {
+			offs.AddOffset(p.topic, p.part, r.offsets[p], -1)
+		}
+		if len(r.pending) == maxPendingCommits {
+			r.pending = r.pending[1:]
+		}
+		r.pending = append(r.pending, pendingCommit{id: id, offsets: offs})
+	}
+	return nil, nil
+}
+
+// NotifyCheckpointComplete implements runnel.CheckpointListener: with a group, the offsets of checkpoint
+// id (or of the newest earlier one this subtask took) are committed to it, in the background.
+func (r *sourceReader[T]) NotifyCheckpointComplete(id int64) error {
+	var offs kadm.Offsets
+	for len(r.pending) > 0 && r.pending[0].id <= id {
+		offs = r.pending[0].offsets
+		r.pending = r.pending[1:]
+	}
+	if offs == nil || r.commitC == nil {
+		return nil
+	}
+	r.mu.Lock()
+	r.commit = offs
+	r.mu.Unlock()
+	select {
+	case r.commitC <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// RestoreState implements runnel.CheckpointedReader for checkpoints of the source before its offsets were
+// list state: the reader's bytes held, per partition of the one topic, the offset of the next record.
+// Such a checkpoint restores at its own parallelism only.
+func (r *sourceReader[T]) RestoreState(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	topics := r.src.cfg.topics()
+	if len(topics) != 1 {
+		return fmt.Errorf("kafka source: the checkpoint holds offsets of the source's older format, which name no topic; the source reads %d topics now (%q): restore it with its one topic first", len(topics), topics)
+	}
+	bad := fmt.Errorf("kafka source: malformed checkpointed offsets % x", b)
+	n, k := binary.Uvarint(b)
+	if k <= 0 || n > uint64(len(b)) {
+		return bad
+	}
+	b = b[k:]
+	for range n {
+		p, k1 := binary.Uvarint(b)
+		if k1 <= 0 {
+			return bad
+		}
+		off, k2 := binary.Uvarint(b[k1:])
+		if k2 <= 0 || p > 1<<31-1 {
+			return bad
+		}
+		r.restored[tp{topics[0], int32(p)}] = int64(off)
+		b = b[k1+k2:]
+	}
+	if len(b) != 0 {
+		return bad
+	}
+	r.wasStarted = true
+	return nil
+}
+
+// Close implements runnel.SourceReader: it stops the goroutines (the committer after committing what is
+// pending) and closes the client.
+func (r *sourceReader[T]) Close() error {
+	if r.stop != nil {
+		r.stop()
+		close(r.closing)
+	}
+	r.wg.Wait()
+	if r.cl != nil {
+		r.cl.Close()
+	}
+	return nil
+}
