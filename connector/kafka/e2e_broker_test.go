@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/runnel-dev/runnel"
@@ -73,61 +72,18 @@ func e2eRunningSums(n int) map[int64][]int64 {
 	return want
 }
 
-// e2eRead reads every record of topic at the isolation level given, until the high watermark (or, for
-// read_committed, the last stable offset) the topic had when the read began, and returns per key the values
-// in the order the partition holds them (all of a key's records are in one partition).
+// e2eRead reads every record of topic at the isolation level given (kafkabroker.Broker.ReadTopic) and
+// returns per key the values in the order the partition holds them (all of a key's records are in one
+// partition).
 func e2eRead(t *testing.T, b *kafkabroker.Broker, topic string, level kgo.IsolationLevel) map[int64][]int64 {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	adm := b.Admin(t)
-	var ends map[int32]int64
-	if level == kgo.ReadCommitted() {
-		lso, err := adm.ListCommittedOffsets(ctx, topic)
-		if err != nil {
-			t.Fatalf("listing the last stable offsets of %s: %v", topic, err)
-		}
-		ends = map[int32]int64{}
-		lso.Each(func(o kadm.ListedOffset) { ends[o.Partition] = o.Offset })
-	} else {
-		hw, err := adm.ListEndOffsets(ctx, topic)
-		if err != nil {
-			t.Fatalf("listing the end offsets of %s: %v", topic, err)
-		}
-		ends = map[int32]int64{}
-		hw.Each(func(o kadm.ListedOffset) { ends[o.Partition] = o.Offset })
-	}
-	// Control records (transaction markers) are kept: they take offsets too, and one may be the last below
-	// the end, so the offsets seen of records and markers together say when a partition is read.
-	cl := b.Client(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchIsolationLevel(level), kgo.KeepControlRecords())
 	got := map[int64][]int64{}
-	next := map[int32]int64{}
-	done := func() bool {
-		for p, end := range ends {
-			if next[p] < end {
-				return false
-			}
+	for _, r := range b.ReadTopic(t, topic, level) {
+		if len(r.Key) != 8 || len(r.Value) != 8 {
+			t.Fatalf("record %s/%d@%d of %d+%d bytes", r.Topic, r.Partition, r.Offset, len(r.Key), len(r.Value))
 		}
-		return true
-	}
-	for !done() {
-		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			t.Fatalf("reading %s to offsets %v: timed out at %v", topic, ends, next)
-		}
-		fs.EachError(func(topic string, p int32, err error) { t.Fatalf("reading %s/%d: %v", topic, p, err) })
-		fs.EachRecord(func(r *kgo.Record) {
-			next[r.Partition] = r.Offset + 1
-			if r.Attrs.IsControl() {
-				return
-			}
-			if len(r.Key) != 8 || len(r.Value) != 8 {
-				t.Fatalf("record %s/%d@%d of %d+%d bytes", r.Topic, r.Partition, r.Offset, len(r.Key), len(r.Value))
-			}
-			k := int64(binary.BigEndian.Uint64(r.Key))
-			got[k] = append(got[k], int64(binary.BigEndian.Uint64(r.Value)))
-		})
+		k := int64(binary.BigEndian.Uint64(r.Key))
+		got[k] = append(got[k], int64(binary.BigEndian.Uint64(r.Value)))
 	}
 	return got
 }

@@ -541,3 +541,58 @@ func (b *Broker) OngoingTransactions(t testing.TB, prefix string) []kadm.ListedT
 	sort.Slice(out, func(i, j int) bool { return out[i].TxnID < out[j].TxnID })
 	return out
 }
+
+// ReadTopic reads every record of topic from the start up to where the topic ended when the call began: the
+// high watermark with kgo.ReadUncommitted(), the last stable offset with kgo.ReadCommitted() (records of
+// aborted transactions skipped). Records come in offset order within each partition. It fails the test when
+// the records do not come within 60 s.
+func (b *Broker) ReadTopic(t testing.TB, topic string, level kgo.IsolationLevel) []*kgo.Record {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	adm := b.Admin(t)
+	list := adm.ListEndOffsets
+	if level == kgo.ReadCommitted() {
+		list = adm.ListCommittedOffsets // the last stable offsets
+	}
+	listed, err := list(ctx, topic)
+	if err == nil {
+		err = listed.Error()
+	}
+	if err != nil {
+		t.Fatalf("kafkabroker: listing the end offsets of %s: %v", topic, err)
+	}
+	ends := map[int32]int64{}
+	listed.Each(func(o kadm.ListedOffset) { ends[o.Partition] = o.Offset })
+	// Control records (transaction markers) are kept: they take offsets too, and one may be the last below
+	// the end, so the offsets of records and markers together say when a partition is read.
+	cl := b.Client(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(level), kgo.KeepControlRecords())
+	next := map[int32]int64{}
+	done := func() bool {
+		for p, end := range ends {
+			if next[p] < end {
+				return false
+			}
+		}
+		return true
+	}
+	var recs []*kgo.Record
+	for !done() {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("kafkabroker: reading %s up to offsets %v: timed out at %v", topic, ends, next)
+		}
+		fs.EachError(func(topic string, p int32, err error) { t.Fatalf("kafkabroker: reading %s/%d: %v", topic, p, err) })
+		fs.EachRecord(func(r *kgo.Record) {
+			if r.Offset >= ends[r.Partition] {
+				return // written after the call began
+			}
+			next[r.Partition] = r.Offset + 1
+			if !r.Attrs.IsControl() {
+				recs = append(recs, r)
+			}
+		})
+	}
+	return recs
+}
