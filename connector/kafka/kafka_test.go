@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -21,9 +22,24 @@ import (
 	"github.com/runnel-dev/runnel/codec"
 	"github.com/runnel-dev/runnel/connector"
 	"github.com/runnel-dev/runnel/connector/kafka"
+	"github.com/runnel-dev/runnel/internal/kafkabroker"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(stopSharedBroker{m}) }
+
+// stopSharedBroker runs the tests, then stops the Kafka broker they shared (kafkabroker.Shared), if any.
+type stopSharedBroker struct{ *testing.M }
+
+func (s stopSharedBroker) Run() int {
+	code := s.M.Run()
+	if err := kafkabroker.StopShared(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	return code
+}
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 

@@ -638,3 +638,87 @@ func TestSourceIdlePartitionsDoNotHoldBackWindows(t *testing.T) {
 		})
 	}
 }
+
+// TestSourceExactlyOnceWithDiscoveryAndFailure sums an unbounded topic by key with checkpoints while a
+// partition is added: the new partition is discovered and read, and then the job fails (once, in the
+// middle of the new partition's records) and restarts from its last checkpoint, which holds the new
+// partition's offset. Every key's sum comes out exact: no record of an old or a new partition is counted
+// twice or lost.
+func TestSourceExactlyOnceWithDiscoveryAndFailure(t *testing.T) {
+	brokers := cluster(t, 2, "in")
+	const keys = 13
+	var recs []*kgo.Record
+	for i := range int64(4000) {
+		recs = append(recs, rec(int32(i%2), i%keys, i))
+	}
+	produceTo(t, brokers, "in", recs...)
+	want := map[int64]int64{}
+	for i := range int64(4000) {
+		want[i%keys] += i
+	}
+	var failed atomic.Bool
+	var seen seenValues
+	var mu sync.Mutex
+	got := map[int64]int64{}
+	env := runnel.NewEnvironment(runnel.WithParallelism(2), runnel.WithLogger(quiet),
+		runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 20 * time.Millisecond}), runnel.WithRestartStrategy("fixed-delay:attempts=3,delay=0s"))
+	src := runnel.FromSource(env, kafka.Source(kafka.SourceConfig{Brokers: brokers, Topic: "in", DiscoveryInterval: 20 * time.Millisecond}, decode)).
+		Name("kafka").WithCodec(codec.MustStruct[kv]())
+	checked := runnel.Map(src, func(v kv) (kv, error) {
+		seen.add(v.F1)
+		if v.F1 >= 100_000 && v.F1%10 == 0 {
+			time.Sleep(time.Millisecond) // the new partition's records take a while: checkpoints complete among them
+		}
+		if v.F1 == 103_000 && !failed.Swap(true) {
+			return v, errors.New("injected failure in the middle of the new partition")
+		}
+		return v, nil
+	}).Name("check")
+	sums := runnel.Reduce(runnel.KeyBy(checked, func(v kv) int64 { return v.F0 }),
+		func(a, b kv) (kv, error) { a.F1 += b.F1; return a, nil }).Name("sum")
+	runnel.Map(sums, func(v kv) (kv, error) {
+		mu.Lock()
+		got[v.F0] = v.F1 // the running sums only grow: the last one a key got is its total
+		mu.Unlock()
+		return v, nil
+	}).Name("last").SinkTo(connector.Discard[kv]())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	wait := runJob(ctx, env, "discovery and failure")
+	waitFor(t, 20*time.Second, func() bool { return seen.n.Load() >= 4000 }, func() string { return fmt.Sprintf("%d of 4000 records", seen.n.Load()) })
+
+	actx, acancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer acancel()
+	if _, err := admin(t, brokers).CreatePartitions(actx, 1, "in"); err != nil {
+		t.Fatal(err)
+	}
+	recs = recs[:0]
+	for i := int64(100_000); i < 106_000; i++ {
+		recs = append(recs, rec(2, i%keys, i))
+		want[i%keys] += i
+	}
+	produceTo(t, brokers, "in", recs...)
+	equal := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for k, w := range want {
+			if got[k] != w {
+				return false
+			}
+		}
+		return true
+	}
+	waitFor(t, 30*time.Second, equal, func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return fmt.Sprintf("sums %v, want %v", got, want)
+	})
+	cancel()
+	res, err := wait()
+	if res == nil || res.Status != "CANCELED" || len(res.Failovers) != 1 {
+		t.Fatalf("result %+v, %v: want one failover", res, err)
+	}
+	if !equal() {
+		t.Fatalf("sums %v after the end, want %v", got, want)
+	}
+}
