@@ -56,6 +56,7 @@ func TestLayering(t *testing.T) {
 		"cmd/runnel/internal/proccluster": {""},
 		"connector":                       {"", "codec"},
 		"connector/kafka":                 {""},
+		"connector/nats":                  {""},
 		"examples/wordcount":              {"", "codec", "connector", "examples/internal/run"},
 		"examples/clickstream":            {"", "codec", "connector", "examples/internal/run"},
 		"examples/sequence":               {"", "codec", "connector", "examples/internal/run"},

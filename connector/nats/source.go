@@ -1,0 +1,626 @@
+// Package nats holds Runnel's NATS JetStream source and sink, built on github.com/nats-io/nats.go and its
+// jetstream package (nats-server 2.14 or later: the source resets consumers). It uses only Runnel's public
+// API, like a user's own connector.
+//
+// The source reads a stream exactly once into the job's state. Each source subtask reads its share of the
+// stream's subjects (SourceConfig.Subjects, split over the subtasks like Kafka partitions) through a
+// durable pull consumer of its own, and checkpoints the stream sequence of the last message it emitted.
+// Messages are acknowledged only when the checkpoint that covers them completes. A restored subtask resets
+// its consumer to the message after the restored sequence, which drops what the failed attempt had been
+// delivered and restarts delivery in stream order from there, and it drops every message at or below the
+// sequence that comes again (a redelivery after AckWait): with exactly-once checkpoints each message of
+// its subjects affects the state once. One exception: a stream with work-queue retention deletes the
+// messages it acknowledged, so a restore from a checkpoint older than the newest completed one (a
+// savepoint, or a damaged newest checkpoint passed over) does not get back those the newer checkpoints
+// acknowledged. A bounded source stops at the stream's last sequence when it started.
+//
+// The sink publishes each record with a message id (the Nats-Msg-Id header) that a replay after a restore
+// repeats, waits for every publish acknowledgement at each checkpoint barrier and at the end of input, and
+// leaves it to the stream's duplicate window to drop the replayed copies: exactly once while the job
+// recovers within that window and the replay repeats the ids (see Sink).
+//
+// Each source subtask and each sink subtask owns one NATS connection (with the goroutines nats.go runs for
+// it); a source subtask also owns the goroutine that pulls messages from its consumer (and the pull
+// iterator's own goroutines). The source stops its puller at its bounded end or in Close, and Close closes
+// the connection.
+package nats
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/runnel-dev/runnel"
+)
+
+// Msg is a JetStream message: what the source hands to its decode function, and what the sink's encode
+// function returns.
+type Msg struct {
+	// Subject is the message's subject. The sink publishes to SinkConfig.Subject when it is empty.
+	Subject string
+	// Data is the payload. The source's decode function may keep it.
+	Data []byte
+	// Header holds the message's headers (nil for none).
+	Header natsgo.Header
+	// Sequence is the message's sequence in its stream (source only).
+	Sequence uint64
+	// Time is when the stream stored the message (source only); it is the record's timestamp on a stream
+	// with event time (the timestamp assigner's recordTs).
+	Time time.Time
+	// ID, set by the sink's encode function, is the record's identity: the sink then publishes it with
+	// Nats-Msg-Id SinkConfig.IDPrefix + ":" + ID instead of an id from its position. The source sets it
+	// to the message's Nats-Msg-Id header.
+	ID string
+}
+
+// StartAt says where a source subtask starts when no checkpoint holds its position.
+type StartAt int
+
+const (
+	// Earliest starts at the oldest message the stream holds.
+	Earliest StartAt = iota
+	// Latest starts after the newest message: only messages stored from now on.
+	Latest
+)
+
+// SourceConfig configures a JetStream source.
+type SourceConfig struct {
+	// URL is the NATS server URL (several separated by commas); required.
+	URL string
+	// Stream is the JetStream stream to read; required.
+	Stream string
+	// Subjects are the subject filters the source reads, which split the stream over the subtasks: filter
+	// j goes to subtask j mod parallelism, like Kafka partitions. They must not overlap (no message may
+	// match two). Empty reads the whole stream with subtask 0, the others idle. A stream whose subjects
+	// carry a partition number (a subject transform with {{partition(n, ...)}}) splits into n filters.
+	Subjects []string
+	// ConsumerPrefix names the source's durable consumers: subtask i reads through consumer
+	// ConsumerPrefix_i. Default: "runnel_" followed by the job's and the operator's names (characters other
+	// than letters, digits, '-' and '_' become '_'). Two jobs reading one stream need different prefixes.
+	ConsumerPrefix string
+	// StartAt is where a subtask without a checkpointed position starts (default Earliest).
+	StartAt StartAt
+	// Bounded stops each subtask once it has read its subjects up to the stream's last sequence when it
+	// started; otherwise the source never ends.
+	Bounded bool
+	// AckWait is how long the server waits for an acknowledgement before it delivers a message again
+	// (default 10 minutes). Messages are acknowledged when a checkpoint covering them completes, so keep it
+	// above the checkpoint interval plus a checkpoint's duration: a redelivery is dropped by sequence, but
+	// costs a second transfer.
+	AckWait time.Duration
+	// MaxAckPending bounds the messages delivered and not yet acknowledged (0: no bound). At the bound the
+	// consumer delivers nothing more until a checkpoint completes.
+	MaxAckPending int
+	// Options are passed to every connection the source makes (credentials, TLS, timeouts ...).
+	Options []natsgo.Option
+}
+
+func (c *SourceConfig) check() error {
+	var errs []error
+	if c.URL == "" {
+		errs = append(errs, errors.New("nats source: no server URL: set SourceConfig.URL"))
+	}
+	if c.Stream == "" {
+		errs = append(errs, errors.New("nats source: no stream: set SourceConfig.Stream"))
+	}
+	if c.StartAt != Earliest && c.StartAt != Latest {
+		errs = append(errs, fmt.Errorf("nats source: StartAt %d is neither Earliest nor Latest", c.StartAt))
+	}
+	if c.AckWait < 0 || c.MaxAckPending < 0 {
+		errs = append(errs, fmt.Errorf("nats source: negative AckWait %s or MaxAckPending %d", c.AckWait, c.MaxAckPending))
+	}
+	for i, s := range c.Subjects {
+		if !validSubject(s) {
+			errs = append(errs, fmt.Errorf("nats source: Subjects[%d] %q is not a subject filter", i, s))
+			continue
+		}
+		for j, o := range c.Subjects[:i] {
+			if validSubject(o) && subjectsOverlap(s, o) {
+				errs = append(errs, fmt.Errorf("nats source: Subjects[%d] %q and Subjects[%d] %q overlap: a message matching both would be read twice", j, o, i, s))
+			}
+		}
+	}
+	if c.ConsumerPrefix != "" && !validName.MatchString(c.ConsumerPrefix) {
+		errs = append(errs, fmt.Errorf("nats source: ConsumerPrefix %q may hold only letters, digits, '-' and '_'", c.ConsumerPrefix))
+	}
+	return errors.Join(errs...)
+}
+
+var validName = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+
+// Source reads cfg.Stream; decode turns each message into a T (an error fails the job, naming the
+// message's stream, sequence and subject).
+func Source[T any](cfg SourceConfig, decode func(Msg) (T, error)) runnel.Source[T] {
+	return &source[T]{cfg: cfg, decode: decode}
+}
+
+type source[T any] struct {
+	cfg    SourceConfig
+	decode func(Msg) (T, error)
+}
+
+// pollBatch bounds the messages one PollNext emits, and the pull iterator's buffer.
+const pollBatch = 500
+
+// requestTimeout bounds each JetStream API request (stream and consumer info, creating and resetting the
+// consumer, acknowledgements).
+const requestTimeout = 10 * time.Second
+
+// CreateReader implements runnel.Source: it connects and checks that the stream exists, so that a wrong
+// URL or stream fails the job at once. The consumer is set up at the first poll, after a restore.
+func (s *source[T]) CreateReader(ctx runnel.RuntimeContext) (runnel.SourceReader[T], error) {
+	if err := s.cfg.check(); err != nil {
+		return nil, err
+	}
+	if s.decode == nil {
+		return nil, errors.New("nats source: nil decode function")
+	}
+	r := &sourceReader[T]{src: s, ctx: ctx, ready: make(chan struct{}, 1), room: make(chan struct{}, 1)}
+	p, i := ctx.Parallelism(), ctx.SubtaskIndex()
+	if len(s.cfg.Subjects) == 0 {
+		if i == 0 {
+			r.filters, r.splits = []string{""}, []int{0}
+		}
+	} else {
+		for j, f := range s.cfg.Subjects {
+			if j%p == i {
+				r.filters, r.splits = append(r.filters, f), append(r.splits, j)
+			}
+		}
+	}
+	prefix := s.cfg.ConsumerPrefix
+	if prefix == "" {
+		prefix = sanitize("runnel_" + ctx.JobName() + "_" + ctx.OperatorName())
+	}
+	r.consumer = prefix + "_" + strconv.Itoa(i)
+	r.dropped = ctx.Metrics().Counter("redeliveries_dropped")
+	nc, err := connect(s.cfg.URL, s.cfg.Options, "runnel source "+ctx.TaskName())
+	if err != nil {
+		return nil, fmt.Errorf("nats source: connect to %s (stream %q): %w", s.cfg.URL, s.cfg.Stream, err)
+	}
+	r.nc = nc
+	if r.js, err = jetstream.New(nc); err == nil {
+		_, err = r.streamInfo()
+	}
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+type sourceReader[T any] struct {
+	src      *source[T]
+	ctx      runnel.RuntimeContext
+	nc       *natsgo.Conn
+	js       jetstream.JetStream
+	consumer string   // the durable consumer's name
+	filters  []string // this subtask's subject filters ("" alone: the whole stream); none: it idles
+	splits   []int    // the index in SourceConfig.Subjects of each filter: its split id for watermarks
+	dropped  *runnel.Counter
+
+	started   bool
+	restored  bool   // RestoreState ran
+	last      uint64 // the stream sequence of the last message emitted (or restored)
+	lastMsg   jetstream.Msg
+	bound     uint64 // a bounded subtask's end: the stream's last sequence when it started
+	finished  bool   // a bounded subtask has read up to its bound
+	announced bool   // the splits were announced to a SplitOutput
+	acks      []pendingAck
+
+	it   jetstream.MessagesContext
+	done chan struct{} // closed when the pull goroutine ended
+
+	mu      sync.Mutex
+	fetched []jetstream.Msg // messages the pull goroutine handed over, in delivery order
+	err     error           // the pull goroutine's failure
+	stopped atomic.Bool     // Close or the end of a bounded subtask stopped the iterator
+	ready   chan struct{}   // signalled when messages or an error arrive
+	room    chan struct{}   // signalled when PollNext took the fetched messages
+}
+
+// pendingAck is the last message emitted before checkpoint id's barrier: acknowledging it (AckAll)
+// acknowledges every message before it once the checkpoint completes.
+type pendingAck struct {
+	id  int64
+	msg jetstream.Msg
+}
+
+func (r *sourceReader[T]) where() string {
+	return fmt.Sprintf("stream %q at %s", r.src.cfg.Stream, r.src.cfg.URL)
+}
+
+// streamInfo fetches the stream's configuration and state, naming the stream and server when it fails.
+func (r *sourceReader[T]) streamInfo() (*jetstream.StreamInfo, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	defer cancel()
+	st, err := r.js.Stream(ctx, r.src.cfg.Stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, fmt.Errorf("nats source: stream %q does not exist at %s", r.src.cfg.Stream, r.src.cfg.URL)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("nats source: %s: %w", r.where(), err)
+	}
+	return st.CachedInfo(), nil
+}
+
+// start creates or updates the subtask's consumer, resets it to where the subtask starts, and starts
+// pulling.
+func (r *sourceReader[T]) start() error {
+	r.started = true
+	if len(r.filters) == 0 {
+		return nil // more subtasks than subject filters: this one reads nothing
+	}
+	cfg := r.src.cfg
+	info, err := r.streamInfo()
+	if err != nil {
+		return err
+	}
+	// Where to start: after the restored sequence, or at the configured end of the stream. On a work-queue
+	// stream acknowledged messages are gone and every message left is unacknowledged: a checkpoint whose
+	// completion this subtask did not hear before it failed left its messages there, so it starts at the
+	// first one, drops those up to the restored sequence, and its next acknowledgement covers them.
+	start := uint64(1)
+	switch {
+	case r.restored:
+		start = r.last + 1
+		if info.Config.Retention == jetstream.WorkQueuePolicy {
+			start = max(1, min(start, info.State.FirstSeq))
+		}
+	case cfg.StartAt == Latest:
+		start = info.State.LastSeq + 1
+		r.last = info.State.LastSeq
+	}
+	if cfg.Bounded {
+		r.bound = info.State.LastSeq
+		if start > r.bound || r.last >= r.bound {
+			r.finished = true
+			return nil
+		}
+	}
+	ackWait, maxPending := cfg.AckWait, cfg.MaxAckPending
+	if ackWait == 0 {
+		ackWait = 10 * time.Minute
+	}
+	if maxPending == 0 {
+		maxPending = -1
+	}
+	// DeliverAll lets a reset move the consumer to any sequence; AckAll lets one acknowledgement per
+	// checkpoint cover every message before it.
+	ccfg := jetstream.ConsumerConfig{
+		Durable: r.consumer, Description: "runnel source " + r.ctx.TaskName(),
+		DeliverPolicy: jetstream.DeliverAllPolicy, AckPolicy: jetstream.AckAllPolicy, AckWait: ackWait,
+		MaxDeliver: -1, MaxAckPending: maxPending,
+	}
+	if len(r.filters) == 1 {
+		ccfg.FilterSubject = r.filters[0]
+	} else {
+		ccfg.FilterSubjects = r.filters
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	defer cancel()
+	cons, err := r.js.CreateOrUpdateConsumer(ctx, cfg.Stream, ccfg)
+	if err != nil {
+		return fmt.Errorf("nats source: create consumer %q on %s: %w (a consumer of that name made otherwise must be deleted, or set SourceConfig.ConsumerPrefix)", r.consumer, r.where(), err)
+	}
+	// The reset drops what the consumer had delivered and not yet had acknowledged (a failed attempt's
+	// messages) and sets its acknowledgement floor below start: delivery goes on in stream order from start.
+	reset, err := r.js.ResetConsumerToSequence(ctx, cfg.Stream, r.consumer, start)
+	if err != nil {
+		return fmt.Errorf("nats source: reset consumer %q of %s to sequence %d: %w (the source needs nats-server 2.14 or later)", r.consumer, r.where(), start, err)
+	}
+	if cfg.Bounded && reset.ConsumerInfo != nil && reset.ConsumerInfo.NumPending == 0 {
+		r.finished = true // nothing of this subtask's subjects from start on
+		return nil
+	}
+	if r.it, err = cons.Messages(jetstream.PullMaxMessages(pollBatch)); err != nil {
+		return fmt.Errorf("nats source: pull from consumer %q of %s: %w", r.consumer, r.where(), err)
+	}
+	r.done = make(chan struct{})
+	go r.pull()
+	return nil
+}
+
+// pull runs on its own goroutine until the iterator stops: it hands the messages over to PollNext.
+func (r *sourceReader[T]) pull() {
+	defer close(r.done)
+	for {
+		msg, err := r.it.Next()
+		if err != nil {
+			if r.stopped.Load() {
+				return
+			}
+			r.mu.Lock()
+			r.err = fmt.Errorf("nats source: read consumer %q of %s: %w", r.consumer, r.where(), err)
+			r.mu.Unlock()
+			r.signal(r.ready)
+			return
+		}
+		r.mu.Lock()
+		r.fetched = append(r.fetched, msg)
+		backlog := len(r.fetched)
+		r.mu.Unlock()
+		r.signal(r.ready)
+		// Do not run far ahead of the task: past a few polls' worth, wait until it takes them. The
+		// iterator's buffer then fills and it stops pulling.
+		for backlog >= 4*pollBatch && !r.stopped.Load() {
+			select {
+			case <-r.room:
+			case <-time.After(10 * time.Millisecond): // look at stopped again
+			}
+			r.mu.Lock()
+			backlog = len(r.fetched)
+			r.mu.Unlock()
+		}
+	}
+}
+
+func (r *sourceReader[T]) signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// PollNext implements runnel.SourceReader: it emits the messages pulled since the last poll.
+func (r *sourceReader[T]) PollNext(out runnel.Collector[T]) (runnel.InputStatus, error) {
+	if !r.started {
+		if err := r.start(); err != nil {
+			return runnel.EndOfInput, err
+		}
+	}
+	if len(r.filters) == 0 {
+		// An unbounded subtask without subjects idles (and takes part in checkpoints).
+		if r.src.cfg.Bounded {
+			return runnel.EndOfInput, nil
+		}
+		return runnel.NothingAvailable, nil
+	}
+	if r.finished {
+		r.stop()
+		return runnel.EndOfInput, nil
+	}
+	r.mu.Lock()
+	batch, err := r.fetched, r.err
+	if len(batch) > pollBatch {
+		batch = batch[:pollBatch:pollBatch]
+		r.fetched = r.fetched[pollBatch:]
+	} else {
+		r.fetched = nil
+	}
+	more := len(r.fetched) > 0
+	r.mu.Unlock()
+	r.signal(r.room)
+	if len(batch) == 0 {
+		if err != nil {
+			return runnel.EndOfInput, err
+		}
+		return runnel.NothingAvailable, nil
+	}
+	splits, _ := out.(runnel.SplitOutput[T])
+	if len(r.filters) < 2 {
+		splits = nil // one split: the source's own watermark is the split's
+	}
+	if splits != nil && !r.announced {
+		// Every split counts from the start, so that one read first does not carry the watermark past
+		// the messages of those not read yet.
+		r.announced = true
+		for _, j := range r.splits {
+			splits.ForSplit(j)
+		}
+	}
+	emitted := false
+	for _, m := range batch {
+		md, err := m.Metadata()
+		if err != nil {
+			return runnel.EndOfInput, fmt.Errorf("nats source: message on %q from consumer %q of %s: %w", m.Subject(), r.consumer, r.where(), err)
+		}
+		seq := md.Sequence.Stream
+		if seq <= r.last {
+			// Delivered again (its acknowledgement waits for a checkpoint that took longer than AckWait,
+			// or the restored checkpoint covered it): the state has it already.
+			r.dropped.Inc()
+			continue
+		}
+		if r.src.cfg.Bounded && seq > r.bound {
+			r.finished = true // stored after the subtask started; delivery is in stream order
+			break
+		}
+		msg := Msg{Subject: m.Subject(), Data: m.Data(), Header: m.Headers(), Sequence: seq, Time: md.Timestamp}
+		if msg.Header != nil {
+			msg.ID = msg.Header.Get(jetstream.MsgIDHeader)
+		}
+		v, err := r.src.decode(msg)
+		if err != nil {
+			return runnel.EndOfInput, fmt.Errorf("nats source: decode message %d of stream %q (subject %q): %w", seq, r.src.cfg.Stream, msg.Subject, err)
+		}
+		c := out
+		if splits != nil {
+			c = splits.ForSplit(r.splitOf(msg.Subject))
+		}
+		if tc, ok := c.(runnel.TimestampedCollector[T]); ok {
+			tc.CollectWithTimestamp(v, md.Timestamp.UnixMilli())
+		} else {
+			c.Collect(v)
+		}
+		r.last, r.lastMsg, emitted = seq, m, true
+		if r.src.cfg.Bounded && (md.NumPending == 0 || seq >= r.bound) {
+			r.finished = true // nothing of its subjects was stored after this one when it was delivered
+			break
+		}
+	}
+	if emitted && !r.ctx.Checkpointing() {
+		// Without checkpoints nothing will be restored: acknowledge what was emitted at once.
+		if err := r.lastMsg.Ack(); err != nil {
+			r.ctx.Logger().Warn("nats source: acknowledge", "consumer", r.consumer, "stream", r.src.cfg.Stream, "seq", r.last, "err", err)
+		}
+	}
+	if r.finished {
+		r.stop()
+		return runnel.EndOfInput, nil
+	}
+	if more {
+		return runnel.MoreAvailable, nil
+	}
+	return runnel.NothingAvailable, nil
+}
+
+// splitOf returns the split (index in SourceConfig.Subjects) of the filter that subject matches.
+func (r *sourceReader[T]) splitOf(subject string) int {
+	for k, f := range r.filters {
+		if subjectMatches(f, subject) {
+			return r.splits[k]
+		}
+	}
+	return r.splits[0] // the server delivered only matching subjects
+}
+
+// Available implements runnel.SourceReader.
+func (r *sourceReader[T]) Available() <-chan struct{} { return r.ready }
+
+// ReplaysDeterministically implements runnel.DeterministicReader: one consumer delivers the messages of
+// all of the subtask's filters in stream order, from the restored sequence on. Without a restored
+// position only a subtask that starts at the oldest message of a stream that keeps acknowledged messages
+// starts from the same place again.
+func (r *sourceReader[T]) ReplaysDeterministically() bool {
+	return r.restored || r.src.cfg.StartAt == Earliest && !r.workQueue()
+}
+
+func (r *sourceReader[T]) workQueue() bool {
+	info, err := r.streamInfo()
+	return err != nil || info.Config.Retention == jetstream.WorkQueuePolicy
+}
+
+// sourceStateVersion starts the reader's checkpointed state.
+const sourceStateVersion = 1
+
+// SnapshotState implements runnel.CheckpointedReader: the stream sequence of the last message emitted
+// and the subject filters it was read with. It also notes the message to acknowledge when checkpoint id
+// completes.
+func (r *sourceReader[T]) SnapshotState(id int64) ([]byte, error) {
+	if r.lastMsg != nil && (len(r.acks) == 0 || r.acks[len(r.acks)-1].msg != r.lastMsg) {
+		r.acks = append(r.acks, pendingAck{id, r.lastMsg})
+	}
+	b := binary.AppendUvarint([]byte{sourceStateVersion}, r.last)
+	b = binary.AppendUvarint(b, uint64(len(r.filters)))
+	for _, f := range r.filters {
+		b = binary.AppendUvarint(b, uint64(len(f)))
+		b = append(b, f...)
+	}
+	return b, nil
+}
+
+// RestoreState implements runnel.CheckpointedReader. The filters must be the ones the subtask reads now:
+// the sequence says nothing about subjects it did not read.
+func (r *sourceReader[T]) RestoreState(b []byte) error {
+	bad := fmt.Errorf("nats source: malformed checkpointed position % x", b)
+	if len(b) == 0 || b[0] != sourceStateVersion {
+		return bad
+	}
+	b = b[1:]
+	last, k := binary.Uvarint(b)
+	if k <= 0 {
+		return bad
+	}
+	b = b[k:]
+	n, k := binary.Uvarint(b)
+	if k <= 0 || n > uint64(len(b)) {
+		return bad
+	}
+	b = b[k:]
+	var filters []string
+	for range n {
+		l, k := binary.Uvarint(b)
+		if k <= 0 || l > uint64(len(b[k:])) {
+			return bad
+		}
+		filters, b = append(filters, string(b[k:k+int(l)])), b[k+int(l):]
+	}
+	if len(b) != 0 {
+		return bad
+	}
+	if !slices.Equal(filters, r.filters) {
+		return fmt.Errorf("nats source: the checkpoint of subtask %d read %s with subject filters %q, but it reads %q now: keep SourceConfig.Subjects and the parallelism", r.ctx.SubtaskIndex(), r.where(), filters, r.filters)
+	}
+	r.last, r.restored = last, true
+	return nil
+}
+
+// NotifyCheckpointComplete implements runnel.CheckpointListener: it acknowledges the last message the
+// completed checkpoint covers, and with it (AckAll) every one before. An acknowledgement that fails is
+// logged: the next one covers it, and a restore resets the consumer anyway.
+func (r *sourceReader[T]) NotifyCheckpointComplete(id int64) error {
+	var ack jetstream.Msg
+	n := 0
+	for n < len(r.acks) && r.acks[n].id <= id {
+		ack = r.acks[n].msg
+		n++
+	}
+	r.acks = r.acks[n:]
+	if ack == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	defer cancel()
+	if err := ack.DoubleAck(ctx); err != nil {
+		md, _ := ack.Metadata()
+		var seq uint64
+		if md != nil {
+			seq = md.Sequence.Stream
+		}
+		r.ctx.Logger().Warn("nats source: acknowledge the messages of a completed checkpoint", "checkpoint", id,
+			"consumer", r.consumer, "stream", r.src.cfg.Stream, "seq", seq, "err", err)
+	}
+	return nil
+}
+
+// stop stops the pull iterator and waits for the pull goroutine.
+func (r *sourceReader[T]) stop() {
+	if r.it == nil || r.stopped.Swap(true) {
+		return
+	}
+	r.it.Stop()
+	<-r.done
+}
+
+// Close implements runnel.SourceReader: it stops pulling and closes the connection, after sending what
+// acknowledgements it holds.
+func (r *sourceReader[T]) Close() error {
+	r.stopped.Store(true) // before any Stop, so that the pull goroutine takes its end for one
+	if r.it != nil {
+		r.it.Stop()
+		<-r.done
+	}
+	if r.nc != nil {
+		_ = r.nc.FlushTimeout(time.Second)
+		r.nc.Close()
+	}
+	return nil
+}
+
+// connect opens a connection that gives up at once when no server answers: a job retries through its
+// restart strategy.
+func connect(url string, opts []natsgo.Option, name string) (*natsgo.Conn, error) {
+	return natsgo.Connect(url, append([]natsgo.Option{natsgo.Name(name)}, opts...)...)
+}
+
+// sanitize makes s a valid consumer name: characters other than letters, digits, '-' and '_' become '_'.
+func sanitize(s string) string {
+	return strings.Map(func(c rune) rune {
+		if c == '-' || c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' {
+			return c
+		}
+		return '_'
+	}, s)
+}
