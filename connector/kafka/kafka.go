@@ -1,17 +1,31 @@
 // Package kafka holds Runnel's Apache Kafka source and sink, built on franz-go (github.com/twmb/franz-go).
 //
-// The source splits a topic's partitions over its subtasks (partition p goes to subtask p mod P, no
-// consumer group) and checkpoints, per partition, the offset after the last record it emitted, so that a
-// restored job reads every record again from exactly there: with checkpoints on, each record affects the
-// job's state exactly once. Without a checkpoint a subtask starts at the start or the end of its partitions
-// (SourceConfig.StartAt). A bounded source stops at the end offsets the partitions had when it started.
+// The source reads a topic, a list of topics (SourceConfig.Topic, Topics) or every topic matching a
+// pattern (TopicPattern), with isolation level read_committed unless ReadUncommitted. Its subtasks share
+// the partitions without a consumer group: partition p of topic t goes to subtask
+// ((hashCode(t)*31 & 0x7FFFFFFF) % P + p) % P, with Java's String.hashCode, the rule of Flink's
+// KafkaSourceEnumerator, so each topic's partitions spread evenly and every subtask works out its share
+// alone. An unbounded source looks for new partitions and matching topics every DiscoveryInterval
+// (default 30 s) and reads them from their first record. Each checkpoint holds, per partition, the offset
+// after the last record emitted, in union list state: a restored job reads every record again from exactly
+// there (with checkpoints, each record affects the job's state exactly once), and a job restored at another
+// parallelism hands each partition with its offset to its subtask under the new parallelism. Without a
+// checkpoint partitions start at SourceConfig.StartAt: Earliest, Latest, Timestamp, or the offsets a
+// consumer group committed (GroupOffsets, with GroupFallback); partitions found later start at their
+// first record. With SourceConfig.Group the offsets of each completed checkpoint are committed to that
+// group, for lag dashboards only: the source never reads them back unless StartAt says GroupOffsets. A
+// record the decode function fails on fails the job, naming its topic, partition and offset, unless
+// SourceConfig.DecodeErrors routes such records to a side output. Unreachable brokers, a missing topic or
+// one the principal may not describe fail the job when a subtask starts, naming the topic and the brokers.
+// A bounded source stops at the end offsets (read_committed: the last stable offsets) the partitions had
+// when it started.
 //
 // The sink produces asynchronously and waits for every record to be acknowledged at each checkpoint and at
 // the end of input: at least once, never lost once a checkpoint completed; a record may be written twice
 // when the job restarts from a checkpoint taken before it was.
 //
-// The package uses only Runnel's public API; it owns the Kafka clients of its subtasks and the goroutine
-// each source subtask fetches with, and stops them when the subtask closes.
+// The package uses only Runnel's public API; it owns the Kafka clients of its subtasks and the goroutines
+// of each source subtask (fetch, discovery, group commits), and stops them when the subtask closes.
 package kafka
 
 import "time"
