@@ -218,42 +218,55 @@ func checkAllAcknowledged(t *testing.T, js jetstream.JetStream, stream string) {
 
 // TestPositionalIDsThroughFailures runs a chain that replays the same records in the same order (one
 // subtask, one channel) through two failures: the sink's ids come from its position, and the output
-// stream holds each record once.
+// stream holds each record once. It reads a stream that keeps acknowledged messages and a work queue,
+// which deletes them: the work queue is empty at the end.
 func TestPositionalIDsThroughFailures(t *testing.T) {
-	url := startServer(t)
-	js := client(t, url)
-	createStream(t, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in"}})
-	createStream(t, js, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out.*"}})
-	const n = 5000
-	publish(t, js, n, "in")
-	env := runnel.NewEnvironment(runnel.WithParallelism(1), runnel.WithLogger(quiet),
-		runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 15 * time.Millisecond}),
-		runnel.WithFailureInjection("double[0]@1200", "double[0]@3100"), runnel.WithRestartStrategy("fixed-delay:attempts=5,delay=0s"))
-	src := runnel.FromSource(env, nats.Source(nats.SourceConfig{URL: url, Stream: "IN", Bounded: true}, decodeValue)).Name("nats")
-	doubled := runnel.Map(src, func(v int64) (int64, error) { return 2 * v, nil }).Name("double")
-	doubled.SinkTo(nats.Sink(nats.SinkConfig{URL: url, Stream: "OUT", CheckpointInterval: env.Config().Checkpoint.Interval},
-		func(v int64) (nats.Msg, error) {
-			return nats.Msg{Subject: fmt.Sprintf("out.%d", v%3), Data: binary.BigEndian.AppendUint64(nil, uint64(v))}, nil
-		})).Name("out")
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	res, err := env.Execute(ctx, "double")
-	if err != nil || res.Status != "FINISHED" || len(res.Failovers) != 2 {
-		t.Fatalf("%v, %+v", err, res)
+	for _, retention := range []jetstream.RetentionPolicy{jetstream.LimitsPolicy, jetstream.WorkQueuePolicy} {
+		t.Run(retention.String(), func(t *testing.T) {
+			url := startServer(t)
+			js := client(t, url)
+			createStream(t, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in"}, Retention: retention})
+			createStream(t, js, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out.*"}})
+			const n = 5000
+			publish(t, js, n, "in")
+			env := runnel.NewEnvironment(runnel.WithParallelism(1), runnel.WithLogger(quiet),
+				runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 15 * time.Millisecond}),
+				runnel.WithFailureInjection("double[0]@1200", "double[0]@3100"), runnel.WithRestartStrategy("fixed-delay:attempts=5,delay=0s"))
+			src := runnel.FromSource(env, nats.Source(nats.SourceConfig{URL: url, Stream: "IN", Bounded: true}, decodeValue)).Name("nats")
+			doubled := runnel.Map(src, func(v int64) (int64, error) { return 2 * v, nil }).Name("double")
+			doubled.SinkTo(nats.Sink(nats.SinkConfig{URL: url, Stream: "OUT", CheckpointInterval: env.Config().Checkpoint.Interval},
+				func(v int64) (nats.Msg, error) {
+					return nats.Msg{Subject: fmt.Sprintf("out.%d", v%3), Data: binary.BigEndian.AppendUint64(nil, uint64(v))}, nil
+				})).Name("out")
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			res, err := env.Execute(ctx, "double")
+			if err != nil || res.Status != "FINISHED" || len(res.Failovers) != 2 {
+				t.Fatalf("%v, %+v", err, res)
+			}
+			seen := make([]int, n)
+			for _, v := range readAll(t, url, "OUT", decodeValue) {
+				if v%2 != 0 || v < 0 || v/2 >= n {
+					t.Fatalf("value %d in the output", v)
+				}
+				seen[v/2]++
+			}
+			for i, c := range seen {
+				if c != 1 {
+					t.Fatalf("value %d written %d times", 2*i, c)
+				}
+			}
+			t.Logf("duplicates the stream dropped after the last restore: %d", res.Vertex("out").Subtasks[0].Metrics["out/duplicates"])
+			want := uint64(n)
+			if retention == jetstream.WorkQueuePolicy {
+				want = 0
+			}
+			if got := streamInfo(t, js, "IN").State.Msgs; got != want {
+				t.Fatalf("the input stream holds %d messages at the end, want %d", got, want)
+			}
+			checkAllAcknowledged(t, js, "IN")
+		})
 	}
-	seen := make([]int, n)
-	for _, v := range readAll(t, url, "OUT", decodeValue) {
-		if v%2 != 0 || v < 0 || v/2 >= n {
-			t.Fatalf("value %d in the output", v)
-		}
-		seen[v/2]++
-	}
-	for i, c := range seen {
-		if c != 1 {
-			t.Fatalf("value %d written %d times", 2*i, c)
-		}
-	}
-	t.Logf("duplicates the stream dropped after the last restore: %d", res.Vertex("out").Subtasks[0].Metrics["out/duplicates"])
 }
 
 // TestSinkReplayIsDropped runs one job three times: the second run repeats the first one's ids, and the

@@ -5,11 +5,13 @@
 // The source reads a stream exactly once into the job's state. Each source subtask reads its share of the
 // stream's subjects (SourceConfig.Subjects, split over the subtasks like Kafka partitions) through a
 // durable pull consumer of its own, and checkpoints the stream sequence of the last message it emitted.
-// Messages are acknowledged only when the checkpoint that covers them completes. A restored subtask resets
-// its consumer to the message after the restored sequence, which drops what the failed attempt had been
-// delivered and restarts delivery in stream order from there, and it drops every message at or below the
-// sequence that comes again (a redelivery after AckWait): with exactly-once checkpoints each message of
-// its subjects affects the state once. One exception: a stream with work-queue retention deletes the
+// Messages are acknowledged only when the checkpoint that covers them completes: one acknowledgement of
+// the last message covers all before it (AckAll), except on a work-queue stream, which takes only
+// explicit acknowledgements and so gets one per message, and deletes each as it is acknowledged. A
+// restored subtask resets its consumer to the message after the restored sequence, which drops what the
+// failed attempt had been delivered and restarts delivery in stream order from there, and it drops every
+// message at or below the sequence that comes again (a redelivery after AckWait): with exactly-once
+// checkpoints each message of its subjects affects the state once. One exception: a stream with work-queue retention deletes the
 // messages it acknowledged, so a restore from a checkpoint older than the newest completed one (a
 // savepoint, or a damaged newest checkpoint passed over) does not get back those the newer checkpoints
 // acknowledged. A bounded source stops at the stream's last sequence when it started.
@@ -214,9 +216,11 @@ type sourceReader[T any] struct {
 	restored  bool   // RestoreState ran
 	last      uint64 // the stream sequence of the last message emitted (or restored)
 	lastMsg   jetstream.Msg
-	bound     uint64 // a bounded subtask's end: the stream's last sequence when it started
-	finished  bool   // a bounded subtask has read up to its bound
-	announced bool   // the splits were announced to a SplitOutput
+	bound     uint64   // a bounded subtask's end: the stream's last sequence when it started
+	finished  bool     // a bounded subtask has read up to its bound
+	announced bool     // the splits were announced to a SplitOutput
+	explicit  bool     // a work-queue stream: every message is acknowledged on its own (AckExplicit)
+	replies   []string // explicit: the reply subjects of the messages since the last snapshot
 	acks      []pendingAck
 
 	it   jetstream.MessagesContext
@@ -230,11 +234,13 @@ type sourceReader[T any] struct {
 	room    chan struct{}   // signalled when PollNext took the fetched messages
 }
 
-// pendingAck is the last message emitted before checkpoint id's barrier: acknowledging it (AckAll)
-// acknowledges every message before it once the checkpoint completes.
+// pendingAck is what checkpoint id's completion acknowledges: the last message emitted before its
+// barrier, whose acknowledgement (AckAll) covers every message before it, or, on a work-queue stream, the
+// reply subjects of every message since the checkpoint before.
 type pendingAck struct {
-	id  int64
-	msg jetstream.Msg
+	id      int64
+	msg     jetstream.Msg
+	replies []string
 }
 
 func (r *sourceReader[T]) where() string {
@@ -297,10 +303,15 @@ func (r *sourceReader[T]) start() error {
 		maxPending = -1
 	}
 	// DeliverAll lets a reset move the consumer to any sequence; AckAll lets one acknowledgement per
-	// checkpoint cover every message before it.
+	// checkpoint cover every message before it. A work-queue stream takes only explicit acknowledgements.
+	r.explicit = info.Config.Retention == jetstream.WorkQueuePolicy
+	ackPolicy := jetstream.AckAllPolicy
+	if r.explicit {
+		ackPolicy = jetstream.AckExplicitPolicy
+	}
 	ccfg := jetstream.ConsumerConfig{
 		Durable: r.consumer, Description: "runnel source " + r.ctx.TaskName(),
-		DeliverPolicy: jetstream.DeliverAllPolicy, AckPolicy: jetstream.AckAllPolicy, AckWait: ackWait,
+		DeliverPolicy: jetstream.DeliverAllPolicy, AckPolicy: ackPolicy, AckWait: ackWait,
 		MaxDeliver: -1, MaxAckPending: maxPending,
 	}
 	if len(r.filters) == 1 {
@@ -429,8 +440,12 @@ func (r *sourceReader[T]) PollNext(out runnel.Collector[T]) (runnel.InputStatus,
 		seq := md.Sequence.Stream
 		if seq <= r.last {
 			// Delivered again (its acknowledgement waits for a checkpoint that took longer than AckWait,
-			// or the restored checkpoint covered it): the state has it already.
+			// or the restored checkpoint covered it): the state has it already. On a work queue it may be
+			// one the restored checkpoint covered and whose acknowledgement was lost: acknowledge it again.
 			r.dropped.Inc()
+			if r.explicit {
+				r.replies = append(r.replies, m.Reply())
+			}
 			continue
 		}
 		if r.src.cfg.Bounded && seq > r.bound {
@@ -455,14 +470,24 @@ func (r *sourceReader[T]) PollNext(out runnel.Collector[T]) (runnel.InputStatus,
 			c.Collect(v)
 		}
 		r.last, r.lastMsg, emitted = seq, m, true
+		if r.explicit {
+			r.replies = append(r.replies, m.Reply())
+		}
 		if r.src.cfg.Bounded && (md.NumPending == 0 || seq >= r.bound) {
 			r.finished = true // nothing of its subjects was stored after this one when it was delivered
 			break
 		}
 	}
-	if emitted && !r.ctx.Checkpointing() {
+	if !r.ctx.Checkpointing() {
 		// Without checkpoints nothing will be restored: acknowledge what was emitted at once.
-		if err := r.lastMsg.Ack(); err != nil {
+		var err error
+		if r.explicit {
+			err = r.ackReplies(r.replies)
+			r.replies = r.replies[:0]
+		} else if emitted {
+			err = r.lastMsg.Ack()
+		}
+		if err != nil {
 			r.ctx.Logger().Warn("nats source: acknowledge", "consumer", r.consumer, "stream", r.src.cfg.Stream, "seq", r.last, "err", err)
 		}
 	}
@@ -509,8 +534,13 @@ const sourceStateVersion = 1
 // and the subject filters it was read with. It also notes the message to acknowledge when checkpoint id
 // completes.
 func (r *sourceReader[T]) SnapshotState(id int64) ([]byte, error) {
-	if r.lastMsg != nil && (len(r.acks) == 0 || r.acks[len(r.acks)-1].msg != r.lastMsg) {
-		r.acks = append(r.acks, pendingAck{id, r.lastMsg})
+	if r.explicit {
+		if len(r.replies) > 0 {
+			r.acks = append(r.acks, pendingAck{id: id, replies: r.replies})
+			r.replies = nil
+		}
+	} else if r.lastMsg != nil && (len(r.acks) == 0 || r.acks[len(r.acks)-1].msg != r.lastMsg) {
+		r.acks = append(r.acks, pendingAck{id: id, msg: r.lastMsg})
 	}
 	b := binary.AppendUvarint([]byte{sourceStateVersion}, r.last)
 	b = binary.AppendUvarint(b, uint64(len(r.filters)))
@@ -562,12 +592,21 @@ func (r *sourceReader[T]) RestoreState(b []byte) error {
 // logged: the next one covers it, and a restore resets the consumer anyway.
 func (r *sourceReader[T]) NotifyCheckpointComplete(id int64) error {
 	var ack jetstream.Msg
+	var replies []string
 	n := 0
 	for n < len(r.acks) && r.acks[n].id <= id {
 		ack = r.acks[n].msg
+		replies = append(replies, r.acks[n].replies...)
 		n++
 	}
 	r.acks = r.acks[n:]
+	if len(replies) > 0 {
+		if err := r.ackReplies(replies); err != nil {
+			r.ctx.Logger().Warn("nats source: acknowledge the messages of a completed checkpoint", "checkpoint", id,
+				"consumer", r.consumer, "stream", r.src.cfg.Stream, "err", err)
+		}
+		return nil
+	}
 	if ack == nil {
 		return nil
 	}
@@ -584,6 +623,23 @@ func (r *sourceReader[T]) NotifyCheckpointComplete(id int64) error {
 	}
 	return nil
 }
+
+// ackReplies acknowledges each message of a work queue by its reply subject, as Msg.Ack does, and
+// flushes the acknowledgements to the server.
+func (r *sourceReader[T]) ackReplies(replies []string) error {
+	for _, reply := range replies {
+		if err := r.nc.Publish(reply, ackPayload); err != nil {
+			return err
+		}
+	}
+	if len(replies) == 0 {
+		return nil
+	}
+	return r.nc.FlushTimeout(requestTimeout)
+}
+
+// ackPayload is JetStream's positive acknowledgement.
+var ackPayload = []byte("+ACK")
 
 // stop stops the pull iterator and waits for the pull goroutine.
 func (r *sourceReader[T]) stop() {
