@@ -104,6 +104,10 @@ type SourceConfig struct {
 	// MaxAckPending bounds the messages delivered and not yet acknowledged (0: no bound). At the bound the
 	// consumer delivers nothing more until a checkpoint completes.
 	MaxAckPending int
+	// InactiveThreshold lets the server delete a consumer that no one pulled from for that long (0: the
+	// consumers stay, as a restore from a checkpoint or savepoint expects; on a work-queue stream a
+	// consumer left behind keeps other consumers of its subjects out).
+	InactiveThreshold time.Duration
 	// Options are passed to every connection the source makes (credentials, TLS, timeouts ...).
 	Options []natsgo.Option
 }
@@ -119,8 +123,8 @@ func (c *SourceConfig) check() error {
 	if c.StartAt != Earliest && c.StartAt != Latest {
 		errs = append(errs, fmt.Errorf("nats source: StartAt %d is neither Earliest nor Latest", c.StartAt))
 	}
-	if c.AckWait < 0 || c.MaxAckPending < 0 {
-		errs = append(errs, fmt.Errorf("nats source: negative AckWait %s or MaxAckPending %d", c.AckWait, c.MaxAckPending))
+	if c.AckWait < 0 || c.MaxAckPending < 0 || c.InactiveThreshold < 0 {
+		errs = append(errs, fmt.Errorf("nats source: negative AckWait %s, MaxAckPending %d or InactiveThreshold %s", c.AckWait, c.MaxAckPending, c.InactiveThreshold))
 	}
 	for i, s := range c.Subjects {
 		if !validSubject(s) {
@@ -312,7 +316,7 @@ func (r *sourceReader[T]) start() error {
 	ccfg := jetstream.ConsumerConfig{
 		Durable: r.consumer, Description: "runnel source " + r.ctx.TaskName(),
 		DeliverPolicy: jetstream.DeliverAllPolicy, AckPolicy: ackPolicy, AckWait: ackWait,
-		MaxDeliver: -1, MaxAckPending: maxPending,
+		MaxDeliver: -1, MaxAckPending: maxPending, InactiveThreshold: cfg.InactiveThreshold,
 	}
 	if len(r.filters) == 1 {
 		ccfg.FilterSubject = r.filters[0]
