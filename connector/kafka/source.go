@@ -212,6 +212,14 @@ func (s *source[T]) CreateReader(ctx runnel.RuntimeContext) (runnel.SourceReader
 	if err != nil {
 		return nil, fmt.Errorf("kafka source: %w", err)
 	}
-	return &sourceReader[T]{src: s, ctx: ctx, state: st, offsets: map[tp]int64{}, splits: map[tp]int{},
-		restored: map[tp]int64{}, ready: make(chan struct{}, 1)}, nil
+	r := &sourceReader[T]{src: s, ctx: ctx, state: st, offsets: map[tp]int64{}, splits: map[tp]int{},
+		restored: map[tp]int64{}, ready: make(chan struct{}, 1)}
+	// The subtask's share of the partitions (to see the assignment), and the commits to the group that
+	// failed (they are only logged otherwise).
+	m := ctx.Metrics()
+	m.Gauge("partitions", func() int64 { return int64(len(r.offsets)) })
+	if s.cfg.Group != "" {
+		m.Gauge("commit_failures", r.commitFailures.Load)
+	}
+	return r, nil
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -75,6 +76,8 @@ type sourceReader[T any] struct {
 	// pending holds the offsets of snapshots whose checkpoint has not completed yet, oldest first (only
 	// with a group to commit to).
 	pending []pendingCommit
+	// commitFailures counts the commits to the group that failed (the committer's goroutine adds).
+	commitFailures atomic.Int64
 
 	mu      sync.Mutex
 	fetched [][]*kgo.Record // batches the fetch goroutine handed over, oldest first
@@ -467,6 +470,7 @@ func (r *sourceReader[T]) commitNow() {
 	}
 	if err != nil {
 		// The commit only feeds lag dashboards: the job goes on, and the next checkpoint commits again.
+		r.commitFailures.Add(1)
 		r.ctx.Logger().Warn("kafka source: commit offsets to the group failed", "group", group, "err", err)
 	}
 }

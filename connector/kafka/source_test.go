@@ -150,8 +150,8 @@ func TestSourceRescaleRestore(t *testing.T) {
 		t.Fatalf("rescaled run: %v, %+v", err, res)
 	}
 	for _, s := range res.Vertex("kafka").Subtasks {
-		if s.RecordsOut == 0 {
-			t.Fatalf("subtask %d of 3 read nothing: %+v", s.Index, res.Vertex("kafka").Subtasks)
+		if s.RecordsOut == 0 || s.Metrics["kafka/partitions"] != 2 {
+			t.Fatalf("subtask %d of 3 read %d records of %d partitions, want some of 2: %+v", s.Index, s.RecordsOut, s.Metrics["kafka/partitions"], res.Vertex("kafka").Subtasks)
 		}
 	}
 	want := map[int64]int64{}
