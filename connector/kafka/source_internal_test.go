@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/runnel-dev/runnel"
 )
 
 // TestJavaHash pins javaHash to Java's String.hashCode (values computed by the JVM), including a string
@@ -57,12 +59,17 @@ func TestOwnerSpreadsEvenly(t *testing.T) {
 // record). A source of several topics refuses them, naming why.
 func TestRestoreOldFormat(t *testing.T) {
 	old := []byte{2, 0, 7, 3, 0x90, 0x4e} // partition 0 at 7, partition 3 at 10000
-	r := &sourceReader[int]{src: &source[int]{cfg: SourceConfig{Topic: "in"}}, restored: map[tp]int64{}}
+	r := &sourceReader[int]{src: &source[int]{cfg: SourceConfig{Topic: "in"}}, restored: map[tp]int64{}, ctx: fakeCtx{i: 0, p: 3}}
 	if err := r.RestoreState(old); err != nil {
 		t.Fatal(err)
 	}
 	if want := map[tp]int64{{"in", 0}: 7, {"in", 3}: 10000}; fmt.Sprint(r.restored) != fmt.Sprint(want) || !r.wasStarted {
 		t.Fatalf("restored %v (started %v), want %v", r.restored, r.wasStarted, want)
+	}
+	// The old checkpoint split the partitions by p mod P: this run keeps that rule (in[3] is subtask 0's
+	// at 3, where the new rule gives it to subtask 2).
+	if !r.mine(tp{"in", 0}) || !r.mine(tp{"in", 3}) || r.mine(tp{"in", 1}) || owner(tp{"in", 3}, 3) != 2 {
+		t.Fatal("a reader restored from the old format does not keep the p mod P assignment")
 	}
 	if err := r.RestoreState(old[:4]); err == nil {
 		t.Fatal("a truncated state restored")
@@ -70,5 +77,49 @@ func TestRestoreOldFormat(t *testing.T) {
 	r = &sourceReader[int]{src: &source[int]{cfg: SourceConfig{Topics: []string{"a", "b"}}}, restored: map[tp]int64{}}
 	if err := r.RestoreState(old); err == nil || !strings.Contains(err.Error(), "restore it with its one topic first") {
 		t.Fatalf("two topics: %v", err)
+	}
+}
+
+type fakeCtx struct {
+	runnel.RuntimeContext
+	i, p int
+}
+
+func (c fakeCtx) SubtaskIndex() int { return c.i }
+func (c fakeCtx) Parallelism() int  { return c.p }
+
+type fakeList struct{ vs []partOffset }
+
+func (l *fakeList) Get() []partOffset      { return l.vs }
+func (l *fakeList) Add(v partOffset)       { l.vs = append(l.vs, v) }
+func (l *fakeList) Update(vs []partOffset) { l.vs = append([]partOffset(nil), vs...) }
+func (l *fakeList) Clear()                 { l.vs = nil }
+
+// TestSnapshotBeforeFirstPoll takes a checkpoint of readers that have not polled yet: one restored after
+// a rescale (union state: every old subtask's offsets) passes on the offsets of its own partitions, and
+// only those (another subtask's newer ones must not meet stale copies at the next restore); one of a job
+// that never started writes nothing, not even that it started, so that a restore starts at StartAt.
+func TestSnapshotBeforeFirstPoll(t *testing.T) {
+	union := []partOffset{{Partition: -1}, {"in", 0, 10}, {"in", 2, 12}, {"in", 4, 14}, {Partition: -1}, {"in", 1, 11}, {"in", 3, 13}, {"in", 5, 15}}
+	for i := range 3 {
+		l := &fakeList{vs: union}
+		r := &sourceReader[int]{src: &source[int]{cfg: SourceConfig{Topic: "in"}}, ctx: fakeCtx{i: i, p: 3}, state: l, restored: map[tp]int64{}}
+		if _, err := r.SnapshotState(1); err != nil {
+			t.Fatal(err)
+		}
+		want := []partOffset{{Partition: -1}}
+		for p := range int32(6) {
+			if owner(tp{"in", p}, 3) == i {
+				want = append(want, partOffset{"in", p, 10 + int64(p)})
+			}
+		}
+		if fmt.Sprint(l.vs) != fmt.Sprint(want) {
+			t.Fatalf("subtask %d of 3 snapshot %v, want %v", i, l.vs, want)
+		}
+	}
+	l := &fakeList{}
+	r := &sourceReader[int]{src: &source[int]{cfg: SourceConfig{Topic: "in"}}, ctx: fakeCtx{i: 0, p: 2}, state: l, restored: map[tp]int64{}}
+	if _, err := r.SnapshotState(1); err != nil || len(l.vs) != 0 {
+		t.Fatalf("a reader that never started snapshot %v, %v; want nothing", l.vs, err)
 	}
 }

@@ -56,8 +56,13 @@ type sourceReader[T any] struct {
 	state runnel.OperatorListState[partOffset]
 	// restored holds the offsets of the restored checkpoint (after a rescale: every old subtask's), and
 	// wasStarted says the job started before (the state came from a checkpoint).
-	restored   map[tp]int64
-	wasStarted bool
+	restored     map[tp]int64
+	wasStarted   bool
+	tookRestored bool
+	// oldRule says the restored checkpoint is of the source's older format, whose subtasks read partition
+	// p at subtask p mod P: this run keeps that assignment, which its offsets are split by (its own
+	// checkpoints are union list state, and a restore of them uses owner).
+	oldRule bool
 
 	started bool
 	cl      *kgo.Client
@@ -141,7 +146,7 @@ func (r *sourceReader[T]) start() error {
 		}
 	}
 	for p := range r.restored {
-		if owner(p, r.ctx.Parallelism()) == r.ctx.SubtaskIndex() && !slices.Contains(mine, p) {
+		if r.mine(p) && !slices.Contains(mine, p) {
 			r.ctx.Logger().Warn("kafka source: the checkpoint has an offset for a partition that is no longer read (its topic is gone or no longer subscribed)",
 				"partition", p.String(), "offset", r.restored[p])
 		}
@@ -189,8 +194,12 @@ func (r *sourceReader[T]) start() error {
 	return nil
 }
 
-// takeRestored reads the restored offsets state (it is restored after CreateReader) into restored.
+// takeRestored reads the restored offsets state (it is restored after CreateReader) into restored, once.
 func (r *sourceReader[T]) takeRestored() {
+	if r.tookRestored {
+		return
+	}
+	r.tookRestored = true
 	for _, po := range r.state.Get() {
 		r.wasStarted = true
 		p := tp{po.Topic, po.Partition}
@@ -214,12 +223,20 @@ func (r *sourceReader[T]) requestContext(d time.Duration) (context.Context, cont
 	return ctx, cancel
 }
 
+// mine reports whether this subtask reads partition p.
+func (r *sourceReader[T]) mine(p tp) bool {
+	if r.oldRule {
+		return int(p.part)%r.ctx.Parallelism() == r.ctx.SubtaskIndex()
+	}
+	return owner(p, r.ctx.Parallelism()) == r.ctx.SubtaskIndex()
+}
+
 // assigned returns this subtask's share of the partitions found, sorted.
 func (r *sourceReader[T]) assigned(found map[string][]tp) []tp {
 	var mine []tp
 	for _, ps := range found {
 		for _, p := range ps {
-			if owner(p, r.ctx.Parallelism()) == r.ctx.SubtaskIndex() {
+			if r.mine(p) {
 				mine = append(mine, p)
 			}
 		}
@@ -603,6 +620,28 @@ func (r *sourceReader[T]) ReplaysDeterministically() bool {
 // restore at another parallelism can redistribute them), not into the reader's own bytes, which stay
 // empty. With a group, they are also kept until the checkpoint completes, to be committed then.
 func (r *sourceReader[T]) SnapshotState(id int64) ([]byte, error) {
+	if !r.started {
+		// A checkpoint before the first poll: the restored offsets of this subtask's partitions go on as
+		// they came (after a rescale, only its own: another subtask's newer ones must not meet stale
+		// copies), and a job that never started stays so, to start at StartAt.
+		r.takeRestored()
+		var elems []partOffset
+		if r.wasStarted {
+			elems = append(elems, partOffset{Partition: -1})
+		}
+		ps := make([]tp, 0, len(r.restored))
+		for p := range r.restored {
+			if r.mine(p) {
+				ps = append(ps, p)
+			}
+		}
+		sortTPs(ps)
+		for _, p := range ps {
+			elems = append(elems, partOffset{Topic: p.topic, Partition: p.part, Offset: r.restored[p]})
+		}
+		r.state.Update(elems)
+		return nil, nil
+	}
 	ps := make([]tp, 0, len(r.offsets))
 	for p := range r.offsets {
 		ps = append(ps, p)
@@ -614,7 +653,7 @@ func (r *sourceReader[T]) SnapshotState(id int64) ([]byte, error) {
 		elems = append(elems, partOffset{Topic: p.topic, Partition: p.part, Offset: r.offsets[p]})
 	}
 	r.state.Update(elems)
-	if r.src.cfg.Group != "" && r.started {
+	if r.src.cfg.Group != "" {
 		offs := kadm.Offsets{}
 		for _, p := range ps {
 			offs.AddOffset(p.topic, p.part, r.offsets[p], -1)
@@ -680,7 +719,7 @@ func (r *sourceReader[T]) RestoreState(b []byte) error {
 	if len(b) != 0 {
 		return bad
 	}
-	r.wasStarted = true
+	r.wasStarted, r.oldRule = true, true
 	return nil
 }
 
