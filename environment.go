@@ -28,6 +28,14 @@ type Environment struct {
 	// chainsFrom, when set (tests, through export_test.go), is another build of the same job whose
 	// operators Execute runs in every task, as TaskManagers of a cluster run their own builds.
 	chainsFrom *executor.Job
+	// jobCheckers are the sinks that check the job's settings at submission (JobChecker).
+	jobCheckers []sinkChecker
+}
+
+// sinkChecker is a sink's JobChecker with its node, whose name the error gives.
+type sinkChecker struct {
+	node  *graph.StreamNode
+	check JobChecker
 }
 
 // NewEnvironment makes an environment with the given options.

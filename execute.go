@@ -39,8 +39,8 @@ func (e *Environment) Execute(ctx context.Context, name string) (*JobResult, err
 }
 
 // compile is the first half of running a job: the recovery options, the job graph, the failure injections'
-// targets and (when stopping with a savepoint) the savepoint target, checked now rather than at the end of a
-// long run, and the settings of the run. Every error names the job. It starts nothing and holds nothing
+// targets, the sinks' own checks (JobChecker) and (when stopping with a savepoint) the savepoint target,
+// checked now rather than at the end of a long run, and the settings of the run. Every error names the job. It starts nothing and holds nothing
 // that needs closing. Execute, Submit and the processes of a cluster (through Register) all run what it
 // makes.
 func (e *Environment) compile(ctx context.Context, name string) (*executor.Job, error) {
@@ -51,6 +51,9 @@ func (e *Environment) compile(ctx context.Context, name string) (*executor.Job, 
 	jg, err := e.jobGraph(name, rc.exchange, rc.pipelinedType)
 	if err == nil {
 		err = checkInjections(jg, rc.Injections)
+	}
+	if err == nil {
+		err = e.checkSinks(name)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("job %q: %w", name, err)

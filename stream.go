@@ -349,6 +349,9 @@ func (s *Stream[T]) SinkTo(sink Sink[T]) *SinkOperator {
 	}
 	n := s.env.addNode(graph.SinkNode, "sink", spec)
 	connect(s, n)
+	if c, ok := sink.(JobChecker); ok {
+		s.env.jobCheckers = append(s.env.jobCheckers, sinkChecker{node: n, check: c})
+	}
 	return &SinkOperator{env: s.env, node: n}
 }
 

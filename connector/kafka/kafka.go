@@ -20,9 +20,14 @@
 // A bounded source stops at the end offsets (read_committed: the last stable offsets) the partitions had
 // when it started.
 //
-// The sink produces asynchronously and waits for every record to be acknowledged at each checkpoint and at
-// the end of input: at least once, never lost once a checkpoint completed; a record may be written twice
-// when the job restarts from a checkpoint taken before it was.
+// The sink produces asynchronously, with the delivery guarantee SinkConfig.Guarantee says. AtLeastOnce (the
+// default) waits for every record to be acknowledged at each checkpoint and at the end of input: never lost
+// once a checkpoint completed; a record may be written twice when the job restarts from a checkpoint taken
+// before it was. ExactlyOnce writes each checkpoint epoch's records in a Kafka transaction that commits when
+// the checkpoint completes (a two-phase commit, as Flink's KafkaSink; see docs/checkpoints.md): a
+// read_committed reader sees every record once. None waits for nothing. Records have keys (hashed to a
+// partition as Kafka's Java producer does, or placed by SinkConfig.Partition), headers (RecordSink), and on
+// a stream with event time the record's event time as their timestamp.
 //
 // The package uses only Runnel's public API; it owns the Kafka clients of its subtasks and the goroutines
 // of each source subtask (fetch, discovery, group commits), and stops them when the subtask closes.
