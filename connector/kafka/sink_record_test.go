@@ -32,7 +32,9 @@ func TestSinkRecordFields(t *testing.T) {
 			src := runnel.FromSource(env, connector.Collection(vals)).
 				WithTimestamps(runnel.MonotonousTimestamps[int64]().WithTimestampAssigner(func(v int64, _ int64) int64 { return base + v*1000 }))
 			src.SinkTo(kafka.RecordSink(kafka.SinkConfig{Brokers: brokers, Topic: "out", Guarantee: g, TransactionalIDPrefix: "rec",
-				Partition: func(r *kgo.Record, partitions int) int { return int(binary.BigEndian.Uint64(r.Value) % uint64(partitions)) },
+				Partition: func(r *kgo.Record, partitions int) int {
+					return int(binary.BigEndian.Uint64(r.Value) % uint64(partitions))
+				},
 			}, func(v int64, r *kgo.Record) error {
 				r.Value = binary.BigEndian.AppendUint64(r.Value, uint64(v))
 				r.Headers = append(r.Headers, kgo.RecordHeader{Key: "n", Value: fmt.Appendf(nil, "%d", v)})
