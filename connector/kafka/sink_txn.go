@@ -397,7 +397,7 @@ func (t *txnWriter) commitRestored(adm *kgo.Client, id string, r restoredTxn) er
 		}
 		switch {
 		case err == nil:
-			t.log.Info("kafka sink: committed the transaction of the restored checkpoint", "transactional_id", id,
+			t.log.Info("kafka sink: committed the transaction of the restored checkpoint (a broker answers a repeated commit as a success too)", "transactional_id", id,
 				"producer_id", r.pid, "epoch", r.epoch, "checkpoint", r.checkpoint)
 			return nil
 		case alreadyEnded(err):

@@ -292,12 +292,17 @@ func eosJob(brokers []string, n int, opts ...runnel.Option) *runnel.Environment 
 	env := runnel.NewEnvironment(append([]runnel.Option{runnel.WithParallelism(2), runnel.WithLogger(quiet),
 		runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 40 * time.Millisecond}),
 		runnel.WithRestartStrategy("fixed-delay:attempts=10,delay=0s")}, opts...)...)
-	src := runnel.FromSource(env, connector.Generator(func(sub int, seq uint64) int64 { return int64(sub)*1e6 + int64(seq) },
-		connector.GeneratorOptions{TotalRecords: uint64(n), RatePerSubtask: 20_000})).Name("source")
+	src := runnel.FromSource(env, generatorSource(n, 20_000)).Name("source")
 	m := runnel.Map(src, func(v int64) (int64, error) { return v, nil }).Name("map")
 	m.SinkTo(kafka.Sink(kafka.SinkConfig{Brokers: brokers, Topic: "out", Guarantee: kafka.ExactlyOnce,
 		TransactionalIDPrefix: "job", Linger: time.Millisecond}, encodeInt)).Name("kafka")
 	return env
+}
+
+// generatorSource emits n values over two subtasks, sub*1e6+seq, at rate records per second per subtask.
+func generatorSource(n int, rate float64) runnel.Source[int64] {
+	return connector.Generator(func(sub int, seq uint64) int64 { return int64(sub)*1e6 + int64(seq) },
+		connector.GeneratorOptions{TotalRecords: uint64(n), RatePerSubtask: rate})
 }
 
 func generated(n int) []int64 {

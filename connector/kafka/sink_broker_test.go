@@ -1,0 +1,121 @@
+package kafka_test
+
+// The exactly-once sink against a real Apache Kafka broker (internal/kafkabroker; skips without Java or the
+// jars): Kafka's own transaction coordinator answers the commits of a restore, the second commits, and the
+// InitProducerId that aborts and fences.
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/runnel-dev/runnel"
+	"github.com/runnel-dev/runnel/connector/kafka"
+	"github.com/runnel-dev/runnel/internal/kafkabroker"
+)
+
+func brokerValues(t *testing.T, b *kafkabroker.Broker, topic string, level kgo.IsolationLevel) []int64 {
+	t.Helper()
+	var vs []int64
+	for _, r := range b.ReadTopic(t, topic, level) {
+		if r.Attrs.IsControl() {
+			continue
+		}
+		vs = append(vs, int64(binary.BigEndian.Uint64(r.Value)))
+	}
+	return vs
+}
+
+func brokerOngoing(t *testing.T, b *kafkabroker.Broker, prefix string) string {
+	t.Helper()
+	var ids []string
+	for _, tx := range b.OngoingTransactions(t, prefix) {
+		ids = append(ids, tx.TxnID)
+	}
+	return fmt.Sprint(ids)
+}
+
+// TestBrokerExactlyOnceWriterCommitsWhatItsCheckpointLists is TestExactlyOnceWriterCommitsWhatItsCheckpointLists
+// on the real broker: the restore commits the transaction its checkpoint lists and aborts the later ones,
+// which read_uncommitted still shows; commits again (of a checkpoint notified already, of an older one) are
+// harmless; nothing stays open.
+func TestBrokerExactlyOnceWriterCommitsWhatItsCheckpointLists(t *testing.T) {
+	b := kafkabroker.Shared(t)
+	const topic, prefix = "sink-writer-out", "sink-writer"
+	b.CreateTopic(t, topic, 3)
+	s := kafka.Sink(kafka.SinkConfig{Brokers: []string{b.Addr}, Topic: topic, Guarantee: kafka.ExactlyOnce,
+		TransactionalIDPrefix: prefix, Linger: time.Millisecond}, encodeInt)
+
+	w1 := newWriter(t, s, 0, 1)
+	writeSpan(t, w1, 0, 10)
+	st1 := snapshot(t, w1, 1)
+	writeSpan(t, w1, 10, 20)
+	snapshot(t, w1, 2)
+	writeSpan(t, w1, 20, 30)
+	must(t, w1.Flush())
+	if got := brokerOngoing(t, b, prefix); got != "[sink-writer-0-0 sink-writer-0-1 sink-writer-0-2]" {
+		t.Fatalf("open transactions before the failure: %s", got)
+	}
+	w2 := newWriter(t, s, 0, 1)
+	must(t, w2.RestoreState(st1))
+	w1.Close()
+	checkOnce(t, "read_committed after the restore", brokerValues(t, b, topic, kgo.ReadCommitted()), span(0, 10))
+	if got := brokerValues(t, b, topic, kgo.ReadUncommitted()); len(got) != 30 {
+		t.Fatalf("read_uncommitted sees %d records, want the 30 written", len(got))
+	}
+	if got := brokerOngoing(t, b, prefix); got != "[]" {
+		t.Fatalf("open transactions after the restore: %s", got)
+	}
+	writeSpan(t, w2, 30, 40)
+	st3 := snapshot(t, w2, 3)
+	must(t, w2.NotifyCheckpointComplete(3))
+	writeSpan(t, w2, 40, 45)
+	st4 := snapshot(t, w2, 4)
+	must(t, w2.NotifyCheckpointComplete(4))
+	must(t, w2.Close())
+	for _, st := range [][]byte{st4, st3, st1} {
+		w := newWriter(t, s, 0, 1)
+		must(t, w.RestoreState(st))
+		must(t, w.Close())
+	}
+	checkOnce(t, "read_committed after the commits again", brokerValues(t, b, topic, kgo.ReadCommitted()), append(span(0, 10), span(30, 45)...))
+	if got := brokerOngoing(t, b, prefix); got != "[]" {
+		t.Fatalf("open transactions at the end: %s", got)
+	}
+}
+
+// TestBrokerExactlyOnceSinkUnderFailures is TestExactlyOnceSinkUnderFailures on the real broker (region
+// failover): every record once for read_committed, and no transaction left open.
+func TestBrokerExactlyOnceSinkUnderFailures(t *testing.T) {
+	b := kafkabroker.Shared(t)
+	const n = 16_000
+	topic := "sink-job-out"
+	b.CreateTopic(t, topic, 3)
+	env := runnel.NewEnvironment(runnel.WithParallelism(2), runnel.WithLogger(quiet),
+		runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 100 * time.Millisecond}),
+		runnel.WithRestartStrategy("fixed-delay:attempts=10,delay=0s"),
+		runnel.WithFailureInjection("kafka[0]@2500", "kafka[1]@5000"))
+	src := runnel.FromSource(env, generatorSource(n, 10_000)).Name("source")
+	src.SinkTo(kafka.Sink(kafka.SinkConfig{Brokers: []string{b.Addr}, Topic: topic, Guarantee: kafka.ExactlyOnce,
+		TransactionalIDPrefix: "sink-job", Linger: time.Millisecond}, encodeInt)).Name("kafka")
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	res, err := env.Execute(ctx, "eos-broker")
+	if err != nil || res.Status != "FINISHED" {
+		t.Fatalf("%v, %+v", err, res)
+	}
+	if len(res.Failovers) != 2 {
+		t.Fatalf("%d failovers, want 2", len(res.Failovers))
+	}
+	committed := brokerValues(t, b, topic, kgo.ReadCommitted())
+	checkOnce(t, "read_committed", committed, generated(n))
+	all := brokerValues(t, b, topic, kgo.ReadUncommitted())
+	t.Logf("read_uncommitted sees %d records, read_committed %d", len(all), len(committed))
+	if got := brokerOngoing(t, b, "sink-job"); got != "[]" {
+		t.Fatalf("open transactions at the end: %s", got)
+	}
+}
