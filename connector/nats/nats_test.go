@@ -155,7 +155,7 @@ func TestExactlyOnceThroughFailures(t *testing.T) {
 		})).Name("nats").WithCodec(codec.MustStruct[kv]())
 	counts := runnel.Reduce(runnel.KeyBy(src, func(v kv) int64 { return v.F0 }),
 		func(a, b kv) (kv, error) { a.F1 += b.F1; return a, nil }).Name("count")
-	counts.SinkTo(nats.Sink(nats.SinkConfig{URL: url, Stream: "OUT", Subject: "out", CheckpointInterval: env.Config().Checkpoint.Interval},
+	counts.SinkTo(nats.Sink(nats.SinkConfig{URL: url, Stream: "OUT", Subject: "out"},
 		func(v kv) (nats.Msg, error) {
 			return nats.Msg{Data: encodeKV(v), ID: fmt.Sprintf("%d:%d", v.F0, v.F1)}, nil
 		})).Name("out")
@@ -234,7 +234,7 @@ func TestPositionalIDsThroughFailures(t *testing.T) {
 				runnel.WithFailureInjection("double[0]@1200", "double[0]@3100"), runnel.WithRestartStrategy("fixed-delay:attempts=5,delay=0s"))
 			src := runnel.FromSource(env, nats.Source(nats.SourceConfig{URL: url, Stream: "IN", Bounded: true}, decodeValue)).Name("nats")
 			doubled := runnel.Map(src, func(v int64) (int64, error) { return 2 * v, nil }).Name("double")
-			doubled.SinkTo(nats.Sink(nats.SinkConfig{URL: url, Stream: "OUT", CheckpointInterval: env.Config().Checkpoint.Interval},
+			doubled.SinkTo(nats.Sink(nats.SinkConfig{URL: url, Stream: "OUT"},
 				func(v int64) (nats.Msg, error) {
 					return nats.Msg{Subject: fmt.Sprintf("out.%d", v%3), Data: binary.BigEndian.AppendUint64(nil, uint64(v))}, nil
 				})).Name("out")
@@ -351,7 +351,8 @@ func TestSourceDropsRedeliveries(t *testing.T) {
 	checkAllAcknowledged(t, js, "IN")
 }
 
-// TestBadInput pins the errors of a source or sink that cannot work: each names the server and stream.
+// TestBadInput pins the errors of a source or sink that cannot work: each names the server and stream. A
+// sink's are refused at submission (runnel.JobChecker), before anything runs.
 func TestBadInput(t *testing.T) {
 	url := startServer(t)
 	js := client(t, url)
@@ -382,9 +383,8 @@ func TestBadInput(t *testing.T) {
 		{"sink missing stream", sink(nats.SinkConfig{URL: url, Stream: "NOPE", Subject: "in"}), []string{`stream "NOPE" does not exist at ` + url}},
 		{"sink unreachable server", sink(nats.SinkConfig{URL: unreachable, Stream: "IN", Subject: "in"}), []string{"connect to " + unreachable, `stream "IN"`}},
 		{"sink subject outside the stream", sink(nats.SinkConfig{URL: url, Stream: "IN", Subject: "elsewhere"}), []string{`subject "elsewhere" is not one of the subjects ["in"]`}},
-		{"duplicate window too short", sink(nats.SinkConfig{URL: url, Stream: "SHORT", Subject: "short", CheckpointInterval: time.Second}),
+		{"sink duplicate window too short", sink(nats.SinkConfig{URL: url, Stream: "SHORT", Subject: "short"}),
 			[]string{"duplicate window of stream \"SHORT\" at " + url + " is 200ms", "checkpoint interval 1s"}},
-		{"checkpoint interval not set", sink(nats.SinkConfig{URL: url, Stream: "SHORT", Subject: "short"}), []string{"SinkConfig.CheckpointInterval is not set"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := runnel.NewEnvironment(runnel.WithLogger(quiet), runnel.WithRestartStrategy("none"),
@@ -393,6 +393,9 @@ func TestBadInput(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			res, err := env.Execute(ctx, "bad")
+			if strings.HasPrefix(tc.name, "sink") && (err == nil || res != nil) {
+				t.Fatalf("a sink's mistake ran the job: %v, %+v", err, res)
+			}
 			if err == nil {
 				if res.Status == "FINISHED" {
 					t.Fatal("the job finished")

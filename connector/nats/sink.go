@@ -27,11 +27,6 @@ type SinkConfig struct {
 	Stream string
 	// Subject is the subject of records whose Msg has none.
 	Subject string
-	// CheckpointInterval is the job's checkpoint interval (env.Config().Checkpoint.Interval), required when
-	// the job takes checkpoints: Runnel's API does not hand it to a sink. The sink refuses a stream whose
-	// duplicate window is not longer, since a record replayed after a restore could come after the window
-	// forgot its first copy.
-	CheckpointInterval time.Duration
 	// IDPrefix starts every message id the sink makes. Default: "runnel:" followed by the job's and the
 	// operator's names. Runs of a job that start afresh (not from a checkpoint or savepoint) repeat their
 	// ids, so that a restart before the first checkpoint writes nothing twice; give each run its own
@@ -57,8 +52,8 @@ func (c *SinkConfig) check() error {
 	if c.Subject != "" && (!validSubject(c.Subject) || strContainsWildcard(c.Subject)) {
 		errs = append(errs, fmt.Errorf("nats sink: Subject %q is not a subject one can publish to", c.Subject))
 	}
-	if c.CheckpointInterval < 0 || c.FlushTimeout < 0 || c.MaxPending < 0 {
-		errs = append(errs, fmt.Errorf("nats sink: negative CheckpointInterval %s, FlushTimeout %s or MaxPending %d", c.CheckpointInterval, c.FlushTimeout, c.MaxPending))
+	if c.FlushTimeout < 0 || c.MaxPending < 0 {
+		errs = append(errs, fmt.Errorf("nats sink: negative FlushTimeout %s or MaxPending %d", c.FlushTimeout, c.MaxPending))
 	}
 	return errors.Join(errs...)
 }
@@ -89,7 +84,8 @@ func strContainsWildcard(s string) bool {
 // reading one channel); with Msg.ID, when the replay produces the same records in any order (for example
 // a key and a count that rises by one per record). Records that a replay makes differently (a running sum
 // over input merged from several channels, whose interleaving changes) get other ids and are written as
-// well: at least once.
+// well: at least once. A job whose checkpoint interval is not shorter than the duplicate window is
+// refused at submission (CheckJob).
 func Sink[T any](cfg SinkConfig, encode func(T) (Msg, error)) runnel.Sink[T] {
 	return &sink[T]{cfg: cfg, encode: encode}
 }
@@ -97,10 +93,69 @@ func Sink[T any](cfg SinkConfig, encode func(T) (Msg, error)) runnel.Sink[T] {
 type sink[T any] struct {
 	cfg    SinkConfig
 	encode func(T) (Msg, error)
+	// interval is the job's checkpoint interval, which CheckJob hears before any writer is made (0: none).
+	interval time.Duration
 }
 
-// CreateWriter implements runnel.Sink: it connects, checks that the stream exists, takes the default
-// subject and keeps message ids longer than the checkpoint interval.
+// CheckJob implements runnel.JobChecker: at submission it connects, checks the stream and its subject,
+// and refuses a duplicate window not longer than the job's checkpoint interval, since a record replayed
+// after a restore could come after the window forgot its first copy.
+func (s *sink[T]) CheckJob(js runnel.JobSettings) error {
+	if err := s.cfg.check(); err != nil {
+		return err
+	}
+	if s.encode == nil {
+		return errors.New("nats sink: nil encode function")
+	}
+	s.interval = js.Checkpoint.Interval
+	nc, err := connect(s.cfg.URL, s.cfg.Options, "runnel sink check of job "+js.Name)
+	if err != nil {
+		return fmt.Errorf("nats sink: connect to %s (stream %q): %w", s.cfg.URL, s.cfg.Stream, err)
+	}
+	defer nc.Close()
+	jsc, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("nats sink: %s: %w", s.where(), err)
+	}
+	_, err = s.checkStream(jsc)
+	return err
+}
+
+func (s *sink[T]) where() string {
+	return fmt.Sprintf("stream %q at %s", s.cfg.Stream, s.cfg.URL)
+}
+
+// checkStream checks that the stream exists, takes SinkConfig.Subject and keeps message ids longer than
+// the checkpoint interval; it returns the stream's duplicate window.
+func (s *sink[T]) checkStream(js jetstream.JetStream) (time.Duration, error) {
+	cfg := s.cfg
+	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	defer cancel()
+	st, err := js.Stream(ctx, cfg.Stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return 0, fmt.Errorf("nats sink: stream %q does not exist at %s", cfg.Stream, cfg.URL)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("nats sink: %s: %w", s.where(), err)
+	}
+	info := st.CachedInfo()
+	if cfg.Subject != "" && len(info.Config.Subjects) > 0 {
+		ok := false
+		for _, f := range info.Config.Subjects {
+			ok = ok || subjectMatches(f, cfg.Subject)
+		}
+		if !ok {
+			return 0, fmt.Errorf("nats sink: subject %q is not one of the subjects %q of %s", cfg.Subject, info.Config.Subjects, s.where())
+		}
+	}
+	window := info.Config.Duplicates
+	if s.interval > 0 && window <= s.interval {
+		return 0, fmt.Errorf("nats sink: the duplicate window of %s is %s, not longer than the checkpoint interval %s: a record written again after a restore could come when the stream no longer knows its id, and be written twice; make the stream's Duplicates longer than the checkpoint interval plus the time a restart takes", s.where(), window, s.interval)
+	}
+	return window, nil
+}
+
+// CreateWriter implements runnel.Sink: it connects and checks the stream again (see CheckJob).
 func (s *sink[T]) CreateWriter(ctx runnel.RuntimeContext) (runnel.SinkWriter[T], error) {
 	if err := s.cfg.check(); err != nil {
 		return nil, err
@@ -133,47 +188,17 @@ func (s *sink[T]) CreateWriter(ctx runnel.RuntimeContext) (runnel.SinkWriter[T],
 	return w, nil
 }
 
-func (w *sinkWriter[T]) where() string {
-	return fmt.Sprintf("stream %q at %s", w.s.cfg.Stream, w.s.cfg.URL)
-}
+func (w *sinkWriter[T]) where() string { return w.s.where() }
 
 func (w *sinkWriter[T]) setUp(maxPending int) error {
-	cfg := w.s.cfg
 	js, err := jetstream.New(w.nc, jetstream.WithPublishAsyncMaxPending(maxPending),
 		jetstream.WithPublishAsyncErrHandler(w.failed), jetstream.WithPublishAsyncAckHandler(w.acked))
 	if err != nil {
 		return fmt.Errorf("nats sink: %s: %w", w.where(), err)
 	}
 	w.js = js
-	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
-	defer cancel()
-	st, err := js.Stream(ctx, cfg.Stream)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return fmt.Errorf("nats sink: stream %q does not exist at %s", cfg.Stream, cfg.URL)
-	}
-	if err != nil {
-		return fmt.Errorf("nats sink: %s: %w", w.where(), err)
-	}
-	info := st.CachedInfo()
-	if cfg.Subject != "" && len(info.Config.Subjects) > 0 {
-		ok := false
-		for _, f := range info.Config.Subjects {
-			ok = ok || subjectMatches(f, cfg.Subject)
-		}
-		if !ok {
-			return fmt.Errorf("nats sink: subject %q is not one of the subjects %q of %s", cfg.Subject, info.Config.Subjects, w.where())
-		}
-	}
-	w.window = info.Config.Duplicates
-	if w.ctx.Checkpointing() {
-		if cfg.CheckpointInterval == 0 {
-			return fmt.Errorf("nats sink: the job takes checkpoints but SinkConfig.CheckpointInterval is not set: set it to the job's interval (env.Config().Checkpoint.Interval), which the duplicate window of %s (%s) must exceed", w.where(), w.window)
-		}
-		if w.window <= cfg.CheckpointInterval {
-			return fmt.Errorf("nats sink: the duplicate window of %s is %s, not longer than the checkpoint interval %s: a record written again after a restore could come when the stream no longer knows its id, and be written twice; make the stream's Duplicates longer than the checkpoint interval plus the time a restart takes", w.where(), w.window, cfg.CheckpointInterval)
-		}
-	}
-	return nil
+	w.window, err = w.s.checkStream(js)
+	return err
 }
 
 type sinkWriter[T any] struct {
