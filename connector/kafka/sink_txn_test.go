@@ -464,3 +464,63 @@ func TestExactlyOnceCancelLeavesNothingOpen(t *testing.T) {
 		t.Fatalf("read_committed sees %d records of a job cancelled before its first checkpoint", len(got))
 	}
 }
+
+// TestExactlyOnceSavepointStopAndResume stops a job with a savepoint halfway and resumes it from the
+// savepoint: read_committed sees every record once. What the stopped job left open (its transactions after
+// the savepoint's barrier, and the savepoint's own if its completion did not reach the sink) is settled by the
+// resumed job: none stays open.
+func TestExactlyOnceSavepointStopAndResume(t *testing.T) {
+	brokers := txnCluster(t, 3, "out")
+	const n = 20_000
+	dir := t.TempDir() + "/sp"
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		res, err := eosJob(brokers, n, runnel.WithSavepointOnStop(dir)).Execute(ctx, "first")
+		if err == nil && (res.Status != "CANCELED" || res.Savepoint != dir) {
+			err = fmt.Errorf("status %s, savepoint %q", res.Status, res.Savepoint)
+		}
+		done <- err
+	}()
+	if got := readTopic(t, brokers, "out", true, 2000); len(got) < 2000 || len(got) >= n {
+		cancel()
+		t.Fatalf("before the stop read_committed sees %d records", len(got))
+	}
+	cancel()
+	must(t, <-done)
+	t.Logf("open after the stop: %v", openTxns(t, brokers))
+	res, err := eosJob(brokers, n, runnel.WithRestoreFrom(dir)).Execute(context.Background(), "second")
+	if err != nil || res.Status != "FINISHED" {
+		t.Fatalf("%v, %+v", err, res)
+	}
+	want := generated(n)
+	checkOnce(t, "read_committed", readTopic(t, brokers, "out", true, len(want)), want)
+	if got := openTxns(t, brokers); len(got) != 0 {
+		t.Fatalf("open transactions at the end: %v", got)
+	}
+}
+
+// TestExactlyOnceFailedJobLeavesNothingOpen: a job that fails for good (no restarts) before its first
+// checkpoint aborts its open transactions as it closes.
+func TestExactlyOnceFailedJobLeavesNothingOpen(t *testing.T) {
+	brokers := txnCluster(t, 3, "out")
+	env := runnel.NewEnvironment(runnel.WithParallelism(2), runnel.WithLogger(quiet), runnel.WithRestartStrategy("none"),
+		runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 10 * time.Minute}),
+		runnel.WithFailureInjection("kafka[1]@3000"))
+	runnel.FromSource(env, generatorSource(20_000, 10_000)).Name("source").SinkTo(kafka.Sink(kafka.SinkConfig{Brokers: brokers,
+		Topic: "out", Guarantee: kafka.ExactlyOnce, TransactionalIDPrefix: "failed", Linger: time.Millisecond}, encodeInt)).Name("kafka")
+	res, err := env.Execute(context.Background(), "failed")
+	if err == nil || res == nil || res.Status != "FAILED" {
+		t.Fatalf("%v, %+v", err, res)
+	}
+	if got := readTopic(t, brokers, "out", false, 3000); len(got) < 3000 {
+		t.Fatalf("read_uncommitted sees %d records, want the 3000 before the failure at least", len(got))
+	}
+	if got := openTxns(t, brokers); len(got) != 0 {
+		t.Fatalf("open transactions after the job failed: %v", got)
+	}
+	if got := readTopic(t, brokers, "out", true, 0); len(got) != 0 {
+		t.Fatalf("read_committed sees %d records", len(got))
+	}
+}
