@@ -55,7 +55,7 @@ func TestLayering(t *testing.T) {
 		// The benches' and the CLI tests' child-process cluster reads job results, nothing below the API.
 		"cmd/runnel/internal/proccluster": {""},
 		"connector":                       {"", "codec"},
-		"connector/kafka":                 {""},
+		"connector/kafka":                 {"", "codec"},
 		"connector/nats":                  {""},
 		"examples/wordcount":              {"", "codec", "connector", "examples/internal/run"},
 		"examples/clickstream":            {"", "codec", "connector", "examples/internal/run"},
