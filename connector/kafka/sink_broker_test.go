@@ -18,6 +18,10 @@ import (
 	"github.com/runnel-dev/runnel/internal/kafkabroker"
 )
 
+// uniqueName makes topic names and transactional id prefixes unique on the shared broker, which outlives
+// a test run repeated by -count.
+func uniqueName(base string) string { return fmt.Sprintf("%s-%d", base, time.Now().UnixNano()) }
+
 func brokerValues(t *testing.T, b *kafkabroker.Broker, topic string, level kgo.IsolationLevel) []int64 {
 	t.Helper()
 	var vs []int64
@@ -45,7 +49,7 @@ func brokerOngoing(t *testing.T, b *kafkabroker.Broker, prefix string) string {
 // harmless; nothing stays open.
 func TestBrokerExactlyOnceWriterCommitsWhatItsCheckpointLists(t *testing.T) {
 	b := kafkabroker.Shared(t)
-	const topic, prefix = "sink-writer-out", "sink-writer"
+	topic, prefix := uniqueName("sink-writer-out"), uniqueName("sink-writer")
 	b.CreateTopic(t, topic, 3)
 	s := kafka.Sink(kafka.SinkConfig{Brokers: []string{b.Addr}, Topic: topic, Guarantee: kafka.ExactlyOnce,
 		TransactionalIDPrefix: prefix, Linger: time.Millisecond}, encodeInt)
@@ -57,7 +61,7 @@ func TestBrokerExactlyOnceWriterCommitsWhatItsCheckpointLists(t *testing.T) {
 	snapshot(t, w1, 2)
 	writeSpan(t, w1, 20, 30)
 	must(t, w1.Flush())
-	if got := brokerOngoing(t, b, prefix); got != "[sink-writer-0-0 sink-writer-0-1 sink-writer-0-2]" {
+	if got, want := brokerOngoing(t, b, prefix), fmt.Sprintf("[%[1]s-0-0 %[1]s-0-1 %[1]s-0-2]", prefix); got != want {
 		t.Fatalf("open transactions before the failure: %s", got)
 	}
 	w2 := newWriter(t, s, 0, 1)
@@ -93,7 +97,7 @@ func TestBrokerExactlyOnceWriterCommitsWhatItsCheckpointLists(t *testing.T) {
 func TestBrokerExactlyOnceSinkUnderFailures(t *testing.T) {
 	b := kafkabroker.Shared(t)
 	const n = 16_000
-	topic := "sink-job-out"
+	topic, prefix := uniqueName("sink-job-out"), uniqueName("sink-job")
 	b.CreateTopic(t, topic, 3)
 	env := runnel.NewEnvironment(runnel.WithParallelism(2), runnel.WithLogger(quiet),
 		runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 100 * time.Millisecond}),
@@ -101,7 +105,7 @@ func TestBrokerExactlyOnceSinkUnderFailures(t *testing.T) {
 		runnel.WithFailureInjection("kafka[0]@2500", "kafka[1]@5000"))
 	src := runnel.FromSource(env, generatorSource(n, 10_000)).Name("source")
 	src.SinkTo(kafka.Sink(kafka.SinkConfig{Brokers: []string{b.Addr}, Topic: topic, Guarantee: kafka.ExactlyOnce,
-		TransactionalIDPrefix: "sink-job", Linger: time.Millisecond}, encodeInt)).Name("kafka")
+		TransactionalIDPrefix: prefix, Linger: time.Millisecond}, encodeInt)).Name("kafka")
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	res, err := env.Execute(ctx, "eos-broker")
@@ -115,7 +119,7 @@ func TestBrokerExactlyOnceSinkUnderFailures(t *testing.T) {
 	checkOnce(t, "read_committed", committed, generated(n))
 	all := brokerValues(t, b, topic, kgo.ReadUncommitted())
 	t.Logf("read_uncommitted sees %d records, read_committed %d", len(all), len(committed))
-	if got := brokerOngoing(t, b, "sink-job"); got != "[]" {
+	if got := brokerOngoing(t, b, prefix); got != "[]" {
 		t.Fatalf("open transactions at the end: %s", got)
 	}
 }
@@ -130,7 +134,7 @@ func BenchmarkBrokerSink(b *testing.B) {
 		b.Run(g.String(), func(b *testing.B) {
 			var elapsed time.Duration
 			for i := range b.N {
-				topic := fmt.Sprintf("bench-%s-%d-%d", g, time.Now().UnixNano(), i)
+				topic := uniqueName(fmt.Sprintf("bench-%s-%d", g, i))
 				kb.CreateTopic(b, topic, 3)
 				env := runnel.NewEnvironment(runnel.WithParallelism(2), runnel.WithLogger(quiet),
 					runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: time.Second}))
