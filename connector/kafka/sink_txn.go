@@ -411,7 +411,7 @@ func (t *txnWriter) commitRestored(adm *kgo.Client, id string, r restoredTxn) er
 			}
 			return nil
 		case isRetriable(err) && ctx.Err() == nil:
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // as kgo backs off from CONCURRENT_TRANSACTIONS
 		default:
 			return fmt.Errorf("kafka sink: commit transaction %s (producer id %d, epoch %d) of restored checkpoint %d: %w", id, r.pid, r.epoch, r.checkpoint, err)
 		}
@@ -428,6 +428,9 @@ func alreadyEnded(err error) bool {
 func isRetriable(err error) bool {
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return false
+	}
+	if errors.Is(err, kerr.ConcurrentTransactions) {
+		return true // the coordinator still writes the markers of the transaction's last end: ask again
 	}
 	var ke *kerr.Error
 	if errors.As(err, &ke) {
