@@ -471,7 +471,7 @@ func TestExactlyOnceCancelLeavesNothingOpen(t *testing.T) {
 // resumed job: none stays open.
 func TestExactlyOnceSavepointStopAndResume(t *testing.T) {
 	brokers := txnCluster(t, 3, "out")
-	const n = 20_000
+	const n = 100_000 // 2.5 s of input: the stop comes while the sources run
 	dir := t.TempDir() + "/sp"
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
