@@ -1,0 +1,405 @@
+package kafka_test
+
+// End-to-end exactly once on the real broker: the Kafka sink's transactions as Kafka itself commits and
+// aborts them, read back by a read_committed verifier (every output record once, in order) and a
+// read_uncommitted reader (the aborted records were written: the failures really hit open transactions).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/runnel-dev/runnel"
+	"github.com/runnel-dev/runnel/codec"
+	"github.com/runnel-dev/runnel/connector/kafka"
+	"github.com/runnel-dev/runnel/internal/kafkabroker"
+)
+
+// e2eEOSSink is the exactly-once sink of the end-to-end jobs, writing to topic with transactional ids
+// under prefix.
+func e2eEOSSink(b *kafkabroker.Broker, topic, prefix string) runnel.Sink[e2eKV] {
+	return kafka.Sink(kafka.SinkConfig{Brokers: []string{b.Addr}, Topic: topic, Guarantee: kafka.ExactlyOnce,
+		TransactionalIDPrefix: prefix}, e2eEncode)
+}
+
+// e2eWindowSums are, per key, the sums of e2eProduce's values in tumbling event-time windows of size ms,
+// a value's event time being the value itself (in ms), in window order.
+func e2eWindowSums(n int, size int64) map[int64][]int64 {
+	want := map[int64][]int64{}
+	last := map[int64]int64{}
+	for i := range int64(n) {
+		k, w := i%e2eKeys, i/size
+		if s := want[k]; len(s) == 0 || last[k] != w {
+			want[k] = append(s, 0)
+			last[k] = w
+		}
+		want[k][len(want[k])-1] += i
+	}
+	return want
+}
+
+// e2eWhileOpen is a pass-through map that acts once, at the at-th record that passes it (over all
+// subtasks and attempts), after waiting until the acting subtask's sink has records of its open transaction
+// in the output topic: so that a failure aborts records Kafka holds (a read_uncommitted reader then sees
+// them: the read_committed verifier skips them rather than their never being written), and a cancel or a
+// failure for good leaves a transaction to clean up. The map is chained to the sink (forward edge, same
+// parallelism), so its subtask index is the sink's. act's error fails the subtask.
+type e2eWhileOpen struct {
+	runnel.RichBase
+	b       *kafkabroker.Broker
+	topic   string
+	prefix  string
+	at      int64
+	act     func() error
+	state   *e2eWhileOpenState
+	subtask int
+}
+
+// e2eWhileOpenState is shared by a job's e2eWhileOpen subtasks and read by the test.
+type e2eWhileOpenState struct {
+	seen    atomic.Int64
+	fired   atomic.Bool
+	waited  atomic.Bool
+	waitErr atomic.Value // error
+}
+
+// check fails the test unless the action ran with a transaction open.
+func (s *e2eWhileOpenState) check(t *testing.T) {
+	t.Helper()
+	if e, _ := s.waitErr.Load().(error); e != nil || !s.waited.Load() {
+		t.Fatalf("the action with a transaction open did not find one (it fired: %v): %v", s.fired.Load(), e)
+	}
+}
+
+func e2eFailure() error { return errors.New("e2e: injected failure with a transaction open") }
+
+func (f *e2eWhileOpen) Open(ctx runnel.RuntimeContext) error {
+	f.subtask = ctx.SubtaskIndex()
+	return nil
+}
+
+func (f *e2eWhileOpen) Map(v e2eKV) (e2eKV, error) {
+	if f.state.seen.Add(1) != f.at || !f.state.fired.CompareAndSwap(false, true) {
+		return v, nil
+	}
+	if err := f.waitOpenRecords(); err != nil {
+		f.state.waitErr.Store(err)
+	} else {
+		f.state.waited.Store(true)
+	}
+	return v, f.act()
+}
+
+// waitOpenRecords waits until a transaction of this subtask's sink is Ongoing and a partition it writes to
+// has records beyond the last stable offset (records of an open transaction).
+func (f *e2eWhileOpen) waitOpenRecords() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(f.b.Addr))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	mine := f.prefix + "-" + strconv.Itoa(f.subtask) + "-"
+	for {
+		var listed kadm.ListedTransactions
+		listed, err = adm.ListTransactions(ctx, nil, []string{"Ongoing"})
+		if err == nil {
+			var ids []string
+			for _, tx := range listed.Sorted() {
+				if strings.HasPrefix(tx.TxnID, mine) {
+					ids = append(ids, tx.TxnID)
+				}
+			}
+			if len(ids) > 0 {
+				open, err := adm.DescribeTransactions(ctx, ids...)
+				if err == nil {
+					hw, err1 := adm.ListEndOffsets(ctx, f.topic)
+					lso, err2 := adm.ListCommittedOffsets(ctx, f.topic)
+					if err1 == nil && err2 == nil {
+						for _, tx := range open.Sorted() {
+							for _, tp := range tx.Topics.Sorted() {
+								for _, p := range tp.Partitions {
+									h, _ := hw.Lookup(f.topic, p)
+									l, _ := lso.Lookup(f.topic, p)
+									if tp.Topic == f.topic && h.Offset > l.Offset {
+										return nil
+									}
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("no records of an open transaction of %s* in %s within 30s (last error %v)", mine, f.topic, err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// e2eEOSCase is one exactly-once pipeline under failures.
+type e2eEOSCase struct {
+	name     string
+	failover string
+	window   bool // an event-time window rather than a running sum
+}
+
+// TestBrokerExactlyOnceUnderFailures runs Kafka (3 partitions) → keyed state or an event-time window →
+// Kafka with the exactly-once sink, failing twice (once by WithFailureInjection, once while the failing
+// subtask's transaction has records in the topic) under region and under task failover. The bounded job's
+// last records are committed by the final checkpoint. Then a read_committed verifier reads every expected
+// output record once and in order, nothing else; a read_uncommitted reader reads more (the aborted
+// transactions' records); and no transaction of the job is left Ongoing.
+func TestBrokerExactlyOnceUnderFailures(t *testing.T) {
+	b := kafkabroker.Shared(t)
+	const n = 30_000
+	in := "e2e-eos-in"
+	b.CreateTopic(t, in, 3)
+	e2eProduce(t, b, in, n)
+	for _, tc := range []e2eEOSCase{
+		{"running sum, region failover", "region", false},
+		{"running sum, task failover", "task", false},
+		{"event-time window, region failover", "region", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			slug := strings.NewReplacer(" ", "-", ",", "").Replace(tc.name)
+			out, prefix := "e2e-eos-out-"+slug, "e2e-eos-"+slug
+			b.CreateTopic(t, out, 3)
+			var st e2eWhileOpenState
+			env := runnel.NewEnvironment(runnel.WithParallelism(2), runnel.WithLogger(e2eQuiet), runnel.WithFailover(tc.failover),
+				runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 100 * time.Millisecond}),
+				runnel.WithFailureInjection("keyed[0]@4000"), runnel.WithRestartStrategy("fixed-delay:attempts=5,delay=0s"))
+			src := runnel.FromSource(env, kafka.Source(kafka.SourceConfig{Brokers: []string{b.Addr}, Topic: in, Bounded: true}, e2eDecode)).
+				Name("kafka-in").WithCodec(codec.MustStruct[e2eKV]())
+			var keyed *runnel.Stream[e2eKV]
+			if tc.window {
+				timed := src.WithTimestamps(runnel.MonotonousTimestamps[e2eKV]().WithTimestampAssigner(func(v e2eKV, _ int64) int64 { return v.F1 }))
+				keyed = runnel.WindowReduce(runnel.Window(runnel.KeyBy(timed, func(v e2eKV) int64 { return v.F0 }), runnel.TumblingEventTimeWindows(100*time.Millisecond)),
+					func(a, b e2eKV) (e2eKV, error) { a.F1 += b.F1; return a, nil }).Name("keyed")
+			} else {
+				keyed = runnel.Reduce(runnel.KeyBy(src, func(v e2eKV) int64 { return v.F0 }),
+					func(a, b e2eKV) (e2eKV, error) { a.F1 += b.F1; return a, nil }).Name("keyed")
+			}
+			failAt := int64(15_000) // past the first failure's restart
+			if tc.window {
+				failAt = 1_500 // a window result per key and 100 ms: 3900 in all
+			}
+			runnel.MapWith(keyed, func() runnel.MapFunction[e2eKV, e2eKV] {
+				return &e2eWhileOpen{b: b, topic: out, prefix: prefix, at: failAt, act: e2eFailure, state: &st}
+			}).Name("fail").SinkTo(e2eEOSSink(b, out, prefix)).Name("kafka-out")
+
+			ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
+			defer cancel()
+			res, err := env.Execute(ctx, "e2e exactly once")
+			if err != nil || res.Status != "FINISHED" {
+				t.Fatalf("%v, %+v", err, res)
+			}
+			// Two injected failures. A restore may fail too and make a failover of its own, while the
+			// failed attempt's commit of the same transaction is still in flight (Kafka answers
+			// CONCURRENT_TRANSACTIONS): logged here, since the output must be exactly once all the same.
+			injected := 0
+			for _, f := range res.Failovers {
+				if strings.Contains(f.Cause, "injected failure") {
+					injected++
+				} else {
+					t.Logf("a failover not injected: %s", f.Cause)
+				}
+			}
+			if injected != 2 {
+				t.Fatalf("failovers %+v, want 2 injected", res.Failovers)
+			}
+			st.check(t)
+
+			want := e2eRunningSums(n)
+			if tc.window {
+				want = e2eWindowSums(n, 100)
+			}
+			committed, uncommitted := e2eCheckExactlyOnce(t, b, out, want)
+			if uncommitted <= committed {
+				t.Fatalf("read_uncommitted read %d records, read_committed %d: no aborted records, the failures hit no open transaction", uncommitted, committed)
+			}
+			t.Logf("%d records committed, %d more written and aborted", committed, uncommitted-committed)
+			if open := b.OngoingTransactions(t, prefix); len(open) != 0 {
+				t.Fatalf("transactions left Ongoing after the job finished: %+v", open)
+			}
+		})
+	}
+}
+
+// e2eCheckExactlyOnce reads topic with read_committed and checks that each key's records are want's, each
+// once and in order, and nothing else; it returns how many records read_committed and read_uncommitted
+// readers read.
+func e2eCheckExactlyOnce(t *testing.T, b *kafkabroker.Broker, topic string, want map[int64][]int64) (committed, uncommitted int) {
+	t.Helper()
+	got := e2eRead(t, b, topic, kgo.ReadCommitted())
+	for k, w := range want {
+		committed += len(got[k])
+		if g := got[k]; !slicesEqual(g, w) {
+			t.Fatalf("key %d: read_committed read %d records, want %d, each once and in order %s", k, len(g), len(w), e2eFirstDiff(g, w))
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("read_committed read %d keys, want %d", len(got), len(want))
+	}
+	for _, g := range e2eRead(t, b, topic, kgo.ReadUncommitted()) {
+		uncommitted += len(g)
+	}
+	return committed, uncommitted
+}
+
+// e2eSumEOSJob is the running sum of e2eSumJob with the e2eWhileOpen map before the exactly-once sink.
+func e2eSumEOSJob(env *runnel.Environment, b *kafkabroker.Broker, in, out, prefix string, bounded bool, w *e2eWhileOpen) {
+	src := runnel.FromSource(env, kafka.Source(kafka.SourceConfig{Brokers: []string{b.Addr}, Topic: in, Bounded: bounded}, e2eDecode)).
+		Name("kafka-in").WithCodec(codec.MustStruct[e2eKV]())
+	sums := runnel.Reduce(runnel.KeyBy(src, func(v e2eKV) int64 { return v.F0 }),
+		func(a, b e2eKV) (e2eKV, error) { a.F1 += b.F1; return a, nil }).Name("keyed")
+	w.b, w.topic, w.prefix = b, out, prefix
+	runnel.MapWith(sums, func() runnel.MapFunction[e2eKV, e2eKV] { c := *w; return &c }).Name("while-open").
+		SinkTo(e2eEOSSink(b, out, prefix)).Name("kafka-out")
+}
+
+// TestBrokerExactlyOnceFinalCheckpoint runs a bounded job whose checkpoint interval is longer than the
+// job: no periodic checkpoint commits anything, so only the final checkpoint, taken when every input ended,
+// can commit the records, and a read_committed reader must still read them all once the job finished.
+func TestBrokerExactlyOnceFinalCheckpoint(t *testing.T) {
+	b := kafkabroker.Shared(t)
+	const n = 5_000
+	in, out, prefix := "e2e-final-in", "e2e-final-out", "e2e-final"
+	b.CreateTopic(t, in, 3)
+	b.CreateTopic(t, out, 3)
+	e2eProduce(t, b, in, n)
+	env := runnel.NewEnvironment(runnel.WithParallelism(2), runnel.WithLogger(e2eQuiet),
+		runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 10 * time.Minute}))
+	e2eSumEOSJob(env, b, in, out, prefix, true, &e2eWhileOpen{at: -1, state: &e2eWhileOpenState{}})
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	res, err := env.Execute(ctx, "e2e final checkpoint")
+	if err != nil || res.Status != "FINISHED" {
+		t.Fatalf("%v, %+v", err, res)
+	}
+	e2eCheckExactlyOnce(t, b, out, e2eRunningSums(n))
+	if open := b.OngoingTransactions(t, prefix); len(open) != 0 {
+		t.Fatalf("transactions left Ongoing after the job finished: %+v", open)
+	}
+}
+
+// e2eEnd is how e2eEndWhileOpen ends a job.
+type e2eEnd int
+
+const (
+	e2eCancel            e2eEnd = iota // the job's context cancelled
+	e2eFailForGood                     // a failure with no restart
+	e2eStopWithSavepoint               // cancelled with WithSavepointOnStop
+)
+
+// e2eEndWhileOpen runs the unbounded exactly-once running sum over in (which holds 30000 records) into a
+// new topic, and ends it as end says at the 10000th running sum, once the ending subtask's sink has records
+// of an open transaction in the topic. It returns the output topic, the transactional id prefix, the
+// savepoint directory and the job's result.
+func e2eEndWhileOpen(t *testing.T, b *kafkabroker.Broker, in, name string, end e2eEnd) (out, prefix, savepoint string, res *runnel.JobResult) {
+	t.Helper()
+	slug := strings.ReplaceAll(name, " ", "-")
+	out, prefix = "e2e-end-out-"+slug, "e2e-end-"+slug
+	b.CreateTopic(t, out, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	opts := []runnel.Option{runnel.WithParallelism(2), runnel.WithLogger(e2eQuiet),
+		runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 100 * time.Millisecond}), runnel.WithRestartStrategy("none")}
+	savepoint = filepath.Join(t.TempDir(), "savepoint")
+	act, status := func() error { stop(); return nil }, "CANCELED"
+	switch end {
+	case e2eFailForGood:
+		act, status = e2eFailure, "FAILED"
+	case e2eStopWithSavepoint:
+		opts = append(opts, runnel.WithSavepointOnStop(savepoint))
+	}
+	st := &e2eWhileOpenState{}
+	env := runnel.NewEnvironment(opts...)
+	e2eSumEOSJob(env, b, in, out, prefix, false, &e2eWhileOpen{at: 10_000, act: act, state: st})
+	res, err := env.Execute(runCtx, "e2e "+name)
+	if res == nil || res.Status != status {
+		t.Fatalf("%v, %+v, want status %s", err, res, status)
+	}
+	st.check(t)
+	if end == e2eStopWithSavepoint && res.Savepoint != savepoint {
+		t.Fatalf("stopped with savepoint %q, want %q: %+v", res.Savepoint, savepoint, res)
+	}
+	return out, prefix, savepoint, res
+}
+
+// TestBrokerExactlyOnceResumesFromSavepoint stops an exactly-once job with a savepoint while its sink has
+// records in an open transaction, and resumes it from the savepoint, bounded: the two runs' output together
+// is every running sum once, and once the resumed job finished no transaction is left Ongoing.
+func TestBrokerExactlyOnceResumesFromSavepoint(t *testing.T) {
+	b := kafkabroker.Shared(t)
+	const n = 30_000
+	in := "e2e-savepoint-in"
+	b.CreateTopic(t, in, 3)
+	e2eProduce(t, b, in, n)
+	out, prefix, savepoint, _ := e2eEndWhileOpen(t, b, in, "savepoint", e2eStopWithSavepoint)
+	env := runnel.NewEnvironment(runnel.WithParallelism(2), runnel.WithLogger(e2eQuiet),
+		runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 100 * time.Millisecond}), runnel.WithRestoreFrom(savepoint))
+	e2eSumEOSJob(env, b, in, out, prefix, true, &e2eWhileOpen{at: -1, state: &e2eWhileOpenState{}})
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	if res, err := env.Execute(ctx, "e2e resumed"); err != nil || res.Status != "FINISHED" {
+		t.Fatalf("resumed: %v, %+v", err, res)
+	}
+	e2eCheckExactlyOnce(t, b, out, e2eRunningSums(n))
+	if open := b.OngoingTransactions(t, prefix); len(open) != 0 {
+		t.Fatalf("transactions left Ongoing after the resumed job finished: %+v", open)
+	}
+}
+
+func slicesEqual(a, b []int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestBrokerExactlyOnceRefusesTimeoutAboveBrokerMax asks the real broker for a transaction timeout above
+// its transaction.max.timeout.ms: Kafka refuses the producer, and the job fails saying which setting to
+// change, rather than running without transactions.
+func TestBrokerExactlyOnceRefusesTimeoutAboveBrokerMax(t *testing.T) {
+	b := kafkabroker.Shared(t)
+	in, out := "e2e-timeout-in", "e2e-timeout-out"
+	b.CreateTopic(t, in, 1)
+	b.CreateTopic(t, out, 1)
+	e2eProduce(t, b, in, 100)
+	timeout := kafkabroker.TransactionMaxTimeout + time.Minute
+	env := runnel.NewEnvironment(runnel.WithParallelism(1), runnel.WithLogger(e2eQuiet), runnel.WithRestartStrategy("none"),
+		runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 100 * time.Millisecond}))
+	runnel.FromSource(env, kafka.Source(kafka.SourceConfig{Brokers: []string{b.Addr}, Topic: in, Bounded: true}, e2eDecode)).
+		SinkTo(kafka.Sink(kafka.SinkConfig{Brokers: []string{b.Addr}, Topic: out, Guarantee: kafka.ExactlyOnce,
+			TransactionalIDPrefix: "e2e-timeout", TransactionTimeout: timeout}, e2eEncode))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := env.Execute(ctx, "e2e timeout")
+	if err == nil && res != nil {
+		err = errors.New(res.Error)
+	}
+	if res == nil || res.Status != "FAILED" || !strings.Contains(err.Error(), "transaction.max.timeout.ms") || !strings.Contains(err.Error(), timeout.String()) {
+		t.Fatalf("a transaction timeout of %s above the broker's %s: %v, %+v; want the job failed naming both", timeout, kafkabroker.TransactionMaxTimeout, err, res)
+	}
+}
