@@ -524,3 +524,35 @@ func TestExactlyOnceFailedJobLeavesNothingOpen(t *testing.T) {
 		t.Fatalf("read_committed sees %d records", len(got))
 	}
 }
+
+// TestGuaranteeChangeAcrossASavepoint: an at-least-once sink restored from an exactly-once sink's state
+// commits the transactions the state lists and aborts the rest before it writes without transactions; an
+// exactly-once sink restored from an at-least-once one's (empty) state starts afresh.
+func TestGuaranteeChangeAcrossASavepoint(t *testing.T) {
+	brokers := txnCluster(t, 2, "out")
+	cfg := kafka.SinkConfig{Brokers: brokers, Topic: "out", Guarantee: kafka.ExactlyOnce, TransactionalIDPrefix: "switch", Linger: time.Millisecond}
+	w1 := newWriter(t, kafka.Sink(cfg, encodeInt), 0, 1)
+	writeSpan(t, w1, 0, 10)
+	st := snapshot(t, w1, 1)
+	writeSpan(t, w1, 10, 20)
+	must(t, w1.Flush())
+	alo := cfg
+	alo.Guarantee = kafka.AtLeastOnce
+	w2 := newWriter(t, kafka.Sink(alo, encodeInt), 0, 1)
+	must(t, w2.RestoreState(st))
+	w1.Close()
+	writeSpan(t, w2, 20, 25)
+	st2 := snapshot(t, w2, 2)
+	must(t, w2.Close())
+	if got := openTxns(t, brokers); len(got) != 0 {
+		t.Fatalf("open transactions after the at-least-once restore: %v", got)
+	}
+	w3 := newWriter(t, kafka.Sink(cfg, encodeInt), 0, 1)
+	must(t, w3.RestoreState(st2))
+	writeSpan(t, w3, 25, 30)
+	snapshot(t, w3, 3)
+	must(t, w3.NotifyCheckpointComplete(3))
+	must(t, w3.Close())
+	want := append(span(0, 10), span(20, 30)...)
+	checkOnce(t, "read_committed", readTopic(t, brokers, "out", true, len(want)), want)
+}
