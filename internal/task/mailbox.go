@@ -129,6 +129,15 @@ func (mb *mailbox) putComplete(id int64) bool {
 	return true
 }
 
+// takeComplete returns the highest checkpoint completion waiting (0: none) and removes it.
+func (mb *mailbox) takeComplete() int64 {
+	mb.mu.Lock()
+	defer mb.mu.Unlock()
+	id := mb.pending.completeUpTo
+	mb.pending.completeUpTo = 0
+	return id
+}
+
 // take moves the waiting mail into m (reusing m's memory) and empties the mailbox.
 func (mb *mailbox) take(m *mail) {
 	mb.mu.Lock()
@@ -200,6 +209,27 @@ func (t *Task) AbortCheckpoint(id int64) bool { return t.mb.putAbort(id) }
 // merged with other completions that arrive before the task gets to them. An error fails the task. It
 // returns false when the task ended.
 func (t *Task) NotifyCheckpointComplete(id int64) bool { return t.mb.putComplete(id) }
+
+// completeBeforeCancel tells the operators of a cancelled task of a checkpoint completion that reached the
+// task before its cancellation and was still waiting. The job master sends a stop's cancellations after the
+// completion of its savepoint, on the same session: a transactional sink must hear it to commit what the
+// savepoint holds, or that transaction stays open, blocking read_committed readers, until the job resumes.
+// An error is logged, not raised: the task is cancelled either way, and a restore commits again.
+func (r *run) completeBeforeCancel() {
+	id := r.t.mb.takeComplete()
+	if id <= r.completeHeard || r.chain == nil || !r.opened {
+		return
+	}
+	r.completeHeard = id
+	defer func() {
+		if p := recover(); p != nil {
+			r.t.log.Warn("checkpoint completion heard while cancelling: an operator panicked", "checkpoint", id, "panic", p)
+		}
+	}()
+	if err := r.chain.NotifyCheckpointComplete(id); err != nil {
+		r.t.log.Warn("checkpoint completion heard while cancelling", "checkpoint", id, "err", err)
+	}
+}
 
 // runMail carries out the waiting mail on the task goroutine: aborts first (the mark, then each id, oldest
 // first, as the aligner expects them), then triggers in order, then the completion.

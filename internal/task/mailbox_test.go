@@ -3,6 +3,7 @@ package task
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -251,5 +252,50 @@ func TestFloodedMailboxDeliversEverything(t *testing.T) {
 	}
 	if task.NotifyCheckpointComplete(completions+1) || task.AbortCheckpoint(1) || task.TriggerCheckpoint(99, 0, 0) {
 		t.Fatal("an ended task took mail")
+	}
+}
+
+// cancelledSource is a blockedSource whose blocked poll ends as a cancelled network write does: with
+// network.ErrCanceled, straight out of the loop.
+type cancelledSource struct{ *blockedSource }
+
+func (c cancelledSource) PollSource() (SourceStatus, error) {
+	close(c.polling)
+	<-c.release
+	return NothingAvailable, fmt.Errorf("emit: %w", network.ErrCanceled)
+}
+
+// TestCancelledTaskHearsTheCompletionBeforeIt: a completion that reached a task before its cancellation
+// is told to the operators before they close, also when the cancellation ends the task in the middle of
+// its work: a stop's savepoint is committed by its sinks.
+func TestCancelledTaskHearsTheCompletionBeforeIt(t *testing.T) {
+	mem, err := network.NewNetworkMemory(1<<20, network.DefaultBufferSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chain := cancelledSource{&blockedSource{polling: make(chan struct{}), release: make(chan struct{})}}
+	cfg := Config{
+		Info:  deploy.Info{JobName: "stop", VertexName: "source", Parallelism: 1, MaxParallelism: 128},
+		Chain: func(*Runtime) (Chain, error) { return chain, nil },
+	}
+	task := New(cfg, Env{Partitions: network.NewPartitionManager(), Memory: mem, Logger: slog.New(slog.DiscardHandler)})
+	go task.Run()
+	<-chain.polling
+	task.NotifyCheckpointComplete(6)
+	task.NotifyCheckpointComplete(7)
+	task.Cancel()
+	close(chain.release)
+	select {
+	case <-task.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the task did not end")
+	}
+	if task.State() != deploy.Canceled {
+		t.Fatalf("task ended %s: %v", task.State(), task.Err())
+	}
+	chain.mu.Lock()
+	defer chain.mu.Unlock()
+	if !slices.Equal(chain.completed, []int64{7}) {
+		t.Fatalf("the operators heard completions %v, want [7]", chain.completed)
 	}
 }

@@ -369,6 +369,9 @@ func (t *Task) Run() {
 	r.stopTimer()
 	r.cp.wait() // a finished task still acknowledges the checkpoints it took
 	r.cp.cancel()
+	if t.canceled() {
+		r.completeBeforeCancel()
+	}
 	r.cleanup(err)
 	final := deploy.Finished
 	switch {
