@@ -110,7 +110,7 @@ func (t *throttle) Map(v kv) (kv, error) {
 func TestKafkaExactlyOnceKilledTaskManager(t *testing.T) {
 	b := kafkabroker.Start(t)
 	const n, keys = 20_000, 13
-	in, out, prefix := "kill-in", "kill-out", "kill"
+	in, out, prefix := b.Name("kill-in"), b.Name("kill-out"), b.Name("kill")
 	b.CreateTopic(t, in, 3)
 	b.CreateTopic(t, out, 3)
 	prod := b.Client(t, kgo.DefaultProduceTopic(in))
@@ -238,7 +238,7 @@ func TestKafkaExactlyOnceKilledTaskManager(t *testing.T) {
 	} else {
 		t.Logf("%d records committed, %d written and aborted; killed %s", nc, nu-nc, victim)
 	}
-	if open := b.OngoingTransactions(t, prefix); len(open) != 0 {
+	if open := b.OngoingTransactions(t, prefix+"-"); len(open) != 0 {
 		t.Fatalf("transactions left Ongoing after the job finished: %+v", open)
 	}
 }

@@ -108,7 +108,7 @@ func e2eEncode(v e2eKV, key, value []byte) ([]byte, []byte, error) {
 // sum could not have had.
 func TestBrokerAtLeastOnceUnderFailures(t *testing.T) {
 	b := kafkabroker.Shared(t)
-	in, out := "e2e-alo-in", "e2e-alo-out"
+	in, out := b.Name("e2e-alo-in"), b.Name("e2e-alo-out")
 	b.CreateTopic(t, in, 3)
 	b.CreateTopic(t, out, 3)
 	const n = 30_000

@@ -166,7 +166,7 @@ type e2eEOSCase struct {
 func TestBrokerExactlyOnceUnderFailures(t *testing.T) {
 	b := kafkabroker.Shared(t)
 	const n = 30_000
-	in := "e2e-eos-in"
+	in := b.Name("e2e-eos-in")
 	b.CreateTopic(t, in, 3)
 	e2eProduce(t, b, in, n)
 	for _, tc := range []e2eEOSCase{
@@ -176,7 +176,7 @@ func TestBrokerExactlyOnceUnderFailures(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			slug := strings.NewReplacer(" ", "-", ",", "").Replace(tc.name)
-			out, prefix := "e2e-eos-out-"+slug, "e2e-eos-"+slug
+			out, prefix := b.Name("e2e-eos-out-"+slug), b.Name("e2e-eos-"+slug)
 			b.CreateTopic(t, out, 3)
 			var st e2eWhileOpenState
 			env := runnel.NewEnvironment(runnel.WithParallelism(2), runnel.WithLogger(e2eQuiet), runnel.WithFailover(tc.failover),
@@ -232,7 +232,7 @@ func TestBrokerExactlyOnceUnderFailures(t *testing.T) {
 				t.Fatalf("read_uncommitted read %d records, read_committed %d: no aborted records, the failures hit no open transaction", uncommitted, committed)
 			}
 			t.Logf("%d records committed, %d more written and aborted", committed, uncommitted-committed)
-			if open := b.OngoingTransactions(t, prefix); len(open) != 0 {
+			if open := b.OngoingTransactions(t, prefix+"-"); len(open) != 0 {
 				t.Fatalf("transactions left Ongoing after the job finished: %+v", open)
 			}
 		})
@@ -277,7 +277,7 @@ func e2eSumEOSJob(env *runnel.Environment, b *kafkabroker.Broker, in, out, prefi
 func TestBrokerExactlyOnceFinalCheckpoint(t *testing.T) {
 	b := kafkabroker.Shared(t)
 	const n = 5_000
-	in, out, prefix := "e2e-final-in", "e2e-final-out", "e2e-final"
+	in, out, prefix := b.Name("e2e-final-in"), b.Name("e2e-final-out"), b.Name("e2e-final")
 	b.CreateTopic(t, in, 3)
 	b.CreateTopic(t, out, 3)
 	e2eProduce(t, b, in, n)
@@ -291,7 +291,7 @@ func TestBrokerExactlyOnceFinalCheckpoint(t *testing.T) {
 		t.Fatalf("%v, %+v", err, res)
 	}
 	e2eCheckExactlyOnce(t, b, out, e2eRunningSums(n))
-	if open := b.OngoingTransactions(t, prefix); len(open) != 0 {
+	if open := b.OngoingTransactions(t, prefix+"-"); len(open) != 0 {
 		t.Fatalf("transactions left Ongoing after the job finished: %+v", open)
 	}
 }
@@ -312,7 +312,7 @@ const (
 func e2eEndWhileOpen(t *testing.T, b *kafkabroker.Broker, in, name string, end e2eEnd) (out, prefix, savepoint string, res *runnel.JobResult) {
 	t.Helper()
 	slug := strings.ReplaceAll(name, " ", "-")
-	out, prefix = "e2e-end-out-"+slug, "e2e-end-"+slug
+	out, prefix = b.Name("e2e-end-out-"+slug), b.Name("e2e-end-"+slug)
 	b.CreateTopic(t, out, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
@@ -348,7 +348,7 @@ func e2eEndWhileOpen(t *testing.T, b *kafkabroker.Broker, in, name string, end e
 func TestBrokerExactlyOnceResumesFromSavepoint(t *testing.T) {
 	b := kafkabroker.Shared(t)
 	const n = 30_000
-	in := "e2e-savepoint-in"
+	in := b.Name("e2e-savepoint-in")
 	b.CreateTopic(t, in, 3)
 	e2eProduce(t, b, in, n)
 	out, prefix, savepoint, _ := e2eEndWhileOpen(t, b, in, "savepoint", e2eStopWithSavepoint)
@@ -361,7 +361,7 @@ func TestBrokerExactlyOnceResumesFromSavepoint(t *testing.T) {
 		t.Fatalf("resumed: %v, %+v", err, res)
 	}
 	e2eCheckExactlyOnce(t, b, out, e2eRunningSums(n))
-	if open := b.OngoingTransactions(t, prefix); len(open) != 0 {
+	if open := b.OngoingTransactions(t, prefix+"-"); len(open) != 0 {
 		t.Fatalf("transactions left Ongoing after the resumed job finished: %+v", open)
 	}
 }
@@ -383,7 +383,7 @@ func slicesEqual(a, b []int64) bool {
 // change, rather than running without transactions.
 func TestBrokerExactlyOnceRefusesTimeoutAboveBrokerMax(t *testing.T) {
 	b := kafkabroker.Shared(t)
-	in, out := "e2e-timeout-in", "e2e-timeout-out"
+	in, out, prefix := b.Name("e2e-timeout-in"), b.Name("e2e-timeout-out"), b.Name("e2e-timeout")
 	b.CreateTopic(t, in, 1)
 	b.CreateTopic(t, out, 1)
 	e2eProduce(t, b, in, 100)
@@ -392,7 +392,7 @@ func TestBrokerExactlyOnceRefusesTimeoutAboveBrokerMax(t *testing.T) {
 		runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 100 * time.Millisecond}))
 	runnel.FromSource(env, kafka.Source(kafka.SourceConfig{Brokers: []string{b.Addr}, Topic: in, Bounded: true}, e2eDecode)).
 		SinkTo(kafka.Sink(kafka.SinkConfig{Brokers: []string{b.Addr}, Topic: out, Guarantee: kafka.ExactlyOnce,
-			TransactionalIDPrefix: "e2e-timeout", TransactionTimeout: timeout}, e2eEncode))
+			TransactionalIDPrefix: prefix, TransactionTimeout: timeout}, e2eEncode))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	res, err := env.Execute(ctx, "e2e timeout")

@@ -26,6 +26,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -79,6 +80,14 @@ type Broker struct {
 	pid      int
 	stopOnce sync.Once
 	stopErr  error
+	names    atomic.Int64
+}
+
+// Name returns base with a suffix no earlier call on this broker returned ("base-0001"): a topic or
+// transactional id prefix of its own for each test, also when a shared broker outlives a test run repeated
+// by -count. The suffix has a fixed width, so that no name is the prefix of another.
+func (b *Broker) Name(base string) string {
+	return fmt.Sprintf("%s-%04d", base, b.names.Add(1))
 }
 
 // Home returns the directory the broker's jars are read from: $RUNNEL_KAFKA_HOME, or
