@@ -7,7 +7,6 @@ package kafka_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -47,36 +46,42 @@ func e2eWindowSums(n int, size int64) map[int64][]int64 {
 	return want
 }
 
-// e2eWhileOpen is a pass-through map that acts once, at the at-th record that passes it (over all
-// subtasks and attempts), after waiting until the acting subtask's sink has records of its open transaction
-// in the output topic: so that a failure aborts records Kafka holds (a read_uncommitted reader then sees
-// them: the read_committed verifier skips them rather than their never being written), and a cancel or a
-// failure for good leaves a transaction to clean up. The map is chained to the sink (forward edge, same
-// parallelism), so its subtask index is the sink's. act's error fails the subtask.
+// e2eWhileOpen is a pass-through map that acts once, from the at-th record that passes it (over all
+// subtasks and attempts) on, at the first record at which the acting subtask's sink has records of its open
+// transaction in the output topic: so that a failure aborts records Kafka holds (a read_uncommitted reader
+// then sees them: the read_committed verifier skips them rather than their never being written), and a
+// cancel or a failure for good leaves a transaction to clean up. It looks every 10 ms without blocking, so
+// that records go on flowing into the transaction meanwhile. The map is chained to the sink (forward edge,
+// same parallelism), so its subtask index is the sink's. act's error fails the subtask.
 type e2eWhileOpen struct {
 	runnel.RichBase
-	b       *kafkabroker.Broker
-	topic   string
-	prefix  string
-	at      int64
-	act     func() error
-	state   *e2eWhileOpenState
-	subtask int
+	topic     string
+	prefix    string
+	at        int64 // < 0: never act
+	act       func() error
+	state     *e2eWhileOpenState
+	subtask   int
+	lastCheck time.Time
 }
 
 // e2eWhileOpenState is shared by a job's e2eWhileOpen subtasks and read by the test.
 type e2eWhileOpenState struct {
+	adm     *kadm.Client
 	seen    atomic.Int64
 	fired   atomic.Bool
-	waited  atomic.Bool
-	waitErr atomic.Value // error
+	lastErr atomic.Value // error: the last failed look
+}
+
+func newE2EWhileOpenState(t *testing.T, b *kafkabroker.Broker) *e2eWhileOpenState {
+	return &e2eWhileOpenState{adm: b.Admin(t)}
 }
 
 // check fails the test unless the action ran with a transaction open.
 func (s *e2eWhileOpenState) check(t *testing.T) {
 	t.Helper()
-	if e, _ := s.waitErr.Load().(error); e != nil || !s.waited.Load() {
-		t.Fatalf("the action with a transaction open did not find one (it fired: %v): %v", s.fired.Load(), e)
+	if !s.fired.Load() {
+		e, _ := s.lastErr.Load().(error)
+		t.Fatalf("the action never found its sink's open transaction with records in the topic (%d records passed; last error: %v)", s.seen.Load(), e)
 	}
 }
 
@@ -88,66 +93,64 @@ func (f *e2eWhileOpen) Open(ctx runnel.RuntimeContext) error {
 }
 
 func (f *e2eWhileOpen) Map(v e2eKV) (e2eKV, error) {
-	if f.state.seen.Add(1) != f.at || !f.state.fired.CompareAndSwap(false, true) {
+	if n := f.state.seen.Add(1); f.at < 0 || n < f.at || f.state.fired.Load() || time.Since(f.lastCheck) < 10*time.Millisecond {
 		return v, nil
 	}
-	if err := f.waitOpenRecords(); err != nil {
-		f.state.waitErr.Store(err)
-	} else {
-		f.state.waited.Store(true)
+	f.lastCheck = time.Now()
+	open, err := f.openRecords()
+	if err != nil {
+		f.state.lastErr.Store(err)
+	}
+	if !open || !f.state.fired.CompareAndSwap(false, true) {
+		return v, nil
 	}
 	return v, f.act()
 }
 
-// waitOpenRecords waits until a transaction of this subtask's sink is Ongoing and a partition it writes to
+// openRecords reports whether a transaction of this subtask's sink is Ongoing and a partition it writes to
 // has records beyond the last stable offset (records of an open transaction).
-func (f *e2eWhileOpen) waitOpenRecords() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+func (f *e2eWhileOpen) openRecords() (bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(f.b.Addr))
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
+	adm := f.state.adm
 	mine := f.prefix + "-" + strconv.Itoa(f.subtask) + "-"
-	for {
-		var listed kadm.ListedTransactions
-		listed, err = adm.ListTransactions(ctx, nil, []string{"Ongoing"})
-		if err == nil {
-			var ids []string
-			for _, tx := range listed.Sorted() {
-				if strings.HasPrefix(tx.TxnID, mine) {
-					ids = append(ids, tx.TxnID)
-				}
-			}
-			if len(ids) > 0 {
-				open, err := adm.DescribeTransactions(ctx, ids...)
-				if err == nil {
-					hw, err1 := adm.ListEndOffsets(ctx, f.topic)
-					lso, err2 := adm.ListCommittedOffsets(ctx, f.topic)
-					if err1 == nil && err2 == nil {
-						for _, tx := range open.Sorted() {
-							for _, tp := range tx.Topics.Sorted() {
-								for _, p := range tp.Partitions {
-									h, _ := hw.Lookup(f.topic, p)
-									l, _ := lso.Lookup(f.topic, p)
-									if tp.Topic == f.topic && h.Offset > l.Offset {
-										return nil
-									}
-								}
-							}
-						}
-					}
-				}
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("no records of an open transaction of %s* in %s within 30s (last error %v)", mine, f.topic, err)
-		case <-time.After(5 * time.Millisecond):
+	listed, err := adm.ListTransactions(ctx, nil, []string{"Ongoing"})
+	if err != nil {
+		return false, err
+	}
+	var ids []string
+	for _, tx := range listed.Sorted() {
+		if strings.HasPrefix(tx.TxnID, mine) {
+			ids = append(ids, tx.TxnID)
 		}
 	}
+	if len(ids) == 0 {
+		return false, nil
+	}
+	open, err := adm.DescribeTransactions(ctx, ids...)
+	if err != nil {
+		return false, err
+	}
+	hw, err := adm.ListEndOffsets(ctx, f.topic)
+	if err != nil {
+		return false, err
+	}
+	lso, err := adm.ListCommittedOffsets(ctx, f.topic)
+	if err != nil {
+		return false, err
+	}
+	for _, tx := range open.Sorted() {
+		for _, tp := range tx.Topics.Sorted() {
+			for _, p := range tp.Partitions {
+				h, _ := hw.Lookup(f.topic, p)
+				l, _ := lso.Lookup(f.topic, p)
+				if tp.Topic == f.topic && h.Offset > l.Offset {
+					return true, nil
+				}
+			}
+		}
+	}
+	return false, nil
 }
 
 // e2eEOSCase is one exactly-once pipeline under failures.
@@ -173,12 +176,13 @@ func TestBrokerExactlyOnceUnderFailures(t *testing.T) {
 		{"running sum, region failover", "region", false},
 		{"running sum, task failover", "task", false},
 		{"event-time window, region failover", "region", true},
+		{"event-time window, task failover", "task", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			slug := strings.NewReplacer(" ", "-", ",", "").Replace(tc.name)
 			out, prefix := b.Name("e2e-eos-out-"+slug), b.Name("e2e-eos-"+slug)
 			b.CreateTopic(t, out, 3)
-			var st e2eWhileOpenState
+			st := newE2EWhileOpenState(t, b)
 			env := runnel.NewEnvironment(runnel.WithParallelism(2), runnel.WithLogger(e2eQuiet), runnel.WithFailover(tc.failover),
 				runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 100 * time.Millisecond}),
 				runnel.WithFailureInjection("keyed[0]@4000"), runnel.WithRestartStrategy("fixed-delay:attempts=5,delay=0s"))
@@ -198,7 +202,7 @@ func TestBrokerExactlyOnceUnderFailures(t *testing.T) {
 				failAt = 1_500 // a window result per key and 100 ms: 3900 in all
 			}
 			runnel.MapWith(keyed, func() runnel.MapFunction[e2eKV, e2eKV] {
-				return &e2eWhileOpen{b: b, topic: out, prefix: prefix, at: failAt, act: e2eFailure, state: &st}
+				return &e2eWhileOpen{topic: out, prefix: prefix, at: failAt, act: e2eFailure, state: st}
 			}).Name("fail").SinkTo(e2eEOSSink(b, out, prefix)).Name("kafka-out")
 
 			ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
@@ -266,7 +270,7 @@ func e2eSumEOSJob(env *runnel.Environment, b *kafkabroker.Broker, in, out, prefi
 		Name("kafka-in").WithCodec(codec.MustStruct[e2eKV]())
 	sums := runnel.Reduce(runnel.KeyBy(src, func(v e2eKV) int64 { return v.F0 }),
 		func(a, b e2eKV) (e2eKV, error) { a.F1 += b.F1; return a, nil }).Name("keyed")
-	w.b, w.topic, w.prefix = b, out, prefix
+	w.topic, w.prefix = out, prefix
 	runnel.MapWith(sums, func() runnel.MapFunction[e2eKV, e2eKV] { c := *w; return &c }).Name("while-open").
 		SinkTo(e2eEOSSink(b, out, prefix)).Name("kafka-out")
 }
@@ -328,7 +332,7 @@ func e2eEndWhileOpen(t *testing.T, b *kafkabroker.Broker, in, name string, end e
 	case e2eStopWithSavepoint:
 		opts = append(opts, runnel.WithSavepointOnStop(savepoint))
 	}
-	st := &e2eWhileOpenState{}
+	st := newE2EWhileOpenState(t, b)
 	env := runnel.NewEnvironment(opts...)
 	e2eSumEOSJob(env, b, in, out, prefix, false, &e2eWhileOpen{at: 10_000, act: act, state: st})
 	res, err := env.Execute(runCtx, "e2e "+name)
