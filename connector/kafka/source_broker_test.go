@@ -25,9 +25,10 @@ import (
 // waiting for it) with the committed records only; read_uncommitted reads all four.
 func TestBrokerSourceIsolation(t *testing.T) {
 	b := kafkabroker.Shared(t)
-	b.CreateTopic(t, "src-isolation", 2)
+	topic := b.Name("src-isolation")
+	b.CreateTopic(t, topic, 2)
 	brokers := []string{b.Addr}
-	cl := b.Client(t, kgo.DefaultProduceTopic("src-isolation"), kgo.TransactionalID("src-isolation-tx"),
+	cl := b.Client(t, kgo.DefaultProduceTopic(topic), kgo.TransactionalID(topic+"-tx"),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -51,11 +52,11 @@ func TestBrokerSourceIsolation(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	got := valueSet(t, readAll(t, kafka.SourceConfig{Brokers: brokers, Topic: "src-isolation"}))
+	got := valueSet(t, readAll(t, kafka.SourceConfig{Brokers: brokers, Topic: topic}))
 	if len(got) != 20 || !got[0] || !got[209] || got[100] {
 		t.Fatalf("read_committed read %d records %v, want 0..9 and 200..209", len(got), got)
 	}
-	got = valueSet(t, readAll(t, kafka.SourceConfig{Brokers: brokers, Topic: "src-isolation", ReadUncommitted: true}))
+	got = valueSet(t, readAll(t, kafka.SourceConfig{Brokers: brokers, Topic: topic, ReadUncommitted: true}))
 	if len(got) != 40 || !got[100] || !got[309] {
 		t.Fatalf("read_uncommitted read %d records, want 40", len(got))
 	}
@@ -66,13 +67,14 @@ func TestBrokerSourceIsolation(t *testing.T) {
 // reach the end of every partition, the new one included.
 func TestBrokerSourceDiscoversAndCommits(t *testing.T) {
 	b := kafkabroker.Shared(t)
-	b.CreateTopic(t, "src-discover", 2)
+	topic := b.Name("src-discover")
+	b.CreateTopic(t, topic, 2)
 	brokers := []string{b.Addr}
-	produceTo(t, brokers, "src-discover", rec(0, 0, 0), rec(1, 1, 1))
+	produceTo(t, brokers, topic, rec(0, 0, 0), rec(1, 1, 1))
 	var seen seenValues
 	env := runnel.NewEnvironment(runnel.WithParallelism(2), runnel.WithLogger(quiet),
 		runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 50 * time.Millisecond}))
-	src := runnel.FromSource(env, kafka.Source(kafka.SourceConfig{Brokers: brokers, Topic: "src-discover", Group: "src-discover-dash",
+	src := runnel.FromSource(env, kafka.Source(kafka.SourceConfig{Brokers: brokers, Topic: topic, Group: topic + "-dash",
 		DiscoveryInterval: 200 * time.Millisecond}, decode)).Name("kafka").WithCodec(codec.MustStruct[kv]())
 	runnel.Map(src, func(v kv) (kv, error) { seen.add(v.F1); return v, nil }).SinkTo(connector.Discard[kv]())
 	ctx, cancel := context.WithCancel(context.Background())
@@ -83,13 +85,13 @@ func TestBrokerSourceDiscoversAndCommits(t *testing.T) {
 	adm := b.Admin(t)
 	actx, acancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer acancel()
-	if resp, err := adm.CreatePartitions(actx, 1, "src-discover"); err != nil || resp.Error() != nil {
+	if resp, err := adm.CreatePartitions(actx, 1, topic); err != nil || resp.Error() != nil {
 		t.Fatal(err, resp.Error())
 	}
 	// The producer's metadata may lag the new partition for a moment; it retries until it knows it.
-	produceTo(t, brokers, "src-discover", rec(2, 2, 2), rec(0, 0, 3))
+	produceTo(t, brokers, topic, rec(2, 2, 2), rec(0, 0, 3))
 	waitFor(t, 30*time.Second, func() bool { return seen.n.Load() >= 4 }, func() string { return fmt.Sprintf("%d of 4 records", seen.n.Load()) })
-	ends, err := adm.ListEndOffsets(actx, "src-discover")
+	ends, err := adm.ListEndOffsets(actx, topic)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +102,7 @@ func TestBrokerSourceDiscoversAndCommits(t *testing.T) {
 	}
 	var last map[int32]int64
 	waitFor(t, 30*time.Second, func() bool {
-		last = groupOffsets(t, adm, "src-discover-dash", "src-discover")
+		last = groupOffsets(t, adm, topic+"-dash", topic)
 		for p, w := range want {
 			if last[p] != w {
 				return false
