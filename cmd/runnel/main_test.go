@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -45,20 +44,7 @@ func runCLI(t *testing.T, args ...string) (stdout, stderr string, code int) {
 // runCLIIn runs the command in directory dir ("": the test's).
 func runCLIIn(t *testing.T, dir string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	// A bound, so that a command that hangs fails the test instead of stalling the suite.
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, binary, args...)
-	cmd.Dir = dir
-	var o, e strings.Builder
-	cmd.Stdout, cmd.Stderr = &o, &e
-	err := cmd.Run()
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return o.String(), e.String(), code
+	return runBinary(t, binary, dir, args...)
 }
 
 func TestExamplesList(t *testing.T) {
