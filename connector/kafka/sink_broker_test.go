@@ -18,10 +18,6 @@ import (
 	"github.com/runnel-dev/runnel/internal/kafkabroker"
 )
 
-// uniqueName makes topic names and transactional id prefixes unique on the shared broker, which outlives
-// a test run repeated by -count.
-func uniqueName(base string) string { return fmt.Sprintf("%s-%d", base, time.Now().UnixNano()) }
-
 func brokerValues(t *testing.T, b *kafkabroker.Broker, topic string, level kgo.IsolationLevel) []int64 {
 	t.Helper()
 	var vs []int64
@@ -49,7 +45,7 @@ func brokerOngoing(t *testing.T, b *kafkabroker.Broker, prefix string) string {
 // harmless; nothing stays open.
 func TestBrokerExactlyOnceWriterCommitsWhatItsCheckpointLists(t *testing.T) {
 	b := kafkabroker.Shared(t)
-	topic, prefix := uniqueName("sink-writer-out"), uniqueName("sink-writer")
+	topic, prefix := b.Name("sink-writer-out"), b.Name("sink-writer")
 	b.CreateTopic(t, topic, 3)
 	s := kafka.Sink(kafka.SinkConfig{Brokers: []string{b.Addr}, Topic: topic, Guarantee: kafka.ExactlyOnce,
 		TransactionalIDPrefix: prefix, Linger: time.Millisecond}, encodeInt)
@@ -97,7 +93,7 @@ func TestBrokerExactlyOnceWriterCommitsWhatItsCheckpointLists(t *testing.T) {
 func TestBrokerExactlyOnceSinkUnderFailures(t *testing.T) {
 	b := kafkabroker.Shared(t)
 	const n = 16_000
-	topic, prefix := uniqueName("sink-job-out"), uniqueName("sink-job")
+	topic, prefix := b.Name("sink-job-out"), b.Name("sink-job")
 	b.CreateTopic(t, topic, 3)
 	env := runnel.NewEnvironment(runnel.WithParallelism(2), runnel.WithLogger(quiet),
 		runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 100 * time.Millisecond}),
@@ -134,7 +130,7 @@ func BenchmarkBrokerSink(b *testing.B) {
 		b.Run(g.String(), func(b *testing.B) {
 			var elapsed time.Duration
 			for i := range b.N {
-				topic := uniqueName(fmt.Sprintf("bench-%s-%d", g, i))
+				topic := kb.Name(fmt.Sprintf("bench-%s-%d", g, i))
 				kb.CreateTopic(b, topic, 3)
 				env := runnel.NewEnvironment(runnel.WithParallelism(2), runnel.WithLogger(quiet),
 					runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: time.Second}))
