@@ -15,8 +15,6 @@ import (
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
-
-	"github.com/spf13/pflag"
 )
 
 // Exit codes of Main (docs/cluster.md §2.1).
@@ -197,10 +195,7 @@ func jobWord(args []string) int {
 	if _, ok := Lookup(args[0]); ok {
 		return 0
 	}
-	fs := pflag.NewFlagSet("pick", pflag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	addRunFlags(fs, Settings{}, &runOnly{})
-	addSubmitFlags(fs, new(string))
+	fs := takenFlags()
 	fs.ParseErrorsAllowlist.UnknownFlags = true
 	if fs.Parse(args) != nil || fs.NArg() == 0 {
 		return -1

@@ -115,6 +115,16 @@ func addSubmitFlags(fs *pflag.FlagSet, jobManager *string) func() *roles.TLSFile
 	return AddTLSFlags(fs)
 }
 
+// takenFlags returns a FlagSet with the flags of every run and of submit: the names no job may take, and
+// what a command line's words are read with before its job is known.
+func takenFlags() *pflag.FlagSet {
+	fs := pflag.NewFlagSet("taken", pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	addRunFlags(fs, Settings{}, &runOnly{})
+	addSubmitFlags(fs, new(string))
+	return fs
+}
+
 // validate returns the mistakes in the flags of a run, each naming its flag.
 func (s Settings) validate(fs *pflag.FlagSet, ro runOnly) error {
 	var errs []error

@@ -28,11 +28,8 @@ func BuildJob(ctx context.Context, name string, args []string, local Local) (*ex
 		return nil, notRegistered(name)
 	}
 	r := newRunFlagSet("", job)
-	if err := parse(r.fs, args); err != nil {
-		return nil, fmt.Errorf("job %q: %w", name, err)
-	}
-	s := settings(r.fs, r.settings)
-	if err := s.validate(r.fs, r.ro); err != nil {
+	s, err := r.parse(args)
+	if err != nil {
 		return nil, fmt.Errorf("job %q: %w", name, err)
 	}
 	built, err := r.build(ctx, s, local, r.fs.Args())

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/spf13/pflag"
 
@@ -70,14 +71,10 @@ func CheckName(name string) error {
 		return fmt.Errorf("a job needs a name")
 	case slices.Contains(Reserved, name):
 		return fmt.Errorf("%q is a role of runnel.Main (%s) and cannot name a job", name, strings.Join(Reserved, ", "))
-	case strings.HasPrefix(name, "-") || strings.ContainsFunc(name, isSpace):
+	case strings.HasPrefix(name, "-") || strings.ContainsFunc(name, unicode.IsSpace):
 		return fmt.Errorf("a job name must not start with '-' or hold white space: it is given on command lines")
 	}
 	return nil
-}
-
-func isSpace(r rune) bool {
-	return r == ' ' || r == '\t' || r == '\n' || r == '\r' || r == '\v' || r == '\f'
 }
 
 // Register adds job to the registry. It panics, as defining a flag twice does, when the name is taken or
@@ -111,9 +108,7 @@ func Register(job Job) {
 func checkJobFlags(job Job) error {
 	own := pflag.NewFlagSet(job.Name, pflag.ContinueOnError)
 	job.Define(own)
-	taken := pflag.NewFlagSet("taken", pflag.ContinueOnError)
-	addRunFlags(taken, job.Defaults, &runOnly{})
-	addSubmitFlags(taken, new(string))
+	taken := takenFlags()
 	var errs []string
 	own.VisitAll(func(f *pflag.Flag) {
 		switch {

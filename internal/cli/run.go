@@ -49,6 +49,18 @@ func newRunFlagSet(role string, job Job) *runFlagSet {
 	return r
 }
 
+// parse parses args and returns the settings of the run, or the mistake (a usageErr).
+func (r *runFlagSet) parse(args []string) (Settings, error) {
+	if err := parse(r.fs, args); err != nil {
+		return Settings{}, err
+	}
+	s := settings(r.fs, r.settings)
+	if err := s.validate(r.fs, r.ro); err != nil {
+		return Settings{}, usageErr{err}
+	}
+	return s, nil
+}
+
 // runFlagUsages is the help of the flags of a run with def as their defaults.
 func runFlagUsages(def Settings) string {
 	fs := pflag.NewFlagSet("run", pflag.ContinueOnError)
@@ -100,12 +112,9 @@ func mainRun(ctx context.Context, engine Settings, role string, args []string, s
 		jobHelp(stdout, role, job, r)
 		return nil
 	}
-	if err := parse(r.fs, args); err != nil {
+	s, err := r.parse(args)
+	if err != nil {
 		return err
-	}
-	s := settings(r.fs, r.settings)
-	if err := s.validate(r.fs, r.ro); err != nil {
-		return usageErr{err}
 	}
 	if role == "submit" {
 		for _, l := range localOnly {
