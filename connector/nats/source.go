@@ -16,6 +16,10 @@
 // savepoint, or a damaged newest checkpoint passed over) does not get back those the newer checkpoints
 // acknowledged. A bounded source stops at the stream's last sequence when it started.
 //
+// Known bug: a bounded read of a work-queue stream through failures can lose its last message (about one
+// run in eight of TestPositionalIDsThroughFailures/WorkQueue, which is skipped until it is fixed); use
+// limits or interest retention where that matters.
+//
 // The sink publishes each record with a message id (the Nats-Msg-Id header) that a replay after a restore
 // repeats, waits for every publish acknowledgement at each checkpoint barrier and at the end of input, and
 // leaves it to the stream's duplicate window to drop the replayed copies: exactly once while the job
