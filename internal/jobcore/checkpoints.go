@@ -21,6 +21,9 @@ const (
 	maxQueuedStorageOps = 32
 )
 
+// errStopping declines a checkpoint triggered while a stop's savepoint is pending (see stopping).
+var errStopping = fmt.Errorf("%w: a stop with a savepoint is in progress, and its savepoint is the last checkpoint", checkpoint.ErrTaskNotReady)
+
 // savepointState follows the savepoint of a stop: triggered as checkpoint id, then written to dir, by
 // deadline; written or err says how it ended.
 type savepointState struct {
@@ -61,11 +64,22 @@ func (c *Core) allRunning() bool {
 	return true
 }
 
-// ticking reports whether the coordinator is to be ticked: while the job runs, every subtask runs, and no
+// ticking reports whether the coordinator is to be ticked: while the job runs, every subtask runs, no
 // restart is in progress (the subtasks a plan is cancelling still run, but would only abort what a
-// trigger started).
+// trigger started), and no stop's savepoint is pending (see stopping).
 func (c *Core) ticking() bool {
-	return c.coord != nil && c.status == StatusRunning && c.plan == nil && c.allRunning()
+	return c.coord != nil && c.status == StatusRunning && c.plan == nil && c.allRunning() && !c.stopping()
+}
+
+// stopping reports whether a stop's savepoint is pending. Its checkpoint is the job's last: periodic
+// checkpoints are not triggered meanwhile (Flink's stop-with-savepoint does the same), since the tasks are
+// cancelled once it is written, and a later checkpoint's work (a transactional sink's prepared transaction)
+// would be cut short by the cancellation. The coordinator is not ticked, so checkpoints in flight do not
+// time out either: the savepoint's own deadline bounds the stop. A checkpoint in flight when the stop
+// came ends as any other: it completes, or the savepoint's completion subsumes (aborts) it, and the
+// savepoint's completion, which covers everything before it, reaches the tasks before their cancellation.
+func (c *Core) stopping() bool {
+	return c.savepoint != nil && c.savepoint.pending()
 }
 
 // tickCoordinator lets the coordinator time out and trigger checkpoints, when ticking.
@@ -225,6 +239,14 @@ func (c *Core) carryOut(r checkpoint.Ready) {
 		}
 		for _, t := range r.Triggers {
 			c.lastTriggered = max(c.lastTriggered, t.ID)
+			if c.stopping() && t.ID != c.savepoint.id {
+				// An event (not a tick) triggered the final checkpoint while the stop's savepoint is
+				// pending: no task hears of it, and the savepoint stays the last checkpoint.
+				for _, target := range t.Targets {
+					next = next.Merge(c.coord.Decline(c.ms(), t.ID, target, errStopping))
+				}
+				continue
+			}
 			for _, target := range t.Targets {
 				ex := c.current(target)
 				if !live || ex == nil || ex.tm == 0 || c.tms[ex.tm].lost {
