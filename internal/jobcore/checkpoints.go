@@ -139,6 +139,9 @@ func (c *Core) onStorageDone(e StorageDone) {
 		if c.coord != nil {
 			c.carryOut(c.coord.Persisted(c.ms(), r.Checkpoint.ID, e.Err))
 		}
+		if c.cancelHeld && !c.committing() {
+			c.sendCancels() // after the completion's notifications (cancelAll)
+		}
 		c.checkDone() // a job whose subtasks all stopped waited for this commit to end
 	case VerifyLatest:
 		c.onVerified(e)

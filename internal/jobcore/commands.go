@@ -19,7 +19,8 @@ import (
 // Ready: it waits for the event that answers the first. So a checkpoint's CommitMetadata succeeds before
 // any NotifyCheckpointComplete of it and before it becomes the restore point; a VerifyLatest answers before
 // any Deploy of the attempts it restores; a WriteSavepoint answers before the CancelTask messages of the
-// stop that asked for it; NextID answers before the first Deploy and TriggerCheckpoint; JobSetUp comes
+// stop that asked for it; a CommitMetadata out when the job fails or is cancelled answers before the job's
+// CancelTask messages (which follow the checkpoint's NotifyCheckpointComplete or AbortCheckpoint); NextID answers before the first Deploy and TriggerCheckpoint; JobSetUp comes
 // before the first Deploy to a TaskManager; a sample's answer comes before the loss it measures is counted.
 type Ready struct {
 	Storage  []StorageOp
@@ -77,7 +78,10 @@ type TriggerCheckpoint struct {
 	Mode barrier.Mode
 }
 
-// AbortCheckpoint tells an attempt that checkpoint ID was given up: it drops its alignment and snapshot.
+// AbortCheckpoint tells an attempt that checkpoint ID was given up and can never complete: it drops its
+// alignment and snapshot, and its operators hear of it (task.Task.AbortCheckpoint). The core sends it to
+// the attempts that took part in the checkpoint and still run, never for a checkpoint that completed, and
+// when the job fails or is cancelled, ahead of their CancelTask.
 type AbortCheckpoint struct {
 	Attempt ident.Attempt
 	ID      int64

@@ -217,6 +217,9 @@ type Core struct {
 	initial           *checkpoint.CompletedCheckpoint
 	retainedIDs       []int64
 	savepoint         *savepointState
+	// cancelHeld says the job is failing or cancelling and its cancellations wait for a checkpoint's
+	// commit to answer (cancelAll).
+	cancelHeld bool
 	// ops are the storage ops sent and not yet answered; queued those held back past maxStorageOps.
 	ops    map[uint64]StorageRequest
 	queued []StorageOp

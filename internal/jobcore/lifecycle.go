@@ -230,8 +230,21 @@ func (c *Core) fail(err error) {
 	c.err = err
 	c.ready.Changed = true
 	c.log(LogError, "job failing", "err", err)
+	c.stopCheckpoints()
 	c.cancelAll()
 	c.checkDone()
+}
+
+// stopCheckpoints ends checkpointing as the job fails or is cancelled, before any cancellation is sent:
+// the checkpoints still collecting acknowledgements can never complete, and are aborted now, so that their
+// aborts reach the tasks still running ahead of their cancellations (on the same session, in order) and a
+// transactional sink can abort what it prepared for them as it closes. Each checkpoint is aborted or
+// completed once, by the coordinator, so no abort can follow a completion of the same id or precede one.
+// A checkpoint whose commit is out may complete: see cancelAll.
+func (c *Core) stopCheckpoints() {
+	if c.coord != nil {
+		c.carryOut(c.coord.Stop(c.ms()))
+	}
 }
 
 // cancelJob cancels the job in any state: before Start it ends at once; while running, what runs is
@@ -245,6 +258,7 @@ func (c *Core) cancelJob() {
 		c.status = StatusCanceling
 		c.ready.Changed = true
 		c.log(LogInfo, "job canceling")
+		c.stopCheckpoints()
 		c.cancelAll()
 		c.checkDone()
 	}
@@ -253,15 +267,35 @@ func (c *Core) cancelJob() {
 // cancelAll cancels every subtask that has not stopped. One that was never deployed (a consumer waiting
 // for its blocking inputs, a restart waiting out its backoff or for a slot) has no task to hear the
 // cancellation and send an update: it is CANCELED here, or the job would wait for it forever.
+//
+// While a checkpoint's commit is out, the cancellations wait for its answer (bounded by the storage's
+// deadline; cancelHeld): a commit that succeeds completes the checkpoint, which a restore would take, and
+// its completion must reach the tasks before their cancellations, so that a transactional sink commits
+// what it prepared for it rather than leaving it open.
 func (c *Core) cancelAll() {
 	c.plan = nil
 	c.waitingSlots, c.waiting = false, ""
 	clear(c.scheduled)
 	for _, s := range c.subtasks {
-		switch ex := c.execs[s]; {
-		case ex.state == deploy.Created:
+		if ex := c.execs[s]; ex.state == deploy.Created {
 			ex.state = deploy.Canceled
-		case !ex.state.Terminal():
+		}
+	}
+	if c.committing() {
+		if !c.cancelHeld {
+			c.cancelHeld = true
+			c.log(LogInfo, "cancellations wait for a checkpoint's commit, so that its completion reaches the tasks first")
+		}
+		return
+	}
+	c.sendCancels()
+}
+
+// sendCancels sends a cancellation to every deployed subtask that has not stopped.
+func (c *Core) sendCancels() {
+	c.cancelHeld = false
+	for _, s := range c.subtasks {
+		if ex := c.execs[s]; ex.state != deploy.Created && !ex.state.Terminal() {
 			c.send(ex.tm, CancelTask{Attempt: ex.attempt})
 		}
 	}
