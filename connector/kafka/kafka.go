@@ -10,15 +10,21 @@
 // after the last record emitted, in union list state: a restored job reads every record again from exactly
 // there (with checkpoints, each record affects the job's state exactly once), and a job restored at another
 // parallelism hands each partition with its offset to its subtask under the new parallelism. Without a
-// checkpoint partitions start at SourceConfig.StartAt: Earliest, Latest, Timestamp, or the offsets a
-// consumer group committed (GroupOffsets, with GroupFallback); partitions found later start at their
-// first record. With SourceConfig.Group the offsets of each completed checkpoint are committed to that
-// group, for lag dashboards only: the source never reads them back unless StartAt says GroupOffsets. A
-// record the decode function fails on fails the job, naming its topic, partition and offset, unless
+// checkpoint partitions start at SourceConfig.StartAt: Earliest, Latest, Timestamp, the offsets a
+// consumer group committed (GroupOffsets, with GroupFallback), or offsets named per partition (Offsets:
+// one outside the partition's records fails the job at its start, naming it); partitions found later
+// start at their first record. With SourceConfig.Group the offsets of each completed checkpoint are committed to that
+// group, for lag dashboards only: the source never reads them back unless StartAt says GroupOffsets. The
+// decode function gets the whole record (Record: topic, partition, offset, key, value, timestamp,
+// headers). A record it fails on fails the job, naming its topic, partition and offset, unless
 // SourceConfig.DecodeErrors routes such records to a side output. Unreachable brokers, a missing topic or
 // one the principal may not describe fail the job when a subtask starts, naming the topic and the brokers.
-// A bounded source stops at the end offsets (read_committed: the last stable offsets) the partitions had
-// when it started.
+// A bounded source stops each partition at a stopping offset it works out when a subtask starts
+// (SourceConfig.StopAt): the end offset then (read_committed: the last stable offset), the first offset at
+// or after a time, or an offset named per partition. A partition is done when the reader's fetch position
+// (the offset after the last record or transaction marker fetched) reaches it, as in Flink, not when a
+// record at the offset before it arrives: offsets that hold nothing the reader sees (records compacted
+// away or of aborted transactions) end a bounded read too.
 //
 // The sink produces asynchronously, with the delivery guarantee SinkConfig.Guarantee says. AtLeastOnce (the
 // default) waits for every record to be acknowledged at each checkpoint and at the end of input: never lost
@@ -33,10 +39,14 @@
 // of each source subtask (fetch, discovery, group commits), and stops them when the subtask closes.
 package kafka
 
-import "time"
+import (
+	"time"
 
-// Record is a Kafka record as the source hands it to the decode function. Key and Value belong to the
-// record: the decode function may keep them.
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Record is a Kafka record as the source hands it to the decode function. Key, Value and Headers belong
+// to the record: the decode function may keep them.
 type Record struct {
 	Topic     string
 	Partition int32
@@ -44,4 +54,14 @@ type Record struct {
 	Key       []byte
 	Value     []byte
 	Timestamp time.Time
+	// Headers are the record's headers, in the order the producer wrote them (nil when it has none).
+	Headers []kgo.RecordHeader
 }
+
+// TopicPartition names one partition of a topic, in SourceConfig.StartOffsets and StopOffsets.
+type TopicPartition struct {
+	Topic     string
+	Partition int32
+}
+
+func (p TopicPartition) String() string { return tp{p.Topic, p.Partition}.String() }

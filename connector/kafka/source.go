@@ -29,6 +29,14 @@ const (
 	// GroupOffsets starts at the offsets SourceConfig.Group committed; a partition the group has no offset
 	// for starts at SourceConfig.GroupFallback.
 	GroupOffsets
+	// Offsets starts each partition SourceConfig.StartOffsets names at its offset there (Flink's
+	// OffsetsInitializer.offsets), and the partitions it does not name at SourceConfig.GroupFallback. An
+	// entry for a partition the source does not read, or an offset outside the partition's records (below
+	// its log start offset, or above its high watermark), fails the job when it starts, naming the
+	// partition, the offset and the partition's range: such an offset asks for records that are gone or
+	// not written yet, and reading others instead would hide the mistake. (Flink resets such an offset by
+	// its offset reset strategy instead, earliest by default.)
+	Offsets
 )
 
 func (s StartAt) String() string {
@@ -41,8 +49,44 @@ func (s StartAt) String() string {
 		return "Timestamp"
 	case GroupOffsets:
 		return "GroupOffsets"
+	case Offsets:
+		return "Offsets"
 	}
 	return fmt.Sprintf("StartAt(%d)", int(s))
+}
+
+// StopAt says where a bounded source (SourceConfig.Bounded) stops reading each partition: before the
+// stopping offset, which it works out when a subtask starts (Flink's setBounded with an
+// OffsetsInitializer). A partition is done once the reader's position, the offset after the last record
+// or transaction marker it fetched, reaches its stopping offset: records compacted away, records of
+// aborted transactions and markers at the end of a partition do not keep the source waiting for records
+// that never come.
+type StopAt int
+
+const (
+	// StopLatest stops at the end offset each partition has when the subtask starts: its high watermark,
+	// or with read_committed its last stable offset (an open transaction's records are not waited for).
+	StopLatest StopAt = iota
+	// StopTimestamp stops each partition before its first record whose Kafka timestamp is at or after
+	// SourceConfig.StopTimestamp (the offset Kafka's ListOffsets gives for the time); a partition without
+	// such a record stops as StopLatest does.
+	StopTimestamp
+	// StopOffsets stops each partition SourceConfig.StopOffsets names before its offset there, and the
+	// others as StopLatest does. A stopping offset past the partition's end waits for the records up to it;
+	// one at or below where the partition starts reads nothing of it.
+	StopOffsets
+)
+
+func (s StopAt) String() string {
+	switch s {
+	case StopLatest:
+		return "StopLatest"
+	case StopTimestamp:
+		return "StopTimestamp"
+	case StopOffsets:
+		return "StopOffsets"
+	}
+	return fmt.Sprintf("StopAt(%d)", int(s))
 }
 
 // DefaultDiscoveryInterval is how often an unbounded source looks for new partitions and topics when
@@ -66,8 +110,11 @@ type SourceConfig struct {
 	StartAt StartAt
 	// StartTimestamp is the time StartAt Timestamp starts at.
 	StartTimestamp time.Time
-	// GroupFallback is where StartAt GroupOffsets starts a partition the group committed no offset for:
-	// Earliest (the default) or Latest.
+	// StartOffsets are the offsets StartAt Offsets starts at: per partition, the offset of the first record
+	// to read.
+	StartOffsets map[TopicPartition]int64
+	// GroupFallback is where StartAt GroupOffsets starts a partition the group committed no offset for, and
+	// StartAt Offsets a partition StartOffsets does not name: Earliest (the default) or Latest.
 	GroupFallback StartAt
 	// Group is the consumer group the source commits its offsets to when a checkpoint completes, so that
 	// lag dashboards and tools see how far the job got; StartAt GroupOffsets also reads it. The source
@@ -84,9 +131,17 @@ type SourceConfig struct {
 	// topics and for new topics matching TopicPattern (default DefaultDiscoveryInterval); negative: never.
 	// A bounded source reads the partitions that exist when it starts.
 	DiscoveryInterval time.Duration
-	// Bounded stops each subtask once it has read its partitions up to the end offsets they had when it
-	// started (with read_committed: the last stable offset); otherwise the source never ends.
+	// Bounded stops each subtask once it has read its partitions up to their stopping offsets (StopAt);
+	// otherwise the source never ends.
 	Bounded bool
+	// StopAt is where a Bounded source stops (default StopLatest: the end offsets the partitions had when
+	// the subtask started, with read_committed the last stable offsets).
+	StopAt StopAt
+	// StopTimestamp is the time StopAt StopTimestamp stops at.
+	StopTimestamp time.Time
+	// StopOffsets are the offsets StopAt StopOffsets stops at: per partition, the offset of the first
+	// record not to read. An entry for a partition the source does not read fails the job when it starts.
+	StopOffsets map[TopicPartition]int64
 	// DecodeErrors, when its id is set (runnel.NewOutputTag), sends each record the decode function fails
 	// on to that side output of the source, with the error, instead of failing the job; read it with
 	// runnel.SideOutput(source, tag). The record counts as read (its offset is checkpointed).
@@ -151,13 +206,64 @@ func (c *SourceConfig) check() error {
 		if c.Group == "" {
 			errs = append(errs, errors.New("kafka source: StartAt GroupOffsets without a Group"))
 		}
+	case Offsets:
+		if len(c.StartOffsets) == 0 {
+			errs = append(errs, errors.New("kafka source: StartAt Offsets without StartOffsets"))
+		}
 	default:
-		errs = append(errs, fmt.Errorf("kafka source: StartAt %d is none of Earliest, Latest, Timestamp, GroupOffsets", c.StartAt))
+		errs = append(errs, fmt.Errorf("kafka source: StartAt %d is none of Earliest, Latest, Timestamp, GroupOffsets, Offsets", c.StartAt))
 	}
+	if c.StartAt != Offsets && len(c.StartOffsets) > 0 {
+		errs = append(errs, fmt.Errorf("kafka source: StartOffsets with StartAt %s: set StartAt Offsets to start at them", c.StartAt))
+	}
+	errs = append(errs, checkOffsets("StartOffsets", c.StartOffsets)...)
+	switch c.StopAt {
+	case StopLatest:
+	case StopTimestamp:
+		if c.StopTimestamp.IsZero() {
+			errs = append(errs, errors.New("kafka source: StopAt StopTimestamp without a StopTimestamp"))
+		}
+	case StopOffsets:
+		if len(c.StopOffsets) == 0 {
+			errs = append(errs, errors.New("kafka source: StopAt StopOffsets without StopOffsets"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("kafka source: StopAt %d is none of StopLatest, StopTimestamp, StopOffsets", c.StopAt))
+	}
+	if c.StopAt != StopLatest && !c.Bounded {
+		errs = append(errs, fmt.Errorf("kafka source: StopAt %s without Bounded: set Bounded for the source to stop", c.StopAt))
+	}
+	if c.StopAt != StopOffsets && len(c.StopOffsets) > 0 {
+		errs = append(errs, fmt.Errorf("kafka source: StopOffsets with StopAt %s: set StopAt StopOffsets to stop at them", c.StopAt))
+	}
+	errs = append(errs, checkOffsets("StopOffsets", c.StopOffsets)...)
 	if c.GroupFallback != Earliest && c.GroupFallback != Latest {
 		errs = append(errs, fmt.Errorf("kafka source: GroupFallback %s is neither Earliest nor Latest", c.GroupFallback))
 	}
 	return errors.Join(errs...)
+}
+
+// checkOffsets checks the entries of StartOffsets or StopOffsets (name) that are wrong whatever the topics
+// hold: a partition without a topic name, a negative partition or offset.
+func checkOffsets(name string, offs map[TopicPartition]int64) []error {
+	var errs []error
+	ps := make([]tp, 0, len(offs))
+	for p := range offs {
+		ps = append(ps, tp{p.Topic, p.Partition})
+	}
+	sortTPs(ps)
+	for _, p := range ps {
+		off := offs[TopicPartition{p.topic, p.part}]
+		switch {
+		case p.topic == "":
+			errs = append(errs, fmt.Errorf("kafka source: %s has an entry for partition %d without a topic", name, p.part))
+		case p.part < 0:
+			errs = append(errs, fmt.Errorf("kafka source: %s names partition %d of topic %q: partitions count from 0", name, p.part, p.topic))
+		case off < 0:
+			errs = append(errs, fmt.Errorf("kafka source: %s has offset %d for %s: offsets count from 0", name, off, p))
+		}
+	}
+	return errs
 }
 
 // discoveryInterval is how often an unbounded source looks for partitions; 0: never.

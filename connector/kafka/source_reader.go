@@ -76,8 +76,10 @@ type sourceReader[T any] struct {
 	splits map[tp]int
 	// announced says the partitions were announced to a SplitOutput (a stream with event time).
 	announced bool
-	// end holds, for a bounded source, the offset each assigned partition ends at.
+	// end holds, for a bounded source, the stopping offset of each assigned partition.
 	end map[tp]int64
+	// done holds the partitions of a bounded source that reached their stopping offset.
+	done map[tp]bool
 	// pending holds the offsets of snapshots whose checkpoint has not completed yet, oldest first (only
 	// with a group to commit to).
 	pending []pendingCommit
@@ -85,12 +87,19 @@ type sourceReader[T any] struct {
 	commitFailures atomic.Int64
 
 	mu      sync.Mutex
-	fetched [][]*kgo.Record // batches the fetch goroutine handed over, oldest first
-	added   []partOffset    // partitions discovery assigned since the last poll, with their start offsets
-	err     error           // the fetch goroutine's failure
-	commit  kadm.Offsets    // the newest completed checkpoint's offsets, not committed yet
-	ready   chan struct{}   // signalled when a batch, a partition or an error arrives
-	commitC chan struct{}   // signalled when commit is set
+	fetched []fetched     // batches the fetch goroutine handed over, oldest first
+	added   []partOffset  // partitions discovery assigned since the last poll, with their start offsets
+	err     error         // the fetch goroutine's failure
+	commit  kadm.Offsets  // the newest completed checkpoint's offsets, not committed yet
+	ready   chan struct{} // signalled when a batch, a partition or an error arrives
+	commitC chan struct{} // signalled when commit is set
+}
+
+// fetched is what one poll of the fetch goroutine hands over: records, and the partitions of a bounded
+// source whose fetch position reached their stopping offset after them (probeEnd).
+type fetched struct {
+	recs    []*kgo.Record
+	reached []tp
 }
 
 type pendingCommit struct {
@@ -136,6 +145,9 @@ func (r *sourceReader[T]) start() error {
 	if err != nil {
 		return err
 	}
+	if err := checkNamed(cfg, found, !r.wasStarted); err != nil {
+		return err
+	}
 	mine := r.assigned(found)
 	var fresh []tp
 	for _, p := range mine {
@@ -164,9 +176,18 @@ func (r *sourceReader[T]) start() error {
 	for p, off := range starts {
 		r.offsets[p] = off
 	}
+	var pr *prober
 	if cfg.Bounded {
-		if r.end, err = listOffsets(ctx, cl, mine, -1, r.isolation()); err != nil {
+		if r.end, err = r.stopOffsets(ctx, mine); err != nil {
 			return err
+		}
+		r.done = map[tp]bool{}
+		pr = newProber(r.end)
+		for _, p := range mine {
+			pr.pos[p] = r.offsets[p]
+			if r.offsets[p] >= r.end[p] {
+				r.done[p] = true // nothing to read: its split is never announced, nor released
+			}
 		}
 	}
 	for _, p := range mine {
@@ -176,7 +197,7 @@ func (r *sourceReader[T]) start() error {
 	fctx, stop := context.WithCancel(context.Background())
 	r.stop, r.closing, r.commitC = stop, make(chan struct{}), make(chan struct{}, 1)
 	r.wg.Add(1)
-	go r.fetch(fctx)
+	go r.fetch(fctx, pr)
 	if every := cfg.discoveryInterval(); every > 0 {
 		known := map[tp]bool{}
 		for _, ps := range found {
@@ -192,6 +213,79 @@ func (r *sourceReader[T]) start() error {
 		go r.committer()
 	}
 	return nil
+}
+
+// checkNamed checks that StopOffsets, and StartOffsets when the job starts at them (fresh: it starts
+// without a checkpoint), name only partitions of the source's topics (found).
+func checkNamed(cfg *SourceConfig, found map[string][]tp, fresh bool) error {
+	var errs []error
+	check := func(name string, offs map[TopicPartition]int64) {
+		var ps []tp
+		for p := range offs {
+			ps = append(ps, tp{p.Topic, p.Partition})
+		}
+		sortTPs(ps)
+		for _, p := range ps {
+			parts, ok := found[p.topic]
+			switch {
+			case !ok:
+				errs = append(errs, fmt.Errorf("kafka source: %s names partition %s, but the source does not read topic %q (it reads %s)",
+					name, p, p.topic, topicNames(found)))
+			case !slices.Contains(parts, p):
+				errs = append(errs, fmt.Errorf("kafka source: %s names partition %s, but topic %q has %d partitions (0 to %d)",
+					name, p, p.topic, len(parts), len(parts)-1))
+			}
+		}
+	}
+	if cfg.StartAt == Offsets && fresh {
+		check("StartOffsets", cfg.StartOffsets)
+	}
+	if cfg.StopAt == StopOffsets {
+		check("StopOffsets", cfg.StopOffsets)
+	}
+	return errors.Join(errs...)
+}
+
+// topicNames lists the topics of found, sorted and quoted.
+func topicNames(found map[string][]tp) string {
+	var ts []string
+	for t := range found {
+		ts = append(ts, fmt.Sprintf("%q", t))
+	}
+	slices.Sort(ts)
+	if len(ts) == 0 {
+		return "no topic"
+	}
+	return strings.Join(ts, ", ")
+}
+
+// stopOffsets returns the stopping offset of each of ps, by cfg.StopAt.
+func (r *sourceReader[T]) stopOffsets(ctx context.Context, ps []tp) (map[tp]int64, error) {
+	cfg := &r.src.cfg
+	latest, err := listOffsets(ctx, r.cl, ps, -1, r.isolation())
+	if err != nil {
+		return nil, err
+	}
+	switch cfg.StopAt {
+	case StopTimestamp:
+		at, err := listOffsets(ctx, r.cl, ps, cfg.StopTimestamp.UnixMilli(), r.isolation())
+		if err != nil {
+			return nil, err
+		}
+		for p, off := range at {
+			// No record at or after the time (-1), or the first one beyond what read_committed may read yet.
+			if off >= 0 && off < latest[p] {
+				latest[p] = off
+			}
+		}
+	case StopOffsets:
+		for _, p := range ps {
+			if off, ok := cfg.StopOffsets[TopicPartition{p.topic, p.part}]; ok {
+				latest[p] = off
+			}
+		}
+	}
+	return latest, nil
 }
 
 // takeRestored reads the restored offsets state (it is restored after CreateReader) into restored, once.
@@ -287,8 +381,58 @@ func (r *sourceReader[T]) startOffsets(ctx context.Context, ps []tp, from StartA
 		return at, nil
 	case GroupOffsets:
 		return r.groupOffsets(ctx, ps)
+	case Offsets:
+		return r.namedOffsets(ctx, ps)
 	}
 	return listOffsets(ctx, r.cl, ps, -2, 0)
+}
+
+// namedOffsets returns the offsets cfg.StartOffsets names for ps, and cfg.GroupFallback's for the others. A
+// named offset outside its partition's records (below the log start offset or above the high watermark)
+// is an error.
+func (r *sourceReader[T]) namedOffsets(ctx context.Context, ps []tp) (map[tp]int64, error) {
+	cfg := &r.src.cfg
+	var named, none []tp
+	for _, p := range ps {
+		if _, ok := cfg.StartOffsets[TopicPartition{p.topic, p.part}]; ok {
+			named = append(named, p)
+		} else {
+			none = append(none, p)
+		}
+	}
+	first, err := listOffsets(ctx, r.cl, named, -2, 0)
+	if err != nil {
+		return nil, err
+	}
+	hwm, err := listOffsets(ctx, r.cl, named, -1, 0)
+	if err != nil {
+		return nil, err
+	}
+	out := map[tp]int64{}
+	var errs []error
+	for _, p := range named {
+		off := cfg.StartOffsets[TopicPartition{p.topic, p.part}]
+		if off < first[p] || off > hwm[p] {
+			errs = append(errs, fmt.Errorf("kafka source: StartOffsets has offset %d for %s, outside its records: its log starts at offset %d and ends before %d "+
+				"(an offset below the start was deleted by retention or DeleteRecords, one above the end is not written yet)", off, p, first[p], hwm[p]))
+		}
+		out[p] = off
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	at := int64(-2)
+	if cfg.GroupFallback == Latest {
+		at = -1
+	}
+	fb, err := listOffsets(ctx, r.cl, none, at, r.isolation())
+	if err != nil {
+		return nil, err
+	}
+	for p, off := range fb {
+		out[p] = off
+	}
+	return out, nil
 }
 
 // groupOffsets returns the offsets cfg.Group committed for ps, and cfg.GroupFallback's for the others.
@@ -344,28 +488,43 @@ func (r *sourceReader[T]) splitID(p tp) int {
 	return id
 }
 
-// fetch runs on its own goroutine until stopped: it polls batches of records and hands them over.
-func (r *sourceReader[T]) fetch(ctx context.Context) {
+// fetch runs on its own goroutine until stopped: it polls batches of records and hands them over. For a
+// bounded source (pr not nil), a poll that brings nothing for probeIdle while a partition is short of its
+// stopping offset asks the broker whether anything the client will deliver lies before it (probeEnd).
+func (r *sourceReader[T]) fetch(ctx context.Context, pr *prober) {
 	defer r.wg.Done()
 	for {
-		fs := r.cl.PollRecords(ctx, pollBatch)
+		pctx, cancel := ctx, context.CancelFunc(func() {})
+		if pr.waiting() {
+			pctx, cancel = context.WithTimeout(ctx, probeIdle)
+		}
+		fs := r.cl.PollRecords(pctx, pollBatch)
+		idle := pctx.Err() != nil
+		cancel()
 		if ctx.Err() != nil {
 			return
 		}
 		var ferr error
 		fs.EachError(func(topic string, part int32, err error) {
-			if ferr == nil && !errors.Is(err, context.Canceled) {
+			if ferr == nil && !errors.Is(err, context.Canceled) && !(idle && errors.Is(err, context.DeadlineExceeded)) {
 				ferr = fmt.Errorf("kafka source: fetch partition %d of topic %q: %w", part, topic, err)
 			}
 		})
 		var recs []*kgo.Record
 		fs.EachRecord(func(rec *kgo.Record) { recs = append(recs, rec) })
-		if len(recs) == 0 && ferr == nil {
+		var reached []tp
+		if pr != nil {
+			pr.saw(recs)
+			if idle && ferr == nil && len(recs) == 0 {
+				reached = pr.probe(ctx, r)
+			}
+		}
+		if len(recs) == 0 && ferr == nil && len(reached) == 0 {
 			continue
 		}
 		r.mu.Lock()
-		if len(recs) > 0 {
-			r.fetched = append(r.fetched, recs)
+		if len(recs) > 0 || len(reached) > 0 {
+			r.fetched = append(r.fetched, fetched{recs: recs, reached: reached})
 		}
 		if ferr != nil && r.err == nil {
 			r.err = ferr
@@ -502,10 +661,10 @@ func (r *sourceReader[T]) PollNext(out runnel.Collector[T]) (runnel.InputStatus,
 	r.mu.Lock()
 	err, added := r.err, r.added
 	r.added = nil
-	var batch []*kgo.Record
+	var batch *fetched
 	if len(r.fetched) > 0 {
-		batch = r.fetched[0]
-		r.fetched = r.fetched[1:]
+		f := r.fetched[0]
+		batch, r.fetched = &f, r.fetched[1:]
 	}
 	more := len(r.fetched) > 0
 	r.mu.Unlock()
@@ -528,7 +687,7 @@ func (r *sourceReader[T]) PollNext(out runnel.Collector[T]) (runnel.InputStatus,
 		// watermark past the records of those not read yet.
 		r.announced = true
 		for p, id := range r.splits {
-			if end, ok := r.end[p]; ok && r.offsets[p] >= end {
+			if r.done[p] {
 				continue // already at its end: nothing will come
 			}
 			splits.ForSplit(id)
@@ -544,18 +703,22 @@ func (r *sourceReader[T]) PollNext(out runnel.Collector[T]) (runnel.InputStatus,
 		return runnel.NothingAvailable, nil
 	}
 	tag := r.src.cfg.DecodeErrors
-	for _, rec := range batch {
+	for _, rec := range batch.recs {
 		p := tp{rec.Topic, rec.Partition}
 		next, ok := r.offsets[p]
 		if !ok || rec.Offset < next {
 			continue // not this subtask's, or emitted already
 		}
 		if end, ok := r.end[p]; ok && rec.Offset >= end {
-			continue // past the end of a bounded partition
+			// The position is past the stopping offset: whatever lay before it (nothing, or records
+			// compacted away or aborted) has been fetched.
+			r.reach(p, splits)
+			continue
 		}
 		r.offsets[p] = rec.Offset + 1
 		if !rec.Attrs.IsControl() {
-			kr := Record{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Key: rec.Key, Value: rec.Value, Timestamp: rec.Timestamp}
+			kr := Record{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Key: rec.Key, Value: rec.Value,
+				Timestamp: rec.Timestamp, Headers: rec.Headers}
 			v, err := r.src.decode(kr)
 			switch {
 			case err != nil && tag.ID() != "":
@@ -574,9 +737,12 @@ func (r *sourceReader[T]) PollNext(out runnel.Collector[T]) (runnel.InputStatus,
 				out.Collect(v)
 			}
 		}
-		if end, ok := r.end[p]; ok && splits != nil && rec.Offset+1 >= end {
-			splits.ReleaseSplit(r.splits[p]) // a bounded partition that ended stops counting
+		if end, ok := r.end[p]; ok && rec.Offset+1 >= end {
+			r.reach(p, splits)
 		}
+	}
+	for _, p := range batch.reached {
+		r.reach(p, splits)
 	}
 	if r.finished() {
 		return runnel.EndOfInput, nil
@@ -585,6 +751,21 @@ func (r *sourceReader[T]) PollNext(out runnel.Collector[T]) (runnel.InputStatus,
 		return runnel.MoreAvailable, nil
 	}
 	return runnel.NothingAvailable, nil
+}
+
+// reach marks partition p of a bounded source as done: its position reached its stopping offset, which
+// becomes its offset, and on a stream with event time it stops counting for the watermark.
+func (r *sourceReader[T]) reach(p tp, splits runnel.SplitOutput[T]) {
+	if r.done[p] {
+		return
+	}
+	r.done[p] = true
+	if end := r.end[p]; r.offsets[p] < end {
+		r.offsets[p] = end
+	}
+	if splits != nil {
+		splits.ReleaseSplit(r.splits[p])
+	}
 }
 
 // finished reports whether a bounded source has emitted everything up to its end offsets.
