@@ -77,6 +77,10 @@ type DeterministicReader = operator.DeterministicReader
 // operator.CheckpointListener).
 type CheckpointListener = operator.CheckpointListener
 
+// CheckpointAbortListener is a SourceReader or SinkWriter told when a checkpoint is aborted (see
+// operator.CheckpointAbortListener).
+type CheckpointAbortListener = operator.CheckpointAbortListener
+
 // CheckpointedWriter is a SinkWriter whose state is checkpointed (see operator.CheckpointedWriter).
 type CheckpointedWriter = operator.CheckpointedWriter
 

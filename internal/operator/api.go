@@ -149,6 +149,23 @@ type CheckpointListener interface {
 	NotifyCheckpointComplete(checkpointID int64) error
 }
 
+// CheckpointAbortListener is a SourceReader or SinkWriter that wants to hear, on the task goroutine, that a
+// checkpoint it may have taken part in was aborted (Flink's notifyCheckpointAborted): the checkpoint can
+// never complete, and no restore will take it. The job master decides each checkpoint once, so a listener
+// never hears both the abort and the completion of one id; it may hear of an id it never snapshotted
+// (the abort came before the barrier), and it may miss an abort (a failover in between, or too many
+// aborts at once for the task's mailbox), so what it staged must not depend on hearing one.
+//
+// A running task goes on after an abort, and its next checkpoint covers what it wrote before the aborted
+// one's barrier too: a two-phase-commit sink must then keep what it staged for the aborted checkpoint
+// (the next completion commits it), and may let it go only once no checkpoint that covers it can
+// complete, for example when it closes having heard the abort of every later checkpoint it took. A task
+// that is cancelled (or fails) tells its operators of the aborts that reached it before, ahead of Close.
+// An error fails a running task; a task that is ending logs it.
+type CheckpointAbortListener interface {
+	NotifyCheckpointAborted(checkpointID int64) error
+}
+
 // Sink creates the writers of a sink, one per parallel subtask.
 type Sink[T any] interface {
 	CreateWriter(ctx RuntimeContext) (SinkWriter[T], error)

@@ -491,6 +491,19 @@ func (c *chain) NotifyCheckpointComplete(id int64) error {
 	return nil
 }
 
+// NotifyCheckpointAborted implements task.AbortListener: the operators that listen hear that checkpoint id
+// was aborted, head first.
+func (c *chain) NotifyCheckpointAborted(id int64) error {
+	for i, op := range c.ops {
+		if op.CheckpointAborted != nil {
+			if err := c.ctxs[i].guard(func() error { return op.CheckpointAborted(id) }); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // Close implements task.Chain: every operator is closed, errors are joined.
 func (c *chain) Close() error {
 	var errs []error

@@ -41,8 +41,10 @@ type Built struct {
 	// RestoreParts loads state written by several subtasks of another parallelism, keeping what belongs to
 	// this subtask; only keyed operators have it (nil: the state cannot be rescaled).
 	RestoreParts func(parts [][]byte) error
-	// CheckpointComplete hears that a checkpoint completed; nil when the operator does not care.
+	// CheckpointComplete hears that a checkpoint completed, CheckpointAborted that one was aborted; nil
+	// when the operator does not care.
 	CheckpointComplete func(id int64) error
+	CheckpointAborted  func(id int64) error
 	// Watermark handles the operator's input watermark, which follows every record before it; it must pass
 	// a watermark on (Context.EmitWatermark) once what it completes was emitted. nil: forward it unchanged.
 	// WatermarkStatus likewise for an input that went idle or is active again.
@@ -515,6 +517,7 @@ func sourceBuilt[T any](ctx *Context, src Source[T], d *sourceDriver[T]) Built {
 			return nil
 		},
 		CheckpointComplete: notifyComplete(ctx, "source", func() any { return d.reader }),
+		CheckpointAborted:  notifyAborted(ctx, "source", func() any { return d.reader }),
 	}
 }
 
@@ -575,6 +578,19 @@ func notifyComplete(ctx *Context, what string, x func() any) func(int64) error {
 		if l, ok := x().(CheckpointListener); ok {
 			if err := l.NotifyCheckpointComplete(id); err != nil {
 				return fmt.Errorf("%s %q: checkpoint %d complete: %w", what, ctx.operator, id, err)
+			}
+		}
+		return nil
+	}
+}
+
+// notifyAborted returns the CheckpointAborted hook of a reader or writer x that implements
+// CheckpointAbortListener (looked up when the abort comes, since x is made at Open).
+func notifyAborted(ctx *Context, what string, x func() any) func(int64) error {
+	return func(id int64) error {
+		if l, ok := x().(CheckpointAbortListener); ok {
+			if err := l.NotifyCheckpointAborted(id); err != nil {
+				return fmt.Errorf("%s %q: checkpoint %d aborted: %w", what, ctx.operator, id, err)
 			}
 		}
 		return nil
@@ -658,6 +674,7 @@ func sinkBuilt[T any](ctx *Context, s Sink[T], op *sinkOp[T], input any) Built {
 			return nil
 		},
 		CheckpointComplete: notifyComplete(ctx, "sink", func() any { return op.w }),
+		CheckpointAborted:  notifyAborted(ctx, "sink", func() any { return op.w }),
 	}
 }
 

@@ -138,6 +138,20 @@ func (mb *mailbox) takeComplete() int64 {
 	return id
 }
 
+// takeAborts appends the checkpoint aborts waiting (the mark's id, then each id, ascending) to ids, returns
+// it, and removes them.
+func (mb *mailbox) takeAborts(ids []int64) []int64 {
+	mb.mu.Lock()
+	defer mb.mu.Unlock()
+	p := &mb.pending
+	if p.abortUpTo > 0 {
+		ids = append(ids, p.abortUpTo)
+	}
+	ids = append(ids, p.aborts...)
+	p.abortUpTo, p.folded, p.aborts = 0, 0, p.aborts[:0]
+	return ids
+}
+
 // take moves the waiting mail into m (reusing m's memory) and empties the mailbox.
 func (mb *mailbox) take(m *mail) {
 	mb.mu.Lock()
@@ -200,8 +214,10 @@ func (t *Task) TriggerCheckpoint(id, timestampMillis int64, flags uint32) bool {
 	return t.mb.putTrigger(trigger{id: id, timestampMillis: timestampMillis, flags: flags})
 }
 
-// AbortCheckpoint tells the task that the job master gave up on checkpoint id. It returns false when the
-// task ended.
+// AbortCheckpoint tells the task that the job master gave up on checkpoint id, which can never complete:
+// the task drops its alignment and snapshot, and the chain's operators hear of it on the task goroutine
+// (AbortListener), also when the task is cancelled or fails with the abort still waiting. It returns false
+// when the task ended.
 func (t *Task) AbortCheckpoint(id int64) bool { return t.mb.putAbort(id) }
 
 // NotifyCheckpointComplete tells the task that checkpoint id is complete and persisted; the chain's
@@ -231,6 +247,44 @@ func (r *run) completeBeforeCancel() {
 	}
 }
 
+// abortsBeforeClose tells the operators of a task that is ending (cancelled, or failed) of the checkpoint
+// aborts that reached it and were still waiting. The job master sends the aborts of a job that fails or is
+// cancelled ahead of the cancellations, on the same session: a transactional sink that hears them may
+// abort what it prepared for those checkpoints as it closes, rather than leave it open. Errors and panics
+// are logged, not raised: the task ends either way.
+func (r *run) abortsBeforeClose() {
+	ids := r.t.mb.takeAborts(nil)
+	if len(ids) == 0 || r.chain == nil || !r.opened {
+		return
+	}
+	for _, id := range ids {
+		r.notifyAborted(id, true)
+	}
+}
+
+// notifyAborted tells the chain's operators that checkpoint id was aborted. A task that is ending logs an
+// error or a panic; a running one fails with the error.
+func (r *run) notifyAborted(id int64, ending bool) {
+	l, ok := r.chain.(AbortListener)
+	if !ok {
+		return
+	}
+	if !ending {
+		if err := l.NotifyCheckpointAborted(id); err != nil {
+			Abort(fmt.Errorf("checkpoint %d aborted: %w", id, err))
+		}
+		return
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			r.t.log.Warn("checkpoint abort heard while ending: an operator panicked", "checkpoint", id, "panic", p)
+		}
+	}()
+	if err := l.NotifyCheckpointAborted(id); err != nil {
+		r.t.log.Warn("checkpoint abort heard while ending", "checkpoint", id, "err", err)
+	}
+}
+
 // runMail carries out the waiting mail on the task goroutine: aborts first (the mark, then each id, oldest
 // first, as the aligner expects them), then triggers in order, then the completion.
 func (r *run) runMail() {
@@ -247,11 +301,17 @@ func (r *run) runMail() {
 		if r.aligner != nil {
 			r.apply(r.aligner.OnAbortUpTo(m.abortUpTo))
 		}
+		if r.chain != nil {
+			r.notifyAborted(m.abortUpTo, false) // the mark is an abort that came; those folded into it are not told
+		}
 	}
 	for _, id := range m.aborts {
 		r.dropDeferredTrigger(id)
 		if r.aligner != nil {
 			r.apply(r.aligner.OnAbort(id))
+		}
+		if r.chain != nil {
+			r.notifyAborted(id, false)
 		}
 	}
 	for _, tr := range m.triggers {

@@ -126,6 +126,8 @@ type blockedSource struct {
 	mu        sync.Mutex
 	completed []int64
 	snapshots []int64
+	// heard lists the completions, aborts and the Close the chain heard, in order.
+	heard []string
 }
 
 func (c *blockedSource) Open() error { return nil }
@@ -145,7 +147,18 @@ func (c *blockedSource) PollSource() (SourceStatus, error) {
 }
 func (c *blockedSource) SourceAvailable() <-chan struct{} { return nil }
 func (c *blockedSource) EndInput() error                  { return nil }
-func (c *blockedSource) Close() error                     { return nil }
+func (c *blockedSource) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.heard = append(c.heard, "close")
+	return nil
+}
+func (c *blockedSource) NotifyCheckpointAborted(id int64) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.heard = append(c.heard, fmt.Sprintf("abort %d", id))
+	return nil
+}
 func (c *blockedSource) Snapshot(id int64) ([]StateWriter, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -158,6 +171,7 @@ func (c *blockedSource) NotifyCheckpointComplete(id int64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.completed = append(c.completed, id)
+	c.heard = append(c.heard, fmt.Sprintf("complete %d", id))
 	return nil
 }
 
@@ -297,5 +311,72 @@ func TestCancelledTaskHearsTheCompletionBeforeIt(t *testing.T) {
 	defer chain.mu.Unlock()
 	if !slices.Equal(chain.completed, []int64{7}) {
 		t.Fatalf("the operators heard completions %v, want [7]", chain.completed)
+	}
+}
+
+// failingSource is a blockedSource whose blocked poll fails the task.
+type failingSource struct{ *blockedSource }
+
+func (c failingSource) PollSource() (SourceStatus, error) {
+	close(c.polling)
+	<-c.release
+	return NothingAvailable, errors.New("poll: boom")
+}
+
+// TestEndingTaskHearsTheAbortsBeforeIt: checkpoint aborts that reached a task before its cancellation are
+// told to the operators before they close, ahead of a completion that waited too (a job that fails or is
+// cancelled sends them ahead of the cancellations, so that a transactional sink can abort what it
+// prepared), also when the cancellation ends the task in the middle of its work. A task that fails with
+// aborts waiting tells them too; a running task tells its operators of an abort between records.
+func TestEndingTaskHearsTheAbortsBeforeIt(t *testing.T) {
+	mem, err := network.NewNetworkMemory(1<<20, network.DefaultBufferSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		cancel bool
+		chain  func(*blockedSource) Chain
+		state  deploy.State
+		want   []string
+	}{
+		{"cancelled", true, func(b *blockedSource) Chain { return cancelledSource{b} }, deploy.Canceled,
+			[]string{"abort 3", "abort 5", "complete 4", "close"}},
+		{"failed", false, func(b *blockedSource) Chain { return failingSource{b} }, deploy.Failed,
+			[]string{"abort 3", "abort 5", "close"}},
+		{"running", false, func(b *blockedSource) Chain { return b }, deploy.Finished,
+			[]string{"abort 3", "abort 5", "complete 4", "close"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := &blockedSource{polling: make(chan struct{}), release: make(chan struct{})}
+			chain := tc.chain(src)
+			cfg := Config{
+				Info:  deploy.Info{JobName: "end", VertexName: "source", Parallelism: 1, MaxParallelism: 128},
+				Chain: func(*Runtime) (Chain, error) { return chain, nil },
+			}
+			task := New(cfg, Env{Partitions: network.NewPartitionManager(), Memory: mem, Logger: slog.New(slog.DiscardHandler)})
+			go task.Run()
+			<-src.polling
+			task.AbortCheckpoint(5)
+			task.AbortCheckpoint(3)
+			task.NotifyCheckpointComplete(4)
+			if tc.cancel {
+				task.Cancel()
+			}
+			close(src.release)
+			select {
+			case <-task.Done():
+			case <-time.After(10 * time.Second):
+				t.Fatal("the task did not end")
+			}
+			if task.State() != tc.state {
+				t.Fatalf("task ended %s (%v), want %s", task.State(), task.Err(), tc.state)
+			}
+			src.mu.Lock()
+			defer src.mu.Unlock()
+			if !slices.Equal(src.heard, tc.want) {
+				t.Fatalf("the operators heard %q, want %q", src.heard, tc.want)
+			}
+		})
 	}
 }

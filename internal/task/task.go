@@ -54,6 +54,13 @@ const (
 	EndOfInput
 )
 
+// AbortListener is a Chain whose operators hear that a checkpoint was aborted (head first): it can never
+// complete (operator.CheckpointAbortListener). The task tells it of each abort the job master sent, on the
+// task goroutine, also when the task is ending with the abort still waiting (before Close).
+type AbortListener interface {
+	NotifyCheckpointAborted(id int64) error
+}
+
 // Chain is one subtask's operator chain, built by the operator layer.
 type Chain interface {
 	// Open opens the operators (tail first, so that downstream operators are ready first).
@@ -369,6 +376,9 @@ func (t *Task) Run() {
 	r.stopTimer()
 	r.cp.wait() // a finished task still acknowledges the checkpoints it took
 	r.cp.cancel()
+	if err != nil || t.canceled() {
+		r.abortsBeforeClose()
+	}
 	if t.canceled() {
 		r.completeBeforeCancel()
 	}
