@@ -14,11 +14,8 @@
 // checkpoints each message of its subjects affects the state once. One exception: a stream with work-queue retention deletes the
 // messages it acknowledged, so a restore from a checkpoint older than the newest completed one (a
 // savepoint, or a damaged newest checkpoint passed over) does not get back those the newer checkpoints
-// acknowledged. A bounded source stops at the stream's last sequence when it started.
-//
-// Known bug: a bounded read of a work-queue stream through failures can lose its last message (about one
-// run in eight of TestPositionalIDsThroughFailures/WorkQueue, which is skipped until it is fixed); use
-// limits or interest retention where that matters.
+// acknowledged. A bounded subtask reads its subjects up to the newest message they held when it started,
+// found by its sequence: the server's count of what a consumer has left to deliver can fall short.
 //
 // The sink publishes each record with a message id (the Nats-Msg-Id header) that a replay after a restore
 // repeats, waits for every publish acknowledgement at each checkpoint barrier and at the end of input, and
@@ -97,7 +94,7 @@ type SourceConfig struct {
 	ConsumerPrefix string
 	// StartAt is where a subtask without a checkpointed position starts (default Earliest).
 	StartAt StartAt
-	// Bounded stops each subtask once it has read its subjects up to the stream's last sequence when it
+	// Bounded stops each subtask once it has read its subjects up to the newest message they held when it
 	// started; otherwise the source never ends.
 	Bounded bool
 	// AckWait is how long the server waits for an acknowledgement before it delivers a message again
@@ -215,6 +212,7 @@ type sourceReader[T any] struct {
 	ctx      runnel.RuntimeContext
 	nc       *natsgo.Conn
 	js       jetstream.JetStream
+	stream   jetstream.Stream
 	consumer string   // the durable consumer's name
 	filters  []string // this subtask's subject filters ("" alone: the whole stream); none: it idles
 	splits   []int    // the index in SourceConfig.Subjects of each filter: its split id for watermarks
@@ -224,8 +222,8 @@ type sourceReader[T any] struct {
 	restored  bool   // RestoreState ran
 	last      uint64 // the stream sequence of the last message emitted (or restored)
 	lastMsg   jetstream.Msg
-	bound     uint64   // a bounded subtask's end: the stream's last sequence when it started
-	finished  bool     // a bounded subtask has read up to its bound
+	end       uint64   // a bounded subtask's end: the sequence of its subjects' newest message when it started
+	finished  bool     // a bounded subtask has read up to its end
 	announced bool     // the splits were announced to a SplitOutput
 	explicit  bool     // a work-queue stream: every message is acknowledged on its own (AckExplicit)
 	replies   []string // explicit: the reply subjects of the messages since the last snapshot
@@ -266,7 +264,53 @@ func (r *sourceReader[T]) streamInfo() (*jetstream.StreamInfo, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nats source: %s: %w", r.where(), err)
 	}
+	r.stream = st
 	return st.CachedInfo(), nil
+}
+
+// lastOfSubjects returns the sequence of the newest message of the subtask's subjects that the stream
+// holds (0: none).
+func (r *sourceReader[T]) lastOfSubjects() (uint64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	defer cancel()
+	var last uint64
+	for _, f := range r.filters {
+		if f == "" {
+			f = ">" // the whole stream
+		}
+		m, err := r.stream.GetLastMsgForSubject(ctx, f)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("nats source: find the newest message of %q in %s: %w", f, r.where(), err)
+		}
+		last = max(last, m.Sequence)
+	}
+	return last, nil
+}
+
+// moreUpToEnd reports whether the stream holds a message of the subtask's subjects with a sequence after
+// seq and not after its end.
+func (r *sourceReader[T]) moreUpToEnd(seq uint64) (bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	defer cancel()
+	for _, f := range r.filters {
+		if f == "" {
+			f = ">"
+		}
+		m, err := r.stream.GetMsg(ctx, seq+1, jetstream.WithGetMsgSubject(f))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return false, fmt.Errorf("nats source: find the message of %q after sequence %d in %s: %w", f, seq, r.where(), err)
+		}
+		if m.Sequence <= r.end {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // start creates or updates the subtask's consumer, resets it to where the subtask starts, and starts
@@ -297,8 +341,14 @@ func (r *sourceReader[T]) start() error {
 		r.last = info.State.LastSeq
 	}
 	if cfg.Bounded {
-		r.bound = info.State.LastSeq
-		if start > r.bound || r.last >= r.bound {
+		// The end is a sequence, not a count of what is left: the server's count of a consumer's pending
+		// messages (the consumer info's, and each delivery's) is kept up as messages come and go, and
+		// can fall short, for example when a reset meets the deletions of a work queue's
+		// acknowledgements, which a failed attempt sent for the checkpoint this one restores.
+		if r.end, err = r.lastOfSubjects(); err != nil {
+			return err
+		}
+		if r.end < start || r.last >= r.end {
 			r.finished = true
 			return nil
 		}
@@ -335,13 +385,9 @@ func (r *sourceReader[T]) start() error {
 	}
 	// The reset drops what the consumer had delivered and not yet had acknowledged (a failed attempt's
 	// messages) and sets its acknowledgement floor below start: delivery goes on in stream order from start.
-	reset, err := r.js.ResetConsumerToSequence(ctx, cfg.Stream, r.consumer, start)
+	_, err = r.js.ResetConsumerToSequence(ctx, cfg.Stream, r.consumer, start)
 	if err != nil {
 		return fmt.Errorf("nats source: reset consumer %q of %s to sequence %d: %w (the source needs nats-server 2.14 or later)", r.consumer, r.where(), start, err)
-	}
-	if cfg.Bounded && reset.ConsumerInfo != nil && reset.ConsumerInfo.NumPending == 0 {
-		r.finished = true // nothing of this subtask's subjects from start on
-		return nil
 	}
 	if r.it, err = cons.Messages(jetstream.PullMaxMessages(pollBatch)); err != nil {
 		return fmt.Errorf("nats source: pull from consumer %q of %s: %w", r.consumer, r.where(), err)
@@ -456,7 +502,7 @@ func (r *sourceReader[T]) PollNext(out runnel.Collector[T]) (runnel.InputStatus,
 			}
 			continue
 		}
-		if r.src.cfg.Bounded && seq > r.bound {
+		if r.src.cfg.Bounded && seq > r.end {
 			r.finished = true // stored after the subtask started; delivery is in stream order
 			break
 		}
@@ -481,9 +527,23 @@ func (r *sourceReader[T]) PollNext(out runnel.Collector[T]) (runnel.InputStatus,
 		if r.explicit {
 			r.replies = append(r.replies, m.Reply())
 		}
-		if r.src.cfg.Bounded && (md.NumPending == 0 || seq >= r.bound) {
-			r.finished = true // nothing of its subjects was stored after this one when it was delivered
-			break
+		if r.src.cfg.Bounded {
+			if seq >= r.end {
+				r.finished = true
+				break
+			}
+			if md.NumPending == 0 {
+				// The server counts nothing left, short of the end: the end's message may be gone (a
+				// stream with limits deletes messages), or the count fell short. The stream says which.
+				more, err := r.moreUpToEnd(seq)
+				if err != nil {
+					return runnel.EndOfInput, err
+				}
+				if !more {
+					r.finished = true
+					break
+				}
+			}
 		}
 	}
 	if !r.ctx.Checkpointing() {

@@ -1,0 +1,111 @@
+package nats
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/runnel-dev/runnel"
+)
+
+type fakeCtx struct {
+	runnel.RuntimeContext
+}
+
+func (fakeCtx) Checkpointing() bool { return true }
+
+// fakeMsg is a delivery whose metadata says what the test wants: a sequence, and the server's count of
+// what is left to deliver.
+type fakeMsg struct {
+	jetstream.Msg
+	seq, pending uint64
+}
+
+func (m fakeMsg) Metadata() (*jetstream.MsgMetadata, error) {
+	return &jetstream.MsgMetadata{Sequence: jetstream.SequencePair{Stream: m.seq}, NumPending: m.pending, NumDelivered: 1}, nil
+}
+func (fakeMsg) Subject() string        { return "in" }
+func (fakeMsg) Data() []byte           { return []byte{1} }
+func (fakeMsg) Headers() natsgo.Header { return nil }
+func (fakeMsg) Reply() string          { return "" }
+func (fakeMsg) Ack() error             { return nil }
+
+type collect struct{ n int }
+
+func (c *collect) Collect(int) { c.n++ }
+
+// TestBoundedEndIsASequence hands a bounded reader the delivery of message 3 of 5 with a pending count of
+// zero, as the server reports when its count fell short (a consumer reset that met the deletions of a
+// work queue's acknowledgements): the reader reads on while the stream holds a message of its subjects up
+// to its end, and ends there once it does not (the end's message deleted).
+func TestBoundedEndIsASequence(t *testing.T) {
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		s.Shutdown()
+		t.Fatal("nats-server not ready after 10 s")
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	nc, err := natsgo.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in", "other"}, Retention: jetstream.WorkQueuePolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, subj := range []string{"in", "in", "in", "in", "in", "other"} {
+		if _, err := js.Publish(ctx, subj, []byte{1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// poll hands a reader whose end is end (0: the one it finds) message 3 with a pending count of zero.
+	poll := func(end uint64) runnel.InputStatus {
+		t.Helper()
+		r := &sourceReader[int]{src: &source[int]{cfg: SourceConfig{Stream: "IN", Bounded: true}, decode: func(Msg) (int, error) { return 1, nil }},
+			ctx: fakeCtx{}, js: js, filters: []string{"in"}, splits: []int{0}, started: true, explicit: true, ready: make(chan struct{}, 1), room: make(chan struct{}, 1)}
+		if _, err := r.streamInfo(); err != nil {
+			t.Fatal(err)
+		}
+		if r.end = end; end == 0 {
+			var err error
+			if r.end, err = r.lastOfSubjects(); err != nil || r.end != 5 {
+				t.Fatalf("end %d, %v; want 5 (the newest message on subject in)", r.end, err)
+			}
+		}
+		r.fetched = []jetstream.Msg{fakeMsg{seq: 3, pending: 0}}
+		var out collect
+		status, err := r.PollNext(&out)
+		if err != nil || out.n != 1 {
+			t.Fatalf("poll: %v, %d records", err, out.n)
+		}
+		return status
+	}
+	if status := poll(0); status == runnel.EndOfInput {
+		t.Fatal("the reader ended at message 3 because the server counted nothing left; messages 4 and 5 are there")
+	}
+	for _, seq := range []uint64{4, 5} {
+		if err := st.DeleteMsg(ctx, seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := js.Publish(ctx, "in", []byte{1}); err != nil { // after the end: not the reader's to wait for
+		t.Fatal(err)
+	}
+	if status := poll(5); status != runnel.EndOfInput {
+		t.Fatalf("status %v after message 3 with 4 and 5 deleted, want the end of input", status)
+	}
+}
