@@ -1,16 +1,21 @@
 package dev.runnel.bench.flink;
 
 import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 
-/** A one-line JSON object with fields in insertion order. */
+/** A one-line JSON object with fields in insertion order; a value may be a Json or a List of values. */
 final class Json {
     private final Map<String, Object> fields = new LinkedHashMap<>();
 
     Json put(String key, Object value) {
         fields.put(key, value);
         return this;
+    }
+
+    Object get(String key) {
+        return fields.get(key);
     }
 
     boolean has(String key) {
@@ -36,6 +41,19 @@ final class Json {
     private static void value(StringBuilder b, Object v) {
         if (v == null) {
             b.append("null");
+        } else if (v instanceof Json) {
+            b.append(v);
+        } else if (v instanceof List) {
+            b.append('[');
+            boolean first = true;
+            for (Object e : (List<?>) v) {
+                if (!first) {
+                    b.append(',');
+                }
+                first = false;
+                value(b, e);
+            }
+            b.append(']');
         } else if (v instanceof Boolean || v instanceof Integer || v instanceof Long) {
             b.append(v);
         } else if (v instanceof Double || v instanceof Float) {

@@ -48,6 +48,7 @@ import java.util.stream.Stream;
  *   java -jar runnel-flink-bench.jar approximate [same flags as recovery]
  *   java -jar runnel-flink-bench.jar standalone-kill [--failover region|approximate] [--heartbeat-interval 500ms ...]
  *   java -jar runnel-flink-bench.jar nexmark --query Q --input FILE [--output FILE] [--json] ...
+ *   java -jar runnel-flink-bench.jar kafka --bootstrap HOST:PORT [--input-topic T] [--records N] ...
  * </pre>
  */
 public final class Main {
@@ -79,6 +80,9 @@ public final class Main {
                 break;
             case "standalone-kill":
                 result = StandaloneKill.run(flags);
+                break;
+            case "kafka":
+                result = KafkaBench.run(flags);
                 break;
             case "nexmark-generate": // JSON lines on stdout: no result object after them
                 dev.runnel.bench.flink.nexmark.Generator.command(flags);
@@ -125,6 +129,10 @@ public final class Main {
         out.println("               [--output FILE (JSON lines)]");
         out.println("               --out-of-orderness 4s --parallelism 2 --checkpoint-interval 0 (off) [--json]");
         out.println("               without --output: into a blackhole sink, printing events/s");
+        out.println("  kafka        --bootstrap HOST:PORT (required) [--input-topic T] --records 10000000 --keys 1000");
+        out.println("               --parallelism 2 --checkpoint-interval 1s --guarantee both|exactly-once|at-least-once");
+        out.println("               --rounds 3 --warmup true --rate 20000 --latency-duration 10s --latency-skip 2s");
+        out.println("               --keep-topics false: KafkaSource -> keyBy -> running count -> KafkaSink, as runnel bench kafka");
         out.println("durations take ms, s or m (a bare number is milliseconds)");
     }
 
