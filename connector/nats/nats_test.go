@@ -507,7 +507,7 @@ func TestUnboundedFromLatest(t *testing.T) {
 	// Publish once the source's consumer stands after the messages stored before.
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		c, err := js.Consumer(context.Background(), "IN", "latest_0")
+		c, err := js.Consumer(context.Background(), "IN", "latest_0_2")
 		if err == nil && c.CachedInfo().AckFloor.Stream == before {
 			break
 		}

@@ -4,17 +4,24 @@
 //
 // The source reads a stream exactly once into the job's state. Each source subtask reads its share of the
 // stream's subjects (SourceConfig.Subjects, split over the subtasks like Kafka partitions) through a
-// durable pull consumer of its own, and checkpoints the stream sequence of the last message it emitted.
+// durable pull consumer of its own, and checkpoints, per subject filter, the stream sequence up to which
+// it read it, in union list state: a restore at another parallelism gives each filter's position to the
+// subtask that reads it now. The subject filters themselves must stay as they were: a restore with others
+// is refused, since a position says nothing about subjects it was not taken for.
+//
 // Messages are acknowledged only when the checkpoint that covers them completes: one acknowledgement of
 // the last message covers all before it (AckAll), except on a work-queue stream, which takes only
 // explicit acknowledgements and so gets one per message, and deletes each as it is acknowledged. A
-// restored subtask resets its consumer to the message after the restored sequence, which drops what the
-// failed attempt had been delivered and restarts delivery in stream order from there, and it drops every
-// message at or below the sequence that comes again (a redelivery after AckWait): with exactly-once
-// checkpoints each message of its subjects affects the state once. One exception: a stream with work-queue retention deletes the
-// messages it acknowledged, so a restore from a checkpoint older than the newest completed one (a
-// savepoint, or a damaged newest checkpoint passed over) does not get back those the newer checkpoints
-// acknowledged. A bounded subtask reads its subjects up to the newest message they held when it started,
+// restored subtask resets its consumer to the message after the smallest restored position of its
+// filters, which drops what the failed attempt had been delivered and restarts delivery in stream order
+// from there, and it drops every message at or below its filter's position, and every one that comes
+// again (a redelivery after AckWait): with exactly-once checkpoints each message of its subjects affects
+// the state once. One exception: a stream with work-queue retention deletes the messages it acknowledged,
+// so a restore from a checkpoint older than the newest completed one (a savepoint, or a damaged newest
+// checkpoint passed over) does not get back those the newer checkpoints acknowledged. The consumers of a
+// run at another parallelism are deleted when the new run's subtasks start (on a stream with interest
+// retention, each once the new consumers have all of its subjects, so that no message loses its last
+// interest). A bounded subtask reads its subjects up to the newest message they held when it started,
 // found by its sequence: the server's count of what a consumer has left to deliver can fall short.
 //
 // The sink publishes each record with a message id (the Nats-Msg-Id header) that a replay after a restore
@@ -45,6 +52,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/runnel-dev/runnel"
+	"github.com/runnel-dev/runnel/codec"
 )
 
 // Msg is a JetStream message: what the source hands to its decode function, and what the sink's encode
@@ -88,9 +96,10 @@ type SourceConfig struct {
 	// match two). Empty reads the whole stream with subtask 0, the others idle. A stream whose subjects
 	// carry a partition number (a subject transform with {{partition(n, ...)}}) splits into n filters.
 	Subjects []string
-	// ConsumerPrefix names the source's durable consumers: subtask i reads through consumer
-	// ConsumerPrefix_i. Default: "runnel_" followed by the job's and the operator's names (characters other
-	// than letters, digits, '-' and '_' become '_'). Two jobs reading one stream need different prefixes.
+	// ConsumerPrefix names the source's durable consumers: subtask i of a source at parallelism p reads
+	// through consumer ConsumerPrefix_i_p. Default: "runnel_" followed by the job's and the operator's
+	// names (characters other than letters, digits, '-' and '_' become '_'). Two jobs reading one stream
+	// need different prefixes.
 	ConsumerPrefix string
 	// StartAt is where a subtask without a checkpointed position starts (default Earliest).
 	StartAt StartAt
@@ -164,6 +173,10 @@ const pollBatch = 500
 // consumer, acknowledgements).
 const requestTimeout = 10 * time.Second
 
+// Rescalable implements runnel.RescalableSource: the positions are union list state, which a restore at
+// another parallelism gives every subtask whole.
+func (s *source[T]) Rescalable() bool { return true }
+
 // CreateReader implements runnel.Source: it connects and checks that the stream exists, so that a wrong
 // URL or stream fails the job at once. The consumer is set up at the first poll, after a restore.
 func (s *source[T]) CreateReader(ctx runnel.RuntimeContext) (runnel.SourceReader[T], error) {
@@ -173,7 +186,11 @@ func (s *source[T]) CreateReader(ctx runnel.RuntimeContext) (runnel.SourceReader
 	if s.decode == nil {
 		return nil, errors.New("nats source: nil decode function")
 	}
-	r := &sourceReader[T]{src: s, ctx: ctx, ready: make(chan struct{}, 1), room: make(chan struct{}, 1)}
+	st, err := runnel.NewUnionListState[position](ctx, positionsState, codec.MustStruct[position]())
+	if err != nil {
+		return nil, fmt.Errorf("nats source: %w", err)
+	}
+	r := &sourceReader[T]{src: s, ctx: ctx, state: st, pos: map[string]uint64{}, ready: make(chan struct{}, 1), room: make(chan struct{}, 1)}
 	p, i := ctx.Parallelism(), ctx.SubtaskIndex()
 	if len(s.cfg.Subjects) == 0 {
 		if i == 0 {
@@ -190,7 +207,7 @@ func (s *source[T]) CreateReader(ctx runnel.RuntimeContext) (runnel.SourceReader
 	if prefix == "" {
 		prefix = sanitize("runnel_" + ctx.JobName() + "_" + ctx.OperatorName())
 	}
-	r.consumer = prefix + "_" + strconv.Itoa(i)
+	r.prefix, r.consumer = prefix, consumerName(prefix, i, p)
 	r.dropped = ctx.Metrics().Counter("redeliveries_dropped")
 	nc, err := connect(s.cfg.URL, s.cfg.Options, "runnel source "+ctx.TaskName())
 	if err != nil {
@@ -213,14 +230,24 @@ type sourceReader[T any] struct {
 	nc       *natsgo.Conn
 	js       jetstream.JetStream
 	stream   jetstream.Stream
+	state    runnel.OperatorListState[position]
+	prefix   string   // SourceConfig.ConsumerPrefix or its default
 	consumer string   // the durable consumer's name
 	filters  []string // this subtask's subject filters ("" alone: the whole stream); none: it idles
 	splits   []int    // the index in SourceConfig.Subjects of each filter: its split id for watermarks
 	dropped  *runnel.Counter
 
+	// pos holds, per filter of the subtask, the sequence up to which the restored checkpoint read it (a
+	// filter without one starts at StartAt); restored says the job started before (the state came from a
+	// checkpoint); restoreErr is a restored state this run cannot take.
+	pos          map[string]uint64
+	restored     bool
+	tookRestored bool
+	restoreErr   error
+
 	started   bool
-	restored  bool   // RestoreState ran
-	last      uint64 // the stream sequence of the last message emitted (or restored)
+	last      uint64 // the sequence up to which the subtask read its subjects in stream order
+	maxPos    uint64 // the largest of pos
 	lastMsg   jetstream.Msg
 	end       uint64   // a bounded subtask's end: the sequence of its subjects' newest message when it started
 	finished  bool     // a bounded subtask has read up to its end
@@ -317,6 +344,10 @@ func (r *sourceReader[T]) moreUpToEnd(seq uint64) (bool, error) {
 // pulling.
 func (r *sourceReader[T]) start() error {
 	r.started = true
+	r.takeRestored()
+	if r.restoreErr != nil {
+		return r.restoreErr
+	}
 	if len(r.filters) == 0 {
 		return nil // more subtasks than subject filters: this one reads nothing
 	}
@@ -325,20 +356,27 @@ func (r *sourceReader[T]) start() error {
 	if err != nil {
 		return err
 	}
-	// Where to start: after the restored sequence, or at the configured end of the stream. On a work-queue
-	// stream acknowledged messages are gone and every message left is unacknowledged: a checkpoint whose
-	// completion this subtask did not hear before it failed left its messages there, so it starts at the
-	// first one, drops those up to the restored sequence, and its next acknowledgement covers them.
-	start := uint64(1)
-	switch {
-	case r.restored:
-		start = r.last + 1
-		if info.Config.Retention == jetstream.WorkQueuePolicy {
-			start = max(1, min(start, info.State.FirstSeq))
+	// Where to start: after the smallest restored position of its filters (a filter without one is at
+	// the start of the stream, or at its end with Latest); messages of a filter up to its own position are
+	// dropped. On a work-queue stream acknowledged messages are gone and every message left is
+	// unacknowledged: a checkpoint whose completion this subtask did not hear before it failed left its
+	// messages there, so it starts at the first one, drops those up to the restored positions, and its
+	// next acknowledgement covers them.
+	for _, f := range r.filters {
+		if _, ok := r.pos[f]; !ok {
+			r.pos[f] = 0
+			if cfg.StartAt == Latest {
+				r.pos[f] = info.State.LastSeq
+			}
 		}
-	case cfg.StartAt == Latest:
-		start = info.State.LastSeq + 1
-		r.last = info.State.LastSeq
+	}
+	r.last, r.maxPos = r.pos[r.filters[0]], 0
+	for _, f := range r.filters {
+		r.last, r.maxPos = min(r.last, r.pos[f]), max(r.maxPos, r.pos[f])
+	}
+	start := r.last + 1
+	if info.Config.Retention == jetstream.WorkQueuePolicy {
+		start = max(1, min(start, info.State.FirstSeq))
 	}
 	if cfg.Bounded {
 		// The end is a sequence, not a count of what is left: the server's count of a consumer's pending
@@ -377,12 +415,12 @@ func (r *sourceReader[T]) start() error {
 	} else {
 		ccfg.FilterSubjects = r.filters
 	}
+	cons, err := r.createConsumer(ccfg)
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 	defer cancel()
-	cons, err := r.js.CreateOrUpdateConsumer(ctx, cfg.Stream, ccfg)
-	if err != nil {
-		return fmt.Errorf("nats source: create consumer %q on %s: %w (a consumer of that name made otherwise must be deleted, or set SourceConfig.ConsumerPrefix)", r.consumer, r.where(), err)
-	}
 	// The reset drops what the consumer had delivered and not yet had acknowledged (a failed attempt's
 	// messages) and sets its acknowledgement floor below start: delivery goes on in stream order from start.
 	_, err = r.js.ResetConsumerToSequence(ctx, cfg.Stream, r.consumer, start)
@@ -395,6 +433,129 @@ func (r *sourceReader[T]) start() error {
 	r.done = make(chan struct{})
 	go r.pull()
 	return nil
+}
+
+// jsErrWQConsumerNotUnique is the server's error code for a consumer whose subjects overlap another
+// consumer's on a work-queue stream.
+const jsErrWQConsumerNotUnique = 10100
+
+// createConsumer creates or updates the subtask's consumer, and deletes the consumers a run of the source
+// at another parallelism left (their names say so). On a work-queue stream, whose consumers' subjects must
+// not overlap, those keep the new consumers out until they are gone.
+func (r *sourceReader[T]) createConsumer(ccfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	for try := 0; ; try++ {
+		ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+		cons, err := r.js.CreateOrUpdateConsumer(ctx, r.src.cfg.Stream, ccfg)
+		cancel()
+		if err == nil {
+			return cons, r.deleteOthers()
+		}
+		var apiErr *jetstream.APIError
+		if try > 0 || !errors.As(err, &apiErr) || apiErr.ErrorCode != jsErrWQConsumerNotUnique {
+			return nil, fmt.Errorf("nats source: create consumer %q on %s: %w (a consumer of that name made otherwise, or one of other subjects that overlap, must be deleted; or set SourceConfig.ConsumerPrefix)", r.consumer, r.where(), err)
+		}
+		if err := r.deleteOthers(); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// consumerName names the consumer of subtask i of p.
+func consumerName(prefix string, i, p int) string {
+	return prefix + "_" + strconv.Itoa(i) + "_" + strconv.Itoa(p)
+}
+
+// otherRun reports whether consumer name is one of the source's at another parallelism than p: named by
+// consumerName, or prefix_i (a consumer of the source's older versions).
+func otherRun(name, prefix string, p int) bool {
+	rest, ok := strings.CutPrefix(name, prefix+"_")
+	if !ok {
+		return false
+	}
+	num := func(s string) int {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 || strconv.Itoa(n) != s {
+			return -1
+		}
+		return n
+	}
+	is, ps, two := strings.Cut(rest, "_")
+	if !two {
+		return num(is) >= 0
+	}
+	i, q := num(is), num(ps)
+	return i >= 0 && i < q && q != p
+}
+
+// deleteOthers deletes the consumers a run of the source at another parallelism left. Their messages stay
+// on a stream with limits or work-queue retention; on one with interest retention a consumer goes only
+// once the consumers of today's subtasks have every subject it had, so that no message loses the last
+// interest in it (the subtask that creates the last of them deletes it).
+func (r *sourceReader[T]) deleteOthers() error {
+	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	defer cancel()
+	p := r.ctx.Parallelism()
+	names := r.stream.ConsumerNames(ctx)
+	var others []string
+	for name := range names.Name() {
+		if otherRun(name, r.prefix, p) {
+			others = append(others, name)
+		}
+	}
+	if err := names.Err(); err != nil {
+		return fmt.Errorf("nats source: list the consumers of %s: %w", r.where(), err)
+	}
+	interest := r.stream.CachedInfo().Config.Retention == jetstream.InterestPolicy
+	for _, name := range others {
+		if interest {
+			ok, err := r.covered(ctx, name)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				continue
+			}
+		}
+		if err := r.stream.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return fmt.Errorf("nats source: delete consumer %q of %s, left by a run at another parallelism: %w", name, r.where(), err)
+		}
+	}
+	return nil
+}
+
+// covered reports whether every subject filter of consumer name is a filter of the consumer of the
+// subtask that reads it now.
+func (r *sourceReader[T]) covered(ctx context.Context, name string) (bool, error) {
+	filtersOf := func(name string) ([]string, error) {
+		c, err := r.stream.Consumer(ctx, name)
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("nats source: consumer %q of %s: %w", name, r.where(), err)
+		}
+		cfg := c.CachedInfo().Config
+		if len(cfg.FilterSubjects) > 0 {
+			return cfg.FilterSubjects, nil
+		}
+		return []string{cfg.FilterSubject}, nil
+	}
+	old, err := filtersOf(name)
+	if err != nil {
+		return false, err
+	}
+	p := r.ctx.Parallelism()
+	for _, f := range old {
+		j := slices.Index(r.src.cfg.Subjects, f)
+		if j < 0 && (f != "" || len(r.src.cfg.Subjects) > 0) {
+			return false, nil // a subject the source does not read now: the consumer stays for it
+		}
+		now, err := filtersOf(consumerName(r.prefix, max(j, 0)%p, p))
+		if err != nil || !slices.Contains(now, f) {
+			return false, err
+		}
+	}
+	return true, nil
 }
 
 // pull runs on its own goroutine until the iterator stops: it hands the messages over to PollNext.
@@ -485,7 +646,7 @@ func (r *sourceReader[T]) PollNext(out runnel.Collector[T]) (runnel.InputStatus,
 			splits.ForSplit(j)
 		}
 	}
-	emitted := false
+	moved := false // lastMsg moved on: without checkpoints, acknowledge it at once
 	for _, m := range batch {
 		md, err := m.Metadata()
 		if err != nil {
@@ -506,24 +667,28 @@ func (r *sourceReader[T]) PollNext(out runnel.Collector[T]) (runnel.InputStatus,
 			r.finished = true // stored after the subtask started; delivery is in stream order
 			break
 		}
-		msg := Msg{Subject: m.Subject(), Data: m.Data(), Header: m.Headers(), Sequence: seq, Time: md.Timestamp}
-		if msg.Header != nil {
-			msg.ID = msg.Header.Get(jetstream.MsgIDHeader)
+		// Up to the largest restored position, a message may be of a filter whose position is past it:
+		// after a rescale the subtask that read that filter had got further. The state has it already.
+		if seq > r.maxPos || seq > r.pos[r.filters[r.filterOf(m.Subject())]] {
+			msg := Msg{Subject: m.Subject(), Data: m.Data(), Header: m.Headers(), Sequence: seq, Time: md.Timestamp}
+			if msg.Header != nil {
+				msg.ID = msg.Header.Get(jetstream.MsgIDHeader)
+			}
+			v, err := r.src.decode(msg)
+			if err != nil {
+				return runnel.EndOfInput, fmt.Errorf("nats source: decode message %d of stream %q (subject %q): %w", seq, r.src.cfg.Stream, msg.Subject, err)
+			}
+			c := out
+			if splits != nil {
+				c = splits.ForSplit(r.splits[r.filterOf(msg.Subject)])
+			}
+			if tc, ok := c.(runnel.TimestampedCollector[T]); ok {
+				tc.CollectWithTimestamp(v, md.Timestamp.UnixMilli())
+			} else {
+				c.Collect(v)
+			}
 		}
-		v, err := r.src.decode(msg)
-		if err != nil {
-			return runnel.EndOfInput, fmt.Errorf("nats source: decode message %d of stream %q (subject %q): %w", seq, r.src.cfg.Stream, msg.Subject, err)
-		}
-		c := out
-		if splits != nil {
-			c = splits.ForSplit(r.splitOf(msg.Subject))
-		}
-		if tc, ok := c.(runnel.TimestampedCollector[T]); ok {
-			tc.CollectWithTimestamp(v, md.Timestamp.UnixMilli())
-		} else {
-			c.Collect(v)
-		}
-		r.last, r.lastMsg, emitted = seq, m, true
+		r.last, r.lastMsg, moved = seq, m, true
 		if r.explicit {
 			r.replies = append(r.replies, m.Reply())
 		}
@@ -552,7 +717,7 @@ func (r *sourceReader[T]) PollNext(out runnel.Collector[T]) (runnel.InputStatus,
 		if r.explicit {
 			err = r.ackReplies(r.replies)
 			r.replies = r.replies[:0]
-		} else if emitted {
+		} else if moved {
 			err = r.lastMsg.Ack()
 		}
 		if err != nil {
@@ -569,25 +734,35 @@ func (r *sourceReader[T]) PollNext(out runnel.Collector[T]) (runnel.InputStatus,
 	return runnel.NothingAvailable, nil
 }
 
-// splitOf returns the split (index in SourceConfig.Subjects) of the filter that subject matches.
-func (r *sourceReader[T]) splitOf(subject string) int {
-	for k, f := range r.filters {
-		if subjectMatches(f, subject) {
-			return r.splits[k]
+// filterOf returns the index in filters of the filter that subject matches.
+func (r *sourceReader[T]) filterOf(subject string) int {
+	if len(r.filters) > 1 {
+		for k, f := range r.filters {
+			if subjectMatches(f, subject) {
+				return k
+			}
 		}
 	}
-	return r.splits[0] // the server delivered only matching subjects
+	return 0 // the server delivered only matching subjects
 }
 
 // Available implements runnel.SourceReader.
 func (r *sourceReader[T]) Available() <-chan struct{} { return r.ready }
 
 // ReplaysDeterministically implements runnel.DeterministicReader: one consumer delivers the messages of
-// all of the subtask's filters in stream order, from the restored sequence on. Without a restored
-// position only a subtask that starts at the oldest message of a stream that keeps acknowledged messages
-// starts from the same place again.
+// all of the subtask's filters in stream order, from the restored positions on. A filter without a
+// restored position starts from the same place again only at the oldest message of a stream that keeps
+// acknowledged messages.
 func (r *sourceReader[T]) ReplaysDeterministically() bool {
-	return r.restored || r.src.cfg.StartAt == Earliest && !r.workQueue()
+	if !r.started {
+		r.takeRestored()
+	}
+	all := true
+	for _, f := range r.filters {
+		_, ok := r.pos[f]
+		all = all && ok
+	}
+	return r.restored && all || r.src.cfg.StartAt == Earliest && !r.workQueue()
 }
 
 func (r *sourceReader[T]) workQueue() bool {
@@ -595,13 +770,78 @@ func (r *sourceReader[T]) workQueue() bool {
 	return err != nil || info.Config.Retention == jetstream.WorkQueuePolicy
 }
 
-// sourceStateVersion starts the reader's checkpointed state.
-const sourceStateVersion = 1
+// positionsState names the union list state of the source's positions.
+const positionsState = "nats-positions"
 
-// SnapshotState implements runnel.CheckpointedReader: the stream sequence of the last message emitted
-// and the subject filters it was read with. It also notes the message to acknowledge when checkpoint id
-// completes.
+// position is one element of the positions state: subject filter Filter ("" for the whole stream) was read
+// up to stream sequence Last, or, without Read, not at all yet (the subtask had not started). Every
+// subtask snapshots its filters, so the state lists every filter of the source.
+type position struct {
+	Filter string
+	Last   uint64
+	Read   bool
+}
+
+// takeRestored reads the restored positions (the state is restored after CreateReader) into pos, once. A
+// restore at another parallelism gives every subtask every position; it takes those of its filters. The
+// filters must be the ones the source reads now: a position says nothing about subjects it was not taken
+// for.
+func (r *sourceReader[T]) takeRestored() {
+	if r.tookRestored {
+		return
+	}
+	r.tookRestored = true
+	elems := r.state.Get()
+	if len(elems) == 0 {
+		return
+	}
+	r.restored = true
+	read := map[string]uint64{}
+	var had []string
+	for _, e := range elems {
+		if slices.Contains(had, e.Filter) {
+			continue
+		}
+		had = append(had, e.Filter)
+		if e.Read {
+			read[e.Filter] = e.Last
+		}
+	}
+	// A restore at the same parallelism gives a subtask its own elements, at another one every subtask's.
+	want := r.src.cfg.Subjects
+	if len(want) == 0 {
+		want = []string{""}
+	}
+	for _, f := range had {
+		if !slices.Contains(want, f) {
+			r.restoreErr = fmt.Errorf("nats source: the checkpoint read subject filter %q of %s, which SourceConfig.Subjects %q does not have: a position says nothing about subjects it was not taken for; restore with the subject filters it was taken with (the parallelism may change)", f, r.where(), r.src.cfg.Subjects)
+			return
+		}
+	}
+	for _, f := range r.filters {
+		if !slices.Contains(had, f) {
+			r.restoreErr = fmt.Errorf("nats source: subject filter %q of %s is new to the checkpoint, which read %q: a position says nothing about subjects it was not taken for; restore with the subject filters it was taken with (the parallelism may change)", f, r.where(), had)
+			return
+		}
+	}
+	for _, f := range r.filters {
+		if last, ok := read[f]; ok {
+			r.pos[f] = last
+		}
+	}
+}
+
+// SnapshotState implements runnel.CheckpointedReader: the position of each filter goes to the union list
+// state (so that a restore at another parallelism can redistribute them), not into the reader's own bytes,
+// which stay empty. It also notes the messages to acknowledge when checkpoint id completes.
 func (r *sourceReader[T]) SnapshotState(id int64) ([]byte, error) {
+	if !r.started {
+		// A checkpoint before the first poll: the restored positions go on as they came.
+		r.takeRestored()
+		if r.restoreErr != nil {
+			return nil, r.restoreErr
+		}
+	}
 	if r.explicit {
 		if len(r.replies) > 0 {
 			r.acks = append(r.acks, pendingAck{id: id, replies: r.replies})
@@ -610,20 +850,30 @@ func (r *sourceReader[T]) SnapshotState(id int64) ([]byte, error) {
 	} else if r.lastMsg != nil && (len(r.acks) == 0 || r.acks[len(r.acks)-1].msg != r.lastMsg) {
 		r.acks = append(r.acks, pendingAck{id: id, msg: r.lastMsg})
 	}
-	b := binary.AppendUvarint([]byte{sourceStateVersion}, r.last)
-	b = binary.AppendUvarint(b, uint64(len(r.filters)))
+	elems := make([]position, 0, len(r.filters))
 	for _, f := range r.filters {
-		b = binary.AppendUvarint(b, uint64(len(f)))
-		b = append(b, f...)
+		last, ok := r.pos[f]
+		if r.started && ok {
+			last = max(last, r.last) // every message of f up to last was read, in stream order
+		}
+		elems = append(elems, position{Filter: f, Last: last, Read: ok})
 	}
-	return b, nil
+	r.state.Update(elems)
+	return nil, nil
 }
 
-// RestoreState implements runnel.CheckpointedReader. The filters must be the ones the subtask reads now:
-// the sequence says nothing about subjects it did not read.
+// sourceStateVersion starts the reader's checkpointed bytes of the source's older format.
+const sourceStateVersion = 1
+
+// RestoreState implements runnel.CheckpointedReader for checkpoints of the source before its positions
+// were list state: the stream sequence the subtask had read up to, and its subject filters, which must be
+// the ones it reads now (such a checkpoint restores at its own parallelism only).
 func (r *sourceReader[T]) RestoreState(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
 	bad := fmt.Errorf("nats source: malformed checkpointed position % x", b)
-	if len(b) == 0 || b[0] != sourceStateVersion {
+	if b[0] != sourceStateVersion {
 		return bad
 	}
 	b = b[1:]
@@ -651,7 +901,10 @@ func (r *sourceReader[T]) RestoreState(b []byte) error {
 	if !slices.Equal(filters, r.filters) {
 		return fmt.Errorf("nats source: the checkpoint of subtask %d read %s with subject filters %q, but it reads %q now: keep SourceConfig.Subjects and the parallelism", r.ctx.SubtaskIndex(), r.where(), filters, r.filters)
 	}
-	r.last, r.restored = last, true
+	r.restored = true
+	for _, f := range filters {
+		r.pos[f] = last
+	}
 	return nil
 }
 
@@ -692,18 +945,20 @@ func (r *sourceReader[T]) NotifyCheckpointComplete(id int64) error {
 	return nil
 }
 
-// ackReplies acknowledges each message of a work queue by its reply subject, as Msg.Ack does, and
-// flushes the acknowledgements to the server.
+// ackReplies acknowledges each message of a work queue by its reply subject, as Msg.Ack does, the last
+// one as a request: the server answers once it processed it, and with it (in order) those before, so that
+// the messages are gone when it returns.
 func (r *sourceReader[T]) ackReplies(replies []string) error {
-	for _, reply := range replies {
+	if len(replies) == 0 {
+		return nil
+	}
+	for _, reply := range replies[:len(replies)-1] {
 		if err := r.nc.Publish(reply, ackPayload); err != nil {
 			return err
 		}
 	}
-	if len(replies) == 0 {
-		return nil
-	}
-	return r.nc.FlushTimeout(requestTimeout)
+	_, err := r.nc.Request(replies[len(replies)-1], ackPayload, requestTimeout)
+	return err
 }
 
 // ackPayload is JetStream's positive acknowledgement.

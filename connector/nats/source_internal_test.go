@@ -109,3 +109,17 @@ func TestBoundedEndIsASequence(t *testing.T) {
 		t.Fatalf("status %v after message 3 with 4 and 5 deleted, want the end of input", status)
 	}
 }
+
+// TestOtherRun pins which consumer names are the source's at another parallelism: prefix_i_p with i < p
+// and p not the parallelism, and prefix_i of older versions; not another operator's whose name extends
+// the prefix.
+func TestOtherRun(t *testing.T) {
+	for name, want := range map[string]bool{
+		"op_0_2": true, "op_1_2": true, "op_0_3": false, "op_2_3": false, "op_3": true, "op_0": true,
+		"op_2_2": false, "op_01_2": false, "op_x_2": false, "op_1_0_2": false, "opx_0_2": false, "op_": false, "op_-1_2": false,
+	} {
+		if got := otherRun(name, "op", 3); got != want {
+			t.Errorf("otherRun(%q, op, 3) = %v, want %v", name, got, want)
+		}
+	}
+}

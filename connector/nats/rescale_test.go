@@ -1,0 +1,156 @@
+package nats_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/runnel-dev/runnel"
+	"github.com/runnel-dev/runnel/codec"
+	"github.com/runnel-dev/runnel/connector"
+	"github.com/runnel-dev/runnel/connector/nats"
+)
+
+// TestRescaleRestore sums a stream of six subjects by key at parallelism 2, stops it with a savepoint in
+// the middle of its input, and resumes it from the savepoint at parallelism 3 and (on a stream that keeps
+// acknowledged messages, from the same savepoint again) at 1: each subject's position goes to the subject's
+// new subtask, which reads subjects from several old subtasks at once, and every message is summed exactly
+// once (a subject read again from an older position would count twice, one not restored would be missed).
+// The consumers of the run at parallelism 2 are gone once the rescaled runs started; on the work queue,
+// whose consumers' subjects must not overlap, they would keep the new ones out.
+func TestRescaleRestore(t *testing.T) {
+	for _, tc := range []struct {
+		retention jetstream.RetentionPolicy
+		restoreAt []int
+	}{{jetstream.LimitsPolicy, []int{3, 1}}, {jetstream.WorkQueuePolicy, []int{3}}} {
+		t.Run(tc.retention.String(), func(t *testing.T) {
+			url := startServer(t)
+			js := client(t, url)
+			createStream(t, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*"}, Retention: tc.retention})
+			subjects := []string{"in.0", "in.1", "in.2", "in.3", "in.4", "in.5"}
+			const n, keys = 1200, 11
+			publish(t, js, n/2, subjects...)
+			dir := t.TempDir()
+			sp := filepath.Join(dir, "sp")
+			var seen atomic.Int64
+			var buildWith func(p int, bounded bool, subjects []string, opts ...runnel.Option) (*runnel.Environment, *connector.Collect[kv])
+			// build makes the job at parallelism p. Without periodic checkpoints (the interval is long) the
+			// stop's savepoint is the only checkpoint of the first run, and nothing is acknowledged before
+			// it: with at most maxPending messages unacknowledged, each consumer of the first run stops after
+			// its first maxPending messages, in the middle of the input.
+			const maxPending = 40
+			build := func(p int, bounded bool, opts ...runnel.Option) (*runnel.Environment, *connector.Collect[kv]) {
+				return buildWith(p, bounded, subjects, opts...)
+			}
+			buildWith = func(p int, bounded bool, subjects []string, opts ...runnel.Option) (*runnel.Environment, *connector.Collect[kv]) {
+				pending := 0
+				if !bounded {
+					pending = maxPending
+				}
+				env := runnel.NewEnvironment(append([]runnel.Option{runnel.WithParallelism(p), runnel.WithLogger(quiet),
+					runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: time.Hour, Storage: filepath.Join(dir, fmt.Sprint("chk", p))})}, opts...)...)
+				src := runnel.FromSource(env, nats.Source(nats.SourceConfig{URL: url, Stream: "IN", Subjects: subjects, Bounded: bounded, MaxAckPending: pending},
+					func(m nats.Msg) (kv, error) {
+						v, err := decodeValue(m)
+						return kv{F0: v % keys, F1: v}, err
+					})).Name("nats").WithCodec(codec.MustStruct[kv]())
+				counted := runnel.Map(src, func(v kv) (kv, error) { seen.Add(1); return v, nil }).Name("seen")
+				sums := runnel.Reduce(runnel.KeyBy(counted, func(v kv) int64 { return v.F0 }),
+					func(a, b kv) (kv, error) { a.F1 += b.F1; return a, nil }).Name("sum").Uid("sum")
+				sink := connector.NewCollect[kv]()
+				sums.SinkTo(sink).Name("collect").SetParallelism(1)
+				return env, sink
+			}
+			env, _ := build(2, false, runnel.WithSavepointOnStop(sp))
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan *runnel.JobResult, 1)
+			go func() { res, _ := env.Execute(ctx, "sum"); done <- res }()
+			deadline := time.Now().Add(20 * time.Second)
+			for seen.Load() < 2*maxPending {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d of %d messages read after 20 s", seen.Load(), 2*maxPending)
+				}
+				time.Sleep(time.Millisecond)
+			}
+			cancel()
+			if res := <-done; res == nil || res.Status != "CANCELED" || res.Savepoint != sp {
+				t.Fatalf("first run: %+v", res)
+			}
+			// The savepoint's completion acknowledges what it covers, and the consumers may deliver more
+			// before the job is cancelled.
+			if s := seen.Load(); s > 4*maxPending {
+				t.Fatalf("the first run read %d messages, want at most %d (%d per consumer before and after the savepoint)", s, 4*maxPending, maxPending)
+			}
+			publish(t, js, n/2, subjects...) // the same values again: each counts twice in the sums
+			want := map[int64]int64{}
+			for i := range int64(n / 2) {
+				want[i%keys] += 2 * i
+			}
+			for _, p := range tc.restoreAt {
+				env, sink := build(p, true, runnel.WithRestoreFrom(sp))
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				res, err := env.Execute(ctx, "sum")
+				cancel()
+				if err != nil || res.Status != "FINISHED" {
+					t.Fatalf("run at %d: %v, %+v", p, err, res)
+				}
+				for _, s := range res.Vertex("nats").Subtasks {
+					if s.RecordsOut == 0 {
+						t.Fatalf("subtask %d of %d read nothing: %+v", s.Index, p, res.Vertex("nats").Subtasks)
+					}
+				}
+				got := map[int64]int64{}
+				for _, r := range sink.Records() {
+					got[r.F0] = r.F1 // the running sums only grow: the last one a key got is its total
+				}
+				for k, w := range want {
+					if got[k] != w {
+						t.Fatalf("run at %d: sum of key %d = %d, want %d (every message once across the rescale)", p, k, got[k], w)
+					}
+				}
+				st, err := js.Stream(context.Background(), "IN")
+				if err != nil {
+					t.Fatal(err)
+				}
+				var names []string
+				for name := range st.ConsumerNames(context.Background()).Name() {
+					if !strings.HasSuffix(name, fmt.Sprintf("_%d", p)) {
+						names = append(names, name)
+					}
+				}
+				if len(names) > 0 {
+					slices.Sort(names)
+					t.Fatalf("after the run at %d, consumers of other runs remain: %q", p, names)
+				}
+			}
+			// Other subject filters are refused: the savepoint has no position for a new one.
+			env, _ = buildWith(2, true, append(subjects[:5:5], "in.6"), runnel.WithRestoreFrom(sp), runnel.WithRestartStrategy("none"))
+			ctx, cancel = context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			res, err := env.Execute(ctx, "sum")
+			if err == nil && res.Status == "FINISHED" {
+				t.Fatal("a restore with other subject filters finished")
+			}
+			if err == nil {
+				err = errors.New(res.Error)
+			}
+			if !strings.Contains(err.Error(), `the checkpoint read subject filter "in.5"`) && !strings.Contains(err.Error(), `subject filter "in.6" of stream "IN"`) {
+				t.Fatalf("a restore with other subject filters failed with %v, want it to name the filter", err)
+			}
+			if tc.retention == jetstream.WorkQueuePolicy {
+				if got := streamInfo(t, js, "IN").State.Msgs; got != 0 {
+					t.Fatalf("the work queue holds %d messages at the end, want 0", got)
+				}
+			}
+		})
+	}
+}
