@@ -52,7 +52,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/runnel-dev/runnel"
-	"github.com/runnel-dev/runnel/codec"
 )
 
 // Msg is a JetStream message: what the source hands to its decode function, and what the sink's encode
@@ -186,7 +185,7 @@ func (s *source[T]) CreateReader(ctx runnel.RuntimeContext) (runnel.SourceReader
 	if s.decode == nil {
 		return nil, errors.New("nats source: nil decode function")
 	}
-	st, err := runnel.NewUnionListState[position](ctx, positionsState, codec.MustStruct[position]())
+	st, err := runnel.NewUnionListState[position](ctx, positionsState)
 	if err != nil {
 		return nil, fmt.Errorf("nats source: %w", err)
 	}
