@@ -134,8 +134,8 @@ func readAll[T any](t *testing.T, url, stream string, decode func(nats.Msg) (T, 
 // TestExactlyOnceThroughFailures reads a stream of four subjects with two source subtasks into a keyed
 // count that fails twice, and writes each key's running count to another stream with ids from the
 // records (key and count, which a replay repeats in whatever order the keys' records come): every message
-// is counted once, the output stream holds each count exactly once, and at the end every source consumer
-// has acknowledged everything (the final checkpoint's acknowledgement included).
+// is counted once, the output stream holds each count exactly once, and at the end no source consumer is
+// left (nor one of the bounded read back, without checkpoints).
 func TestExactlyOnceThroughFailures(t *testing.T) {
 	url := startServer(t)
 	js := client(t, url)
@@ -195,32 +195,35 @@ func TestExactlyOnceThroughFailures(t *testing.T) {
 	if got := streamInfo(t, js, "OUT").State.Msgs; got != n {
 		t.Fatalf("the output stream holds %d messages, want %d", got, n)
 	}
-	checkAllAcknowledged(t, js, "IN")
+	checkNoConsumers(t, js, "IN")
+	checkNoConsumers(t, js, "OUT") // read back without checkpoints
 }
 
-// checkAllAcknowledged requires every consumer of stream to have had every message acknowledged.
-func checkAllAcknowledged(t *testing.T, js jetstream.JetStream, stream string) {
+// checkNoConsumers requires stream to have no consumers: a bounded job that finished deletes its own.
+func checkNoConsumers(t *testing.T, js jetstream.JetStream, stream string) {
 	t.Helper()
 	st, err := js.Stream(context.Background(), stream)
 	if err != nil {
 		t.Fatal(err)
 	}
-	consumers := 0
-	for info := range st.ListConsumers(context.Background()).Info() {
-		consumers++
-		if info.NumAckPending != 0 || info.NumPending != 0 {
-			t.Errorf("consumer %s: %d messages delivered and not acknowledged, %d not delivered (ack floor %d)", info.Name, info.NumAckPending, info.NumPending, info.AckFloor.Stream)
-		}
+	var names []string
+	lister := st.ConsumerNames(context.Background())
+	for name := range lister.Name() {
+		names = append(names, name)
 	}
-	if consumers == 0 {
-		t.Fatalf("stream %s has no consumers", stream)
+	if err := lister.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(names) > 0 {
+		t.Fatalf("stream %s still has consumers %q after the job finished", stream, names)
 	}
 }
 
 // TestPositionalIDsThroughFailures runs a chain that replays the same records in the same order (one
 // subtask, one channel) through two failures: the sink's ids come from its position, and the output
 // stream holds each record once. It reads a stream that keeps acknowledged messages and a work queue,
-// which deletes them: the work queue is empty at the end.
+// which deletes them: the work queue is empty at the end (the final checkpoint's acknowledgements came
+// before the job finished), and no consumer is left.
 func TestPositionalIDsThroughFailures(t *testing.T) {
 	for _, retention := range []jetstream.RetentionPolicy{jetstream.LimitsPolicy, jetstream.WorkQueuePolicy} {
 		t.Run(retention.String(), func(t *testing.T) {
@@ -265,7 +268,7 @@ func TestPositionalIDsThroughFailures(t *testing.T) {
 			if got := streamInfo(t, js, "IN").State.Msgs; got != want {
 				t.Fatalf("the input stream holds %d messages at the end, want %d", got, want)
 			}
-			checkAllAcknowledged(t, js, "IN")
+			checkNoConsumers(t, js, "IN")
 		})
 	}
 }
@@ -313,43 +316,52 @@ func TestSinkReplayIsDropped(t *testing.T) {
 
 // TestSourceDropsRedeliveries acknowledges far later than AckWait: the server delivers messages again
 // while the source still reads (it holds at most a few thousand messages at a time, so it pulls all along),
-// and the source drops them by sequence; each message is counted once.
+// and the source drops them by sequence; each message is counted once. On a work queue, whose messages
+// go as they are acknowledged, the stream is empty at the end: the redelivered copies were acknowledged
+// as well.
 func TestSourceDropsRedeliveries(t *testing.T) {
-	url := startServer(t)
-	js := client(t, url)
-	createStream(t, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in"}})
-	const n = 8000
-	publish(t, js, n, "in")
-	env := runnel.NewEnvironment(runnel.WithParallelism(1), runnel.WithLogger(quiet),
-		runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 300 * time.Millisecond}))
-	src := runnel.FromSource(env, nats.Source(nats.SourceConfig{URL: url, Stream: "IN", Bounded: true, AckWait: 30 * time.Millisecond}, decodeValue)).Name("nats")
-	slow := runnel.Map(src, func(v int64) (int64, error) {
-		if v%80 == 0 {
-			time.Sleep(time.Millisecond) // about 100 ms in all: several AckWaits
-		}
-		return v, nil
-	}).Name("slow")
-	sink := connector.NewCollect[int64]()
-	slow.SinkTo(sink)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	res, err := env.Execute(ctx, "redeliveries")
-	if err != nil || res.Status != "FINISHED" {
-		t.Fatalf("%v, %+v", err, res)
+	for _, retention := range []jetstream.RetentionPolicy{jetstream.LimitsPolicy, jetstream.WorkQueuePolicy} {
+		t.Run(retention.String(), func(t *testing.T) {
+			url := startServer(t)
+			js := client(t, url)
+			createStream(t, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in"}, Retention: retention})
+			const n = 8000
+			publish(t, js, n, "in")
+			env := runnel.NewEnvironment(runnel.WithParallelism(1), runnel.WithLogger(quiet),
+				runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 300 * time.Millisecond}))
+			src := runnel.FromSource(env, nats.Source(nats.SourceConfig{URL: url, Stream: "IN", Bounded: true, AckWait: 30 * time.Millisecond}, decodeValue)).Name("nats")
+			slow := runnel.Map(src, func(v int64) (int64, error) {
+				if v%80 == 0 {
+					time.Sleep(time.Millisecond) // about 100 ms in all: several AckWaits
+				}
+				return v, nil
+			}).Name("slow")
+			sink := connector.NewCollect[int64]()
+			slow.SinkTo(sink)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			res, err := env.Execute(ctx, "redeliveries")
+			if err != nil || res.Status != "FINISHED" {
+				t.Fatalf("%v, %+v", err, res)
+			}
+			seen := make([]int, n)
+			for _, v := range sink.Records() {
+				seen[v]++
+			}
+			for i, c := range seen {
+				if c != 1 {
+					t.Fatalf("message %d emitted %d times", i, c)
+				}
+			}
+			if d := res.Vertex("nats").Subtasks[0].Metrics["nats/redeliveries_dropped"]; d == 0 {
+				t.Fatal("no redelivery came: the test did not test dropping them")
+			}
+			if got := streamInfo(t, js, "IN").State.Msgs; retention == jetstream.WorkQueuePolicy && got != 0 {
+				t.Fatalf("the work queue holds %d messages at the end, want 0", got)
+			}
+			checkNoConsumers(t, js, "IN")
+		})
 	}
-	seen := make([]int, n)
-	for _, v := range sink.Records() {
-		seen[v]++
-	}
-	for i, c := range seen {
-		if c != 1 {
-			t.Fatalf("message %d emitted %d times", i, c)
-		}
-	}
-	if d := res.Vertex("nats").Subtasks[0].Metrics["nats/redeliveries_dropped"]; d == 0 {
-		t.Fatal("no redelivery came: the test did not test dropping them")
-	}
-	checkAllAcknowledged(t, js, "IN")
 }
 
 // TestBadInput pins the errors of a source or sink that cannot work: each names the server and stream. A
@@ -482,7 +494,7 @@ func (countPerKey) Merge(a, b kv) kv      { return kv{F0: a.F0, F1: a.F1 + b.F1}
 // TestUnboundedFromLatest reads a stream without end from its newest message on, with two subtasks and
 // one subject filter: the messages stored before the source started are skipped, those stored while it
 // runs all arrive (the reader wakes when they come), the subtask without a filter idles instead of
-// finishing, and checkpoints complete.
+// finishing, and checkpoints complete. The consumer outlives the cancelled job, for a restore.
 func TestUnboundedFromLatest(t *testing.T) {
 	url := startServer(t)
 	js := client(t, url)
@@ -540,5 +552,13 @@ func TestUnboundedFromLatest(t *testing.T) {
 		if s.State == "FINISHED" {
 			t.Fatalf("subtask %d of an unbounded source finished", s.Index)
 		}
+	}
+	// A cancelled job may be restored: its consumer stays, until it was inactive for a day.
+	c, err := js.Consumer(context.Background(), "IN", "latest_0_2")
+	if err != nil {
+		t.Fatalf("the consumer of the cancelled job: %v", err)
+	}
+	if got := c.CachedInfo().Config.InactiveThreshold; got != nats.DefaultInactiveThreshold {
+		t.Fatalf("the consumer's InactiveThreshold is %s, want %s", got, nats.DefaultInactiveThreshold)
 	}
 }

@@ -24,6 +24,13 @@
 // interest). A bounded subtask reads its subjects up to the newest message they held when it started,
 // found by its sequence: the server's count of what a consumer has left to deliver can fall short.
 //
+// A bounded subtask deletes its consumer once a checkpoint taken after its end completed (without
+// checkpoints, at its end), when no restore will read its subjects again: a finished bounded job leaves no
+// consumer behind. A cancelled or failed job leaves its consumers for a restore, which creates them again
+// if they are gone; the server deletes one that no one pulled from for SourceConfig.InactiveThreshold
+// (DefaultInactiveThreshold on a stream with limits or work-queue retention; never on one with interest
+// retention, whose messages would go with the consumer's interest).
+//
 // The sink publishes each record with a message id (the Nats-Msg-Id header) that a replay after a restore
 // repeats, waits for every publish acknowledgement at each checkpoint barrier and at the end of input, and
 // leaves it to the stream's duplicate window to drop the replayed copies: exactly once while the job
@@ -74,6 +81,10 @@ type Msg struct {
 	ID string
 }
 
+// DefaultInactiveThreshold is the source's SourceConfig.InactiveThreshold on a stream with limits or
+// work-queue retention when none is set: a day, longer than a restart or an upgrade takes.
+const DefaultInactiveThreshold = 24 * time.Hour
+
 // StartAt says where a source subtask starts when no checkpoint holds its position.
 type StartAt int
 
@@ -113,9 +124,13 @@ type SourceConfig struct {
 	// MaxAckPending bounds the messages delivered and not yet acknowledged (0: no bound). At the bound the
 	// consumer delivers nothing more until a checkpoint completes.
 	MaxAckPending int
-	// InactiveThreshold lets the server delete a consumer that no one pulled from for that long (0: the
-	// consumers stay, as a restore from a checkpoint or savepoint expects; on a work-queue stream a
-	// consumer left behind keeps other consumers of its subjects out).
+	// InactiveThreshold lets the server delete a consumer that no one pulled from for that long: a job
+	// that was cancelled or failed and is not restored leaves nothing behind for longer (a restore
+	// creates the consumers again at the checkpointed positions). 0 is DefaultInactiveThreshold on a
+	// stream with limits or work-queue retention, where the messages stay without the consumer, and never
+	// on one with interest retention, where deleting a consumer deletes the messages only it was
+	// interested in, which a restore would then miss; negative is never. A bounded job that finished
+	// deletes its consumers itself.
 	InactiveThreshold time.Duration
 	// Options are passed to every connection the source makes (credentials, TLS, timeouts ...).
 	Options []natsgo.Option
@@ -132,8 +147,8 @@ func (c *SourceConfig) check() error {
 	if c.StartAt != Earliest && c.StartAt != Latest {
 		errs = append(errs, fmt.Errorf("nats source: StartAt %d is neither Earliest nor Latest", c.StartAt))
 	}
-	if c.AckWait < 0 || c.MaxAckPending < 0 || c.InactiveThreshold < 0 {
-		errs = append(errs, fmt.Errorf("nats source: negative AckWait %s, MaxAckPending %d or InactiveThreshold %s", c.AckWait, c.MaxAckPending, c.InactiveThreshold))
+	if c.AckWait < 0 || c.MaxAckPending < 0 {
+		errs = append(errs, fmt.Errorf("nats source: negative AckWait %s or MaxAckPending %d", c.AckWait, c.MaxAckPending))
 	}
 	for i, s := range c.Subjects {
 		if !validSubject(s) {
@@ -244,16 +259,20 @@ type sourceReader[T any] struct {
 	tookRestored bool
 	restoreErr   error
 
-	started   bool
-	last      uint64 // the sequence up to which the subtask read its subjects in stream order
-	maxPos    uint64 // the largest of pos
-	lastMsg   jetstream.Msg
-	end       uint64   // a bounded subtask's end: the sequence of its subjects' newest message when it started
-	finished  bool     // a bounded subtask has read up to its end
-	announced bool     // the splits were announced to a SplitOutput
-	explicit  bool     // a work-queue stream: every message is acknowledged on its own (AckExplicit)
-	replies   []string // explicit: the reply subjects of the messages since the last snapshot
-	acks      []pendingAck
+	started  bool
+	last     uint64 // the sequence up to which the subtask read its subjects in stream order
+	maxPos   uint64 // the largest of pos
+	lastMsg  jetstream.Msg
+	end      uint64 // a bounded subtask's end: the sequence of its subjects' newest message when it started
+	finished bool   // a bounded subtask has read up to its end
+	// endSnapshot is the first checkpoint taken after the bounded read ended (0: none yet): once it
+	// completes, the subtask is done for good and deletes its consumer (removed).
+	endSnapshot int64
+	removed     bool
+	announced   bool     // the splits were announced to a SplitOutput
+	explicit    bool     // a work-queue stream: every message is acknowledged on its own (AckExplicit)
+	replies     []string // explicit: the reply subjects of the messages since the last snapshot
+	acks        []pendingAck
 
 	it   jetstream.MessagesContext
 	done chan struct{} // closed when the pull goroutine ended
@@ -397,6 +416,9 @@ func (r *sourceReader[T]) start() error {
 	if maxPending == 0 {
 		maxPending = -1
 	}
+	if cfg.InactiveThreshold == 0 && info.Config.Retention != jetstream.InterestPolicy {
+		cfg.InactiveThreshold = DefaultInactiveThreshold
+	}
 	// DeliverAll lets a reset move the consumer to any sequence; AckAll lets one acknowledgement per
 	// checkpoint cover every message before it. A work-queue stream takes only explicit acknowledgements.
 	r.explicit = info.Config.Retention == jetstream.WorkQueuePolicy
@@ -407,7 +429,7 @@ func (r *sourceReader[T]) start() error {
 	ccfg := jetstream.ConsumerConfig{
 		Durable: r.consumer, Description: "runnel source " + r.ctx.TaskName(),
 		DeliverPolicy: jetstream.DeliverAllPolicy, AckPolicy: ackPolicy, AckWait: ackWait,
-		MaxDeliver: -1, MaxAckPending: maxPending, InactiveThreshold: cfg.InactiveThreshold,
+		MaxDeliver: -1, MaxAckPending: maxPending, InactiveThreshold: max(0, cfg.InactiveThreshold),
 	}
 	if len(r.filters) == 1 {
 		ccfg.FilterSubject = r.filters[0]
@@ -614,6 +636,9 @@ func (r *sourceReader[T]) PollNext(out runnel.Collector[T]) (runnel.InputStatus,
 	}
 	if r.finished {
 		r.stop()
+		if !r.ctx.Checkpointing() {
+			r.removeConsumers() // nothing will be restored
+		}
 		return runnel.EndOfInput, nil
 	}
 	r.mu.Lock()
@@ -721,6 +746,9 @@ func (r *sourceReader[T]) PollNext(out runnel.Collector[T]) (runnel.InputStatus,
 		}
 		if err != nil {
 			r.ctx.Logger().Warn("nats source: acknowledge", "consumer", r.consumer, "stream", r.src.cfg.Stream, "seq", r.last, "err", err)
+		}
+		if r.finished {
+			r.removeConsumers()
 		}
 	}
 	if r.finished {
@@ -834,6 +862,9 @@ func (r *sourceReader[T]) takeRestored() {
 // state (so that a restore at another parallelism can redistribute them), not into the reader's own bytes,
 // which stay empty. It also notes the messages to acknowledge when checkpoint id completes.
 func (r *sourceReader[T]) SnapshotState(id int64) ([]byte, error) {
+	if r.finished && r.endSnapshot == 0 {
+		r.endSnapshot = id
+	}
 	if !r.started {
 		// A checkpoint before the first poll: the restored positions go on as they came.
 		r.takeRestored()
@@ -909,7 +940,9 @@ func (r *sourceReader[T]) RestoreState(b []byte) error {
 
 // NotifyCheckpointComplete implements runnel.CheckpointListener: it acknowledges the last message the
 // completed checkpoint covers, and with it (AckAll) every one before. An acknowledgement that fails is
-// logged: the next one covers it, and a restore resets the consumer anyway.
+// logged: the next one covers it, and a restore resets the consumer anyway. Once a checkpoint taken after
+// the end of a bounded read completed, no restore reads again what the subtask read: it deletes its
+// consumer.
 func (r *sourceReader[T]) NotifyCheckpointComplete(id int64) error {
 	var ack jetstream.Msg
 	var replies []string
@@ -925,23 +958,46 @@ func (r *sourceReader[T]) NotifyCheckpointComplete(id int64) error {
 			r.ctx.Logger().Warn("nats source: acknowledge the messages of a completed checkpoint", "checkpoint", id,
 				"consumer", r.consumer, "stream", r.src.cfg.Stream, "err", err)
 		}
-		return nil
-	}
-	if ack == nil {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
-	defer cancel()
-	if err := ack.DoubleAck(ctx); err != nil {
-		md, _ := ack.Metadata()
-		var seq uint64
-		if md != nil {
-			seq = md.Sequence.Stream
+	} else if ack != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+		err := ack.DoubleAck(ctx)
+		cancel()
+		if err != nil {
+			md, _ := ack.Metadata()
+			var seq uint64
+			if md != nil {
+				seq = md.Sequence.Stream
+			}
+			r.ctx.Logger().Warn("nats source: acknowledge the messages of a completed checkpoint", "checkpoint", id,
+				"consumer", r.consumer, "stream", r.src.cfg.Stream, "seq", seq, "err", err)
 		}
-		r.ctx.Logger().Warn("nats source: acknowledge the messages of a completed checkpoint", "checkpoint", id,
-			"consumer", r.consumer, "stream", r.src.cfg.Stream, "seq", seq, "err", err)
+	}
+	if r.endSnapshot != 0 && id >= r.endSnapshot {
+		r.removeConsumers()
 	}
 	return nil
+}
+
+// removeConsumers deletes the consumer of a subtask that finished its bounded read for good, and those a
+// run at another parallelism left. A failure is logged: the consumer goes after InactiveThreshold then.
+func (r *sourceReader[T]) removeConsumers() {
+	if r.removed || len(r.filters) == 0 {
+		return
+	}
+	r.removed = true
+	r.stop()
+	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	defer cancel()
+	err := r.stream.DeleteConsumer(ctx, r.consumer)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		err = nil
+	}
+	if err == nil {
+		err = r.deleteOthers()
+	}
+	if err != nil {
+		r.ctx.Logger().Warn("nats source: delete the consumers of a finished bounded read", "consumer", r.consumer, "stream", r.src.cfg.Stream, "err", err)
+	}
 }
 
 // ackReplies acknowledges each message of a work queue by its reply subject, as Msg.Ack does, the last
