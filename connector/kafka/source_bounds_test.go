@@ -367,3 +367,78 @@ func TestBrokerSourceStopsInCompactedRange(t *testing.T) {
 		StopOffsets: map[kafka.TopicPartition]int64{{Topic: topic, Partition: 0}: 4}}), span(0, 3))
 	checkValues(t, readAll(t, kafka.SourceConfig{Brokers: brokers, Topic: topic}), span(0, 3), span(5, 8))
 }
+
+// fetchCounter counts the records the client decoded from fetches, per partition.
+type fetchCounter struct {
+	mu sync.Mutex
+	n  map[int32]int
+}
+
+func (c *fetchCounter) OnFetchBatchRead(_ kgo.BrokerMetadata, _ string, p int32, m kgo.FetchBatchMetrics) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[int32]int{}
+	}
+	c.n[p] += m.NumRecords
+}
+
+func (c *fetchCounter) get(p int32) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[p]
+}
+
+// TestSourceStopsFetchingADonePartition reads, with one subtask, partition 0 up to offset 5 of its 20000
+// records and partition 1 up to offset 15 of 10 at first: while the subtask waits for partition 1's next
+// records, its client does not go on fetching partition 0 (only to drop what it fetched).
+func TestSourceStopsFetchingADonePartition(t *testing.T) {
+	brokers := cluster(t, 2, "in")
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic("in"), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerBatchMaxBytes(1024))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var recs []*kgo.Record
+	for i := range int64(20_000) {
+		recs = append(recs, rec(0, 0, i))
+	}
+	for i := range int64(10) {
+		recs = append(recs, rec(1, 1, 100_000+i))
+	}
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	counter := &fetchCounter{}
+	var seen seenValues
+	env := runnel.NewEnvironment(runnel.WithLogger(quiet))
+	src := runnel.FromSource(env, kafka.Source(kafka.SourceConfig{Brokers: brokers, Topic: "in", Bounded: true, StopAt: kafka.StopOffsets,
+		StopOffsets:   map[kafka.TopicPartition]int64{{Topic: "in", Partition: 0}: 5, {Topic: "in", Partition: 1}: 15},
+		ClientOptions: []kgo.Opt{kgo.FetchMaxPartitionBytes(1024), kgo.WithHooks(counter)}}, decode))
+	runnel.Map(src, func(v kv) (kv, error) { seen.add(v.F1); return v, nil }).SinkTo(connector.Discard[kv]())
+	wait := runJob(ctx, env, "stop fetching")
+	waitFor(t, 30*time.Second, func() bool { return seen.n.Load() == 15 }, func() string { return fmt.Sprintf("%d of 15 records", seen.n.Load()) })
+	// Time for a client that went on fetching partition 0 to fetch much of it (kfake answers at once).
+	time.Sleep(500 * time.Millisecond)
+	fetched := counter.get(0)
+	var more []*kgo.Record
+	for i := int64(10); i < 15; i++ {
+		more = append(more, rec(1, 1, 100_000+i))
+	}
+	if err := cl.ProduceSync(ctx, more...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := wait(); err != nil || res.Status != "FINISHED" {
+		t.Fatalf("%v, %+v", err, res)
+	}
+	if seen.n.Load() != 20 {
+		t.Fatalf("read %d records, want 20", seen.n.Load())
+	}
+	if fetched > 2000 {
+		t.Fatalf("the client fetched %d records of partition 0, which ends at offset 5", fetched)
+	}
+	t.Logf("fetched %d records of partition 0", fetched)
+}

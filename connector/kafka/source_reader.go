@@ -190,10 +190,14 @@ func (r *sourceReader[T]) start() error {
 			}
 		}
 	}
+	var fetch []tp // a bounded partition that starts at its stopping offset is not fetched at all
 	for _, p := range mine {
 		r.splitID(p)
+		if !r.done[p] {
+			fetch = append(fetch, p)
+		}
 	}
-	r.consume(mine)
+	r.consume(fetch)
 	fctx, stop := context.WithCancel(context.Background())
 	r.stop, r.closing, r.commitC = stop, make(chan struct{}), make(chan struct{}, 1)
 	r.wg.Add(1)
@@ -763,6 +767,9 @@ func (r *sourceReader[T]) reach(p tp, splits runnel.SplitOutput[T]) {
 	if end := r.end[p]; r.offsets[p] < end {
 		r.offsets[p] = end
 	}
+	// The client stops fetching it: a partition that stops at a time or an offset may hold much more,
+	// which would only be fetched to be dropped while the subtask reads its other partitions.
+	r.cl.PauseFetchPartitions(map[string][]int32{p.topic: {p.part}})
 	if splits != nil {
 		splits.ReleaseSplit(r.splits[p])
 	}
