@@ -19,9 +19,10 @@
 // headers). A record it fails on fails the job, naming its topic, partition and offset, unless
 // SourceConfig.DecodeErrors routes such records to a side output. Unreachable brokers, a missing topic or
 // one the principal may not describe fail the job when a subtask starts, naming the topic and the brokers.
-// A bounded source stops each partition at a stopping offset it works out when a subtask starts
+// A bounded source stops each partition at a stopping offset it works out when the job starts
 // (SourceConfig.StopAt): the end offset then (read_committed: the last stable offset), the first offset at
-// or after a time, or an offset named per partition. A partition is done when the reader's fetch position
+// or after a time, or an offset named per partition; checkpoints hold the stopping offsets, so a restored
+// job stops where it was going to, not at records written since. A partition is done when the reader's fetch position
 // (the offset after the last record or transaction marker fetched) reaches it, as in Flink, not when a
 // record at the offset before it arrives: offsets that hold nothing the reader sees (records compacted
 // away or of aborted transactions) end a bounded read too.

@@ -57,15 +57,18 @@ func (s StartAt) String() string {
 
 // StopAt says where a bounded source (SourceConfig.Bounded) stops reading each partition: before the
 // stopping offset, which it works out when a subtask starts (Flink's setBounded with an
-// OffsetsInitializer). A partition is done once the reader's position, the offset after the last record
+// OffsetsInitializer). The stopping offsets go into checkpoints, as Flink keeps them in its splits: a
+// subtask restored from one stops where the job was going to (a failover does not add the records
+// written since the job started), and works out only those of partitions the checkpoint does not list
+// (a job restarted before its first checkpoint works them out afresh). A partition is done once the reader's position, the offset after the last record
 // or transaction marker it fetched, reaches its stopping offset: records compacted away, records of
 // aborted transactions and markers at the end of a partition do not keep the source waiting for records
 // that never come.
 type StopAt int
 
 const (
-	// StopLatest stops at the end offset each partition has when the subtask starts: its high watermark,
-	// or with read_committed its last stable offset (an open transaction's records are not waited for).
+	// StopLatest stops at the end offset each partition has when the job starts: its high watermark, or
+	// with read_committed its last stable offset (an open transaction's records are not waited for).
 	StopLatest StopAt = iota
 	// StopTimestamp stops each partition before its first record whose Kafka timestamp is at or after
 	// SourceConfig.StopTimestamp (the offset Kafka's ListOffsets gives for the time); a partition without
@@ -135,7 +138,7 @@ type SourceConfig struct {
 	// otherwise the source never ends.
 	Bounded bool
 	// StopAt is where a Bounded source stops (default StopLatest: the end offsets the partitions had when
-	// the subtask started, with read_committed the last stable offsets).
+	// the job started, with read_committed the last stable offsets).
 	StopAt StopAt
 	// StopTimestamp is the time StopAt StopTimestamp stops at.
 	StopTimestamp time.Time
@@ -296,6 +299,12 @@ func (s *source[T]) Rescalable() bool { return true }
 // offsetsState names the union list state of the offsets.
 const offsetsState = "kafka-offsets"
 
+// stopsState names the union list state of a bounded source's stopping offsets (partOffset elements, the
+// offset the partition stops before), so that a restored job stops where the job that started did, as
+// Flink keeps the stopping offset in each split: with StopLatest, records written since do not join the
+// input because the job failed over.
+const stopsState = "kafka-stops"
+
 // partOffset is one element of the offsets state: the offset of the next record of a partition. A
 // snapshot also holds one element with Partition -1 (started), so that a restored subtask knows the job
 // started before, even if no subtask had a partition then.
@@ -319,7 +328,12 @@ func (s *source[T]) CreateReader(ctx runnel.RuntimeContext) (runnel.SourceReader
 		return nil, fmt.Errorf("kafka source: %w", err)
 	}
 	r := &sourceReader[T]{src: s, ctx: ctx, state: st, offsets: map[tp]int64{}, splits: map[tp]int{},
-		restored: map[tp]int64{}, ready: make(chan struct{}, 1)}
+		restored: map[tp]int64{}, restoredEnd: map[tp]int64{}, ready: make(chan struct{}, 1)}
+	if s.cfg.Bounded {
+		if r.stops, err = runnel.NewUnionListState[partOffset](ctx, stopsState, codec.MustStruct[partOffset]()); err != nil {
+			return nil, fmt.Errorf("kafka source: %w", err)
+		}
+	}
 	// The subtask's share of the partitions (to see the assignment), and the commits to the group that
 	// failed (they are only logged otherwise).
 	m := ctx.Metrics()

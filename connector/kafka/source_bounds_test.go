@@ -442,3 +442,65 @@ func TestSourceStopsFetchingADonePartition(t *testing.T) {
 	}
 	t.Logf("fetched %d records of partition 0", fetched)
 }
+
+// TestSourceRestoredBoundedKeepsItsStop fails a bounded job over after records were written past the end it
+// started with: the restored source stops where the job started to (its checkpoint holds the stopping
+// offsets), so the records written since are not read, whatever attempt reads the partition.
+func TestSourceRestoredBoundedKeepsItsStop(t *testing.T) {
+	brokers := cluster(t, 2, "in")
+	// Small batches (some 40 records), fetched one at a time: checkpoints come between them, while a
+	// subtask reads.
+	const n = 300
+	small := func(from int64) {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic("in"), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+			kgo.ProducerBatchMaxBytes(1024), kgo.ProducerBatchCompression(kgo.NoCompression()))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer cl.Close()
+		var recs []*kgo.Record
+		for i := from; i < from+n; i++ {
+			recs = append(recs, rec(0, 0, i), rec(1, 1, 1000+i))
+		}
+		if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+			t.Error(err)
+		}
+	}
+	small(0)
+	var extra sync.Once
+	var seen seenValues
+	env := runnel.NewEnvironment(runnel.WithParallelism(2), runnel.WithLogger(quiet),
+		runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 10 * time.Millisecond}),
+		runnel.WithFailureInjection("check[0]@chk-1"), runnel.WithRestartStrategy("fixed-delay:attempts=5,delay=0s"))
+	src := runnel.FromSource(env, kafka.Source(kafka.SourceConfig{Brokers: brokers, Topic: "in", Bounded: true,
+		ClientOptions: []kgo.Opt{kgo.FetchMaxPartitionBytes(1024)}}, decode)).Name("kafka")
+	runnel.Map(src, func(v kv) (kv, error) {
+		seen.add(v.F1)
+		// Once both source subtasks emitted a record (and so worked out where to stop), more arrive.
+		seen.mu.Lock()
+		both := seen.m[0] > 0 && seen.m[1000] > 0
+		seen.mu.Unlock()
+		if both {
+			extra.Do(func() { small(n) })
+		}
+		time.Sleep(2 * time.Millisecond) // so that the checkpoints and the failure come before the end
+		return v, nil
+	}).Name("check").SinkTo(connector.Discard[kv]())
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := env.Execute(ctx, "restored stop")
+	if err != nil || res.Status != "FINISHED" || len(res.Failovers) != 1 || res.Failovers[0].CheckpointRestored == nil {
+		t.Fatalf("%v, %+v (checkpoints %+v): want one failover, from a checkpoint", err, res, res.Checkpoints)
+	}
+	seen.mu.Lock()
+	defer seen.mu.Unlock()
+	for v := range int64(n) {
+		if seen.m[v] == 0 || seen.m[1000+v] == 0 {
+			t.Fatalf("value %d or %d not read", v, 1000+v)
+		}
+	}
+	if len(seen.m) != 2*n {
+		t.Fatalf("%d distinct values read, want the %d written before the job started", len(seen.m), 2*n)
+	}
+}

@@ -26,6 +26,16 @@ type tp struct {
 
 func (p tp) String() string { return fmt.Sprintf("%s[%d]", p.topic, p.part) }
 
+// sortPartOffsets sorts offsets state elements by topic, then partition.
+func sortPartOffsets(ps []partOffset) {
+	slices.SortFunc(ps, func(a, b partOffset) int {
+		if c := strings.Compare(a.Topic, b.Topic); c != 0 {
+			return c
+		}
+		return int(a.Partition - b.Partition)
+	})
+}
+
 // sortTPs sorts partitions by topic, then partition, so that what is derived from a set of them (split
 // ids, snapshots) does not depend on map order.
 func sortTPs(ps []tp) {
@@ -54,6 +64,10 @@ type sourceReader[T any] struct {
 	src   *source[T]
 	ctx   runnel.RuntimeContext
 	state runnel.OperatorListState[partOffset]
+	// stops is the union list state of a bounded source's stopping offsets (nil when unbounded), and
+	// restoredEnd what it restored.
+	stops       runnel.OperatorListState[partOffset]
+	restoredEnd map[tp]int64
 	// restored holds the offsets of the restored checkpoint (after a rescale: every old subtask's), and
 	// wasStarted says the job started before (the state came from a checkpoint).
 	restored     map[tp]int64
@@ -263,12 +277,23 @@ func topicNames(found map[string][]tp) string {
 	return strings.Join(ts, ", ")
 }
 
-// stopOffsets returns the stopping offset of each of ps, by cfg.StopAt.
-func (r *sourceReader[T]) stopOffsets(ctx context.Context, ps []tp) (map[tp]int64, error) {
+// stopOffsets returns the stopping offset of each of ps: the restored one, or by cfg.StopAt.
+func (r *sourceReader[T]) stopOffsets(ctx context.Context, mine []tp) (map[tp]int64, error) {
 	cfg := &r.src.cfg
+	var ps []tp
+	for _, p := range mine {
+		if _, ok := r.restoredEnd[p]; !ok {
+			ps = append(ps, p)
+		}
+	}
 	latest, err := listOffsets(ctx, r.cl, ps, -1, r.isolation())
 	if err != nil {
 		return nil, err
+	}
+	for _, p := range mine {
+		if end, ok := r.restoredEnd[p]; ok {
+			latest[p] = end // StopAt below works out those of ps only
+		}
 	}
 	switch cfg.StopAt {
 	case StopTimestamp:
@@ -303,6 +328,11 @@ func (r *sourceReader[T]) takeRestored() {
 		p := tp{po.Topic, po.Partition}
 		if _, dup := r.restored[p]; !dup && po.Partition >= 0 {
 			r.restored[p] = po.Offset
+		}
+	}
+	if r.stops != nil {
+		for _, po := range r.stops.Get() {
+			r.restoredEnd[tp{po.Topic, po.Partition}] = po.Offset
 		}
 	}
 }
@@ -828,6 +858,16 @@ func (r *sourceReader[T]) SnapshotState(id int64) ([]byte, error) {
 			elems = append(elems, partOffset{Topic: p.topic, Partition: p.part, Offset: r.restored[p]})
 		}
 		r.state.Update(elems)
+		if r.stops != nil {
+			var stops []partOffset
+			for p, end := range r.restoredEnd {
+				if r.mine(p) {
+					stops = append(stops, partOffset{Topic: p.topic, Partition: p.part, Offset: end})
+				}
+			}
+			sortPartOffsets(stops)
+			r.stops.Update(stops)
+		}
 		return nil, nil
 	}
 	ps := make([]tp, 0, len(r.offsets))
@@ -841,6 +881,15 @@ func (r *sourceReader[T]) SnapshotState(id int64) ([]byte, error) {
 		elems = append(elems, partOffset{Topic: p.topic, Partition: p.part, Offset: r.offsets[p]})
 	}
 	r.state.Update(elems)
+	if r.stops != nil {
+		stops := make([]partOffset, 0, len(r.end))
+		for _, p := range ps {
+			if end, ok := r.end[p]; ok {
+				stops = append(stops, partOffset{Topic: p.topic, Partition: p.part, Offset: end})
+			}
+		}
+		r.stops.Update(stops)
+	}
 	if r.src.cfg.Group != "" {
 		offs := kadm.Offsets{}
 		for _, p := range ps {
