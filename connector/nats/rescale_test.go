@@ -141,3 +141,58 @@ func TestRescaleRestore(t *testing.T) {
 		})
 	}
 }
+
+// TestInterestConsumersOfOtherRuns reads a stream with interest retention whose messages are held only by
+// the consumers of a run at parallelism 2 (made by hand here): the run at 1 deletes the one whose subjects
+// its own consumer has, keeps the one with a subject it does not read (its messages would go with it), reads
+// every message, and deletes its own consumer when it finished. Its consumer has no InactiveThreshold.
+func TestInterestConsumersOfOtherRuns(t *testing.T) {
+	url := startServer(t)
+	js := client(t, url)
+	createStream(t, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*"}, Retention: jetstream.InterestPolicy})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for name, filters := range map[string][]string{"p_0_2": {"in.0", "in.2"}, "p_1_2": {"in.1", "in.9"}} {
+		if _, err := js.CreateConsumer(ctx, "IN", jetstream.ConsumerConfig{Durable: name, FilterSubjects: filters, AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const n = 400
+	publish(t, js, n, "in.0", "in.1", "in.2", "in.9")
+	var threshold atomic.Int64
+	env := runnel.NewEnvironment(runnel.WithParallelism(1), runnel.WithLogger(quiet),
+		runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 10 * time.Millisecond}))
+	src := runnel.FromSource(env, nats.Source(nats.SourceConfig{URL: url, Stream: "IN", Subjects: []string{"in.0", "in.1", "in.2"},
+		ConsumerPrefix: "p", Bounded: true}, decodeValue)).Name("nats")
+	runnel.Map(src, func(v int64) (int64, error) {
+		if threshold.Load() == 0 {
+			c, err := js.Consumer(context.Background(), "IN", "p_0_1")
+			if err != nil {
+				return 0, err
+			}
+			threshold.Store(int64(c.CachedInfo().Config.InactiveThreshold) + 1)
+		}
+		return v, nil
+	}).Name("look").SinkTo(connector.Discard[int64]()).Name("discard")
+	res, err := env.Execute(ctx, "interest")
+	if err != nil || res.Status != "FINISHED" {
+		t.Fatalf("%v, %+v", err, res)
+	}
+	if got := res.Vertex("nats").Subtasks[0].RecordsOut; got != 3*n/4 {
+		t.Fatalf("read %d messages, want %d", got, 3*n/4)
+	}
+	if got := time.Duration(threshold.Load() - 1); got != 0 {
+		t.Fatalf("the consumer on the interest stream had InactiveThreshold %s, want none", got)
+	}
+	st, err := js.Stream(ctx, "IN")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for name := range st.ConsumerNames(ctx).Name() {
+		names = append(names, name)
+	}
+	if len(names) != 1 || names[0] != "p_1_2" {
+		t.Fatalf("consumers %q left, want the one with subject in.9 the run does not read (p_1_2)", names)
+	}
+}
