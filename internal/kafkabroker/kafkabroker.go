@@ -563,6 +563,7 @@ func (b *Broker) ReadTopic(t testing.TB, topic string, level kgo.IsolationLevel)
 	list := adm.ListEndOffsets
 	if level == kgo.ReadCommitted() {
 		list = adm.ListCommittedOffsets // the last stable offsets
+		b.awaitMarkers(ctx, t, topic)
 	}
 	listed, err := list(ctx, topic)
 	if err == nil {
@@ -604,4 +605,42 @@ func (b *Broker) ReadTopic(t testing.TB, topic string, level kgo.IsolationLevel)
 		})
 	}
 	return recs
+}
+
+// awaitMarkers waits until no transaction that touches topic is between its end and its markers. A commit or
+// abort returns once the coordinator has logged its decision (PrepareCommit, PrepareAbort); the markers
+// reach the partitions a moment later, and until then the last stable offset stays before the
+// transaction's records. A read_committed read that begins in that moment would miss records whose commit
+// has already returned.
+func (b *Broker) awaitMarkers(ctx context.Context, t testing.TB, topic string) {
+	t.Helper()
+	adm := b.Admin(t)
+	for {
+		listed, err := adm.ListTransactions(ctx, nil, []string{"PrepareCommit", "PrepareAbort"})
+		if err != nil {
+			t.Fatalf("kafkabroker: listing the transactions that are ending: %v", err)
+		}
+		ids := listed.TransactionalIDs()
+		if len(ids) == 0 {
+			return
+		}
+		described, err := adm.DescribeTransactions(ctx, ids...)
+		if err != nil {
+			t.Fatalf("kafkabroker: describing the transactions that are ending: %v", err)
+		}
+		pending := false
+		for _, d := range described {
+			if (d.State == "PrepareCommit" || d.State == "PrepareAbort") && len(d.Topics[topic]) > 0 {
+				pending = true
+			}
+		}
+		if !pending {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("kafkabroker: transactions on %s still ending: %v", topic, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
