@@ -4,7 +4,8 @@
 # the same input topic: `runnel bench kafka --serve` starts the broker (internal/kafkabroker) and fills the
 # input once. Then ROUNDS rounds alternate the engines (Runnel, Flink, Runnel, ...); each invocation runs a
 # discarded warm-up (one throughput run per guarantee: the JVM's JIT, the broker's page cache) and one
-# measured round: throughput of each guarantee over the whole input, then latency at --rate. Prints each
+# measured round: throughput of each guarantee over the whole input, then latency at --rate (at-least-once
+# first in odd rounds, exactly-once first in even ones). Prints each
 # engine's medians and ranges over the rounds, its exactly-once / at-least-once ratio, and Runnel / Flink.
 #
 # Usage: bench/flink/kafka.sh   (from anywhere; needs go, java 17+, mvn, jq, and the broker's jars:
@@ -44,11 +45,14 @@ echo "broker $addr, input topic bench-in with $records records; raw results in $
 common=(--bootstrap "$addr" --input-topic bench-in --records "$records" --parallelism "$parallelism"
 	--checkpoint-interval "$interval" --rate "$rate" --latency-duration "$latency" --rounds 1)
 for round in $(seq "$rounds"); do
+	# Odd rounds run at-least-once first, even rounds exactly-once first, in both engines.
+	order=()
+	[ $((round % 2)) -eq 0 ] && order=(--eos-first=true)
 	echo "== round $round: runnel ($(uptime | sed 's/.*load/load/'))" >&2
-	"$out/runnel" bench kafka "${common[@]}" --json >"$out/runnel-$round.json" 2>"$out/runnel-$round.log"
+	"$out/runnel" bench kafka "${common[@]}" ${order[@]+"${order[@]}"} --json >"$out/runnel-$round.json" 2>"$out/runnel-$round.log"
 	tail -n 4 "$out/runnel-$round.log" >&2
 	echo "== round $round: flink ($(uptime | sed 's/.*load/load/'))" >&2
-	java -jar "$jar" kafka "${common[@]}" >"$out/flink-$round.out" 2>"$out/flink-$round.log"
+	java -jar "$jar" kafka "${common[@]}" ${order[@]+"${order[@]}"} >"$out/flink-$round.out" 2>"$out/flink-$round.log"
 	tail -n 1 "$out/flink-$round.out" >"$out/flink-$round.json"
 	grep '^flink kafka:' "$out/flink-$round.log" | tail -n 4 >&2
 done

@@ -99,15 +99,18 @@ final class KafkaBench {
         String guarantee = f.getOrDefault("guarantee", "both");
         int rounds = (int) Main.longFlag(f, "rounds", 3);
         boolean warmup = Boolean.parseBoolean(f.getOrDefault("warmup", "true"));
+        boolean eosFirst = Boolean.parseBoolean(f.getOrDefault("eos-first", "false"));
         double rate = Double.parseDouble(f.getOrDefault("rate", "20000"));
         long latencyMs = Main.durationMs(f, "latency-duration", 10_000);
         long skipMs = Main.durationMs(f, "latency-skip", 2_000);
         keepTopics = Boolean.parseBoolean(f.getOrDefault("keep-topics", "false"));
         Main.checkUnused(f, "bootstrap", "input-topic", "records", "keys", "parallelism", "checkpoint-interval",
-                "guarantee", "rounds", "warmup", "rate", "latency-duration", "latency-skip", "keep-topics");
+                "guarantee", "rounds", "warmup", "eos-first", "rate", "latency-duration", "latency-skip", "keep-topics");
         List<String> gs;
         switch (guarantee) {
-            case "both": gs = List.of("at-least-once", "exactly-once"); break;
+            case "both":
+                gs = eosFirst ? List.of("exactly-once", "at-least-once") : List.of("at-least-once", "exactly-once");
+                break;
             case "at-least-once": case "exactly-once": gs = List.of(guarantee); break;
             default: throw new IllegalArgumentException("--guarantee: exactly-once, at-least-once or both, not " + guarantee);
         }

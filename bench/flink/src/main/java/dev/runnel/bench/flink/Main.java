@@ -131,7 +131,7 @@ public final class Main {
         out.println("               without --output: into a blackhole sink, printing events/s");
         out.println("  kafka        --bootstrap HOST:PORT (required) [--input-topic T] --records 10000000 --keys 1000");
         out.println("               --parallelism 2 --checkpoint-interval 1s --guarantee both|exactly-once|at-least-once");
-        out.println("               --rounds 3 --warmup true --rate 20000 --latency-duration 10s --latency-skip 2s");
+        out.println("               --rounds 3 --warmup true --eos-first false --rate 20000 --latency-duration 10s --latency-skip 2s");
         out.println("               --keep-topics false: KafkaSource -> keyBy -> running count -> KafkaSink, as runnel bench kafka");
         out.println("durations take ms, s or m (a bare number is milliseconds)");
     }
