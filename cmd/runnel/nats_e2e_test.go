@@ -235,6 +235,8 @@ func TestNATSExactlyOnceKilledTaskManager(t *testing.T) {
 		want[i%keys] = append(want[i%keys], sums[i%keys])
 	}
 	got := map[int64][]int64{}
+	ctx, cancel = context.WithTimeout(context.Background(), 60*time.Second) // the run took its own time
+	defer cancel()
 	cons, err := js.OrderedConsumer(ctx, "OUT", jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		t.Fatal(err)
