@@ -802,12 +802,17 @@ const positionsState = "nats-positions"
 
 // position is one element of the positions state: subject filter Filter ("" for the whole stream) was read
 // up to stream sequence Last, or, without Read, not at all yet (the subtask had not started). Every
-// subtask snapshots its filters, so the state lists every filter of the source.
+// subtask snapshots its filters, so the state lists every filter of the source, and, once the job started
+// (or was restored), the element startedMarker: a restored subtask without a position for one of its
+// filters, even one that read nothing before, knows that the filters changed.
 type position struct {
 	Filter string
 	Last   uint64
 	Read   bool
 }
+
+// startedMarker is the Filter of the element that says the job started; no subject filter is.
+const startedMarker = "\x00started"
 
 // takeRestored reads the restored positions (the state is restored after CreateReader) into pos, once. A
 // restore at another parallelism gives every subtask every position; it takes those of its filters. The
@@ -826,7 +831,7 @@ func (r *sourceReader[T]) takeRestored() {
 	read := map[string]uint64{}
 	var had []string
 	for _, e := range elems {
-		if slices.Contains(had, e.Filter) {
+		if e.Filter == startedMarker || slices.Contains(had, e.Filter) {
 			continue
 		}
 		had = append(had, e.Filter)
@@ -880,7 +885,10 @@ func (r *sourceReader[T]) SnapshotState(id int64) ([]byte, error) {
 	} else if r.lastMsg != nil && (len(r.acks) == 0 || r.acks[len(r.acks)-1].msg != r.lastMsg) {
 		r.acks = append(r.acks, pendingAck{id: id, msg: r.lastMsg})
 	}
-	elems := make([]position, 0, len(r.filters))
+	elems := make([]position, 0, len(r.filters)+1)
+	if r.started || r.restored {
+		elems = append(elems, position{Filter: startedMarker})
+	}
 	for _, f := range r.filters {
 		last, ok := r.pos[f]
 		if r.started && ok {

@@ -2,6 +2,7 @@ package nats
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -120,6 +121,37 @@ func TestOtherRun(t *testing.T) {
 	} {
 		if got := otherRun(name, "op", 3); got != want {
 			t.Errorf("otherRun(%q, op, 3) = %v, want %v", name, got, want)
+		}
+	}
+}
+
+type fakeList struct{ vs []position }
+
+func (l *fakeList) Get() []position      { return l.vs }
+func (l *fakeList) Add(v position)       { l.vs = append(l.vs, v) }
+func (l *fakeList) Update(vs []position) { l.vs = append([]position(nil), vs...) }
+func (l *fakeList) Clear()               { l.vs = nil }
+
+// TestRestoreNewFilter restores subtask 1 of 2, which reads subject filter in.1 now: from a checkpoint of
+// a job that did not have in.1 (its subtask 1 idled and left only the started marker) the restore is
+// refused, from a job that never started (nothing) it starts afresh, and from one that read in.1 it takes
+// its position.
+func TestRestoreNewFilter(t *testing.T) {
+	for _, tc := range []struct {
+		elems   []position
+		refused bool
+		pos     map[string]uint64
+	}{
+		{[]position{{Filter: startedMarker}}, true, map[string]uint64{}},
+		{nil, false, map[string]uint64{}},
+		{[]position{{Filter: startedMarker}, {Filter: "in.1", Last: 7, Read: true}}, false, map[string]uint64{"in.1": 7}},
+		{[]position{{Filter: startedMarker}, {Filter: "in.1", Last: 7, Read: true}, {Filter: "in.2", Last: 9, Read: true}}, true, map[string]uint64{}},
+	} {
+		r := &sourceReader[int]{src: &source[int]{cfg: SourceConfig{Stream: "IN", Subjects: []string{"in.0", "in.1"}}},
+			state: &fakeList{vs: tc.elems}, filters: []string{"in.1"}, pos: map[string]uint64{}}
+		r.takeRestored()
+		if (r.restoreErr != nil) != tc.refused || fmt.Sprint(r.pos) != fmt.Sprint(tc.pos) {
+			t.Errorf("restore of %v: %v, positions %v; want refused %v, positions %v", tc.elems, r.restoreErr, r.pos, tc.refused, tc.pos)
 		}
 	}
 }
