@@ -155,3 +155,24 @@ func TestRestoreNewFilter(t *testing.T) {
 		}
 	}
 }
+
+// TestRestoreOldFormat restores the reader bytes of the source before its positions were list state (the
+// sequence read up to, and the subtask's filters): its filters take the sequence; other filters are refused.
+func TestRestoreOldFormat(t *testing.T) {
+	old := []byte{sourceStateVersion, 42, 2, 4, 'i', 'n', '.', '1', 4, 'i', 'n', '.', '3'}
+	r := &sourceReader[int]{src: &source[int]{cfg: SourceConfig{Stream: "IN"}}, filters: []string{"in.1", "in.3"}, pos: map[string]uint64{}}
+	if err := r.RestoreState(old); err != nil || !r.restored || fmt.Sprint(r.pos) != "map[in.1:42 in.3:42]" {
+		t.Fatalf("restore: %v, restored %v, positions %v", err, r.restored, r.pos)
+	}
+	r = &sourceReader[int]{src: &source[int]{cfg: SourceConfig{Stream: "IN"}}, ctx: idx{}, filters: []string{"in.1"}, pos: map[string]uint64{}}
+	if err := r.RestoreState(old); err == nil {
+		t.Fatal("a restore with other filters was taken")
+	}
+	if err := r.RestoreState(old[:3]); err == nil {
+		t.Fatal("a cut state was taken")
+	}
+}
+
+type idx struct{ runnel.RuntimeContext }
+
+func (idx) SubtaskIndex() int { return 1 }
