@@ -10,6 +10,8 @@
 //	runnel bench recovery                        one failure under full, region and approximate failover
 //	runnel bench tm-loss [--freeze]              SIGKILL (SIGSTOP) a TaskManager process: detection and restart
 //	runnel bench throughput --processes 3        the pipeline on 3 TaskManager processes / the mini-cluster
+//	runnel bench nexmark --query q5              a Nexmark query over the generated events
+//	runnel bench kafka [--bootstrap HOST:PORT]   Kafka to Kafka, exactly once against at least once
 //
 // A cluster of processes, every one started from this binary (see README, "Run a cluster"):
 //
