@@ -6,7 +6,9 @@ package kafka_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"log/slog"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -55,13 +57,16 @@ func e2eWindowSums(n int, size int64) map[int64][]int64 {
 // same parallelism), so its subtask index is the sink's. act's error fails the subtask.
 type e2eWhileOpen struct {
 	runnel.RichBase
-	topic     string
-	prefix    string
-	at        int64 // < 0: never act
-	act       func() error
-	state     *e2eWhileOpenState
-	subtask   int
-	lastCheck time.Time
+	topic  string
+	prefix string
+	at     int64 // < 0: never act
+	// afterCommit makes it act only once some records of the output topic are committed: a checkpoint
+	// completed (a broker's first transactions take seconds to set up).
+	afterCommit bool
+	act         func() error
+	state       *e2eWhileOpenState
+	subtask     int
+	lastCheck   time.Time
 }
 
 // e2eWhileOpenState is shared by a job's e2eWhileOpen subtasks and read by the test.
@@ -138,6 +143,13 @@ func (f *e2eWhileOpen) openRecords() (bool, error) {
 	lso, err := adm.ListCommittedOffsets(ctx, f.topic)
 	if err != nil {
 		return false, err
+	}
+	if f.afterCommit {
+		var committed int64
+		lso.Each(func(o kadm.ListedOffset) { committed += o.Offset })
+		if committed == 0 {
+			return false, nil
+		}
 	}
 	for _, tx := range open.Sorted() {
 		for _, tp := range tx.Topics.Sorted() {
@@ -266,13 +278,27 @@ func e2eCheckExactlyOnce(t *testing.T, b *kafkabroker.Broker, topic string, want
 
 // e2eSumEOSJob is the running sum of e2eSumJob with the e2eWhileOpen map before the exactly-once sink.
 func e2eSumEOSJob(env *runnel.Environment, b *kafkabroker.Broker, in, out, prefix string, bounded bool, w *e2eWhileOpen) {
+	e2eSumEOSJobAt(env, b, in, out, prefix, bounded, w, false)
+}
+
+// e2eSumEOSJobAt is e2eSumEOSJob with the e2eWhileOpen map chained to the sink, or, upstream, to the
+// source: then the subtask it acts in is not a sink subtask (it watches the sink subtask of its index).
+func e2eSumEOSJobAt(env *runnel.Environment, b *kafkabroker.Broker, in, out, prefix string, bounded bool, w *e2eWhileOpen, upstream bool) {
 	src := runnel.FromSource(env, kafka.Source(kafka.SourceConfig{Brokers: []string{b.Addr}, Topic: in, Bounded: bounded}, e2eDecode)).
 		Name("kafka-in").WithCodec(codec.MustStruct[e2eKV]())
+	w.topic, w.prefix = out, prefix
+	whileOpen := func(s *runnel.Stream[e2eKV]) *runnel.Stream[e2eKV] {
+		return runnel.MapWith(s, func() runnel.MapFunction[e2eKV, e2eKV] { c := *w; return &c }).Name("while-open")
+	}
+	if upstream {
+		src = whileOpen(src)
+	}
 	sums := runnel.Reduce(runnel.KeyBy(src, func(v e2eKV) int64 { return v.F0 }),
 		func(a, b e2eKV) (e2eKV, error) { a.F1 += b.F1; return a, nil }).Name("keyed")
-	w.topic, w.prefix = out, prefix
-	runnel.MapWith(sums, func() runnel.MapFunction[e2eKV, e2eKV] { c := *w; return &c }).Name("while-open").
-		SinkTo(e2eEOSSink(b, out, prefix)).Name("kafka-out")
+	if !upstream {
+		sums = whileOpen(sums)
+	}
+	sums.SinkTo(e2eEOSSink(b, out, prefix)).Name("kafka-out")
 }
 
 // TestBrokerExactlyOnceFinalCheckpoint runs a bounded job whose checkpoint interval is longer than the
@@ -304,9 +330,13 @@ func TestBrokerExactlyOnceFinalCheckpoint(t *testing.T) {
 type e2eEnd int
 
 const (
-	e2eCancel            e2eEnd = iota // the job's context cancelled
+	e2eCancel            e2eEnd = iota // the job's context cancelled, by the test, once a checkpoint committed records
 	e2eFailForGood                     // a failure with no restart
 	e2eStopWithSavepoint               // cancelled with WithSavepointOnStop
+	// e2eExhausted: a failure injected into the keyed operator (chained to the sink) early is restarted,
+	// and a second one, injected later into the map upstream of the sink (chained to the source) while
+	// records flow, exhausts the restart strategy (one restart). The e2eWhileOpen map does not act.
+	e2eExhausted
 )
 
 // e2eEndWhileOpen runs the unbounded exactly-once running sum over in (which holds 30000 records) into a
@@ -314,6 +344,11 @@ const (
 // of an open transaction in the topic. It returns the output topic, the transactional id prefix, the
 // savepoint directory and the job's result.
 func e2eEndWhileOpen(t *testing.T, b *kafkabroker.Broker, in, name string, end e2eEnd) (out, prefix, savepoint string, res *runnel.JobResult) {
+	return e2eEndWhileOpenLogged(t, b, in, name, end, e2eQuiet)
+}
+
+// e2eEndWhileOpenLogged is e2eEndWhileOpen with the job's logger given.
+func e2eEndWhileOpenLogged(t *testing.T, b *kafkabroker.Broker, in, name string, end e2eEnd, log *slog.Logger) (out, prefix, savepoint string, res *runnel.JobResult) {
 	t.Helper()
 	slug := strings.ReplaceAll(name, " ", "-")
 	out, prefix = b.Name("e2e-end-out-"+slug), b.Name("e2e-end-"+slug)
@@ -322,24 +357,60 @@ func e2eEndWhileOpen(t *testing.T, b *kafkabroker.Broker, in, name string, end e
 	defer cancel()
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	opts := []runnel.Option{runnel.WithParallelism(2), runnel.WithLogger(e2eQuiet),
+	opts := []runnel.Option{runnel.WithParallelism(2), runnel.WithLogger(log),
 		runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 100 * time.Millisecond}), runnel.WithRestartStrategy("none")}
 	savepoint = filepath.Join(t.TempDir(), "savepoint")
-	act, status := func() error { stop(); return nil }, "CANCELED"
+	act, status, upstream := func() error { stop(); return nil }, "CANCELED", false
 	switch end {
 	case e2eFailForGood:
 		act, status = e2eFailure, "FAILED"
 	case e2eStopWithSavepoint:
 		opts = append(opts, runnel.WithSavepointOnStop(savepoint))
+	case e2eExhausted:
+		act, status, upstream = nil, "FAILED", true
+		opts = append(opts, runnel.WithRestartStrategy("fixed-delay:attempts=1,delay=0s"),
+			runnel.WithFailureInjection("keyed[0]@1000", "while-open[0]@12000"))
 	}
 	st := newE2EWhileOpenState(t, b)
+	at := int64(10_000)
+	if end == e2eCancel {
+		// The test cancels, from a goroutine of its own, once a checkpoint committed records and a sink
+		// subtask has records of an open transaction in the topic: that does not depend on records
+		// passing the map when both hold.
+		act = nil
+		done := make(chan struct{})
+		defer func() { stop(); <-done }()
+		go func() {
+			defer close(done)
+			look := []*e2eWhileOpen{{topic: out, prefix: prefix, state: st, afterCommit: true, subtask: 0},
+				{topic: out, prefix: prefix, state: st, afterCommit: true, subtask: 1}}
+			for runCtx.Err() == nil {
+				for _, f := range look {
+					open, err := f.openRecords()
+					if err != nil {
+						st.lastErr.Store(err)
+					}
+					if open && st.fired.CompareAndSwap(false, true) {
+						stop()
+						return
+					}
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}()
+	}
+	if act == nil {
+		at = -1
+	}
 	env := runnel.NewEnvironment(opts...)
-	e2eSumEOSJob(env, b, in, out, prefix, false, &e2eWhileOpen{at: 10_000, act: act, state: st})
+	e2eSumEOSJobAt(env, b, in, out, prefix, false, &e2eWhileOpen{at: at, act: act, state: st, afterCommit: end != e2eStopWithSavepoint}, upstream)
 	res, err := env.Execute(runCtx, "e2e "+name)
 	if res == nil || res.Status != status {
 		t.Fatalf("%v, %+v, want status %s", err, res, status)
 	}
-	st.check(t)
+	if act != nil || end == e2eCancel {
+		st.check(t)
+	}
 	if end == e2eStopWithSavepoint && res.Savepoint != savepoint {
 		t.Fatalf("stopped with savepoint %q, want %q: %+v", res.Savepoint, savepoint, res)
 	}
@@ -376,6 +447,135 @@ func TestBrokerExactlyOnceResumesFromSavepoint(t *testing.T) {
 		t.Fatalf("transactions left Ongoing after the resumed job finished: %+v", open)
 	}
 }
+
+// TestBrokerExactlyOnceEndedJobLeavesNothingOpen ends an unbounded exactly-once job while its sink has
+// records in open transactions and checkpoints are taken every 100 ms: cancelled, and failed for good
+// (a subtask upstream of the sink fails a second time, past its restart strategy's one restart). The job
+// aborts its checkpoints in progress ahead of the cancellations, the sink subtasks hear the aborts and
+// abort what they prepared for them as they close, and a commit in flight completes before the
+// cancellations: no transaction of the job is left Ongoing, and read_committed readers read, per key, a
+// prefix of the running sums, each once.
+func TestBrokerExactlyOnceEndedJobLeavesNothingOpen(t *testing.T) {
+	b := kafkabroker.Shared(t)
+	const n = 30_000
+	for _, tc := range []struct {
+		name string
+		end  e2eEnd
+	}{{"cancelled", e2eCancel}, {"failed for good", e2eExhausted}} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := b.Name("e2e-ended-in-" + strings.ReplaceAll(tc.name, " ", "-"))
+			b.CreateTopic(t, in, 3)
+			defer e2eProduceSlowly(t, b, in, n)()
+			var aborts atomic.Int64
+			out, prefix, _, res := e2eEndWhileOpenLogged(t, b, in, tc.name, tc.end, slog.New(e2eAbortCounter{&aborts}))
+			if open := b.OngoingTransactions(t, prefix+"-"); len(open) != 0 {
+				t.Fatalf("transactions left Ongoing by the %s job: %+v", tc.name, open)
+			}
+			if res.Checkpoints == nil || res.Checkpoints.Completed < 1 {
+				t.Fatalf("checkpoints %+v: want a few completed before the job ended, for their transactions' commits", res.Checkpoints)
+			}
+			if tc.end == e2eExhausted && (len(res.Failovers) != 1 || !strings.Contains(res.Error, "injected failure while-open[0]")) {
+				t.Fatalf("failovers %+v, error %q: want the one restart the strategy allows, then the failure of while-open[0]", res.Failovers, res.Error)
+			}
+			e2eAwaitMarkers(t, b, prefix+"-")
+			want := e2eRunningSums(n)
+			committed := 0
+			for k, got := range e2eRead(t, b, out, kgo.ReadCommitted()) {
+				if w := want[k]; len(got) > len(w) || !slicesEqual(got, w[:len(got)]) {
+					t.Fatalf("key %d: read_committed read %d records, not a prefix of the running sums, each once %s", k, len(got), e2eFirstDiff(got, w[:min(len(got), len(w))]))
+				}
+				committed += len(got)
+			}
+			if committed == 0 {
+				t.Fatalf("read_committed read nothing, with checkpoints %+v", *res.Checkpoints)
+			}
+			t.Logf("%d records committed before the job ended; checkpoints %+v; %d prepared transactions of aborted checkpoints aborted at close",
+				committed, *res.Checkpoints, aborts.Load())
+		})
+	}
+}
+
+// e2eProduceSlowly produces e2eProduce's n records on a goroutine of its own, 50 every 10 ms (the job's
+// source then reads as they come, and checkpoints complete while it runs), and returns a function that
+// stops it and waits for it.
+func e2eProduceSlowly(t *testing.T, b *kafkabroker.Broker, topic string, n int) (stop func()) {
+	t.Helper()
+	cl := b.Client(t, kgo.DefaultProduceTopic(topic))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	done := make(chan struct{})
+	var failed atomic.Value // error
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; i < n && ctx.Err() == nil; {
+			for end := min(i+50, n); i < end; i++ {
+				rec := &kgo.Record{Key: binary.BigEndian.AppendUint64(nil, uint64(i%e2eKeys)), Value: binary.BigEndian.AppendUint64(nil, uint64(i))}
+				cl.Produce(ctx, rec, func(_ *kgo.Record, err error) {
+					if err != nil && ctx.Err() == nil {
+						failed.CompareAndSwap(nil, err)
+					}
+				})
+			}
+			select {
+			case <-tick.C:
+			case <-ctx.Done():
+			}
+		}
+		cl.Flush(ctx)
+	}()
+	return func() {
+		cancel()
+		<-done
+		if err, _ := failed.Load().(error); err != nil {
+			t.Errorf("producing the input: %v", err)
+		}
+	}
+}
+
+// e2eAwaitMarkers waits until no transaction under prefix is between its end and its markers
+// (PrepareCommit, PrepareAbort): an EndTxn is answered before the coordinator writes the markers, and a
+// read_committed reader reads up to them.
+func e2eAwaitMarkers(t *testing.T, b *kafkabroker.Broker, prefix string) {
+	t.Helper()
+	adm := b.Admin(t)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		listed, err := adm.ListTransactions(ctx, nil, []string{"PrepareCommit", "PrepareAbort"})
+		cancel()
+		if err != nil {
+			t.Fatalf("listing transactions: %v", err)
+		}
+		var ending []string
+		for _, tx := range listed.Sorted() {
+			if strings.HasPrefix(tx.TxnID, prefix) {
+				ending = append(ending, tx.TxnID+" "+tx.State)
+			}
+		}
+		if len(ending) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("transactions still writing their markers after 30 s: %v", ending)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// e2eAbortCounter is a log handler that drops everything and counts the sink's aborts, at close, of the
+// transactions it prepared for aborted checkpoints.
+type e2eAbortCounter struct{ n *atomic.Int64 }
+
+func (h e2eAbortCounter) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
+func (h e2eAbortCounter) Handle(_ context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, "aborted the transaction prepared for an aborted checkpoint") {
+		h.n.Add(1)
+	}
+	return nil
+}
+func (h e2eAbortCounter) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h e2eAbortCounter) WithGroup(string) slog.Handler      { return h }
 
 func slicesEqual(a, b []int64) bool {
 	if len(a) != len(b) {

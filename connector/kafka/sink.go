@@ -374,9 +374,21 @@ func (w *sinkWriter[T]) NotifyCheckpointComplete(id int64) error {
 	return w.txn.commitUpTo(id)
 }
 
+// NotifyCheckpointAborted implements runnel.CheckpointAbortListener: exactly once, it notes that the
+// checkpoint can never complete. The transaction prepared for it stays open while the subtask runs (the
+// next checkpoint lists it too, and its completion commits it); Close aborts it if every later checkpoint
+// the subtask took was aborted as well.
+func (w *sinkWriter[T]) NotifyCheckpointAborted(id int64) error {
+	if w.txn != nil {
+		w.txn.aborted(id)
+	}
+	return nil
+}
+
 // Close implements runnel.SinkWriter: it closes the clients. At least once, records not yet acknowledged
 // may be lost (a failing or cancelled job; its checkpoint did not complete). Exactly once, it aborts the
-// open transaction; prepared ones stay for the restore to settle (see txnWriter.close).
+// open transaction and the prepared ones whose checkpoints it heard aborted (with every later one it took);
+// the other prepared ones stay for the restore to settle (see txnWriter.close).
 func (w *sinkWriter[T]) Close() error {
 	if w.txn != nil {
 		return w.txn.close()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -41,6 +42,17 @@ import (
 // under the prefix. Subtask i also aborts those of subtasks numbered at or above the parallelism whose
 // number is i modulo the parallelism (a previous run with more subtasks). A subtask that starts without
 // state (a fresh job, or a failover before the first checkpoint) does the same with no commit.
+//
+// A checkpoint abort (runnel.CheckpointAbortListener) leaves the transaction prepared for it open while
+// the subtask runs: the next checkpoint lists it too (its records come before that barrier), and that
+// checkpoint's completion commits it. Close aborts the open transaction and every prepared one that no
+// checkpoint which may still complete lists: prepared for a checkpoint that, with every later one the
+// subtask snapshotted, was heard aborted. The job master aborts a failing or cancelled job's checkpoints
+// ahead of the cancellations (and holds the cancellations while a commit is out), so a sink subtask that
+// is cancelled leaves nothing open. A sink subtask that fails itself cannot do as much: a checkpoint it
+// acknowledged may still complete, and it is gone before its fate is decided, so what it prepared for
+// the checkpoints it had not heard of stays open until a restore or a later run under the prefix settles
+// it, or the transaction timeout ends it (docs/checkpoints.md).
 
 // maxPool bounds a subtask's transactional producers: more mean that checkpoints stopped completing,
 // while transactions waited for them.
@@ -74,7 +86,18 @@ type txnWriter struct {
 	cur     *txnProducer         // the transaction being written, nil until the epoch's first record
 	pending []prepared           // prepared transactions, by checkpoint
 	started bool                 // the open transactions of earlier attempts were settled
+
+	// What the subtask heard of its checkpoints' fate, for close (see undecidedAbove): completed is the
+	// highest completion heard; undecided the checkpoints snapshotted above it whose abort was not heard,
+	// ascending, at most maxUndecided; undecidedFloor the highest of those dropped past that bound.
+	completed      int64
+	undecided      []int64
+	undecidedFloor int64
 }
+
+// maxUndecided bounds the checkpoints a subtask snapshotted and heard neither completed nor aborted.
+// Past it the oldest is folded into undecidedFloor, which only keeps more transactions open at close.
+const maxUndecided = 2 * maxPool
 
 func (t *txnWriter) txnID(prefix string, sub, k int) string {
 	return prefix + "-" + strconv.Itoa(sub) + "-" + strconv.Itoa(k)
@@ -170,6 +193,13 @@ func (t *txnWriter) snapshot(id int64) ([]byte, error) {
 		t.pending = append(t.pending, prepared{checkpoint: id, p: p})
 		t.cur = nil
 	}
+	if id > t.completed && (len(t.undecided) == 0 || id > t.undecided[len(t.undecided)-1]) {
+		t.undecided = append(t.undecided, id)
+		if len(t.undecided) > maxUndecided {
+			t.undecidedFloor = max(t.undecidedFloor, t.undecided[0])
+			t.undecided = slices.Delete(t.undecided, 0, 1)
+		}
+	}
 	b := []byte{txnStateVersion}
 	b = binary.AppendUvarint(b, uint64(len(t.cfg.TransactionalIDPrefix)))
 	b = append(b, t.cfg.TransactionalIDPrefix...)
@@ -189,6 +219,13 @@ func (t *txnWriter) snapshot(id int64) ([]byte, error) {
 // commitUpTo commits the transactions prepared for checkpoints up to id, in order, and returns their
 // producers to the pool.
 func (t *txnWriter) commitUpTo(id int64) error {
+	// Heard before the commits: one that fails leaves its transaction to the restore of the checkpoint,
+	// and close must not abort it.
+	t.completed = max(t.completed, id)
+	t.undecided = slices.DeleteFunc(t.undecided, func(c int64) bool { return c <= id })
+	if t.undecidedFloor <= id {
+		t.undecidedFloor = 0
+	}
 	n := 0
 	for n < len(t.pending) && t.pending[n].checkpoint <= id {
 		p := t.pending[n].p
@@ -215,10 +252,35 @@ func (t *txnWriter) commitUpTo(id int64) error {
 	return nil
 }
 
-// close aborts the open transaction and closes the producers. Prepared transactions stay open: their
-// checkpoint may have completed (its notification was missed), and then the restore of the job commits
-// them; if not, the restore (or the next start under the prefix) aborts them, and if the job never starts
-// again Kafka aborts them after the transaction timeout.
+// aborted hears that checkpoint id was aborted: it can never complete, and no restore takes it. The
+// transaction prepared for it stays: the subtask goes on, and its next checkpoint lists that transaction
+// too (what it holds comes before that checkpoint's barrier), so the next completion commits it. Only
+// close, when no later checkpoint can come, aborts it (undecidedAbove).
+func (t *txnWriter) aborted(id int64) {
+	if i, found := slices.BinarySearch(t.undecided, id); found {
+		t.undecided = slices.Delete(t.undecided, i, i+1)
+	}
+}
+
+// undecidedAbove returns the highest checkpoint this subtask snapshotted that may still complete or be
+// restored from: the highest completion heard, or a snapshot above it whose abort was not heard. Every
+// snapshot lists each transaction prepared before it, so a prepared transaction above that checkpoint
+// is listed only by checkpoints that were aborted; once the subtask closes, taking no later snapshot,
+// no checkpoint that lists it can complete.
+func (t *txnWriter) undecidedAbove() int64 {
+	keep := max(t.completed, t.undecidedFloor)
+	if n := len(t.undecided); n > 0 {
+		keep = max(keep, t.undecided[n-1])
+	}
+	return keep
+}
+
+// close aborts the open transaction and the prepared ones that no checkpoint which may complete lists
+// (their checkpoints, and every later one the subtask snapshotted, were heard aborted: see
+// undecidedAbove), and closes the producers. The other prepared transactions stay open: their checkpoint
+// may have completed (its notification was missed), and then the restore of the job commits them; if not,
+// the restore (or the next start under the prefix) aborts them, and if the job never starts again Kafka
+// aborts them after the transaction timeout.
 func (t *txnWriter) close() error {
 	var err error
 	if p := t.cur; p != nil {
@@ -231,6 +293,24 @@ func (t *txnWriter) close() error {
 			err = fmt.Errorf("kafka sink: abort the open transaction of %s: %w", p.id, err)
 		}
 		t.cur = nil
+	}
+	keep := t.undecidedAbove()
+	for len(t.pending) > 0 {
+		pr := t.pending[len(t.pending)-1]
+		if pr.checkpoint <= keep {
+			break
+		}
+		p := pr.p
+		ctx, cancel := context.WithTimeout(context.Background(), min(t.timeout, 10*time.Second))
+		aerr := p.cl.EndTransaction(ctx, kgo.TryAbort)
+		cancel()
+		if aerr != nil {
+			err = errors.Join(err, fmt.Errorf("kafka sink: abort transaction %s (producer id %d, epoch %d) of aborted checkpoint %d: %w", p.id, p.pid, p.epoch, pr.checkpoint, aerr))
+			break
+		}
+		t.log.Info("kafka sink: aborted the transaction prepared for an aborted checkpoint", "transactional_id", p.id,
+			"producer_id", p.pid, "epoch", p.epoch, "checkpoint", pr.checkpoint)
+		t.pending = t.pending[:len(t.pending)-1]
 	}
 	for _, p := range t.pool {
 		if p.cl != nil {

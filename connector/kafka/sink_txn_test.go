@@ -556,3 +556,65 @@ func TestGuaranteeChangeAcrossASavepoint(t *testing.T) {
 	want := append(span(0, 10), span(20, 30)...)
 	checkOnce(t, "read_committed", readTopic(t, brokers, "out", true, len(want)), want)
 }
+
+// TestExactlyOnceWriterAbortsWhatAbortedCheckpointsPrepared drives one subtask's writer through aborted
+// checkpoints. While it runs, an abort keeps the checkpoint's transaction: the next checkpoint covers its
+// records too, and its completion commits them (none is lost). At Close it aborts the transactions
+// prepared for the checkpoints it heard aborted when it heard every later one it took aborted too, and
+// keeps those a checkpoint that may still complete lists, for the restore of that checkpoint to commit.
+func TestExactlyOnceWriterAbortsWhatAbortedCheckpointsPrepared(t *testing.T) {
+	for _, mode := range txnModes {
+		for _, abortFour := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/checkpoint 4 aborted %v", mode.name, abortFour), func(t *testing.T) {
+				brokers := txnCluster(t, 3, "out", mode.opts...)
+				s := kafka.Sink(kafka.SinkConfig{Brokers: brokers, Topic: "out", Guarantee: kafka.ExactlyOnce,
+					TransactionalIDPrefix: "aborts", Linger: time.Millisecond}, encodeInt)
+				w := newWriter(t, s, 0, 1)
+				al := w.(runnel.CheckpointAbortListener)
+				writeSpan(t, w, 0, 10)
+				snapshot(t, w, 1)
+				writeSpan(t, w, 10, 20)
+				snapshot(t, w, 2)
+				must(t, al.NotifyCheckpointAborted(1))
+				writeSpan(t, w, 20, 30)
+				snapshot(t, w, 3)
+				must(t, w.NotifyCheckpointComplete(3))
+				checkOnce(t, "read_committed after checkpoint 3", readTopic(t, brokers, "out", true, 30), span(0, 30))
+
+				writeSpan(t, w, 30, 40)
+				st4 := snapshot(t, w, 4)
+				writeSpan(t, w, 40, 50)
+				snapshot(t, w, 5)
+				writeSpan(t, w, 50, 55)
+				must(t, w.Flush())
+				must(t, al.NotifyCheckpointAborted(5))
+				must(t, al.NotifyCheckpointAborted(6)) // never snapshotted: nothing to do
+				if abortFour {
+					must(t, al.NotifyCheckpointAborted(4))
+				}
+				must(t, w.Close())
+				open, want := openTxns(t, brokers), []string{"aborts-0-0"} // checkpoint 4's, the pool's first producer
+				if abortFour {
+					want = nil
+				}
+				if !slices.Equal(open, want) {
+					t.Fatalf("open transactions after Close: %v, want %v", open, want)
+				}
+				if got := readTopic(t, brokers, "out", false, 55); len(got) != 55 {
+					t.Fatalf("read_uncommitted sees %d records, want the 55 written", len(got))
+				}
+				if abortFour {
+					checkOnce(t, "read_committed after Close", readTopic(t, brokers, "out", true, 30), span(0, 30))
+					return
+				}
+				w2 := newWriter(t, s, 0, 1)
+				must(t, w2.RestoreState(st4))
+				must(t, w2.Close())
+				checkOnce(t, "read_committed after the restore of checkpoint 4", readTopic(t, brokers, "out", true, 40), span(0, 40))
+				if got := openTxns(t, brokers); len(got) != 0 {
+					t.Fatalf("open transactions after the restore: %v", got)
+				}
+			})
+		}
+	}
+}
