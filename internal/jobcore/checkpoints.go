@@ -206,6 +206,9 @@ func (c *Core) checkpointTasks() []checkpoint.Task {
 func (c *Core) carryOut(r checkpoint.Ready) {
 	for !r.Empty() {
 		var next checkpoint.Ready
+		// A savepoint aborted here cancels the job once this round's notifications went out: the
+		// cancellations must follow the aborts of the checkpoints the tasks took part in.
+		cancel := false
 		for _, cp := range r.Persist {
 			c.storage(CommitMetadata{Checkpoint: cp}, 0)
 		}
@@ -223,7 +226,7 @@ func (c *Core) carryOut(r checkpoint.Ready) {
 			c.log(LogDebug, "checkpoint aborted", "id", ab.ID, "reason", ab.Reason, "err", ab.Err)
 			if sp := c.savepoint; sp != nil && sp.id == ab.ID && sp.pending() {
 				sp.err = fmt.Errorf("savepoint %d aborted: %s: %w", ab.ID, ab.Reason, ab.Err)
-				c.cancelJob()
+				cancel = true
 			}
 			c.storage(Discard{CheckpointID: ab.ID}, 0)
 		}
@@ -239,6 +242,9 @@ func (c *Core) carryOut(r checkpoint.Ready) {
 			case checkpoint.NotifyComplete:
 				c.send(ex.tm, NotifyCheckpointComplete{Attempt: n.To, ID: n.CheckpointID})
 			}
+		}
+		if cancel {
+			c.cancelJob()
 		}
 		for _, t := range r.Triggers {
 			c.lastTriggered = max(c.lastTriggered, t.ID)

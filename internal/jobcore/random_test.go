@@ -22,6 +22,9 @@ import (
 //   - no Deploy of a restarted attempt before the VerifyLatest that chose its checkpoint answered, and the
 //     checkpoint it restores is the one that answer named;
 //   - no NotifyCheckpointComplete of a checkpoint before its CommitMetadata succeeded;
+//   - no checkpoint both aborted (AbortCheckpoint) and completed (NotifyCheckpointComplete), and no
+//     checkpoint's abort or completion to an attempt after the CancelTask of a job that fails or is
+//     cancelled (the abort and completion come first, so that sinks settle what they prepared);
 //   - the restore spec of every deployed restarted attempt names the checkpoint its failover reports;
 //   - no message to a lost TaskManager; attempt numbers only rise;
 //   - the status changes only as the status machine allows, and is terminal exactly when every
@@ -74,6 +77,10 @@ type world struct {
 	verified  map[ident.Subtask]int64
 	attempts  map[ident.Subtask]int32
 	status    Status
+	// abortSent and completeSent are the checkpoints whose AbortCheckpoint or NotifyCheckpointComplete
+	// went out; finalCancel the attempts that got the CancelTask of a failing or cancelled job.
+	abortSent, completeSent map[int64]bool
+	finalCancel             map[ident.Attempt]bool
 }
 
 type simTask struct {
@@ -101,7 +108,8 @@ func newWorld(t *testing.T, seed uint64) *world {
 	w := &world{t: t, rng: rng, h: h, c: h.core, lost: map[TaskManagerID]bool{}, tasks: map[ident.Attempt]*simTask{},
 		committed: map[int64]*checkpoint.CompletedCheckpoint{}, damaged: map[int64]bool{},
 		verifyOut: map[ident.Subtask]int{}, verified: map[ident.Subtask]int64{}, attempts: map[ident.Subtask]int32{},
-		status: StatusRunning, nextTM: 100}
+		status: StatusRunning, nextTM: 100, abortSent: map[int64]bool{}, completeSent: map[int64]bool{},
+		finalCancel: map[ident.Attempt]bool{}}
 	w.log = append(w.log, fmt.Sprintf("seed %d: failover=%s delay=%s", seed, failover, delay))
 	// h.job stepped Start and printed its Ready: NextID (op 1) and the request for every slot.
 	w.ops = append(w.ops, StorageOp{ID: 1, Request: NextID{}})
@@ -161,6 +169,17 @@ func (w *world) take() {
 			if st := w.tasks[b.Attempt]; st != nil {
 				st.canceling = true
 			}
+			if s := w.c.Status(); s == StatusFailing || s == StatusCanceling {
+				w.finalCancel[b.Attempt] = true
+			}
+		case AbortCheckpoint:
+			if w.completeSent[b.ID] {
+				w.fail("AbortCheckpoint %d to %v: the checkpoint completed", b.ID, b.Attempt)
+			}
+			if w.finalCancel[b.Attempt] {
+				w.fail("AbortCheckpoint %d to %v after the job's CancelTask", b.ID, b.Attempt)
+			}
+			w.abortSent[b.ID] = true
 		case TriggerCheckpoint:
 			if !slices.Contains(w.triggered, b.ID) {
 				w.triggered = append(w.triggered, b.ID)
@@ -169,6 +188,13 @@ func (w *world) take() {
 			if !slices.Contains(w.okCommits, b.ID) {
 				w.fail("NotifyCheckpointComplete %d to %v before its commit succeeded", b.ID, b.Attempt)
 			}
+			if w.abortSent[b.ID] {
+				w.fail("NotifyCheckpointComplete %d to %v: the checkpoint was aborted", b.ID, b.Attempt)
+			}
+			if w.finalCancel[b.Attempt] {
+				w.fail("NotifyCheckpointComplete %d to %v after the job's CancelTask", b.ID, b.Attempt)
+			}
+			w.completeSent[b.ID] = true
 			if st := w.tasks[b.Attempt]; st != nil && st.ended && b.ID > st.endedAfter {
 				st.notified = true
 			}
