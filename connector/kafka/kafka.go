@@ -32,7 +32,12 @@
 // once a checkpoint completed; a record may be written twice when the job restarts from a checkpoint taken
 // before it was. ExactlyOnce writes each checkpoint epoch's records in a Kafka transaction that commits when
 // the checkpoint completes (a two-phase commit, as Flink's KafkaSink; see docs/checkpoints.md): a
-// read_committed reader sees every record once. None waits for nothing. Records have keys (hashed to a
+// read_committed reader sees every record once. A job stopped with a savepoint, cancelled or failed for
+// good leaves no transaction open: a transaction is committed when its checkpoint completes and aborted
+// once no checkpoint that lists it can complete (runnel.CheckpointAbortListener). The exception is a sink
+// subtask that fails itself, or whose TaskManager is lost: what it prepared for checkpoints whose fate it
+// did not hear stays open until the job is restored, a later run with the same transactional-id prefix, or
+// the transaction timeout, since aborting it could lose records a restore must commit. None waits for nothing. Records have keys (hashed to a
 // partition as Kafka's Java producer does, or placed by SinkConfig.Partition), headers (RecordSink), and on
 // a stream with event time the record's event time as their timestamp.
 //
