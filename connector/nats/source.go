@@ -22,7 +22,9 @@
 // run at another parallelism are deleted when the new run's subtasks start (on a stream with interest
 // retention, each once the new consumers have all of its subjects, so that no message loses its last
 // interest). A bounded subtask reads its subjects up to the newest message they held when it started,
-// found by its sequence: the server's count of what a consumer has left to deliver can fall short.
+// found by its sequence: the server's count of what a consumer has left to deliver can fall short. When
+// nothing has come for a second, it asks the stream whether a message of its subjects is left up to that
+// end, and ends if none is (the stream's limits deleted the rest, the end's message among them).
 //
 // A bounded subtask deletes its consumer once a checkpoint taken after its end completed (without
 // checkpoints, at its end), when no restore will read its subjects again: a finished bounded job leaves no
@@ -265,6 +267,12 @@ type sourceReader[T any] struct {
 	lastMsg  jetstream.Msg
 	end      uint64 // a bounded subtask's end: the sequence of its subjects' newest message when it started
 	finished bool   // a bounded subtask has read up to its end
+	// quiet is how long a bounded subtask waits without a delivery before it asks the stream whether a
+	// message of its subjects is left up to its end (quietCheck unless a test says otherwise); quietSince
+	// is when it last got one or asked; quietTimer wakes the task to ask.
+	quiet      time.Duration
+	quietSince time.Time
+	quietTimer *time.Timer
 	// endSnapshot is the first checkpoint taken after the bounded read ended (0: none yet): once it
 	// completes, the subtask is done for good and deletes its consumer (removed).
 	endSnapshot int64
@@ -356,6 +364,42 @@ func (r *sourceReader[T]) moreUpToEnd(seq uint64) (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// quietCheck is how long a bounded subtask goes without a delivery before it asks the stream whether a
+// message of its subjects is left up to its end.
+const quietCheck = time.Second
+
+// quietEnd says whether a bounded subtask that got no delivery for r.quiet has read its end: the server
+// stops delivering without ever counting zero pending when the messages left were deleted (by the
+// stream's limits) after the last delivery counted them, and the end's own message may be one of them.
+// Short of r.quiet it arms a timer that wakes the task to ask again.
+func (r *sourceReader[T]) quietEnd() (bool, error) {
+	now := time.Now()
+	if r.quietSince.IsZero() {
+		r.quietSince = now
+	}
+	if now.Sub(r.quietSince) >= r.quietFor() {
+		r.quietSince = now
+		more, err := r.moreUpToEnd(r.last)
+		if err != nil || !more {
+			return !more && err == nil, err
+		}
+	}
+	wait := r.quietFor() - now.Sub(r.quietSince)
+	if r.quietTimer == nil {
+		r.quietTimer = time.AfterFunc(wait, func() { r.signal(r.ready) })
+	} else {
+		r.quietTimer.Reset(wait)
+	}
+	return false, nil
+}
+
+func (r *sourceReader[T]) quietFor() time.Duration {
+	if r.quiet > 0 {
+		return r.quiet
+	}
+	return quietCheck
 }
 
 // start creates or updates the subtask's consumer, resets it to where the subtask starts, and starts
@@ -656,8 +700,23 @@ func (r *sourceReader[T]) PollNext(out runnel.Collector[T]) (runnel.InputStatus,
 		if err != nil {
 			return runnel.EndOfInput, err
 		}
+		if r.src.cfg.Bounded {
+			done, err := r.quietEnd()
+			if err != nil {
+				return runnel.EndOfInput, err
+			}
+			if done {
+				r.finished = true
+				r.stop()
+				if !r.ctx.Checkpointing() {
+					r.removeConsumers() // nothing will be restored
+				}
+				return runnel.EndOfInput, nil
+			}
+		}
 		return runnel.NothingAvailable, nil
 	}
+	r.quietSince = time.Time{}
 	splits, _ := out.(runnel.SplitOutput[T])
 	if len(r.filters) < 2 {
 		splits = nil // one split: the source's own watermark is the split's
@@ -1029,6 +1088,9 @@ var ackPayload = []byte("+ACK")
 
 // stop stops the pull iterator and waits for the pull goroutine.
 func (r *sourceReader[T]) stop() {
+	if r.quietTimer != nil {
+		r.quietTimer.Stop()
+	}
 	if r.it == nil || r.stopped.Swap(true) {
 		return
 	}
@@ -1040,6 +1102,9 @@ func (r *sourceReader[T]) stop() {
 // acknowledgements it holds.
 func (r *sourceReader[T]) Close() error {
 	r.stopped.Store(true) // before any Stop, so that the pull goroutine takes its end for one
+	if r.quietTimer != nil {
+		r.quietTimer.Stop()
+	}
 	if r.it != nil {
 		r.it.Stop()
 		<-r.done

@@ -37,13 +37,9 @@ func (fakeMsg) Ack() error             { return nil }
 
 type collect struct{ n int }
 
-func (c *collect) Collect(int) { c.n++ }
-
-// TestBoundedEndIsASequence hands a bounded reader the delivery of message 3 of 5 with a pending count of
-// zero, as the server reports when its count fell short (a consumer reset that met the deletions of a
-// work queue's acknowledgements): the reader reads on while the stream holds a message of its subjects up
-// to its end, and ends there once it does not (the end's message deleted).
-func TestBoundedEndIsASequence(t *testing.T) {
+// embeddedJetStream starts a nats-server with JetStream for the test and connects to it.
+func embeddedJetStream(t *testing.T) jetstream.JetStream {
+	t.Helper()
 	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
 	if err != nil {
 		t.Fatal(err)
@@ -63,6 +59,17 @@ func TestBoundedEndIsASequence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return js
+}
+
+func (c *collect) Collect(int) { c.n++ }
+
+// TestBoundedEndIsASequence hands a bounded reader the delivery of message 3 of 5 with a pending count of
+// zero, as the server reports when its count fell short (a consumer reset that met the deletions of a
+// work queue's acknowledgements): the reader reads on while the stream holds a message of its subjects up
+// to its end, and ends there once it does not (the end's message deleted).
+func TestBoundedEndIsASequence(t *testing.T) {
+	js := embeddedJetStream(t)
 	ctx := context.Background()
 	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in", "other"}, Retention: jetstream.WorkQueuePolicy})
 	if err != nil {
@@ -108,6 +115,67 @@ func TestBoundedEndIsASequence(t *testing.T) {
 	}
 	if status := poll(5); status != runnel.EndOfInput {
 		t.Fatalf("status %v after message 3 with 4 and 5 deleted, want the end of input", status)
+	}
+}
+
+// TestBoundedEndAfterQuiet hands a bounded reader message 3 of 5 with a pending count above zero, as the
+// server reports it before messages 4 and 5 go (a stream's limits delete them), and then nothing more: the
+// reader waits while they are there, and once they are gone it ends after a quiet spell, woken by its own
+// timer, instead of waiting forever for a delivery that cannot come.
+func TestBoundedEndAfterQuiet(t *testing.T) {
+	js := embeddedJetStream(t)
+	ctx := context.Background()
+	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		if _, err := js.Publish(ctx, "in", []byte{1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := &sourceReader[int]{src: &source[int]{cfg: SourceConfig{Stream: "IN", Bounded: true}, decode: func(Msg) (int, error) { return 1, nil }},
+		ctx: fakeCtx{}, js: js, filters: []string{"in"}, splits: []int{0}, started: true, end: 5, quiet: 50 * time.Millisecond,
+		ready: make(chan struct{}, 1), room: make(chan struct{}, 1)}
+	if _, err := r.streamInfo(); err != nil {
+		t.Fatal(err)
+	}
+	defer r.stop()
+	r.fetched = []jetstream.Msg{fakeMsg{seq: 3, pending: 2}}
+	var out collect
+	if status, err := r.PollNext(&out); err != nil || out.n != 1 || status == runnel.EndOfInput {
+		t.Fatalf("poll of message 3: %v, %v, %d records; want it emitted and the read going on", status, err, out.n)
+	}
+	// pollQuiet polls until the reader ends or, with nothing delivered, has asked the stream three times.
+	pollQuiet := func() runnel.InputStatus {
+		t.Helper()
+		for range 3 {
+			status, err := r.PollNext(&out)
+			if err != nil || status != runnel.NothingAvailable {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return status
+			}
+			select {
+			case <-r.ready: // the reader's timer
+			case <-time.After(10 * time.Second):
+				t.Fatal("no wake-up from the reader's quiet timer in 10 s")
+			}
+			time.Sleep(r.quiet) // the timer can fire a moment before the spell is over on a coarse clock
+		}
+		return runnel.NothingAvailable
+	}
+	if status := pollQuiet(); status != runnel.NothingAvailable {
+		t.Fatalf("status %v with messages 4 and 5 in the stream, want the read going on", status)
+	}
+	for _, seq := range []uint64{4, 5} {
+		if err := st.DeleteMsg(ctx, seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if status := pollQuiet(); status != runnel.EndOfInput || !r.finished {
+		t.Fatalf("status %v (finished %v) with messages 4 and 5 deleted, want the end of input", status, r.finished)
 	}
 }
 
