@@ -86,29 +86,7 @@ func (j *job) Build(env *runnel.Environment, args []string) error {
 	})).Name("kafka-out").Uid("kafka-out")
 	return nil
 }
-
-// throttle passes records on at no more than rate per second.
-type throttle struct {
-	runnel.RichBase
-	rate  float64
-	start time.Time
-	n     float64
-}
-
-func (t *throttle) Map(v kv) (kv, error) {
-	if t.rate <= 0 {
-		return v, nil
-	}
-	if t.start.IsZero() {
-		t.start = time.Now()
-	}
-	t.n++
-	if ahead := time.Duration(t.n/t.rate*float64(time.Second)) - time.Since(t.start); ahead > 2*time.Millisecond {
-		time.Sleep(ahead)
-	}
-	return v, nil
-}
-`
+` + throttleProgram
 
 // TestKafkaApproximateFailover runs Kafka (3 partitions) → keyed reduce → Kafka on a JobManager and two
 // TaskManager processes with --failover approximate, and fails the keyed operator's subtasks 0 and 1 once

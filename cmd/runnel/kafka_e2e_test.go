@@ -4,8 +4,6 @@ import (
 	"context"
 	be "encoding/binary"
 	"path/filepath"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -77,29 +75,7 @@ func (j *job) Build(env *runnel.Environment, args []string) error {
 	})).Name("kafka-out").Uid("kafka-out")
 	return nil
 }
-
-// throttle passes records on at no more than rate per second.
-type throttle struct {
-	runnel.RichBase
-	rate  float64
-	start time.Time
-	n     float64
-}
-
-func (t *throttle) Map(v kv) (kv, error) {
-	if t.rate <= 0 {
-		return v, nil
-	}
-	if t.start.IsZero() {
-		t.start = time.Now()
-	}
-	t.n++
-	if ahead := time.Duration(t.n/t.rate*float64(time.Second)) - time.Since(t.start); ahead > 2*time.Millisecond {
-		time.Sleep(ahead)
-	}
-	return v, nil
-}
-`
+` + throttleProgram
 
 // TestKafkaExactlyOnceKilledTaskManager runs Kafka → running sums → Kafka with the exactly-once sink on a
 // JobManager and three TaskManager processes, and SIGKILLs the TaskManager that runs the sink's subtask 0
@@ -130,24 +106,10 @@ func TestKafkaExactlyOnceKilledTaskManager(t *testing.T) {
 
 	bin := buildUserBinary(t, []byte(kafkaSumProgram))
 	dir := t.TempDir()
-	c, err := proccluster.StartCluster(context.Background(), proccluster.Spec{TaskManagers: 3, Slots: 2, InOrder: true,
-		StartTimeout: 30 * time.Second, Process: proccluster.Options{Binary: bin, Dir: dir}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tc := &testCluster{c: c, jm: &process{c.JobManager}, addr: c.Addr, rest: c.REST}
-	for _, tm := range c.TaskManagers {
-		tc.tms = append(tc.tms, &process{tm})
-	}
-	t.Cleanup(func() {
-		c.Close(0)
-		for _, p := range append([]*proccluster.Process{c.JobManager}, c.TaskManagers...) {
-			logIfFailed(t, p)
-		}
-	})
+	tc := startThreeTaskManagers(t, bin, dir)
 	report := filepath.Join(dir, "r.json")
 	// 2 source subtasks at 2500 records/s each: about 4 s, so that the kill lands mid-run.
-	sp, err := proccluster.Start("submit", proccluster.Options{Binary: bin, Dir: dir}, "submit", "kafkasum", "--jobmanager", c.Addr,
+	sp, err := proccluster.Start("submit", proccluster.Options{Binary: bin, Dir: dir}, "submit", "kafkasum", "--jobmanager", tc.addr,
 		"--brokers", b.Addr, "--in", in, "--out", out, "--prefix", prefix, "--rate", "2500",
 		"--parallelism", "2", "--failover", "region", "--checkpoint-interval", "100ms",
 		"--checkpoint-storage", filepath.Join(dir, "chk"), "--report", report)
@@ -160,58 +122,11 @@ func TestKafkaExactlyOnceKilledTaskManager(t *testing.T) {
 	// The kill waits for a commit and for records of an open transaction in the output: so the killed
 	// attempt had written records that the job must abort, after others that it committed.
 	adm := b.Admin(t)
-	var jobs struct {
-		Jobs []struct{ ID string } `json:"jobs"`
-	}
-	var live clusterReport
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if time.Now().After(deadline) {
-			t.Fatalf("no checkpoint completed with records committed and others open in %s: %+v", out, live)
-		}
-		tc.get(t, "/v1/jobs", &jobs)
-		if len(jobs.Jobs) == 1 {
-			tc.get(t, "/v1/jobs/"+jobs.Jobs[0].ID, &live)
-			if live.Status == "RUNNING" && live.Checkpoints != nil && live.Checkpoints.Completed > 0 && committedAndOpen(t, adm, out) {
-				break
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	before, _ := live.where()
-	victim := ""
-	for st, tm := range before {
-		if strings.Contains(st, "kafka-out") && strings.HasSuffix(st, "[0]") {
-			victim = tm
-		}
-	}
-	p := tc.taskManager(victim)
-	if p == nil {
-		t.Fatalf("the sink's subtask 0 runs on %q, not one of the test's TaskManagers: %v", victim, before)
-	}
-	if err := p.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	if code := sub.exited(t, 120*time.Second); code != 0 {
-		t.Fatalf("submit exited %d:\n%s", code, sub.Stderr())
-	}
-	r := readReport(t, report)
-	named := 0
-	for _, f := range r.Failovers {
-		if f.TaskManager == victim {
-			named++
-		}
-	}
-	if r.Status != "FINISHED" || named != 1 {
-		t.Fatalf("%s with failovers %+v: want one naming %s", r.Status, r.Failovers, victim)
-	}
+	victim := killMidRun(t, tc, sub, report, "kafka-out", "records committed and others open in "+out,
+		func() bool { return committedAndOpen(t, adm, out) })
 
 	// Every running sum of every key once and in order (a key's records sit in one partition).
-	sums, want := map[int64]int64{}, map[int64][]int64{}
-	for i := range int64(n) {
-		sums[i%keys] += i
-		want[i%keys] = append(want[i%keys], sums[i%keys])
-	}
+	want := runningSums(n, keys)
 	read := func(level kgo.IsolationLevel) (map[int64][]int64, int) {
 		got := map[int64][]int64{}
 		recs := b.ReadTopic(t, out, level)
@@ -222,17 +137,7 @@ func TestKafkaExactlyOnceKilledTaskManager(t *testing.T) {
 		return got, len(recs)
 	}
 	committed, nc := read(kgo.ReadCommitted())
-	for k, w := range want {
-		g := committed[k]
-		if len(g) != len(w) {
-			t.Fatalf("key %d: read_committed read %d running sums, want %d each once", k, len(g), len(w))
-		}
-		for i := range w {
-			if g[i] != w[i] {
-				t.Fatalf("key %d: running sum %d is %d, want %d", k, i, g[i], w[i])
-			}
-		}
-	}
+	checkRunningSums(t, "read_committed", committed, want)
 	if _, nu := read(kgo.ReadUncommitted()); nu <= nc {
 		t.Fatalf("read_uncommitted read %d records, read_committed %d: the killed attempt's open transaction held none", nu, nc)
 	} else {

@@ -5,8 +5,6 @@ import (
 	be "encoding/binary"
 	"fmt"
 	"path/filepath"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -77,29 +75,7 @@ func (j *job) Build(env *runnel.Environment, args []string) error {
 	})).Name("nats-out").Uid("nats-out")
 	return nil
 }
-
-// throttle passes records on at no more than rate per second.
-type throttle struct {
-	runnel.RichBase
-	rate  float64
-	start time.Time
-	n     float64
-}
-
-func (t *throttle) Map(v kv) (kv, error) {
-	if t.rate <= 0 {
-		return v, nil
-	}
-	if t.start.IsZero() {
-		t.start = time.Now()
-	}
-	t.n++
-	if ahead := time.Duration(t.n/t.rate*float64(time.Second)) - time.Since(t.start); ahead > 2*time.Millisecond {
-		time.Sleep(ahead)
-	}
-	return v, nil
-}
-`
+` + throttleProgram
 
 // TestNATSExactlyOnceKilledTaskManager runs JetStream → running sums → JetStream on a JobManager and three
 // TaskManager processes, the input a work queue (it deletes each message as the source acknowledges it,
@@ -153,24 +129,10 @@ func TestNATSExactlyOnceKilledTaskManager(t *testing.T) {
 
 	bin := buildUserBinary(t, []byte(natsSumProgram))
 	dir := t.TempDir()
-	c, err := proccluster.StartCluster(context.Background(), proccluster.Spec{TaskManagers: 3, Slots: 2, InOrder: true,
-		StartTimeout: 30 * time.Second, Process: proccluster.Options{Binary: bin, Dir: dir}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tc := &testCluster{c: c, jm: &process{c.JobManager}, addr: c.Addr, rest: c.REST}
-	for _, tm := range c.TaskManagers {
-		tc.tms = append(tc.tms, &process{tm})
-	}
-	t.Cleanup(func() {
-		c.Close(0)
-		for _, p := range append([]*proccluster.Process{c.JobManager}, c.TaskManagers...) {
-			logIfFailed(t, p)
-		}
-	})
+	tc := startThreeTaskManagers(t, bin, dir)
 	report := filepath.Join(dir, "r.json")
 	// 2 source subtasks at 2500 messages/s each: about 4 s, so that the kill lands mid-run.
-	sp, err := proccluster.Start("submit", proccluster.Options{Binary: bin, Dir: dir}, "submit", "natssum", "--jobmanager", c.Addr,
+	sp, err := proccluster.Start("submit", proccluster.Options{Binary: bin, Dir: dir}, "submit", "natssum", "--jobmanager", tc.addr,
 		"--url", url, "--rate", "2500", "--parallelism", "2", "--failover", "region", "--checkpoint-interval", "100ms",
 		"--checkpoint-storage", filepath.Join(dir, "chk"), "--report", report)
 	if err != nil {
@@ -181,59 +143,12 @@ func TestNATSExactlyOnceKilledTaskManager(t *testing.T) {
 
 	// The kill waits for a completed checkpoint (so the work queue lost messages to acknowledgements) and
 	// for sums in the output.
-	var jobs struct {
-		Jobs []struct{ ID string } `json:"jobs"`
-	}
-	var live clusterReport
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if time.Now().After(deadline) {
-			t.Fatalf("no checkpoint completed with sums written: %+v", live)
-		}
-		tc.get(t, "/v1/jobs", &jobs)
-		if len(jobs.Jobs) == 1 {
-			tc.get(t, "/v1/jobs/"+jobs.Jobs[0].ID, &live)
-			if live.Status == "RUNNING" && live.Checkpoints != nil && live.Checkpoints.Completed > 0 &&
-				streamState(t, js, "OUT").Msgs > 0 && streamState(t, js, "IN").Msgs < n {
-				break
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	before, _ := live.where()
-	victim := ""
-	for st, tm := range before {
-		if strings.Contains(st, "nats-in") && strings.HasSuffix(st, "[0]") {
-			victim = tm
-		}
-	}
-	p := tc.taskManager(victim)
-	if p == nil {
-		t.Fatalf("the source's subtask 0 runs on %q, not one of the test's TaskManagers: %v", victim, before)
-	}
-	if err := p.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	if code := sub.exited(t, 120*time.Second); code != 0 {
-		t.Fatalf("submit exited %d:\n%s", code, sub.Stderr())
-	}
-	r := readReport(t, report)
-	named := 0
-	for _, f := range r.Failovers {
-		if f.TaskManager == victim {
-			named++
-		}
-	}
-	if r.Status != "FINISHED" || named != 1 {
-		t.Fatalf("%s with failovers %+v: want one naming %s", r.Status, r.Failovers, victim)
-	}
+	victim := killMidRun(t, tc, sub, report, "nats-in", "sums written", func() bool {
+		return streamState(t, js, "OUT").Msgs > 0 && streamState(t, js, "IN").Msgs < n
+	})
 
 	// Every running sum of every key once and in order.
-	sums, want := map[int64]int64{}, map[int64][]int64{}
-	for i := range int64(n) {
-		sums[i%keys] += i
-		want[i%keys] = append(want[i%keys], sums[i%keys])
-	}
+	want := runningSums(n, keys)
 	got := map[int64][]int64{}
 	ctx, cancel = context.WithTimeout(context.Background(), 60*time.Second) // the run took its own time
 	defer cancel()
@@ -251,17 +166,7 @@ func TestNATSExactlyOnceKilledTaskManager(t *testing.T) {
 		k := int64(be.BigEndian.Uint64(d))
 		got[k] = append(got[k], int64(be.BigEndian.Uint64(d[8:])))
 	}
-	for k, w := range want {
-		g := got[k]
-		if len(g) != len(w) {
-			t.Fatalf("key %d: the output holds %d running sums, want %d each once", k, len(g), len(w))
-		}
-		for i := range w {
-			if g[i] != w[i] {
-				t.Fatalf("key %d: running sum %d is %d, want %d", k, i, g[i], w[i])
-			}
-		}
-	}
+	checkRunningSums(t, "the output's reader", got, want)
 	if left := streamState(t, js, "IN").Msgs; left != 0 {
 		t.Fatalf("the work queue holds %d messages after the job finished, want 0", left)
 	}

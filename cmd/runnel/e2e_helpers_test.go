@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/runnel-dev/runnel/cmd/runnel/internal/proccluster"
+)
+
+// throttleProgram is Go source the end-to-end tests' user programs end with: a map, chained to the
+// source, that passes records on at no more than rate per second, so that a run lasts long enough for a
+// failure to land mid-run and records wait in the source rather than in buffers that hold back barriers.
+const throttleProgram = `
+// throttle passes records on at no more than rate per second.
+type throttle struct {
+	runnel.RichBase
+	rate  float64
+	start time.Time
+	n     float64
+}
+
+func (t *throttle) Map(v kv) (kv, error) {
+	if t.rate <= 0 {
+		return v, nil
+	}
+	if t.start.IsZero() {
+		t.start = time.Now()
+	}
+	t.n++
+	if ahead := time.Duration(t.n/t.rate*float64(time.Second)) - time.Since(t.start); ahead > 2*time.Millisecond {
+		time.Sleep(ahead)
+	}
+	return v, nil
+}
+`
+
+// startThreeTaskManagers starts a JobManager and three TaskManager processes of bin (two slots each) in
+// dir, closed when the test ends, with their logs shown if it failed.
+func startThreeTaskManagers(t *testing.T, bin, dir string) *testCluster {
+	t.Helper()
+	c, err := proccluster.StartCluster(context.Background(), proccluster.Spec{TaskManagers: 3, Slots: 2, InOrder: true,
+		StartTimeout: 30 * time.Second, Process: proccluster.Options{Binary: bin, Dir: dir}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := &testCluster{c: c, jm: &process{c.JobManager}, addr: c.Addr, rest: c.REST}
+	for _, tm := range c.TaskManagers {
+		tc.tms = append(tc.tms, &process{tm})
+	}
+	t.Cleanup(func() {
+		c.Close(0)
+		for _, p := range append([]*proccluster.Process{c.JobManager}, c.TaskManagers...) {
+			logIfFailed(t, p)
+		}
+	})
+	return tc
+}
+
+// killMidRun waits (60 s at most) until the cluster's one job runs with a completed checkpoint and ready
+// says the run is far enough, SIGKILLs the TaskManager that runs subtask 0 of the vertex named vertex,
+// waits for the submitting process sub to exit 0, and checks in the report it wrote that the job finished
+// after one failover naming that TaskManager, which it returns. what says in a failure what ready waits for.
+func killMidRun(t *testing.T, tc *testCluster, sub *process, report, vertex, what string, ready func() bool) string {
+	t.Helper()
+	var jobs struct {
+		Jobs []struct{ ID string } `json:"jobs"`
+	}
+	var live clusterReport
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if time.Now().After(deadline) {
+			t.Fatalf("no checkpoint completed with %s: %+v", what, live)
+		}
+		tc.get(t, "/v1/jobs", &jobs)
+		if len(jobs.Jobs) == 1 {
+			tc.get(t, "/v1/jobs/"+jobs.Jobs[0].ID, &live)
+			if live.Status == "RUNNING" && live.Checkpoints != nil && live.Checkpoints.Completed > 0 && ready() {
+				break
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	before, _ := live.where()
+	victim := ""
+	for st, tm := range before {
+		if strings.Contains(st, vertex) && strings.HasSuffix(st, "[0]") {
+			victim = tm
+		}
+	}
+	p := tc.taskManager(victim)
+	if p == nil {
+		t.Fatalf("subtask 0 of %s runs on %q, not one of the test's TaskManagers: %v", vertex, victim, before)
+	}
+	if err := p.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if code := sub.exited(t, 120*time.Second); code != 0 {
+		t.Fatalf("submit exited %d:\n%s", code, sub.Stderr())
+	}
+	r := readReport(t, report)
+	named := 0
+	for _, f := range r.Failovers {
+		if f.TaskManager == victim {
+			named++
+		}
+	}
+	if r.Status != "FINISHED" || named != 1 {
+		t.Fatalf("%s with failovers %+v: want one naming %s", r.Status, r.Failovers, victim)
+	}
+	return victim
+}
+
+// runningSums are the running sums per key of the values 0..n-1, value i under key i%keys, in order.
+func runningSums(n, keys int64) map[int64][]int64 {
+	sums, want := map[int64]int64{}, map[int64][]int64{}
+	for i := range n {
+		sums[i%keys] += i
+		want[i%keys] = append(want[i%keys], sums[i%keys])
+	}
+	return want
+}
+
+// checkRunningSums fails the test unless got holds every running sum of want once and in order; what
+// names the reader.
+func checkRunningSums(t *testing.T, what string, got, want map[int64][]int64) {
+	t.Helper()
+	for k, w := range want {
+		g := got[k]
+		if len(g) != len(w) {
+			t.Fatalf("key %d: %s read %d running sums, want %d each once", k, what, len(g), len(w))
+		}
+		for i := range w {
+			if g[i] != w[i] {
+				t.Fatalf("key %d: running sum %d is %d, want %d", k, i, g[i], w[i])
+			}
+		}
+	}
+}
