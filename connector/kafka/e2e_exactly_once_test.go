@@ -52,8 +52,8 @@ func e2eWindowSums(n int, size int64) map[int64][]int64 {
 // subtasks and attempts) on, at the first record at which the acting subtask's sink has records of its open
 // transaction in the output topic: so that a failure aborts records Kafka holds (a read_uncommitted reader
 // then sees them: the read_committed verifier skips them rather than their never being written), and a
-// cancel or a failure for good leaves a transaction to clean up. It looks every 10 ms without blocking, so
-// that records go on flowing into the transaction meanwhile. The map is chained to the sink (forward edge,
+// cancel or a failure for good leaves a transaction to clean up. Once armed it passes one record per look,
+// every 10 ms, so that records go on flowing into the transaction meanwhile but do not run out. The map is chained to the sink (forward edge,
 // same parallelism), so its subtask index is the sink's. act's error fails the subtask.
 type e2eWhileOpen struct {
 	runnel.RichBase
@@ -98,8 +98,14 @@ func (f *e2eWhileOpen) Open(ctx runnel.RuntimeContext) error {
 }
 
 func (f *e2eWhileOpen) Map(v e2eKV) (e2eKV, error) {
-	if n := f.state.seen.Add(1); f.at < 0 || n < f.at || f.state.fired.Load() || time.Since(f.lastCheck) < 10*time.Millisecond {
+	if n := f.state.seen.Add(1); f.at < 0 || n < f.at || f.state.fired.Load() {
 		return v, nil
+	}
+	// Armed: one record per look, so that the input cannot run out before the sink's open transaction has
+	// records in the topic (on a quiet machine the whole input takes a fraction of a second). The records
+	// already passed reach the broker meanwhile: the sink produces them in the background.
+	if wait := 10*time.Millisecond - time.Since(f.lastCheck); wait > 0 {
+		time.Sleep(wait)
 	}
 	f.lastCheck = time.Now()
 	open, err := f.openRecords()
