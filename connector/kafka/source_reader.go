@@ -455,16 +455,8 @@ func (r *sourceReader[T]) namedOffsets(ctx context.Context, ps []tp) (map[tp]int
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	at := int64(-2)
-	if cfg.GroupFallback == Latest {
-		at = -1
-	}
-	fb, err := listOffsets(ctx, r.cl, none, at, r.isolation())
-	if err != nil {
+	if err := r.fallback(ctx, none, out); err != nil {
 		return nil, err
-	}
-	for p, off := range fb {
-		out[p] = off
 	}
 	return out, nil
 }
@@ -498,18 +490,27 @@ func (r *sourceReader[T]) groupOffsets(ctx context.Context, ps []tp) (map[tp]int
 			none = append(none, p)
 		}
 	}
-	at := int64(-2)
-	if cfg.GroupFallback == Latest {
-		at = -1
-	}
-	fb, err := listOffsets(ctx, r.cl, none, at, r.isolation())
-	if err != nil {
+	if err := r.fallback(ctx, none, out); err != nil {
 		return nil, err
+	}
+	return out, nil
+}
+
+// fallback adds to out the offsets where cfg.GroupFallback starts the partitions ps: their first
+// (Earliest) or their end (Latest).
+func (r *sourceReader[T]) fallback(ctx context.Context, ps []tp, out map[tp]int64) error {
+	at := int64(-2) // ListOffsets: the earliest
+	if r.src.cfg.GroupFallback == Latest {
+		at = -1 // the latest
+	}
+	fb, err := listOffsets(ctx, r.cl, ps, at, r.isolation())
+	if err != nil {
+		return err
 	}
 	for p, off := range fb {
 		out[p] = off
 	}
-	return out, nil
+	return nil
 }
 
 // splitID returns the split id of partition p, giving it the next one if it has none.
