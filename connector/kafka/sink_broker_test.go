@@ -30,13 +30,13 @@ func brokerValues(t *testing.T, b *kafkabroker.Broker, topic string, level kgo.I
 	return vs
 }
 
-func brokerOngoing(t *testing.T, b *kafkabroker.Broker, prefix string) string {
+func brokerOngoing(t *testing.T, b *kafkabroker.Broker, prefix string) []string {
 	t.Helper()
 	var ids []string
 	for _, tx := range b.OngoingTransactions(t, prefix) {
 		ids = append(ids, tx.TxnID)
 	}
-	return fmt.Sprint(ids)
+	return ids
 }
 
 // TestBrokerExactlyOnceWriterCommitsWhatItsCheckpointLists is TestExactlyOnceWriterCommitsWhatItsCheckpointLists
@@ -50,42 +50,17 @@ func TestBrokerExactlyOnceWriterCommitsWhatItsCheckpointLists(t *testing.T) {
 	s := kafka.Sink(kafka.SinkConfig{Brokers: []string{b.Addr}, Topic: topic, Guarantee: kafka.ExactlyOnce,
 		TransactionalIDPrefix: prefix, Linger: time.Millisecond}, encodeInt)
 
-	w1 := newWriter(t, s, 0, 1)
-	writeSpan(t, w1, 0, 10)
-	st1 := snapshot(t, w1, 1)
-	writeSpan(t, w1, 10, 20)
-	snapshot(t, w1, 2)
-	writeSpan(t, w1, 20, 30)
-	must(t, w1.Flush())
-	if got, want := brokerOngoing(t, b, prefix), fmt.Sprintf("[%[1]s-0-0 %[1]s-0-1 %[1]s-0-2]", prefix); got != want {
-		t.Fatalf("open transactions before the failure: %s", got)
-	}
-	w2 := newWriter(t, s, 0, 1)
-	must(t, w2.RestoreState(st1))
-	w1.Close()
-	checkOnce(t, "read_committed after the restore", brokerValues(t, b, topic, kgo.ReadCommitted()), span(0, 10))
-	if got := brokerValues(t, b, topic, kgo.ReadUncommitted()); len(got) != 30 {
-		t.Fatalf("read_uncommitted sees %d records, want the 30 written", len(got))
-	}
-	if got := brokerOngoing(t, b, prefix); got != "[]" {
-		t.Fatalf("open transactions after the restore: %s", got)
-	}
-	writeSpan(t, w2, 30, 40)
-	st3 := snapshot(t, w2, 3)
-	must(t, w2.NotifyCheckpointComplete(3))
-	writeSpan(t, w2, 40, 45)
-	st4 := snapshot(t, w2, 4)
-	must(t, w2.NotifyCheckpointComplete(4))
-	must(t, w2.Close())
-	for _, st := range [][]byte{st4, st3, st1} {
-		w := newWriter(t, s, 0, 1)
-		must(t, w.RestoreState(st))
-		must(t, w.Close())
-	}
-	checkOnce(t, "read_committed after the commits again", brokerValues(t, b, topic, kgo.ReadCommitted()), append(span(0, 10), span(30, 45)...))
-	if got := brokerOngoing(t, b, prefix); got != "[]" {
-		t.Fatalf("open transactions at the end: %s", got)
-	}
+	commitsWhatItsCheckpointLists(t, s, prefix, txnView{
+		read: func(committed bool, _ int) []int64 {
+			level := kgo.ReadUncommitted()
+			if committed {
+				level = kgo.ReadCommitted()
+			}
+			return brokerValues(t, b, topic, level)
+		},
+		ongoing: func() []string { return brokerOngoing(t, b, prefix) },
+		exact:   true,
+	})
 }
 
 // TestBrokerExactlyOnceSinkUnderFailures is TestExactlyOnceSinkUnderFailures on the real broker (region
@@ -115,8 +90,8 @@ func TestBrokerExactlyOnceSinkUnderFailures(t *testing.T) {
 	checkOnce(t, "read_committed", committed, generated(n))
 	all := brokerValues(t, b, topic, kgo.ReadUncommitted())
 	t.Logf("read_uncommitted sees %d records, read_committed %d", len(all), len(committed))
-	if got := brokerOngoing(t, b, prefix); got != "[]" {
-		t.Fatalf("open transactions at the end: %s", got)
+	if got := brokerOngoing(t, b, prefix); len(got) != 0 {
+		t.Fatalf("open transactions at the end: %v", got)
 	}
 }
 

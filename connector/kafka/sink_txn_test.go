@@ -190,6 +190,15 @@ func snapshot(t *testing.T, w eosWriter, id int64) []byte {
 	return b
 }
 
+// txnView is what the writer scenarios see of a cluster: the values of topic a read_committed (or a
+// read_uncommitted) reader reads, at least n of them, and the transactional ids in state Ongoing.
+type txnView struct {
+	read    func(committed bool, n int) []int64
+	ongoing func() []string
+	// exact: read_uncommitted reads exactly the records written (the real broker); kfake may show more.
+	exact bool
+}
+
 // TestExactlyOnceWriterCommitsWhatItsCheckpointLists drives one subtask's writer through a failure: a
 // checkpoint completes but its notification is lost, a second one is prepared but never completes, and
 // more records are written. The next attempt restores the first checkpoint: it commits that checkpoint's
@@ -203,49 +212,58 @@ func TestExactlyOnceWriterCommitsWhatItsCheckpointLists(t *testing.T) {
 			brokers := txnCluster(t, 3, "out", mode.opts...)
 			s := kafka.Sink(kafka.SinkConfig{Brokers: brokers, Topic: "out", Guarantee: kafka.ExactlyOnce,
 				TransactionalIDPrefix: "eos", Linger: time.Millisecond}, encodeInt)
-
-			w1 := newWriter(t, s, 0, 1)
-			writeSpan(t, w1, 0, 10)
-			st1 := snapshot(t, w1, 1) // checkpoint 1 completes; w1 never hears of it
-			writeSpan(t, w1, 10, 20)
-			snapshot(t, w1, 2) // checkpoint 2 never completes
-			writeSpan(t, w1, 20, 30)
-			must(t, w1.Flush())
-			if got := openTxns(t, brokers); fmt.Sprint(got) != "[eos-0-0 eos-0-1 eos-0-2]" {
-				t.Fatalf("open transactions before the failure: %v", got)
-			}
-
-			w2 := newWriter(t, s, 0, 1)
-			must(t, w2.RestoreState(st1))
-			w1.Close() // its abort finds the transaction aborted already, its epoch fenced
-			checkOnce(t, "read_committed after the restore", readTopic(t, brokers, "out", true, 10), span(0, 10))
-			if got := readTopic(t, brokers, "out", false, 30); len(got) < 30 {
-				t.Fatalf("read_uncommitted sees %d records, want the 30 written (the aborted ones too)", len(got))
-			}
-			if got := openTxns(t, brokers); len(got) != 0 {
-				t.Fatalf("open transactions after the restore: %v", got)
-			}
-
-			writeSpan(t, w2, 30, 40)
-			st3 := snapshot(t, w2, 3)
-			must(t, w2.NotifyCheckpointComplete(3))
-			writeSpan(t, w2, 40, 45)
-			st4 := snapshot(t, w2, 4)
-			must(t, w2.NotifyCheckpointComplete(4))
-			must(t, w2.Close())
-
-			// Commit again: the newest checkpoint (notified already), an older one, and the oldest.
-			for _, st := range [][]byte{st4, st3, st1} {
-				w := newWriter(t, s, 0, 1)
-				must(t, w.RestoreState(st))
-				must(t, w.Close())
-			}
-			want := append(span(0, 10), span(30, 45)...)
-			checkOnce(t, "read_committed after the commits again", readTopic(t, brokers, "out", true, len(want)), want)
-			if got := openTxns(t, brokers); len(got) != 0 {
-				t.Fatalf("open transactions at the end: %v", got)
-			}
+			commitsWhatItsCheckpointLists(t, s, "eos", txnView{
+				read:    func(committed bool, n int) []int64 { return readTopic(t, brokers, "out", committed, n) },
+				ongoing: func() []string { return openTxns(t, brokers) },
+			})
 		})
+	}
+}
+
+// commitsWhatItsCheckpointLists is the scenario of TestExactlyOnceWriterCommitsWhatItsCheckpointLists
+// for the sink s, whose transactional ids start with prefix, on the cluster v shows.
+func commitsWhatItsCheckpointLists(t *testing.T, s runnel.Sink[int64], prefix string, v txnView) {
+	t.Helper()
+	w1 := newWriter(t, s, 0, 1)
+	writeSpan(t, w1, 0, 10)
+	st1 := snapshot(t, w1, 1) // checkpoint 1 completes; w1 never hears of it
+	writeSpan(t, w1, 10, 20)
+	snapshot(t, w1, 2) // checkpoint 2 never completes
+	writeSpan(t, w1, 20, 30)
+	must(t, w1.Flush())
+	if got, want := fmt.Sprint(v.ongoing()), fmt.Sprintf("[%[1]s-0-0 %[1]s-0-1 %[1]s-0-2]", prefix); got != want {
+		t.Fatalf("open transactions before the failure: %s, want %s", got, want)
+	}
+
+	w2 := newWriter(t, s, 0, 1)
+	must(t, w2.RestoreState(st1))
+	w1.Close() // its abort finds the transaction aborted already, its epoch fenced
+	checkOnce(t, "read_committed after the restore", v.read(true, 10), span(0, 10))
+	if got := v.read(false, 30); len(got) < 30 || v.exact && len(got) != 30 {
+		t.Fatalf("read_uncommitted sees %d records, want the 30 written (the aborted ones too)", len(got))
+	}
+	if got := v.ongoing(); len(got) != 0 {
+		t.Fatalf("open transactions after the restore: %v", got)
+	}
+
+	writeSpan(t, w2, 30, 40)
+	st3 := snapshot(t, w2, 3)
+	must(t, w2.NotifyCheckpointComplete(3))
+	writeSpan(t, w2, 40, 45)
+	st4 := snapshot(t, w2, 4)
+	must(t, w2.NotifyCheckpointComplete(4))
+	must(t, w2.Close())
+
+	// Commit again: the newest checkpoint (notified already), an older one, and the oldest.
+	for _, st := range [][]byte{st4, st3, st1} {
+		w := newWriter(t, s, 0, 1)
+		must(t, w.RestoreState(st))
+		must(t, w.Close())
+	}
+	want := append(span(0, 10), span(30, 45)...)
+	checkOnce(t, "read_committed after the commits again", v.read(true, len(want)), want)
+	if got := v.ongoing(); len(got) != 0 {
+		t.Fatalf("open transactions at the end: %v", got)
 	}
 }
 
