@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"runtime/pprof"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -173,4 +175,21 @@ approximate recovery leaves running and full or region failover restore.`,
 	cmd.Flags().DurationVar(&cfg.BufferTimeout, "buffer-timeout", recovery.DefaultBufferTimeout, "network buffer timeout: the resolution of the sink-side timings")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object per strategy per line")
 	return cmd
+}
+
+// startCPUProfile starts a CPU profile of the process into the file path names ("": none) and returns
+// what stops it and closes the file.
+func startCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, usageError(fmt.Errorf("invalid --cpuprofile: %w", err))
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }

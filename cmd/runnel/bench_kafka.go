@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -172,17 +171,11 @@ func newKafkaBenchCmd() *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			if cfg.cpuProfile != "" {
-				f, err := os.Create(cfg.cpuProfile)
-				if err != nil {
-					return usageError(fmt.Errorf("invalid --cpuprofile: %w", err))
-				}
-				defer f.Close()
-				if err := pprof.StartCPUProfile(f); err != nil {
-					return fmt.Errorf("--cpuprofile: %w", err)
-				}
-				defer pprof.StopCPUProfile()
+			stopProfile, err := startCPUProfile(cfg.cpuProfile)
+			if err != nil {
+				return err
 			}
+			defer stopProfile()
 			out := cmd.OutOrStdout()
 			addr := cfg.bootstrap
 			if addr == "" {

@@ -91,17 +91,11 @@ With --rate R --duration D the stream is unbounded at R events/s for D, and the 
 				return usageError(err)
 			}
 			out := cmd.OutOrStdout()
-			if cfg.cpuProfile != "" {
-				f, err := os.Create(cfg.cpuProfile)
-				if err != nil {
-					return usageError(fmt.Errorf("invalid --cpuprofile: %w", err))
-				}
-				defer f.Close()
-				if err := pprof.StartCPUProfile(f); err != nil {
-					return fmt.Errorf("--cpuprofile: %w", err)
-				}
-				defer pprof.StopCPUProfile()
+			stopProfile, err := startCPUProfile(cfg.cpuProfile)
+			if err != nil {
+				return err
 			}
+			defer stopProfile()
 			if cfg.memProfile != "" {
 				f, err := os.Create(cfg.memProfile)
 				if err != nil {
