@@ -89,10 +89,14 @@ func startCluster(t *testing.T, n, slots int) *testCluster {
 	return startClusterWith(t, proccluster.Spec{TaskManagers: n, Slots: slots})
 }
 
-// startClusterWith starts the cluster spec shapes, its TaskManagers in order; cleanup kills every process.
+// startClusterWith starts the cluster spec shapes, its TaskManagers in order, of the runnel binary unless
+// spec names another (a user's job binary); cleanup kills every process.
 func startClusterWith(t *testing.T, spec proccluster.Spec) *testCluster {
 	t.Helper()
-	spec.InOrder, spec.StartTimeout, spec.Process.Binary = true, 30*time.Second, binary
+	spec.InOrder, spec.StartTimeout = true, 30*time.Second
+	if spec.Process.Binary == "" {
+		spec.Process.Binary = binary
+	}
 	c, err := proccluster.StartCluster(context.Background(), spec)
 	if err != nil {
 		t.Fatal(err)

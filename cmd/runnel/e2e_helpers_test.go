@@ -1,13 +1,10 @@
 package main
 
 import (
-	"context"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/runnel-dev/runnel/cmd/runnel/internal/proccluster"
 )
 
 // throttleProgram is Go source the end-to-end tests' user programs end with: a map, chained to the
@@ -36,28 +33,6 @@ func (t *throttle) Map(v kv) (kv, error) {
 	return v, nil
 }
 `
-
-// startThreeTaskManagers starts a JobManager and three TaskManager processes of bin (two slots each) in
-// dir, closed when the test ends, with their logs shown if it failed.
-func startThreeTaskManagers(t *testing.T, bin, dir string) *testCluster {
-	t.Helper()
-	c, err := proccluster.StartCluster(context.Background(), proccluster.Spec{TaskManagers: 3, Slots: 2, InOrder: true,
-		StartTimeout: 30 * time.Second, Process: proccluster.Options{Binary: bin, Dir: dir}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tc := &testCluster{c: c, jm: &process{c.JobManager}, addr: c.Addr, rest: c.REST}
-	for _, tm := range c.TaskManagers {
-		tc.tms = append(tc.tms, &process{tm})
-	}
-	t.Cleanup(func() {
-		c.Close(0)
-		for _, p := range append([]*proccluster.Process{c.JobManager}, c.TaskManagers...) {
-			logIfFailed(t, p)
-		}
-	})
-	return tc
-}
 
 // killMidRun waits (60 s at most) until the cluster's one job runs with a completed checkpoint and ready
 // says the run is far enough, SIGKILLs the TaskManager that runs subtask 0 of the vertex named vertex,

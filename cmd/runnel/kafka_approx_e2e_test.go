@@ -131,23 +131,13 @@ func kafkaApproximate(t *testing.T, b *kafkabroker.Broker, bin, guarantee string
 	}
 
 	dir := t.TempDir()
-	c, err := proccluster.StartCluster(context.Background(), proccluster.Spec{TaskManagers: 2, Slots: 2, InOrder: true,
-		StartTimeout: 30 * time.Second, Process: proccluster.Options{Binary: bin, Dir: dir}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		c.Close(0)
-		for _, p := range append([]*proccluster.Process{c.JobManager}, c.TaskManagers...) {
-			logIfFailed(t, p)
-		}
-	})
+	c := startClusterWith(t, proccluster.Spec{TaskManagers: 2, Slots: 2, Process: proccluster.Options{Binary: bin, Dir: dir}})
 	report := filepath.Join(dir, "r.json")
 	// 3 source subtasks at 1000 records/s each: about 7 s (the partitions hold 3462, 4615 and 6923 records;
 	// the keyed subtasks get 5770, 8077 and 1153). latest[0] fails once checkpoint 2 completed, latest[1]
 	// at its 5000th record, some 4 s in: each restore rolls back to a checkpoint the sink committed (on a
 	// busy machine a checkpoint may take seconds, so the second failure does not wait for a later one).
-	sp, err := proccluster.Start("submit", proccluster.Options{Binary: bin, Dir: dir}, "submit", "kafkaapprox", "--jobmanager", c.Addr,
+	sp, err := proccluster.Start("submit", proccluster.Options{Binary: bin, Dir: dir}, "submit", "kafkaapprox", "--jobmanager", c.addr,
 		"--brokers", b.Addr, "--in", in, "--out", out, "--prefix", prefix, "--guarantee", guarantee, "--rate", "1000",
 		"--parallelism", "3", "--failover", "approximate", "--checkpoint-interval", "100ms",
 		"--checkpoint-storage", filepath.Join(dir, "chk"), "--report", report,

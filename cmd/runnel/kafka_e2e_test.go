@@ -106,7 +106,7 @@ func TestKafkaExactlyOnceKilledTaskManager(t *testing.T) {
 
 	bin := buildUserBinary(t, []byte(kafkaSumProgram))
 	dir := t.TempDir()
-	tc := startThreeTaskManagers(t, bin, dir)
+	tc := startClusterWith(t, proccluster.Spec{TaskManagers: 3, Slots: 2, Process: proccluster.Options{Binary: bin, Dir: dir}})
 	report := filepath.Join(dir, "r.json")
 	// 2 source subtasks at 2500 records/s each: about 4 s, so that the kill lands mid-run.
 	sp, err := proccluster.Start("submit", proccluster.Options{Binary: bin, Dir: dir}, "submit", "kafkasum", "--jobmanager", tc.addr,

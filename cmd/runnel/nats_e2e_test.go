@@ -129,7 +129,7 @@ func TestNATSExactlyOnceKilledTaskManager(t *testing.T) {
 
 	bin := buildUserBinary(t, []byte(natsSumProgram))
 	dir := t.TempDir()
-	tc := startThreeTaskManagers(t, bin, dir)
+	tc := startClusterWith(t, proccluster.Spec{TaskManagers: 3, Slots: 2, Process: proccluster.Options{Binary: bin, Dir: dir}})
 	report := filepath.Join(dir, "r.json")
 	// 2 source subtasks at 2500 messages/s each: about 4 s, so that the kill lands mid-run.
 	sp, err := proccluster.Start("submit", proccluster.Options{Binary: bin, Dir: dir}, "submit", "natssum", "--jobmanager", tc.addr,

@@ -145,19 +145,9 @@ func TestUserBinary(t *testing.T) {
 	})
 
 	t.Run("submit to a cluster of the binary", func(t *testing.T) {
-		c, err := proccluster.StartCluster(context.Background(), proccluster.Spec{TaskManagers: 2, Slots: 2,
-			StartTimeout: 30 * time.Second, Process: proccluster.Options{Binary: bin, Dir: dir}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			c.Close(0)
-			for _, p := range append([]*proccluster.Process{c.JobManager}, c.TaskManagers...) {
-				logIfFailed(t, p)
-			}
-		})
+		c := startClusterWith(t, proccluster.Spec{TaskManagers: 2, Slots: 2, Process: proccluster.Options{Binary: bin, Dir: dir}})
 		report := filepath.Join(dir, "r2.json")
-		out, stderr, code := runBinary(t, bin, dir, "submit", "clicks", "--jobmanager", c.Addr, "--clicks", "3000",
+		out, stderr, code := runBinary(t, bin, dir, "submit", "clicks", "--jobmanager", c.addr, "--clicks", "3000",
 			"--parallelism", "2", "--checkpoint-interval", "50ms", "--checkpoint-storage", filepath.Join(dir, "checkpoints"), "--report", report)
 		if code != 0 {
 			t.Fatalf("exit %d:\n%s", code, stderr)
