@@ -64,7 +64,10 @@ func (pr *prober) waiting() bool {
 
 // saw moves the positions past recs.
 func (pr *prober) saw(recs []*kgo.Record) {
-	for _, rec := range recs {
+	for i, rec := range recs {
+		if next := i + 1; next < len(recs) && recs[next].Partition == rec.Partition && recs[next].Topic == rec.Topic {
+			continue // a partition's records come in a run, in offset order: its last one says where it stands
+		}
 		p := tp{rec.Topic, rec.Partition}
 		if pos, ok := pr.pos[p]; ok && rec.Offset >= pos {
 			pr.pos[p] = rec.Offset + 1
