@@ -87,6 +87,13 @@ type CheckpointedWriter = operator.CheckpointedWriter
 // Sink creates the writers of a sink, one per parallel subtask.
 type Sink[T any] = operator.Sink[T]
 
+// Settler is a Sink that settles, after a job ended failed or cancelled, what a subtask of it staged for
+// checkpoints it never heard the fate of (see operator.Settler).
+type Settler = operator.Settler
+
+// Settlement is the sink subtask a Settler settles (see operator.Settlement).
+type Settlement = operator.Settlement
+
 // SinkWriter writes the records of one sink subtask.
 type SinkWriter[T any] = operator.SinkWriter[T]
 

@@ -339,9 +339,9 @@ const (
 	e2eCancel            e2eEnd = iota // the job's context cancelled, by the test, once a checkpoint committed records
 	e2eFailForGood                     // a failure with no restart
 	e2eStopWithSavepoint               // cancelled with WithSavepointOnStop
-	// e2eExhausted: a failure injected into the keyed operator (chained to the sink) early is restarted,
-	// and a second one, injected later into the map upstream of the sink (chained to the source) while
-	// records flow, exhausts the restart strategy (one restart). The e2eWhileOpen map does not act.
+	// e2eExhausted: a failure injected early into the map upstream of the sink (chained to the source) is
+	// restarted, and a second one, injected later into the same subtask while records flow, exhausts the
+	// restart strategy (one restart). The e2eWhileOpen map does not act.
 	e2eExhausted
 )
 
@@ -375,7 +375,7 @@ func e2eEndWhileOpenLogged(t *testing.T, b *kafkabroker.Broker, in, name string,
 	case e2eExhausted:
 		act, status, upstream = nil, "FAILED", true
 		opts = append(opts, runnel.WithRestartStrategy("fixed-delay:attempts=1,delay=0s"),
-			runnel.WithFailureInjection("keyed[0]@1000", "while-open[0]@12000"))
+			runnel.WithFailureInjection("while-open[0]@1000", "while-open[0]@12000"))
 	}
 	st := newE2EWhileOpenState(t, b)
 	at := int64(10_000)
@@ -455,19 +455,21 @@ func TestBrokerExactlyOnceResumesFromSavepoint(t *testing.T) {
 }
 
 // TestBrokerExactlyOnceEndedJobLeavesNothingOpen ends an unbounded exactly-once job while its sink has
-// records in open transactions and checkpoints are taken every 100 ms: cancelled, and failed for good
-// (a subtask upstream of the sink fails a second time, past its restart strategy's one restart). The job
-// aborts its checkpoints in progress ahead of the cancellations, the sink subtasks hear the aborts and
-// abort what they prepared for them as they close, and a commit in flight completes before the
-// cancellations: no transaction of the job is left Ongoing, and read_committed readers read, per key, a
-// prefix of the running sums, each once.
+// records in open transactions and checkpoints are taken every 100 ms: cancelled, failed for good (a
+// subtask upstream of the sink fails a second time, past its restart strategy's one restart), and failed
+// for good by a sink subtask itself (an operator chained to it fails, with no restart). The job aborts its
+// checkpoints in progress ahead of the cancellations, the sink subtasks hear the aborts and abort what
+// they prepared for them as they close, and a commit in flight completes before the cancellations; the
+// failed sink subtask, which hears nothing more, is settled once the job ended (runnel.Settler): no
+// transaction of the job is left Ongoing, and read_committed readers read, per key, a prefix of the
+// running sums, each once.
 func TestBrokerExactlyOnceEndedJobLeavesNothingOpen(t *testing.T) {
 	b := kafkabroker.Shared(t)
 	const n = 30_000
 	for _, tc := range []struct {
 		name string
 		end  e2eEnd
-	}{{"cancelled", e2eCancel}, {"failed for good", e2eExhausted}} {
+	}{{"cancelled", e2eCancel}, {"failed for good", e2eExhausted}, {"sink failed for good", e2eFailForGood}} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := b.Name("e2e-ended-in-" + strings.ReplaceAll(tc.name, " ", "-"))
 			b.CreateTopic(t, in, 3)

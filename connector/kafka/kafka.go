@@ -34,10 +34,12 @@
 // the checkpoint completes (a two-phase commit, as Flink's KafkaSink; see docs/checkpoints.md): a
 // read_committed reader sees every record once. A job stopped with a savepoint, cancelled or failed for
 // good leaves no transaction open: a transaction is committed when its checkpoint completes and aborted
-// once no checkpoint that lists it can complete (runnel.CheckpointAbortListener). The exception is a sink
-// subtask that fails itself, or whose TaskManager is lost: what it prepared for checkpoints whose fate it
-// did not hear stays open until the job is restored, a later run with the same transactional-id prefix, or
-// the transaction timeout, since aborting it could lose records a restore must commit. None waits for nothing. Records have keys (hashed to a
+// once no checkpoint that lists it can complete (runnel.CheckpointAbortListener). What a sink subtask that
+// failed itself, or whose TaskManager was lost, prepared for checkpoints whose fate it did not hear is
+// settled by the restore, or, when the job ends with no restore, by the sink's Settle (runnel.Settler),
+// which the process that ran the job (the JobManager of a cluster, which must then reach the brokers) calls
+// once the tasks stopped: it commits what the job's restore point lists and aborts the rest. None waits
+// for nothing. Records have keys (hashed to a
 // partition as Kafka's Java producer does, or placed by SinkConfig.Partition), headers (RecordSink), and on
 // a stream with event time the record's event time as their timestamp.
 //

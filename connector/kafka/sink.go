@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -194,20 +195,13 @@ func (s *sink[T]) CreateWriter(ctx runnel.RuntimeContext) (runnel.SinkWriter[T],
 	if s.cfg.Guarantee == ExactlyOnce && !ctx.Checkpointing() {
 		return nil, errors.New("kafka sink: exactly-once needs periodic checkpoints, and the job takes none")
 	}
-	linger, timeout := s.cfg.Linger, s.cfg.FlushTimeout
-	if linger == 0 {
-		linger = 5 * time.Millisecond
-	}
-	if timeout == 0 {
-		timeout = 30 * time.Second
-	}
-	w := &sinkWriter[T]{s: s, rctx: ctx, linger: linger, timeout: timeout}
+	w := &sinkWriter[T]{s: s, rctx: ctx}
 	w.done = w.acked
 	if s.cfg.Guarantee == ExactlyOnce {
-		w.txn = w.newTxnWriter(&s.cfg)
+		w.txn = s.newTxnWriter(&s.cfg, ctx.SubtaskIndex(), ctx.Parallelism(), ctx.Logger())
 		return w, nil
 	}
-	cl, err := kgo.NewClient(w.clientOpts()...)
+	cl, err := kgo.NewClient(s.clientOpts()...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka sink: %w", err)
 	}
@@ -215,15 +209,59 @@ func (s *sink[T]) CreateWriter(ctx runnel.RuntimeContext) (runnel.SinkWriter[T],
 	return w, nil
 }
 
-func (w *sinkWriter[T]) newTxnWriter(cfg *SinkConfig) *txnWriter {
-	return &txnWriter{cfg: cfg, sub: w.rctx.SubtaskIndex(), par: w.rctx.Parallelism(), log: w.rctx.Logger(),
-		timeout: w.timeout, opts: w.clientOpts, pool: map[int]*txnProducer{}}
+// Settle implements runnel.Settler: after a job ended failed or cancelled, it settles what subtask
+// st.Subtask left open as a restore from st's checkpoint would (see settle).
+func (s *sink[T]) Settle(ctx context.Context, st runnel.Settlement) error {
+	return s.settle(ctx, st.State, st.Subtask, st.Parallelism, st.Logger)
+}
+
+// settle settles, with no writer running, the transactions of subtask sub: it commits those its
+// exactly-once state b lists and aborts every other open one of the subtask (txnWriter.start). A sink
+// that is not exactly once, with no exactly-once state to settle, does nothing.
+func (s *sink[T]) settle(ctx context.Context, b []byte, sub, par int, log *slog.Logger) error {
+	var rs *restoredState
+	cfg := s.cfg
+	if len(b) > 0 {
+		d, err := decodeTxnState(b)
+		if err != nil {
+			return err
+		}
+		rs = &d
+		if cfg.Guarantee != ExactlyOnce {
+			cfg.TransactionalIDPrefix = d.prefix
+		}
+	}
+	if rs == nil && cfg.Guarantee != ExactlyOnce {
+		return nil
+	}
+	t := s.newTxnWriter(&cfg, sub, par, log)
+	t.base = ctx
+	err := t.start(rs)
+	return errors.Join(err, t.close())
+}
+
+// flushTimeout is SinkConfig.FlushTimeout or its default.
+func (s *sink[T]) flushTimeout() time.Duration {
+	if s.cfg.FlushTimeout == 0 {
+		return 30 * time.Second
+	}
+	return s.cfg.FlushTimeout
+}
+
+// newTxnWriter makes the transactions of subtask sub, under cfg (the sink's, or one with the prefix of
+// restored state).
+func (s *sink[T]) newTxnWriter(cfg *SinkConfig, sub, par int, log *slog.Logger) *txnWriter {
+	return &txnWriter{cfg: cfg, sub: sub, par: par, log: log, timeout: s.flushTimeout(), opts: s.clientOpts, pool: map[int]*txnProducer{}}
 }
 
 // clientOpts are the options of the sink's producers: the user's last, so that they win.
-func (w *sinkWriter[T]) clientOpts() []kgo.Opt {
-	cfg := &w.s.cfg
-	opts := []kgo.Opt{kgo.SeedBrokers(cfg.Brokers...), kgo.DefaultProduceTopic(cfg.Topic), kgo.ProducerLinger(w.linger)}
+func (s *sink[T]) clientOpts() []kgo.Opt {
+	cfg := &s.cfg
+	linger := cfg.Linger
+	if linger == 0 {
+		linger = 5 * time.Millisecond
+	}
+	opts := []kgo.Opt{kgo.SeedBrokers(cfg.Brokers...), kgo.DefaultProduceTopic(cfg.Topic), kgo.ProducerLinger(linger)}
 	if f := cfg.Partition; f != nil {
 		opts = append(opts, kgo.RecordPartitioner(kgo.BasicConsistentPartitioner(func(string) func(*kgo.Record, int) int {
 			return f
@@ -233,13 +271,11 @@ func (w *sinkWriter[T]) clientOpts() []kgo.Opt {
 }
 
 type sinkWriter[T any] struct {
-	s       *sink[T]
-	rctx    runnel.RuntimeContext
-	linger  time.Duration
-	timeout time.Duration
-	done    func(*kgo.Record, error) // w.acked, made once
-	cl      *kgo.Client              // the producer of AtLeastOnce and None
-	txn     *txnWriter               // the transactions of ExactlyOnce
+	s    *sink[T]
+	rctx runnel.RuntimeContext
+	done func(*kgo.Record, error) // w.acked, made once
+	cl   *kgo.Client              // the producer of AtLeastOnce and None
+	txn  *txnWriter               // the transactions of ExactlyOnce
 
 	mu   sync.Mutex
 	free []*kgo.Record // acknowledged records, for reuse
@@ -295,7 +331,7 @@ func (w *sinkWriter[T]) write(v T, ts time.Time) error {
 
 // flush waits until Kafka acknowledged every record cl was given.
 func (w *sinkWriter[T]) flush(cl *kgo.Client) error {
-	ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), w.s.flushTimeout())
 	defer cancel()
 	if err := cl.Flush(ctx); err != nil {
 		return fmt.Errorf("kafka sink: flush %s: %w", w.s.cfg.Topic, err)
@@ -354,15 +390,7 @@ func (w *sinkWriter[T]) RestoreState(b []byte) error {
 	if len(b) == 0 {
 		return nil
 	}
-	st, err := decodeTxnState(b)
-	if err != nil {
-		return err
-	}
-	cfg := w.s.cfg
-	cfg.TransactionalIDPrefix = st.prefix
-	t := w.newTxnWriter(&cfg)
-	err = t.start(&st)
-	return errors.Join(err, t.close())
+	return w.s.settle(context.Background(), b, w.rctx.SubtaskIndex(), w.rctx.Parallelism(), w.rctx.Logger())
 }
 
 // NotifyCheckpointComplete implements runnel.CheckpointListener: exactly once, it commits the

@@ -50,9 +50,10 @@ import (
 // subtask snapshotted, was heard aborted. The job master aborts a failing or cancelled job's checkpoints
 // ahead of the cancellations (and holds the cancellations while a commit is out), so a sink subtask that
 // is cancelled leaves nothing open. A sink subtask that fails itself cannot do as much: a checkpoint it
-// acknowledged may still complete, and it is gone before its fate is decided, so what it prepared for
-// the checkpoints it had not heard of stays open until a restore or a later run under the prefix settles
-// it, or the transaction timeout ends it (docs/checkpoints.md).
+// acknowledged may still complete, and it is gone before its fate is decided. A restore settles what it
+// prepared; when none follows (the job failed for good, or was cancelled before the restart), the engine
+// calls the sink's Settle once the job's tasks stopped, which does what a restore from the job's restore
+// point would (runnel.Settler, docs/checkpoints.md).
 
 // maxPool bounds a subtask's transactional producers: more mean that checkpoints stopped completing,
 // while transactions waited for them.
@@ -80,6 +81,7 @@ type txnWriter struct {
 	log      *slog.Logger
 	timeout  time.Duration
 	opts     func() []kgo.Opt
+	base     context.Context // what every request's context derives from: nil for a writer, Settle's for Settle
 
 	pool    map[int]*txnProducer // every producer made, by K
 	free    []*txnProducer       // producers without a transaction
@@ -104,7 +106,11 @@ func (t *txnWriter) txnID(prefix string, sub, k int) string {
 }
 
 func (t *txnWriter) ctx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), t.timeout)
+	base := t.base
+	if base == nil {
+		base = context.Background()
+	}
+	return context.WithTimeout(base, t.timeout)
 }
 
 // newClient makes the transactional producer of id and initializes it: InitProducerId fences every
@@ -278,9 +284,8 @@ func (t *txnWriter) undecidedAbove() int64 {
 // close aborts the open transaction and the prepared ones that no checkpoint which may complete lists
 // (their checkpoints, and every later one the subtask snapshotted, were heard aborted: see
 // undecidedAbove), and closes the producers. The other prepared transactions stay open: their checkpoint
-// may have completed (its notification was missed), and then the restore of the job commits them; if not,
-// the restore (or the next start under the prefix) aborts them, and if the job never starts again Kafka
-// aborts them after the transaction timeout.
+// may have completed (its notification was missed), and then the restore of the job, or the settling of
+// a job that ended (sink.Settle), commits them; if not, either aborts them.
 func (t *txnWriter) close() error {
 	var err error
 	if p := t.cur; p != nil {

@@ -119,6 +119,10 @@ func Run(ctx context.Context, job *Job, on On) (*report.JobResult, error) {
 	stopProgress := job.reportProgress(jm)
 	snap := jm.Run(ctx)
 	stopProgress()
+	if rc.Checkpointing {
+		rp := snap.RestorePoint
+		settle(ctx, settleTargets(snap), rp, blobReader(rp, jmCfg.Storage, jmCfg.Savepoint), job.Settings.logger().With("job", name))
+	}
 	return job.result(snap, jm, on.Cluster, restored)
 }
 

@@ -9,7 +9,7 @@ import (
 // Snapshot returns the job's observable state; nothing in it is shared with the core.
 func (c *Core) Snapshot() Snapshot {
 	snap := Snapshot{Status: c.status, Err: c.err, Started: c.started, Ended: c.ended, Waiting: c.waiting,
-		FiredInjections: slices.Clone(c.fired)}
+		FiredInjections: slices.Clone(c.fired), RestorePoint: c.restorePoint()}
 	for _, f := range c.history.Events() {
 		snap.Failovers = append(snap.Failovers, f.Report())
 	}

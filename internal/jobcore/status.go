@@ -73,4 +73,7 @@ type Snapshot struct {
 	Waiting string
 	// FiredInjections are the indexes of the failure injections that fired, each in a failover of its own.
 	FiredInjections []int
+	// RestorePoint is what a restart would restore now: the newest completed checkpoint known to be
+	// valid, or the savepoint the job started from, or nil. Read only.
+	RestorePoint *checkpoint.CompletedCheckpoint
 }

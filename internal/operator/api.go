@@ -10,6 +10,7 @@
 package operator
 
 import (
+	"context"
 	"log/slog"
 
 	"github.com/runnel-dev/runnel/internal/state"
@@ -164,6 +165,35 @@ type CheckpointListener interface {
 // An error fails a running task; a task that is ending logs it.
 type CheckpointAbortListener interface {
 	NotifyCheckpointAborted(checkpointID int64) error
+}
+
+// Settler is a Sink whose writers stage what they write until a checkpoint completes (a two-phase commit:
+// a transaction, a pending file) and that can settle a subtask's staged output with no writer running.
+//
+// A running writer hears every checkpoint's fate (CheckpointListener, CheckpointAbortListener), and a
+// restored one settles what its predecessors staged (RestoreState). A writer that failed, or whose
+// TaskManager was lost, hears nothing more, and when the job then ends (failed for good, or cancelled
+// before a restart restored the subtask) no restore follows: what it staged for checkpoints it never heard
+// of stays staged. So when a job ends failed or cancelled, the engine settles every sink subtask that had
+// not finished, once its tasks have stopped: Settle must leave outside the job what a restore from the
+// checkpoint the job would have restarted from leaves — commit what that checkpoint covers, undo
+// everything else the subtask staged. It runs in the process that ran the job (the JobManager of a
+// cluster), possibly for a subtask that closed cleanly, so it must be idempotent; its error is logged.
+type Settler interface {
+	Settle(ctx context.Context, s Settlement) error
+}
+
+// Settlement is the sink subtask Settler.Settle settles.
+type Settlement struct {
+	// Subtask and Parallelism are the subtask's index and its sink's parallelism.
+	Subtask, Parallelism int
+	// CheckpointID is the checkpoint the job would have restored (0: none, and nothing staged can be
+	// committed), and State the subtask's writer state in it, as CheckpointedWriter.SnapshotState returned
+	// it (nil when the checkpoint holds none for the subtask).
+	CheckpointID int64
+	State        []byte
+	// Logger logs with the job's and the sink's attributes.
+	Logger *slog.Logger
 }
 
 // Sink creates the writers of a sink, one per parallel subtask.

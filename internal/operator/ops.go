@@ -1,6 +1,7 @@
 package operator
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -618,6 +619,26 @@ func (s *TimedSinkSpec[T]) Build(ctx *Context, downstream []any) (Built, error) 
 	}
 	op := &timedSinkOp[T]{sinkOp: sinkOp[T]{ctx: ctx, c: ctx.counters()}}
 	return sinkBuilt(ctx, s.Sink, &op.sinkOp, wrapIn[Timed[T]](ctx, op)), nil
+}
+
+// Settler returns the sink's Settler, or nil when it is none.
+func (s *SinkSpec[T]) Settler() Settler { st, _ := s.Sink.(Settler); return st }
+
+// Settler returns the sink's Settler, or nil when it is none.
+func (s *TimedSinkSpec[T]) Settler() Settler { st, _ := s.Sink.(Settler); return st }
+
+// SettlerSpec is a node payload that may run a Settler: the specs of sinks.
+type SettlerSpec interface{ Settler() Settler }
+
+// OwnState returns the state an operator's Snapshot wrote, from the operator's entry in a subtask's
+// checkpoint state (which frames its list states, if any, before it). A chain of incremental pieces is
+// keyed state, which no sink writer has: an error.
+func OwnState(entry []byte) ([]byte, error) {
+	if _, ok, err := task.SplitPieces(entry); ok || err != nil {
+		return nil, errors.New("the entry holds incremental keyed state, not an operator's own state")
+	}
+	_, own, err := splitLists(entry)
+	return own, err
 }
 
 // TimestampedWriter is a SinkWriter that wants the timestamps of a stream with event time.

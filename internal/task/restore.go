@@ -69,39 +69,48 @@ func (r *run) restore() (finished bool, err error) {
 	return false, nil
 }
 
-// readStates reads one state blob of spec and decodes its entries.
-func (r *run) readStates(spec *deploy.RestoreSpec, read func(context.Context, checkpoint.BlobRef) ([]byte, error), ref checkpoint.BlobRef) (map[string][]byte, error) {
-	data, err := read(r.cp.ctx, ref)
+// BlobReader reads one state blob of a checkpoint.
+type BlobReader func(context.Context, checkpoint.BlobRef) ([]byte, error)
+
+// readStates reads one state blob of checkpoint id and decodes its entries.
+func readStates(ctx context.Context, id int64, read BlobReader, ref checkpoint.BlobRef) (map[string][]byte, error) {
+	data, err := read(ctx, ref)
 	if err != nil {
-		return nil, fmt.Errorf("restore from checkpoint %d: %w", spec.CheckpointID, err)
+		return nil, fmt.Errorf("restore from checkpoint %d: %w", id, err)
 	}
 	m, err := decodeStates(data)
 	if err != nil {
-		return nil, fmt.Errorf("restore from checkpoint %d: %w", spec.CheckpointID, err)
+		return nil, fmt.Errorf("restore from checkpoint %d: %w", id, err)
 	}
 	return m, nil
 }
 
-// readHandle reads the blobs of one handle and returns the entries they hold together. A handle lists
-// one blob, or, in an incremental checkpoint, a chain: a blob of whole entries, then blobs whose
-// deltasName entry names the operators whose entries there are deltas. An entry that is not a delta
-// replaces the same entry of earlier blobs; an operator's deltas are framed (JoinPieces) together with
-// its entries before them back to its last whole one, in order, for the operator to apply.
-func (r *run) readHandle(spec *deploy.RestoreSpec, read func(context.Context, checkpoint.BlobRef) ([]byte, error), blobs []checkpoint.BlobRef) (map[string][]byte, error) {
+// readHandle is ReadEntries for the restore of spec.
+func (r *run) readHandle(spec *deploy.RestoreSpec, read BlobReader, blobs []checkpoint.BlobRef) (map[string][]byte, error) {
+	return ReadEntries(r.cp.ctx, spec.CheckpointID, read, blobs)
+}
+
+// ReadEntries reads the blobs of one subtask's handle in checkpoint id and returns the entries they hold
+// together, by operator uid (and the task's own entries). A handle lists one blob, or, in an incremental
+// checkpoint, a chain: a blob of whole entries, then blobs whose deltasName entry names the operators
+// whose entries there are deltas. An entry that is not a delta replaces the same entry of earlier blobs;
+// an operator's deltas are framed (JoinPieces) together with its entries before them back to its last
+// whole one, in order, for the operator to apply.
+func ReadEntries(ctx context.Context, id int64, read BlobReader, blobs []checkpoint.BlobRef) (map[string][]byte, error) {
 	if len(blobs) == 1 {
-		return r.readStates(spec, read, blobs[0])
+		return readStates(ctx, id, read, blobs[0])
 	}
 	states := map[string][]byte{}
 	chains := map[string][][]byte{}
 	for _, ref := range blobs {
-		m, err := r.readStates(spec, read, ref)
+		m, err := readStates(ctx, id, read, ref)
 		if err != nil {
 			return nil, err
 		}
 		var deltas map[string]bool
 		if d, ok := m[deltasName]; ok {
 			if deltas, err = decodeDeltas(d); err != nil {
-				return nil, fmt.Errorf("restore from checkpoint %d: %s: %w", spec.CheckpointID, ref.Key, err)
+				return nil, fmt.Errorf("restore from checkpoint %d: %s: %w", id, ref.Key, err)
 			}
 			delete(m, deltasName)
 		}
@@ -109,7 +118,7 @@ func (r *run) readHandle(spec *deploy.RestoreSpec, read func(context.Context, ch
 			if deltas[k] {
 				if _, ok := states[k]; !ok && len(chains[k]) == 0 {
 					return nil, fmt.Errorf("restore from checkpoint %d: %s holds a delta of operator %q, which no blob before it holds",
-						spec.CheckpointID, ref.Key, k)
+						id, ref.Key, k)
 				}
 				if len(chains[k]) == 0 {
 					chains[k] = [][]byte{states[k]}
@@ -130,7 +139,7 @@ func (r *run) readHandle(spec *deploy.RestoreSpec, read func(context.Context, ch
 // restoreRescaled restores a subtask whose vertex had another parallelism in the checkpoint: every
 // operator's state is gathered from the overlapping old subtasks and handed to the chain as parts. The
 // input channels' consumed positions belong to the old channels and are dropped.
-func (r *run) restoreRescaled(spec *deploy.RestoreSpec, read func(context.Context, checkpoint.BlobRef) ([]byte, error)) error {
+func (r *run) restoreRescaled(spec *deploy.RestoreSpec, read BlobReader) error {
 	me := r.t.cfg.Info
 	parts := map[string][][]byte{}
 	var floors floorOf
@@ -178,7 +187,7 @@ func (r *run) restoreRescaled(spec *deploy.RestoreSpec, read func(context.Contex
 // are dropped; the lowest watermark floor holds; the subtask had finished, or its input had ended, only if
 // that holds for every read (a mix cannot be restored: part of the new chain would have input left, part
 // none).
-func (r *run) restoreRemapped(spec *deploy.RestoreSpec, read func(context.Context, checkpoint.BlobRef) ([]byte, error)) (bool, error) {
+func (r *run) restoreRemapped(spec *deploy.RestoreSpec, read BlobReader) (bool, error) {
 	me := r.t.cfg.Info
 	fail := func(format string, args ...any) (bool, error) {
 		return false, fmt.Errorf("restore from checkpoint %d: %s: %w", spec.CheckpointID, me.Name(), fmt.Errorf(format, args...))
