@@ -40,6 +40,28 @@ func (t *throttle) Map(v kv) (kv, error) {
 // after one failover naming that TaskManager, which it returns. what says in a failure what ready waits for.
 func killMidRun(t *testing.T, tc *testCluster, sub *process, report, vertex, what string, ready func() bool) string {
 	t.Helper()
+	victim := killWhenReady(t, tc, vertex, what, ready)
+	if code := sub.exited(t, 120*time.Second); code != 0 {
+		t.Fatalf("submit exited %d:\n%s", code, sub.Stderr())
+	}
+	r := readReport(t, report)
+	named := 0
+	for _, f := range r.Failovers {
+		if f.TaskManager == victim {
+			named++
+		}
+	}
+	if r.Status != "FINISHED" || named != 1 {
+		t.Fatalf("%s with failovers %+v: want one naming %s", r.Status, r.Failovers, victim)
+	}
+	return victim
+}
+
+// killWhenReady waits (60 s at most) until the cluster's one job runs with a completed checkpoint and
+// ready says the run is far enough, then SIGKILLs the TaskManager that runs subtask 0 of the vertex named
+// vertex, and returns its name.
+func killWhenReady(t *testing.T, tc *testCluster, vertex, what string, ready func() bool) string {
+	t.Helper()
 	var jobs struct {
 		Jobs []struct{ ID string } `json:"jobs"`
 	}
@@ -72,19 +94,6 @@ func killMidRun(t *testing.T, tc *testCluster, sub *process, report, vertex, wha
 	if err := p.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	if code := sub.exited(t, 120*time.Second); code != 0 {
-		t.Fatalf("submit exited %d:\n%s", code, sub.Stderr())
-	}
-	r := readReport(t, report)
-	named := 0
-	for _, f := range r.Failovers {
-		if f.TaskManager == victim {
-			named++
-		}
-	}
-	if r.Status != "FINISHED" || named != 1 {
-		t.Fatalf("%s with failovers %+v: want one naming %s", r.Status, r.Failovers, victim)
-	}
 	return victim
 }
 
@@ -110,6 +119,23 @@ func checkRunningSums(t *testing.T, what string, got, want map[int64][]int64) {
 		for i := range w {
 			if g[i] != w[i] {
 				t.Fatalf("key %d: running sum %d is %d, want %d", k, i, g[i], w[i])
+			}
+		}
+	}
+}
+
+// checkRunningSumPrefixes fails the test unless got holds, per key, a prefix of want's running sums, each
+// once and in order: what a job that ended before its input did may have committed.
+func checkRunningSumPrefixes(t *testing.T, what string, got, want map[int64][]int64) {
+	t.Helper()
+	for k, g := range got {
+		w := want[k]
+		if len(g) > len(w) {
+			t.Fatalf("key %d: %s read %d running sums, more than the %d of the input", k, what, len(g), len(w))
+		}
+		for i := range g {
+			if g[i] != w[i] {
+				t.Fatalf("key %d: running sum %d is %d, want %d: not a prefix, each once", k, i, g[i], w[i])
 			}
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	be "encoding/binary"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,17 +80,99 @@ func (j *job) Build(env *runnel.Environment, args []string) error {
 
 // TestKafkaExactlyOnceKilledTaskManager runs Kafka → running sums → Kafka with the exactly-once sink on a
 // JobManager and three TaskManager processes, and SIGKILLs the TaskManager that runs the sink's subtask 0
-// once a checkpoint completed: its open transaction dies with it, the job restores the checkpoint on the
+// once a checkpoint completed and the output holds records of an open transaction.
+//
+// restarted: the killed attempt's open transaction dies with it, the job restores the checkpoint on the
 // TaskManagers that remain (committing what the checkpoint covers, aborting the rest), and a
 // read_committed reader of the output reads every running sum of every key once and in order, while a
 // read_uncommitted reader also reads the records the killed attempt wrote. No transaction stays open.
+//
+// failed for good (no restart): no restore follows, and the JobManager settles the sink's subtasks from
+// the newest completed checkpoint as the job ends (runnel.Settler): no transaction stays open, and a
+// read_committed reader reads, per key, a prefix of the running sums, each once.
 func TestKafkaExactlyOnceKilledTaskManager(t *testing.T) {
 	b := kafkabroker.Start(t)
 	const n, keys = 20_000, 13
-	in, out, prefix := b.Name("kill-in"), b.Name("kill-out"), b.Name("kill")
-	b.CreateTopic(t, in, 3)
-	b.CreateTopic(t, out, 3)
-	prod := b.Client(t, kgo.DefaultProduceTopic(in))
+	bin := buildUserBinary(t, []byte(kafkaSumProgram))
+	for _, tc := range []struct {
+		name    string
+		restart string
+	}{{"restarted", ""}, {"failed for good", "none"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			slug := strings.ReplaceAll(tc.name, " ", "-")
+			in, out, prefix := b.Name("kill-in-"+slug), b.Name("kill-out-"+slug), b.Name("kill-"+slug)
+			b.CreateTopic(t, in, 3)
+			b.CreateTopic(t, out, 3)
+			produceKeyed(t, b, in, n, keys)
+			dir := t.TempDir()
+			cl := startClusterWith(t, proccluster.Spec{TaskManagers: 3, Slots: 2, Process: proccluster.Options{Binary: bin, Dir: dir}})
+			report := filepath.Join(dir, "r.json")
+			// 2 source subtasks at 2500 records/s each: about 4 s, so that the kill lands mid-run.
+			args := []string{"submit", "kafkasum", "--jobmanager", cl.addr,
+				"--brokers", b.Addr, "--in", in, "--out", out, "--prefix", prefix, "--rate", "2500",
+				"--parallelism", "2", "--failover", "region", "--checkpoint-interval", "100ms",
+				"--checkpoint-storage", filepath.Join(dir, "chk"), "--report", report}
+			if tc.restart != "" {
+				args = append(args, "--restart-strategy", tc.restart)
+			}
+			sp, err := proccluster.Start("submit", proccluster.Options{Binary: bin, Dir: dir}, args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sub := &process{sp}
+			t.Cleanup(func() { _ = sp.Kill(); logIfFailed(t, sp) })
+
+			// The kill waits for a commit and for records of an open transaction in the output: so the
+			// killed attempt had written records that the job must abort, after others that it committed.
+			adm := b.Admin(t)
+			ready := func() bool { return committedAndOpen(t, adm, out) }
+			what := "records committed and others open in " + out
+			want := runningSums(n, keys)
+			read := func(level kgo.IsolationLevel) (map[int64][]int64, int) {
+				got := map[int64][]int64{}
+				recs := b.ReadTopic(t, out, level)
+				for _, r := range recs {
+					k := int64(be.BigEndian.Uint64(r.Key))
+					got[k] = append(got[k], int64(be.BigEndian.Uint64(r.Value)))
+				}
+				return got, len(recs)
+			}
+			if tc.restart == "" {
+				victim := killMidRun(t, cl, sub, report, "kafka-out", what, ready)
+				// Every running sum of every key once and in order (a key's records sit in one partition).
+				committed, nc := read(kgo.ReadCommitted())
+				checkRunningSums(t, "read_committed", committed, want)
+				if _, nu := read(kgo.ReadUncommitted()); nu <= nc {
+					t.Fatalf("read_uncommitted read %d records, read_committed %d: the killed attempt's open transaction held none", nu, nc)
+				} else {
+					t.Logf("%d records committed, %d written and aborted; killed %s", nc, nu-nc, victim)
+				}
+			} else {
+				victim := killWhenReady(t, cl, "kafka-out", what, ready)
+				if code := sub.exited(t, 120*time.Second); code != 1 {
+					t.Fatalf("submit exited %d, want 1 (the job failed):\n%s", code, sub.Stderr())
+				}
+				if r := readReport(t, report); r.Status != "FAILED" || r.Checkpoints == nil || r.Checkpoints.Completed == 0 {
+					t.Fatalf("%s with checkpoints %+v: want the job failed by the loss of %s after a checkpoint", r.Status, r.Checkpoints, victim)
+				}
+				committed, nc := read(kgo.ReadCommitted())
+				checkRunningSumPrefixes(t, "read_committed", committed, want)
+				if nc == 0 {
+					t.Fatal("read_committed read nothing: the completed checkpoints' transactions were not committed")
+				}
+				t.Logf("%d records committed before the job failed; killed %s", nc, victim)
+			}
+			if open := b.OngoingTransactions(t, prefix+"-"); len(open) != 0 {
+				t.Fatalf("transactions left Ongoing after the job ended: %+v", open)
+			}
+		})
+	}
+}
+
+// produceKeyed writes the values 0..n-1 to topic, value i under key i%keys, both as 8 big-endian bytes.
+func produceKeyed(t *testing.T, b *kafkabroker.Broker, topic string, n, keys int) {
+	t.Helper()
+	prod := b.Client(t, kgo.DefaultProduceTopic(topic))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for i := range n {
@@ -102,49 +185,6 @@ func TestKafkaExactlyOnceKilledTaskManager(t *testing.T) {
 	}
 	if err := prod.Flush(ctx); err != nil {
 		t.Fatal(err)
-	}
-
-	bin := buildUserBinary(t, []byte(kafkaSumProgram))
-	dir := t.TempDir()
-	tc := startClusterWith(t, proccluster.Spec{TaskManagers: 3, Slots: 2, Process: proccluster.Options{Binary: bin, Dir: dir}})
-	report := filepath.Join(dir, "r.json")
-	// 2 source subtasks at 2500 records/s each: about 4 s, so that the kill lands mid-run.
-	sp, err := proccluster.Start("submit", proccluster.Options{Binary: bin, Dir: dir}, "submit", "kafkasum", "--jobmanager", tc.addr,
-		"--brokers", b.Addr, "--in", in, "--out", out, "--prefix", prefix, "--rate", "2500",
-		"--parallelism", "2", "--failover", "region", "--checkpoint-interval", "100ms",
-		"--checkpoint-storage", filepath.Join(dir, "chk"), "--report", report)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sub := &process{sp}
-	t.Cleanup(func() { _ = sp.Kill(); logIfFailed(t, sp) })
-
-	// The kill waits for a commit and for records of an open transaction in the output: so the killed
-	// attempt had written records that the job must abort, after others that it committed.
-	adm := b.Admin(t)
-	victim := killMidRun(t, tc, sub, report, "kafka-out", "records committed and others open in "+out,
-		func() bool { return committedAndOpen(t, adm, out) })
-
-	// Every running sum of every key once and in order (a key's records sit in one partition).
-	want := runningSums(n, keys)
-	read := func(level kgo.IsolationLevel) (map[int64][]int64, int) {
-		got := map[int64][]int64{}
-		recs := b.ReadTopic(t, out, level)
-		for _, r := range recs {
-			k := int64(be.BigEndian.Uint64(r.Key))
-			got[k] = append(got[k], int64(be.BigEndian.Uint64(r.Value)))
-		}
-		return got, len(recs)
-	}
-	committed, nc := read(kgo.ReadCommitted())
-	checkRunningSums(t, "read_committed", committed, want)
-	if _, nu := read(kgo.ReadUncommitted()); nu <= nc {
-		t.Fatalf("read_uncommitted read %d records, read_committed %d: the killed attempt's open transaction held none", nu, nc)
-	} else {
-		t.Logf("%d records committed, %d written and aborted; killed %s", nc, nu-nc, victim)
-	}
-	if open := b.OngoingTransactions(t, prefix+"-"); len(open) != 0 {
-		t.Fatalf("transactions left Ongoing after the job finished: %+v", open)
 	}
 }
 
