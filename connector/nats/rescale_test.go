@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -194,5 +195,74 @@ func TestInterestConsumersOfOtherRuns(t *testing.T) {
 	}
 	if len(names) != 1 || names[0] != "p_1_2" {
 		t.Fatalf("consumers %q left, want the one with subject in.9 the run does not read (p_1_2)", names)
+	}
+}
+
+// TestWorkQueueFreshRunWithOtherFilters cancels a job on a work-queue stream, whose consumers stay, and
+// starts the job afresh (no restore) at the same parallelism with other subject filters: swapped, each
+// subtask's consumer now wants the subjects its sibling's consumer of the first run holds; fewer, subtask
+// 0 wants the subjects of subtask 1's old consumer, and subtask 1 reads nothing. A work queue lets no two
+// consumers overlap, and the fresh run must not be kept out: it reads every message of its subjects that
+// the first run left unacknowledged (all: no checkpoint completed) once, and leaves no consumer behind.
+func TestWorkQueueFreshRunWithOtherFilters(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		again []string
+	}{{"swapped", []string{"in.1", "in.0"}}, {"fewer", []string{"in.1"}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			url := startServer(t)
+			js := client(t, url)
+			createStream(t, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*"}, Retention: jetstream.WorkQueuePolicy})
+			const n = 400
+			publish(t, js, n, "in.0", "in.1")
+			var seen atomic.Int64
+			build := func(subjects []string, bounded bool) (*runnel.Environment, *connector.Collect[int64]) {
+				env := runnel.NewEnvironment(runnel.WithParallelism(2), runnel.WithLogger(quiet), runnel.WithRestartStrategy("none"),
+					runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: time.Hour}))
+				src := runnel.FromSource(env, nats.Source(nats.SourceConfig{URL: url, Stream: "IN", Subjects: subjects, Bounded: bounded}, decodeValue)).
+					Name("nats")
+				sink := connector.NewCollect[int64]()
+				runnel.Map(src, func(v int64) (int64, error) { seen.Add(1); return v, nil }).Name("seen").SinkTo(sink).Name("collect")
+				return env, sink
+			}
+			env, _ := build([]string{"in.0", "in.1"}, false)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan *runnel.JobResult, 1)
+			go func() { res, _ := env.Execute(ctx, "wq"); done <- res }()
+			deadline := time.Now().Add(20 * time.Second)
+			for seen.Load() < 10 {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d messages read after 20 s", seen.Load())
+				}
+				time.Sleep(time.Millisecond)
+			}
+			cancel()
+			if res := <-done; res == nil || res.Status != "CANCELED" {
+				t.Fatalf("first run: %+v", res)
+			}
+			env, sink := build(tc.again, true)
+			ctx2, cancel2 := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel2()
+			res, err := env.Execute(ctx2, "wq")
+			if err != nil || res.Status != "FINISHED" {
+				t.Fatalf("the fresh run with subjects %q: %v, %+v", tc.again, err, res)
+			}
+			var want []int64
+			for i := range int64(n) {
+				if slices.Contains(tc.again, fmt.Sprint("in.", i%2)) {
+					want = append(want, i)
+				}
+			}
+			got := sink.Records()
+			slices.Sort(got)
+			if !slices.Equal(got, want) {
+				t.Fatalf("the fresh run read %d messages, want the %d of subjects %q once", len(got), len(want), tc.again)
+			}
+			if left := streamInfo(t, js, "IN").State.Msgs; left != uint64(n-len(want)) {
+				t.Fatalf("the work queue holds %d messages at the end, want the %d of the other subjects", left, n-len(want))
+			}
+			checkNoConsumers(t, js, "IN")
+		})
 	}
 }

@@ -21,7 +21,9 @@
 // checkpoint passed over) does not get back those the newer checkpoints acknowledged. The consumers of a
 // run at another parallelism are deleted when the new run's subtasks start (on a stream with interest
 // retention, each once the new consumers have all of its subjects, so that no message loses its last
-// interest). A bounded subtask reads its subjects up to the newest message they held when it started,
+// interest). On a work-queue stream, whose consumers' subjects must not overlap, a subtask also deletes
+// its own consumer when an earlier run left it with other subjects (a fresh run with other subject
+// filters), and waits a moment for its siblings to do the same with theirs. A bounded subtask reads its subjects up to the newest message they held when it started,
 // found by its sequence: the server's count of what a consumer has left to deliver can fall short. When
 // nothing has come for a second, it asks the stream whether a message of its subjects is left up to that
 // end, and ends if none is (the stream's limits deleted the rest, the end's message among them).
@@ -410,10 +412,15 @@ func (r *sourceReader[T]) start() error {
 	if r.restoreErr != nil {
 		return r.restoreErr
 	}
-	if len(r.filters) == 0 {
-		return nil // more subtasks than subject filters: this one reads nothing
-	}
 	cfg := r.src.cfg
+	if len(r.filters) == 0 {
+		// More subtasks than subject filters: this one reads nothing, and on a work-queue stream it
+		// deletes the consumer an earlier run of its index left, whose subjects a sibling may need now.
+		if info, err := r.streamInfo(); err != nil || info.Config.Retention != jetstream.WorkQueuePolicy {
+			return err
+		}
+		return r.dropStale(nil)
+	}
 	info, err := r.streamInfo()
 	if err != nil {
 		return err
@@ -480,6 +487,11 @@ func (r *sourceReader[T]) start() error {
 	} else {
 		ccfg.FilterSubjects = r.filters
 	}
+	if r.explicit {
+		if err := r.dropStale(r.filters); err != nil {
+			return err
+		}
+	}
 	cons, err := r.createConsumer(ccfg)
 	if err != nil {
 		return err
@@ -506,9 +518,13 @@ const jsErrWQConsumerNotUnique = 10100
 
 // createConsumer creates or updates the subtask's consumer, and deletes the consumers a run of the source
 // at another parallelism left (their names say so). On a work-queue stream, whose consumers' subjects must
-// not overlap, those keep the new consumers out until they are gone.
+// not overlap, those keep the new consumers out until they are gone; so does, for a moment, the consumer
+// of a sibling subtask that an earlier run at this parallelism left with other subjects, until the
+// sibling, starting too, drops it (dropStale): the creation is tried again for up to requestTimeout.
 func (r *sourceReader[T]) createConsumer(ccfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
-	for try := 0; ; try++ {
+	deadline := time.Now().Add(requestTimeout)
+	wait, othersDeleted := 20*time.Millisecond, false
+	for {
 		ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 		cons, err := r.js.CreateOrUpdateConsumer(ctx, r.src.cfg.Stream, ccfg)
 		cancel()
@@ -516,13 +532,61 @@ func (r *sourceReader[T]) createConsumer(ccfg jetstream.ConsumerConfig) (jetstre
 			return cons, r.deleteOthers()
 		}
 		var apiErr *jetstream.APIError
-		if try > 0 || !errors.As(err, &apiErr) || apiErr.ErrorCode != jsErrWQConsumerNotUnique {
+		if !errors.As(err, &apiErr) || apiErr.ErrorCode != jsErrWQConsumerNotUnique || time.Now().After(deadline) {
 			return nil, fmt.Errorf("nats source: create consumer %q on %s: %w (a consumer of that name made otherwise, or one of other subjects that overlap, must be deleted; or set SourceConfig.ConsumerPrefix)", r.consumer, r.where(), err)
 		}
-		if err := r.deleteOthers(); err != nil {
-			return nil, err
+		if !othersDeleted {
+			if err := r.deleteOthers(); err != nil {
+				return nil, err
+			}
+			othersDeleted = true
+			continue
 		}
+		time.Sleep(wait)
+		wait = min(2*wait, 500*time.Millisecond)
 	}
+}
+
+// dropStale deletes, on a work-queue stream, the subtask's consumer when an earlier run left it with other
+// subject filters than want (none: the subtask reads nothing now): the subjects may be a sibling's now, and
+// a work queue lets no two consumers share one. Nothing is lost: the messages it had been delivered and
+// not acknowledged stay in the stream, and the new consumer is reset to where the subtask starts anyway.
+func (r *sourceReader[T]) dropStale(want []string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	defer cancel()
+	c, err := r.stream.Consumer(ctx, r.consumer)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("nats source: consumer %q of %s: %w", r.consumer, r.where(), err)
+	}
+	if sameFilters(consumerFilters(c.CachedInfo().Config), want) {
+		return nil
+	}
+	if err := r.stream.DeleteConsumer(ctx, r.consumer); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return fmt.Errorf("nats source: delete consumer %q of %s, left by an earlier run with other subjects: %w", r.consumer, r.where(), err)
+	}
+	return nil
+}
+
+// consumerFilters returns the subject filters of a consumer's configuration (none: the whole stream).
+func consumerFilters(c jetstream.ConsumerConfig) []string {
+	if c.FilterSubject != "" {
+		return []string{c.FilterSubject}
+	}
+	return c.FilterSubjects
+}
+
+// sameFilters reports whether two lists of subject filters name the same subjects ("" is the whole
+// stream, as no filter).
+func sameFilters(a, b []string) bool {
+	set := func(fs []string) []string {
+		out := slices.DeleteFunc(slices.Clone(fs), func(f string) bool { return f == "" })
+		slices.Sort(out)
+		return slices.Compact(out)
+	}
+	return slices.Equal(set(a), set(b))
 }
 
 // consumerName names the consumer of subtask i of p.
