@@ -25,20 +25,25 @@ import (
 // new subtask, which reads subjects from several old subtasks at once, and every message is summed exactly
 // once (a subject read again from an older position would count twice, one not restored would be missed).
 // The consumers of the run at parallelism 2 are deleted as the rescaled runs start (on the work queue,
-// whose consumers' subjects must not overlap, they would keep the new ones out), and those of a rescaled
-// run as it finishes: none is left.
+// whose consumers' subjects must not overlap, they would keep the new ones out; on a stream with interest
+// retention, each once the new consumers cover its subjects, or its messages would go), and those of a
+// rescaled run as it finishes: none is left, and neither the work queue nor the interest stream holds a
+// message at the end.
 func TestRescaleRestore(t *testing.T) {
 	for _, tc := range []struct {
 		retention jetstream.RetentionPolicy
 		restoreAt []int
-	}{{jetstream.LimitsPolicy, []int{3, 1}}, {jetstream.WorkQueuePolicy, []int{3}}} {
+	}{{jetstream.LimitsPolicy, []int{3, 1}}, {jetstream.WorkQueuePolicy, []int{3}}, {jetstream.InterestPolicy, []int{3}}} {
 		t.Run(tc.retention.String(), func(t *testing.T) {
 			url := startServer(t)
 			js := client(t, url)
 			createStream(t, js, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.*"}, Retention: tc.retention})
 			subjects := []string{"in.0", "in.1", "in.2", "in.3", "in.4", "in.5"}
 			const n, keys = 1200, 11
-			publish(t, js, n/2, subjects...)
+			interest := tc.retention == jetstream.InterestPolicy
+			if !interest {
+				publish(t, js, n/2, subjects...)
+			}
 			dir := t.TempDir()
 			sp := filepath.Join(dir, "sp")
 			var seen atomic.Int64
@@ -76,6 +81,17 @@ func TestRescaleRestore(t *testing.T) {
 			done := make(chan *runnel.JobResult, 1)
 			go func() { res, _ := env.Execute(ctx, "sum"); done <- res }()
 			deadline := time.Now().Add(20 * time.Second)
+			if interest {
+				// A stream with interest retention keeps a message only for the consumers there when
+				// it comes: publish once the first run's two consumers are.
+				for consumerCount(t, js, "IN") < 2 {
+					if time.Now().After(deadline) {
+						t.Fatal("the first run's consumers not there after 20 s")
+					}
+					time.Sleep(time.Millisecond)
+				}
+				publish(t, js, n/2, subjects...)
+			}
 			for seen.Load() < 2*maxPending {
 				if time.Now().After(deadline) {
 					t.Fatalf("%d of %d messages read after 20 s", seen.Load(), 2*maxPending)
@@ -134,9 +150,9 @@ func TestRescaleRestore(t *testing.T) {
 			if !strings.Contains(err.Error(), `the checkpoint read subject filter "in.5"`) && !strings.Contains(err.Error(), `subject filter "in.6" of stream "IN"`) {
 				t.Fatalf("a restore with other subject filters failed with %v, want it to name the filter", err)
 			}
-			if tc.retention == jetstream.WorkQueuePolicy {
+			if tc.retention != jetstream.LimitsPolicy {
 				if got := streamInfo(t, js, "IN").State.Msgs; got != 0 {
-					t.Fatalf("the work queue holds %d messages at the end, want 0", got)
+					t.Fatalf("the %s stream holds %d messages at the end, want 0", tc.retention, got)
 				}
 			}
 		})
@@ -265,4 +281,22 @@ func TestWorkQueueFreshRunWithOtherFilters(t *testing.T) {
 			checkNoConsumers(t, js, "IN")
 		})
 	}
+}
+
+// consumerCount returns the number of consumers of stream.
+func consumerCount(t *testing.T, js jetstream.JetStream, stream string) int {
+	t.Helper()
+	st, err := js.Stream(context.Background(), stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	lister := st.ConsumerNames(context.Background())
+	for range lister.Name() {
+		n++
+	}
+	if err := lister.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
