@@ -202,6 +202,14 @@ func TestExactlyOnceThroughFailures(t *testing.T) {
 // checkNoConsumers requires stream to have no consumers: a bounded job that finished deletes its own.
 func checkNoConsumers(t *testing.T, js jetstream.JetStream, stream string) {
 	t.Helper()
+	if names := consumerNames(t, js, stream); len(names) > 0 {
+		t.Fatalf("stream %s still has consumers %q after the job finished", stream, names)
+	}
+}
+
+// consumerNames returns the names of the consumers of stream.
+func consumerNames(t *testing.T, js jetstream.JetStream, stream string) []string {
+	t.Helper()
 	st, err := js.Stream(context.Background(), stream)
 	if err != nil {
 		t.Fatal(err)
@@ -214,9 +222,7 @@ func checkNoConsumers(t *testing.T, js jetstream.JetStream, stream string) {
 	if err := lister.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if len(names) > 0 {
-		t.Fatalf("stream %s still has consumers %q after the job finished", stream, names)
-	}
+	return names
 }
 
 // TestPositionalIDsThroughFailures runs a chain that replays the same records in the same order (one

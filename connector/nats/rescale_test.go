@@ -286,17 +286,5 @@ func TestWorkQueueFreshRunWithOtherFilters(t *testing.T) {
 // consumerCount returns the number of consumers of stream.
 func consumerCount(t *testing.T, js jetstream.JetStream, stream string) int {
 	t.Helper()
-	st, err := js.Stream(context.Background(), stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	lister := st.ConsumerNames(context.Background())
-	for range lister.Name() {
-		n++
-	}
-	if err := lister.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return len(consumerNames(t, js, stream))
 }
