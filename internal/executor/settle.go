@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/runnel-dev/runnel/internal/checkpoint"
@@ -77,6 +78,7 @@ func settle(ctx context.Context, targets []settleTarget, rp *checkpoint.Complete
 	}
 	sem := make(chan struct{}, settleConcurrency)
 	var wg sync.WaitGroup
+	var settled atomic.Int64
 	for _, t := range targets {
 		sem <- struct{}{}
 		wg.Go(func() {
@@ -93,11 +95,14 @@ func settle(ctx context.Context, targets []settleTarget, rp *checkpoint.Complete
 				return
 			}
 			if !skip {
-				l.Info("settled a sink subtask of the ended job")
+				settled.Add(1)
 			}
 		})
 	}
 	wg.Wait()
+	if n := settled.Load(); n > 0 {
+		lg.Info("settled the sink subtasks of the ended job", "subtasks", n, "checkpoint", rpID)
+	}
 }
 
 // settledState returns the writer state of t's subtask in rp (nil when rp holds none), or skip when it

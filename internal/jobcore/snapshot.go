@@ -6,7 +6,8 @@ import (
 	"github.com/runnel-dev/runnel/internal/ident"
 )
 
-// Snapshot returns the job's observable state; nothing in it is shared with the core.
+// Snapshot returns the job's observable state; nothing in it that the core changes is shared with it (the
+// job graph and the restore point are, and neither changes).
 func (c *Core) Snapshot() Snapshot {
 	snap := Snapshot{Status: c.status, Err: c.err, Started: c.started, Ended: c.ended, Waiting: c.waiting,
 		FiredInjections: slices.Clone(c.fired), RestorePoint: c.restorePoint()}
