@@ -340,8 +340,9 @@ const (
 	e2eFailForGood                     // a failure with no restart
 	e2eStopWithSavepoint               // cancelled with WithSavepointOnStop
 	// e2eExhausted: a failure injected early into the map upstream of the sink (chained to the source) is
-	// restarted, and a second one, injected later into the same subtask while records flow, exhausts the
-	// restart strategy (one restart). The e2eWhileOpen map does not act.
+	// restarted, and a second one, injected into the same subtask once it heard checkpoint 5 complete
+	// (so that records were committed before), exhausts the restart strategy (one restart). The
+	// e2eWhileOpen map does not act.
 	e2eExhausted
 )
 
@@ -375,7 +376,7 @@ func e2eEndWhileOpenLogged(t *testing.T, b *kafkabroker.Broker, in, name string,
 	case e2eExhausted:
 		act, status, upstream = nil, "FAILED", true
 		opts = append(opts, runnel.WithRestartStrategy("fixed-delay:attempts=1,delay=0s"),
-			runnel.WithFailureInjection("while-open[0]@1000", "while-open[0]@12000"))
+			runnel.WithFailureInjection("while-open[0]@1000", "while-open[0]@chk-5"))
 	}
 	st := newE2EWhileOpenState(t, b)
 	at := int64(10_000)

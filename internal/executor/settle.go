@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/runnel-dev/runnel/internal/checkpoint"
-	"github.com/runnel-dev/runnel/internal/deploy"
 	"github.com/runnel-dev/runnel/internal/graph"
 	"github.com/runnel-dev/runnel/internal/ident"
 	"github.com/runnel-dev/runnel/internal/jobcore"
@@ -52,7 +51,7 @@ func settleTargets(snap jobcore.Snapshot) []settleTarget {
 				continue
 			}
 			for _, st := range vs.Subtasks {
-				if st.State == deploy.Finished {
+				if st.Finished() {
 					continue
 				}
 				out = append(out, settleTarget{node: n, settler: spec.Settler(), par: vs.Vertex.Parallelism,

@@ -46,6 +46,9 @@ type SubtaskStatus struct {
 	Metrics []deploy.Metric
 }
 
+// Finished reports whether the subtask had finished (its input ended and it was done).
+func (s SubtaskStatus) Finished() bool { return s.State == deploy.Finished }
+
 // VertexStatus describes one vertex in a snapshot.
 type VertexStatus struct {
 	Vertex     *graph.JobVertex
