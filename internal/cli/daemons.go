@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/runnel-dev/runnel/internal/ha"
 	"github.com/runnel-dev/runnel/internal/roles"
 )
 
@@ -35,19 +36,24 @@ func AddTLSFlags(fs *pflag.FlagSet) func() *roles.TLSFiles {
 
 // AddJobManagerFlags adds the flags of the jobmanager role to fs (address, REST address, heartbeats, slot
 // wait, buffer size, TLS); the function it returns gives the configuration once fs is parsed.
-func AddJobManagerFlags(fs *pflag.FlagSet) func() roles.JobManagerConfig {
+func AddJobManagerFlags(fs *pflag.FlagSet) func() (roles.JobManagerConfig, error) {
 	var cfg roles.JobManagerConfig
 	fs.StringVar(&cfg.Addr, "addr", roles.DefaultJobManagerAddr, "where TaskManagers and clients reach the JobManager")
 	fs.StringVar(&cfg.RESTAddr, "rest-addr", roles.DefaultRESTAddr, "where the JSON REST API and /metrics are served (\"\" none)")
+	fs.StringVar(&cfg.Advertise, "advertise-addr", "", "with --ha: the address the other processes reach this JobManager at (default --addr, which must then name a host)")
+	fs.StringVar(&cfg.RESTAdvertise, "rest-advertise-addr", "", "with --ha: the address of this JobManager's REST API that /v1/leader gives (default --rest-addr, which must then name a host)")
+	haf := AddHAFlags(fs, true)
 	fs.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", roles.DefaultHeartbeatInterval, "how often the JobManager and TaskManagers send each other a heartbeat")
 	fs.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", roles.DefaultHeartbeatTimeout, "silence after which either side declares the other lost")
 	fs.DurationVar(&cfg.SlotWaitTimeout, "slot-wait-timeout", 5*time.Minute, "how long a job waits for slots (a lost TaskManager's replacement) before it fails")
 	fs.IntVar(&cfg.BufferSize, "buffer-size", 0, "network buffer size every TaskManager must use (0: the default)")
 	tls := AddTLSFlags(fs)
-	return func() roles.JobManagerConfig {
+	return func() (roles.JobManagerConfig, error) {
 		c := cfg
 		c.TLS = tls()
-		return c
+		var err error
+		c.HA, err = haf()
+		return c, err
 	}
 }
 
@@ -69,6 +75,7 @@ func AddTaskManagerFlags(fs *pflag.FlagSet) func() (roles.TaskManagerConfig, err
 	fs.IntVar(&cfg.BufferSize, "buffer-size", 0, "network buffer size, the JobManager's (0: the default)")
 	fs.DurationVar(&cfg.JobManagerWait, "jobmanager-wait", 0, "exit after this long without a JobManager (0: keep trying)")
 	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "serve this TaskManager's Prometheus metrics (its in-flight logs, the Go runtime) at http://ADDR/metrics (\"\": none)")
+	haf := AddHAFlags(fs, false)
 	tls := AddTLSFlags(fs)
 	return func() (roles.TaskManagerConfig, error) {
 		c := cfg
@@ -79,7 +86,9 @@ func AddTaskManagerFlags(fs *pflag.FlagSet) func() (roles.TaskManagerConfig, err
 			return c, fmt.Errorf("invalid --inflight-log-disk %d: at least 1 MiB (1048576), or -1 for no spilling", d)
 		}
 		c.TLS = tls()
-		return c, nil
+		var err error
+		c.HA, err = haf()
+		return c, err
 	}
 }
 
@@ -121,7 +130,10 @@ func mainJobManager(ctx context.Context, args []string, stdout, stderr io.Writer
 		"It prints \"JobManager listening on ADDR\" once it accepts TaskManagers and clients."); help || err != nil {
 		return err
 	}
-	cfg := config()
+	cfg, err := config()
+	if err != nil {
+		return usageErr{fmt.Errorf("jobmanager: %w", err)}
+	}
 	cfg.Logger = daemonLogger(stderr, *verbose)
 	listening := false
 	cfg.Listening = func(addr, rest string) {
@@ -134,8 +146,8 @@ func mainJobManager(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err := roles.ServeJobManager(ctx, RegisteredJobs{}, cfg)
-	if err != nil && !listening {
+	err = roles.ServeJobManager(ctx, RegisteredJobs{}, cfg)
+	if err != nil && !listening && !errors.Is(err, ha.ErrUnreachable) {
 		return usageErr{err} // it could not start as configured (an address, a TLS file)
 	}
 	return err
@@ -167,7 +179,7 @@ func mainTaskManager(ctx context.Context, args []string, stdout, stderr io.Write
 	case err == nil:
 	case strings.Contains(err.Error(), "same build"):
 		return usageErr{err}
-	case !registered && !errors.Is(err, roles.ErrJobManagerUnreachable) && !strings.Contains(err.Error(), "--jobmanager-wait"):
+	case !registered && !errors.Is(err, roles.ErrJobManagerUnreachable) && !errors.Is(err, ha.ErrUnreachable) && !strings.Contains(err.Error(), "--jobmanager-wait"):
 		return usageErr{err} // it could not start as configured (an address, a TLS file)
 	}
 	return err
@@ -178,6 +190,7 @@ func mainCancel(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	var cfg roles.CancelConfig
 	fs.StringVar(&cfg.JobManager, "jobmanager", roles.DefaultJobManagerAddr, "the JobManager's address")
 	fs.StringVar(&cfg.Savepoint, "savepoint", "", "write a savepoint to this directory (which every process reaches) before the job is cancelled")
+	haf := AddHAFlags(fs, false)
 	tls := AddTLSFlags(fs)
 	if wantsHelp(args) {
 		roleHelp(stdout, "cancel JOBID --jobmanager HOST:PORT [--savepoint DIR]", "Stops a job that runs on a cluster, with a savepoint first when --savepoint is given.", fs)
@@ -190,7 +203,11 @@ func mainCancel(ctx context.Context, args []string, stdout, _ io.Writer) error {
 		return usageErr{fmt.Errorf("cancel: want one JOBID (the id submit and the REST API give), got %d arguments", fs.NArg())}
 	}
 	cfg.Job, cfg.TLS = fs.Arg(0), tls()
-	err := roles.Cancel(ctx, cfg)
+	var err error
+	if cfg.HA, err = haf(); err != nil {
+		return usageErr{fmt.Errorf("cancel: %w", err)}
+	}
+	err = roles.Cancel(ctx, cfg)
 	if err != nil && strings.Contains(err.Error(), "32 hexadecimal digits") {
 		return usageErr{err}
 	}

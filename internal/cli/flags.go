@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/runnel-dev/runnel/internal/ha"
 	"github.com/runnel-dev/runnel/internal/roles"
 	"github.com/runnel-dev/runnel/internal/scheduler"
 )
@@ -49,7 +50,7 @@ type runOnly struct {
 }
 
 // clientOnly are the flags of run and submit that are not sent to a cluster with the job's arguments.
-var clientOnly = map[string]bool{"jobmanager": true, "report": true, "verbose": true, "progress-interval": true,
+var clientOnly = map[string]bool{"jobmanager": true, "ha": true, "ha-cluster": true, "report": true, "verbose": true, "progress-interval": true,
 	"tls-cert": true, "tls-key": true, "tls-ca": true, "tls-server-name": true}
 
 // localOnly are the flags of run that belong to the processes of a cluster, so submit refuses them, and
@@ -109,10 +110,11 @@ func settings(fs *pflag.FlagSet, s *Settings) Settings {
 	return out
 }
 
-// addSubmitFlags defines the flags only submit has on fs: the JobManager and TLS.
-func addSubmitFlags(fs *pflag.FlagSet, jobManager *string) func() *roles.TLSFiles {
+// addSubmitFlags defines the flags only submit has on fs: the JobManager (or HA) and TLS.
+func addSubmitFlags(fs *pflag.FlagSet, jobManager *string) (func() *roles.TLSFiles, func() (*ha.Config, error)) {
 	fs.StringVar(jobManager, "jobmanager", roles.DefaultJobManagerAddr, "the JobManager's address")
-	return AddTLSFlags(fs)
+	haf := AddHAFlags(fs, false)
+	return AddTLSFlags(fs), haf
 }
 
 // takenFlags returns a FlagSet with the flags of every run and of submit: the names no job may take, and
@@ -121,7 +123,7 @@ func takenFlags() *pflag.FlagSet {
 	fs := pflag.NewFlagSet("taken", pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	addRunFlags(fs, Settings{}, &runOnly{})
-	addSubmitFlags(fs, new(string))
+	_, _ = addSubmitFlags(fs, new(string))
 	return fs
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/runnel-dev/runnel/internal/executor"
 	"github.com/runnel-dev/runnel/internal/report"
+	"github.com/runnel-dev/runnel/internal/ha"
 	"github.com/runnel-dev/runnel/internal/roles"
 	"github.com/runnel-dev/runnel/internal/writable"
 )
@@ -28,6 +29,7 @@ type runFlagSet struct {
 	ro       runOnly
 	jm       string
 	tls      func() *roles.TLSFiles
+	ha       func() (*ha.Config, error)
 }
 
 func newRunFlagSet(role string, job Job) *runFlagSet {
@@ -35,7 +37,7 @@ func newRunFlagSet(role string, job Job) *runFlagSet {
 		own: pflag.NewFlagSet(job.Name, pflag.ContinueOnError), engine: pflag.NewFlagSet(role, pflag.ContinueOnError)}
 	r.settings = addRunFlags(r.fs, job.Defaults, &r.ro)
 	if role == "submit" {
-		r.tls = addSubmitFlags(r.fs, &r.jm)
+		r.tls, r.ha = addSubmitFlags(r.fs, &r.jm)
 	}
 	r.fs.VisitAll(r.engine.AddFlag)
 	// The job declares its flags beside those of the run, which it may read (--duration) but not redefine
@@ -116,11 +118,15 @@ func mainRun(ctx context.Context, engine Settings, role string, args []string, s
 	if err != nil {
 		return err
 	}
+	var hc *ha.Config
 	if role == "submit" {
 		for _, l := range localOnly {
 			if r.fs.Changed(l.name) {
 				return usageErr{fmt.Errorf("--%s is not a flag of submit: %s", l.name, l.why)}
 			}
+		}
+		if hc, err = r.ha(); err != nil {
+			return usageErr{err}
 		}
 	}
 	if r.ro.report != "" {
@@ -175,7 +181,7 @@ func mainRun(ctx context.Context, engine Settings, role string, args []string, s
 	}
 	var res *report.JobResult
 	if role == "submit" {
-		res, err = roles.Submit(ctx, roles.SubmitConfig{JobManager: r.jm, TLS: r.tls(), Job: built.Job})
+		res, err = roles.Submit(ctx, roles.SubmitConfig{JobManager: r.jm, HA: hc, TLS: r.tls(), Job: built.Job})
 	} else {
 		res, err = executor.Execute(ctx, built.Job, built.Job)
 	}

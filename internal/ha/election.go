@@ -2,6 +2,7 @@ package ha
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -23,16 +24,27 @@ type Leadership struct {
 	elect   *concurrency.Election
 }
 
-// Campaign waits until this JobManager leads the cluster (or ctx ends) and returns its term. addr is what
-// others are told to reach it by (its RPC address). The term lasts while its lease is kept alive: Done is
-// closed when it is not (etcd unreachable for a TTL, or Resign).
-func (c *Client) Campaign(ctx context.Context, addr string) (*Leadership, error) {
+// Candidate is what a JobManager campaigns with: how the others reach it once it leads.
+type Candidate struct {
+	// Addr is its control-plane address (TaskManagers and clients), REST its REST API's ("": none).
+	Addr string `json:"addr"`
+	REST string `json:"rest,omitempty"`
+}
+
+// Campaign waits until this JobManager leads the cluster (or ctx ends) and returns its term. The term
+// lasts while its lease is kept alive: Done is closed when it is not (etcd unreachable for a TTL, or
+// Resign).
+func (c *Client) Campaign(ctx context.Context, me Candidate) (*Leadership, error) {
+	val, err := json.Marshal(me)
+	if err != nil {
+		return nil, fmt.Errorf("ha: candidate: %w", err)
+	}
 	s, err := concurrency.NewSession(c.etcd, concurrency.WithTTL(int(c.cfg.ttl().Seconds())), concurrency.WithContext(context.WithoutCancel(ctx)))
 	if err != nil {
 		return nil, fmt.Errorf("%s: lease: %w", c.where(), err)
 	}
 	e := concurrency.NewElection(s, c.root+"leader")
-	if err := e.Campaign(ctx, addr); err != nil {
+	if err := e.Campaign(ctx, string(val)); err != nil {
 		_ = s.Close()
 		return nil, fmt.Errorf("%s: campaign: %w", c.where(), err)
 	}
@@ -72,10 +84,9 @@ func (l *Leadership) fence() clientv3.Cmp {
 
 // LeaderInfo says who leads.
 type LeaderInfo struct {
-	// Addr is the leader's address, as it campaigned with it.
-	Addr string
+	Candidate
 	// Epoch is its term's number (Leadership.Epoch).
-	Epoch int64
+	Epoch int64 `json:"epoch"`
 }
 
 // Leader returns who leads now, or ErrNoLeader.
@@ -88,5 +99,9 @@ func (c *Client) Leader(ctx context.Context) (LeaderInfo, error) {
 		return LeaderInfo{}, ErrNoLeader
 	}
 	kv := resp.Kvs[0]
-	return LeaderInfo{Addr: string(kv.Value), Epoch: kv.CreateRevision}, nil
+	info := LeaderInfo{Epoch: kv.CreateRevision}
+	if err := json.Unmarshal(kv.Value, &info.Candidate); err != nil {
+		return LeaderInfo{}, fmt.Errorf("%s: the leader's key %s holds %q, not a JobManager's address: %w", c.where(), kv.Key, kv.Value, err)
+	}
+	return info, nil
 }

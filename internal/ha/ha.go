@@ -82,6 +82,9 @@ func (c Config) ttl() time.Duration {
 	return c.TTL
 }
 
+// ErrUnreachable is what Open's error wraps when etcd does not answer.
+var ErrUnreachable = errors.New("HA store unreachable")
+
 // Client is a connection to the etcd cluster of one Runnel cluster.
 type Client struct {
 	cfg  Config
@@ -104,7 +107,7 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 	defer cancel()
 	if _, err := cl.Get(pctx, c.root+"probe"); err != nil {
 		_ = cl.Close()
-		return nil, fmt.Errorf("etcd at %s does not answer (after %s): %w", strings.Join(cfg.Endpoints, ","), dialTimeout, err)
+		return nil, fmt.Errorf("%w: etcd at %s does not answer (after %s): %w", ErrUnreachable, strings.Join(cfg.Endpoints, ","), dialTimeout, err)
 	}
 	return c, nil
 }

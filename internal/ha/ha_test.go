@@ -74,8 +74,8 @@ func TestOpenUnreachable(t *testing.T) {
 	_ = ln.Close()
 	start := time.Now()
 	_, err = ha.Open(context.Background(), ha.Config{Endpoints: []string{addr}, Cluster: "c"})
-	if err == nil || !strings.Contains(err.Error(), addr) {
-		t.Fatalf("%v: want an error naming %s", err, addr)
+	if !errors.Is(err, ha.ErrUnreachable) || !strings.Contains(err.Error(), addr) {
+		t.Fatalf("%v: want ErrUnreachable naming %s", err, addr)
 	}
 	if d := time.Since(start); d > 15*time.Second {
 		t.Fatalf("took %s to give up", d)
@@ -97,7 +97,7 @@ func campaign(t *testing.T, ctx context.Context, c *ha.Client, addr string) <-ch
 	t.Helper()
 	ch := make(chan *ha.Leadership, 1)
 	go func() {
-		l, err := c.Campaign(ctx, addr)
+		l, err := c.Campaign(ctx, ha.Candidate{Addr: addr})
 		if err != nil {
 			if ctx.Err() == nil {
 				t.Errorf("campaign of %s: %v", addr, err)
@@ -121,13 +121,13 @@ func TestElectionAndFencing(t *testing.T) {
 	if _, err := a.Leader(ctx); !errors.Is(err, ha.ErrNoLeader) {
 		t.Fatalf("before any campaign: %v, want ErrNoLeader", err)
 	}
-	la, err := a.Campaign(ctx, "jm-a:6123")
+	la, err := a.Campaign(ctx, ha.Candidate{Addr: "jm-a:6123", REST: "rest-jm-a:6123"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	standby := campaign(t, ctx, b, "jm-b:6123")
 	info, err := b.Leader(ctx)
-	if err != nil || info.Addr != "jm-a:6123" || info.Epoch != la.Epoch() {
+	if err != nil || info.Addr != "jm-a:6123" || info.REST != "rest-jm-a:6123" || info.Epoch != la.Epoch() {
 		t.Fatalf("leader %+v, %v; want jm-a:6123 in term %d", info, err, la.Epoch())
 	}
 	select {
@@ -179,7 +179,7 @@ func TestLeaderDiesStandbyTakesOver(t *testing.T) {
 	a, b := open(t, s), open(t, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := a.Campaign(ctx, "jm-a"); err != nil {
+	if _, err := a.Campaign(ctx, ha.Candidate{Addr: "jm-a", REST: "rest-jm-a"}); err != nil {
 		t.Fatal(err)
 	}
 	standby := campaign(t, ctx, b, "jm-b")
@@ -205,7 +205,7 @@ func TestLeaderLosesEtcd(t *testing.T) {
 	a := open(t, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	la, err := a.Campaign(ctx, "jm-a")
+	la, err := a.Campaign(ctx, ha.Candidate{Addr: "jm-a", REST: "rest-jm-a"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +237,7 @@ func TestCheckpointPointer(t *testing.T) {
 	a, b := open(t, s), open(t, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	la, err := a.Campaign(ctx, "jm-a")
+	la, err := a.Campaign(ctx, ha.Candidate{Addr: "jm-a", REST: "rest-jm-a"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,6 +36,23 @@ type Source interface {
 	Failovers(ctx context.Context, id string) (any, error)
 	// TaskManagers lists the registered TaskManagers, in registration order.
 	TaskManagers(ctx context.Context) ([]TaskManager, error)
+	// Leader says who leads the cluster's JobManagers, as this one knows it.
+	Leader(ctx context.Context) (Leader, error)
+}
+
+// Leader is GET /v1/leader: who leads the JobManagers of a cluster with high availability, or, without
+// it, this JobManager alone.
+type Leader struct {
+	// HA says the JobManager is one of a cluster's on etcd; Cluster is that cluster's name.
+	HA      bool   `json:"ha"`
+	Cluster string `json:"cluster,omitempty"`
+	// Leading says this JobManager leads (always, without HA); a standby serves no jobs.
+	Leading bool `json:"leading"`
+	// Addr and REST are the leader's control-plane and REST addresses, Epoch its term ("" and 0: no
+	// JobManager leads now).
+	Addr  string `json:"addr,omitempty"`
+	REST  string `json:"rest,omitempty"`
+	Epoch int64  `json:"epoch,omitempty"`
 }
 
 // ErrUnknownJob is what a Source's error wraps when it knows no job of the id asked for: the API answers
@@ -116,8 +133,28 @@ func Handler(src Source, metrics http.Handler) http.Handler {
 			}{tms}, err
 		})
 	})
+	route("/v1/leader", func(w http.ResponseWriter, r *http.Request) {
+		serve(w, r, "", func(ctx context.Context) (any, error) { return src.Leader(ctx) })
+	})
+	// /healthz is liveness: the process serves. /healthz/ready is readiness: it leads, so it runs jobs
+	// (a standby is live but not ready, and a load balancer or Kubernetes Service sends nothing to it).
 	route("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	route("/healthz/ready", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), SourceTimeout)
+		defer cancel()
+		l, err := src.Leader(ctx)
+		switch {
+		case err != nil:
+			writeError(w, http.StatusServiceUnavailable, "who leads is not known: "+err.Error())
+		case !l.Leading && l.Addr != "":
+			writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("standing by: the JobManager at %s leads cluster %q", l.Addr, l.Cluster))
+		case !l.Leading:
+			writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("standing by: no JobManager leads cluster %q now", l.Cluster))
+		default:
+			writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+		}
 	})
 	if metrics != nil {
 		route("/metrics", metrics.ServeHTTP)
@@ -128,7 +165,7 @@ func Handler(src Source, metrics http.Handler) http.Handler {
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such path %s (the API serves /v1/jobs, /v1/jobs/{id}, "+
-			"/v1/jobs/{id}/checkpoints, /v1/jobs/{id}/failovers, /v1/taskmanagers, /metrics, /healthz)", quoteBounded(r.URL.Path)))
+			"/v1/jobs/{id}/checkpoints, /v1/jobs/{id}/failovers, /v1/taskmanagers, /v1/leader, /metrics, /healthz, /healthz/ready)", quoteBounded(r.URL.Path)))
 	})
 	return mux
 }

@@ -25,8 +25,17 @@ type fakeSource struct {
 	// docs holds per job id the documents by kind: "job", "checkpoints", "failovers".
 	docs map[string]map[string]any
 	tms  []TaskManager
+	// leader is what Leader returns (the zero Leader leads nothing).
+	leader Leader
 	// err, when set, is what every call returns.
 	err error
+}
+
+func (f *fakeSource) Leader(ctx context.Context) (Leader, error) {
+	if err := f.check(ctx); err != nil {
+		return Leader{}, err
+	}
+	return f.leader, nil
 }
 
 func (f *fakeSource) check(ctx context.Context) error {
@@ -93,6 +102,16 @@ func TestHandler(t *testing.T) {
 		}
 	}
 	empty := func(t *testing.T) *fakeSource { return &fakeSource{t: t} }
+	alone := func(t *testing.T) *fakeSource {
+		return &fakeSource{t: t, leader: Leader{Leading: true, Addr: "10.0.0.1:6123", REST: "10.0.0.1:8081"}}
+	}
+	leads := func(t *testing.T) *fakeSource {
+		return &fakeSource{t: t, leader: Leader{HA: true, Cluster: "prod", Leading: true, Addr: "10.0.0.1:6123", REST: "10.0.0.1:8081", Epoch: 17}}
+	}
+	standby := func(t *testing.T) *fakeSource {
+		return &fakeSource{t: t, leader: Leader{HA: true, Cluster: "prod", Addr: "10.0.0.1:6123", REST: "10.0.0.1:8081", Epoch: 17}}
+	}
+	noLeader := func(t *testing.T) *fakeSource { return &fakeSource{t: t, leader: Leader{HA: true, Cluster: "prod"}} }
 	failing := func(err error) func(t *testing.T) *fakeSource {
 		return func(t *testing.T) *fakeSource { return &fakeSource{t: t, err: err} }
 	}
@@ -103,7 +122,7 @@ func TestHandler(t *testing.T) {
 	const jsonType = "application/json"
 	notFound := func(path string) string {
 		return `{"error":"no such path \"` + path + `\" (the API serves /v1/jobs, /v1/jobs/{id}, /v1/jobs/{id}/checkpoints, ` +
-			`/v1/jobs/{id}/failovers, /v1/taskmanagers, /metrics, /healthz)"}`
+			`/v1/jobs/{id}/failovers, /v1/taskmanagers, /v1/leader, /metrics, /healthz, /healthz/ready)"}`
 	}
 	for _, tc := range []struct {
 		name         string
@@ -136,6 +155,21 @@ func TestHandler(t *testing.T) {
 				`{"id":4,"name":"tm-2","data_address":"127.0.0.1:41001","slots":2,"free_slots":2,"since_heard_ms":3,"tasks":0}]}`},
 		{"no taskmanagers is an empty list", empty, nil, "GET", "/v1/taskmanagers", 200, jsonType, "", `{"taskmanagers":[]}`},
 		{"health", empty, nil, "GET", "/healthz", 200, jsonType, "", `{"status":"ok"}`},
+		{"a standby is live", standby, nil, "GET", "/healthz", 200, jsonType, "", `{"status":"ok"}`},
+		{"leader without HA", alone, nil, "GET", "/v1/leader", 200, jsonType, "",
+			`{"ha":false,"leading":true,"addr":"10.0.0.1:6123","rest":"10.0.0.1:8081"}`},
+		{"leader with HA", leads, nil, "GET", "/v1/leader", 200, jsonType, "",
+			`{"ha":true,"cluster":"prod","leading":true,"addr":"10.0.0.1:6123","rest":"10.0.0.1:8081","epoch":17}`},
+		{"a standby names the leader", standby, nil, "GET", "/v1/leader", 200, jsonType, "",
+			`{"ha":true,"cluster":"prod","leading":false,"addr":"10.0.0.1:6123","rest":"10.0.0.1:8081","epoch":17}`},
+		{"ready alone", alone, nil, "GET", "/healthz/ready", 200, jsonType, "", `{"status":"ready"}`},
+		{"ready as the leader", leads, nil, "GET", "/healthz/ready", 200, jsonType, "", `{"status":"ready"}`},
+		{"a standby is not ready", standby, nil, "GET", "/healthz/ready", 503, jsonType, "",
+			`{"error":"standing by: the JobManager at 10.0.0.1:6123 leads cluster \"prod\""}`},
+		{"not ready while no one leads", noLeader, nil, "GET", "/healthz/ready", 503, jsonType, "",
+			`{"error":"standing by: no JobManager leads cluster \"prod\" now"}`},
+		{"not ready when who leads is unknown", failing(errors.New("etcd: context deadline exceeded")), nil, "GET", "/healthz/ready", 503, jsonType, "",
+			`{"error":"who leads is not known: etcd: context deadline exceeded"}`},
 		{"HEAD has the headers and no body", full, nil, "HEAD", "/v1/jobs", 200, jsonType, "", ``},
 		{"metrics are the given handler's", empty, metrics, "GET", "/metrics", 200, "text/plain; version=0.0.4", "", `runnel_sessions 2`},
 		{"no metrics handler", empty, nil, "GET", "/metrics", 404, jsonType, "", `{"error":"this JobManager serves no metrics"}`},

@@ -24,6 +24,7 @@ import (
 
 	"github.com/runnel-dev/runnel/internal/buildinfo"
 	"github.com/runnel-dev/runnel/internal/executor"
+	"github.com/runnel-dev/runnel/internal/ha"
 	"github.com/runnel-dev/runnel/internal/jobmaster"
 	"github.com/runnel-dev/runnel/internal/metrics"
 	"github.com/runnel-dev/runnel/internal/mtls"
@@ -80,8 +81,14 @@ type JobManagerConfig struct {
 	// BufferSize is the network buffer size every TaskManager must use (0: the default).
 	BufferSize int
 	// TLS, when set, requires mutual TLS on every connection.
-	TLS    *TLSFiles
-	Logger *slog.Logger
+	TLS *TLSFiles
+	// HA, when set, makes the JobManager one of its cluster's on etcd: it stands by until it leads (a
+	// standby runs no jobs and takes no TaskManagers, and its REST API says who leads), and it stops when
+	// its term ends. Advertise and RESTAdvertise are then the addresses the others reach it at (default:
+	// where it listens, which must then name a host).
+	HA                       *ha.Config
+	Advertise, RESTAdvertise string
+	Logger                   *slog.Logger
 	// Listening, when set, is called once the listeners are bound, with their addresses.
 	Listening func(addr, restAddr string)
 }
@@ -111,21 +118,44 @@ func ServeJobManager(ctx context.Context, jobs Jobs, cfg JobManagerConfig) error
 	if err != nil {
 		return fmt.Errorf("jobmanager: %w", err)
 	}
+	lead := &leadership{}
+	if cfg.HA != nil {
+		if lead.client, err = ha.Open(ctx, *cfg.HA); err != nil {
+			return fmt.Errorf("jobmanager: %w", err)
+		}
+		defer lead.client.Close()
+	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("jobmanager: control plane: %w", err)
 	}
+	if lead.me.Addr = ln.Addr().String(); cfg.HA != nil {
+		if lead.me.Addr, err = advertised(cfg.Advertise, ln.Addr(), "control plane", "--advertise-addr"); err != nil {
+			_ = ln.Close()
+			return fmt.Errorf("jobmanager: %w", err)
+		}
+	}
 	warnIfExposed(lg, "control plane", ln.Addr(), serverTLS != nil)
 	disp := jobmaster.NewDispatcher(jobmaster.DispatcherConfig{Logger: lg, HeartbeatInterval: cfg.HeartbeatInterval,
 		HeartbeatTimeout: cfg.HeartbeatTimeout, BufferSize: cfg.BufferSize, Build: build})
-	jm := &jobManager{cfg: cfg, registry: jobs, log: lg, disp: disp, build: build, jobs: map[protocol.JobID]*jmJob{}}
+	jm := &jobManager{cfg: cfg, registry: jobs, log: lg, disp: disp, build: build, lead: lead, jobs: map[protocol.JobID]*jmJob{}}
 	jm.ctx, jm.cancel = context.WithCancel(context.Background())
 	opts := rpc.ServerOptions()
 	if serverTLS != nil {
 		opts = append(opts, grpc.Creds(rpc.ServerCredentials(serverTLS, mtls.NewRefusalLog(lg, "control plane"))))
 	}
 	srv := grpc.NewServer(opts...)
-	rpc.NewGatewayServer(disp.Attach).Register(srv)
+	// A standby takes no TaskManagers: closing the session sends them on to look for the leader.
+	rpc.NewGatewayServer(func(s protocol.Session) {
+		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err := lead.refuse(rctx)
+		cancel()
+		if err != nil {
+			s.Close(err)
+			return
+		}
+		disp.Attach(s)
+	}).Register(srv)
 	rpc.RegisterJobService(srv, jm)
 	serveErr := make(chan error, 2)
 	go func() { serveErr <- srv.Serve(ln) }()
@@ -141,6 +171,14 @@ func ServeJobManager(ctx context.Context, jobs Jobs, cfg JobManagerConfig) error
 		}
 		warnIfExposed(lg, "REST API", rln.Addr(), serverTLS != nil)
 		restAddr = rln.Addr().String()
+		if lead.me.REST = restAddr; cfg.HA != nil {
+			if lead.me.REST, err = advertised(cfg.RESTAdvertise, rln.Addr(), "REST API", "--rest-advertise-addr"); err != nil {
+				_ = rln.Close()
+				srv.Stop()
+				disp.Close()
+				return fmt.Errorf("jobmanager: %w", err)
+			}
+		}
 		hs = &http.Server{Handler: rest.Handler(jm, jm.metricsHandler()), ReadHeaderTimeout: 10 * time.Second,
 			IdleTimeout: time.Minute, TLSConfig: serverTLS, ErrorLog: mtls.NewRefusalLog(lg, "REST API").HTTPErrorLog()}
 		go func() {
@@ -156,15 +194,33 @@ func ServeJobManager(ctx context.Context, jobs Jobs, cfg JobManagerConfig) error
 	if cfg.Listening != nil {
 		cfg.Listening(ln.Addr().String(), restAddr)
 	}
+	won, campaignFailed, stopCampaign := lead.campaign(lg)
 	var failed error
-	select {
-	case <-ctx.Done():
-	case err := <-serveErr:
-		failed = fmt.Errorf("jobmanager: %w", err)
+	var termEnded <-chan struct{}
+wait:
+	for {
+		select {
+		case <-ctx.Done():
+			break wait
+		case err := <-serveErr:
+			failed = fmt.Errorf("jobmanager: %w", err)
+			break wait
+		case err := <-campaignFailed:
+			failed = fmt.Errorf("jobmanager: %w", err)
+			break wait
+		case term := <-won:
+			termEnded = term.Done()
+		case <-termEnded:
+			// Etcd did not hear from this JobManager for a lease, or another leads: it must not command
+			// any more. It stops; started again, it stands by.
+			failed = fmt.Errorf("jobmanager: lost the leadership of cluster %q (etcd unreachable for a lease, or another JobManager leads); stopping", cfg.HA.Cluster)
+			break wait
+		}
 	}
 	lg.Info("JobManager stopping: cancelling its jobs")
 	jm.cancel()
 	jm.wg.Wait()
+	stopCampaign()
 	if hs != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		_ = hs.Shutdown(sctx)
@@ -190,6 +246,7 @@ type jobManager struct {
 	log      *slog.Logger
 	disp     *jobmaster.Dispatcher
 	build    protocol.Build
+	lead     *leadership
 	ctx      context.Context // cancelled when the JobManager stops: every job is cancelled
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
@@ -237,7 +294,10 @@ func (j *jmJob) current() *report.JobResult {
 
 // Submit implements rpc.JobService: it builds the job from this binary's registry, checks that the client
 // built the same, and starts it.
-func (jm *jobManager) Submit(_ context.Context, req rpc.SubmitRequest) (protocol.JobID, error) {
+func (jm *jobManager) Submit(ctx context.Context, req rpc.SubmitRequest) (protocol.JobID, error) {
+	if err := jm.lead.refuse(ctx); err != nil {
+		return protocol.JobID{}, err
+	}
 	if m := buildinfo.Mismatch("the client", req.Build, "the JobManager", jm.build); m != "" {
 		return protocol.JobID{}, fmt.Errorf("%w: %s", rpc.ErrRefused, m)
 	}
@@ -370,6 +430,9 @@ func (jm *jobManager) Stop(_ context.Context, id protocol.JobID, savepointDir st
 	j.stop()
 	return nil
 }
+
+// Leader implements rest.Source.
+func (jm *jobManager) Leader(ctx context.Context) (rest.Leader, error) { return jm.lead.status(ctx) }
 
 // Jobs implements rest.Source.
 func (jm *jobManager) Jobs(context.Context) ([]rest.JobSummary, error) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/runnel-dev/runnel/internal/buildinfo"
 	"github.com/runnel-dev/runnel/internal/executor"
+	"github.com/runnel-dev/runnel/internal/ha"
 	"github.com/runnel-dev/runnel/internal/protocol"
 	"github.com/runnel-dev/runnel/internal/report"
 	"github.com/runnel-dev/runnel/internal/rpc"
@@ -20,8 +21,9 @@ import (
 
 // SubmitConfig configures Submit.
 type SubmitConfig struct {
-	// JobManager is the JobManager's address (HOST:PORT).
+	// JobManager is the JobManager's address (HOST:PORT); with HA, the leader's, found through etcd.
 	JobManager string
+	HA         *ha.Config
 	TLS        *TLSFiles
 	// Job is this process's build of a job registered in the binary, built with Job.Args on every
 	// process: its progress callback is fed from the JobManager, and at the end the accumulators the
@@ -43,6 +45,12 @@ func Submit(ctx context.Context, cfg SubmitConfig) (*report.JobResult, error) {
 	job, name := cfg.Job, cfg.Job.Name
 	if err := job.CheckSharedStorage(); err != nil {
 		return nil, err
+	}
+	if cfg.HA != nil {
+		var err error
+		if cfg.JobManager, err = leaderAddress(ctx, *cfg.HA); err != nil {
+			return nil, fmt.Errorf("submit: %w", err)
+		}
 	}
 	conn, creds, err := dialJobManager(cfg.JobManager, cfg.TLS)
 	if err != nil {
@@ -110,7 +118,9 @@ func Submit(ctx context.Context, cfg SubmitConfig) (*report.JobResult, error) {
 
 // CancelConfig configures Cancel.
 type CancelConfig struct {
+	// JobManager is the JobManager's address (HOST:PORT); with HA, the leader's, found through etcd.
 	JobManager string
+	HA         *ha.Config
 	TLS        *TLSFiles
 	// Job is the job's id, as the REST API and the JobManager's log show it.
 	Job string
@@ -124,6 +134,11 @@ func Cancel(ctx context.Context, cfg CancelConfig) error {
 	id, err := protocol.ParseJobID(cfg.Job)
 	if err != nil {
 		return fmt.Errorf("cancel %q: %w", cfg.Job, err)
+	}
+	if cfg.HA != nil {
+		if cfg.JobManager, err = leaderAddress(ctx, *cfg.HA); err != nil {
+			return fmt.Errorf("cancel: %w", err)
+		}
 	}
 	conn, creds, err := dialJobManager(cfg.JobManager, cfg.TLS)
 	if err != nil {
@@ -157,4 +172,25 @@ func dialJobManager(addr string, files *TLSFiles) (*grpc.ClientConn, *rpc.Client
 		return nil, nil, fmt.Errorf("JobManager %s: %w", addr, err)
 	}
 	return conn, tlsCreds, nil
+}
+
+// leaderAddress asks etcd which JobManager of the cluster hc names leads, and returns its address. An
+// unreachable etcd, or no leader, wraps ErrJobManagerUnreachable: the cluster is not there, which is not a
+// mistake in the command line.
+func leaderAddress(ctx context.Context, hc ha.Config) (string, error) {
+	c, err := ha.Open(ctx, hc)
+	if errors.Is(err, ha.ErrUnreachable) {
+		return "", fmt.Errorf("%w: %w", ErrJobManagerUnreachable, err)
+	}
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	info, err := c.Leader(lctx)
+	if err != nil {
+		return "", fmt.Errorf("%w: cluster %q: %w", ErrJobManagerUnreachable, hc.Cluster, err)
+	}
+	return info.Addr, nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/runnel-dev/runnel/internal/buildinfo"
 	"github.com/runnel-dev/runnel/internal/cluster"
 	"github.com/runnel-dev/runnel/internal/executor"
+	"github.com/runnel-dev/runnel/internal/ha"
 	"github.com/runnel-dev/runnel/internal/metrics"
 	"github.com/runnel-dev/runnel/internal/mtls"
 	"github.com/runnel-dev/runnel/internal/protocol"
@@ -27,6 +28,9 @@ import (
 type TaskManagerConfig struct {
 	// JobManager is the JobManager's address (HOST:PORT).
 	JobManager string
+	// HA, when set, replaces JobManager: the TaskManager registers with the JobManager that leads the
+	// cluster on etcd, found again each time it registers.
+	HA *ha.Config
 	// Name identifies the TaskManager in reports and logs (default "tm-" and the process id).
 	Name string
 	// Slots is the number of task slots (default 1).
@@ -62,8 +66,15 @@ type TaskManagerConfig struct {
 // refuses it for good (another build) ends it with that error.
 func ServeTaskManager(ctx context.Context, jobs Jobs, cfg TaskManagerConfig) (err error) {
 	lg := cmp.Or(cfg.Logger, slog.Default())
-	if cfg.JobManager == "" {
-		return errors.New("taskmanager: --jobmanager HOST:PORT is required")
+	if cfg.JobManager == "" && cfg.HA == nil {
+		return errors.New("taskmanager: --jobmanager HOST:PORT (or --ha) is required")
+	}
+	var hac *ha.Client
+	if cfg.HA != nil {
+		if hac, err = ha.Open(ctx, *cfg.HA); err != nil {
+			return fmt.Errorf("taskmanager: %w", err)
+		}
+		defer hac.Close()
 	}
 	if cfg.Name == "" {
 		cfg.Name = fmt.Sprintf("tm-%d", os.Getpid())
@@ -121,8 +132,19 @@ func ServeTaskManager(ctx context.Context, jobs Jobs, cfg TaskManagerConfig) (er
 			tlsCreds = rpc.NewClientCredentials(clientTLS, "the JobManager")
 			creds = tlsCreds
 		}
-		s, err := rpc.DialGateway(ctx, cfg.JobManager, grpc.WithTransportCredentials(creds))
-		err = tlsCreds.Explain(err)
+		jmAddr, err := cfg.JobManager, error(nil)
+		if hac != nil {
+			lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			var info ha.LeaderInfo
+			info, err = hac.Leader(lctx)
+			cancel()
+			jmAddr = info.Addr
+		}
+		var s protocol.Session
+		if err == nil {
+			s, err = rpc.DialGateway(ctx, jmAddr, grpc.WithTransportCredentials(creds))
+			err = tlsCreds.Explain(err)
+		}
 		if err == nil {
 			registeredAt := time.Now()
 			err = tm.Serve(ctx, s, cat)
@@ -138,9 +160,9 @@ func ServeTaskManager(ctx context.Context, jobs Jobs, cfg TaskManagerConfig) (er
 			return nil
 		}
 		if cfg.JobManagerWait > 0 && time.Since(lostSince) > cfg.JobManagerWait {
-			return fmt.Errorf("taskmanager %s: no JobManager at %s for %v (--jobmanager-wait): %w", cfg.Name, cfg.JobManager, cfg.JobManagerWait, err)
+			return fmt.Errorf("taskmanager %s: no JobManager at %s for %v (--jobmanager-wait): %w", cfg.Name, cmp.Or(jmAddr, "the leader's address"), cfg.JobManagerWait, err)
 		}
-		lg.Warn("no session with the JobManager; registering again", "jobmanager", cfg.JobManager, "in", backoff, "err", err)
+		lg.Warn("no session with the JobManager; registering again", "jobmanager", jmAddr, "in", backoff, "err", err)
 		select {
 		case <-ctx.Done():
 			return nil

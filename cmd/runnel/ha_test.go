@@ -1,0 +1,185 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/runnel-dev/runnel/internal/ha/hatest"
+)
+
+// haJobManager is one JobManager process of an HA test, with the addresses it listens at.
+type haJobManager struct {
+	*process
+	addr, rest string
+}
+
+// startHAJobManager starts a JobManager of cluster on etcd, with a lease of 1 s.
+func startHAJobManager(t *testing.T, name, etcd, cluster string) *haJobManager {
+	t.Helper()
+	p := start(t, name, nil, "jobmanager", "--addr", "127.0.0.1:0", "--rest-addr", "127.0.0.1:0",
+		"--ha", etcd, "--ha-cluster", cluster, "--ha-ttl", "1s")
+	m := p.waitFor(t, listening, 30*time.Second)
+	return &haJobManager{process: p, addr: m[1], rest: m[2]}
+}
+
+// leaderDoc is GET /v1/leader.
+type leaderDoc struct {
+	HA      bool   `json:"ha"`
+	Cluster string `json:"cluster"`
+	Leading bool   `json:"leading"`
+	Addr    string `json:"addr"`
+	REST    string `json:"rest"`
+	Epoch   int64  `json:"epoch"`
+}
+
+// getJSON GETs path of a REST address and decodes the body into v (nil: not at all); it returns the status.
+func getJSON(t *testing.T, rest, path string, v any) int {
+	t.Helper()
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Get("http://" + rest + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if v != nil {
+		if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+	}
+	return resp.StatusCode
+}
+
+// awaitLeader waits (20 s at most) until one of jms is ready (GET /healthz/ready) and returns it.
+func awaitLeader(t *testing.T, jms ...*haJobManager) *haJobManager {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, jm := range jms {
+			if getJSON(t, jm.rest, "/healthz/ready", nil) == http.StatusOK {
+				return jm
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("no JobManager ready after 20 s")
+	return nil
+}
+
+// awaitTaskManagers waits (20 s at most) until jm has n TaskManagers registered.
+func awaitTaskManagers(t *testing.T, jm *haJobManager, n int) {
+	t.Helper()
+	var doc struct {
+		TaskManagers []struct{ Name string } `json:"taskmanagers"`
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if getJSON(t, jm.rest, "/v1/taskmanagers", &doc) == http.StatusOK && len(doc.TaskManagers) == n {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("%s has %d TaskManagers after 20 s, want %d", jm.Name, len(doc.TaskManagers), n)
+}
+
+// TestJobManagerHA runs two JobManagers of one cluster on a real etcd member and a TaskManager that finds
+// the leader through etcd: one JobManager leads (ready, and both name it in GET /v1/leader), the other
+// stands by (live, not ready, refuses submissions naming the leader); a job submitted through etcd runs
+// on the leader. SIGKILL the leader: the standby leads within a few seconds (a lease of 1 s, 2 s in
+// etcd), in a later term, the TaskManager registers with it, and a job submitted through etcd runs there.
+func TestJobManagerHA(t *testing.T) {
+	etcd := hatest.Start(t)
+	a := startHAJobManager(t, "jm-a", etcd.Address, "ha-test")
+	b := startHAJobManager(t, "jm-b", etcd.Address, "ha-test")
+	leader := awaitLeader(t, a, b)
+	standby := b
+	if leader == b {
+		standby = a
+	}
+	var onLeader, onStandby leaderDoc
+	getJSON(t, leader.rest, "/v1/leader", &onLeader)
+	getJSON(t, standby.rest, "/v1/leader", &onStandby)
+	if !onLeader.Leading || onStandby.Leading || onLeader.Addr != leader.addr || onStandby.Addr != leader.addr ||
+		onStandby.REST != leader.rest || onStandby.Epoch != onLeader.Epoch || onStandby.Cluster != "ha-test" {
+		t.Fatalf("leader says %+v, standby says %+v; want both to name %s (REST %s)", onLeader, onStandby, leader.addr, leader.rest)
+	}
+	if code := getJSON(t, standby.rest, "/healthz/ready", nil); code != http.StatusServiceUnavailable {
+		t.Fatalf("the standby's readiness: %d, want 503", code)
+	}
+	if code := getJSON(t, standby.rest, "/healthz", nil); code != http.StatusOK {
+		t.Fatalf("the standby's liveness: %d, want 200", code)
+	}
+	start(t, "tm-1", nil, "taskmanager", "--ha", etcd.Address, "--ha-cluster", "ha-test", "--name", "tm-1", "--slots", "2")
+	awaitTaskManagers(t, leader, 1)
+
+	// A submission to the standby directly is refused, naming the leader.
+	if _, stderr, code := runCLI(t, "submit", "sequence", "--jobmanager", standby.addr, "--records", "10"); code == 0 ||
+		!strings.Contains(stderr, "stands by") || !strings.Contains(stderr, leader.addr) {
+		t.Fatalf("submit to the standby: exit %d, stderr:\n%s\nwant a refusal naming %s", code, stderr, leader.addr)
+	}
+	submit := func(what string) {
+		t.Helper()
+		report := filepath.Join(t.TempDir(), "r.json")
+		if _, stderr, code := runCLI(t, "submit", "sequence", "--ha", etcd.Address, "--ha-cluster", "ha-test",
+			"--records", "20000", "--parallelism", "2", "--report", report); code != 0 {
+			t.Fatalf("submit %s: exit %d:\n%s", what, code, stderr)
+		}
+		if r := readReport(t, report); r.Status != "FINISHED" || r.Checker.Verdict != "OK" {
+			t.Fatalf("submit %s: %s, checker %+v", what, r.Status, r.Checker)
+		}
+	}
+	submit("to the first leader")
+
+	killed := time.Now()
+	if err := leader.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	next := awaitLeader(t, standby)
+	took := time.Since(killed)
+	var now leaderDoc
+	getJSON(t, next.rest, "/v1/leader", &now)
+	if !now.Leading || now.Addr != next.addr || now.Epoch <= onLeader.Epoch {
+		t.Fatalf("after the kill: %+v, want %s leading in a term after %d", now, next.addr, onLeader.Epoch)
+	}
+	awaitTaskManagers(t, next, 1)
+	t.Logf("the standby led %s after the leader was killed (term %d after %d)", took.Round(10*time.Millisecond), now.Epoch, onLeader.Epoch)
+	submit("to the new leader")
+}
+
+// TestJobManagerHAMistakes: an etcd that does not answer stops a JobManager at once (exit 1), naming the
+// endpoints; flags of HA given wrong are exit 2, naming the flag.
+func TestJobManagerHAMistakes(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	_ = ln.Close()
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"jobmanager", "--addr", "127.0.0.1:0", "--rest-addr", "", "--ha", "etcd://" + dead, "--ha-cluster", "c"}, 1, "etcd at " + dead + " does not answer"},
+		{[]string{"jobmanager", "--ha", "http://" + dead, "--ha-cluster", "c"}, 2, "invalid --ha"},
+		{[]string{"jobmanager", "--ha", "etcd://" + dead}, 2, "--ha-cluster"},
+		{[]string{"jobmanager", "--ha-cluster", "c"}, 2, "--ha-cluster \"c\" without --ha"},
+		{[]string{"jobmanager", "--ha", "etcd://" + dead, "--ha-cluster", "c", "--ha-ttl", "1500ms"}, 2, "whole seconds"},
+		{[]string{"taskmanager", "--ha", "etcd://" + dead, "--ha-cluster", "c"}, 1, "etcd at " + dead + " does not answer"},
+		{[]string{"submit", "sequence", "--ha", "etcd://" + dead, "--ha-cluster", "c"}, 1, "etcd at " + dead + " does not answer"},
+		{[]string{"cancel", "0123456789abcdef0123456789abcdef", "--ha", "etcd:/" + dead, "--ha-cluster", "c"}, 2, "invalid --ha"},
+	} {
+		t.Run(strings.Join(tc.args[:1], " ")+fmt.Sprint(tc.code), func(t *testing.T) {
+			t.Parallel() // an etcd that does not answer takes 5 s to give up on
+			_, stderr, code := runCLI(t, tc.args...)
+			if code != tc.code || !strings.Contains(stderr, tc.want) {
+				t.Fatalf("%q: exit %d, stderr:\n%s\nwant exit %d with %q", tc.args, code, stderr, tc.code, tc.want)
+			}
+		})
+	}
+}
