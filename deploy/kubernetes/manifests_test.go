@@ -164,15 +164,17 @@ func newSet(t *testing.T, dirs ...string) *set {
 	return s
 }
 
-// flagsOf returns the flag set of a role's command line: what cli.Main's jobmanager and taskmanager
-// commands parse (internal/cli/daemons.go), and a check of the parsed values where the role has one.
+// flagsOf returns the flag set of a role's command line, what cli.Main's jobmanager and taskmanager
+// commands parse (internal/cli/daemons.go), and the role's check of the parsed values; nil for a word
+// that is no role.
 func flagsOf(role string) (*pflag.FlagSet, func() error) {
 	fs := pflag.NewFlagSet(role, pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	check := func() error { return nil }
+	var check func() error
 	switch role {
 	case "jobmanager":
-		cli.AddJobManagerFlags(fs)
+		config := cli.AddJobManagerFlags(fs)
+		check = func() error { _, err := config(); return err }
 	case "taskmanager":
 		config := cli.AddTaskManagerFlags(fs)
 		check = func() error { _, err := config(); return err }
@@ -248,7 +250,6 @@ type role struct {
 	container *corev1.Container
 	pod       *corev1.PodSpec
 	flags     *pflag.FlagSet
-	pending   map[string]string // the values of pendingFlags the flag set does not have yet
 }
 
 // parseRole parses the arguments of the one container of d with its role's flag set.
@@ -273,7 +274,7 @@ func parseRole(t *testing.T, s *set, d *appsv1.Deployment) *role {
 	if err != nil {
 		t.Fatalf("Deployment %s: %v", d.Name, err)
 	}
-	args, pending := withoutPending(t, fs, args[1:])
+	args = args[1:]
 	if err := fs.Parse(args); err != nil {
 		t.Fatalf("Deployment %s: %s %q: %v", d.Name, c.Args[0], args, err)
 	}
@@ -283,35 +284,11 @@ func parseRole(t *testing.T, s *set, d *appsv1.Deployment) *role {
 	if err := check(); err != nil {
 		t.Errorf("Deployment %s: %v", d.Name, err)
 	}
-	return &role{name: c.Args[0], container: c, pod: pod, flags: fs, pending: pending}
-}
-
-// pendingFlags are the flags of issue 31 that the roles' flag sets may not have yet: while one is
-// absent, an argument that gives it (as --name=value) is left out of the parse and only its value is
-// checked, and TestManifests ends skipped, naming it.
-var pendingFlags = []string{"ha", "ha-cluster"}
-
-func withoutPending(t *testing.T, fs *pflag.FlagSet, args []string) ([]string, map[string]string) {
-	t.Helper()
-	var out []string
-	pending := map[string]string{}
-	for _, a := range args {
-		name, v, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
-		if slices.Contains(pendingFlags, name) && fs.Lookup(name) == nil {
-			t.Logf("%s has no --%s yet (issue 31): its argument is not parsed", fs.Name(), name)
-			pending[name] = v
-			continue
-		}
-		out = append(out, a)
-	}
-	return out, pending
+	return &role{name: c.Args[0], container: c, pod: pod, flags: fs}
 }
 
 // value is the value of a flag the manifest sets, or "".
 func (r *role) value(name string) string {
-	if v, ok := r.pending[name]; ok {
-		return v
-	}
 	f := r.flags.Lookup(name)
 	if f == nil || !f.Changed {
 		return ""
@@ -482,10 +459,26 @@ func checkSet(t *testing.T, s *set) (jm, tm *role) {
 		tmPorts["metrics"] = "metrics-addr"
 	}
 	tm.checkPorts(t, tmPorts)
-	if adv := tm.value("data-advertise"); adv != "" {
+	// Others dial what a process advertises: its pod's address, at the port it listens on.
+	for _, a := range []struct {
+		r         *role
+		addr, adv string
+		needed    bool
+	}{
+		{jm, "addr", "advertise-addr", true},           // the address the leader campaigns with
+		{jm, "rest-addr", "rest-advertise-addr", true}, // the REST address /v1/leader gives
+		{tm, "data-addr", "data-advertise", false},
+	} {
+		adv := a.r.value(a.adv)
+		if adv == "" {
+			if a.needed {
+				t.Errorf("%s: --%s is not set: with --ha the JobManager campaigns with it", a.r.name, a.adv)
+			}
+			continue
+		}
 		host, p, err := net.SplitHostPort(adv)
-		if err != nil || p != strconv.Itoa(int(tm.portOf(t, "data-addr"))) || host != podIP {
-			t.Errorf("taskmanager: --data-advertise=%s, want the pod's IP (downward API) and --data-addr's port", adv)
+		if err != nil || p != strconv.Itoa(int(a.r.portOf(t, a.addr))) || host != podIP {
+			t.Errorf("%s: --%s=%s, want the pod's IP (downward API) and --%s's port", a.r.name, a.adv, adv, a.addr)
 		}
 	}
 	jmTLS, tmTLS := jm.tls(t), tm.tls(t)
@@ -580,23 +573,6 @@ func TestManifests(t *testing.T) {
 			}
 		}
 	})
-	pendingReport(t)
-}
-
-// pendingReport skips (after every check ran) when a flag of issue 31 is still missing from a role.
-func pendingReport(t *testing.T) {
-	var missing []string
-	for _, role := range []string{"jobmanager", "taskmanager"} {
-		fs, _ := flagsOf(role)
-		for _, name := range pendingFlags {
-			if fs.Lookup(name) == nil {
-				missing = append(missing, role+" --"+name)
-			}
-		}
-	}
-	if missing != nil {
-		t.Skipf("flags expected from issue 31 are not in the CLI yet, so their arguments went unchecked: %s", strings.Join(missing, ", "))
-	}
 }
 
 // TestDecodeIsStrict shows that the decoding refuses what the API server would drop or refuse: an
