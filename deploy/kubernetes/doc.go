@@ -6,5 +6,6 @@
 // command line they start: every argument parses with the flag set of its role (internal/cli), every
 // container port and probe port is the port of an address flag, the Service's target ports name
 // container ports, the probes ask for the JobManager's health endpoints, and the JobManager runs two
-// replicas with HA on etcd.
+// replicas with HA on etcd. It then runs the containers' arguments as processes of the runnel binary
+// on loopback addresses, with a real etcd, and carries out the probes as the kubelet does.
 package kubernetes

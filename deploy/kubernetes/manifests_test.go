@@ -197,6 +197,11 @@ var varRef = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
 // kubelet does; one that names no variable of the container fails (the kubelet would pass it on as
 // the literal "$(VAR)").
 func expand(c *corev1.Container, cms map[string]*corev1.ConfigMap) ([]string, error) {
+	return expandWith(c, cms, podIP)
+}
+
+// expandWith is expand for the pod at ip.
+func expandWith(c *corev1.Container, cms map[string]*corev1.ConfigMap, ip string) ([]string, error) {
 	env := map[string]string{}
 	for _, e := range c.Env {
 		switch {
@@ -205,7 +210,7 @@ func expand(c *corev1.Container, cms map[string]*corev1.ConfigMap) ([]string, er
 		case e.ValueFrom.FieldRef != nil:
 			switch p := e.ValueFrom.FieldRef.FieldPath; p {
 			case "status.podIP":
-				env[e.Name] = podIP
+				env[e.Name] = ip
 			case "metadata.name":
 				env[e.Name] = podName
 			default:
