@@ -183,3 +183,68 @@ func TestJobManagerHAMistakes(t *testing.T) {
 		})
 	}
 }
+
+// TestJobManagerHAResumesJob: the leader is SIGKILLed while a job with checkpoints runs on two
+// TaskManagers. The standby leads, resumes the job it finds recorded on etcd from the newest retained
+// checkpoint (the TaskManagers, which lost their session, register with it), and `runnel submit`, which
+// follows the leader through etcd, reports the job's end: FINISHED, every record exactly once.
+func TestJobManagerHAResumesJob(t *testing.T) {
+	etcd := hatest.Start(t)
+	a := startHAJobManager(t, "jm-a", etcd.Address, "ha-resume")
+	b := startHAJobManager(t, "jm-b", etcd.Address, "ha-resume")
+	leader := awaitLeader(t, a, b)
+	standby := b
+	if leader == b {
+		standby = a
+	}
+	for _, name := range []string{"tm-1", "tm-2"} {
+		start(t, name, nil, "taskmanager", "--ha", etcd.Address, "--ha-cluster", "ha-resume", "--name", name, "--slots", "2")
+	}
+	awaitTaskManagers(t, leader, 2)
+	dir := t.TempDir()
+	report := filepath.Join(dir, "r.json")
+	const records = 60_000
+	sub := start(t, "submit", nil, "submit", "sequence", "--ha", etcd.Address, "--ha-cluster", "ha-resume",
+		"--records", fmt.Sprint(records), "--rate", "5000", "--keys", "8", "--parallelism", "2",
+		"--checkpoint-interval", "100ms", "--checkpoint-storage", filepath.Join(dir, "chk"), "--report", report)
+	// Kill the leader once the job has a completed checkpoint.
+	var jobs struct {
+		Jobs []struct{ ID string } `json:"jobs"`
+	}
+	var live clusterReport
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if time.Now().After(deadline) {
+			t.Fatalf("no checkpoint completed on the leader after 30 s: %+v\n%s", live, sub.Stderr())
+		}
+		if getJSON(t, leader.rest, "/v1/jobs", &jobs) == http.StatusOK && len(jobs.Jobs) == 1 {
+			getJSON(t, leader.rest, "/v1/jobs/"+jobs.Jobs[0].ID, &live)
+			if live.Checkpoints != nil && live.Checkpoints.Completed > 2 {
+				break
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := leader.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	awaitLeader(t, standby)
+	if code := sub.exited(t, 120*time.Second); code != 0 {
+		t.Fatalf("submit exited %d:\n%s", code, sub.Stderr())
+	}
+	r := readReport(t, report)
+	if r.Status != "FINISHED" || r.Checker.Verdict != "OK" || r.Checker.Records != records {
+		t.Fatalf("%s, checker %+v: want FINISHED with every record once", r.Status, r.Checker)
+	}
+	if r.RestoredFrom == nil || r.RestoredFrom.CheckpointID == 0 {
+		t.Fatalf("restored from %+v: want the resumed run restored from a checkpoint", r.RestoredFrom)
+	}
+	var resumed struct {
+		Jobs []struct{ ID, Status string } `json:"jobs"`
+	}
+	getJSON(t, standby.rest, "/v1/jobs", &resumed)
+	if len(resumed.Jobs) != 1 || resumed.Jobs[0].ID != jobs.Jobs[0].ID || resumed.Jobs[0].Status != "FINISHED" {
+		t.Fatalf("the new leader's jobs %+v: want %s FINISHED, under the id it was submitted with", resumed.Jobs, jobs.Jobs[0].ID)
+	}
+	t.Logf("resumed from checkpoint %d; %d records checked", r.RestoredFrom.CheckpointID, r.Checker.Records)
+}

@@ -144,3 +144,15 @@ func (j *Job) restore(ctx context.Context) (*checkpoint.Savepoint, *report.Resto
 	}
 	return sp, info, nil
 }
+
+// HasRestorable reports whether the checkpoint storage dir holds a valid retained checkpoint that
+// Recovery.RestoreFrom could name (a storage that does not exist, or holds none, does not).
+func HasRestorable(ctx context.Context, dir string) bool {
+	st, err := checkpoint.OpenExisting(ctx, dir)
+	if err != nil {
+		return false
+	}
+	defer st.Close()
+	cp, _, err := st.Latest(ctx)
+	return err == nil && cp != nil
+}

@@ -33,6 +33,8 @@ type On struct {
 	SlotWait time.Duration
 	// Started, when set, is called with the driver before the job starts (the JobManager's table of jobs).
 	Started func(*jobmaster.Driver)
+	// JobID is the id of the job's run (zero: a random one).
+	JobID protocol.JobID
 
 	requireSlots bool
 	catalog      *inProcessCatalog
@@ -64,7 +66,7 @@ func Run(ctx context.Context, job *Job, on On) (*report.JobResult, error) {
 	name, rc := job.Name, &job.Recovery
 	build := on.jobBuild(job)
 	jmCfg := jobmaster.Config{
-		Job: job.Graph, Dispatcher: on.Dispatcher, RequireSlots: on.requireSlots, CollectAccumulators: on.Cluster, SlotWaitTimeout: on.SlotWait,
+		Job: job.Graph, JobID: on.JobID, Dispatcher: on.Dispatcher, RequireSlots: on.requireSlots, CollectAccumulators: on.Cluster, SlotWaitTimeout: on.SlotWait,
 		Setup:         protocol.SetupJob{Args: job.Args, Graph: job.Fingerprint},
 		BufferTimeout: job.Settings.BufferTimeout, MaxRecordSize: job.Settings.MaxRecordSize, Logger: job.Settings.MiniCluster.Logger,
 		Failover: rc.Failover, Restart: rc.Restart, StateBackend: rc.Backend, Scheduling: rc.Scheduling,

@@ -58,6 +58,8 @@ const (
 // Config configures a job's driver.
 type Config struct {
 	Job *graph.JobGraph
+	// JobID is the id of this run of the job (zero: a random one).
+	JobID protocol.JobID
 	// Dispatcher holds the TaskManagers the job runs on.
 	Dispatcher *Dispatcher
 	// Setup describes the job to its TaskManagers (name, arguments, graph fingerprint, storage and
@@ -222,8 +224,10 @@ func NewDriver(cfg Config) (*Driver, error) {
 	if _, err := cryptorand.Read(d.secret); err != nil {
 		return nil, fmt.Errorf("job master: partition credential secret: %w", err)
 	}
-	if _, err := cryptorand.Read(d.jobID[:]); err != nil {
-		return nil, fmt.Errorf("job master: job id: %w", err)
+	if d.jobID = cfg.JobID; d.jobID == (protocol.JobID{}) {
+		if _, err := cryptorand.Read(d.jobID[:]); err != nil {
+			return nil, fmt.Errorf("job master: job id: %w", err)
+		}
 	}
 	return d, nil
 }

@@ -8,6 +8,8 @@ package roles
 import (
 	"cmp"
 	"context"
+	cryptorand "crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -210,6 +212,7 @@ wait:
 			break wait
 		case term := <-won:
 			termEnded = term.Done()
+			jm.wg.Go(jm.resume)
 		case <-termEnded:
 			// Etcd did not hear from this JobManager for a lease, or another leads: it must not command
 			// any more. It stops; started again, it stands by.
@@ -301,8 +304,23 @@ func (jm *jobManager) Submit(ctx context.Context, req rpc.SubmitRequest) (protoc
 	if m := buildinfo.Mismatch("the client", req.Build, "the JobManager", jm.build); m != "" {
 		return protocol.JobID{}, fmt.Errorf("%w: %s", rpc.ErrRefused, m)
 	}
+	var id protocol.JobID
+	if jm.lead.client != nil {
+		// With HA the job is recorded on etcd before it runs, under an id its run keeps.
+		if _, err := cryptorand.Read(id[:]); err != nil {
+			return protocol.JobID{}, fmt.Errorf("job id: %w", err)
+		}
+	}
+	return jm.launch(req.Name, req.Args, req.Graph, id, false)
+}
+
+// launch builds the registered job name from args (its graph must be graph) and runs it, under id (zero:
+// the run's own). A resumed job is one a JobManager that led before recorded on etcd: it restarts from its
+// newest retained checkpoint, if its storage holds one, under the id it was submitted with (its run gets
+// an id of its own, so that nothing a TaskManager still holds of the previous run is taken for it).
+func (jm *jobManager) launch(name string, args []string, graph [32]byte, id protocol.JobID, resumed bool) (protocol.JobID, error) {
 	ctx, cancel := context.WithCancel(jm.ctx)
-	job, err := buildVerified(ctx, jm.registry, req.Name, req.Args, req.Graph)
+	job, err := buildVerified(ctx, jm.registry, name, args, graph)
 	if err != nil {
 		cancel()
 		return protocol.JobID{}, fmt.Errorf("%w: %w", rpc.ErrRefused, err)
@@ -310,16 +328,33 @@ func (jm *jobManager) Submit(ctx context.Context, req rpc.SubmitRequest) (protoc
 	if job.Settings.MiniCluster.Logger == nil {
 		job.Settings.MiniCluster.Logger = jm.log
 	}
-	j := &jmJob{name: req.Name, job: job, submitted: time.Now(), stop: cancel, done: make(chan struct{})}
+	runID := id
+	if resumed {
+		runID = protocol.JobID{}
+		if rc := &job.Recovery; rc.Checkpointing && rc.Storage != "" && executor.HasRestorable(ctx, rc.Storage) {
+			rc.RestoreFrom = rc.Storage
+		}
+		jm.log.Info("resuming a job the previous leader ran", "job", name, "id", id, "restore_from", job.Recovery.RestoreFrom)
+	} else if id != (protocol.JobID{}) {
+		rec := ha.Job{ID: id.String(), Name: name, Args: args, Build: hex.EncodeToString(jm.build.Sum[:]),
+			Graph: hex.EncodeToString(graph[:]), Status: string(jobmaster.StatusRunning), Submitted: time.Now()}
+		if err := jm.lead.record(ctx, rec); err != nil {
+			cancel()
+			return protocol.JobID{}, fmt.Errorf("job %q: %w", name, err)
+		}
+	}
+	j := &jmJob{id: id, name: name, job: job, submitted: time.Now(), stop: cancel, done: make(chan struct{})}
 	started := make(chan *jobmaster.Driver, 1)
 	refused := make(chan error, 1)
 	jm.wg.Add(1)
 	go func() {
 		defer jm.wg.Done()
 		defer cancel()
-		res, err := executor.Run(ctx, job, executor.On{Dispatcher: jm.disp, Cluster: true, SlotWait: jm.cfg.SlotWaitTimeout,
+		res, err := executor.Run(ctx, job, executor.On{Dispatcher: jm.disp, Cluster: true, SlotWait: jm.cfg.SlotWaitTimeout, JobID: runID,
 			Started: func(d *jobmaster.Driver) {
-				j.id = d.JobID() // before the send: Submit reads it after the receive
+				if j.id == (protocol.JobID{}) {
+					j.id = d.JobID() // before the send: launch reads it after the receive
+				}
 				j.mu.Lock()
 				j.driver = d
 				j.mu.Unlock()
@@ -333,7 +368,18 @@ func (jm *jobManager) Submit(ctx context.Context, req rpc.SubmitRequest) (protoc
 		j.result, j.err, j.ended = res, err, time.Now()
 		j.mu.Unlock()
 		close(j.done)
-		jm.log.Info("job ended", "job", req.Name, "id", j.id, "status", res.Status)
+		jm.log.Info("job ended", "job", name, "id", j.id, "status", res.Status)
+		if jm.lead.client != nil && jm.ctx.Err() == nil {
+			// Its end, for whoever leads next (a job cancelled because this JobManager stops is left
+			// RUNNING there: the next leader resumes it).
+			rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+			rec := ha.Job{ID: j.id.String(), Name: name, Args: args, Build: hex.EncodeToString(jm.build.Sum[:]),
+				Graph: hex.EncodeToString(graph[:]), Status: res.Status, Submitted: j.submitted}
+			if err := jm.lead.record(rctx, rec); err != nil {
+				jm.log.Warn("the job's end could not be recorded on etcd", "job", name, "id", j.id, "err", err)
+			}
+			rcancel()
+		}
 	}()
 	select {
 	case <-started:
@@ -344,25 +390,73 @@ func (jm *jobManager) Submit(ctx context.Context, req rpc.SubmitRequest) (protoc
 	jm.mu.Lock()
 	jm.jobs[j.id] = j
 	jm.order = append(jm.order, j.id)
-	jm.forgetOld()
+	forgotten := jm.forgetOld()
 	jm.mu.Unlock()
-	jm.log.Info("job submitted", "job", req.Name, "id", j.id, "args", req.Args)
+	jm.lead.forget(forgotten, jm.log)
+	jm.log.Info("job submitted", "job", name, "id", j.id, "args", args)
 	return j.id, nil
 }
 
-// forgetOld drops the oldest ended jobs past maxJobsRemembered. Called with mu held.
-func (jm *jobManager) forgetOld() {
+// resume starts, once this JobManager leads, the jobs a previous leader recorded as running: each from
+// its newest retained checkpoint (see launch). A job of another build, or one that cannot be built or
+// started, is logged at ERROR and recorded FAILED.
+func (jm *jobManager) resume() {
+	ctx, cancel := context.WithTimeout(jm.ctx, 30*time.Second)
+	recs, err := jm.lead.client.Jobs(ctx)
+	cancel()
+	if err != nil {
+		jm.log.Error("the jobs the previous leader ran cannot be read from etcd: they are not resumed", "err", err)
+		return
+	}
+	for _, rec := range recs {
+		if jobmaster.Status(rec.Status).Terminal() {
+			continue
+		}
+		err := func() error {
+			id, err := protocol.ParseJobID(rec.ID)
+			if err != nil {
+				return err
+			}
+			if rec.Build != hex.EncodeToString(jm.build.Sum[:]) {
+				return fmt.Errorf("it was submitted to a JobManager of another build (%s); this one is %s", rec.Build, jm.build.Describe)
+			}
+			var graph [32]byte
+			if b, err := hex.DecodeString(rec.Graph); err != nil || len(b) != len(graph) {
+				return fmt.Errorf("its record holds graph %q, not a fingerprint", rec.Graph)
+			} else {
+				copy(graph[:], b)
+			}
+			_, err = jm.launch(rec.Name, rec.Args, graph, id, true)
+			return err
+		}()
+		if err != nil {
+			jm.log.Error("a job the previous leader ran cannot be resumed", "job", rec.Name, "id", rec.ID, "err", err)
+			rec.Status = string(jobmaster.StatusFailed)
+			rctx, rcancel := context.WithTimeout(jm.ctx, 5*time.Second)
+			if err := jm.lead.record(rctx, rec); err != nil {
+				jm.log.Warn("recording it FAILED on etcd", "job", rec.Name, "id", rec.ID, "err", err)
+			}
+			rcancel()
+		}
+	}
+}
+
+// forgetOld drops the oldest ended jobs past maxJobsRemembered, and returns their ids. Called with mu
+// held.
+func (jm *jobManager) forgetOld() (forgotten []protocol.JobID) {
 	for len(jm.order) > maxJobsRemembered {
 		id := jm.order[0]
 		j := jm.jobs[id]
 		select {
 		case <-j.done:
 		default:
-			return // the oldest still runs: keep it, and those after it
+			return forgotten // the oldest still runs: keep it, and those after it
 		}
 		delete(jm.jobs, id)
 		jm.order = jm.order[1:]
+		forgotten = append(forgotten, id)
 	}
+	return forgotten
 }
 
 func (jm *jobManager) job(id protocol.JobID) (*jmJob, error) {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/runnel-dev/runnel/internal/ha"
+	"github.com/runnel-dev/runnel/internal/protocol"
 	"github.com/runnel-dev/runnel/internal/rest"
 )
 
@@ -47,6 +48,35 @@ func (l *leadership) refuse(ctx context.Context) error {
 		return fmt.Errorf("%w: %w", ErrStandby, err)
 	}
 	return fmt.Errorf("%w: the JobManager at %s leads cluster %q", ErrStandby, info.Addr, cluster)
+}
+
+// record writes rec to etcd under the term: an error unless this JobManager leads.
+func (l *leadership) record(ctx context.Context, rec ha.Job) error {
+	l.mu.Lock()
+	term := l.term
+	l.mu.Unlock()
+	if term == nil {
+		return fmt.Errorf("%w: the job cannot be recorded on etcd", ErrStandby)
+	}
+	return term.PutJob(ctx, rec)
+}
+
+// forget deletes the records of jobs the JobManager no longer remembers (best effort: a record left is
+// an ended job's, which no leader resumes).
+func (l *leadership) forget(ids []protocol.JobID, lg *slog.Logger) {
+	l.mu.Lock()
+	term := l.term
+	l.mu.Unlock()
+	if term == nil {
+		return
+	}
+	for _, id := range ids {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := term.DeleteJob(ctx, id.String()); err != nil {
+			lg.Warn("an ended job's record could not be deleted from etcd", "id", id, "err", err)
+		}
+		cancel()
+	}
 }
 
 // status implements rest.Source's Leader.

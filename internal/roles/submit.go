@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -69,31 +70,40 @@ func Submit(ctx context.Context, cfg SubmitConfig) (*report.JobResult, error) {
 		return nil, fmt.Errorf("submit job %q to %s: %w", name, cfg.JobManager, creds.Explain(err))
 	}
 	// The watch outlives ctx: a cancelled ctx stops the job, and its end still comes through the watch.
+	var current atomic.Pointer[rpc.JobClient]
+	current.Store(client)
 	stopped := make(chan struct{})
 	go func() {
 		select {
 		case <-ctx.Done():
 			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			_ = client.Stop(sctx, id, "")
+			_ = current.Load().Stop(sctx, id, "")
 			cancel()
 		case <-stopped:
 		}
 	}()
 	defer close(stopped)
 	var final *rpc.JobStatus
-	werr := client.Watch(context.Background(), id, func(st rpc.JobStatus) error {
-		if st.Final {
-			final = &st
-			return nil
-		}
-		if progress := job.Settings.Progress; progress != nil {
-			var r report.JobResult
-			if err := json.Unmarshal(st.ResultJSON, &r); err == nil {
-				progress(&r)
+	watch := func(client *rpc.JobClient) error {
+		return client.Watch(context.Background(), id, func(st rpc.JobStatus) error {
+			if st.Final {
+				final = &st
+				return nil
 			}
-		}
-		return nil
-	})
+			if progress := job.Settings.Progress; progress != nil {
+				var r report.JobResult
+				if err := json.Unmarshal(st.ResultJSON, &r); err == nil {
+					progress(&r)
+				}
+			}
+			return nil
+		})
+	}
+	werr := watch(client)
+	if final == nil && cfg.HA != nil {
+		// The leader was lost: the next one resumes the job under the same id. Follow it there.
+		werr = followLeader(ctx, cfg, id, &current, watch, func() bool { return final != nil })
+	}
 	if final == nil {
 		if werr == nil {
 			werr = errors.New("the watch ended before the job")
@@ -193,4 +203,40 @@ func leaderAddress(ctx context.Context, hc ha.Config) (string, error) {
 		return "", fmt.Errorf("%w: cluster %q: %w", ErrJobManagerUnreachable, hc.Cluster, err)
 	}
 	return info.Addr, nil
+}
+
+// followWait bounds how long a client follows a job across a change of leader: the lease, the new
+// leader's resume, and a restart from the checkpoint.
+const followWait = 2 * time.Minute
+
+// followLeader watches job id on whichever JobManager leads the cluster of cfg.HA, again each time the
+// watch ends before the job did, until done says the job's end came or followWait passed without a watch
+// that got anywhere. current is kept the client in use (for a stop).
+func followLeader(ctx context.Context, cfg SubmitConfig, id protocol.JobID, current *atomic.Pointer[rpc.JobClient],
+	watch func(*rpc.JobClient) error, done func() bool) error {
+	deadline := time.Now().Add(followWait)
+	var last error
+	for !done() && time.Now().Before(deadline) {
+		addr, err := leaderAddress(context.WithoutCancel(ctx), *cfg.HA)
+		if err == nil {
+			var conn *grpc.ClientConn
+			if conn, _, err = dialJobManager(addr, cfg.TLS); err == nil {
+				client := rpc.NewJobClient(conn)
+				current.Store(client)
+				began := time.Now()
+				err = watch(client)
+				conn.Close()
+				if time.Since(began) > 5*time.Second {
+					deadline = time.Now().Add(followWait) // it got somewhere: the wait starts again
+				}
+			}
+		}
+		if err != nil {
+			last = err
+		}
+		if !done() {
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	return last
 }
