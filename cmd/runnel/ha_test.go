@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runnel-dev/runnel/internal/ha"
 	"github.com/runnel-dev/runnel/internal/ha/hatest"
 )
 
@@ -246,5 +248,16 @@ func TestJobManagerHAResumesJob(t *testing.T) {
 	if len(resumed.Jobs) != 1 || resumed.Jobs[0].ID != jobs.Jobs[0].ID || resumed.Jobs[0].Status != "FINISHED" {
 		t.Fatalf("the new leader's jobs %+v: want %s FINISHED, under the id it was submitted with", resumed.Jobs, jobs.Jobs[0].ID)
 	}
-	t.Logf("resumed from checkpoint %d; %d records checked", r.RestoredFrom.CheckpointID, r.Checker.Records)
+	// Each checkpoint counted as completed only once recorded on etcd: the pointer is the resumed run's
+	// last, in the job's storage.
+	hc, err := ha.Open(context.Background(), ha.Config{Endpoints: []string{etcd.Endpoint}, Cluster: "ha-resume"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hc.Close()
+	ptr, err := hc.Checkpoint(context.Background(), jobs.Jobs[0].ID)
+	if err != nil || ptr == nil || ptr.ID <= r.RestoredFrom.CheckpointID || ptr.ID != r.Checkpoints.LastCompletedID || ptr.Location != filepath.Join(dir, "chk") {
+		t.Fatalf("checkpoint pointer %+v, %v: want the last completed, %d, in %s", ptr, err, r.Checkpoints.LastCompletedID, filepath.Join(dir, "chk"))
+	}
+	t.Logf("resumed from checkpoint %d; %d records checked; etcd points at checkpoint %d", r.RestoredFrom.CheckpointID, r.Checker.Records, ptr.ID)
 }

@@ -12,8 +12,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/runnel-dev/runnel/internal/executor"
-	"github.com/runnel-dev/runnel/internal/report"
 	"github.com/runnel-dev/runnel/internal/ha"
+	"github.com/runnel-dev/runnel/internal/report"
 	"github.com/runnel-dev/runnel/internal/roles"
 	"github.com/runnel-dev/runnel/internal/writable"
 )

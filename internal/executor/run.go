@@ -35,6 +35,9 @@ type On struct {
 	Started func(*jobmaster.Driver)
 	// JobID is the id of the job's run (zero: a random one).
 	JobID protocol.JobID
+	// Committed, when set, is called with each checkpoint's id and storage location after its metadata is
+	// committed and before it counts as completed; its error fails the checkpoint (jobmaster.Config).
+	Committed func(ctx context.Context, id int64, location string) error
 
 	requireSlots bool
 	catalog      *inProcessCatalog
@@ -84,6 +87,10 @@ func Run(ctx context.Context, job *Job, on On) (*report.JobResult, error) {
 		}
 		cc := rc.Checkpoint
 		jmCfg.Checkpoint, jmCfg.Storage = &cc, st
+		if hook := on.Committed; hook != nil {
+			loc := jmCfg.Setup.CheckpointStorage
+			jmCfg.Committed = func(ctx context.Context, id int64) error { return hook(ctx, id, loc) }
+		}
 		if build != nil {
 			build.Store = st
 		}

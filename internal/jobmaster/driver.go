@@ -60,6 +60,10 @@ type Config struct {
 	Job *graph.JobGraph
 	// JobID is the id of this run of the job (zero: a random one).
 	JobID protocol.JobID
+	// Committed, when set, is called after a checkpoint's metadata is committed to storage and before the
+	// checkpoint counts as completed (before any task hears of it): high availability records it there.
+	// Its error fails the checkpoint, as a failed commit does.
+	Committed func(ctx context.Context, id int64) error
 	// Dispatcher holds the TaskManagers the job runs on.
 	Dispatcher *Dispatcher
 	// Setup describes the job to its TaskManagers (name, arguments, graph fingerprint, storage and

@@ -27,6 +27,10 @@ import (
 type fakeTM struct {
 	setups atomic.Int32
 	wg     sync.WaitGroup
+	// ack makes its attempts run until cancelled and acknowledge every checkpoint (with no state);
+	// notified counts the completions they hear.
+	ack      bool
+	notified atomic.Int32
 }
 
 // attach registers a fakeTM with 4 slots on d; it serves until the session ends, which d.Close does.
@@ -49,10 +53,20 @@ func (f *fakeTM) attach(t *testing.T, d *Dispatcher) {
 			case jobcore.Deploy:
 				a := m.Deployment.Info.Attempt
 				_ = tm.Send(protocol.Envelope{Job: env.Job, Body: jobcore.TaskUpdate{Attempt: a, State: deploy.Running}})
-				_ = tm.Send(protocol.Envelope{Job: env.Job, Body: jobcore.TaskUpdate{Attempt: a, State: deploy.Finished, RecordsIn: 7, RecordsOut: 7}})
+				if !f.ack {
+					_ = tm.Send(protocol.Envelope{Job: env.Job, Body: jobcore.TaskUpdate{Attempt: a, State: deploy.Finished, RecordsIn: 7, RecordsOut: 7}})
+				}
+			case jobcore.CancelTask:
+				_ = tm.Send(protocol.Envelope{Job: env.Job, Body: jobcore.TaskUpdate{Attempt: m.Attempt, State: deploy.Canceled}})
 			case jobcore.TriggerCheckpoint:
+				if f.ack {
+					_ = tm.Send(protocol.Envelope{Job: env.Job, Body: jobcore.CheckpointAck{ID: m.ID, Attempt: m.Attempt}})
+					continue
+				}
 				_ = tm.Send(protocol.Envelope{Job: env.Job, Body: jobcore.CheckpointDecline{ID: m.ID, Attempt: m.Attempt,
 					Err: checkpoint.ErrTaskNotReady, NotReady: true}})
+			case jobcore.NotifyCheckpointComplete:
+				f.notified.Add(1)
 			}
 		}
 	}()
@@ -131,5 +145,53 @@ func TestStorageOpsHaveDeadlines(t *testing.T) {
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("the job took %s to fail", d)
+	}
+}
+
+// TestCommittedHookFencesCompletion: a checkpoint counts as completed only once Config.Committed took it
+// (high availability records it on etcd there). While the hook refuses (a deposed leader), every
+// checkpoint fails after its metadata was written and no task hears a completion; once it accepts,
+// checkpoints complete and the tasks hear of them.
+func TestCommittedHookFencesCompletion(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	for _, refuse := range []bool{true, false} {
+		d := NewDispatcher(DispatcherConfig{Logger: slog.New(slog.DiscardHandler)})
+		tm := &fakeTM{ack: true}
+		tm.attach(t, d)
+		cc := checkpoint.DefaultConfig()
+		cc.IntervalMillis, cc.TolerableFailed = 10, 1000
+		var calls atomic.Int32
+		drv, err := NewDriver(Config{Job: chained(t), Dispatcher: d, RequireSlots: true, Logger: slog.New(slog.DiscardHandler), Checkpoint: &cc,
+			Storage: checkpoint.NewStorage(checkpoint.BlobBucket(memblob.OpenBucket(nil)), "mem://hook"),
+			Committed: func(_ context.Context, id int64) error {
+				calls.Add(1)
+				if refuse {
+					return errors.New("not the leader")
+				}
+				return nil
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan Snapshot, 1)
+		go func() { done <- drv.Run(ctx) }()
+		deadline := time.Now().Add(20 * time.Second)
+		for calls.Load() < 3 && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		cancel()
+		snap := <-done
+		d.Close()
+		tm.wg.Wait()
+		if calls.Load() < 3 {
+			t.Fatalf("refuse=%v: the hook was called %d times in 20 s", refuse, calls.Load())
+		}
+		switch c := snap.Checkpoints; {
+		case refuse && (c.Completed != 0 || c.Failed == 0 || tm.notified.Load() != 0):
+			t.Fatalf("hook refusing: checkpoints %+v, %d completions heard; want none completed", *c, tm.notified.Load())
+		case !refuse && (c.Completed == 0 || tm.notified.Load() == 0):
+			t.Fatalf("hook accepting: checkpoints %+v, %d completions heard; want completions", *c, tm.notified.Load())
+		}
 	}
 }

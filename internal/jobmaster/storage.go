@@ -93,6 +93,11 @@ func (d *Driver) runStorageOp(ctx context.Context, op jobcore.StorageOp) jobcore
 		done.NextID, done.Err = st.NextID(ctx)
 	case jobcore.CommitMetadata:
 		done.Err = st.CommitMetadata(ctx, r.Checkpoint)
+		if hook := d.cfg.Committed; done.Err == nil && hook != nil {
+			if err := hook(ctx, r.Checkpoint.ID); err != nil {
+				done.Err = fmt.Errorf("checkpoint %d: %w", r.Checkpoint.ID, err)
+			}
+		}
 	case jobcore.VerifyLatest:
 		only := make(map[ident.Subtask]bool, len(r.Subtasks))
 		for _, s := range r.Subtasks {

@@ -350,16 +350,24 @@ func (jm *jobManager) launch(name string, args []string, graph [32]byte, id prot
 	go func() {
 		defer jm.wg.Done()
 		defer cancel()
-		res, err := executor.Run(ctx, job, executor.On{Dispatcher: jm.disp, Cluster: true, SlotWait: jm.cfg.SlotWaitTimeout, JobID: runID,
-			Started: func(d *jobmaster.Driver) {
-				if j.id == (protocol.JobID{}) {
-					j.id = d.JobID() // before the send: launch reads it after the receive
-				}
-				j.mu.Lock()
-				j.driver = d
-				j.mu.Unlock()
-				started <- d
-			}})
+		on := executor.On{Dispatcher: jm.disp, Cluster: true, SlotWait: jm.cfg.SlotWaitTimeout, JobID: runID}
+		if id != (protocol.JobID{}) {
+			// A checkpoint counts as completed only once the term recorded it: a deposed leader's
+			// checkpoints fail, so no task commits what a new leader might restore from before.
+			on.Committed = func(ctx context.Context, cp int64, loc string) error {
+				return jm.lead.checkpointed(ctx, id, ha.CheckpointPointer{ID: cp, Location: loc})
+			}
+		}
+		on.Started = func(d *jobmaster.Driver) {
+			if j.id == (protocol.JobID{}) {
+				j.id = d.JobID() // before the send: launch reads it after the receive
+			}
+			j.mu.Lock()
+			j.driver = d
+			j.mu.Unlock()
+			started <- d
+		}
+		res, err := executor.Run(ctx, job, on)
 		if res == nil {
 			refused <- err
 			return

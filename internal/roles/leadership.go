@@ -61,6 +61,18 @@ func (l *leadership) record(ctx context.Context, rec ha.Job) error {
 	return term.PutJob(ctx, rec)
 }
 
+// checkpointed records cp as job id's newest completed checkpoint under the term: an error unless this
+// JobManager leads.
+func (l *leadership) checkpointed(ctx context.Context, id protocol.JobID, cp ha.CheckpointPointer) error {
+	l.mu.Lock()
+	term := l.term
+	l.mu.Unlock()
+	if term == nil {
+		return fmt.Errorf("%w: checkpoint %d cannot be recorded on etcd", ErrStandby, cp.ID)
+	}
+	return term.PutCheckpoint(ctx, id.String(), cp)
+}
+
 // forget deletes the records of jobs the JobManager no longer remembers (best effort: a record left is
 // an ended job's, which no leader resumes).
 func (l *leadership) forget(ids []protocol.JobID, lg *slog.Logger) {
