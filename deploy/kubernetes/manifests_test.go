@@ -506,6 +506,8 @@ func checkSet(t *testing.T, s *set) (jm, tm *role) {
 		switch {
 		case tmTLS && p.HTTPGet != nil:
 			t.Errorf("taskmanager: %s probe is httpGet with mutual TLS: the metrics server refuses the kubelet, which has no client certificate", what)
+		case tmTLS && port.Name == "data":
+			t.Errorf("taskmanager: %s probe connects to the data server with mutual TLS: it logs each such probe as a failed TLS handshake at WARN", what)
 		case p.HTTPGet != nil && (port.Name != "metrics" || path != "/metrics"):
 			t.Errorf("taskmanager: %s probe asks for %s on port %s: a TaskManager serves HTTP only at /metrics on --metrics-addr", what, path, port.Name)
 		}
