@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -442,6 +443,7 @@ func checkSet(t *testing.T, s *set) (jm, tm *role) {
 	if jmd.Spec.Replicas == nil || *jmd.Spec.Replicas != 2 {
 		t.Errorf("JobManager Deployment: replicas %s, want 2 (a leader and a standby)", replicas(jmd))
 	}
+	checkRollout(t, jmd)
 	for _, r := range []*role{jm, tm} {
 		if ha := r.value("ha"); !strings.HasPrefix(ha, "etcd://") {
 			t.Errorf("%s: --ha=%q, want etcd://HOST:PORT[,HOST:PORT...]", r.name, ha)
@@ -618,4 +620,33 @@ func replicas(d *appsv1.Deployment) string {
 		return "unset (1)"
 	}
 	return strconv.Itoa(int(*d.Spec.Replicas))
+}
+
+// checkRollout checks that a rollout of the JobManagers can finish although a standby is never ready:
+// a rolling update that keeps any old pod until new ones are ready would keep the old leader for ever
+// (old pods that are not ready, the standby, go first), and the progress deadline would report a
+// rollout that cannot make every replica available as failed.
+func checkRollout(t *testing.T, d *appsv1.Deployment) {
+	t.Helper()
+	n := 1
+	if d.Spec.Replicas != nil {
+		n = int(*d.Spec.Replicas)
+	}
+	if st := d.Spec.Strategy; st.Type != appsv1.RecreateDeploymentStrategyType {
+		if st.RollingUpdate == nil || st.RollingUpdate.MaxUnavailable == nil {
+			t.Errorf("Deployment %s: a rolling update with the default maxUnavailable (25%%) never replaces the leader", d.Name)
+		} else if u, err := intstr.GetScaledValueFromIntOrPercent(st.RollingUpdate.MaxUnavailable, n, true); err != nil || u < n {
+			t.Errorf("Deployment %s: maxUnavailable %s of %d replicas keeps an old pod until a new one is ready, which a standby never is", d.Name, st.RollingUpdate.MaxUnavailable.String(), n)
+		}
+	}
+	if p := d.Spec.ProgressDeadlineSeconds; p == nil || *p != math.MaxInt32 {
+		t.Errorf("Deployment %s: progressDeadlineSeconds %s: with a standby that is never ready every rollout ends ProgressDeadlineExceeded; %d turns the deadline off", d.Name, seconds(p), math.MaxInt32)
+	}
+}
+
+func seconds(p *int32) string {
+	if p == nil {
+		return "unset (600)"
+	}
+	return strconv.Itoa(int(*p))
 }
