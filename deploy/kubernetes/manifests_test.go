@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net"
 	"os"
@@ -119,14 +120,7 @@ func newSet(t *testing.T, dirs ...string) *set {
 	var order []key
 	for _, dir := range dirs {
 		files := readDir(t, dir)
-		names := slices.Sorted(func(yield func(string) bool) {
-			for f := range files {
-				if !yield(f) {
-					return
-				}
-			}
-		})
-		for _, f := range names {
+		for _, f := range slices.Sorted(maps.Keys(files)) {
 			for _, obj := range files[f] {
 				var k key
 				switch o := obj.(type) {
@@ -420,11 +414,7 @@ func checkSet(t *testing.T, s *set) (jm, tm *role) {
 	t.Helper()
 	if len(s.configMaps) == 0 || len(s.services) == 0 || s.deployments["jobmanager"] == nil || s.deployments["taskmanager"] == nil {
 		t.Fatalf("want a ConfigMap, a Service and the jobmanager and taskmanager Deployments, got %d, %d and %v",
-			len(s.configMaps), len(s.services), slices.Collect(func(yield func(string) bool) {
-				for c := range s.deployments {
-					yield(c)
-				}
-			}))
+			len(s.configMaps), len(s.services), slices.Sorted(maps.Keys(s.deployments)))
 	}
 	for component, d := range s.deployments {
 		sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
