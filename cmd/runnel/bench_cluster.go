@@ -181,11 +181,34 @@ type tmLossConfig struct {
 	failovers []string
 	runs      int
 	// freeze SIGSTOPs the victim instead of SIGKILLing it: its sockets stay open, so only the
-	// heartbeat timeout reveals the loss.
-	freeze                              bool
+	// heartbeat timeout reveals the loss. terminate SIGTERMs it: it shuts down as the TaskManager of a
+	// deleted pod does.
+	freeze, terminate                   bool
 	heartbeatInterval, heartbeatTimeout time.Duration
 	rate                                float64 // records per second per source subtask
 	checkpointInterval                  time.Duration
+}
+
+// signal is what the victim gets: SIGKILL, or SIGSTOP with freeze, or SIGTERM with terminate.
+func (cfg tmLossConfig) signal() syscall.Signal {
+	switch {
+	case cfg.freeze:
+		return syscall.SIGSTOP
+	case cfg.terminate:
+		return syscall.SIGTERM
+	}
+	return syscall.SIGKILL
+}
+
+// signalName is the signal's name as people write it ("SIGKILL").
+func signalName(sig syscall.Signal) string {
+	switch sig {
+	case syscall.SIGSTOP:
+		return "SIGSTOP"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	}
+	return "SIGKILL"
 }
 
 // tmLossSample is what one run measured.
@@ -202,8 +225,11 @@ type tmLossSample struct {
 	RestartMillis int64 `json:"restart_ms"`
 	// TotalMillis is DetectionMillis + RestartMillis: from the kill until every restarted path emitted.
 	TotalMillis int64 `json:"total_ms"`
-	// Failovers counts the failovers the kill caused.
+	// Failovers counts the failovers the kill caused; FirstCause is the first one's cause, LostCause that
+	// of the failover that declares the TaskManager lost (how the job master learnt of it).
 	Failovers          int      `json:"failovers"`
+	FirstCause         string   `json:"first_cause"`
+	LostCause          string   `json:"lost_cause"`
 	Restarted          []string `json:"restarted"`
 	RecordsLost        uint64   `json:"records_lost"`
 	CheckpointRestored *int64   `json:"checkpoint_restored"`
@@ -213,16 +239,20 @@ type tmLossSample struct {
 
 // tmLossResult is the medians of one strategy's runs: the --json object.
 type tmLossResult struct {
-	Strategy          string         `json:"strategy"`
-	Signal            string         `json:"signal"`
-	HeartbeatInterval int64          `json:"heartbeat_interval_ms"`
-	HeartbeatTimeout  int64          `json:"heartbeat_timeout_ms"`
-	Runs              int            `json:"runs"`
-	DetectionMillis   int64          `json:"detection_ms"`
-	LostMillis        int64          `json:"taskmanager_lost_ms"`
-	RestartMillis     int64          `json:"restart_ms"`
-	TotalMillis       int64          `json:"total_ms"`
-	RestartedSubtasks int64          `json:"restarted_subtasks"`
+	Strategy          string `json:"strategy"`
+	Signal            string `json:"signal"`
+	HeartbeatInterval int64  `json:"heartbeat_interval_ms"`
+	HeartbeatTimeout  int64  `json:"heartbeat_timeout_ms"`
+	Runs              int    `json:"runs"`
+	DetectionMillis   int64  `json:"detection_ms"`
+	LostMillis        int64  `json:"taskmanager_lost_ms"`
+	RestartMillis     int64  `json:"restart_ms"`
+	TotalMillis       int64  `json:"total_ms"`
+	RestartedSubtasks int64  `json:"restarted_subtasks"`
+	// Failovers is the median count of the failovers a kill caused; LossFirst counts the runs whose first
+	// failover was the TaskManager's own loss, not a consumer's failure that came before it.
+	Failovers         int64          `json:"failovers"`
+	LossFirst         int            `json:"loss_first"`
 	RecordsLost       int64          `json:"records_lost"`
 	UpstreamUnchanged bool           `json:"upstream_unchanged"` // in every run
 	Samples           []tmLossSample `json:"samples"`
@@ -313,12 +343,12 @@ func measureTMLoss(before, after *runnel.JobResult, victim string, killedAt time
 	if !emitted {
 		return s, fmt.Errorf("after the kill of %s the restarted path never emitted again: failovers %s", victim, describeFailovers(fs))
 	}
-	first := fs[0].FailedAt
+	first, firstCause := fs[0].FailedAt, fs[0].Cause
 	var lost *runnel.FailoverResult
 	restarted := map[string]bool{}
 	for i, f := range fs {
 		if f.FailedAt.Before(first) {
-			first = f.FailedAt
+			first, firstCause = f.FailedAt, f.Cause
 		}
 		if f.TaskManager == victim && lost == nil {
 			lost = &fs[i]
@@ -331,7 +361,7 @@ func measureTMLoss(before, after *runnel.JobResult, victim string, killedAt time
 	if lost == nil {
 		return s, fmt.Errorf("none of the %d failovers after the kill names the lost TaskManager %s", len(fs), victim)
 	}
-	s.Failovers = len(fs)
+	s.Failovers, s.FirstCause, s.LostCause = len(fs), firstCause, lost.Cause
 	s.DetectionMillis = report.CeilMillis(first.Sub(killedAt))
 	s.LostMillis = report.CeilMillis(lost.FailedAt.Sub(killedAt))
 	s.TotalMillis = report.CeilMillis(end.Sub(killedAt))
@@ -372,11 +402,8 @@ func medianInt64(xs []int64) int64 {
 
 // summarizeTMLoss folds one strategy's samples into their medians.
 func summarizeTMLoss(strategy string, cfg tmLossConfig, samples []tmLossSample) tmLossResult {
-	r := tmLossResult{Strategy: strategy, Signal: "SIGKILL", HeartbeatInterval: cfg.heartbeatInterval.Milliseconds(),
+	r := tmLossResult{Strategy: strategy, Signal: signalName(cfg.signal()), HeartbeatInterval: cfg.heartbeatInterval.Milliseconds(),
 		HeartbeatTimeout: cfg.heartbeatTimeout.Milliseconds(), Runs: len(samples), UpstreamUnchanged: len(samples) > 0, Samples: samples}
-	if cfg.freeze {
-		r.Signal = "SIGSTOP"
-	}
 	col := func(f func(tmLossSample) int64) int64 {
 		var xs []int64
 		for _, s := range samples {
@@ -390,8 +417,12 @@ func summarizeTMLoss(strategy string, cfg tmLossConfig, samples []tmLossSample) 
 	r.TotalMillis = col(func(s tmLossSample) int64 { return s.TotalMillis })
 	r.RestartedSubtasks = col(func(s tmLossSample) int64 { return int64(len(s.Restarted)) })
 	r.RecordsLost = col(func(s tmLossSample) int64 { return int64(s.RecordsLost) })
+	r.Failovers = col(func(s tmLossSample) int64 { return int64(s.Failovers) })
 	for _, s := range samples {
 		r.UpstreamUnchanged = r.UpstreamUnchanged && s.UpstreamUnchanged
+		if s.FirstCause == s.LostCause && strings.HasPrefix(s.LostCause, "TaskManager "+s.Victim+" ") {
+			r.LossFirst++
+		}
 	}
 	return r
 }
@@ -436,10 +467,13 @@ func runTMLoss(ctx context.Context, cfg tmLossConfig, strategy string, log io.Wr
 		return tmLossSample{}, fmt.Errorf("%s[1] runs on %q, not on one of the benchmark's TaskManagers", sourceVertex, victimName)
 	}
 	killedAt := time.Now().Round(0) // wall clock only: failed_at comes from the JobManager's
-	if cfg.freeze {
+	switch sig := cfg.signal(); sig {
+	case syscall.SIGSTOP:
 		err = victim.Freeze()
-	} else {
+	case syscall.SIGKILL:
 		err = victim.Kill()
+	default: // it exits by itself; the cluster's close reaps it
+		err = victim.Signal(sig)
 	}
 	if err != nil {
 		return tmLossSample{}, err
@@ -480,18 +514,15 @@ func runTMLossBench(ctx context.Context, cfg tmLossConfig, log io.Writer) ([]tmL
 
 // writeTMLossTable prints the medians as a table.
 func writeTMLossTable(w io.Writer, cfg tmLossConfig, res []tmLossResult) error {
-	sig := "SIGKILL"
-	if cfg.freeze {
-		sig = "SIGSTOP"
-	}
+	sig := signalName(cfg.signal())
 	fmt.Fprintf(w, "%s of the TaskManager running %s[1]: JobManager + 3 TaskManagers x 2 slots, sequence at parallelism 4,\n", sig, sourceVertex)
 	fmt.Fprintf(w, "checkpoints every %v, heartbeats every %v, lost after %v of silence; medians of %d runs\n",
 		cfg.checkpointInterval, cfg.heartbeatInterval, cfg.heartbeatTimeout, cfg.runs)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "strategy\tdetection_ms\ttm_lost_ms\trestart_ms\ttotal_ms\trestarted\trecords_lost\tupstream_unchanged\t")
+	fmt.Fprintln(tw, "strategy\tdetection_ms\ttm_lost_ms\trestart_ms\ttotal_ms\trestarted\trecords_lost\tupstream_unchanged\tfailovers\tloss_first\t")
 	for _, r := range res {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%v\t\n", r.Strategy, r.DetectionMillis, r.LostMillis, r.RestartMillis,
-			r.TotalMillis, r.RestartedSubtasks, r.RecordsLost, r.UpstreamUnchanged)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%v\t%d\t%d/%d\t\n", r.Strategy, r.DetectionMillis, r.LostMillis, r.RestartMillis,
+			r.TotalMillis, r.RestartedSubtasks, r.RecordsLost, r.UpstreamUnchanged, r.Failovers, r.LossFirst, r.Runs)
 	}
 	return tw.Flush()
 }
@@ -501,12 +532,13 @@ func newTMLossBenchCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "tm-loss",
-		Short: "SIGKILL (or SIGSTOP) a TaskManager process of a real cluster: detection and restart times per failover strategy",
+		Short: "SIGKILL (or SIGSTOP, SIGTERM) a TaskManager process of a real cluster: detection and restart times per failover strategy",
 		Long: `Per run and strategy, starts a JobManager and three TaskManagers (two slots each) as child processes of
 this binary, submits the sequence example at parallelism 4 (unbounded, --rate records/s per source
 subtask, checkpoints every --checkpoint-interval into a temporary directory), waits for a completed
 checkpoint, and SIGKILLs the TaskManager that runs source -> map[1] (with --freeze: SIGSTOPs it, so that
-only the heartbeat timeout reveals the loss). From the JobManager's REST API, once the job emits again:
+only the heartbeat timeout reveals the loss; with --terminate: SIGTERMs it, so that it shuts down as the
+TaskManager of a deleted pod does). From the JobManager's REST API, once the job emits again:
 
   detection_ms        kill -> the first failover it caused (failed_at)
   tm_lost_ms          kill -> the failover that declares the TaskManager lost
@@ -515,12 +547,18 @@ only the heartbeat timeout reveals the loss). From the JobManager's REST API, on
   restarted           subtasks restarted by the kill's failovers
   records_lost        their records_lost
   upstream_unchanged  every source subtask on a live TaskManager kept attempt 0 (in every run)
+  failovers           failovers the kill caused
+  loss_first          runs whose first failover was the TaskManager's own loss (or leave), not the
+                      failure of a consumer that saw it go first
 
 Each figure is the median of its own column over the runs (so total_ms need not be the sum of the
 medians of detection_ms and restart_ms). Prints the medians per strategy as a table, or with --json one JSON object per strategy per line (with
 every run's figures under "samples"). Every child process is stopped before the command returns.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfg.freeze && cfg.terminate {
+				return usageError(errors.New("--freeze and --terminate exclude each other: the TaskManager gets one signal"))
+			}
 			if cfg.runs < 1 {
 				return usageError(fmt.Errorf("invalid --runs %d: must be at least 1", cfg.runs))
 			}
@@ -566,6 +604,7 @@ every run's figures under "samples"). Every child process is stopped before the 
 	fl.StringSliceVar(&cfg.failovers, "failover", []string{"approximate", "region", "full"}, "failover strategies to run, in order (approximate, region, full)")
 	fl.IntVar(&cfg.runs, "runs", 3, "runs per strategy; medians are reported")
 	fl.BoolVar(&cfg.freeze, "freeze", false, "SIGSTOP the TaskManager instead of SIGKILL: its connections stay open, so the heartbeat timeout detects it")
+	fl.BoolVar(&cfg.terminate, "terminate", false, "SIGTERM the TaskManager instead of SIGKILL: it shuts down as a deleted pod's does")
 	fl.DurationVar(&cfg.heartbeatInterval, "heartbeat-interval", runnel.DefaultHeartbeatInterval, "the JobManager's heartbeat interval")
 	fl.DurationVar(&cfg.heartbeatTimeout, "heartbeat-timeout", runnel.DefaultHeartbeatTimeout, "the JobManager's heartbeat timeout")
 	fl.Float64Var(&cfg.rate, "rate", 2000, "records per second per source subtask")

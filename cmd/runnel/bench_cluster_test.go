@@ -123,9 +123,10 @@ func TestMeasureTMLoss(t *testing.T) {
 	cp := int64(3)
 	place := []string{"tm-1", "tm-2", "tm-3", "tm-1"}
 	loss := runnel.FailoverResult{Failed: "source -> map[1]", TaskManager: "tm-2", FailedAt: at(1500), RecoveryMillis: 40,
-		OutageMillis: 60, Restarted: []string{"source -> map[1]", "check[0]", "sink[0]"}, RecordsLost: 30, CheckpointRestored: &cp}
+		OutageMillis: 60, Restarted: []string{"source -> map[1]", "check[0]", "sink[0]"}, RecordsLost: 30, CheckpointRestored: &cp,
+		Cause: "TaskManager tm-2 lost: no heartbeat for 1.5s"}
 	consumer := runnel.FailoverResult{Failed: "check[0]", FailedAt: at(3), RecoveryMillis: 50, OutageMillis: 50,
-		Restarted: []string{"check[0]", "sink[0]"}, RecordsLost: 5}
+		Restarted: []string{"check[0]", "sink[0]"}, RecordsLost: 5, Cause: "remote channel: connection closed"}
 	folded := loss
 	folded.FailedAt, folded.OutageMillis = at(4), 0
 	earlier := runnel.FailoverResult{Failed: "map[0]", FailedAt: at(-900), OutageMillis: 10, Restarted: []string{"map[0]"}, RecordsLost: 1000}
@@ -137,15 +138,19 @@ func TestMeasureTMLoss(t *testing.T) {
 	}{
 		{name: "the heartbeat path: one failover", after: seqJob(place, []int{0, 1, 0, 0}, loss),
 			want: tmLossSample{DetectionMillis: 1500, LostMillis: 1500, RestartMillis: 60, TotalMillis: 1560, Failovers: 1,
+				FirstCause: "TaskManager tm-2 lost: no heartbeat for 1.5s", LostCause: "TaskManager tm-2 lost: no heartbeat for 1.5s",
 				Restarted: []string{"check[0]", "sink[0]", "source -> map[1]"}, RecordsLost: 30, CheckpointRestored: &cp, UpstreamUnchanged: true}},
 		{name: "a consumer's failover first; an earlier one is not the kill's", after: seqJob(place, []int{0, 1, 0, 0}, earlier, consumer, loss),
 			want: tmLossSample{DetectionMillis: 3, LostMillis: 1500, RestartMillis: 1557, TotalMillis: 1560, Failovers: 2,
+				FirstCause: "remote channel: connection closed", LostCause: "TaskManager tm-2 lost: no heartbeat for 1.5s",
 				Restarted: []string{"check[0]", "sink[0]", "source -> map[1]"}, RecordsLost: 35, CheckpointRestored: &cp, UpstreamUnchanged: true}},
 		{name: "the loss folded into the consumer's restart", after: seqJob(place, []int{0, 1, 0, 0}, consumer, folded),
 			want: tmLossSample{DetectionMillis: 3, LostMillis: 4, RestartMillis: 50, TotalMillis: 53, Failovers: 2,
+				FirstCause: "remote channel: connection closed", LostCause: "TaskManager tm-2 lost: no heartbeat for 1.5s",
 				Restarted: []string{"check[0]", "sink[0]", "source -> map[1]"}, RecordsLost: 35, CheckpointRestored: &cp, UpstreamUnchanged: true}},
 		{name: "region: the sources on live TaskManagers restarted too", after: seqJob(place, []int{1, 1, 1, 1}, loss),
 			want: tmLossSample{DetectionMillis: 1500, LostMillis: 1500, RestartMillis: 60, TotalMillis: 1560, Failovers: 1,
+				FirstCause: "TaskManager tm-2 lost: no heartbeat for 1.5s", LostCause: "TaskManager tm-2 lost: no heartbeat for 1.5s",
 				Restarted: []string{"check[0]", "sink[0]", "source -> map[1]"}, RecordsLost: 30, CheckpointRestored: &cp, UpstreamUnchanged: false}},
 		{name: "no failover after the kill", after: seqJob(place, []int{0, 0, 0, 0}, earlier), wantErrs: "no failover after the kill"},
 		{name: "the loss is never named", after: seqJob(place, []int{0, 0, 0, 0}, consumer), wantErrs: "names the lost TaskManager tm-2"},
@@ -186,6 +191,16 @@ func TestSummarizeTMLoss(t *testing.T) {
 	}
 	if r := summarizeTMLoss("region", tmLossConfig{}, nil); r.UpstreamUnchanged || r.TotalMillis != 0 || r.Signal != "SIGKILL" {
 		t.Fatalf("no samples: %+v", r)
+	}
+	if r := summarizeTMLoss("region", tmLossConfig{terminate: true}, samples); r.Signal != "SIGTERM" || r.LossFirst != 0 {
+		t.Fatalf("--terminate: %+v", r)
+	}
+	samples[0].Victim, samples[0].FirstCause, samples[0].LostCause = "tm-2", "TaskManager tm-2 is leaving (shutting down)", "TaskManager tm-2 is leaving (shutting down)"
+	samples[1].Victim, samples[1].FirstCause, samples[1].LostCause = "tm-2", "remote channel: partition released", "TaskManager tm-2 lost: x"
+	samples[2].Victim, samples[2].FirstCause, samples[2].LostCause = "tm-2", "remote channel: partition released", "remote channel: partition released"
+	samples[0].Failovers, samples[1].Failovers, samples[2].Failovers = 1, 4, 1
+	if r := summarizeTMLoss("region", cfg, samples); r.LossFirst != 1 || r.Failovers != 1 {
+		t.Fatalf("loss first in %d runs, %d failovers (median), want 1 and 1: %+v", r.LossFirst, r.Failovers, r)
 	}
 }
 
@@ -250,6 +265,12 @@ func TestBenchTMLoss(t *testing.T) {
 	}
 	if !s.UpstreamUnchanged || !r.UpstreamUnchanged || s.CheckpointRestored == nil || s.Failovers < 1 || r.RestartedSubtasks != int64(len(s.Restarted)) {
 		t.Errorf("%s", stdout)
+	}
+	if !strings.HasPrefix(s.LostCause, "TaskManager "+s.Victim+" lost: ") {
+		t.Errorf("the loss's cause %q, want the SIGKILLed %s lost", s.LostCause, s.Victim)
+	}
+	if _, stderr, code := runCLI(t, "bench", "tm-loss", "--freeze", "--terminate"); code != exitUsage || !strings.Contains(stderr, "exclude each other") {
+		t.Errorf("--freeze --terminate: exit %d, %s", code, stderr)
 	}
 }
 

@@ -53,6 +53,15 @@ type JobBuild struct {
 	Close func() error
 }
 
+// leaveWait bounds how long a TaskManager that leaves waits for the JobManager to answer its Leaving (by
+// ending the session, once every job heard of the loss) before it stops its tasks anyway: the JobManager
+// must take the leave as one loss before the consumers of the partitions the stopping tasks release fail,
+// and a JobManager that does not answer must not hold up the shutdown.
+const leaveWait = time.Second
+
+// LeaveReason is the reason a TaskManager that shuts down gives in its protocol.Leaving.
+const LeaveReason = "shutting down"
+
 // setupTimeout bounds a Catalog's Open: a storage that does not answer must not keep the session's
 // messages waiting for ever.
 const setupTimeout = 30 * time.Second
@@ -127,7 +136,9 @@ func (ss *session) send(job protocol.JobID, body any) {
 // Serve registers the TaskManager with the JobManager at the other end of s and carries out what it asks
 // until the session ends (ctx done, the JobManager gone or silent past the heartbeat timeout, a refusal).
 // Then it cancels every task it runs, waits for them and releases every job, so that a TaskManager that
-// lost its JobManager holds nothing; it returns the reason the session ended. A TaskManager serves one
+// lost its JobManager holds nothing; it returns the reason the session ended. When ctx ends (the process
+// shuts down) it first tells the JobManager it is leaving (protocol.Leaving) and waits, at most leaveWait,
+// for the JobManager to end the session in answer before it cancels the tasks. A TaskManager serves one
 // session at a time; calling Serve again registers it anew.
 func (tm *TaskManager) Serve(ctx context.Context, s protocol.Session, cat Catalog) error {
 	reg := protocol.Register{Version: protocol.Version, Name: tm.cfg.Name, Slots: tm.cfg.Slots,
@@ -224,6 +235,19 @@ func (ss *session) tick(ctx context.Context, stop <-chan struct{}, reg protocol.
 		case <-stop:
 			return
 		case <-ctx.Done():
+			// Shutting down (SIGTERM): the JobManager hears it first and fails the tasks over at once. Its
+			// answer is the end of the session, after every job took the leave as the loss of this
+			// TaskManager: only then do the tasks stop (Serve), so that the failures of the consumers
+			// whose partitions they release reach the jobs after it, not as failovers of their own.
+			ss.tm.log.Log(context.Background(), sessionLevel(reg), "shutting down: telling the JobManager this TaskManager is leaving")
+			ss.send(protocol.JobID{}, protocol.Leaving{Reason: LeaveReason})
+			t := time.NewTimer(leaveWait)
+			select {
+			case <-stop:
+			case <-t.C:
+				ss.tm.log.Warn("the JobManager did not answer the notice that this TaskManager leaves; stopping the tasks anyway", "waited", leaveWait)
+			}
+			t.Stop()
 			ss.s.Close(fmt.Errorf("TaskManager %s stopped: %w", ss.tm.cfg.Name, ctx.Err()))
 			return
 		case <-beat:

@@ -42,7 +42,7 @@ var replayFailures = func() map[string]ReplayFailure {
 // setup-fail TM err=..., update ATTEMPT STATE [err=...] [peer=TM] [kind=deploy] [replay=REASON] [injection=N] [nonrecoverable],
 // running|canceled|finished ATTEMPT... (or "all": every deployed attempt), observe ATTEMPT joined
 // from=ATTEMPT sub=N lost=N | replayed|dropped from=ATTEMPT sub=N records=N | first-output | input-ended | replay-done, sampled token=N (CHANNEL dropped=R/B)... |
-// missing, counters ATTEMPT in=N out=N, lose TM reason=..., alive TM, tick, cancel, stop [dir=DIR],
+// missing, counters ATTEMPT in=N out=N, lose TM [leaving] reason=..., alive TM, tick, cancel, stop [dir=DIR],
 // checkpoint ID (a tick that must trigger it, every running attempt acks, the commit succeeds), ack
 // ATTEMPT|all id=ID, decline ATTEMPT id=ID [err=...] [not-ready], storage op=N [err=...] [corrupt]
 // [next=ID] [checkpoint=ID] [skipped="ID: TEXT; ID: TEXT"], print executions|deployment ATTEMPT|checkpoints.
@@ -614,7 +614,7 @@ func (h *harness) event(line string) ([]string, error) {
 		out, _ := strconv.ParseUint(kv["out"], 10, 64)
 		return nil, h.step(Counters{Counts: []AttemptCounters{{Attempt: a, In: in, Out: out}}})
 	case "lose":
-		return nil, h.step(TaskManagerLost{TaskManager: h.tm(pos[0]), Reason: kv["reason"]})
+		return nil, h.step(TaskManagerLost{TaskManager: h.tm(pos[0]), Reason: kv["reason"], Leaving: slices.Contains(pos, "leaving")})
 	case "alive":
 		return nil, h.step(TaskManagerAlive{TaskManager: h.tm(pos[0])})
 	case "tick":

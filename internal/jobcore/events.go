@@ -41,8 +41,20 @@ type JobSetUp struct {
 // TaskManagerLost says a TaskManager will not be heard from again: its tasks are gone.
 type TaskManagerLost struct {
 	TaskManager TaskManagerID
-	// Reason is for people: "control stream closed", "no heartbeat for 1.5s".
+	// Reason is for people: "control stream closed", "no heartbeat for 1.5s", "shutting down".
 	Reason string
+	// Leaving says the TaskManager told it leaves (protocol.Leaving: it shuts down) rather than being
+	// found gone. The decisions are a loss's; the words say it left: "TaskManager tm-2 is leaving
+	// (shutting down)".
+	Leaving bool
+}
+
+// what is the loss in words: "TaskManager tm-2 lost: REASON", or "TaskManager tm-2 is leaving (REASON)".
+func (e TaskManagerLost) what(name string) string {
+	if e.Leaving {
+		return fmt.Sprintf("TaskManager %s is leaving (%s)", name, e.Reason)
+	}
+	return fmt.Sprintf("TaskManager %s lost: %s", name, e.Reason)
 }
 
 // TaskManagerAlive answers a Probe: the TaskManager is there.

@@ -351,7 +351,11 @@ func (c *Core) onTaskManagerLost(e TaskManagerLost) {
 	tm.lost, tm.lostReason = true, e.Reason
 	c.ready.Changed = true
 	c.invalidateVerification() // its slots may be the plan's: a verification in flight is for a plan that changes
-	c.log(LogWarn, "TaskManager lost", "taskmanager", tm.name, "reason", e.Reason)
+	if e.Leaving {
+		c.log(LogWarn, "TaskManager leaving", "taskmanager", tm.name, "reason", e.Reason)
+	} else {
+		c.log(LogWarn, "TaskManager lost", "taskmanager", tm.name, "reason", e.Reason)
+	}
 	tokens := make([]uint64, 0)
 	for t, p := range c.samples {
 		if p.to == e.TaskManager {
@@ -369,6 +373,9 @@ func (c *Core) onTaskManagerLost(e TaskManagerLost) {
 		if g != nil && g.TaskManager == e.TaskManager {
 			c.slots[i] = nil
 			c.slotLost[i] = fmt.Sprintf("TaskManager %s lost (%s)", tm.name, e.Reason)
+			if e.Leaving {
+				c.slotLost[i] = fmt.Sprintf("TaskManager %s left (%s)", tm.name, e.Reason)
+			}
 			unbound++
 		}
 	}
@@ -395,7 +402,7 @@ func (c *Core) onTaskManagerLost(e TaskManagerLost) {
 		}
 		ex.state = deploy.Failed
 		if c.coord != nil {
-			c.carryOut(c.coord.TaskFailed(c.ms(), ex.attempt, fmt.Errorf("TaskManager %s lost: %s", tm.name, e.Reason)))
+			c.carryOut(c.coord.TaskFailed(c.ms(), ex.attempt, errors.New(e.what(tm.name))))
 		}
 		if c.plan == nil || !c.plan.subtasks[s] {
 			failed = append(failed, s)
@@ -422,11 +429,15 @@ func (c *Core) onTaskManagerLost(e TaskManagerLost) {
 			set = c.widenForFallback(set, fs)
 		}
 		slices.SortFunc(set, compareSubtasks)
-		cause := fmt.Errorf("TaskManager %s lost: %s", tm.name, e.Reason)
+		cause := errors.New(e.what(tm.name))
 		c.startFailoverOf(&failed[0], failed, tm.name, cause, set, strategy, suspected)
 		if c.fallback != nil && c.plan != nil {
 			c.plan.fallback = true
-			c.plan.events[len(c.plan.events)-1].Fallback = "TaskManager " + tm.name + " was lost, and its in-flight and determinant logs with it"
+			gone := " was lost"
+			if e.Leaving {
+				gone = " left"
+			}
+			c.plan.events[len(c.plan.events)-1].Fallback = "TaskManager " + tm.name + gone + ", and its in-flight and determinant logs with it"
 		}
 	} else if len(planned) > 0 && c.status == StatusRunning {
 		// A failover in progress restarts this TaskManager's subtasks already: the failures that started it

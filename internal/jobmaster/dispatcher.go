@@ -268,8 +268,26 @@ func (d *Dispatcher) refuse(s protocol.Session, reason string, permanent bool) {
 }
 
 // lost takes a TaskManager whose session ended out of the tables, and tells every job.
-func (d *Dispatcher) lost(ts *tmSession, reason error) {
-	ts.s.Close(reason)
+func (d *Dispatcher) lost(ts *tmSession, reason error) { d.gone(ts, reason.Error(), false, reason) }
+
+// leaving takes a TaskManager that said it leaves (protocol.Leaving) out of the tables at once, as a loss:
+// every job fails its tasks over now, and its slots leave the pool, rather than when its session ends.
+// Then it closes the session, which is the TaskManager's answer: it stops its tasks only once every job
+// has the loss in its inbox, ahead of the failures its stopping tasks cause downstream.
+func (d *Dispatcher) leaving(ts *tmSession, m protocol.Leaving) {
+	reason := cmp.Or(m.Reason, "shutting down")
+	d.gone(ts, reason, true, fmt.Errorf("TaskManager %s is leaving (%s)", ts.name, reason))
+}
+
+// gone takes a TaskManager out of the tables, tells every job (jobcore.TaskManagerLost with reason and
+// leaving) and closes its session with closeReason: first for a loss (its session ended), last for a
+// leave (the close answers it). A session already gone changes nothing but the close.
+func (d *Dispatcher) gone(ts *tmSession, reason string, leaving bool, closeReason error) {
+	if !leaving {
+		ts.s.Close(closeReason)
+	} else {
+		defer ts.s.Close(closeReason)
+	}
 	d.mu.Lock()
 	if d.sessions[ts.id] != ts {
 		d.mu.Unlock()
@@ -285,11 +303,15 @@ func (d *Dispatcher) lost(ts *tmSession, reason error) {
 	}
 	closed := d.closed
 	d.mu.Unlock()
-	if !closed {
+	switch {
+	case closed:
+	case leaving:
+		d.log.Info("TaskManager leaving", "taskmanager", ts.name, "id", ts.id, "reason", reason)
+	default:
 		d.log.Warn("TaskManager lost", "taskmanager", ts.name, "id", ts.id, "reason", reason)
 	}
 	for _, j := range jobs {
-		j.post(jobcore.TaskManagerLost{TaskManager: ts.id, Reason: reason.Error()})
+		j.post(jobcore.TaskManagerLost{TaskManager: ts.id, Reason: reason, Leaving: leaving})
 	}
 }
 
@@ -303,7 +325,11 @@ func (d *Dispatcher) route(ts *tmSession, env protocol.Envelope) {
 	j := d.jobs[env.Job]
 	d.mu.Unlock()
 	if env.Job == (protocol.JobID{}) {
-		if _, ok := env.Body.(protocol.Heartbeat); !ok {
+		switch m := env.Body.(type) {
+		case protocol.Heartbeat:
+		case protocol.Leaving:
+			d.leaving(ts, m)
+		default:
 			d.log.Error("a session message of no known kind", "taskmanager", ts.name, "message", fmt.Sprintf("%T", env.Body))
 		}
 		return

@@ -39,7 +39,7 @@ func ParseJobID(s string) (JobID, error) {
 }
 
 // Envelope is one message of a session, in either direction. Job is zero for the session's own messages
-// (Register, Registered, Refused, Heartbeat) and names the job every other message concerns.
+// (Register, Registered, Refused, Heartbeat, Leaving) and names the job every other message concerns.
 type Envelope struct {
 	Job  JobID
 	Body any
@@ -101,6 +101,17 @@ type Refused struct {
 
 // Heartbeat says the sender is alive; any message counts as one.
 type Heartbeat struct{}
+
+// Leaving is a session message a TaskManager sends when it shuts down (SIGTERM: a pod being deleted),
+// before it cancels its tasks and closes the session: the JobManager takes it as the TaskManager's loss at
+// once, with its tasks failing over in one event and its slots gone from the pool, rather than finding out
+// from the closed stream or the heartbeat timeout, or from the failures of the consumers its stopping
+// tasks leave behind. The JobManager answers by ending the session once every job has the loss: the
+// TaskManager stops its tasks only then (or after a bound of its own).
+type Leaving struct {
+	// Reason is for people: "shutting down".
+	Reason string
+}
 
 // SetupJob makes a job known to a TaskManager before anything of it is deployed there. The TaskManager
 // builds the job itself (the binary's job registry, or the in-process catalog of the mini-cluster) and

@@ -152,6 +152,8 @@ func encodeFromTaskManager(env protocol.Envelope) (*pb.FromTaskManager, error) {
 			DataAddress: b.DataAddress, BufferSize: int64(b.BufferSize), Build: encodeBuild(b.Build)}}
 	case protocol.Heartbeat:
 		m.Body = &pb.FromTaskManager_Heartbeat{Heartbeat: &pb.Heartbeat{}}
+	case protocol.Leaving:
+		m.Body = &pb.FromTaskManager_Leaving{Leaving: &pb.Leaving{Reason: b.Reason}}
 	case jobcore.JobSetUp:
 		m.Body = &pb.FromTaskManager_JobSetUp{JobSetUp: &pb.JobSetUp{Err: errText(b.Err)}}
 	case jobcore.TaskUpdate:
@@ -223,6 +225,8 @@ func decodeFromTaskManager(m *pb.FromTaskManager) (env protocol.Envelope, bye *p
 			BufferSize: int(r.GetBufferSize()), Build: build}
 	case *pb.FromTaskManager_Heartbeat:
 		env.Body = protocol.Heartbeat{}
+	case *pb.FromTaskManager_Leaving:
+		env.Body = protocol.Leaving{Reason: b.Leaving.GetReason()}
 	case *pb.FromTaskManager_JobSetUp:
 		env.Body = jobcore.JobSetUp{Err: textErr(b.JobSetUp.Err, false)}
 	case *pb.FromTaskManager_TaskUpdate:

@@ -42,6 +42,7 @@ var bodyKinds = []bodyKind{
 	{jobcore.Probe{}, true},
 	{protocol.Register{}, false},
 	{protocol.Heartbeat{}, false},
+	{protocol.Leaving{}, false},
 	{jobcore.JobSetUp{}, false},
 	{jobcore.TaskUpdate{}, false},
 	{jobcore.Observation{}, false},

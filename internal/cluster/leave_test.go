@@ -1,0 +1,166 @@
+package cluster_test
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/runnel-dev/runnel/internal/cluster"
+	"github.com/runnel-dev/runnel/internal/graph"
+	"github.com/runnel-dev/runnel/internal/jobmaster"
+	"github.com/runnel-dev/runnel/internal/protocol"
+	"github.com/runnel-dev/runnel/internal/rpc"
+	"github.com/runnel-dev/runnel/internal/scheduler"
+	"github.com/runnel-dev/runnel/internal/task"
+)
+
+// stickySession is a TaskManager's end of a session whose Close does not reach the JobManager: a
+// connection that does not close at once (a pod network torn down around a process that exits, a proxy
+// that holds the JobManager's side open). What was sent before still arrives.
+type stickySession struct{ protocol.Session }
+
+func (stickySession) Close(error) {}
+
+// TestLeavingTaskManagerFailsOverAtOnce stops the TaskManager that runs the sink (its Serve's context
+// ends, as SIGTERM ends it) mid-run, with a heartbeat timeout far beyond the test's bound: it tells the
+// JobManager it is leaving before it stops its tasks, so the job fails over at once, in one failover whose
+// cause says it left, onto the slots that remain (its own are gone from the pool), and finishes with every
+// record. Also when its connection does not close at once: the notice alone reveals the loss.
+func TestLeavingTaskManagerFailsOverAtOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		sticky bool
+	}{{"connection closes", false}, {"connection stays open", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Cleanup(func() { goleak.VerifyNone(t) })
+			const total = 200_000
+			const timeout = 10 * time.Second // never reached: the test's bound on detection is 1 s
+			lg := slog.New(slog.DiscardHandler)
+			a, err := cluster.NewTaskManager(cluster.TaskManagerConfig{Name: "tm-a", Slots: 2, Logger: lg})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = a.Shutdown() })
+			b, err := cluster.NewTaskManager(cluster.TaskManagerConfig{Name: "tm-b", Slots: 1, Logger: lg})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = b.Shutdown() })
+			jg := sourceToSink(t, "leave", graph.Forward, graph.JobGraphOptions{})
+			started, left := make(chan struct{}), make(chan struct{})
+			var once sync.Once
+			var mu sync.Mutex
+			received := map[int32]uint64{}
+			chainFor := func(v *graph.JobVertex) task.ChainFactory {
+				return func(rt *task.Runtime) (task.Chain, error) {
+					if v.IsSource() {
+						return &sequenceSource{rt: rt, total: total, gate: left, gateAt: total / 2}, nil
+					}
+					return &checkingSink{rt: rt, progress: func(attempt int32, n uint64, err error) {
+						mu.Lock()
+						received[attempt] = n
+						mu.Unlock()
+						if n >= 1000 {
+							once.Do(func() { close(started) })
+						}
+					}}, nil
+				}
+			}
+			cat := &testCatalog{jg: jg, chainFor: chainFor}
+			disp := jobmaster.NewDispatcher(jobmaster.DispatcherConfig{Logger: lg, HeartbeatInterval: timeout / 4, HeartbeatTimeout: timeout})
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			bctx, stopB := context.WithCancel(ctx)
+			defer stopB()
+			var wg sync.WaitGroup
+			served := make(chan error, 1)
+			for i, tm := range []*cluster.TaskManager{a, b} {
+				jm, end := rpc.Pipe()
+				var s protocol.Session = end
+				sctx := ctx
+				if tm == b {
+					sctx = bctx
+					if tc.sticky {
+						s = stickySession{end}
+					}
+				}
+				disp.Attach(jm)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					err := tm.Serve(sctx, s, cat)
+					if tm == b {
+						served <- err
+					}
+				}()
+				if !disp.WaitTaskManagers(i+1, ctx.Done()) {
+					t.Fatal("TaskManagers did not register")
+				}
+			}
+			defer wg.Wait()
+			defer disp.Close()
+			restart, err := scheduler.ParseRestartStrategy("fixed-delay:attempts=1,delay=0s")
+			if err != nil {
+				t.Fatal(err)
+			}
+			jm, err := jobmaster.NewDriver(jobmaster.Config{Job: jg, Dispatcher: disp, RequireSlots: true, NoSlotSharing: true,
+				Failover: scheduler.RegionFailover, Restart: restart, Logger: lg})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var leftAt time.Time
+			go func() {
+				defer close(left)
+				select {
+				case <-started:
+				case <-ctx.Done():
+					return
+				}
+				leftAt = time.Now()
+				stopB()
+			}()
+			snap := jm.Run(ctx)
+			<-left
+			if snap.Status != jobmaster.StatusFinished || len(snap.Failovers) != 1 {
+				t.Fatalf("job %s with %d failovers %+v: %v", snap.Status, len(snap.Failovers), snap.Failovers, snap.Err)
+			}
+			f := snap.Failovers[0]
+			if want := "TaskManager tm-b is leaving (shutting down)"; f.Cause == nil || f.Cause.Error() != want || f.TaskManager != "tm-b" {
+				t.Errorf("failover cause %q on %q, want %q", f.Cause, f.TaskManager, want)
+			}
+			if d := f.FailedAt.Sub(leftAt); d < 0 || d > time.Second {
+				t.Errorf("failed over %v after tm-b began to leave, want at once (the heartbeat timeout is %v)", d, timeout)
+			} else {
+				t.Logf("failed over %v after tm-b began to leave", d)
+			}
+			mu.Lock()
+			got := received[1]
+			mu.Unlock()
+			if got != total {
+				t.Fatalf("the restarted sink received %d of %d records (all: %v)", got, total, received)
+			}
+			for _, v := range snap.Vertices {
+				for _, st := range v.Subtasks {
+					if st.TaskManager != "tm-a" {
+						t.Errorf("%s runs on %s after the failover, want tm-a", v.Vertex.Name, st.TaskManager)
+					}
+				}
+			}
+			if tms := disp.TaskManagers(); len(tms) != 1 || tms[0].Name != "tm-a" {
+				t.Errorf("the dispatcher's TaskManagers after tm-b left: %+v", tms)
+			}
+			select {
+			case <-served:
+			case <-time.After(5 * time.Second):
+				t.Fatal("the leaving TaskManager's Serve did not return")
+			}
+			if n := b.NumTasks(); n != 0 {
+				t.Errorf("the TaskManager that left still runs %d tasks", n)
+			}
+		})
+	}
+}
