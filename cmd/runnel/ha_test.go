@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -260,4 +262,121 @@ func TestJobManagerHAResumesJob(t *testing.T) {
 		t.Fatalf("checkpoint pointer %+v, %v: want the last completed, %d, in %s", ptr, err, r.Checkpoints.LastCompletedID, filepath.Join(dir, "chk"))
 	}
 	t.Logf("resumed from checkpoint %d; %d records checked; etcd points at checkpoint %d", r.RestoredFrom.CheckpointID, r.Checker.Records, ptr.ID)
+}
+
+// tcpProxy forwards connections from its listener to a target until cut, which closes the listener and
+// every connection: a process that reaches the target only through it loses the target, others do not.
+type tcpProxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	conns  []net.Conn
+	wg     sync.WaitGroup
+}
+
+func startProxy(t *testing.T, target string) *tcpProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &tcpProxy{ln: ln, target: target}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, u)
+			p.mu.Unlock()
+			for _, pair := range [][2]net.Conn{{c, u}, {u, c}} {
+				p.wg.Add(1)
+				go func() {
+					defer p.wg.Done()
+					_, _ = io.Copy(pair[0], pair[1])
+					pair[0].Close()
+				}()
+			}
+		}
+	}()
+	t.Cleanup(p.cut)
+	return p
+}
+
+func (p *tcpProxy) addr() string { return p.ln.Addr().String() }
+
+// cut closes the proxy's listener and connections, and waits for its goroutines.
+func (p *tcpProxy) cut() {
+	_ = p.ln.Close()
+	p.mu.Lock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+// TestJobManagerHALeaderCutOffFromEtcd: the leader reaches etcd through a proxy, and the proxy is cut while
+// a job with checkpoints runs; the TaskManagers and the standby still reach etcd, and the TaskManagers still
+// reach the old leader. The old leader's lease runs out, the standby leads, and the TaskManagers, seeing a
+// later term, leave the deposed leader at once and register with the new one, which resumes the job; the
+// deposed leader's checkpoints cannot complete (their record on etcd fails), it notices its term ended and
+// exits 1. The job finishes exactly once, and `runnel submit` reports it.
+func TestJobManagerHALeaderCutOffFromEtcd(t *testing.T) {
+	etcd := hatest.Start(t)
+	proxy := startProxy(t, etcd.Endpoint)
+	a := startHAJobManager(t, "jm-a", "etcd://"+proxy.addr(), "ha-cut")
+	awaitLeader(t, a) // a leads: it started first
+	b := startHAJobManager(t, "jm-b", etcd.Address, "ha-cut")
+	for _, name := range []string{"tm-1", "tm-2"} {
+		start(t, name, nil, "taskmanager", "--ha", etcd.Address, "--ha-cluster", "ha-cut", "--name", name, "--slots", "2")
+	}
+	awaitTaskManagers(t, a, 2)
+	dir := t.TempDir()
+	report := filepath.Join(dir, "r.json")
+	const records = 60_000
+	sub := start(t, "submit", nil, "submit", "sequence", "--ha", etcd.Address, "--ha-cluster", "ha-cut",
+		"--records", fmt.Sprint(records), "--rate", "5000", "--keys", "8", "--parallelism", "2",
+		"--checkpoint-interval", "100ms", "--checkpoint-storage", filepath.Join(dir, "chk"), "--report", report)
+	var jobs struct {
+		Jobs []struct{ ID string } `json:"jobs"`
+	}
+	var live clusterReport
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if time.Now().After(deadline) {
+			t.Fatalf("no checkpoint completed on the leader after 30 s: %+v\n%s", live, sub.Stderr())
+		}
+		if getJSON(t, a.rest, "/v1/jobs", &jobs) == http.StatusOK && len(jobs.Jobs) == 1 {
+			getJSON(t, a.rest, "/v1/jobs/"+jobs.Jobs[0].ID, &live)
+			if live.Checkpoints != nil && live.Checkpoints.Completed > 2 {
+				break
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	proxy.cut()
+	cut := time.Now()
+	awaitLeader(t, b)
+	t.Logf("the standby led %s after the leader was cut off from etcd", time.Since(cut).Round(10*time.Millisecond))
+	if code := a.exited(t, 60*time.Second); code != 1 || !strings.Contains(a.Stderr(), "lost the leadership") {
+		t.Fatalf("the deposed leader exited %d, want 1 saying it lost the leadership:\n%s", code, a.LastLines())
+	}
+	if code := sub.exited(t, 120*time.Second); code != 0 {
+		t.Fatalf("submit exited %d:\n%s", code, sub.Stderr())
+	}
+	r := readReport(t, report)
+	if r.Status != "FINISHED" || r.Checker.Verdict != "OK" || r.Checker.Records != records {
+		t.Fatalf("%s, checker %+v: want FINISHED with every record once", r.Status, r.Checker)
+	}
+	t.Logf("resumed from checkpoint %d; %d records checked", r.RestoredFrom.CheckpointID, r.Checker.Records)
 }

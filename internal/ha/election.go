@@ -76,6 +76,22 @@ func (l *Leadership) ended() error {
 	}
 }
 
+// bound returns ctx cut short when the term ends: a write that waits on an etcd it cannot reach gives up
+// as soon as the term is over, rather than at the caller's deadline.
+func (l *Leadership) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(l.session.Ctx(), cancel)
+	return ctx, func() { stop(); cancel() }
+}
+
+// fenceErr is err, or ErrNotLeader when the term ended meanwhile.
+func (l *Leadership) fenceErr(err error) error {
+	if err != nil && l.ended() != nil {
+		return errors.Join(ErrNotLeader, err)
+	}
+	return err
+}
+
 // fence is the comparison every write of the term is made under: its leader key is still the one that
 // leads, as it was made.
 func (l *Leadership) fence() clientv3.Cmp {

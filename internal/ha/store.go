@@ -58,10 +58,12 @@ func (l *Leadership) DeleteJob(ctx context.Context, id string) error {
 	if err := l.ended(); err != nil {
 		return fmt.Errorf("%s: forget job %s: %w", l.c.where(), id, err)
 	}
+	ctx, cancel := l.bound(ctx)
+	defer cancel()
 	resp, err := l.c.etcd.Txn(ctx).If(l.fence()).
 		Then(clientv3.OpDelete(l.c.jobKey(id)), clientv3.OpDelete(l.c.checkpointKey(id))).Commit()
 	if err != nil {
-		return fmt.Errorf("%s: forget job %s: %w", l.c.where(), id, err)
+		return fmt.Errorf("%s: forget job %s: %w", l.c.where(), id, l.fenceErr(err))
 	}
 	if !resp.Succeeded {
 		return fmt.Errorf("%s: forget job %s: %w", l.c.where(), id, ErrNotLeader)
@@ -94,6 +96,8 @@ func (l *Leadership) PutCheckpoint(ctx context.Context, id string, cp Checkpoint
 	if err := l.ended(); err != nil {
 		return fmt.Errorf("%s: record checkpoint %d of job %s: %w", l.c.where(), cp.ID, id, err)
 	}
+	ctx, cancel := l.bound(ctx)
+	defer cancel()
 	key := l.c.checkpointKey(id)
 	b, err := json.Marshal(cp)
 	if err != nil {
@@ -103,7 +107,7 @@ func (l *Leadership) PutCheckpoint(ctx context.Context, id string, cp Checkpoint
 	// caller that goes back, not a race to win.
 	got, rev, err := l.c.checkpoint(ctx, id)
 	if err != nil {
-		return err
+		return l.fenceErr(err)
 	}
 	if got != nil && got.ID > cp.ID {
 		return fmt.Errorf("%s: job %s: checkpoint %d is older than the recorded %d", l.c.where(), id, cp.ID, got.ID)
@@ -111,7 +115,7 @@ func (l *Leadership) PutCheckpoint(ctx context.Context, id string, cp Checkpoint
 	resp, err := l.c.etcd.Txn(ctx).If(l.fence(), clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
 		Then(clientv3.OpPut(key, string(b))).Commit()
 	if err != nil {
-		return fmt.Errorf("%s: record checkpoint %d of job %s: %w", l.c.where(), cp.ID, id, err)
+		return fmt.Errorf("%s: record checkpoint %d of job %s: %w", l.c.where(), cp.ID, id, l.fenceErr(err))
 	}
 	if !resp.Succeeded {
 		return fmt.Errorf("%s: record checkpoint %d of job %s: %w", l.c.where(), cp.ID, id, ErrNotLeader)
@@ -146,9 +150,11 @@ func (l *Leadership) fencedPut(ctx context.Context, key, value, what string) err
 	if err := l.ended(); err != nil {
 		return fmt.Errorf("%s: %s: %w", l.c.where(), what, err)
 	}
+	ctx, cancel := l.bound(ctx)
+	defer cancel()
 	resp, err := l.c.etcd.Txn(ctx).If(l.fence()).Then(clientv3.OpPut(key, value)).Commit()
 	if err != nil {
-		return fmt.Errorf("%s: %s: %w", l.c.where(), what, err)
+		return fmt.Errorf("%s: %s: %w", l.c.where(), what, l.fenceErr(err))
 	}
 	if !resp.Succeeded {
 		return fmt.Errorf("%s: %s: %w", l.c.where(), what, ErrNotLeader)

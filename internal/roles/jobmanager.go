@@ -491,6 +491,11 @@ func (jm *jobManager) Watch(ctx context.Context, id protocol.JobID, send func(rp
 	for {
 		select {
 		case <-j.done:
+			if jm.lead.client != nil && jm.ctx.Err() != nil {
+				// The job ended because this JobManager stops: with HA the next leader resumes it, and
+				// a client that follows the leader watches it there.
+				return fmt.Errorf("job %s: %w: the JobManager stops, and the next leader resumes the job", id, ErrStandby)
+			}
 			st := rpc.JobStatus{Final: true}
 			if st.ResultJSON, err = json.Marshal(j.result); err != nil {
 				return fmt.Errorf("job %s: result: %w", id, err)

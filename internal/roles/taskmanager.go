@@ -133,12 +133,12 @@ func ServeTaskManager(ctx context.Context, jobs Jobs, cfg TaskManagerConfig) (er
 			creds = tlsCreds
 		}
 		jmAddr, err := cfg.JobManager, error(nil)
+		var leader ha.LeaderInfo
 		if hac != nil {
 			lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			var info ha.LeaderInfo
-			info, err = hac.Leader(lctx)
+			leader, err = hac.Leader(lctx)
 			cancel()
-			jmAddr = info.Addr
+			jmAddr = leader.Addr
 		}
 		var s protocol.Session
 		if err == nil {
@@ -147,7 +147,14 @@ func ServeTaskManager(ctx context.Context, jobs Jobs, cfg TaskManagerConfig) (er
 		}
 		if err == nil {
 			registeredAt := time.Now()
-			err = tm.Serve(ctx, s, cat)
+			sessCtx, endSession := context.WithCancel(ctx)
+			stopWatch := func() {}
+			if hac != nil {
+				stopWatch = leaveDeposed(sessCtx, hac, leader, endSession, lg)
+			}
+			err = tm.Serve(sessCtx, s, cat)
+			endSession()
+			stopWatch()
 			if time.Since(registeredAt) > 5*time.Second {
 				backoff, lostSince = 100*time.Millisecond, time.Now()
 			}
@@ -186,4 +193,39 @@ func (c *registryCatalog) Open(ctx context.Context, _ protocol.JobID, setup prot
 		return nil, err
 	}
 	return executor.TaskManagerBuild(ctx, job, setup, c.log)
+}
+
+// leaderPoll is how often a TaskManager with HA asks etcd who leads while it serves a leader.
+const leaderPoll = 250 * time.Millisecond
+
+// leaveDeposed watches, on a goroutine that the returned function stops and waits for, who leads the
+// cluster while the TaskManager serves the leader of term served; once another term leads it ends the
+// session (end), so that a deposed leader that has not noticed yet commands the TaskManager no more, and
+// the TaskManager registers with the new one. etcd not answering changes nothing: the leader may still
+// lead.
+func leaveDeposed(ctx context.Context, hac *ha.Client, served ha.LeaderInfo, end context.CancelFunc, lg *slog.Logger) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(leaderPoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			lctx, lcancel := context.WithTimeout(ctx, leaderPoll)
+			now, err := hac.Leader(lctx)
+			lcancel()
+			if err == nil && now.Epoch != served.Epoch {
+				lg.Warn("another JobManager leads the cluster: leaving the deposed one", "deposed", served.Addr, "epoch", served.Epoch,
+					"leader", now.Addr, "leader_epoch", now.Epoch)
+				end()
+				return
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
 }
