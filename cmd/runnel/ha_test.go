@@ -205,41 +205,12 @@ func TestJobManagerHAResumesJob(t *testing.T) {
 		start(t, name, nil, "taskmanager", "--ha", etcd.Address, "--ha-cluster", "ha-resume", "--name", name, "--slots", "2")
 	}
 	awaitTaskManagers(t, leader, 2)
-	dir := t.TempDir()
-	report := filepath.Join(dir, "r.json")
-	const records = 60_000
-	sub := start(t, "submit", nil, "submit", "sequence", "--ha", etcd.Address, "--ha-cluster", "ha-resume",
-		"--records", fmt.Sprint(records), "--rate", "5000", "--keys", "8", "--parallelism", "2",
-		"--checkpoint-interval", "100ms", "--checkpoint-storage", filepath.Join(dir, "chk"), "--report", report)
-	// Kill the leader once the job has a completed checkpoint.
-	var jobs struct {
-		Jobs []struct{ ID string } `json:"jobs"`
-	}
-	var live clusterReport
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if time.Now().After(deadline) {
-			t.Fatalf("no checkpoint completed on the leader after 30 s: %+v\n%s", live, sub.Stderr())
-		}
-		if getJSON(t, leader.rest, "/v1/jobs", &jobs) == http.StatusOK && len(jobs.Jobs) == 1 {
-			getJSON(t, leader.rest, "/v1/jobs/"+jobs.Jobs[0].ID, &live)
-			if live.Checkpoints != nil && live.Checkpoints.Completed > 2 {
-				break
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	run := submitSequenceHA(t, etcd.Address, "ha-resume", leader)
 	if err := leader.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	awaitLeader(t, standby)
-	if code := sub.exited(t, 120*time.Second); code != 0 {
-		t.Fatalf("submit exited %d:\n%s", code, sub.Stderr())
-	}
-	r := readReport(t, report)
-	if r.Status != "FINISHED" || r.Checker.Verdict != "OK" || r.Checker.Records != records {
-		t.Fatalf("%s, checker %+v: want FINISHED with every record once", r.Status, r.Checker)
-	}
+	r := run.finished(t)
 	if r.RestoredFrom == nil || r.RestoredFrom.CheckpointID == 0 {
 		t.Fatalf("restored from %+v: want the resumed run restored from a checkpoint", r.RestoredFrom)
 	}
@@ -247,8 +218,8 @@ func TestJobManagerHAResumesJob(t *testing.T) {
 		Jobs []struct{ ID, Status string } `json:"jobs"`
 	}
 	getJSON(t, standby.rest, "/v1/jobs", &resumed)
-	if len(resumed.Jobs) != 1 || resumed.Jobs[0].ID != jobs.Jobs[0].ID || resumed.Jobs[0].Status != "FINISHED" {
-		t.Fatalf("the new leader's jobs %+v: want %s FINISHED, under the id it was submitted with", resumed.Jobs, jobs.Jobs[0].ID)
+	if len(resumed.Jobs) != 1 || resumed.Jobs[0].ID != run.id || resumed.Jobs[0].Status != "FINISHED" {
+		t.Fatalf("the new leader's jobs %+v: want %s FINISHED, under the id it was submitted with", resumed.Jobs, run.id)
 	}
 	// Each checkpoint counted as completed only once recorded on etcd: the pointer is the resumed run's
 	// last, in the job's storage.
@@ -257,9 +228,9 @@ func TestJobManagerHAResumesJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer hc.Close()
-	ptr, err := hc.Checkpoint(context.Background(), jobs.Jobs[0].ID)
-	if err != nil || ptr == nil || ptr.ID <= r.RestoredFrom.CheckpointID || ptr.ID != r.Checkpoints.LastCompletedID || ptr.Location != filepath.Join(dir, "chk") {
-		t.Fatalf("checkpoint pointer %+v, %v: want the last completed, %d, in %s", ptr, err, r.Checkpoints.LastCompletedID, filepath.Join(dir, "chk"))
+	ptr, err := hc.Checkpoint(context.Background(), run.id)
+	if err != nil || ptr == nil || ptr.ID <= r.RestoredFrom.CheckpointID || ptr.ID != r.Checkpoints.LastCompletedID || ptr.Location != run.storage {
+		t.Fatalf("checkpoint pointer %+v, %v: want the last completed, %d, in %s", ptr, err, r.Checkpoints.LastCompletedID, run.storage)
 	}
 	t.Logf("resumed from checkpoint %d; %d records checked; etcd points at checkpoint %d", r.RestoredFrom.CheckpointID, r.Checker.Records, ptr.ID)
 }
@@ -341,29 +312,7 @@ func TestJobManagerHALeaderCutOffFromEtcd(t *testing.T) {
 		start(t, name, nil, "taskmanager", "--ha", etcd.Address, "--ha-cluster", "ha-cut", "--name", name, "--slots", "2")
 	}
 	awaitTaskManagers(t, a, 2)
-	dir := t.TempDir()
-	report := filepath.Join(dir, "r.json")
-	const records = 60_000
-	sub := start(t, "submit", nil, "submit", "sequence", "--ha", etcd.Address, "--ha-cluster", "ha-cut",
-		"--records", fmt.Sprint(records), "--rate", "5000", "--keys", "8", "--parallelism", "2",
-		"--checkpoint-interval", "100ms", "--checkpoint-storage", filepath.Join(dir, "chk"), "--report", report)
-	var jobs struct {
-		Jobs []struct{ ID string } `json:"jobs"`
-	}
-	var live clusterReport
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if time.Now().After(deadline) {
-			t.Fatalf("no checkpoint completed on the leader after 30 s: %+v\n%s", live, sub.Stderr())
-		}
-		if getJSON(t, a.rest, "/v1/jobs", &jobs) == http.StatusOK && len(jobs.Jobs) == 1 {
-			getJSON(t, a.rest, "/v1/jobs/"+jobs.Jobs[0].ID, &live)
-			if live.Checkpoints != nil && live.Checkpoints.Completed > 2 {
-				break
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	run := submitSequenceHA(t, etcd.Address, "ha-cut", a)
 	proxy.cut()
 	cut := time.Now()
 	awaitLeader(t, b)
@@ -371,12 +320,59 @@ func TestJobManagerHALeaderCutOffFromEtcd(t *testing.T) {
 	if code := a.exited(t, 60*time.Second); code != 1 || !strings.Contains(a.Stderr(), "lost the leadership") {
 		t.Fatalf("the deposed leader exited %d, want 1 saying it lost the leadership:\n%s", code, a.LastLines())
 	}
-	if code := sub.exited(t, 120*time.Second); code != 0 {
-		t.Fatalf("submit exited %d:\n%s", code, sub.Stderr())
+	r := run.finished(t)
+	t.Logf("resumed from checkpoint %d; %d records checked", r.RestoredFrom.CheckpointID, r.Checker.Records)
+}
+
+// haRun is a sequence job submitted through etcd.
+type haRun struct {
+	sub             *process
+	id              string // the job's id, as the leader gave it
+	report, storage string
+}
+
+// haRecords is how many records haRun's job checks: at 5000 records/s per subtask, a dozen seconds.
+const haRecords = 60_000
+
+// submitSequenceHA submits the sequence job with checkpoints every 100 ms through etcd to cluster, and
+// returns once the leader jm has completed three of its checkpoints (30 s at most).
+func submitSequenceHA(t *testing.T, etcd, cluster string, jm *haJobManager) *haRun {
+	t.Helper()
+	dir := t.TempDir()
+	run := &haRun{report: filepath.Join(dir, "r.json"), storage: filepath.Join(dir, "chk")}
+	run.sub = start(t, "submit", nil, "submit", "sequence", "--ha", etcd, "--ha-cluster", cluster,
+		"--records", fmt.Sprint(haRecords), "--rate", "5000", "--keys", "8", "--parallelism", "2",
+		"--checkpoint-interval", "100ms", "--checkpoint-storage", run.storage, "--report", run.report)
+	var jobs struct {
+		Jobs []struct{ ID string } `json:"jobs"`
 	}
-	r := readReport(t, report)
-	if r.Status != "FINISHED" || r.Checker.Verdict != "OK" || r.Checker.Records != records {
+	var live clusterReport
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if time.Now().After(deadline) {
+			t.Fatalf("no checkpoint completed on the leader after 30 s: %+v\n%s", live, run.sub.Stderr())
+		}
+		if getJSON(t, jm.rest, "/v1/jobs", &jobs) == http.StatusOK && len(jobs.Jobs) == 1 {
+			getJSON(t, jm.rest, "/v1/jobs/"+jobs.Jobs[0].ID, &live)
+			if live.Checkpoints != nil && live.Checkpoints.Completed > 2 {
+				run.id = jobs.Jobs[0].ID
+				return run
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// finished waits for the submission to exit 0 and returns its report, which must say FINISHED with every
+// record once.
+func (run *haRun) finished(t *testing.T) clusterReport {
+	t.Helper()
+	if code := run.sub.exited(t, 120*time.Second); code != 0 {
+		t.Fatalf("submit exited %d:\n%s", code, run.sub.Stderr())
+	}
+	r := readReport(t, run.report)
+	if r.Status != "FINISHED" || r.Checker.Verdict != "OK" || r.Checker.Records != haRecords {
 		t.Fatalf("%s, checker %+v: want FINISHED with every record once", r.Status, r.Checker)
 	}
-	t.Logf("resumed from checkpoint %d; %d records checked", r.RestoredFrom.CheckpointID, r.Checker.Records)
+	return r
 }
