@@ -29,12 +29,24 @@ func (stickySession) Close(error) {}
 // ends, as SIGTERM ends it) mid-run, with a heartbeat timeout far beyond the test's bound: it tells the
 // JobManager it is leaving before it stops its tasks, so the job fails over at once, in one failover whose
 // cause says it left, onto the slots that remain (its own are gone from the pool), and finishes with every
-// record. Also when its connection does not close at once: the notice alone reveals the loss.
+// record. Also when its connection does not close at once: the notice alone reveals the loss. A context
+// that ends with cluster.ErrEndSessionOnly ends the session without the notice (a TaskManager that leaves
+// a deposed JobManager does not shut down).
 func TestLeavingTaskManagerFailsOverAtOnce(t *testing.T) {
+	const leaving = "TaskManager tm-b is leaving (shutting down)"
 	for _, tc := range []struct {
 		name   string
 		sticky bool
-	}{{"connection closes", false}, {"connection stays open", true}} {
+		// endOnly ends tm-b's context with cluster.ErrEndSessionOnly: it leaves this JobManager only, without
+		// the notice, and the closed session is the loss.
+		endOnly bool
+		cause   string
+	}{
+		{name: "connection closes", cause: leaving},
+		{name: "connection stays open", sticky: true, cause: leaving},
+		{name: "session ended only", endOnly: true,
+			cause: "TaskManager tm-b lost: TaskManager tm-b ended the session: the session ends; the TaskManager stays"},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Cleanup(func() { goleak.VerifyNone(t) })
 			const total = 200_000
@@ -74,8 +86,8 @@ func TestLeavingTaskManagerFailsOverAtOnce(t *testing.T) {
 			disp := jobmaster.NewDispatcher(jobmaster.DispatcherConfig{Logger: lg, HeartbeatInterval: timeout / 4, HeartbeatTimeout: timeout})
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			bctx, stopB := context.WithCancel(ctx)
-			defer stopB()
+			bctx, stopB := context.WithCancelCause(ctx)
+			defer stopB(nil)
 			var wg sync.WaitGroup
 			served := make(chan error, 1)
 			for i, tm := range []*cluster.TaskManager{a, b} {
@@ -121,7 +133,11 @@ func TestLeavingTaskManagerFailsOverAtOnce(t *testing.T) {
 					return
 				}
 				leftAt = time.Now()
-				stopB()
+				if tc.endOnly {
+					stopB(cluster.ErrEndSessionOnly)
+				} else {
+					stopB(nil)
+				}
 			}()
 			snap := jm.Run(ctx)
 			<-left
@@ -129,8 +145,8 @@ func TestLeavingTaskManagerFailsOverAtOnce(t *testing.T) {
 				t.Fatalf("job %s with %d failovers %+v: %v", snap.Status, len(snap.Failovers), snap.Failovers, snap.Err)
 			}
 			f := snap.Failovers[0]
-			if want := "TaskManager tm-b is leaving (shutting down)"; f.Cause == nil || f.Cause.Error() != want || f.TaskManager != "tm-b" {
-				t.Errorf("failover cause %q on %q, want %q", f.Cause, f.TaskManager, want)
+			if f.Cause == nil || f.Cause.Error() != tc.cause || f.TaskManager != "tm-b" {
+				t.Errorf("failover cause %q on %q, want %q", f.Cause, f.TaskManager, tc.cause)
 			}
 			if d := f.FailedAt.Sub(leftAt); d < 0 || d > time.Second {
 				t.Errorf("failed over %v after tm-b began to leave, want at once (the heartbeat timeout is %v)", d, timeout)

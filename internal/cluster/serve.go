@@ -59,6 +59,11 @@ type JobBuild struct {
 // and a JobManager that does not answer must not hold up the shutdown.
 const leaveWait = time.Second
 
+// ErrEndSessionOnly, as the cause of the end of the context Serve was given (context.WithCancelCause),
+// ends the session without the notice that the TaskManager leaves: the TaskManager does not shut down, it
+// only leaves this JobManager (a deposed leader) to register with another.
+var ErrEndSessionOnly = errors.New("the session ends; the TaskManager stays")
+
 // LeaveReason is the reason a TaskManager that shuts down gives in its protocol.Leaving.
 const LeaveReason = "shutting down"
 
@@ -138,7 +143,8 @@ func (ss *session) send(job protocol.JobID, body any) {
 // Then it cancels every task it runs, waits for them and releases every job, so that a TaskManager that
 // lost its JobManager holds nothing; it returns the reason the session ended. When ctx ends (the process
 // shuts down) it first tells the JobManager it is leaving (protocol.Leaving) and waits, at most leaveWait,
-// for the JobManager to end the session in answer before it cancels the tasks. A TaskManager serves one
+// for the JobManager to end the session in answer before it cancels the tasks; unless ctx ended with the
+// cause ErrEndSessionOnly, which ends the session at once, without the notice. A TaskManager serves one
 // session at a time; calling Serve again registers it anew.
 func (tm *TaskManager) Serve(ctx context.Context, s protocol.Session, cat Catalog) error {
 	reg := protocol.Register{Version: protocol.Version, Name: tm.cfg.Name, Slots: tm.cfg.Slots,
@@ -239,6 +245,10 @@ func (ss *session) tick(ctx context.Context, stop <-chan struct{}, reg protocol.
 			// answer is the end of the session, after every job took the leave as the loss of this
 			// TaskManager: only then do the tasks stop (Serve), so that the failures of the consumers
 			// whose partitions they release reach the jobs after it, not as failovers of their own.
+			if errors.Is(context.Cause(ctx), ErrEndSessionOnly) {
+				ss.s.Close(fmt.Errorf("TaskManager %s ended the session: %w", ss.tm.cfg.Name, context.Cause(ctx)))
+				return
+			}
 			ss.tm.log.Log(context.Background(), sessionLevel(reg), "shutting down: telling the JobManager this TaskManager is leaving")
 			ss.send(protocol.JobID{}, protocol.Leaving{Reason: LeaveReason})
 			t := time.NewTimer(leaveWait)
