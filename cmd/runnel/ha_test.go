@@ -214,6 +214,9 @@ func TestJobManagerHAResumesJob(t *testing.T) {
 	if r.RestoredFrom == nil || r.RestoredFrom.CheckpointID == 0 {
 		t.Fatalf("restored from %+v: want the resumed run restored from a checkpoint", r.RestoredFrom)
 	}
+	if rs := r.Resumed; rs == nil || rs.PreviousLeader != leader.addr || rs.Leader != standby.addr || rs.Epoch <= rs.PreviousEpoch || rs.PreviousEpoch == 0 {
+		t.Fatalf("resumed %+v: want the change from %s to %s, in a later term", rs, leader.addr, standby.addr)
+	}
 	var resumed struct {
 		Jobs []struct{ ID, Status string } `json:"jobs"`
 	}

@@ -20,6 +20,7 @@ var ErrNoLeader = errors.New("no JobManager leads")
 // Leadership is one JobManager's term as leader.
 type Leadership struct {
 	c       *Client
+	me      Candidate
 	session *concurrency.Session
 	elect   *concurrency.Election
 }
@@ -48,7 +49,7 @@ func (c *Client) Campaign(ctx context.Context, me Candidate) (*Leadership, error
 		_ = s.Close()
 		return nil, fmt.Errorf("%s: campaign: %w", c.where(), err)
 	}
-	return &Leadership{c: c, session: s, elect: e}, nil
+	return &Leadership{c: c, me: me, session: s, elect: e}, nil
 }
 
 // Epoch is the term's number: the etcd revision at which its leader key was made. Later terms have

@@ -25,6 +25,9 @@ type Job struct {
 	// Status is the job's last status the leader recorded.
 	Status    string    `json:"status"`
 	Submitted time.Time `json:"submitted"`
+	// Leader and Epoch are the JobManager that runs the job and its term, as recorded.
+	Leader string `json:"leader"`
+	Epoch  int64  `json:"epoch"`
 }
 
 // CheckpointPointer names a job's newest completed checkpoint.
@@ -46,6 +49,7 @@ func (l *Leadership) PutJob(ctx context.Context, j Job) error {
 	if j.ID == "" {
 		return errors.New("ha: a job without an id")
 	}
+	j.Leader, j.Epoch = l.me.Addr, l.Epoch()
 	b, err := json.Marshal(j)
 	if err != nil {
 		return fmt.Errorf("ha: job %s: %w", j.ID, err)

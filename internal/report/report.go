@@ -30,6 +30,9 @@ type JobResult struct {
 	Savepoint string `json:"savepoint,omitempty"`
 	// RestoredFrom says which savepoint or retained checkpoint the job started from.
 	RestoredFrom *RestoreResult `json:"restored_from,omitempty"`
+	// Resumed says that this run resumed the job after the JobManager that ran it was lost (high
+	// availability): the new leader restarted it from RestoredFrom.
+	Resumed *ResumeResult `json:"resumed,omitempty"`
 	// Waiting, while the job waits for something to restart (slots, a TaskManager), says what.
 	Waiting string `json:"waiting,omitempty"`
 	// UnfiredInjections lists, once the job ended, the failure injections (WithFailureInjection) that never
@@ -49,6 +52,16 @@ type RestoreResult struct {
 	// Flink finishes the operators a checkpoint records as finished when it restores it, this run reads and
 	// emits nothing: its tasks take the final checkpoint they owe and finish at once.
 	Finished bool `json:"finished"`
+}
+
+// ResumeResult is a change of the JobManager that leads a job: the previous leader (its address and term,
+// as it recorded the job) was lost, and the leader of term Epoch resumed the job at At.
+type ResumeResult struct {
+	At             time.Time `json:"at"`
+	PreviousLeader string    `json:"previous_leader"`
+	PreviousEpoch  int64     `json:"previous_epoch"`
+	Leader         string    `json:"leader"`
+	Epoch          int64     `json:"epoch"`
 }
 
 // CheckpointCounts counts the checkpoints of a job run.

@@ -212,7 +212,7 @@ wait:
 			break wait
 		case term := <-won:
 			termEnded = term.Done()
-			jm.wg.Go(jm.resume)
+			jm.wg.Go(func() { jm.resume(term) })
 		case <-termEnded:
 			// Etcd did not hear from this JobManager for a lease, or another leads: it must not command
 			// any more. It stops; started again, it stands by.
@@ -278,6 +278,8 @@ type jmJob struct {
 	result *report.JobResult
 	err    error
 	ended  time.Time
+	// resumed, for a job a previous leader ran, says so in its documents.
+	resumed *report.ResumeResult
 }
 
 func (j *jmJob) current() *report.JobResult {
@@ -290,9 +292,11 @@ func (j *jmJob) current() *report.JobResult {
 	d := j.driver
 	j.mu.Unlock()
 	if d == nil {
-		return &report.JobResult{Job: j.name, Status: string(jobmaster.StatusCreated), Failovers: []report.FailoverResult{}}
+		return &report.JobResult{Job: j.name, Status: string(jobmaster.StatusCreated), Failovers: []report.FailoverResult{}, Resumed: j.resumed}
 	}
-	return report.Of(j.name, d.Snapshot())
+	r := report.Of(j.name, d.Snapshot())
+	r.Resumed = j.resumed
+	return r
 }
 
 // Submit implements rpc.JobService: it builds the job from this binary's registry, checks that the client
@@ -311,14 +315,14 @@ func (jm *jobManager) Submit(ctx context.Context, req rpc.SubmitRequest) (protoc
 			return protocol.JobID{}, fmt.Errorf("job id: %w", err)
 		}
 	}
-	return jm.launch(req.Name, req.Args, req.Graph, id, false)
+	return jm.launch(req.Name, req.Args, req.Graph, id, nil)
 }
 
 // launch builds the registered job name from args (its graph must be graph) and runs it, under id (zero:
 // the run's own). A resumed job is one a JobManager that led before recorded on etcd: it restarts from its
 // newest retained checkpoint, if its storage holds one, under the id it was submitted with (its run gets
 // an id of its own, so that nothing a TaskManager still holds of the previous run is taken for it).
-func (jm *jobManager) launch(name string, args []string, graph [32]byte, id protocol.JobID, resumed bool) (protocol.JobID, error) {
+func (jm *jobManager) launch(name string, args []string, graph [32]byte, id protocol.JobID, resumed *report.ResumeResult) (protocol.JobID, error) {
 	ctx, cancel := context.WithCancel(jm.ctx)
 	job, err := buildVerified(ctx, jm.registry, name, args, graph)
 	if err != nil {
@@ -329,7 +333,7 @@ func (jm *jobManager) launch(name string, args []string, graph [32]byte, id prot
 		job.Settings.MiniCluster.Logger = jm.log
 	}
 	runID := id
-	if resumed {
+	if resumed != nil {
 		runID = protocol.JobID{}
 		if rc := &job.Recovery; rc.Checkpointing && rc.Storage != "" && executor.HasRestorable(ctx, rc.Storage) {
 			rc.RestoreFrom = rc.Storage
@@ -343,7 +347,7 @@ func (jm *jobManager) launch(name string, args []string, graph [32]byte, id prot
 			return protocol.JobID{}, fmt.Errorf("job %q: %w", name, err)
 		}
 	}
-	j := &jmJob{id: id, name: name, job: job, submitted: time.Now(), stop: cancel, done: make(chan struct{})}
+	j := &jmJob{id: id, name: name, job: job, submitted: time.Now(), stop: cancel, done: make(chan struct{}), resumed: resumed}
 	started := make(chan *jobmaster.Driver, 1)
 	refused := make(chan error, 1)
 	jm.wg.Add(1)
@@ -372,6 +376,7 @@ func (jm *jobManager) launch(name string, args []string, graph [32]byte, id prot
 			refused <- err
 			return
 		}
+		res.Resumed = resumed
 		j.mu.Lock()
 		j.result, j.err, j.ended = res, err, time.Now()
 		j.mu.Unlock()
@@ -408,7 +413,7 @@ func (jm *jobManager) launch(name string, args []string, graph [32]byte, id prot
 // resume starts, once this JobManager leads, the jobs a previous leader recorded as running: each from
 // its newest retained checkpoint (see launch). A job of another build, or one that cannot be built or
 // started, is logged at ERROR and recorded FAILED.
-func (jm *jobManager) resume() {
+func (jm *jobManager) resume(term *ha.Leadership) {
 	ctx, cancel := context.WithTimeout(jm.ctx, 30*time.Second)
 	recs, err := jm.lead.client.Jobs(ctx)
 	cancel()
@@ -434,7 +439,8 @@ func (jm *jobManager) resume() {
 			} else {
 				copy(graph[:], b)
 			}
-			_, err = jm.launch(rec.Name, rec.Args, graph, id, true)
+			_, err = jm.launch(rec.Name, rec.Args, graph, id, &report.ResumeResult{At: time.Now(), PreviousLeader: rec.Leader,
+				PreviousEpoch: rec.Epoch, Leader: jm.lead.me.Addr, Epoch: term.Epoch()})
 			return err
 		}()
 		if err != nil {

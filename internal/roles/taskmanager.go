@@ -147,13 +147,15 @@ func ServeTaskManager(ctx context.Context, jobs Jobs, cfg TaskManagerConfig) (er
 		}
 		if err == nil {
 			registeredAt := time.Now()
-			sessCtx, endSession := context.WithCancel(ctx)
+			sessCtx, endSession := context.WithCancelCause(ctx)
 			stopWatch := func() {}
 			if hac != nil {
-				stopWatch = leaveDeposed(sessCtx, hac, leader, endSession, lg)
+				// Leaving a deposed leader is no shutdown: the session just ends, without the notice
+				// that the TaskManager leaves the cluster.
+				stopWatch = leaveDeposed(sessCtx, hac, leader, func() { endSession(cluster.ErrEndSessionOnly) }, lg)
 			}
 			err = tm.Serve(sessCtx, s, cat)
-			endSession()
+			endSession(nil)
 			stopWatch()
 			if time.Since(registeredAt) > 5*time.Second {
 				backoff, lostSince = 100*time.Millisecond, time.Now()
