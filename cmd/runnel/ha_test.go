@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -378,4 +379,89 @@ func (run *haRun) finished(t *testing.T) clusterReport {
 		t.Fatalf("%s, checker %+v: want FINISHED with every record once", r.Status, r.Checker)
 	}
 	return r
+}
+
+// TestJobManagerHAKilledTwice: three JobManagers; the leader is SIGKILLed while a job runs, and then the
+// next one once it resumed the job and took checkpoints of its own: the third resumes it again, and the job
+// finishes exactly once.
+func TestJobManagerHAKilledTwice(t *testing.T) {
+	etcd := hatest.Start(t)
+	jms := []*haJobManager{
+		startHAJobManager(t, "jm-a", etcd.Address, "ha-twice"),
+		startHAJobManager(t, "jm-b", etcd.Address, "ha-twice"),
+		startHAJobManager(t, "jm-c", etcd.Address, "ha-twice"),
+	}
+	first := awaitLeader(t, jms...)
+	for _, name := range []string{"tm-1", "tm-2"} {
+		start(t, name, nil, "taskmanager", "--ha", etcd.Address, "--ha-cluster", "ha-twice", "--name", name, "--slots", "2")
+	}
+	awaitTaskManagers(t, first, 2)
+	run := submitSequenceHA(t, etcd.Address, "ha-twice", first)
+	if err := first.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	rest := slices.DeleteFunc(slices.Clone(jms), func(jm *haJobManager) bool { return jm == first })
+	second := awaitLeader(t, rest...)
+	awaitCheckpoints(t, second, run.id, 3)
+	if err := second.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	third := awaitLeader(t, slices.DeleteFunc(rest, func(jm *haJobManager) bool { return jm == second })...)
+	r := run.finished(t)
+	if rs := r.Resumed; rs == nil || rs.PreviousLeader != second.addr || rs.Leader != third.addr {
+		t.Fatalf("resumed %+v: want the change from %s to %s", rs, second.addr, third.addr)
+	}
+	t.Logf("resumed twice, the second time from checkpoint %d; %d records checked", r.RestoredFrom.CheckpointID, r.Checker.Records)
+}
+
+// TestJobManagerHATaskManagerLostWithoutLeader: the leader is SIGKILLed, and before a standby leads a
+// TaskManager is SIGKILLed too: the new leader resumes the job on the TaskManager that is left, from the
+// newest checkpoint, exactly once.
+func TestJobManagerHATaskManagerLostWithoutLeader(t *testing.T) {
+	etcd := hatest.Start(t)
+	a := startHAJobManager(t, "jm-a", etcd.Address, "ha-tm")
+	b := startHAJobManager(t, "jm-b", etcd.Address, "ha-tm")
+	leader := awaitLeader(t, a, b)
+	standby := b
+	if leader == b {
+		standby = a
+	}
+	var tms []*process
+	for _, name := range []string{"tm-1", "tm-2"} {
+		tms = append(tms, start(t, name, nil, "taskmanager", "--ha", etcd.Address, "--ha-cluster", "ha-tm", "--name", name, "--slots", "2"))
+	}
+	awaitTaskManagers(t, leader, 2)
+	run := submitSequenceHA(t, etcd.Address, "ha-tm", leader)
+	if err := leader.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := tms[1].Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	awaitLeader(t, standby)
+	r := run.finished(t)
+	if r.Resumed == nil || r.RestoredFrom == nil {
+		t.Fatalf("resumed %+v, restored from %+v: want a resumed run from a checkpoint", r.Resumed, r.RestoredFrom)
+	}
+	for _, v := range r.Vertices {
+		for _, s := range v.Subtasks {
+			if s.TaskManager != "tm-1" {
+				t.Fatalf("subtask %s[%d] ran on %s, want tm-1, the TaskManager left", v.Name, s.Index, s.TaskManager)
+			}
+		}
+	}
+}
+
+// awaitCheckpoints waits (30 s at most) until job id on jm has completed n checkpoints.
+func awaitCheckpoints(t *testing.T, jm *haJobManager, id string, n int64) {
+	t.Helper()
+	var live clusterReport
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if getJSON(t, jm.rest, "/v1/jobs/"+id, &live) == http.StatusOK && live.Checkpoints != nil && live.Checkpoints.Completed >= n {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("job %s on %s: checkpoints %+v after 30 s, want %d completed", id, jm.Name, live.Checkpoints, n)
 }

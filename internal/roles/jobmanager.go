@@ -315,14 +315,14 @@ func (jm *jobManager) Submit(ctx context.Context, req rpc.SubmitRequest) (protoc
 			return protocol.JobID{}, fmt.Errorf("job id: %w", err)
 		}
 	}
-	return jm.launch(req.Name, req.Args, req.Graph, id, nil)
+	return jm.launch(req.Name, req.Args, req.Graph, id, time.Now(), nil)
 }
 
 // launch builds the registered job name from args (its graph must be graph) and runs it, under id (zero:
 // the run's own). A resumed job is one a JobManager that led before recorded on etcd: it restarts from its
 // newest retained checkpoint, if its storage holds one, under the id it was submitted with (its run gets
 // an id of its own, so that nothing a TaskManager still holds of the previous run is taken for it).
-func (jm *jobManager) launch(name string, args []string, graph [32]byte, id protocol.JobID, resumed *report.ResumeResult) (protocol.JobID, error) {
+func (jm *jobManager) launch(name string, args []string, graph [32]byte, id protocol.JobID, submitted time.Time, resumed *report.ResumeResult) (protocol.JobID, error) {
 	ctx, cancel := context.WithCancel(jm.ctx)
 	job, err := buildVerified(ctx, jm.registry, name, args, graph)
 	if err != nil {
@@ -339,15 +339,17 @@ func (jm *jobManager) launch(name string, args []string, graph [32]byte, id prot
 			rc.RestoreFrom = rc.Storage
 		}
 		jm.log.Info("resuming a job the previous leader ran", "job", name, "id", id, "restore_from", job.Recovery.RestoreFrom)
-	} else if id != (protocol.JobID{}) {
+	}
+	if id != (protocol.JobID{}) {
+		// Recorded before it runs; a resumed job again, under this leader's term.
 		rec := ha.Job{ID: id.String(), Name: name, Args: args, Build: hex.EncodeToString(jm.build.Sum[:]),
-			Graph: hex.EncodeToString(graph[:]), Status: string(jobmaster.StatusRunning), Submitted: time.Now()}
+			Graph: hex.EncodeToString(graph[:]), Status: string(jobmaster.StatusRunning), Submitted: submitted}
 		if err := jm.lead.record(ctx, rec); err != nil {
 			cancel()
 			return protocol.JobID{}, fmt.Errorf("job %q: %w", name, err)
 		}
 	}
-	j := &jmJob{id: id, name: name, job: job, submitted: time.Now(), stop: cancel, done: make(chan struct{}), resumed: resumed}
+	j := &jmJob{id: id, name: name, job: job, submitted: submitted, stop: cancel, done: make(chan struct{}), resumed: resumed}
 	started := make(chan *jobmaster.Driver, 1)
 	refused := make(chan error, 1)
 	jm.wg.Add(1)
@@ -439,7 +441,7 @@ func (jm *jobManager) resume(term *ha.Leadership) {
 			} else {
 				copy(graph[:], b)
 			}
-			_, err = jm.launch(rec.Name, rec.Args, graph, id, &report.ResumeResult{At: time.Now(), PreviousLeader: rec.Leader,
+			_, err = jm.launch(rec.Name, rec.Args, graph, id, rec.Submitted, &report.ResumeResult{At: time.Now(), PreviousLeader: rec.Leader,
 				PreviousEpoch: rec.Epoch, Leader: jm.lead.me.Addr, Epoch: term.Epoch()})
 			return err
 		}()
