@@ -10,12 +10,10 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/runnel-dev/runnel/internal/cluster"
-	"github.com/runnel-dev/runnel/internal/graph"
 	"github.com/runnel-dev/runnel/internal/jobmaster"
 	"github.com/runnel-dev/runnel/internal/protocol"
 	"github.com/runnel-dev/runnel/internal/rpc"
 	"github.com/runnel-dev/runnel/internal/scheduler"
-	"github.com/runnel-dev/runnel/internal/task"
 )
 
 // stickySession is a TaskManager's end of a session whose Close does not reach the JobManager: a
@@ -52,37 +50,9 @@ func TestLeavingTaskManagerFailsOverAtOnce(t *testing.T) {
 			const total = 200_000
 			const timeout = 10 * time.Second // never reached: the test's bound on detection is 1 s
 			lg := slog.New(slog.DiscardHandler)
-			a, err := cluster.NewTaskManager(cluster.TaskManagerConfig{Name: "tm-a", Slots: 2, Logger: lg})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = a.Shutdown() })
-			b, err := cluster.NewTaskManager(cluster.TaskManagerConfig{Name: "tm-b", Slots: 1, Logger: lg})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = b.Shutdown() })
-			jg := sourceToSink(t, "leave", graph.Forward, graph.JobGraphOptions{})
-			started, left := make(chan struct{}), make(chan struct{})
-			var once sync.Once
-			var mu sync.Mutex
-			received := map[int32]uint64{}
-			chainFor := func(v *graph.JobVertex) task.ChainFactory {
-				return func(rt *task.Runtime) (task.Chain, error) {
-					if v.IsSource() {
-						return &sequenceSource{rt: rt, total: total, gate: left, gateAt: total / 2}, nil
-					}
-					return &checkingSink{rt: rt, progress: func(attempt int32, n uint64, err error) {
-						mu.Lock()
-						received[attempt] = n
-						mu.Unlock()
-						if n >= 1000 {
-							once.Do(func() { close(started) })
-						}
-					}}, nil
-				}
-			}
-			cat := &testCatalog{jg: jg, chainFor: chainFor}
+			left := make(chan struct{})
+			h := newHandover(t, "leave", total, left, lg)
+			a, b, cat, started := h.a, h.b, h.cat, h.started
 			disp := jobmaster.NewDispatcher(jobmaster.DispatcherConfig{Logger: lg, HeartbeatInterval: timeout / 4, HeartbeatTimeout: timeout})
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
@@ -119,7 +89,7 @@ func TestLeavingTaskManagerFailsOverAtOnce(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			jm, err := jobmaster.NewDriver(jobmaster.Config{Job: jg, Dispatcher: disp, RequireSlots: true, NoSlotSharing: true,
+			jm, err := jobmaster.NewDriver(jobmaster.Config{Job: cat.jg, Dispatcher: disp, RequireSlots: true, NoSlotSharing: true,
 				Failover: scheduler.RegionFailover, Restart: restart, Logger: lg})
 			if err != nil {
 				t.Fatal(err)
@@ -153,9 +123,7 @@ func TestLeavingTaskManagerFailsOverAtOnce(t *testing.T) {
 			} else {
 				t.Logf("failed over %v after tm-b began to leave", d)
 			}
-			mu.Lock()
-			got := received[1]
-			mu.Unlock()
+			got, received := h.receivedBy(1)
 			if got != total {
 				t.Fatalf("the restarted sink received %d of %d records (all: %v)", got, total, received)
 			}

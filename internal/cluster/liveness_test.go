@@ -44,37 +44,9 @@ func TestSilentTaskManagerIsLostAndItsWorkMoves(t *testing.T) {
 	const total = 200_000
 	const timeout = 300 * time.Millisecond
 	lg := slog.New(slog.DiscardHandler)
-	a, err := cluster.NewTaskManager(cluster.TaskManagerConfig{Name: "tm-a", Slots: 2, Logger: lg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = a.Shutdown() })
-	b, err := cluster.NewTaskManager(cluster.TaskManagerConfig{Name: "tm-b", Slots: 1, Logger: lg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Shutdown() })
-	jg := sourceToSink(t, "mute", graph.Forward, graph.JobGraphOptions{})
-	started, muted := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	var mu sync.Mutex
-	received := map[int32]uint64{}
-	chainFor := func(v *graph.JobVertex) task.ChainFactory {
-		return func(rt *task.Runtime) (task.Chain, error) {
-			if v.IsSource() {
-				return &sequenceSource{rt: rt, total: total, gate: muted, gateAt: total / 2}, nil
-			}
-			return &checkingSink{rt: rt, progress: func(attempt int32, n uint64, err error) {
-				mu.Lock()
-				received[attempt] = n
-				mu.Unlock()
-				if n >= 1000 {
-					once.Do(func() { close(started) })
-				}
-			}}, nil
-		}
-	}
-	cat := &testCatalog{jg: jg, chainFor: chainFor}
+	muted := make(chan struct{})
+	h := newHandover(t, "mute", total, muted, lg)
+	a, b, cat, started := h.a, h.b, h.cat, h.started
 	disp := jobmaster.NewDispatcher(jobmaster.DispatcherConfig{Logger: lg, HeartbeatInterval: timeout / 6, HeartbeatTimeout: timeout})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -104,7 +76,7 @@ func TestSilentTaskManagerIsLostAndItsWorkMoves(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	jm, err := jobmaster.NewDriver(jobmaster.Config{Job: jg, Dispatcher: disp, RequireSlots: true, NoSlotSharing: true,
+	jm, err := jobmaster.NewDriver(jobmaster.Config{Job: cat.jg, Dispatcher: disp, RequireSlots: true, NoSlotSharing: true,
 		Failover: scheduler.RegionFailover, Restart: restart, Logger: lg})
 	if err != nil {
 		t.Fatal(err)
@@ -134,9 +106,7 @@ func TestSilentTaskManagerIsLostAndItsWorkMoves(t *testing.T) {
 	if d := f.FailedAt.Sub(mutedAt); d < timeout-timeout/6 || d > timeout+time.Second {
 		t.Errorf("declared lost %v after it went silent, timeout %v", d, timeout)
 	}
-	mu.Lock()
-	got := received[1]
-	mu.Unlock()
+	got, received := h.receivedBy(1)
 	if got != total {
 		t.Fatalf("the restarted sink received %d of %d records (all: %v)", got, total, received)
 	}
@@ -203,4 +173,61 @@ func TestSlowJobSetupIsNotSilence(t *testing.T) {
 	if snap := jm.Run(ctx); snap.Status != jobmaster.StatusFinished || len(snap.Failovers) != 0 {
 		t.Fatalf("job %s with failovers %+v: %v", snap.Status, snap.Failovers, snap.Err)
 	}
+}
+
+// handover is what TestLeavingTaskManagerFailsOverAtOnce and TestSilentTaskManagerIsLostAndItsWorkMoves
+// share: TaskManagers tm-a (2 slots) and tm-b (1 slot), and the catalog of a source → sink job whose
+// source sends total records, pausing at half of them until gate closes, and whose sink notes what each
+// attempt received (started closes once 1000 arrived).
+type handover struct {
+	a, b    *cluster.TaskManager
+	cat     *testCatalog
+	started chan struct{}
+
+	mu       sync.Mutex
+	received map[int32]uint64
+}
+
+func newHandover(t *testing.T, name string, total uint64, gate chan struct{}, lg *slog.Logger) *handover {
+	t.Helper()
+	h := &handover{started: make(chan struct{}), received: map[int32]uint64{}}
+	var err error
+	if h.a, err = cluster.NewTaskManager(cluster.TaskManagerConfig{Name: "tm-a", Slots: 2, Logger: lg}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.a.Shutdown() })
+	if h.b, err = cluster.NewTaskManager(cluster.TaskManagerConfig{Name: "tm-b", Slots: 1, Logger: lg}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.b.Shutdown() })
+	jg := sourceToSink(t, name, graph.Forward, graph.JobGraphOptions{})
+	var once sync.Once
+	chainFor := func(v *graph.JobVertex) task.ChainFactory {
+		return func(rt *task.Runtime) (task.Chain, error) {
+			if v.IsSource() {
+				return &sequenceSource{rt: rt, total: total, gate: gate, gateAt: total / 2}, nil
+			}
+			return &checkingSink{rt: rt, progress: func(attempt int32, n uint64, err error) {
+				h.mu.Lock()
+				h.received[attempt] = n
+				h.mu.Unlock()
+				if n >= 1000 {
+					once.Do(func() { close(h.started) })
+				}
+			}}, nil
+		}
+	}
+	h.cat = &testCatalog{jg: jg, chainFor: chainFor}
+	return h
+}
+
+// receivedBy returns what attempt received, and all attempts' counts, for an error.
+func (h *handover) receivedBy(attempt int32) (uint64, map[int32]uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	all := make(map[int32]uint64, len(h.received))
+	for k, v := range h.received {
+		all[k] = v
+	}
+	return h.received[attempt], all
 }
