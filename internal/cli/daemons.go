@@ -140,7 +140,11 @@ func mainJobManager(ctx context.Context, args []string, stdout, stderr io.Writer
 		listening = true
 		line := "JobManager listening on " + addr
 		if rest != "" {
-			line += " (REST API http://" + rest + "/v1/jobs)"
+			scheme := "http"
+			if cfg.TLS != nil {
+				scheme = "https"
+			}
+			line += " (REST API " + scheme + "://" + rest + "/v1/jobs)"
 		}
 		fmt.Fprintln(stderr, line)
 	}

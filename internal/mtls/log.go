@@ -49,7 +49,7 @@ func NewRefusalLog(lg *slog.Logger, listener string) *RefusalLog {
 
 // Failed records a handshake with the peer at remote that failed with err.
 func (l *RefusalLog) Failed(remote string, err error) {
-	if closedEarly(err) {
+	if ClosedEarly(err) {
 		l.log.Debug("connection closed before its TLS handshake", "listener", l.listener, "peer", remote)
 		return
 	}

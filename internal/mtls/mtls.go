@@ -83,9 +83,9 @@ func reasonText(text string, err error) string {
 	return "the handshake failed"
 }
 
-// closedEarly reports whether err is a connection that ended before its handshake said anything: a port
-// probe or health check, not a refusal.
-func closedEarly(err error) bool {
+// ClosedEarly reports whether err, a failed TLS handshake's, is a connection that ended before its
+// handshake said anything: a port probe or health check, not a refusal.
+func ClosedEarly(err error) bool {
 	return errors.Is(err, io.EOF) && !strings.Contains(err.Error(), "remote error")
 }
 

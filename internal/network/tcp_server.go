@@ -48,6 +48,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/runnel-dev/runnel/internal/mtls"
 )
 
 // Defaults of ServerOptions.
@@ -526,6 +528,11 @@ func (c *serverConn) handshake(rbuf []byte) ([]byte, error) {
 	if cfg := c.srv.opts.TLS; cfg != nil {
 		tc := tls.Server(c.conn, cfg)
 		if err := tc.Handshake(); err != nil {
+			if mtls.ClosedEarly(err) {
+				// A port probe (a health check that connects and closes) is no refusal.
+				c.srv.log.Debug("data server: connection closed before its TLS handshake", "remote", c.conn.RemoteAddr().String())
+				return nil, fmt.Errorf("network server: connection from %s closed before its TLS handshake: %w", c.conn.RemoteAddr(), err)
+			}
 			err = fmt.Errorf("network server: TLS handshake with %s: %w", c.conn.RemoteAddr(), err)
 			select {
 			case <-c.quit:

@@ -166,6 +166,19 @@ func TestTLSRefusesUnauthenticatedPeers(t *testing.T) {
 		t.Fatalf("plain client got % x, want nothing or a TLS alert", reply[:min(len(reply), 16)])
 	}
 	waitFailedTLS(t, srv, uint64(len(cases)+1))
+	// A port probe (a health check that connects and closes) is no failed handshake: neither counted nor
+	// logged at WARN. Once the server closed it, its handshake's end was handled.
+	probe, err := net.Dial("tcp", srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = probe.SetDeadline(time.Now().Add(testWait))
+	_ = probe.(*net.TCPConn).CloseWrite()
+	_, _ = io.ReadAll(probe)
+	probe.Close()
+	if n := srv.Stats().FailedTLSHandshakes; n != uint64(len(cases)+1) {
+		t.Fatalf("after a port probe the server counted %d failed TLS handshakes, want %d", n, len(cases)+1)
+	}
 	// A client of the right CA that offers at most TLS 1.2 (DialRemoteChannel would refuse to) is refused.
 	old := good.Clone()
 	old.MinVersion, old.MaxVersion, old.ServerName = tls.VersionTLS12, tls.VersionTLS12, "127.0.0.1"

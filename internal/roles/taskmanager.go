@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -122,8 +123,12 @@ func ServeTaskManager(ctx context.Context, jobs Jobs, cfg TaskManagerConfig) (er
 	cat := &registryCatalog{jobs: jobs, log: lg}
 	backoff := 100 * time.Millisecond
 	lostSince := time.Now()
-	lg.Info("TaskManager started", "name", cfg.Name, "slots", cfg.Slots, "data", tm.DataListenAddress(), "jobmanager", cfg.JobManager,
-		"metrics", metricsAddr)
+	where := []any{"jobmanager", cfg.JobManager}
+	if cfg.HA != nil {
+		where = []any{"ha", strings.Join(cfg.HA.Endpoints, ","), "ha_cluster", cfg.HA.Cluster}
+	}
+	lg.Info("TaskManager started", append(append([]any{"name", cfg.Name, "slots", cfg.Slots, "data", tm.DataListenAddress()}, where...),
+		"metrics", metricsAddr)...)
 	for {
 		// Credentials of each attempt's own, so that a failed TLS handshake explains only its attempt.
 		creds := credentials.TransportCredentials(insecure.NewCredentials())

@@ -15,7 +15,7 @@ import (
 // The lines by which the roles say they are ready.
 var (
 	// Listening is the JobManager's: its RPC address and its REST API's.
-	Listening = regexp.MustCompile(`JobManager listening on (\S+) \(REST API http://(\S+)/v1/jobs\)`)
+	Listening = regexp.MustCompile(`JobManager listening on (\S+) \(REST API https?://(\S+)/v1/jobs\)`)
 	// Registered is a TaskManager's, once the JobManager accepted it.
 	Registered = regexp.MustCompile(`registered with the JobManager`)
 )
