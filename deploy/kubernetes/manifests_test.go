@@ -450,7 +450,11 @@ func checkSet(t *testing.T, s *set) (jm, tm *role) {
 	}
 
 	// Ports and probes.
-	jm.checkPorts(t, map[string]string{"rpc": "addr", "rest": "rest-addr"})
+	jmPorts := map[string]string{"rpc": "addr", "rest": "rest-addr"}
+	if jm.value("health-addr") != "" {
+		jmPorts["health"] = "health-addr"
+	}
+	jm.checkPorts(t, jmPorts)
 	tmPorts := map[string]string{"data": "data-addr"}
 	if tm.value("metrics-addr") != "" {
 		tmPorts["metrics"] = "metrics-addr"
@@ -479,18 +483,21 @@ func checkSet(t *testing.T, s *set) (jm, tm *role) {
 		}
 	}
 	jmTLS, tmTLS := jm.tls(t), tm.tls(t)
-	restPort := jm.portOf(t, "rest-addr")
+	// Probes are HTTP on the REST API, or, with mutual TLS (which refuses the kubelet: it has no client
+	// certificate), on the plain health listener (--health-addr), which serves nothing else.
+	probeFlag := "rest-addr"
+	if jmTLS {
+		probeFlag = "health-addr"
+	}
+	probePort := jm.portOf(t, probeFlag)
 	for what, p := range map[string]*corev1.Probe{"liveness": jm.container.LivenessProbe, "readiness": jm.container.ReadinessProbe} {
 		port, path := jm.probePort(t, what, p)
-		if port.ContainerPort != restPort {
-			t.Errorf("jobmanager: %s probe on port %d, the REST API (--rest-addr) is on %d", what, port.ContainerPort, restPort)
+		if port.ContainerPort != probePort {
+			t.Errorf("jobmanager: %s probe on port %d, --%s is on %d", what, port.ContainerPort, probeFlag, probePort)
 		}
 		want := map[string]string{"liveness": livenessPath, "readiness": readinessPath}[what]
-		switch {
-		case jmTLS && p.HTTPGet != nil:
-			t.Errorf("jobmanager: %s probe is httpGet with mutual TLS: the REST API refuses the kubelet, which has no client certificate", what)
-		case !jmTLS && path != want:
-			t.Errorf("jobmanager: %s probe asks for %q, want %q", what, path, want)
+		if p.HTTPGet == nil || path != want {
+			t.Errorf("jobmanager: %s probe asks for %q over HTTP, want %q", what, path, want)
 		}
 	}
 	for what, p := range map[string]*corev1.Probe{"liveness": tm.container.LivenessProbe, "readiness": tm.container.ReadinessProbe} {
@@ -561,7 +568,7 @@ func TestManifests(t *testing.T) {
 				}
 			}
 			for _, a := range extra {
-				if !strings.HasPrefix(a, "--tls-") {
+				if !strings.HasPrefix(a, "--tls-") && !strings.HasPrefix(a, "--health-addr=") {
 					t.Errorf("tls/ %s: argument %q is not in the base manifest", component, a)
 				}
 			}

@@ -40,6 +40,7 @@ func AddJobManagerFlags(fs *pflag.FlagSet) func() (roles.JobManagerConfig, error
 	var cfg roles.JobManagerConfig
 	fs.StringVar(&cfg.Addr, "addr", roles.DefaultJobManagerAddr, "where TaskManagers and clients reach the JobManager")
 	fs.StringVar(&cfg.RESTAddr, "rest-addr", roles.DefaultRESTAddr, "where the JSON REST API and /metrics are served (\"\" none)")
+	fs.StringVar(&cfg.HealthAddr, "health-addr", "", "where GET /healthz and /healthz/ready alone are served over plain HTTP, also with TLS: for probes without a client certificate (\"\" none)")
 	fs.StringVar(&cfg.Advertise, "advertise-addr", "", "with --ha: the address the other processes reach this JobManager at (default --addr, which must then name a host)")
 	fs.StringVar(&cfg.RESTAdvertise, "rest-advertise-addr", "", "with --ha: the address of this JobManager's REST API that /v1/leader gives (default --rest-addr, which must then name a host)")
 	haf := AddHAFlags(fs, true)

@@ -136,8 +136,27 @@ func Handler(src Source, metrics http.Handler) http.Handler {
 	route("/v1/leader", func(w http.ResponseWriter, r *http.Request) {
 		serve(w, r, "", func(ctx context.Context) (any, error) { return src.Leader(ctx) })
 	})
-	// /healthz is liveness: the process serves. /healthz/ready is readiness: it leads, so it runs jobs
-	// (a standby is live but not ready, and a load balancer or Kubernetes Service sends nothing to it).
+	healthRoutes(route, src)
+	if metrics != nil {
+		route("/metrics", metrics.ServeHTTP)
+	} else {
+		mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
+			writeError(w, http.StatusNotFound, "this JobManager serves no metrics")
+		})
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no such path %s (the API serves /v1/jobs, /v1/jobs/{id}, "+
+			"/v1/jobs/{id}/checkpoints, /v1/jobs/{id}/failovers, /v1/taskmanagers, /v1/leader, /metrics, /healthz, /healthz/ready)", quoteBounded(r.URL.Path)))
+	})
+	return mux
+}
+
+// healthRoutes adds the health checks to route. /healthz is liveness: the process serves. /healthz/ready
+// is readiness: it leads, so it runs jobs (a standby is live but not ready, and a load balancer or
+// Kubernetes Service sends nothing to it).
+func healthRoutes(route func(string, http.HandlerFunc), src interface {
+	Leader(context.Context) (Leader, error)
+}) {
 	route("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -156,16 +175,18 @@ func Handler(src Source, metrics http.Handler) http.Handler {
 			writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 		}
 	})
-	if metrics != nil {
-		route("/metrics", metrics.ServeHTTP)
-	} else {
-		mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
-			writeError(w, http.StatusNotFound, "this JobManager serves no metrics")
-		})
-	}
+}
+
+// HealthHandler serves only the health checks (GET /healthz, /healthz/ready) over src's leadership: for a
+// listener without TLS whose clients (a kubelet's probes) carry no certificate, which must serve nothing
+// else.
+func HealthHandler(src interface {
+	Leader(context.Context) (Leader, error)
+}) http.Handler {
+	mux := http.NewServeMux()
+	healthRoutes(func(path string, h http.HandlerFunc) { mux.HandleFunc("GET "+path, h) }, src)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no such path %s (the API serves /v1/jobs, /v1/jobs/{id}, "+
-			"/v1/jobs/{id}/checkpoints, /v1/jobs/{id}/failovers, /v1/taskmanagers, /v1/leader, /metrics, /healthz, /healthz/ready)", quoteBounded(r.URL.Path)))
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no such path %s (this listener serves GET /healthz and /healthz/ready only)", quoteBounded(r.URL.Path)))
 	})
 	return mux
 }

@@ -230,3 +230,31 @@ func TestHandler(t *testing.T) {
 		})
 	}
 }
+
+// TestHealthHandler: the health listener serves the two health checks and nothing else.
+func TestHealthHandler(t *testing.T) {
+	for _, tc := range []struct {
+		path   string
+		leader Leader
+		status int
+		body   string
+	}{
+		{"/healthz", Leader{HA: true, Cluster: "prod"}, 200, `{"status":"ok"}`},
+		{"/healthz/ready", Leader{HA: true, Cluster: "prod", Leading: true, Addr: "a:1"}, 200, `{"status":"ready"}`},
+		{"/healthz/ready", Leader{HA: true, Cluster: "prod", Addr: "a:1"}, 503, `{"error":"standing by: the JobManager at a:1 leads cluster \"prod\""}`},
+		{"/v1/jobs", Leader{Leading: true}, 404, `{"error":"no such path \"/v1/jobs\" (this listener serves GET /healthz and /healthz/ready only)"}`},
+		{"/metrics", Leader{Leading: true}, 404, `{"error":"no such path \"/metrics\" (this listener serves GET /healthz and /healthz/ready only)"}`},
+	} {
+		srv := httptest.NewServer(HealthHandler(&fakeSource{t: t, leader: tc.leader}))
+		resp, err := srv.Client().Get(srv.URL + tc.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		srv.Close()
+		if resp.StatusCode != tc.status || string(body) != tc.body+"\n" {
+			t.Errorf("GET %s: %d %s, want %d %s", tc.path, resp.StatusCode, body, tc.status, tc.body)
+		}
+	}
+}

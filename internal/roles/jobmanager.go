@@ -73,6 +73,9 @@ type JobManagerConfig struct {
 	Addr string
 	// RESTAddr is where the JSON REST API and the Prometheus metrics are served ("" none).
 	RESTAddr string
+	// HealthAddr, when set, is where GET /healthz and /healthz/ready alone are served over plain HTTP,
+	// also under TLS: for probes that carry no client certificate (a kubelet's).
+	HealthAddr string
 	// HeartbeatInterval and HeartbeatTimeout: how often the JobManager and its TaskManagers send each
 	// other a heartbeat, and the silence after which either declares the other lost. Zero values are the
 	// defaults; the timeout must be at least twice the interval.
@@ -159,7 +162,7 @@ func ServeJobManager(ctx context.Context, jobs Jobs, cfg JobManagerConfig) error
 		disp.Attach(s)
 	}).Register(srv)
 	rpc.RegisterJobService(srv, jm)
-	serveErr := make(chan error, 2)
+	serveErr := make(chan error, 3)
 	go func() { serveErr <- srv.Serve(ln) }()
 
 	restAddr := ""
@@ -190,6 +193,25 @@ func ServeJobManager(ctx context.Context, jobs Jobs, cfg JobManagerConfig) error
 				serveErr <- hs.Serve(rln)
 			}
 		}()
+	}
+	if cfg.HealthAddr != "" {
+		hln, err := net.Listen("tcp", cfg.HealthAddr)
+		if err != nil {
+			if hs != nil {
+				_ = hs.Close()
+			}
+			srv.Stop()
+			disp.Close()
+			return fmt.Errorf("jobmanager: health checks (--health-addr): %w", err)
+		}
+		health := &http.Server{Handler: rest.HealthHandler(jm), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}
+		go func() { serveErr <- health.Serve(hln) }()
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_ = health.Shutdown(sctx)
+			cancel()
+		}()
+		lg.Info("JobManager health checks", "addr", hln.Addr().String())
 	}
 	lg.Info("JobManager listening", "addr", ln.Addr().String(), "rest", restAddr, "tls", serverTLS != nil,
 		"heartbeat_interval", cfg.HeartbeatInterval, "heartbeat_timeout", cfg.HeartbeatTimeout)
