@@ -34,6 +34,29 @@ func startHAJobManager(t *testing.T, name, etcd, cluster string) *haJobManager {
 	return &haJobManager{process: p, addr: m[1], rest: m[2]}
 }
 
+// startHAPair starts two JobManagers of cluster on etcd and returns them once one leads.
+func startHAPair(t *testing.T, etcd, cluster string) (leader, standby *haJobManager) {
+	t.Helper()
+	a := startHAJobManager(t, "jm-a", etcd, cluster)
+	b := startHAJobManager(t, "jm-b", etcd, cluster)
+	if leader = awaitLeader(t, a, b); leader == a {
+		return a, b
+	}
+	return b, a
+}
+
+// startHATaskManagers starts n TaskManagers tm-1 ... tm-n with 2 slots each, which find the leader of
+// cluster through etcd.
+func startHATaskManagers(t *testing.T, etcd, cluster string, n int) []*process {
+	t.Helper()
+	var tms []*process
+	for i := range n {
+		name := fmt.Sprintf("tm-%d", i+1)
+		tms = append(tms, start(t, name, nil, "taskmanager", "--ha", etcd, "--ha-cluster", cluster, "--name", name, "--slots", "2"))
+	}
+	return tms
+}
+
 // leaderDoc is GET /v1/leader.
 type leaderDoc struct {
 	HA      bool   `json:"ha"`
@@ -99,13 +122,7 @@ func awaitTaskManagers(t *testing.T, jm *haJobManager, n int) {
 // etcd), in a later term, the TaskManager registers with it, and a job submitted through etcd runs there.
 func TestJobManagerHA(t *testing.T) {
 	etcd := hatest.Start(t)
-	a := startHAJobManager(t, "jm-a", etcd.Address, "ha-test")
-	b := startHAJobManager(t, "jm-b", etcd.Address, "ha-test")
-	leader := awaitLeader(t, a, b)
-	standby := b
-	if leader == b {
-		standby = a
-	}
+	leader, standby := startHAPair(t, etcd.Address, "ha-test")
 	var onLeader, onStandby leaderDoc
 	getJSON(t, leader.rest, "/v1/leader", &onLeader)
 	getJSON(t, standby.rest, "/v1/leader", &onStandby)
@@ -119,7 +136,7 @@ func TestJobManagerHA(t *testing.T) {
 	if code := getJSON(t, standby.rest, "/healthz", nil); code != http.StatusOK {
 		t.Fatalf("the standby's liveness: %d, want 200", code)
 	}
-	start(t, "tm-1", nil, "taskmanager", "--ha", etcd.Address, "--ha-cluster", "ha-test", "--name", "tm-1", "--slots", "2")
+	startHATaskManagers(t, etcd.Address, "ha-test", 1)
 	awaitTaskManagers(t, leader, 1)
 
 	// A submission to the standby directly is refused, naming the leader.
@@ -195,16 +212,8 @@ func TestJobManagerHAMistakes(t *testing.T) {
 // follows the leader through etcd, reports the job's end: FINISHED, every record exactly once.
 func TestJobManagerHAResumesJob(t *testing.T) {
 	etcd := hatest.Start(t)
-	a := startHAJobManager(t, "jm-a", etcd.Address, "ha-resume")
-	b := startHAJobManager(t, "jm-b", etcd.Address, "ha-resume")
-	leader := awaitLeader(t, a, b)
-	standby := b
-	if leader == b {
-		standby = a
-	}
-	for _, name := range []string{"tm-1", "tm-2"} {
-		start(t, name, nil, "taskmanager", "--ha", etcd.Address, "--ha-cluster", "ha-resume", "--name", name, "--slots", "2")
-	}
+	leader, standby := startHAPair(t, etcd.Address, "ha-resume")
+	startHATaskManagers(t, etcd.Address, "ha-resume", 2)
 	awaitTaskManagers(t, leader, 2)
 	run := submitSequenceHA(t, etcd.Address, "ha-resume", leader)
 	if err := leader.Signal(syscall.SIGKILL); err != nil {
@@ -312,9 +321,7 @@ func TestJobManagerHALeaderCutOffFromEtcd(t *testing.T) {
 	a := startHAJobManager(t, "jm-a", "etcd://"+proxy.addr(), "ha-cut")
 	awaitLeader(t, a) // a leads: it started first
 	b := startHAJobManager(t, "jm-b", etcd.Address, "ha-cut")
-	for _, name := range []string{"tm-1", "tm-2"} {
-		start(t, name, nil, "taskmanager", "--ha", etcd.Address, "--ha-cluster", "ha-cut", "--name", name, "--slots", "2")
-	}
+	startHATaskManagers(t, etcd.Address, "ha-cut", 2)
 	awaitTaskManagers(t, a, 2)
 	run := submitSequenceHA(t, etcd.Address, "ha-cut", a)
 	proxy.cut()
@@ -392,9 +399,7 @@ func TestJobManagerHAKilledTwice(t *testing.T) {
 		startHAJobManager(t, "jm-c", etcd.Address, "ha-twice"),
 	}
 	first := awaitLeader(t, jms...)
-	for _, name := range []string{"tm-1", "tm-2"} {
-		start(t, name, nil, "taskmanager", "--ha", etcd.Address, "--ha-cluster", "ha-twice", "--name", name, "--slots", "2")
-	}
+	startHATaskManagers(t, etcd.Address, "ha-twice", 2)
 	awaitTaskManagers(t, first, 2)
 	run := submitSequenceHA(t, etcd.Address, "ha-twice", first)
 	if err := first.Signal(syscall.SIGKILL); err != nil {
@@ -419,17 +424,8 @@ func TestJobManagerHAKilledTwice(t *testing.T) {
 // newest checkpoint, exactly once.
 func TestJobManagerHATaskManagerLostWithoutLeader(t *testing.T) {
 	etcd := hatest.Start(t)
-	a := startHAJobManager(t, "jm-a", etcd.Address, "ha-tm")
-	b := startHAJobManager(t, "jm-b", etcd.Address, "ha-tm")
-	leader := awaitLeader(t, a, b)
-	standby := b
-	if leader == b {
-		standby = a
-	}
-	var tms []*process
-	for _, name := range []string{"tm-1", "tm-2"} {
-		tms = append(tms, start(t, name, nil, "taskmanager", "--ha", etcd.Address, "--ha-cluster", "ha-tm", "--name", name, "--slots", "2"))
-	}
+	leader, standby := startHAPair(t, etcd.Address, "ha-tm")
+	tms := startHATaskManagers(t, etcd.Address, "ha-tm", 2)
 	awaitTaskManagers(t, leader, 2)
 	run := submitSequenceHA(t, etcd.Address, "ha-tm", leader)
 	if err := leader.Signal(syscall.SIGKILL); err != nil {

@@ -13,7 +13,6 @@ import (
 	"github.com/runnel-dev/runnel/internal/jobmaster"
 	"github.com/runnel-dev/runnel/internal/protocol"
 	"github.com/runnel-dev/runnel/internal/rpc"
-	"github.com/runnel-dev/runnel/internal/scheduler"
 )
 
 // stickySession is a TaskManager's end of a session whose Close does not reach the JobManager: a
@@ -85,15 +84,7 @@ func TestLeavingTaskManagerFailsOverAtOnce(t *testing.T) {
 			}
 			defer wg.Wait()
 			defer disp.Close()
-			restart, err := scheduler.ParseRestartStrategy("fixed-delay:attempts=1,delay=0s")
-			if err != nil {
-				t.Fatal(err)
-			}
-			jm, err := jobmaster.NewDriver(jobmaster.Config{Job: cat.jg, Dispatcher: disp, RequireSlots: true, NoSlotSharing: true,
-				Failover: scheduler.RegionFailover, Restart: restart, Logger: lg})
-			if err != nil {
-				t.Fatal(err)
-			}
+			jm := h.driver(t, disp, 1, lg)
 			var leftAt time.Time
 			go func() {
 				defer close(left)

@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -72,15 +73,7 @@ func TestSilentTaskManagerIsLostAndItsWorkMoves(t *testing.T) {
 	}
 	defer wg.Wait()
 	defer disp.Close()
-	restart, err := scheduler.ParseRestartStrategy("fixed-delay:attempts=2,delay=0s")
-	if err != nil {
-		t.Fatal(err)
-	}
-	jm, err := jobmaster.NewDriver(jobmaster.Config{Job: cat.jg, Dispatcher: disp, RequireSlots: true, NoSlotSharing: true,
-		Failover: scheduler.RegionFailover, Restart: restart, Logger: lg})
-	if err != nil {
-		t.Fatal(err)
-	}
+	jm := h.driver(t, disp, 2, lg)
 	var mutedAt time.Time
 	go func() {
 		defer close(muted)
@@ -230,4 +223,19 @@ func (h *handover) receivedBy(attempt int32) (uint64, map[int32]uint64) {
 		all[k] = v
 	}
 	return h.received[attempt], all
+}
+
+// driver returns the job master of the handover's job on disp: region failover, at most attempts restarts.
+func (h *handover) driver(t *testing.T, disp *jobmaster.Dispatcher, attempts int, lg *slog.Logger) *jobmaster.Driver {
+	t.Helper()
+	restart, err := scheduler.ParseRestartStrategy(fmt.Sprintf("fixed-delay:attempts=%d,delay=0s", attempts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	jm, err := jobmaster.NewDriver(jobmaster.Config{Job: h.cat.jg, Dispatcher: disp, RequireSlots: true, NoSlotSharing: true,
+		Failover: scheduler.RegionFailover, Restart: restart, Logger: lg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return jm
 }
