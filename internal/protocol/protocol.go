@@ -15,6 +15,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"time"
+
+	"github.com/runnel-dev/runnel/internal/deploy"
+	"github.com/runnel-dev/runnel/internal/ident"
 )
 
 // Version is the version of the contract; a TaskManager that registers with another is refused.
@@ -81,6 +84,34 @@ type Register struct {
 	// BufferSize is its network buffer size; every TaskManager of a cluster must use the JobManager's.
 	BufferSize int
 	Build      Build
+	// Kept lists the jobs whose tasks the TaskManager kept running after its session with the previous
+	// leader ended (task continuity): the new leader answers each with AdoptJob or DropJob. Bounded by the
+	// jobs a TaskManager runs.
+	Kept []KeptJob
+}
+
+// KeptJob is one job a TaskManager kept running without a JobManager, as it reports it to the next leader:
+// the job's setup as the previous leader sent it, what it knows of the job's checkpoints, and the current
+// attempt of every subtask of the job it ran.
+type KeptJob struct {
+	Job   JobID
+	Setup SetupJob
+	// Checkpoint is the highest checkpoint id the TaskManager heard of for the job (triggered, acknowledged,
+	// declined, aborted or completed): the next leader's checkpoint ids continue above it.
+	Checkpoint int64
+	Tasks      []KeptTask
+}
+
+// KeptTask is the current attempt of one subtask on a TaskManager that kept its tasks.
+type KeptTask struct {
+	Attempt ident.Attempt
+	// PartitionAttempt is the attempt number in the ids of the subtask's partitions (task failover).
+	PartitionAttempt int32
+	State            deploy.State
+	// Failure is why a FAILED attempt failed.
+	Failure string
+	// Replaying says the attempt, deployed by a task failover, has not replayed its log to the end.
+	Replaying bool
 }
 
 // Registered accepts a registration.
@@ -90,6 +121,10 @@ type Registered struct {
 	// HeartbeatInterval is how often each side sends a Heartbeat; HeartbeatTimeout is the silence after
 	// which a side declares the other lost (zero: never, in-process).
 	HeartbeatInterval, HeartbeatTimeout time.Duration
+	// Epoch is the leadership epoch of the JobManager under high availability (0 without): a TaskManager
+	// that looked the leader up on etcd refuses a session of another epoch, and leaves the session once
+	// another epoch leads, so that no command of a deposed leader reaches its tasks.
+	Epoch int64
 }
 
 // Refused refuses a registration; the session ends after it.
@@ -141,6 +176,17 @@ type SetupJob struct {
 // ReleaseJob tells a TaskManager the job ended: it releases the job's partitions and storage, forgets its
 // secret and answers with its last Accumulators.
 type ReleaseJob struct{}
+
+// AdoptJob tells a TaskManager that the leader took over a job it kept running (KeptJob): it sends what
+// it held back for the job since its report, and carries on under this session.
+type AdoptJob struct{}
+
+// DropJob tells a TaskManager that the leader did not take over a job it kept running: it cancels the
+// job's tasks and releases the job (the leader restarts the job from its latest checkpoint, or it ended).
+type DropJob struct {
+	// Reason is for people: why the job's tasks could not be taken over.
+	Reason string
+}
 
 // Accumulators carries the encoded values of a job's accumulators as built on one TaskManager, by name.
 type Accumulators struct {

@@ -36,17 +36,19 @@ func encodeToTaskManager(env protocol.Envelope) (*pb.ToTaskManager, error) {
 	switch b := env.Body.(type) {
 	case protocol.Registered:
 		m.Body = &pb.ToTaskManager_Registered{Registered: &pb.Registered{TaskManager: b.TaskManager,
-			HeartbeatIntervalNanos: int64(b.HeartbeatInterval), HeartbeatTimeoutNanos: int64(b.HeartbeatTimeout)}}
+			HeartbeatIntervalNanos: int64(b.HeartbeatInterval), HeartbeatTimeoutNanos: int64(b.HeartbeatTimeout), Epoch: b.Epoch}}
 	case protocol.Refused:
 		m.Body = &pb.ToTaskManager_Refused{Refused: &pb.Refused{Reason: b.Reason, Permanent: b.Permanent}}
 	case protocol.Heartbeat:
 		m.Body = &pb.ToTaskManager_Heartbeat{Heartbeat: &pb.Heartbeat{}}
 	case protocol.SetupJob:
-		m.Body = &pb.ToTaskManager_SetupJob{SetupJob: &pb.SetupJob{Name: b.Name, Args: cloneStrings(b.Args),
-			Graph: fixedBytes(b.Graph[:]), Secret: cloneBytes(b.Secret), CheckpointStorage: b.CheckpointStorage,
-			Savepoint: b.Savepoint, StartUnixNanos: b.Start, Probe: b.Probe, ProbeNonce: cloneBytes(b.ProbeNonce)}}
+		m.Body = &pb.ToTaskManager_SetupJob{SetupJob: encodeSetup(b)}
 	case protocol.ReleaseJob:
 		m.Body = &pb.ToTaskManager_ReleaseJob{ReleaseJob: &pb.ReleaseJob{}}
+	case protocol.AdoptJob:
+		m.Body = &pb.ToTaskManager_AdoptJob{AdoptJob: &pb.AdoptJob{}}
+	case protocol.DropJob:
+		m.Body = &pb.ToTaskManager_DropJob{DropJob: &pb.DropJob{Reason: b.Reason}}
 	case jobcore.Deploy:
 		m.Body = &pb.ToTaskManager_Deploy{Deploy: encodeDeployment(b.Deployment)}
 	case jobcore.CancelTask:
@@ -88,22 +90,23 @@ func decodeToTaskManager(m *pb.ToTaskManager) (env protocol.Envelope, bye *pb.Go
 	case *pb.ToTaskManager_Registered:
 		r := b.Registered
 		env.Body = protocol.Registered{TaskManager: r.GetTaskManager(), HeartbeatInterval: time.Duration(r.GetHeartbeatIntervalNanos()),
-			HeartbeatTimeout: time.Duration(r.GetHeartbeatTimeoutNanos())}
+			HeartbeatTimeout: time.Duration(r.GetHeartbeatTimeoutNanos()), Epoch: r.GetEpoch()}
 	case *pb.ToTaskManager_Refused:
 		env.Body = protocol.Refused{Reason: b.Refused.GetReason(), Permanent: b.Refused.GetPermanent()}
 	case *pb.ToTaskManager_Heartbeat:
 		env.Body = protocol.Heartbeat{}
 	case *pb.ToTaskManager_SetupJob:
-		s := b.SetupJob
-		sj := protocol.SetupJob{Name: s.GetName(), Args: nilIfEmpty(s.GetArgs()), Secret: nilIfEmpty(s.GetSecret()),
-			CheckpointStorage: s.GetCheckpointStorage(), Savepoint: s.GetSavepoint(), Start: s.GetStartUnixNanos(),
-			Probe: s.GetProbe(), ProbeNonce: nilIfEmpty(s.GetProbeNonce())}
-		if err := decodeFixed(sj.Graph[:], s.GetGraph(), "SetupJob graph fingerprint"); err != nil {
+		sj, err := decodeSetup(b.SetupJob)
+		if err != nil {
 			return env, nil, err
 		}
 		env.Body = sj
 	case *pb.ToTaskManager_ReleaseJob:
 		env.Body = protocol.ReleaseJob{}
+	case *pb.ToTaskManager_AdoptJob:
+		env.Body = protocol.AdoptJob{}
+	case *pb.ToTaskManager_DropJob:
+		env.Body = protocol.DropJob{Reason: b.DropJob.GetReason()}
 	case *pb.ToTaskManager_Deploy:
 		d, err := decodeDeployment(b.Deploy)
 		if err != nil {
@@ -148,8 +151,20 @@ func encodeFromTaskManager(env protocol.Envelope) (*pb.FromTaskManager, error) {
 	m := &pb.FromTaskManager{Job: jobBytes(env.Job)}
 	switch b := env.Body.(type) {
 	case protocol.Register:
-		m.Body = &pb.FromTaskManager_Register{Register: &pb.Register{Version: int64(b.Version), Name: b.Name, Slots: int64(b.Slots),
-			DataAddress: b.DataAddress, BufferSize: int64(b.BufferSize), Build: encodeBuild(b.Build)}}
+		r := &pb.Register{Version: int64(b.Version), Name: b.Name, Slots: int64(b.Slots),
+			DataAddress: b.DataAddress, BufferSize: int64(b.BufferSize), Build: encodeBuild(b.Build)}
+		for _, k := range b.Kept {
+			kj := &pb.KeptJob{Job: jobBytes(k.Job), Setup: encodeSetup(k.Setup), Checkpoint: k.Checkpoint}
+			for _, t := range k.Tasks {
+				if err := checkState(t.State); err != nil {
+					return nil, fmt.Errorf("Register: kept task %s: %w", t.Attempt, err)
+				}
+				kj.Tasks = append(kj.Tasks, &pb.KeptTask{Attempt: encodeAttempt(t.Attempt), PartitionAttempt: t.PartitionAttempt,
+					State: pb.TaskState(t.State), Failure: t.Failure, Replaying: t.Replaying})
+			}
+			r.Kept = append(r.Kept, kj)
+		}
+		m.Body = &pb.FromTaskManager_Register{Register: r}
 	case protocol.Heartbeat:
 		m.Body = &pb.FromTaskManager_Heartbeat{Heartbeat: &pb.Heartbeat{}}
 	case protocol.Leaving:
@@ -221,8 +236,27 @@ func decodeFromTaskManager(m *pb.FromTaskManager) (env protocol.Envelope, bye *p
 		if err != nil {
 			return env, nil, err
 		}
-		env.Body = protocol.Register{Version: int(r.GetVersion()), Name: r.GetName(), Slots: int(r.GetSlots()), DataAddress: r.GetDataAddress(),
+		reg := protocol.Register{Version: int(r.GetVersion()), Name: r.GetName(), Slots: int(r.GetSlots()), DataAddress: r.GetDataAddress(),
 			BufferSize: int(r.GetBufferSize()), Build: build}
+		for _, k := range r.GetKept() {
+			kj := protocol.KeptJob{Checkpoint: k.GetCheckpoint()}
+			if kj.Job, err = decodeJob(k.GetJob()); err != nil {
+				return env, nil, fmt.Errorf("Register: kept job: %w", err)
+			}
+			if kj.Setup, err = decodeSetup(k.GetSetup()); err != nil {
+				return env, nil, fmt.Errorf("Register: kept job %s: %w", kj.Job, err)
+			}
+			for _, t := range k.GetTasks() {
+				st := deploy.State(t.GetState())
+				if err := checkState(st); err != nil {
+					return env, nil, fmt.Errorf("Register: kept job %s: %w", kj.Job, err)
+				}
+				kj.Tasks = append(kj.Tasks, protocol.KeptTask{Attempt: decodeAttempt(t.GetAttempt()), PartitionAttempt: t.GetPartitionAttempt(),
+					State: st, Failure: t.GetFailure(), Replaying: t.GetReplaying()})
+			}
+			reg.Kept = append(reg.Kept, kj)
+		}
+		env.Body = reg
 	case *pb.FromTaskManager_Heartbeat:
 		env.Body = protocol.Heartbeat{}
 	case *pb.FromTaskManager_Leaving:
@@ -438,6 +472,22 @@ func decodeHandle(h *pb.StateHandle) checkpoint.StateHandle {
 		out.Blobs = append(out.Blobs, checkpoint.BlobRef{Key: b.GetKey(), Size: b.GetSize(), CRC: b.GetCrc(), Shared: b.GetShared()})
 	}
 	return out
+}
+
+func encodeSetup(b protocol.SetupJob) *pb.SetupJob {
+	return &pb.SetupJob{Name: b.Name, Args: cloneStrings(b.Args),
+		Graph: fixedBytes(b.Graph[:]), Secret: cloneBytes(b.Secret), CheckpointStorage: b.CheckpointStorage,
+		Savepoint: b.Savepoint, StartUnixNanos: b.Start, Probe: b.Probe, ProbeNonce: cloneBytes(b.ProbeNonce)}
+}
+
+func decodeSetup(s *pb.SetupJob) (protocol.SetupJob, error) {
+	sj := protocol.SetupJob{Name: s.GetName(), Args: nilIfEmpty(s.GetArgs()), Secret: nilIfEmpty(s.GetSecret()),
+		CheckpointStorage: s.GetCheckpointStorage(), Savepoint: s.GetSavepoint(), Start: s.GetStartUnixNanos(),
+		Probe: s.GetProbe(), ProbeNonce: nilIfEmpty(s.GetProbeNonce())}
+	if err := decodeFixed(sj.Graph[:], s.GetGraph(), "SetupJob graph fingerprint"); err != nil {
+		return sj, err
+	}
+	return sj, nil
 }
 
 func encodeBuild(b protocol.Build) *pb.Build {

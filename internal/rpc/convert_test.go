@@ -32,6 +32,8 @@ var bodyKinds = []bodyKind{
 	{protocol.Heartbeat{}, true},
 	{protocol.SetupJob{}, true},
 	{protocol.ReleaseJob{}, true},
+	{protocol.AdoptJob{}, true},
+	{protocol.DropJob{}, true},
 	{jobcore.Deploy{}, true},
 	{jobcore.CancelTask{}, true},
 	{jobcore.ReleasePartitions{}, true},
