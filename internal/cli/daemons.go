@@ -44,6 +44,7 @@ func AddJobManagerFlags(fs *pflag.FlagSet) func() (roles.JobManagerConfig, error
 	fs.StringVar(&cfg.Advertise, "advertise-addr", "", "with --ha: the address the other processes reach this JobManager at (default --addr, which must then name a host)")
 	fs.StringVar(&cfg.RESTAdvertise, "rest-advertise-addr", "", "with --ha: the address of this JobManager's REST API that /v1/leader gives (default --rest-addr, which must then name a host)")
 	haf := AddHAFlags(fs, true)
+	fs.BoolVar(&cfg.Continuity, "ha-continuity", true, "with --ha: take over the tasks a lost leader's TaskManagers kept running (false: restart every job from its latest checkpoint, as Flink does)")
 	fs.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", roles.DefaultHeartbeatInterval, "how often the JobManager and TaskManagers send each other a heartbeat")
 	fs.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", roles.DefaultHeartbeatTimeout, "silence after which either side declares the other lost")
 	fs.DurationVar(&cfg.SlotWaitTimeout, "slot-wait-timeout", 5*time.Minute, "how long a job waits for slots (a lost TaskManager's replacement) before it fails")
@@ -77,9 +78,13 @@ func AddTaskManagerFlags(fs *pflag.FlagSet) func() (roles.TaskManagerConfig, err
 	fs.DurationVar(&cfg.JobManagerWait, "jobmanager-wait", 0, "exit after this long without a JobManager (0: keep trying)")
 	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "serve this TaskManager's Prometheus metrics (its in-flight logs, the Go runtime) at http://ADDR/metrics (\"\": none)")
 	haf := AddHAFlags(fs, false)
+	fs.DurationVar(&cfg.Grace, "ha-grace", roles.DefaultGrace, "with --ha: how long the tasks keep running after the leader is lost, for the next leader to take them over (0: cancel them at once)")
 	tls := AddTLSFlags(fs)
 	return func() (roles.TaskManagerConfig, error) {
 		c := cfg
+		if c.Grace < 0 {
+			return c, fmt.Errorf("invalid --ha-grace %v: must not be negative", c.Grace)
+		}
 		if c.Slots < 1 {
 			return c, fmt.Errorf("invalid --slots %d: must be at least 1", c.Slots)
 		}
@@ -163,7 +168,8 @@ func mainTaskManager(ctx context.Context, args []string, stdout, stderr io.Write
 	config := AddTaskManagerFlags(fs)
 	verbose := fs.Bool("verbose", false, "DEBUG logs")
 	if help, err := parseDaemon(fs, args, stdout, "taskmanager --jobmanager HOST:PORT [FLAGS]", "Runs a TaskManager until SIGINT or SIGTERM. When it loses its JobManager it cancels its tasks and registers\n"+
-		"again (with --jobmanager-wait, it exits with code 1 after that long without one). A JobManager of another build\n"+
+		"again (with --ha, it keeps them running for --ha-grace and reports them to the next leader, which takes them over)\n"+
+		" (with --jobmanager-wait, it exits with code 1 after that long without one). A JobManager of another build\n"+
 		"refuses it: exit code 2."); help || err != nil {
 		return err
 	}

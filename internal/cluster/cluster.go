@@ -65,6 +65,10 @@ type TaskManagerConfig struct {
 	Logger   *slog.Logger
 	// Clock is the processing time of the TaskManager's tasks; nil: the wall clock.
 	Clock clockwork.Clock
+	// KeepTasks keeps the tasks running when a session ends for any reason but the TaskManager's own
+	// shutdown (task continuity under high availability, keep.go): the next registration reports them to
+	// the JobManager it registers with. Without it a session's end cancels every task.
+	KeepTasks bool
 }
 
 // DefaultNetworkMemoryBytes is the default network memory of a TaskManager.
@@ -96,6 +100,13 @@ type TaskManager struct {
 	// jobs holds the jobs set up here (SetupJob) until they are released (ReleaseJob, or the end of the
 	// session): bounded by the jobs the JobManager runs here at once.
 	jobs map[protocol.JobID]*tmJob
+
+	// outMu guards where the tasks' messages go (keep.go): out, the current session (nil between
+	// sessions), kept, the jobs kept running without a JobManager and not yet adopted (bounded by jobs),
+	// and every job's jobState.
+	outMu sync.Mutex
+	out   protocol.Session
+	kept  map[protocol.JobID]*keptJob
 }
 
 // NewTaskManager starts a TaskManager and its data server.
@@ -121,7 +132,7 @@ func NewTaskManager(cfg TaskManagerConfig) (*TaskManager, error) {
 	// The server's own partition manager stays empty: every request is admitted to its job's (admit).
 	pm := network.NewPartitionManager()
 	tm := &TaskManager{cfg: cfg, log: lg, memory: mem, tasks: make(map[taskKey]*task.Task),
-		jobs:            make(map[protocol.JobID]*tmJob),
+		jobs: make(map[protocol.JobID]*tmJob), kept: make(map[protocol.JobID]*keptJob),
 		snapshotWriters: make(chan struct{}, max(1, runtime.GOMAXPROCS(0)/2))}
 	so := cfg.DataServer
 	if so.Logger == nil {

@@ -91,6 +91,8 @@ type tmJob struct {
 	// determinants.Config.
 	detsMu sync.Mutex
 	dets   map[ident.Subtask]*determinants.Log
+	// state is what a report of the job as kept says (keep.go); guarded by the TaskManager's outMu.
+	state jobState
 }
 
 // determinants returns subtask s's determinant log, made on first use.
@@ -141,14 +143,21 @@ func (ss *session) send(job protocol.JobID, body any) {
 // Serve registers the TaskManager with the JobManager at the other end of s and carries out what it asks
 // until the session ends (ctx done, the JobManager gone or silent past the heartbeat timeout, a refusal).
 // Then it cancels every task it runs, waits for them and releases every job, so that a TaskManager that
-// lost its JobManager holds nothing; it returns the reason the session ended. When ctx ends (the process
-// shuts down) it first tells the JobManager it is leaving (protocol.Leaving) and waits, at most leaveWait,
-// for the JobManager to end the session in answer before it cancels the tasks; unless ctx ended with the
-// cause ErrEndSessionOnly, which ends the session at once, without the notice. A TaskManager serves one
-// session at a time; calling Serve again registers it anew.
+// lost its JobManager holds nothing; it returns the reason the session ended. With KeepTasks the tasks
+// keep running instead, unless the TaskManager shuts down, and the next registration reports them
+// (keep.go). When ctx ends (the process shuts down) it first tells the JobManager it is leaving
+// (protocol.Leaving) and waits, at most leaveWait, for the JobManager to end the session in answer before
+// it cancels the tasks; unless ctx ended with the cause ErrEndSessionOnly, which ends the session at once,
+// without the notice. A TaskManager serves one session at a time; calling Serve again registers it anew.
 func (tm *TaskManager) Serve(ctx context.Context, s protocol.Session, cat Catalog) error {
+	return tm.ServeLeader(ctx, s, cat, 0)
+}
+
+// ServeLeader is Serve with a JobManager that must lead in term epoch (high availability: the TaskManager
+// found it on etcd): a session the JobManager accepts under another epoch is ended at once (0: any).
+func (tm *TaskManager) ServeLeader(ctx context.Context, s protocol.Session, cat Catalog, epoch int64) error {
 	reg := protocol.Register{Version: protocol.Version, Name: tm.cfg.Name, Slots: tm.cfg.Slots,
-		DataAddress: tm.DataAddress(), BufferSize: tm.cfg.BufferSize, Build: tm.cfg.Build}
+		DataAddress: tm.DataAddress(), BufferSize: tm.cfg.BufferSize, Build: tm.cfg.Build, Kept: tm.keptReport()}
 	if err := s.Send(protocol.Envelope{Body: reg}); err != nil {
 		s.Close(nil)
 		return fmt.Errorf("TaskManager %s: register: %w", tm.cfg.Name, err)
@@ -169,7 +178,13 @@ func (tm *TaskManager) Serve(ctx context.Context, s protocol.Session, cat Catalo
 		s.Close(nil)
 		return fmt.Errorf("TaskManager %s: the JobManager answered the registration with %T", tm.cfg.Name, first.Body)
 	}
+	if epoch != 0 && ok.Epoch != epoch {
+		err := fmt.Errorf("TaskManager %s: the JobManager accepted the registration in leadership epoch %d, etcd names epoch %d: not the leader", tm.cfg.Name, ok.Epoch, epoch)
+		s.Close(err)
+		return err
+	}
 	ss := &session{tm: tm, s: s, cat: cat, id: ok.TaskManager}
+	tm.attach(s)
 	ss.heard.Store(time.Now().UnixNano())
 	tm.log.Log(context.Background(), sessionLevel(ok), "registered with the JobManager", "session", ok.TaskManager, "heartbeat_interval", ok.HeartbeatInterval,
 		"heartbeat_timeout", ok.HeartbeatTimeout)
@@ -200,6 +215,14 @@ func (tm *TaskManager) Serve(ctx context.Context, s protocol.Session, cat Catalo
 	close(stop)
 	wg.Wait()
 	s.Close(reason)
+	tm.detach(s)
+	shuttingDown := ctx.Err() != nil && !errors.Is(context.Cause(ctx), ErrEndSessionOnly)
+	if tm.cfg.KeepTasks && !shuttingDown {
+		n := tm.keepJobs()
+		tm.log.Log(context.Background(), sessionLevel(ok), "the session with the JobManager ended: the tasks keep running for the next leader",
+			"jobs", n, "reason", reason)
+		return reason
+	}
 	tm.cancelAll()
 	tm.log.Log(context.Background(), sessionLevel(ok), "the session with the JobManager ended: every task cancelled, every job released", "reason", reason)
 	return reason
@@ -311,10 +334,19 @@ func (ss *session) handle(env protocol.Envelope) {
 		}
 		tm.releaseJob(env.Job)
 		ss.send(env.Job, protocol.Accumulators{Values: values, Final: true})
+	case protocol.AdoptJob:
+		tm.adopt(env.Job)
+	case protocol.DropJob:
+		tm.wg.Go(func() { tm.dropKept(env.Job, m.Reason) })
 	case jobcore.Deploy:
 		if err := ss.deploy(env.Job, m.Deployment); err != nil {
-			ss.send(env.Job, jobcore.TaskUpdate{Attempt: m.Deployment.Info.Attempt, State: deploy.Failed,
-				Failure: &jobcore.Failure{Message: err.Error(), Kind: jobcore.FailureDeploy, Cause: err}})
+			u := jobcore.TaskUpdate{Attempt: m.Deployment.Info.Attempt, State: deploy.Failed,
+				Failure: &jobcore.Failure{Message: err.Error(), Kind: jobcore.FailureDeploy, Cause: err}}
+			if j := tm.job(env.Job); j != nil {
+				tm.emit(j, u)
+			} else {
+				ss.send(env.Job, u)
+			}
 		}
 	case jobcore.CancelTask:
 		if t := tm.task(env.Job, m.Attempt); t != nil {
@@ -329,14 +361,23 @@ func (ss *session) handle(env protocol.Envelope) {
 		if m.Mode == barrier.AtLeastOnce {
 			flags = BarrierFlagAtLeastOnce
 		}
+		if j := tm.job(env.Job); j != nil {
+			tm.heard(j, m.ID)
+		}
 		if t := tm.task(env.Job, m.Attempt); t == nil || !t.TriggerCheckpoint(m.ID, m.TimestampMillis, flags) {
 			ss.send(env.Job, jobcore.CheckpointDecline{ID: m.ID, Attempt: m.Attempt, Err: checkpoint.ErrTaskNotReady, NotReady: true})
 		}
 	case jobcore.AbortCheckpoint:
+		if j := tm.job(env.Job); j != nil {
+			tm.heard(j, m.ID)
+		}
 		if t := tm.task(env.Job, m.Attempt); t != nil {
 			t.AbortCheckpoint(m.ID)
 		}
 	case jobcore.NotifyCheckpointComplete:
+		if j := tm.job(env.Job); j != nil {
+			tm.heard(j, m.ID)
+		}
 		if t := tm.task(env.Job, m.Attempt); t != nil {
 			t.NotifyCheckpointComplete(m.ID)
 		}
@@ -442,8 +483,11 @@ func (tm *TaskManager) releaseJob(id protocol.JobID) {
 }
 
 // cancelAll cancels every task, waits for them and releases every job: what a TaskManager does when it
-// loses its JobManager.
+// loses its JobManager (without KeepTasks) or shuts down.
 func (tm *TaskManager) cancelAll() {
+	tm.outMu.Lock()
+	clear(tm.kept)
+	tm.outMu.Unlock()
 	tm.mu.Lock()
 	for _, t := range tm.tasks {
 		t.Cancel()
@@ -509,10 +553,10 @@ func (ss *session) deploy(job protocol.JobID, dep jobcore.Deployment) error {
 		cfg.Checkpoints = &task.CheckpointSetup{Store: j.build.Store, Mode: cs.Mode, FinalCheckpoint: cs.FinalCheckpoint,
 			Incremental: j.build.Incremental,
 			Ack: func(id int64, from ident.Attempt, h checkpoint.StateHandle) {
-				ss.send(job, jobcore.CheckpointAck{ID: id, Attempt: from, Handle: h})
+				tm.emit(j, jobcore.CheckpointAck{ID: id, Attempt: from, Handle: h})
 			},
 			Decline: func(id int64, from ident.Attempt, err error) {
-				ss.send(job, jobcore.CheckpointDecline{ID: id, Attempt: from, Err: err})
+				tm.emit(j, jobcore.CheckpointDecline{ID: id, Attempt: from, Err: err})
 			}}
 	}
 	if r := cfg.Restore; r != nil {
@@ -522,14 +566,17 @@ func (ss *session) deploy(job protocol.JobID, dep jobcore.Deployment) error {
 			cfg.Restore = &rr
 		}
 	}
-	report := func(u deploy.Update) { ss.report(j, u) }
+	report := func(u deploy.Update) { tm.report(j, u) }
+	tm.outMu.Lock()
+	j.state.deployed(dep)
+	tm.outMu.Unlock()
 	return tm.start(job, j.pm, cfg, report)
 }
 
 // report takes a task's update to the JobManager. Called from the task's goroutine.
-func (ss *session) report(j *tmJob, u deploy.Update) {
+func (tm *TaskManager) report(j *tmJob, u deploy.Update) {
 	if o := u.Observation; o != nil {
-		ss.send(j.id, jobcore.Observation{Attempt: u.Attempt, Kind: o.Kind,
+		tm.emit(j, jobcore.Observation{Attempt: u.Attempt, Kind: o.Kind,
 			Channel: jobcore.Channel{Partition: o.Channel.Partition, Subpartition: o.Channel.Subpartition},
 			Lost:    o.Lost, PartialSkipped: o.PartialSkipped, Records: o.Records, SnapshotBefore: o.SnapshotBefore, At: max(o.At.Sub(j.start), 0)})
 		return
@@ -548,7 +595,7 @@ func (ss *session) report(j *tmJob, u deploy.Update) {
 		}
 		tu.Failure = f
 	}
-	ss.send(j.id, tu)
+	tm.emit(j, tu)
 }
 
 // replayFailure tells from a task's error why its replay under task failover could not hold, for the job

@@ -13,8 +13,10 @@ import (
 // Job is a submitted job as etcd keeps it: enough for a new leader to build it again and to know where
 // it stands.
 type Job struct {
-	// ID is the job's id (protocol.JobID's text).
-	ID string `json:"id"`
+	// ID is the job's id (protocol.JobID's text); Run is the id of its current run (the JobID its
+	// TaskManagers know it by).
+	ID  string `json:"id"`
+	Run string `json:"run,omitempty"`
 	// Name and Args are the registered job and its command line, as submitted.
 	Name string   `json:"name"`
 	Args []string `json:"args"`
@@ -35,6 +37,8 @@ type CheckpointPointer struct {
 	ID int64 `json:"id"`
 	// Location is the checkpoint storage that holds it.
 	Location string `json:"location"`
+	// Run is the id of the job's run that took it.
+	Run string `json:"run,omitempty"`
 }
 
 // maxJobs bounds the jobs Jobs reads: a cluster keeps that many at most (ended ones are deleted by the

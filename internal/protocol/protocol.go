@@ -99,7 +99,10 @@ type KeptJob struct {
 	// Checkpoint is the highest checkpoint id the TaskManager heard of for the job (triggered, acknowledged,
 	// declined, aborted or completed): the next leader's checkpoint ids continue above it.
 	Checkpoint int64
-	Tasks      []KeptTask
+	// Restored is the id of the checkpoint or savepoint the job's run started from (0: none): the
+	// TaskManager's build of the job reads it for a restore.
+	Restored int64
+	Tasks    []KeptTask
 }
 
 // KeptTask is the current attempt of one subtask on a TaskManager that kept its tasks.

@@ -93,7 +93,10 @@ type JobManagerConfig struct {
 	// where it listens, which must then name a host).
 	HA                       *ha.Config
 	Advertise, RESTAdvertise string
-	Logger                   *slog.Logger
+	// Continuity, with HA, makes a new leader take over the tasks that the lost leader's TaskManagers
+	// kept running (docs/cluster.md §7); without it, it restarts every job from its latest checkpoint.
+	Continuity bool
+	Logger     *slog.Logger
 	// Listening, when set, is called once the listeners are bound, with their addresses.
 	Listening func(addr, restAddr string)
 }

@@ -25,6 +25,10 @@ import (
 	"github.com/runnel-dev/runnel/internal/rpc"
 )
 
+// DefaultGrace is how long a TaskManager with HA keeps its tasks running without a leader by default: long
+// enough for the leader's lease to expire (5 s by default), a standby to win and take the tasks over.
+const DefaultGrace = 30 * time.Second
+
 // TaskManagerConfig configures ServeTaskManager.
 type TaskManagerConfig struct {
 	// JobManager is the JobManager's address (HOST:PORT).
@@ -46,6 +50,10 @@ type TaskManagerConfig struct {
 	// InflightLogDisk is their disk past that memory (zero: 4 GiB; negative: none).
 	InflightLogDisk int64
 	BufferSize      int
+	// Grace, with HA, is how long the TaskManager keeps its tasks running after it lost the leader, for the
+	// next leader to take them over (task continuity); it runs again from each moment etcd could not be
+	// reached (no leader can be elected then). Zero: the tasks are cancelled when the leader is lost.
+	Grace time.Duration
 	// JobManagerWait, when set, makes the TaskManager exit with an error after it has been without a
 	// JobManager this long; without it, it keeps trying to register (a daemon).
 	JobManagerWait time.Duration
@@ -94,7 +102,7 @@ func ServeTaskManager(ctx context.Context, jobs Jobs, cfg TaskManagerConfig) (er
 	tc := cluster.TaskManagerConfig{Name: cfg.Name, Slots: cfg.Slots, NetworkMemoryBytes: cfg.NetworkMemoryBytes, InflightLogMemory: cfg.InflightLogMemory,
 		InflightLogDisk: cfg.InflightLogDisk,
 		BufferSize:      cfg.BufferSize, DataAddress: cfg.DataAddr, DataAdvertise: cfg.DataAdvertise, Build: build, Logger: lg,
-		Registered: cfg.Registered}
+		Registered: cfg.Registered, KeepTasks: cfg.HA != nil && cfg.Grace > 0}
 	tc.DataServer.TLS, tc.DataDial.TLS = serverTLS, clientTLS
 	tm, err := cluster.NewTaskManager(tc)
 	if err != nil {
@@ -123,6 +131,8 @@ func ServeTaskManager(ctx context.Context, jobs Jobs, cfg TaskManagerConfig) (er
 	cat := &registryCatalog{jobs: jobs, log: lg}
 	backoff := 100 * time.Millisecond
 	lostSince := time.Now()
+	// graceEnd is when the kept tasks are given up unless a leader took them over (zero: none kept).
+	var graceEnd time.Time
 	where := []any{"jobmanager", cfg.JobManager}
 	if cfg.HA != nil {
 		where = []any{"ha", strings.Join(cfg.HA.Endpoints, ","), "ha_cluster", cfg.HA.Cluster}
@@ -144,6 +154,9 @@ func ServeTaskManager(ctx context.Context, jobs Jobs, cfg TaskManagerConfig) (er
 			leader, err = hac.Leader(lctx)
 			cancel()
 			jmAddr = leader.Addr
+			if err != nil && !errors.Is(err, ha.ErrNoLeader) && !graceEnd.IsZero() {
+				graceEnd = time.Now().Add(cfg.Grace) // etcd unreachable: nobody can lead and take the tasks
+			}
 		}
 		var s protocol.Session
 		if err == nil {
@@ -159,7 +172,7 @@ func ServeTaskManager(ctx context.Context, jobs Jobs, cfg TaskManagerConfig) (er
 				// that the TaskManager leaves the cluster.
 				stopWatch = leaveDeposed(sessCtx, hac, leader, func() { endSession(cluster.ErrEndSessionOnly) }, lg)
 			}
-			err = tm.Serve(sessCtx, s, cat)
+			err = tm.ServeLeader(sessCtx, s, cat, leader.Epoch)
 			endSession(nil)
 			stopWatch()
 			if time.Since(registeredAt) > 5*time.Second {
@@ -172,6 +185,19 @@ func ServeTaskManager(ctx context.Context, jobs Jobs, cfg TaskManagerConfig) (er
 		}
 		if ctx.Err() != nil {
 			return nil
+		}
+		switch kept := tm.Kept(); {
+		case kept == 0:
+			graceEnd = time.Time{}
+		case graceEnd.IsZero():
+			graceEnd = time.Now().Add(cfg.Grace)
+			lg.Warn("the leader is lost: the tasks keep running for the next leader", "jobs", kept, "grace", cfg.Grace)
+		case time.Now().After(graceEnd):
+			tm.DropKept(fmt.Sprintf("no JobManager took them over within --ha-grace %v", cfg.Grace))
+			graceEnd = time.Time{}
+		}
+		if !graceEnd.IsZero() {
+			backoff = min(backoff, leaderPoll) // the next leader is to be found as soon as it leads
 		}
 		if cfg.JobManagerWait > 0 && time.Since(lostSince) > cfg.JobManagerWait {
 			return fmt.Errorf("taskmanager %s: no JobManager at %s for %v (--jobmanager-wait): %w", cfg.Name, cmp.Or(jmAddr, "the leader's address"), cfg.JobManagerWait, err)

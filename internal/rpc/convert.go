@@ -154,7 +154,7 @@ func encodeFromTaskManager(env protocol.Envelope) (*pb.FromTaskManager, error) {
 		r := &pb.Register{Version: int64(b.Version), Name: b.Name, Slots: int64(b.Slots),
 			DataAddress: b.DataAddress, BufferSize: int64(b.BufferSize), Build: encodeBuild(b.Build)}
 		for _, k := range b.Kept {
-			kj := &pb.KeptJob{Job: jobBytes(k.Job), Setup: encodeSetup(k.Setup), Checkpoint: k.Checkpoint}
+			kj := &pb.KeptJob{Job: jobBytes(k.Job), Setup: encodeSetup(k.Setup), Checkpoint: k.Checkpoint, Restored: k.Restored}
 			for _, t := range k.Tasks {
 				if err := checkState(t.State); err != nil {
 					return nil, fmt.Errorf("Register: kept task %s: %w", t.Attempt, err)
@@ -239,7 +239,7 @@ func decodeFromTaskManager(m *pb.FromTaskManager) (env protocol.Envelope, bye *p
 		reg := protocol.Register{Version: int(r.GetVersion()), Name: r.GetName(), Slots: int(r.GetSlots()), DataAddress: r.GetDataAddress(),
 			BufferSize: int(r.GetBufferSize()), Build: build}
 		for _, k := range r.GetKept() {
-			kj := protocol.KeptJob{Checkpoint: k.GetCheckpoint()}
+			kj := protocol.KeptJob{Checkpoint: k.GetCheckpoint(), Restored: k.GetRestored()}
 			if kj.Job, err = decodeJob(k.GetJob()); err != nil {
 				return env, nil, fmt.Errorf("Register: kept job: %w", err)
 			}
