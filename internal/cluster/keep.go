@@ -39,7 +39,7 @@ type jobState struct {
 	// checkpoint is the highest checkpoint id heard of for the job.
 	checkpoint int64
 	// attempts holds the newest attempt of each subtask deployed here: bounded by the job's subtasks.
-	attempts map[ident.Subtask]*protocol.KeptTask
+	attempts map[ident.Subtask]*jobcore.KeptTask
 }
 
 // deployed records an attempt deployed here as its subtask's current one.
@@ -49,9 +49,9 @@ func (st *jobState) deployed(dep jobcore.Deployment) {
 		return
 	}
 	if st.attempts == nil {
-		st.attempts = make(map[ident.Subtask]*protocol.KeptTask)
+		st.attempts = make(map[ident.Subtask]*jobcore.KeptTask)
 	}
-	st.attempts[a.Subtask] = &protocol.KeptTask{Attempt: a, PartitionAttempt: dep.PartitionAttempt, State: deploy.Deploying,
+	st.attempts[a.Subtask] = &jobcore.KeptTask{Attempt: a, PartitionAttempt: dep.PartitionAttempt, State: deploy.Deploying,
 		Replaying: dep.Replay}
 	st.checkpoint = max(st.checkpoint, dep.SkipCheckpointsUpTo)
 }

@@ -169,7 +169,8 @@ func (c *Core) onNextID(e StorageDone) {
 		c.fail(fmt.Errorf("checkpoint storage: %w", e.Err))
 		return
 	}
-	next := max(e.NextID, 1)
+	// Above every id a task heard of too: a lost leader's tasks (Adopt) may have taken part in some.
+	next := max(e.NextID, 1, c.lastTriggered+1)
 	if c.initial != nil {
 		next = max(next, c.initial.ID+1)
 	}
@@ -180,6 +181,16 @@ func (c *Core) onNextID(e StorageDone) {
 	}
 	coord.Restored(c.initial)
 	c.coord, c.firstCheckpointID = coord, next
+	if a := c.cfg.Adopt; a != nil {
+		if a.CompletedThisRun && a.Completed != nil {
+			c.firstCheckpointID = a.Completed.ID // the run taken over took it: its channel positions hold
+		}
+		for _, s := range c.subtasks {
+			if ex := c.execs[s]; ex.state == deploy.Finished {
+				c.carryOut(coord.TaskFinished(c.ms(), ex.attempt))
+			}
+		}
+	}
 	c.ready.Changed = true
 	c.deployScheduled()
 }

@@ -49,6 +49,9 @@ type Config struct {
 	// SlotWaitTimeout bounds how long a deployment or restart waits for slots before the job fails
 	// (default DefaultSlotWaitTimeout).
 	SlotWaitTimeout time.Duration
+	// Adopt, when set, is a job whose tasks run already (a lost leader's, adopt.go): the core takes them
+	// over instead of deploying them. Savepoint is then unused: Adopt.Completed is the restore point.
+	Adopt *Adoption
 }
 
 // DefaultSlotWaitTimeout is how long a job waits for slots by default.
@@ -285,24 +288,16 @@ func New(cfg Config) (*Core, error) {
 	}
 	c.slots = make([]*Slot, c.slotCount)
 	c.slotLost = make([]string, c.slotCount)
+	if cfg.Adopt != nil {
+		if err := c.adopt(cfg.Adopt); err != nil {
+			return nil, err
+		}
+	}
 	return c, nil
 }
 
-// logicalSlot is the placement rule: with slot sharing subtask i of every vertex shares logical slot i;
-// without, the subtasks take one logical slot each, in vertex order.
-func (c *Core) logicalSlot(s ident.Subtask) int {
-	if !c.cfg.NoSlotSharing {
-		return int(s.Index)
-	}
-	k := int(s.Index)
-	for _, v := range c.cfg.Job.Vertices {
-		if v.ID == s.Vertex {
-			break
-		}
-		k += v.Parallelism
-	}
-	return k
-}
+// logicalSlot is subtask s's logical slot (see the package function).
+func (c *Core) logicalSlot(s ident.Subtask) int { return logicalSlot(c.cfg.Job, c.cfg.NoSlotSharing, s) }
 
 // Step feeds one event that happened at now (time since the job started; it never goes back). It returns
 // an error only for an event the core cannot take (a driver bug), never for a failure of the job.
@@ -462,6 +457,13 @@ func (c *Core) onStart(e Start) error {
 	c.started = e.Wall
 	c.status = StatusRunning
 	c.ready.Changed = true
+	if c.cfg.Adopt != nil {
+		if c.cfg.Checkpoint != nil {
+			c.storage(NextID{}, 0)
+		}
+		c.startAdopted()
+		return nil
+	}
 	c.log(LogInfo, "job started", "vertices", len(c.cfg.Job.Vertices), "subtasks", len(c.execs))
 	c.ready.Slots = append(c.ready.Slots, SlotChange{Request: c.slotCount})
 	if c.cfg.Checkpoint != nil {

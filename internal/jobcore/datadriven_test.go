@@ -315,16 +315,84 @@ func (h *harness) job(lines []string) string {
 		cfg.Savepoint, cfg.SavepointLocation = sp, "savepoint-"+v
 	}
 	h.ids, h.names, h.addr, h.slotNo = map[string]TaskManagerID{}, map[TaskManagerID]string{}, map[string]TaskManagerID{}, map[TaskManagerID]int{}
+	if v, ok := opts["adopt"]; ok {
+		if cfg.Adopt, err = h.adoption(jg, cfg.NoSlotSharing, strings.Split(v, ","), opts); err != nil {
+			return "error: " + err.Error() + "\n"
+		}
+	}
 	if h.core, err = New(cfg); err != nil {
 		return "error: " + err.Error() + "\n"
 	}
 	h.now = 0
 	h.failovers, h.status, h.waiting, h.deadline, h.counts, h.savepoint = nil, "", "", "", "", ""
 	h.committed = map[int64]*checkpoint.CompletedCheckpoint{}
+	if cfg.Adopt != nil && cfg.Adopt.Completed != nil {
+		h.committed[cfg.Adopt.Completed.ID] = cfg.Adopt.Completed
+	}
 	if err := h.core.Step(0, Start{Wall: time.Unix(0, 0)}); err != nil {
 		return "error: " + err.Error() + "\n"
 	}
 	return strings.Join(h.flush(), "\n") + "\n"
+}
+
+// adoption makes the Adoption of the job option adopt=TM,TM...: logical slot i runs on the (i mod n)-th
+// TaskManager, every subtask's attempt #0 runs (heard=ID: the highest checkpoint id a task heard of;
+// completed=ID: the newest completed checkpoint, this-run=no: taken before the run; finished=SUBTASK,...:
+// those finished), as Reconcile would make it from the TaskManagers' reports.
+func (h *harness) adoption(jg *graph.JobGraph, noSharing bool, tms []string, opts map[string]string) (*Adoption, error) {
+	var reports []KeptReport
+	for _, name := range tms {
+		reports = append(reports, KeptReport{TaskManager: h.tm(name), Name: name, DataAddress: name + ":9000"})
+	}
+	if v, ok := opts["heard"]; ok {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return nil, err
+		}
+		reports[0].Checkpoint = n
+	}
+	finished := map[ident.Subtask]bool{}
+	if v, ok := opts["finished"]; ok {
+		for _, f := range strings.Split(v, ",") {
+			sub, err := h.subtaskOf(jg, f)
+			if err != nil {
+				return nil, err
+			}
+			finished[sub] = true
+		}
+	}
+	for _, s := range jg.Subtasks() {
+		r := &reports[logicalSlot(jg, noSharing, s)%len(reports)]
+		t := KeptTask{Attempt: ident.Attempt{Subtask: s}, State: deploy.Running}
+		if finished[s] {
+			t.State = deploy.Finished
+		}
+		r.Tasks = append(r.Tasks, t)
+	}
+	a, err := Reconcile(jg, noSharing, reports)
+	if err != nil {
+		return nil, err
+	}
+	for _, tm := range a.Placement {
+		name := h.names[tm]
+		a.Slots = append(a.Slots, Slot{TaskManager: tm, Name: name, DataAddress: name + ":9000", Number: h.slotNo[tm]})
+		h.slotNo[tm]++
+	}
+	if v, ok := opts["completed"]; ok {
+		id, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return nil, err
+		}
+		cp := &checkpoint.CompletedCheckpoint{ID: id}
+		for _, vx := range jg.Vertices {
+			cp.Vertices = append(cp.Vertices, checkpoint.Vertex{ID: vx.ID, Name: vx.Name, Parallelism: int32(vx.Parallelism)})
+		}
+		for _, s := range jg.Subtasks() {
+			cp.States = append(cp.States, checkpoint.StateHandle{Attempt: ident.Attempt{Subtask: s}})
+		}
+		a.Completed, a.CompletedThisRun = cp, opts["this-run"] != "no"
+	}
+	return a, nil
 }
 
 func (h *harness) tm(name string) TaskManagerID {
@@ -337,14 +405,16 @@ func (h *harness) tm(name string) TaskManagerID {
 	return id
 }
 
-func (h *harness) subtask(s string) (ident.Subtask, error) {
+func (h *harness) subtask(s string) (ident.Subtask, error) { return h.subtaskOf(h.jg, s) }
+
+func (h *harness) subtaskOf(jg *graph.JobGraph, s string) (ident.Subtask, error) {
 	name, rest, ok := strings.Cut(s, "[")
 	idx, _, ok2 := strings.Cut(rest, "]")
 	i, err := strconv.Atoi(idx)
 	if !ok || !ok2 || err != nil {
 		return ident.Subtask{}, fmt.Errorf("bad subtask %q", s)
 	}
-	for _, v := range h.jg.Vertices {
+	for _, v := range jg.Vertices {
 		if v.Name == name {
 			return ident.Subtask{Vertex: v.ID, Index: int32(i)}, nil
 		}

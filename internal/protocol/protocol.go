@@ -16,8 +16,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/runnel-dev/runnel/internal/deploy"
-	"github.com/runnel-dev/runnel/internal/ident"
+	"github.com/runnel-dev/runnel/internal/jobcore"
 )
 
 // Version is the version of the contract; a TaskManager that registers with another is refused.
@@ -106,16 +105,7 @@ type KeptJob struct {
 }
 
 // KeptTask is the current attempt of one subtask on a TaskManager that kept its tasks.
-type KeptTask struct {
-	Attempt ident.Attempt
-	// PartitionAttempt is the attempt number in the ids of the subtask's partitions (task failover).
-	PartitionAttempt int32
-	State            deploy.State
-	// Failure is why a FAILED attempt failed.
-	Failure string
-	// Replaying says the attempt, deployed by a task failover, has not replayed its log to the end.
-	Replaying bool
-}
+type KeptTask = jobcore.KeptTask
 
 // Registered accepts a registration.
 type Registered struct {
