@@ -297,7 +297,9 @@ func New(cfg Config) (*Core, error) {
 }
 
 // logicalSlot is subtask s's logical slot (see the package function).
-func (c *Core) logicalSlot(s ident.Subtask) int { return logicalSlot(c.cfg.Job, c.cfg.NoSlotSharing, s) }
+func (c *Core) logicalSlot(s ident.Subtask) int {
+	return logicalSlot(c.cfg.Job, c.cfg.NoSlotSharing, s)
+}
 
 // Step feeds one event that happened at now (time since the job started; it never goes back). It returns
 // an error only for an event the core cannot take (a driver bug), never for a failure of the job.
