@@ -156,3 +156,31 @@ func HasRestorable(ctx context.Context, dir string) bool {
 	cp, _, err := st.Latest(ctx)
 	return err == nil && cp != nil
 }
+
+// restorePoint reads the checkpoint a run taken over restores on a later restart: the newest this run
+// completed, in its checkpoint storage, or else the one it started from (nil: none).
+func (t *Takeover) restorePoint(ctx context.Context, storage string) (*checkpoint.Savepoint, error) {
+	loc, id := storage, t.ThisRun
+	if id == 0 {
+		loc, id = t.Savepoint, t.Restored
+	}
+	if id == 0 {
+		return nil, nil
+	}
+	if loc == "" {
+		return nil, fmt.Errorf("checkpoint %d: no location", id)
+	}
+	sp, err := checkpoint.ReadSavepoint(ctx, loc)
+	if errors.Is(err, checkpoint.ErrNotFound) {
+		// A checkpoint storage: the checkpoint is one of its directories.
+		sp, err = checkpoint.ReadSavepoint(ctx, strings.TrimSuffix(loc, "/")+fmt.Sprintf("/chk-%d", id))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %d at %s: %w", id, loc, err)
+	}
+	if sp.Checkpoint.ID != id {
+		_ = sp.Close()
+		return nil, fmt.Errorf("%s holds checkpoint %d, the run's tasks name %d", loc, sp.Checkpoint.ID, id)
+	}
+	return sp, nil
+}

@@ -38,12 +38,29 @@ type On struct {
 	// Committed, when set, is called with each checkpoint's id and storage location after its metadata is
 	// committed and before it counts as completed; its error fails the checkpoint (jobmaster.Config).
 	Committed func(ctx context.Context, id int64, location string) error
+	// Adopt, when set, takes over a run whose tasks a lost leader's TaskManagers kept running (JobID is
+	// the run's id): nothing is deployed, and the job's restore point is read as Takeover says.
+	Adopt *Takeover
 
 	requireSlots bool
 	catalog      *inProcessCatalog
 	chains       *Job
 	// taskManagers are the mini-cluster's TaskManagers, whose in-flight logs the job's metrics show.
 	taskManagers []*cluster.TaskManager
+}
+
+// Takeover is what a JobManager knows of a run it takes over from a lost leader.
+type Takeover struct {
+	// Core is the core's adoption, without Completed, which Run reads from the storage.
+	Core *jobcore.Adoption
+	// Secret and Start are the run's, as its TaskManagers have them; Savepoint is the location the run
+	// started from ("" none), Restored the id of the checkpoint it restored there (0 none).
+	Secret    []byte
+	Start     time.Time
+	Savepoint string
+	Restored  int64
+	// ThisRun is the newest completed checkpoint the run took (0: none), in the job's checkpoint storage.
+	ThisRun int64
 }
 
 // undo is what a run opened and must release when it returns, released last first.
@@ -96,7 +113,20 @@ func Run(ctx context.Context, job *Job, on On) (*report.JobResult, error) {
 		}
 	}
 	var restored *report.RestoreResult
-	if rc.RestoreFrom != "" {
+	if a := on.Adopt; a != nil {
+		sp, err := a.restorePoint(ctx, jmCfg.Setup.CheckpointStorage)
+		if err != nil {
+			return nil, fmt.Errorf("job %q: take over its tasks: %w", name, err)
+		}
+		core := *a.Core
+		if sp != nil {
+			release.push(func() { _ = sp.Close() })
+			jmCfg.Savepoint = sp
+			core.Completed, core.CompletedThisRun = sp.Checkpoint, a.ThisRun > 0
+		}
+		jmCfg.Setup.Savepoint = a.Savepoint
+		jmCfg.Adopt = &jobmaster.Adoption{Core: &core, Secret: a.Secret, Start: a.Start}
+	} else if rc.RestoreFrom != "" {
 		sp, info, err := job.restore(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("job %q: restore from savepoint %s: %w", name, rc.RestoreFrom, err)

@@ -275,6 +275,19 @@ func (p *SlotPool[J]) grantTo(r *slotRequest[J]) {
 	}
 }
 
+// Take gives job the lowest free slot of TaskManager tm at once, ahead of the queue: for a job taken over
+// from a lost leader, whose tasks run on tm already. False: tm is not registered, or has no free slot.
+func (p *SlotPool[J]) Take(job J, tm TaskManagerID) (Slot, bool) {
+	t := p.byID[tm]
+	if t == nil || t.free == 0 {
+		return Slot{}, false
+	}
+	n := slices.IndexFunc(t.slots, func(h slotHolder[J]) bool { return !h.held })
+	t.slots[n] = slotHolder[J]{held: true, job: job}
+	t.free--
+	return Slot{TaskManager: t.id, Name: t.name, DataAddress: t.dataAddress, Number: n}, true
+}
+
 // grant gives job the lowest free slot of tm.
 func (p *SlotPool[J]) grant(job J, tm *poolTaskManager[J]) {
 	n := slices.IndexFunc(tm.slots, func(h slotHolder[J]) bool { return !h.held })

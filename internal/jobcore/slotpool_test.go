@@ -29,6 +29,17 @@ func add(id TaskManagerID, slots int) func(p *SlotPool[string]) string {
 	}
 }
 
+// take takes a slot of TaskManager tm-id for job at once: "tm-ID/N", or "none".
+func take(job string, id TaskManagerID) func(p *SlotPool[string]) string {
+	return func(p *SlotPool[string]) string {
+		s, ok := p.Take(job, id)
+		if !ok {
+			return "none"
+		}
+		return fmt.Sprintf("%s/%d", s.Name, s.Number)
+	}
+}
+
 func request(job string, n int) func(p *SlotPool[string]) string {
 	return func(p *SlotPool[string]) string { p.Request(job, n); return "" }
 }
@@ -132,6 +143,13 @@ func TestSlotPool(t *testing.T) {
 			{do: release("a", "1/0"), grants: "c: tm-1/0", waiting: map[string]int{"c": 0}},
 			{do: release("b", "1/1", "1/0"), free: 1}, // 1/0 is c's: ignored
 			{do: release("c", "1/0", "1/0", "1/7", "9/0"), free: 2},
+		}},
+		{"Take gives a slot of one TaskManager at once, ahead of a waiting request", []poolStep{
+			{do: seq(add(1, 1), add(2, 2)), free: 3},
+			{do: request("a", 4), grants: "a: tm-2/0 tm-1/0 tm-2/1", free: 0, waiting: map[string]int{"a": 1}},
+			{do: release("a", "2/1"), grants: "a: tm-2/1", free: 0, waiting: map[string]int{"a": 0}},
+			{do: seq(release("a", "2/1"), take("b", 2), take("b", 2), take("b", 9)), out: "tm-2/1; none; none", free: 0},
+			{do: release("b", "2/1"), free: 1},
 		}},
 		{"a removed TaskManager's slots vanish and a later Release of them is ignored", []poolStep{
 			{do: seq(add(1, 1), add(2, 2)), free: 3},

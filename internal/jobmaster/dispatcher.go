@@ -29,6 +29,20 @@ type DispatcherConfig struct {
 	Build protocol.Build
 	// RegisterTimeout bounds the wait for a new session's Register (default 10 s).
 	RegisterTimeout time.Duration
+	// Epoch, when set, gives the leadership epoch a registration is accepted in (protocol.Registered).
+	Epoch func() int64
+	// Kept, when set, is offered each job a registering TaskManager kept running after its leader was
+	// lost (task continuity); it returns whether it takes the offer, to answer it later with AdoptJob or
+	// DropJob (Adopt, Drop). An offer it does not take, or every offer without Kept, is dropped at once:
+	// the TaskManager cancels the job's tasks.
+	Kept func(KeptOffer) bool
+}
+
+// KeptOffer is a job a registering TaskManager kept running after its leader was lost.
+type KeptOffer struct {
+	TaskManager       jobcore.TaskManagerID
+	Name, DataAddress string
+	Job               protocol.KeptJob
 }
 
 // Dispatcher is the JobManager's side of its TaskManagers' sessions: it registers them, pools their
@@ -206,8 +220,12 @@ func (d *Dispatcher) serve(s protocol.Session) {
 		// The same TaskManager registered again: what it ran under the old session is gone.
 		replaced.s.Close(fmt.Errorf("TaskManager %s registered again", reg.Name))
 	}
+	var epoch int64
+	if d.cfg.Epoch != nil {
+		epoch = d.cfg.Epoch()
+	}
 	if err := s.Send(protocol.Envelope{Body: protocol.Registered{TaskManager: uint64(ts.id),
-		HeartbeatInterval: d.cfg.HeartbeatInterval, HeartbeatTimeout: d.cfg.HeartbeatTimeout}}); err != nil {
+		HeartbeatInterval: d.cfg.HeartbeatInterval, HeartbeatTimeout: d.cfg.HeartbeatTimeout, Epoch: epoch}}); err != nil {
 		d.lost(ts, err)
 		return
 	}
@@ -220,6 +238,12 @@ func (d *Dispatcher) serve(s protocol.Session) {
 	}
 	grants := d.pool.Grants()
 	d.mu.Unlock()
+	for _, k := range reg.Kept {
+		// Before its slots can be granted to anyone: a job taken over keeps the slots its tasks run in.
+		if d.cfg.Kept == nil || !d.cfg.Kept(KeptOffer{TaskManager: ts.id, Name: reg.Name, DataAddress: reg.DataAddress, Job: k}) {
+			d.Drop(ts.id, k.Job, "the JobManager that leads now does not take the job over")
+		}
+	}
 	select {
 	case d.registered <- struct{}{}:
 	default:
@@ -450,6 +474,45 @@ func (d *Dispatcher) slots(job protocol.JobID, sc jobcore.SlotChange) {
 	grants := d.pool.Grants()
 	d.mu.Unlock()
 	d.deliverGrants(grants)
+}
+
+// Adopt takes, for a job taken over from a lost leader, one slot of the TaskManager placement[i] for each
+// logical slot i, at once and ahead of waiting requests: the slots its kept tasks run in. On an error
+// (a TaskManager gone, or without a free slot) it takes none.
+func (d *Dispatcher) Adopt(job protocol.JobID, placement []jobcore.TaskManagerID) ([]jobcore.Slot, error) {
+	d.mu.Lock()
+	slots := make([]jobcore.Slot, 0, len(placement))
+	for _, tm := range placement {
+		s, ok := d.pool.Take(job, tm)
+		if !ok {
+			d.pool.Release(job, slots)
+			grants := d.pool.Grants()
+			name := fmt.Sprintf("%d", tm)
+			if ts := d.sessions[tm]; ts != nil {
+				name = ts.name
+			}
+			d.mu.Unlock()
+			d.deliverGrants(grants)
+			return nil, fmt.Errorf("TaskManager %s is gone or has no free slot for the job's tasks", name)
+		}
+		slots = append(slots, s)
+	}
+	d.mu.Unlock()
+	return slots, nil
+}
+
+// Forget gives back the slots a job holds that no driver runs (a takeover that did not start).
+func (d *Dispatcher) Forget(job protocol.JobID) {
+	d.mu.Lock()
+	d.pool.ForgetJob(job)
+	grants := d.pool.Grants()
+	d.mu.Unlock()
+	d.deliverGrants(grants)
+}
+
+// Drop tells a TaskManager that its kept job is not taken over: it cancels the job's tasks.
+func (d *Dispatcher) Drop(tm jobcore.TaskManagerID, job protocol.JobID, reason string) {
+	d.send(tm, job, protocol.DropJob{Reason: reason})
 }
 
 // exclude keeps a job off a TaskManager that could not set it up.

@@ -100,11 +100,23 @@ type Config struct {
 	// SavepointOnStop, when set, is the directory where a savepoint is written when the job is cancelled
 	// (ctx done), before its tasks are cancelled.
 	SavepointOnStop string
+	// Adopt, when set, is a job whose tasks a lost leader's TaskManagers kept running: the driver takes
+	// them over (jobcore.Config.Adopt) under JobID, the run's id, with the run's secret and start.
+	Adopt *Adoption
 	// StorageTimeout bounds every storage op but a savepoint's write (commit a checkpoint's metadata,
 	// retain, discard, find the newest valid checkpoint, the next id): a store that stops answering fails
 	// the op (a failed checkpoint, a warning) instead of holding the job up. A savepoint's write is bounded
 	// by the savepoint's own deadline, which the core gives with the op. Default DefaultStorageTimeout.
 	StorageTimeout time.Duration
+}
+
+// Adoption is a job to take over: the core's adoption (its Slots taken from the dispatcher with Adopt),
+// and what the TaskManagers that kept the tasks know the run by.
+type Adoption struct {
+	Core   *jobcore.Adoption
+	Secret []byte
+	// Start is the run's start, which the tasks date their observations from.
+	Start time.Time
 }
 
 // DefaultStorageTimeout is the default bound of one checkpoint storage op.
@@ -213,6 +225,12 @@ func NewDriver(cfg Config) (*Driver, error) {
 	if sp := cfg.Savepoint; sp != nil {
 		cc.Savepoint = sp.Checkpoint
 	}
+	if a := cfg.Adopt; a != nil {
+		if cfg.JobID == (protocol.JobID{}) || len(a.Secret) == 0 {
+			return nil, errors.New("job master: taking a job over needs its run's id and secret")
+		}
+		cc.Adopt = a.Core
+	}
 	core, err := jobcore.New(cc)
 	if err != nil {
 		return nil, fmt.Errorf("job master: %w", err)
@@ -227,6 +245,12 @@ func NewDriver(cfg Config) (*Driver, error) {
 	d.secret = make([]byte, 32)
 	if _, err := cryptorand.Read(d.secret); err != nil {
 		return nil, fmt.Errorf("job master: partition credential secret: %w", err)
+	}
+	if a := cfg.Adopt; a != nil {
+		d.secret = a.Secret
+		for _, s := range a.Core.Slots {
+			d.setUp[s.TaskManager] = true // released at the end as any
+		}
 	}
 	if d.jobID = cfg.JobID; d.jobID == (protocol.JobID{}) {
 		if _, err := cryptorand.Read(d.jobID[:]); err != nil {
@@ -344,6 +368,20 @@ func (d *Driver) Run(ctx context.Context) Snapshot {
 		return d.final
 	}
 	defer d.disp.removeJob(d)
+	if a := d.cfg.Adopt; a != nil {
+		// Routed to this driver from now on: what the TaskManagers held back for the job comes next.
+		for tm := range d.setUp {
+			d.disp.send(tm, d.jobID, protocol.AdoptJob{})
+		}
+		if c := a.Core.Checkpoint; c > 0 {
+			d.triggeredTo = c // the sweep at the end removes what the lost leader's checkpoints left
+			if cp := a.Core.Completed; cp != nil {
+				d.triggeredFrom = cp.ID + 1
+			} else {
+				d.triggeredFrom = 1
+			}
+		}
+	}
 	d.running.Store(true)
 	d.storageQ = make(chan jobcore.StorageOp, 64) // the core keeps at most 32 out: the loop never waits here
 	d.workers.Add(1)
@@ -443,6 +481,9 @@ func (d *Driver) message(m jobcore.Message) {
 		su.Name = d.cfg.Job.Name
 		su.Secret = d.secret
 		su.Start = d.started.UnixNano()
+		if a := d.cfg.Adopt; a != nil {
+			su.Start = a.Start.UnixNano()
+		}
 		body = su
 		d.setUp[m.To] = true
 	case jobcore.Deploy:

@@ -55,13 +55,18 @@ type RestoreResult struct {
 }
 
 // ResumeResult is a change of the JobManager that leads a job: the previous leader (its address and term,
-// as it recorded the job) was lost, and the leader of term Epoch resumed the job at At.
+// as it recorded the job) was lost, and the leader of term Epoch resumed the job at At. TasksKept says it
+// took over the tasks the TaskManagers kept running (no task restarted); otherwise the job restarted from
+// its latest checkpoint, and Fallback says why the tasks could not be taken over ("" when task continuity
+// is off).
 type ResumeResult struct {
 	At             time.Time `json:"at"`
 	PreviousLeader string    `json:"previous_leader"`
 	PreviousEpoch  int64     `json:"previous_epoch"`
 	Leader         string    `json:"leader"`
 	Epoch          int64     `json:"epoch"`
+	TasksKept      bool      `json:"tasks_kept"`
+	Fallback       string    `json:"fallback,omitempty"`
 }
 
 // CheckpointCounts counts the checkpoints of a job run.

@@ -144,9 +144,16 @@ func ServeJobManager(ctx context.Context, jobs Jobs, cfg JobManagerConfig) error
 		}
 	}
 	warnIfExposed(lg, "control plane", ln.Addr(), serverTLS != nil)
-	disp := jobmaster.NewDispatcher(jobmaster.DispatcherConfig{Logger: lg, HeartbeatInterval: cfg.HeartbeatInterval,
-		HeartbeatTimeout: cfg.HeartbeatTimeout, BufferSize: cfg.BufferSize, Build: build})
-	jm := &jobManager{cfg: cfg, registry: jobs, log: lg, disp: disp, build: build, lead: lead, jobs: map[protocol.JobID]*jmJob{}}
+	dc := jobmaster.DispatcherConfig{Logger: lg, HeartbeatInterval: cfg.HeartbeatInterval,
+		HeartbeatTimeout: cfg.HeartbeatTimeout, BufferSize: cfg.BufferSize, Build: build, Epoch: lead.epoch}
+	var kept *offers
+	if cfg.HA != nil && cfg.Continuity {
+		kept = newOffers()
+		dc.Kept = kept.take
+	}
+	disp := jobmaster.NewDispatcher(dc)
+	jm := &jobManager{cfg: cfg, registry: jobs, log: lg, disp: disp, build: build, lead: lead, jobs: map[protocol.JobID]*jmJob{},
+		kept: kept}
 	jm.ctx, jm.cancel = context.WithCancel(context.Background())
 	opts := rpc.ServerOptions()
 	if serverTLS != nil {
@@ -275,9 +282,11 @@ type jobManager struct {
 	disp     *jobmaster.Dispatcher
 	build    protocol.Build
 	lead     *leadership
-	ctx      context.Context // cancelled when the JobManager stops: every job is cancelled
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
+	// kept collects the tasks TaskManagers kept running for the next leader (nil: task continuity off).
+	kept   *offers
+	ctx    context.Context // cancelled when the JobManager stops: every job is cancelled
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 
 	mu    sync.Mutex
 	jobs  map[protocol.JobID]*jmJob
@@ -333,23 +342,36 @@ func (jm *jobManager) Submit(ctx context.Context, req rpc.SubmitRequest) (protoc
 	if m := buildinfo.Mismatch("the client", req.Build, "the JobManager", jm.build); m != "" {
 		return protocol.JobID{}, fmt.Errorf("%w: %s", rpc.ErrRefused, m)
 	}
-	var id protocol.JobID
+	l := launchSpec{name: req.Name, args: req.Args, graph: req.Graph, submitted: time.Now()}
 	if jm.lead.client != nil {
-		// With HA the job is recorded on etcd before it runs, under an id its run keeps.
-		if _, err := cryptorand.Read(id[:]); err != nil {
+		// With HA the job is recorded on etcd before it runs, under an id its first run takes too.
+		if _, err := cryptorand.Read(l.id[:]); err != nil {
 			return protocol.JobID{}, fmt.Errorf("job id: %w", err)
 		}
+		l.run = l.id
 	}
-	return jm.launch(req.Name, req.Args, req.Graph, id, time.Now(), nil)
+	return jm.launch(l)
 }
 
-// launch builds the registered job name from args (its graph must be graph) and runs it, under id (zero:
-// the run's own). A resumed job is one a JobManager that led before recorded on etcd: it restarts from its
-// newest retained checkpoint, if its storage holds one, under the id it was submitted with (its run gets
-// an id of its own, so that nothing a TaskManager still holds of the previous run is taken for it).
-func (jm *jobManager) launch(name string, args []string, graph [32]byte, id protocol.JobID, submitted time.Time, resumed *report.ResumeResult) (protocol.JobID, error) {
+// launchSpec is a job to run: its registered name, arguments and graph, its id (zero: the run's own),
+// and the run. A resumed job is one a JobManager that led before recorded on etcd: it is taken over
+// (adopt: its run's tasks kept running) or restarts from its newest retained checkpoint, if its storage
+// holds one, under a run id of its own (so that nothing a TaskManager still holds of the previous run is
+// taken for it).
+type launchSpec struct {
+	name      string
+	args      []string
+	graph     [32]byte
+	id, run   protocol.JobID
+	submitted time.Time
+	resumed   *report.ResumeResult
+	adopt     *executor.Takeover
+}
+
+// launch builds the registered job l names and runs it.
+func (jm *jobManager) launch(l launchSpec) (protocol.JobID, error) {
 	ctx, cancel := context.WithCancel(jm.ctx)
-	job, err := buildVerified(ctx, jm.registry, name, args, graph)
+	job, err := buildVerified(ctx, jm.registry, l.name, l.args, l.graph)
 	if err != nil {
 		cancel()
 		return protocol.JobID{}, fmt.Errorf("%w: %w", rpc.ErrRefused, err)
@@ -357,36 +379,36 @@ func (jm *jobManager) launch(name string, args []string, graph [32]byte, id prot
 	if job.Settings.MiniCluster.Logger == nil {
 		job.Settings.MiniCluster.Logger = jm.log
 	}
-	runID := id
-	if resumed != nil {
-		runID = protocol.JobID{}
+	id, name, args, graph := l.id, l.name, l.args, l.graph
+	if l.resumed != nil && l.adopt == nil {
 		if rc := &job.Recovery; rc.Checkpointing && rc.Storage != "" && executor.HasRestorable(ctx, rc.Storage) {
 			rc.RestoreFrom = rc.Storage
 		}
-		jm.log.Info("resuming a job the previous leader ran", "job", name, "id", id, "restore_from", job.Recovery.RestoreFrom)
+		jm.log.Info("resuming a job the previous leader ran", "job", name, "id", id, "restore_from", job.Recovery.RestoreFrom,
+			"fallback", l.resumed.Fallback)
 	}
 	if id != (protocol.JobID{}) {
 		// Recorded before it runs; a resumed job again, under this leader's term.
-		rec := ha.Job{ID: id.String(), Name: name, Args: args, Build: hex.EncodeToString(jm.build.Sum[:]),
-			Graph: hex.EncodeToString(graph[:]), Status: string(jobmaster.StatusRunning), Submitted: submitted}
+		rec := ha.Job{ID: id.String(), Run: l.run.String(), Name: name, Args: args, Build: hex.EncodeToString(jm.build.Sum[:]),
+			Graph: hex.EncodeToString(graph[:]), Status: string(jobmaster.StatusRunning), Submitted: l.submitted}
 		if err := jm.lead.record(ctx, rec); err != nil {
 			cancel()
 			return protocol.JobID{}, fmt.Errorf("job %q: %w", name, err)
 		}
 	}
-	j := &jmJob{id: id, name: name, job: job, submitted: submitted, stop: cancel, done: make(chan struct{}), resumed: resumed}
+	j := &jmJob{id: id, name: name, job: job, submitted: l.submitted, stop: cancel, done: make(chan struct{}), resumed: l.resumed}
 	started := make(chan *jobmaster.Driver, 1)
 	refused := make(chan error, 1)
 	jm.wg.Add(1)
 	go func() {
 		defer jm.wg.Done()
 		defer cancel()
-		on := executor.On{Dispatcher: jm.disp, Cluster: true, SlotWait: jm.cfg.SlotWaitTimeout, JobID: runID}
+		on := executor.On{Dispatcher: jm.disp, Cluster: true, SlotWait: jm.cfg.SlotWaitTimeout, JobID: l.run, Adopt: l.adopt}
 		if id != (protocol.JobID{}) {
 			// A checkpoint counts as completed only once the term recorded it: a deposed leader's
 			// checkpoints fail, so no task commits what a new leader might restore from before.
 			on.Committed = func(ctx context.Context, cp int64, loc string) error {
-				return jm.lead.checkpointed(ctx, id, ha.CheckpointPointer{ID: cp, Location: loc})
+				return jm.lead.checkpointed(ctx, id, ha.CheckpointPointer{ID: cp, Location: loc, Run: l.run.String()})
 			}
 		}
 		on.Started = func(d *jobmaster.Driver) {
@@ -403,7 +425,7 @@ func (jm *jobManager) launch(name string, args []string, graph [32]byte, id prot
 			refused <- err
 			return
 		}
-		res.Resumed = resumed
+		res.Resumed = l.resumed
 		j.mu.Lock()
 		j.result, j.err, j.ended = res, err, time.Now()
 		j.mu.Unlock()
@@ -413,7 +435,7 @@ func (jm *jobManager) launch(name string, args []string, graph [32]byte, id prot
 			// Its end, for whoever leads next (a job cancelled because this JobManager stops is left
 			// RUNNING there: the next leader resumes it).
 			rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
-			rec := ha.Job{ID: j.id.String(), Name: name, Args: args, Build: hex.EncodeToString(jm.build.Sum[:]),
+			rec := ha.Job{ID: j.id.String(), Run: l.run.String(), Name: name, Args: args, Build: hex.EncodeToString(jm.build.Sum[:]),
 				Graph: hex.EncodeToString(graph[:]), Status: res.Status, Submitted: j.submitted}
 			if err := jm.lead.record(rctx, rec); err != nil {
 				jm.log.Warn("the job's end could not be recorded on etcd", "job", name, "id", j.id, "err", err)
@@ -437,49 +459,139 @@ func (jm *jobManager) launch(name string, args []string, graph [32]byte, id prot
 	return j.id, nil
 }
 
-// resume starts, once this JobManager leads, the jobs a previous leader recorded as running: each from
-// its newest retained checkpoint (see launch). A job of another build, or one that cannot be built or
-// started, is logged at ERROR and recorded FAILED.
+// resumed is a job a previous leader recorded as running, built again by the new leader.
+type resumed struct {
+	rec   ha.Job
+	id    protocol.JobID
+	run   protocol.JobID // zero: the record names none
+	graph [32]byte
+	job   *executor.Job
+}
+
+// resume starts, once this JobManager leads, the jobs a previous leader recorded as running: with task
+// continuity it takes over those whose tasks the TaskManagers kept (takeover.go), and restarts the others
+// from their newest retained checkpoint (see launchSpec). A job of another build, or one that cannot be
+// built or started, is logged at ERROR and recorded FAILED.
 func (jm *jobManager) resume(term *ha.Leadership) {
 	ctx, cancel := context.WithTimeout(jm.ctx, 30*time.Second)
 	recs, err := jm.lead.client.Jobs(ctx)
 	cancel()
 	if err != nil {
 		jm.log.Error("the jobs the previous leader ran cannot be read from etcd: they are not resumed", "err", err)
+		if jm.kept != nil {
+			jm.kept.decide(nil, 0, nil) // and nothing is taken over
+		}
 		return
 	}
+	var todo []resumed
+	want := map[protocol.JobID]int{}
 	for _, rec := range recs {
 		if jobmaster.Status(rec.Status).Terminal() {
 			continue
 		}
-		err := func() error {
-			id, err := protocol.ParseJobID(rec.ID)
-			if err != nil {
-				return err
-			}
-			if rec.Build != hex.EncodeToString(jm.build.Sum[:]) {
-				return fmt.Errorf("it was submitted to a JobManager of another build (%s); this one is %s", rec.Build, jm.build.Describe)
-			}
-			var graph [32]byte
-			if b, err := hex.DecodeString(rec.Graph); err != nil || len(b) != len(graph) {
-				return fmt.Errorf("its record holds graph %q, not a fingerprint", rec.Graph)
-			} else {
-				copy(graph[:], b)
-			}
-			_, err = jm.launch(rec.Name, rec.Args, graph, id, rec.Submitted, &report.ResumeResult{At: time.Now(), PreviousLeader: rec.Leader,
-				PreviousEpoch: rec.Epoch, Leader: jm.lead.me.Addr, Epoch: term.Epoch()})
-			return err
-		}()
+		r, err := jm.rebuild(rec)
 		if err != nil {
-			jm.log.Error("a job the previous leader ran cannot be resumed", "job", rec.Name, "id", rec.ID, "err", err)
-			rec.Status = string(jobmaster.StatusFailed)
-			rctx, rcancel := context.WithTimeout(jm.ctx, 5*time.Second)
-			if err := jm.lead.record(rctx, rec); err != nil {
-				jm.log.Warn("recording it FAILED on etcd", "job", rec.Name, "id", rec.ID, "err", err)
+			jm.failRecord(rec, err)
+			continue
+		}
+		if r.run != (protocol.JobID{}) {
+			want[r.run] = len(r.job.Graph.Subtasks())
+		}
+		todo = append(todo, r)
+	}
+	var offered map[protocol.JobID][]jobmaster.KeptOffer
+	if jm.kept != nil {
+		offered = jm.kept.decide(want, adoptWait, jm.ctx.Done())
+	}
+	for _, r := range todo {
+		res := &report.ResumeResult{At: time.Now(), PreviousLeader: r.rec.Leader, PreviousEpoch: r.rec.Epoch, Leader: jm.lead.me.Addr, Epoch: term.Epoch()}
+		l := launchSpec{name: r.rec.Name, args: r.rec.Args, graph: r.graph, id: r.id, submitted: r.rec.Submitted, resumed: res}
+		list := offered[r.run]
+		delete(offered, r.run)
+		if jm.kept != nil {
+			if r.run == (protocol.JobID{}) {
+				res.Fallback = "the job's record names no run to take over"
+			} else if t, err := jm.takeover(r, list); err != nil {
+				res.Fallback = err.Error()
+			} else {
+				l.run, l.adopt, res.TasksKept = r.run, t, true
+				jm.log.Info("taking over a job whose tasks kept running", "job", r.rec.Name, "id", r.id, "taskmanagers", len(list))
+				if _, err := jm.launch(l); err == nil {
+					continue
+				} else {
+					jm.disp.Forget(r.run)
+					res.Fallback = "the takeover did not start: " + err.Error()
+					l.adopt, res.TasksKept = nil, false
+				}
 			}
-			rcancel()
+			jm.log.Warn("the tasks of a job the previous leader ran are not taken over: it restarts from its latest checkpoint",
+				"job", r.rec.Name, "id", r.id, "reason", res.Fallback)
+			jm.dropOffers(list, res.Fallback)
+		}
+		if _, err := cryptorand.Read(l.run[:]); err != nil {
+			jm.failRecord(r.rec, err)
+			continue
+		}
+		if _, err := jm.launch(l); err != nil {
+			jm.failRecord(r.rec, err)
 		}
 	}
+	for _, list := range offered {
+		jm.dropOffers(list, "no job of this JobManager's runs it")
+	}
+}
+
+// rebuild checks a record of a running job and builds the job again from it.
+func (jm *jobManager) rebuild(rec ha.Job) (resumed, error) {
+	r := resumed{rec: rec}
+	var err error
+	if r.id, err = protocol.ParseJobID(rec.ID); err != nil {
+		return r, err
+	}
+	if rec.Run != "" {
+		if r.run, err = protocol.ParseJobID(rec.Run); err != nil {
+			return r, fmt.Errorf("its record names run %q: %w", rec.Run, err)
+		}
+	}
+	if rec.Build != hex.EncodeToString(jm.build.Sum[:]) {
+		return r, fmt.Errorf("it was submitted to a JobManager of another build (%s); this one is %s", rec.Build, jm.build.Describe)
+	}
+	if b, err := hex.DecodeString(rec.Graph); err != nil || len(b) != len(r.graph) {
+		return r, fmt.Errorf("its record holds graph %q, not a fingerprint", rec.Graph)
+	} else {
+		copy(r.graph[:], b)
+	}
+	ctx, cancel := context.WithTimeout(jm.ctx, 30*time.Second)
+	defer cancel()
+	r.job, err = buildVerified(ctx, jm.registry, rec.Name, rec.Args, r.graph)
+	return r, err
+}
+
+// thisRun is the newest completed checkpoint etcd records for the run of r (0: none of this run). Without
+// an answer the job is not taken over: a restart of its tasks could restore older state than its sinks
+// committed.
+func (jm *jobManager) thisRun(r resumed) (int64, error) {
+	ctx, cancel := context.WithTimeout(jm.ctx, 5*time.Second)
+	defer cancel()
+	cp, err := jm.lead.client.Checkpoint(ctx, r.id.String())
+	if err != nil {
+		return 0, fmt.Errorf("its newest completed checkpoint cannot be read from etcd: %w", err)
+	}
+	if cp == nil || cp.Run != r.run.String() {
+		return 0, nil
+	}
+	return cp.ID, nil
+}
+
+// failRecord logs that a job the previous leader ran cannot be resumed, and records it FAILED.
+func (jm *jobManager) failRecord(rec ha.Job, err error) {
+	jm.log.Error("a job the previous leader ran cannot be resumed", "job", rec.Name, "id", rec.ID, "err", err)
+	rec.Status = string(jobmaster.StatusFailed)
+	rctx, rcancel := context.WithTimeout(jm.ctx, 5*time.Second)
+	if err := jm.lead.record(rctx, rec); err != nil {
+		jm.log.Warn("recording it FAILED on etcd", "job", rec.Name, "id", rec.ID, "err", err)
+	}
+	rcancel()
 }
 
 // forgetOld drops the oldest ended jobs past maxJobsRemembered, and returns their ids. Called with mu

@@ -50,6 +50,16 @@ func (l *leadership) refuse(ctx context.Context) error {
 	return fmt.Errorf("%w: the JobManager at %s leads cluster %q", ErrStandby, info.Addr, cluster)
 }
 
+// epoch is the epoch of the term this JobManager leads in (0: none, or without HA).
+func (l *leadership) epoch() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.term == nil {
+		return 0
+	}
+	return l.term.Epoch()
+}
+
 // record writes rec to etcd under the term: an error unless this JobManager leads.
 func (l *leadership) record(ctx context.Context, rec ha.Job) error {
 	l.mu.Lock()
