@@ -113,7 +113,7 @@ func (tm *TaskManager) emit(j *tmJob, body any) {
 			} else if !k.overflow {
 				k.overflow = true
 				tm.log.Warn("too many messages held back for a kept job: giving its tasks up", "job", j.setup.Name, "held", maxHeld)
-				tm.wg.Go(func() { tm.dropKept(j.id, "too many messages held back") })
+				tm.wg.Go(func() { tm.dropKept(j.id, "too many messages held back") }) // not under outMu
 			}
 		}
 		return
@@ -215,13 +215,16 @@ func (tm *TaskManager) adopt(id protocol.JobID) {
 	}
 }
 
-// dropKept gives a kept job up: its tasks are cancelled and waited for, and the job released.
+// dropKept gives a kept job up: the job is forgotten at once (a SetupJob of the same run that follows,
+// from a leader that restarts its tasks here, sets it up afresh), its tasks are cancelled, and once they
+// ended the job is released, on a goroutine the TaskManager owns.
 func (tm *TaskManager) dropKept(id protocol.JobID, reason string) {
 	tm.outMu.Lock()
 	delete(tm.kept, id)
 	tm.outMu.Unlock()
-	tm.log.Warn("giving up the tasks of a job kept running without a JobManager", "job", id, "reason", reason)
 	tm.mu.Lock()
+	j := tm.jobs[id]
+	delete(tm.jobs, id)
 	var running []<-chan struct{}
 	for k, t := range tm.tasks {
 		if k.job == id {
@@ -230,10 +233,16 @@ func (tm *TaskManager) dropKept(id protocol.JobID, reason string) {
 		}
 	}
 	tm.mu.Unlock()
-	for _, done := range running {
-		<-done
+	if j == nil {
+		return
 	}
-	tm.releaseJob(id)
+	tm.log.Warn("giving up the tasks of a job kept running without a JobManager", "job", id, "tasks", len(running), "reason", reason)
+	tm.wg.Go(func() {
+		for _, done := range running {
+			<-done
+		}
+		tm.release(j)
+	})
 }
 
 // DropKept gives up every kept job (the grace period without a JobManager that took them over ran out):

@@ -337,7 +337,7 @@ func (ss *session) handle(env protocol.Envelope) {
 	case protocol.AdoptJob:
 		tm.adopt(env.Job)
 	case protocol.DropJob:
-		tm.wg.Go(func() { tm.dropKept(env.Job, m.Reason) })
+		tm.dropKept(env.Job, m.Reason)
 	case jobcore.Deploy:
 		if err := ss.deploy(env.Job, m.Deployment); err != nil {
 			u := jobcore.TaskUpdate{Attempt: m.Deployment.Info.Attempt, State: deploy.Failed,
@@ -471,9 +471,13 @@ func (tm *TaskManager) releaseJob(id protocol.JobID) {
 	j := tm.jobs[id]
 	delete(tm.jobs, id)
 	tm.mu.Unlock()
-	if j == nil {
-		return
+	if j != nil {
+		tm.release(j)
 	}
+}
+
+// release releases what job j holds: its partitions and its build.
+func (tm *TaskManager) release(j *tmJob) {
 	j.pm.ReleaseAll()
 	if j.build.Close != nil {
 		if err := j.build.Close(); err != nil {

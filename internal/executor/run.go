@@ -49,6 +49,11 @@ type On struct {
 	taskManagers []*cluster.TaskManager
 }
 
+// ErrLeftRunning, as the cause of the end of a run's context, says that the run's tasks keep running for
+// another JobManager to take over (a leader stopping under high availability with task continuity): the
+// run ends here, but nothing of its sinks is settled.
+var ErrLeftRunning = errors.New("the job's tasks keep running for the next leader")
+
 // Takeover is what a JobManager knows of a run it takes over from a lost leader.
 type Takeover struct {
 	// Core is the core's adoption, without Completed, which Run reads from the storage.
@@ -158,7 +163,7 @@ func Run(ctx context.Context, job *Job, on On) (*report.JobResult, error) {
 	stopProgress := job.reportProgress(jm)
 	snap := jm.Run(ctx)
 	stopProgress()
-	if rc.Checkpointing {
+	if rc.Checkpointing && !errors.Is(context.Cause(ctx), ErrLeftRunning) {
 		rp := snap.RestorePoint
 		settle(ctx, settleTargets(snap), rp, blobReader(rp, jmCfg.Storage, jmCfg.Savepoint), job.Settings.logger().With("job", name))
 	}

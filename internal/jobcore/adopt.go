@@ -192,13 +192,13 @@ func (c *Core) adopt(a *Adoption) error {
 // flight.
 func (c *Core) startAdopted() {
 	a := c.cfg.Adopt
-	c.log(LogInfo, "job taken over: its tasks kept running", "subtasks", len(c.execs), "taskmanagers", len(c.tms),
-		"checkpoint", a.Checkpoint)
-	c.sched.Start() // every region runs already
 	completed := int64(0)
 	if a.Completed != nil {
 		completed = a.Completed.ID
 	}
+	c.log(LogInfo, "job taken over: its tasks kept running", "subtasks", len(c.execs), "taskmanagers", len(c.tms),
+		"completed", completed, "heard", a.Checkpoint)
+	c.sched.Start() // every region runs already
 	live := slices.DeleteFunc(slices.Clone(c.subtasks), func(s ident.Subtask) bool { return c.execs[s].state.Terminal() })
 	for _, s := range live {
 		ex := c.execs[s]

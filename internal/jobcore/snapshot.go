@@ -17,7 +17,7 @@ func (c *Core) Snapshot() Snapshot {
 	snap.FailoverTotals = c.history.Totals()
 	if c.coord != nil {
 		counts := c.coord.Counts()
-		snap.Checkpoints = &counts
+		snap.Checkpoints, snap.CheckpointsInProgress = &counts, len(c.coord.InProgress())
 	}
 	if sp := c.savepoint; sp != nil {
 		snap.Savepoint, snap.SavepointErr = sp.written, sp.err

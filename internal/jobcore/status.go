@@ -64,8 +64,10 @@ type Snapshot struct {
 	Vertices []VertexStatus
 	Started  time.Time
 	Ended    time.Time
-	// Checkpoints counts checkpoints (nil when checkpointing is off).
-	Checkpoints *checkpoint.Counts
+	// Checkpoints counts checkpoints (nil when checkpointing is off); CheckpointsInProgress is how many
+	// are triggered and not yet completed or aborted.
+	Checkpoints           *checkpoint.Counts
+	CheckpointsInProgress int
 	Failovers   []Failover
 	// FailoverTotals sums every failover, including those no longer listed (see MaxFailoverHistory).
 	FailoverTotals FailoverTotals

@@ -75,6 +75,9 @@ type CheckpointCounts struct {
 	Failed          int64 `json:"failed"`
 	Aborted         int64 `json:"aborted"`
 	LastCompletedID int64 `json:"last_completed_id"`
+	// InProgress is how many checkpoints are triggered and not yet completed or aborted (0 once the job
+	// ended).
+	InProgress int64 `json:"in_progress"`
 }
 
 // FailoverResult is one failover: the subtask that failed ("VERTEX[i]", or "job" for a failure of the job as a
@@ -214,7 +217,8 @@ func (r *JobResult) Vertex(operatorName string) *VertexResult {
 func Of(name string, s jobcore.Snapshot) *JobResult {
 	r := &JobResult{Job: name, Status: string(s.Status), Failovers: []FailoverResult{}, Savepoint: s.Savepoint, Waiting: s.Waiting}
 	if c := s.Checkpoints; c != nil {
-		r.Checkpoints = &CheckpointCounts{Completed: c.Completed, Failed: c.Failed, Aborted: c.Aborted, LastCompletedID: c.LastCompletedID}
+		r.Checkpoints = &CheckpointCounts{Completed: c.Completed, Failed: c.Failed, Aborted: c.Aborted, LastCompletedID: c.LastCompletedID,
+			InProgress: int64(s.CheckpointsInProgress)}
 	}
 	subtaskName := func(st ident.Subtask) string {
 		for _, vs := range s.Vertices {

@@ -154,7 +154,7 @@ func ServeJobManager(ctx context.Context, jobs Jobs, cfg JobManagerConfig) error
 	disp := jobmaster.NewDispatcher(dc)
 	jm := &jobManager{cfg: cfg, registry: jobs, log: lg, disp: disp, build: build, lead: lead, jobs: map[protocol.JobID]*jmJob{},
 		kept: kept}
-	jm.ctx, jm.cancel = context.WithCancel(context.Background())
+	jm.ctx, jm.cancel = context.WithCancelCause(context.Background())
 	opts := rpc.ServerOptions()
 	if serverTLS != nil {
 		opts = append(opts, grpc.Creds(rpc.ServerCredentials(serverTLS, mtls.NewRefusalLog(lg, "control plane"))))
@@ -252,8 +252,16 @@ wait:
 			break wait
 		}
 	}
-	lg.Info("JobManager stopping: cancelling its jobs")
-	jm.cancel()
+	if jm.kept != nil {
+		// Task continuity: the TaskManagers keep the tasks running for the next leader. Their sessions
+		// end first, so that no cancellation reaches them, and nothing of the jobs' sinks is settled.
+		lg.Info("JobManager stopping: its jobs' tasks keep running for the next leader")
+		disp.Close()
+		jm.cancel(executor.ErrLeftRunning)
+	} else {
+		lg.Info("JobManager stopping: cancelling its jobs")
+		jm.cancel(nil)
+	}
 	jm.wg.Wait()
 	stopCampaign()
 	if hs != nil {
@@ -285,7 +293,7 @@ type jobManager struct {
 	// kept collects the tasks TaskManagers kept running for the next leader (nil: task continuity off).
 	kept   *offers
 	ctx    context.Context // cancelled when the JobManager stops: every job is cancelled
-	cancel context.CancelFunc
+	cancel context.CancelCauseFunc
 	wg     sync.WaitGroup
 
 	mu    sync.Mutex
