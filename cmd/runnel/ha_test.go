@@ -25,20 +25,21 @@ type haJobManager struct {
 	addr, rest string
 }
 
-// startHAJobManager starts a JobManager of cluster on etcd, with a lease of 1 s.
-func startHAJobManager(t *testing.T, name, etcd, cluster string) *haJobManager {
+// startHAJobManager starts a JobManager of cluster on etcd, with a lease of 1 s and the flags extra.
+func startHAJobManager(t *testing.T, name, etcd, cluster string, extra ...string) *haJobManager {
 	t.Helper()
-	p := start(t, name, nil, "jobmanager", "--addr", "127.0.0.1:0", "--rest-addr", "127.0.0.1:0",
-		"--ha", etcd, "--ha-cluster", cluster, "--ha-ttl", "1s")
+	p := start(t, name, nil, append([]string{"jobmanager", "--addr", "127.0.0.1:0", "--rest-addr", "127.0.0.1:0",
+		"--ha", etcd, "--ha-cluster", cluster, "--ha-ttl", "1s"}, extra...)...)
 	m := p.waitFor(t, listening, 30*time.Second)
 	return &haJobManager{process: p, addr: m[1], rest: m[2]}
 }
 
-// startHAPair starts two JobManagers of cluster on etcd and returns them once one leads.
-func startHAPair(t *testing.T, etcd, cluster string) (leader, standby *haJobManager) {
+// startHAPair starts two JobManagers of cluster on etcd (with the flags extra) and returns them once one
+// leads.
+func startHAPair(t *testing.T, etcd, cluster string, extra ...string) (leader, standby *haJobManager) {
 	t.Helper()
-	a := startHAJobManager(t, "jm-a", etcd, cluster)
-	b := startHAJobManager(t, "jm-b", etcd, cluster)
+	a := startHAJobManager(t, "jm-a", etcd, cluster, extra...)
+	b := startHAJobManager(t, "jm-b", etcd, cluster, extra...)
 	if leader = awaitLeader(t, a, b); leader == a {
 		return a, b
 	}
@@ -206,46 +207,74 @@ func TestJobManagerHAMistakes(t *testing.T) {
 	}
 }
 
-// TestJobManagerHAResumesJob: the leader is SIGKILLed while a job with checkpoints runs on two
-// TaskManagers. The standby leads, resumes the job it finds recorded on etcd from the newest retained
-// checkpoint (the TaskManagers, which lost their session, register with it), and `runnel submit`, which
-// follows the leader through etcd, reports the job's end: FINISHED, every record exactly once.
-func TestJobManagerHAResumesJob(t *testing.T) {
-	etcd := hatest.Start(t)
-	leader, standby := startHAPair(t, etcd.Address, "ha-resume")
-	startHATaskManagers(t, etcd.Address, "ha-resume", 2)
-	awaitTaskManagers(t, leader, 2)
-	run := submitSequenceHA(t, etcd.Address, "ha-resume", leader)
-	if err := leader.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
+// TestJobManagerHAKeepsTasks: two JobManagers and three TaskManagers; the leader is SIGKILLed while a
+// job with checkpoints runs. With task continuity (the default) the TaskManagers keep the tasks running
+// and report them to the standby once it leads, which takes them over: every task keeps its attempt and
+// TaskManager, no failover, and `runnel submit`, which follows the leader through etcd, reports FINISHED
+// with every record once and the change of leader. With --ha-continuity=false the new leader restarts
+// the job from the newest checkpoint instead (Flink's behaviour), exactly once too. Either way the
+// checkpoint pointer on etcd is the last checkpoint the job completed.
+func TestJobManagerHAKeepsTasks(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		continuity bool
+	}{{"continuity", true}, {"continuity off", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			etcd := hatest.Start(t)
+			cluster := "ha-keep"
+			leader, standby := startHAPair(t, etcd.Address, cluster, fmt.Sprintf("--ha-continuity=%v", tc.continuity))
+			startHATaskManagers(t, etcd.Address, cluster, 3)
+			awaitTaskManagers(t, leader, 3)
+			run := submitSequenceHA(t, etcd.Address, cluster, leader)
+			var before clusterReport
+			getJSON(t, leader.rest, "/v1/jobs/"+run.id, &before)
+			killed := time.Now()
+			if err := leader.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			awaitLeader(t, standby)
+			took := time.Since(killed)
+			r := run.finished(t)
+			rs := r.Resumed
+			if rs == nil || rs.PreviousLeader != leader.addr || rs.Leader != standby.addr || rs.Epoch <= rs.PreviousEpoch || rs.PreviousEpoch == 0 {
+				t.Fatalf("resumed %+v: want the change from %s to %s, in a later term", rs, leader.addr, standby.addr)
+			}
+			if tc.continuity {
+				if !rs.TasksKept || rs.Fallback != "" || r.RestoredFrom != nil || len(r.Failovers) != 0 {
+					t.Fatalf("resumed %+v, restored from %+v, failovers %+v: want the tasks taken over, nothing restarted", rs, r.RestoredFrom, r.Failovers)
+				}
+				tmBefore, attemptBefore := before.where()
+				tmAfter, attemptAfter := r.where()
+				for s, a := range attemptAfter {
+					if a != 0 || attemptBefore[s] != 0 || tmAfter[s] != tmBefore[s] {
+						t.Fatalf("subtask %s: attempt %d on %s, before the kill %d on %s: want attempt 0 on the same TaskManager",
+							s, a, tmAfter[s], attemptBefore[s], tmBefore[s])
+					}
+				}
+			} else if rs.TasksKept || r.RestoredFrom == nil || r.RestoredFrom.CheckpointID == 0 {
+				t.Fatalf("resumed %+v, restored from %+v: want a restart from a checkpoint", rs, r.RestoredFrom)
+			}
+			var resumed struct {
+				Jobs []struct{ ID, Status string } `json:"jobs"`
+			}
+			getJSON(t, standby.rest, "/v1/jobs", &resumed)
+			if len(resumed.Jobs) != 1 || resumed.Jobs[0].ID != run.id || resumed.Jobs[0].Status != "FINISHED" {
+				t.Fatalf("the new leader's jobs %+v: want %s FINISHED, under the id it was submitted with", resumed.Jobs, run.id)
+			}
+			// Each checkpoint counted as completed only once recorded on etcd: the pointer is the job's last.
+			hc, err := ha.Open(context.Background(), ha.Config{Endpoints: []string{etcd.Endpoint}, Cluster: cluster})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer hc.Close()
+			ptr, err := hc.Checkpoint(context.Background(), run.id)
+			if err != nil || ptr == nil || ptr.ID != r.Checkpoints.LastCompletedID || ptr.Location != run.storage {
+				t.Fatalf("checkpoint pointer %+v, %v: want the last completed, %d, in %s", ptr, err, r.Checkpoints.LastCompletedID, run.storage)
+			}
+			t.Logf("the standby led %s after the kill; tasks kept %v; %d records checked; etcd points at checkpoint %d",
+				took.Round(10*time.Millisecond), rs.TasksKept, r.Checker.Records, ptr.ID)
+		})
 	}
-	awaitLeader(t, standby)
-	r := run.finished(t)
-	if r.RestoredFrom == nil || r.RestoredFrom.CheckpointID == 0 {
-		t.Fatalf("restored from %+v: want the resumed run restored from a checkpoint", r.RestoredFrom)
-	}
-	if rs := r.Resumed; rs == nil || rs.PreviousLeader != leader.addr || rs.Leader != standby.addr || rs.Epoch <= rs.PreviousEpoch || rs.PreviousEpoch == 0 {
-		t.Fatalf("resumed %+v: want the change from %s to %s, in a later term", rs, leader.addr, standby.addr)
-	}
-	var resumed struct {
-		Jobs []struct{ ID, Status string } `json:"jobs"`
-	}
-	getJSON(t, standby.rest, "/v1/jobs", &resumed)
-	if len(resumed.Jobs) != 1 || resumed.Jobs[0].ID != run.id || resumed.Jobs[0].Status != "FINISHED" {
-		t.Fatalf("the new leader's jobs %+v: want %s FINISHED, under the id it was submitted with", resumed.Jobs, run.id)
-	}
-	// Each checkpoint counted as completed only once recorded on etcd: the pointer is the resumed run's
-	// last, in the job's storage.
-	hc, err := ha.Open(context.Background(), ha.Config{Endpoints: []string{etcd.Endpoint}, Cluster: "ha-resume"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hc.Close()
-	ptr, err := hc.Checkpoint(context.Background(), run.id)
-	if err != nil || ptr == nil || ptr.ID <= r.RestoredFrom.CheckpointID || ptr.ID != r.Checkpoints.LastCompletedID || ptr.Location != run.storage {
-		t.Fatalf("checkpoint pointer %+v, %v: want the last completed, %d, in %s", ptr, err, r.Checkpoints.LastCompletedID, run.storage)
-	}
-	t.Logf("resumed from checkpoint %d; %d records checked; etcd points at checkpoint %d", r.RestoredFrom.CheckpointID, r.Checker.Records, ptr.ID)
 }
 
 // tcpProxy forwards connections from its listener to a target until cut, which closes the listener and
