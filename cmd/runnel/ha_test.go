@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -361,7 +362,10 @@ func TestJobManagerHALeaderCutOffFromEtcd(t *testing.T) {
 		t.Fatalf("the deposed leader exited %d, want 1 saying it lost the leadership:\n%s", code, a.LastLines())
 	}
 	r := run.finished(t)
-	t.Logf("resumed from checkpoint %d; %d records checked", r.RestoredFrom.CheckpointID, r.Checker.Records)
+	if rs := r.Resumed; rs == nil || !rs.TasksKept || len(r.Failovers) != 0 {
+		t.Fatalf("resumed %+v, failovers %+v: want the tasks taken over by the new leader\ndeposed leader:\n%s", rs, r.Failovers, a.Stderr())
+	}
+	t.Logf("the tasks were taken over; %d records checked", r.Checker.Records)
 }
 
 // haRun is a sequence job submitted through etcd.
@@ -442,10 +446,13 @@ func TestJobManagerHAKilledTwice(t *testing.T) {
 	}
 	third := awaitLeader(t, slices.DeleteFunc(rest, func(jm *haJobManager) bool { return jm == second })...)
 	r := run.finished(t)
-	if rs := r.Resumed; rs == nil || rs.PreviousLeader != second.addr || rs.Leader != third.addr {
-		t.Fatalf("resumed %+v: want the change from %s to %s", rs, second.addr, third.addr)
+	if rs := r.Resumed; rs == nil || rs.PreviousLeader != second.addr || rs.Leader != third.addr || !rs.TasksKept || len(r.Failovers) != 0 {
+		t.Fatalf("resumed %+v, failovers %+v: want the change from %s to %s, the tasks taken over", rs, r.Failovers, second.addr, third.addr)
 	}
-	t.Logf("resumed twice, the second time from checkpoint %d; %d records checked", r.RestoredFrom.CheckpointID, r.Checker.Records)
+	if _, attempts := r.where(); len(attempts) == 0 || slices.ContainsFunc(slices.Collect(maps.Values(attempts)), func(a int) bool { return a != 0 }) {
+		t.Fatalf("attempts %v: want every task's first attempt, twice taken over", attempts)
+	}
+	t.Logf("the tasks were taken over twice; %d records checked", r.Checker.Records)
 }
 
 // TestJobManagerHATaskManagerLostWithoutLeader: the leader is SIGKILLed, and before a standby leads a
@@ -465,9 +472,10 @@ func TestJobManagerHATaskManagerLostWithoutLeader(t *testing.T) {
 	}
 	awaitLeader(t, standby)
 	r := run.finished(t)
-	if r.Resumed == nil || r.RestoredFrom == nil {
-		t.Fatalf("resumed %+v, restored from %+v: want a resumed run from a checkpoint", r.Resumed, r.RestoredFrom)
+	if rs := r.Resumed; rs == nil || rs.TasksKept || rs.Fallback == "" || r.RestoredFrom == nil {
+		t.Fatalf("resumed %+v, restored from %+v: want a restart from a checkpoint, and why the tasks could not be taken over", rs, r.RestoredFrom)
 	}
+	t.Logf("restarted from checkpoint %d: %s", r.RestoredFrom.CheckpointID, r.Resumed.Fallback)
 	for _, v := range r.Vertices {
 		for _, s := range v.Subtasks {
 			if s.TaskManager != "tm-1" {

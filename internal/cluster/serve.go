@@ -64,6 +64,17 @@ const leaveWait = time.Second
 // only leaves this JobManager (a deposed leader) to register with another.
 var ErrEndSessionOnly = errors.New("the session ends; the TaskManager stays")
 
+// LeaderChanged, as the cause of the end of the context Serve was given, ends the session as
+// ErrEndSessionOnly does, after telling the JobManager which term leads now (protocol.NewLeader).
+type LeaderChanged struct{ Epoch int64 }
+
+func (e *LeaderChanged) Error() string {
+	return fmt.Sprintf("another JobManager leads (epoch %d): %v", e.Epoch, ErrEndSessionOnly)
+}
+
+// Is makes a LeaderChanged an ErrEndSessionOnly.
+func (e *LeaderChanged) Is(target error) bool { return target == ErrEndSessionOnly }
+
 // LeaveReason is the reason a TaskManager that shuts down gives in its protocol.Leaving.
 const LeaveReason = "shutting down"
 
@@ -269,6 +280,9 @@ func (ss *session) tick(ctx context.Context, stop <-chan struct{}, reg protocol.
 			// TaskManager: only then do the tasks stop (Serve), so that the failures of the consumers
 			// whose partitions they release reach the jobs after it, not as failovers of their own.
 			if errors.Is(context.Cause(ctx), ErrEndSessionOnly) {
+				if lc := (*LeaderChanged)(nil); errors.As(context.Cause(ctx), &lc) {
+					ss.send(protocol.JobID{}, protocol.NewLeader{Epoch: lc.Epoch})
+				}
 				ss.s.Close(fmt.Errorf("TaskManager %s ended the session: %w", ss.tm.cfg.Name, context.Cause(ctx)))
 				return
 			}

@@ -36,6 +36,10 @@ type DispatcherConfig struct {
 	// DropJob (Adopt, Drop). An offer it does not take, or every offer without Kept, is dropped at once:
 	// the TaskManager cancels the job's tasks.
 	Kept func(KeptOffer) bool
+	// Deposed, when set, hears the epoch a TaskManager says leads now (protocol.NewLeader); when it
+	// answers true (a later term leads), the dispatcher ends every session at once: a deposed leader
+	// commands no TaskManager, also none that has not noticed yet.
+	Deposed func(epoch int64) bool
 }
 
 // KeptOffer is a job a registering TaskManager kept running after its leader was lost.
@@ -136,6 +140,21 @@ func (d *Dispatcher) Close() {
 		s.s.Close(errors.New("the JobManager shut down"))
 	}
 	d.wg.Wait()
+}
+
+// abandon ends every session at once, without waiting for their readers (it runs on one): a deposed
+// leader's sends reach no TaskManager from now on.
+func (d *Dispatcher) abandon(reason error) {
+	d.mu.Lock()
+	ss := make([]*tmSession, 0, len(d.sessions))
+	for _, s := range d.sessions {
+		ss = append(ss, s)
+	}
+	d.mu.Unlock()
+	d.log.Warn("deposed: ending every TaskManager's session", "reason", reason)
+	for _, s := range ss {
+		s.s.Close(reason)
+	}
 }
 
 // WaitTaskManagers waits until n TaskManagers are registered and their slots pooled, or stop is closed
@@ -353,6 +372,10 @@ func (d *Dispatcher) route(ts *tmSession, env protocol.Envelope) {
 		case protocol.Heartbeat:
 		case protocol.Leaving:
 			d.leaving(ts, m)
+		case protocol.NewLeader:
+			if d.cfg.Deposed != nil && d.cfg.Deposed(m.Epoch) {
+				d.abandon(fmt.Errorf("TaskManager %s says the JobManager of epoch %d leads now", ts.name, m.Epoch))
+			}
 		default:
 			d.log.Error("a session message of no known kind", "taskmanager", ts.name, "message", fmt.Sprintf("%T", env.Body))
 		}

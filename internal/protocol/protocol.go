@@ -141,6 +141,14 @@ type Leaving struct {
 	Reason string
 }
 
+// NewLeader is a session message a TaskManager sends when it leaves a JobManager because another leads
+// (a later leadership epoch on etcd), before it ends the session: the deposed JobManager stops
+// commanding at once, rather than failing over the tasks of the TaskManagers that leave it one by one.
+type NewLeader struct {
+	// Epoch is the epoch of the term that leads now.
+	Epoch int64
+}
+
 // SetupJob makes a job known to a TaskManager before anything of it is deployed there. The TaskManager
 // builds the job itself (the binary's job registry, or the in-process catalog of the mini-cluster) and
 // answers with a jobcore.JobSetUp.

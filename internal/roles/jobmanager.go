@@ -146,6 +146,18 @@ func ServeJobManager(ctx context.Context, jobs Jobs, cfg JobManagerConfig) error
 	warnIfExposed(lg, "control plane", ln.Addr(), serverTLS != nil)
 	dc := jobmaster.DispatcherConfig{Logger: lg, HeartbeatInterval: cfg.HeartbeatInterval,
 		HeartbeatTimeout: cfg.HeartbeatTimeout, BufferSize: cfg.BufferSize, Build: build, Epoch: lead.epoch}
+	// deposed has one token: a TaskManager said a later term leads.
+	deposed := make(chan struct{}, 1)
+	dc.Deposed = func(epoch int64) bool {
+		if mine := lead.epoch(); mine == 0 || epoch <= mine {
+			return false
+		}
+		select {
+		case deposed <- struct{}{}:
+		default:
+		}
+		return true
+	}
 	var kept *offers
 	if cfg.HA != nil && cfg.Continuity {
 		kept = newOffers()
@@ -245,6 +257,9 @@ wait:
 		case term := <-won:
 			termEnded = term.Done()
 			jm.wg.Go(func() { jm.resume(term) })
+		case <-deposed:
+			failed = fmt.Errorf("jobmanager: lost the leadership of cluster %q (a TaskManager says another JobManager leads); stopping", cfg.HA.Cluster)
+			break wait
 		case <-termEnded:
 			// Etcd did not hear from this JobManager for a lease, or another leads: it must not command
 			// any more. It stops; started again, it stands by.
@@ -416,7 +431,17 @@ func (jm *jobManager) launch(l launchSpec) (protocol.JobID, error) {
 			// A checkpoint counts as completed only once the term recorded it: a deposed leader's
 			// checkpoints fail, so no task commits what a new leader might restore from before.
 			on.Committed = func(ctx context.Context, cp int64, loc string) error {
-				return jm.lead.checkpointed(ctx, id, ha.CheckpointPointer{ID: cp, Location: loc, Run: l.run.String()})
+				err := jm.lead.checkpointed(ctx, id, ha.CheckpointPointer{ID: cp, Location: loc, Run: l.run.String()})
+				if errors.Is(err, ha.ErrNotLeader) || errors.Is(err, ErrStandby) {
+					// The term ended (etcd unreachable for a lease, or another leads): this JobManager
+					// stops. Until it has, the checkpoint stays undecided, so that no failure of it fails
+					// the job and cancels tasks the next leader takes over.
+					select {
+					case <-jm.ctx.Done():
+					case <-ctx.Done():
+					}
+				}
+				return err
 			}
 		}
 		on.Started = func(d *jobmaster.Driver) {

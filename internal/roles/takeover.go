@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/runnel-dev/runnel/internal/deploy"
 	"github.com/runnel-dev/runnel/internal/executor"
 	"github.com/runnel-dev/runnel/internal/ident"
 	"github.com/runnel-dev/runnel/internal/jobcore"
@@ -78,6 +79,20 @@ func covered(list []jobmaster.KeptOffer) int {
 	return len(seen)
 }
 
+// failed reports whether an offer reports a task that failed or was cancelled: the job cannot be taken
+// over, whatever other offers come.
+func failed(list []jobmaster.KeptOffer) bool {
+	for _, k := range list {
+		for _, t := range k.Job.Tasks {
+			switch t.State {
+			case deploy.Failed, deploy.Canceled, deploy.Canceling:
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // decide waits until the offers of every run in want (its subtasks by run) cover its subtasks, or for
 // wait, or until stop closes; then it stops collecting and returns every offer it holds.
 func (o *offers) decide(want map[protocol.JobID]int, wait time.Duration, stop <-chan struct{}) map[protocol.JobID][]jobmaster.KeptOffer {
@@ -87,7 +102,7 @@ func (o *offers) decide(want map[protocol.JobID]int, wait time.Duration, stop <-
 		o.mu.Lock()
 		complete := true
 		for run, n := range want {
-			if covered(o.byRun[run]) < n {
+			if covered(o.byRun[run]) < n && !failed(o.byRun[run]) {
 				complete = false
 			}
 		}

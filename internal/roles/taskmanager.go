@@ -170,7 +170,7 @@ func ServeTaskManager(ctx context.Context, jobs Jobs, cfg TaskManagerConfig) (er
 			if hac != nil {
 				// Leaving a deposed leader is no shutdown: the session just ends, without the notice
 				// that the TaskManager leaves the cluster.
-				stopWatch = leaveDeposed(sessCtx, hac, leader, func() { endSession(cluster.ErrEndSessionOnly) }, lg)
+				stopWatch = leaveDeposed(sessCtx, hac, leader, func(epoch int64) { endSession(&cluster.LeaderChanged{Epoch: epoch}) }, lg)
 			}
 			err = tm.ServeLeader(sessCtx, s, cat, leader.Epoch)
 			endSession(nil)
@@ -236,7 +236,7 @@ const leaderPoll = 250 * time.Millisecond
 // session (end), so that a deposed leader that has not noticed yet commands the TaskManager no more, and
 // the TaskManager registers with the new one. etcd not answering changes nothing: the leader may still
 // lead.
-func leaveDeposed(ctx context.Context, hac *ha.Client, served ha.LeaderInfo, end context.CancelFunc, lg *slog.Logger) (stop func()) {
+func leaveDeposed(ctx context.Context, hac *ha.Client, served ha.LeaderInfo, end func(epoch int64), lg *slog.Logger) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -255,7 +255,7 @@ func leaveDeposed(ctx context.Context, hac *ha.Client, served ha.LeaderInfo, end
 			if err == nil && now.Epoch != served.Epoch {
 				lg.Warn("another JobManager leads the cluster: leaving the deposed one", "deposed", served.Addr, "epoch", served.Epoch,
 					"leader", now.Addr, "leader_epoch", now.Epoch)
-				end()
+				end(now.Epoch)
 				return
 			}
 		}

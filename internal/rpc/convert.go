@@ -169,6 +169,8 @@ func encodeFromTaskManager(env protocol.Envelope) (*pb.FromTaskManager, error) {
 		m.Body = &pb.FromTaskManager_Heartbeat{Heartbeat: &pb.Heartbeat{}}
 	case protocol.Leaving:
 		m.Body = &pb.FromTaskManager_Leaving{Leaving: &pb.Leaving{Reason: b.Reason}}
+	case protocol.NewLeader:
+		m.Body = &pb.FromTaskManager_NewLeader{NewLeader: &pb.NewLeader{Epoch: b.Epoch}}
 	case jobcore.JobSetUp:
 		m.Body = &pb.FromTaskManager_JobSetUp{JobSetUp: &pb.JobSetUp{Err: errText(b.Err)}}
 	case jobcore.TaskUpdate:
@@ -261,6 +263,8 @@ func decodeFromTaskManager(m *pb.FromTaskManager) (env protocol.Envelope, bye *p
 		env.Body = protocol.Heartbeat{}
 	case *pb.FromTaskManager_Leaving:
 		env.Body = protocol.Leaving{Reason: b.Leaving.GetReason()}
+	case *pb.FromTaskManager_NewLeader:
+		env.Body = protocol.NewLeader{Epoch: b.NewLeader.GetEpoch()}
 	case *pb.FromTaskManager_JobSetUp:
 		env.Body = jobcore.JobSetUp{Err: textErr(b.JobSetUp.Err, false)}
 	case *pb.FromTaskManager_TaskUpdate:

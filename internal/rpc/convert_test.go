@@ -45,6 +45,7 @@ var bodyKinds = []bodyKind{
 	{protocol.Register{}, false},
 	{protocol.Heartbeat{}, false},
 	{protocol.Leaving{}, false},
+	{protocol.NewLeader{}, false},
 	{jobcore.JobSetUp{}, false},
 	{jobcore.TaskUpdate{}, false},
 	{jobcore.Observation{}, false},
