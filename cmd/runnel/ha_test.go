@@ -9,7 +9,9 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -278,6 +280,44 @@ func TestJobManagerHAKeepsTasks(t *testing.T) {
 	}
 }
 
+// TestJobManagerHAKilledInCheckpoint: the leader is SIGKILLed while a checkpoint is in progress (its
+// REST API counts one, with 100 000 keys of state to snapshot). The new leader takes the tasks over,
+// aborts the checkpoint the tasks heard of above the last completed one, continues above it, and the job
+// finishes exactly once with no failover.
+func TestJobManagerHAKilledInCheckpoint(t *testing.T) {
+	etcd := hatest.Start(t)
+	cluster := "ha-inckpt"
+	leader, standby := startHAPair(t, etcd.Address, cluster)
+	startHATaskManagers(t, etcd.Address, cluster, 2)
+	awaitTaskManagers(t, leader, 2)
+	run := submitSequenceHA(t, etcd.Address, cluster, leader, "--keys", "100000")
+	var live clusterReport
+	deadline := time.Now().Add(30 * time.Second)
+	for getJSON(t, leader.rest, "/v1/jobs/"+run.id, &live); live.Checkpoints == nil || live.Checkpoints.InProgress == 0; getJSON(t, leader.rest, "/v1/jobs/"+run.id, &live) {
+		if time.Now().After(deadline) {
+			t.Fatal("no checkpoint in progress seen in 30 s")
+		}
+	}
+	if err := leader.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	awaitLeader(t, standby)
+	r := run.finished(t)
+	if rs := r.Resumed; rs == nil || !rs.TasksKept || len(r.Failovers) != 0 {
+		t.Fatalf("resumed %+v, failovers %+v: want the tasks taken over", rs, r.Failovers)
+	}
+	m := regexp.MustCompile(`job taken over: its tasks kept running.* completed=(\d+) heard=(\d+)`).FindStringSubmatch(standby.Stderr())
+	if m == nil {
+		t.Fatalf("the new leader did not log the takeover:\n%s", standby.LastLines())
+	}
+	completed, _ := strconv.ParseInt(m[1], 10, 64)
+	heard, _ := strconv.ParseInt(m[2], 10, 64)
+	if heard <= completed {
+		t.Fatalf("taken over with checkpoint %d completed and %d the highest heard of: want one in flight", completed, heard)
+	}
+	t.Logf("killed with checkpoint %d in flight (%d completed); %d records checked", heard, completed, r.Checker.Records)
+}
+
 // tcpProxy forwards connections from its listener to a target until cut, which closes the listener and
 // every connection: a process that reaches the target only through it loses the target, others do not.
 type tcpProxy struct {
@@ -378,15 +418,16 @@ type haRun struct {
 // haRecords is how many records haRun's job checks: at 5000 records/s per subtask, a dozen seconds.
 const haRecords = 60_000
 
-// submitSequenceHA submits the sequence job with checkpoints every 100 ms through etcd to cluster, and
+// submitSequenceHA submits the sequence job with checkpoints every 100 ms (and the flags extra) through
+// etcd to cluster, and
 // returns once the leader jm has completed three of its checkpoints (30 s at most).
-func submitSequenceHA(t *testing.T, etcd, cluster string, jm *haJobManager) *haRun {
+func submitSequenceHA(t *testing.T, etcd, cluster string, jm *haJobManager, extra ...string) *haRun {
 	t.Helper()
 	dir := t.TempDir()
 	run := &haRun{report: filepath.Join(dir, "r.json"), storage: filepath.Join(dir, "chk")}
-	run.sub = start(t, "submit", nil, "submit", "sequence", "--ha", etcd, "--ha-cluster", cluster,
+	run.sub = start(t, "submit", nil, append([]string{"submit", "sequence", "--ha", etcd, "--ha-cluster", cluster,
 		"--records", fmt.Sprint(haRecords), "--rate", "5000", "--keys", "8", "--parallelism", "2",
-		"--checkpoint-interval", "100ms", "--checkpoint-storage", run.storage, "--report", run.report)
+		"--checkpoint-interval", "100ms", "--checkpoint-storage", run.storage, "--report", run.report}, extra...)...)
 	var jobs struct {
 		Jobs []struct{ ID string } `json:"jobs"`
 	}
