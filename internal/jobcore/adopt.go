@@ -1,7 +1,6 @@
 package jobcore
 
 import (
-	"bytes"
 	"fmt"
 	"slices"
 
@@ -79,7 +78,7 @@ func Reconcile(jg *graph.JobGraph, noSlotSharing bool, reports []KeptReport) (*A
 	a := &Adoption{Tasks: map[ident.Subtask]AdoptedTask{}}
 	owner := map[ident.Subtask]string{}
 	for _, r := range reports {
-		if !bytes.Equal(r.Secret, reports[0].Secret) {
+		if string(r.Secret) != string(reports[0].Secret) {
 			return nil, fmt.Errorf("TaskManagers %s and %s hold different secrets for the job", reports[0].Name, r.Name)
 		}
 		a.Checkpoint = max(a.Checkpoint, r.Checkpoint)

@@ -1,15 +1,11 @@
 package roles
 
 import (
-	"bytes"
 	"fmt"
 	"sync"
 	"time"
 
-	"github.com/runnel-dev/runnel/internal/deploy"
 	"github.com/runnel-dev/runnel/internal/executor"
-	"github.com/runnel-dev/runnel/internal/ident"
-	"github.com/runnel-dev/runnel/internal/jobcore"
 	"github.com/runnel-dev/runnel/internal/jobmaster"
 	"github.com/runnel-dev/runnel/internal/protocol"
 )
@@ -18,7 +14,7 @@ import (
 // its jobs' tasks running and offer them to the JobManager they register with next. A JobManager collects
 // the offers from its start until, leading, it decided what to take over: it waits for the offers of
 // every job recorded as running on etcd until they cover all of the job's subtasks, for at most
-// adoptWait, and then takes over each job whose offers reconcile (jobcore.Reconcile); the others restart
+// adoptWait, and then takes over each job whose offers reconcile (Dispatcher.Reconcile); the others restart
 // from their latest checkpoint, saying why, and their TaskManagers drop the tasks they kept. An offer
 // that comes after the decision, or for a job no record names, is dropped at once.
 
@@ -68,31 +64,6 @@ func (o *offers) take(k jobmaster.KeptOffer) bool {
 	return true
 }
 
-// covered reports how many distinct subtasks the offers of run report.
-func covered(list []jobmaster.KeptOffer) int {
-	seen := map[ident.Subtask]bool{}
-	for _, k := range list {
-		for _, t := range k.Job.Tasks {
-			seen[t.Attempt.Subtask] = true
-		}
-	}
-	return len(seen)
-}
-
-// failed reports whether an offer reports a task that failed or was cancelled: the job cannot be taken
-// over, whatever other offers come.
-func failed(list []jobmaster.KeptOffer) bool {
-	for _, k := range list {
-		for _, t := range k.Job.Tasks {
-			switch t.State {
-			case deploy.Failed, deploy.Canceled, deploy.Canceling:
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // decide waits until the offers of every run in want (its subtasks by run) cover its subtasks, or for
 // wait, or until stop closes; then it stops collecting and returns every offer it holds.
 func (o *offers) decide(want map[protocol.JobID]int, wait time.Duration, stop <-chan struct{}) map[protocol.JobID][]jobmaster.KeptOffer {
@@ -102,7 +73,7 @@ func (o *offers) decide(want map[protocol.JobID]int, wait time.Duration, stop <-
 		o.mu.Lock()
 		complete := true
 		for run, n := range want {
-			if covered(o.byRun[run]) < n && !failed(o.byRun[run]) {
+			if !jobmaster.OffersDecide(o.byRun[run], n) {
 				complete = false
 			}
 		}
@@ -140,25 +111,11 @@ func (jm *jobManager) takeover(r resumed, list []jobmaster.KeptOffer) (*executor
 	if err != nil {
 		return nil, err
 	}
-	setup := list[0].Job.Setup
-	reports := make([]jobcore.KeptReport, 0, len(list))
-	for _, k := range list {
-		if k.Job.Setup.Graph != graph {
-			return nil, fmt.Errorf("TaskManager %s runs another build of the job", k.Name)
-		}
-		if !bytes.Equal(k.Job.Setup.Secret, setup.Secret) || k.Job.Setup.Start != setup.Start {
-			return nil, fmt.Errorf("TaskManagers %s and %s disagree on the run's setup", list[0].Name, k.Name)
-		}
-		reports = append(reports, jobcore.KeptReport{TaskManager: k.TaskManager, Name: k.Name, DataAddress: k.DataAddress,
-			Secret: k.Job.Setup.Secret, Checkpoint: k.Job.Checkpoint, Tasks: k.Job.Tasks})
-	}
-	a, err := jobcore.Reconcile(job.Graph, job.Settings.NoSlotSharing, reports)
+	a, err := jm.disp.Reconcile(run, job.Graph, graph, job.Settings.NoSlotSharing, list)
 	if err != nil {
 		return nil, err
 	}
-	if a.Slots, err = jm.disp.Adopt(run, a.Placement); err != nil {
-		return nil, err
-	}
+	setup := list[0].Job.Setup
 	restored := int64(0)
 	for _, k := range list {
 		restored = max(restored, k.Job.Restored)
