@@ -35,7 +35,7 @@ func TestLayering(t *testing.T) {
 		"internal/task":     {"internal/barrier", "internal/checkpoint", "internal/deploy", "internal/determinants", "internal/ident", "internal/network", "internal/watermark"},
 		"internal/operator": {"codec", "internal/deploy", "internal/graph", "internal/ident", "internal/network", "internal/state", "internal/task", "internal/watermark"},
 		// The job master's core describes deployments with internal/deploy, never with the runtime that runs them.
-		"internal/jobcore":   {"internal/barrier", "internal/checkpoint", "internal/deploy", "internal/graph", "internal/ident", "internal/scheduler"},
+		"internal/jobcore": {"internal/barrier", "internal/checkpoint", "internal/deploy", "internal/graph", "internal/ident", "internal/scheduler"},
 		// The session's plain data; a TaskManager's report of the tasks it kept carries the core's KeptTask.
 		"internal/protocol":  {"internal/jobcore"},
 		"internal/jobmaster": {"internal/checkpoint", "internal/graph", "internal/ident", "internal/jobcore", "internal/network", "internal/protocol", "internal/scheduler", "internal/deploy", "internal/buildinfo"},
