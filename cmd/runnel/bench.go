@@ -54,7 +54,7 @@ func newBenchCmd() *cobra.Command {
 	tp.Flags().IntVar(&cfg.Runs, "runs", 3, "alternating engine and baseline runs; medians are reported")
 	tp.Flags().BoolVar(&asJSON, "json", false, "print one JSON object {engine_rps, baseline_rps, ratio, allocs_per_record}")
 	tp.Flags().IntVar(&processes, "processes", 0, "run the pipeline at parallelism N on a JobManager and N TaskManager processes, as a ratio to the mini-cluster with N TaskManagers")
-	bench.AddCommand(tp, newCheckpointBenchCmd(), newRecoveryBenchCmd(), newTMLossBenchCmd(), newNexmarkBenchCmd(), newKafkaBenchCmd())
+	bench.AddCommand(tp, newCheckpointBenchCmd(), newRecoveryBenchCmd(), newTMLossBenchCmd(), newJMLossBenchCmd(), newNexmarkBenchCmd(), newKafkaBenchCmd())
 	return bench
 }
 

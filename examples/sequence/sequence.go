@@ -45,7 +45,8 @@
 //	"checker": {"records": N, "lost": N, "duplicated": N, "out_of_order": N, "keys": N, "expected_records": N,
 //	            "verdict": "OK"}
 //
-// summed over keys (expected_records is 0 for unbounded runs). Under exactly-once recovery a bounded run
+// summed over keys (expected_records is 0 for unbounded runs). With --progress-dir the sink's writers also log
+// when each report arrived (progress.go), for following the output over time. Under exactly-once recovery a bounded run
 // ends with records == expected_records == --records and no anomaly.
 //
 // # Verdict
@@ -69,6 +70,7 @@ package sequence
 import (
 	"fmt"
 	"io"
+	"os"
 	"slices"
 
 	"github.com/spf13/pflag"
@@ -182,6 +184,8 @@ type Job struct {
 	Keys      int     // distinct keys
 	Rate      float64 // records per second per source subtask; 0: as fast as possible
 	EmitEvery int64   // emit a key's counters every N of its records
+	// ProgressDir, when set, is where the sink's writers log the time of every report (progress.go).
+	ProgressDir string
 
 	fs   *pflag.FlagSet
 	gen  generator
@@ -203,6 +207,7 @@ func New(fs *pflag.FlagSet) *Job {
 		fs.IntVar(&j.Keys, "keys", j.Keys, "distinct keys (at least the parallelism: each key belongs to one source subtask)")
 		fs.Float64Var(&j.Rate, "rate", 0, "records per second per source subtask (0: as fast as possible)")
 		fs.Int64Var(&j.EmitEvery, "emit-every", j.EmitEvery, "emit a key's counters to the sink every N of its records (and on every anomaly)")
+		fs.StringVar(&j.ProgressDir, "progress-dir", "", "an existing directory, shared by every process of the job, where each sink writer logs the wall-clock time of every report it receives (one file per writer)")
 	}
 	return j
 }
@@ -272,6 +277,11 @@ func (j *Job) Build(env *runnel.Environment, opts run.Options) error {
 	case j.Rate < 0:
 		return fmt.Errorf("--rate must not be negative, got %v", j.Rate)
 	}
+	if j.ProgressDir != "" {
+		if fi, err := os.Stat(j.ProgressDir); err != nil || !fi.IsDir() {
+			return fmt.Errorf("--progress-dir %q: not a directory (%v)", j.ProgressDir, err)
+		}
+	}
 	records := j.Records
 	if opts.Duration > 0 && (j.fs == nil || !j.fs.Changed("records")) {
 		records = 0
@@ -287,7 +297,11 @@ func (j *Job) Build(env *runnel.Environment, opts run.Options) error {
 		func() runnel.KeyedProcessFunction[int64, Record, Counters] { return &check{every: every, gen: gen} }).
 		Name(checkName).WithCodec(codec.MustStruct[Counters]())
 	j.sink = run.NewLatestSink(func(c Counters) int64 { return c.Key }, newer)
-	counters.SinkTo(j.sink).Name("sink").SetParallelism(1)
+	var sink runnel.Sink[Counters] = j.sink
+	if j.ProgressDir != "" {
+		sink = progressSink{Sink: j.sink, dir: j.ProgressDir}
+	}
+	counters.SinkTo(sink).Name("sink").SetParallelism(1)
 	// On a cluster the sink's writers run in the TaskManagers' builds of the job: their latest counters
 	// are merged into this one, so that Checker sees them wherever the sink ran.
 	runnel.RegisterAccumulator(env, SinkAccumulator, j.sink)
