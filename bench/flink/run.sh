@@ -39,4 +39,5 @@ run standalone-kill-region               standalone-kill --failover region
 run standalone-kill-region-hb500         standalone-kill --failover region --heartbeat-interval 500ms --heartbeat-timeout 1500ms
 run standalone-kill-approximate          standalone-kill --failover approximate
 run standalone-kill-approximate-hb500    standalone-kill --failover approximate --heartbeat-interval 500ms --heartbeat-timeout 1500ms
+run jm-kill                              jm-kill
 exit "$status"

@@ -81,6 +81,9 @@ public final class Main {
             case "standalone-kill":
                 result = StandaloneKill.run(flags);
                 break;
+            case "jm-kill":
+                result = JmKill.run(flags);
+                break;
             case "kafka":
                 result = KafkaBench.run(flags);
                 break;
@@ -123,6 +126,10 @@ public final class Main {
         out.println("               SIGKILLs the TaskManager of map[1]: --failover region|approximate");
         out.println("               [--heartbeat-interval 500ms --heartbeat-timeout 1500ms] (Flink's defaults if unset)");
         out.println("               --kill-after 3s --wait 120s --settle 2s --restart-attempts 10, and recovery's flags");
+        out.println("  jm-kill      Runnel's sequence job on a standalone cluster with ZooKeeper HA (ZooKeeper, 2 JobManagers,");
+        out.println("               3 TaskManager JVMs), SIGKILLs the leading JobManager: --parallelism 4 --keys 16 --rate 1000");
+        out.println("               (per source subtask) --duration 20s --checkpoint-interval 100ms --buffer-timeout 100ms");
+        out.println("               --kill-after 3s --emit-every 10 --zk-session-timeout 2s --wait 180s --log-dir DIR");
         out.println("  nexmark-generate  --events 1000 [--rate 0 --seed 0 --base-time MS --output FILE]: the Nexmark");
         out.println("               generator's events as JSON lines (stdout by default); --rate only spaces the timestamps");
         out.println("  nexmark      --query q0|q1|q2|q3|q4|q5|q7|q8 (--input FILE (JSON lines) | --events N [--seed S])");

@@ -619,7 +619,7 @@ final class StandaloneKill {
             }
         }
 
-        private Process launch(String name, Configuration conf, String mainClass, String jvmParams, String dynamic)
+        Process launch(String name, Configuration conf, String mainClass, String jvmParams, String dynamic)
                 throws IOException {
             Path confDir = Files.createDirectories(dir.resolve("conf-" + name));
             Files.write(confDir.resolve("config.yaml"), ConfigurationUtils.convertConfigToWritableLines(conf, true),
