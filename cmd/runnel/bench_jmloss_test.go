@@ -182,41 +182,51 @@ func TestJMLossModes(t *testing.T) {
 	}
 }
 
-// TestBenchJMLoss runs one small jm-loss run for real: etcd, two JobManagers, three TaskManagers and the
-// submission as processes, the leader SIGKILLed; the standby takes over, the job finishes exactly once, the
-// sink's log shows a gap after the kill and output after the takeover, and no child is left.
+// TestBenchJMLoss runs one small jm-loss run per mode for real: etcd, two JobManagers, three TaskManagers and
+// the submission as processes, the leader SIGKILLed; the standby takes over and the job finishes exactly
+// once in both modes. Under restart the sink is silent from the kill until after the takeover, and a new
+// sink writer reports; under continuity the sink writer that ran before the kill goes on reporting through
+// the takeover, and its longest silence is shorter than the time without a leader. No child is left.
 func TestBenchJMLoss(t *testing.T) {
 	if testing.Short() {
-		t.Skip("a real cluster for about 20 s")
+		t.Skip("a real cluster for about 30 s")
 	}
-	stdout, stderr, code := runCLI(t, "bench", "jm-loss", "--runs", "1", "--mode", "restart", "--duration", "6s", "--kill-after", "1s",
-		"--rate", "500", "--json")
+	stdout, stderr, code := runCLI(t, "bench", "jm-loss", "--runs", "1", "--mode", "restart,continuity", "--duration", "6s",
+		"--kill-after", "1s", "--rate", "500", "--json")
 	pids := childPIDs(t, stderr)
 	assertGone(t, pids)
 	if code != 0 {
 		t.Fatalf("exit %d:\n%s", code, stderr)
 	}
-	// etcd, 2 JobManagers, 3 TaskManagers, the submission.
-	if len(pids) != 7 {
-		t.Errorf("started %d children, want 7:\n%s", len(pids), stderr)
+	// Per mode: etcd, 2 JobManagers, 3 TaskManagers, the submission.
+	if len(pids) != 14 {
+		t.Errorf("started %d children, want 14:\n%s", len(pids), stderr)
 	}
-	var r jmLossResult
-	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
-		t.Fatalf("%v: %s", err, stdout)
+	res := map[string]jmLossResult{}
+	for _, line := range strings.Split(strings.TrimSpace(stdout), "\n") {
+		var r jmLossResult
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("%v: %s", err, stdout)
+		}
+		if r.Runs != 1 || len(r.Samples) != 1 || r.ExactlyOnceRuns != 1 {
+			t.Fatalf("%s", stdout)
+		}
+		s := r.Samples[0]
+		if !s.ExactlyOnce || s.RecordsChecked != 6*500*4 || s.RecordsLost+s.RecordsDuplicated+s.RecordsOutOfOrder != 0 ||
+			s.TakeoverMillis < 500 || s.FirstOutputMillis < s.TakeoverMillis || s.Mode != r.Mode {
+			t.Errorf("%s: %+v", r.Mode, s)
+		}
+		res[r.Mode] = r
 	}
-	if r.Mode != modeRestart || r.Runs != 1 || len(r.Samples) != 1 || r.ExactlyOnceRuns != 1 {
-		t.Fatalf("%s", stdout)
+	// Restart: the sink falls silent at the kill, and a new writer reports after the takeover.
+	if s := res[modeRestart].Samples; len(s) != 1 || s[0].GapStartMillis > 0 || s[0].OutputResumedMillis < s[0].TakeoverMillis ||
+		s[0].FirstOutputWriter != "new" || s[0].SinkWriters < 2 || !s[0].Resumed || s[0].CheckpointRestored == nil {
+		t.Errorf("restart: %+v", s)
 	}
-	s := r.Samples[0]
-	// The standby leads once the lease of 2 s ran out; the sink reports only after that, and its longest
-	// silence spans the kill.
-	if s.TakeoverMillis < 500 || s.FirstOutputMillis < s.TakeoverMillis || s.OutputResumedMillis < s.TakeoverMillis ||
-		s.GapStartMillis > 0 || s.LongestGapMillis < s.OutputResumedMillis || s.LongestGapMillis <= s.BaselineMaxGapMillis {
-		t.Errorf("%s", stdout)
-	}
-	if !s.ExactlyOnce || s.RecordsChecked != 6*500*4 || s.RecordsLost+s.RecordsDuplicated+s.RecordsOutOfOrder != 0 || !s.Resumed ||
-		s.CheckpointRestored == nil || s.SinkWriters < 2 {
-		t.Errorf("%s", stdout)
+	// Continuity: the writer of before the kill goes on through the takeover.
+	if s := res[modeContinuity].Samples; len(s) != 1 || s[0].FirstOutputWriter != "kept" || s[0].KeptWriterReportsAfterKill == 0 ||
+		s[0].LongestGapMillis >= s[0].TakeoverMillis {
+		t.Errorf("continuity: %+v", s)
 	}
 	if _, stderr, code := runCLI(t, "bench", "jm-loss", "--duration", "1s", "--kill-after", "2s"); code != exitUsage || !strings.Contains(stderr, "must run past the kill") {
 		t.Errorf("--kill-after past --duration: exit %d, %s", code, stderr)
