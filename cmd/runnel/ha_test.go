@@ -318,6 +318,44 @@ func TestJobManagerHAKilledInCheckpoint(t *testing.T) {
 	t.Logf("killed with checkpoint %d in flight (%d completed); %d records checked", heard, completed, r.Checker.Records)
 }
 
+// TestJobManagerHAEtcdLost: etcd's only member stops while a job with checkpoints runs. The leader cannot
+// renew its lease, steps down and exits 1, leaving the tasks running; the TaskManagers keep them (their
+// grace period restarts while etcd cannot be reached) and output goes on while checkpoints pause. etcd
+// comes back, a JobManager leads (one started again, as a supervisor would) and takes the tasks over; the
+// job finishes exactly once, no task restarted.
+func TestJobManagerHAEtcdLost(t *testing.T) {
+	etcd := hatest.Start(t)
+	cluster := "ha-etcd-lost"
+	leader := startHAJobManager(t, "jm-a", etcd.Address, cluster)
+	awaitLeader(t, leader)
+	startHATaskManagers(t, etcd.Address, cluster, 2)
+	awaitTaskManagers(t, leader, 2)
+	run := submitSequenceHA(t, etcd.Address, cluster, leader)
+	var before clusterReport
+	getJSON(t, leader.rest, "/v1/jobs/"+run.id, &before)
+	etcd.Stop()
+	if code := leader.exited(t, 60*time.Second); code != 1 || !strings.Contains(leader.Stderr(), "lost the leadership") {
+		t.Fatalf("the leader exited %d, want 1 saying it lost the leadership:\n%s", code, leader.LastLines())
+	}
+	stepped := time.Now()
+	etcd.Restart(t)
+	next := startHAJobManager(t, "jm-b", etcd.Address, cluster)
+	awaitLeader(t, next)
+	t.Logf("etcd back and a leader %s after the old one stepped down", time.Since(stepped).Round(10*time.Millisecond))
+	r := run.finished(t)
+	if rs := r.Resumed; rs == nil || !rs.TasksKept || len(r.Failovers) != 0 {
+		t.Fatalf("resumed %+v, failovers %+v: want the tasks taken over", rs, r.Failovers)
+	}
+	tmBefore, _ := before.where()
+	tmAfter, attempts := r.where()
+	for s, a := range attempts {
+		if a != 0 || tmAfter[s] != tmBefore[s] {
+			t.Fatalf("subtask %s: attempt %d on %s (before: %s), want its first attempt where it ran", s, a, tmAfter[s], tmBefore[s])
+		}
+	}
+	t.Logf("the tasks ran on through etcd's loss; %d records checked", r.Checker.Records)
+}
+
 // tcpProxy forwards connections from its listener to a target until cut, which closes the listener and
 // every connection: a process that reaches the target only through it loses the target, others do not.
 type tcpProxy struct {
