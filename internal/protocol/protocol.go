@@ -8,7 +8,7 @@
 // Everything a Body holds can cross a process: no closure, no channel; an error crosses as its text (see
 // internal/rpc, which marshals every Body with protobuf, also between the ends of an in-process Pipe).
 //
-// It owns no goroutine, socket or clock.
+// It owns no goroutine, socket or clock, and imports only jobcore, whose KeptTask a registration carries.
 package protocol
 
 import (
@@ -41,7 +41,7 @@ func ParseJobID(s string) (JobID, error) {
 }
 
 // Envelope is one message of a session, in either direction. Job is zero for the session's own messages
-// (Register, Registered, Refused, Heartbeat, Leaving) and names the job every other message concerns.
+// (Register, Registered, Refused, Heartbeat, Leaving, NewLeader) and names the job every other message concerns.
 type Envelope struct {
 	Job  JobID
 	Body any
