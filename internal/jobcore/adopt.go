@@ -188,7 +188,7 @@ func (c *Core) adopt(a *Adoption) error {
 
 // startAdopted starts a core that took running tasks over: nothing is deployed; the tasks hear of the
 // newest completed checkpoint again, and of the abort of every later one the lost leader may have left in
-// flight.
+// flight, whose data is discarded.
 func (c *Core) startAdopted() {
 	a := c.cfg.Adopt
 	completed := int64(0)
@@ -198,13 +198,21 @@ func (c *Core) startAdopted() {
 	c.log(LogInfo, "job taken over: its tasks kept running", "subtasks", len(c.execs), "taskmanagers", len(c.tms),
 		"completed", completed, "heard", a.Checkpoint)
 	c.sched.Start() // every region runs already
+	from := max(completed, a.Checkpoint-maxAbortedOnAdoption) + 1
+	if c.cfg.Checkpoint != nil {
+		// What the lost leader stored of them goes, its metadata first: one it committed but did not
+		// record as completed is aborted here, so no later restore may take it for completed.
+		for id := from; id <= a.Checkpoint; id++ {
+			c.storage(Discard{CheckpointID: id}, 0)
+		}
+	}
 	live := slices.DeleteFunc(slices.Clone(c.subtasks), func(s ident.Subtask) bool { return c.execs[s].state.Terminal() })
 	for _, s := range live {
 		ex := c.execs[s]
 		if completed > 0 {
 			c.send(ex.tm, NotifyCheckpointComplete{Attempt: ex.attempt, ID: completed})
 		}
-		for id := max(completed, a.Checkpoint-maxAbortedOnAdoption) + 1; id <= a.Checkpoint; id++ {
+		for id := from; id <= a.Checkpoint; id++ {
 			c.send(ex.tm, AbortCheckpoint{Attempt: ex.attempt, ID: id})
 		}
 	}
