@@ -32,7 +32,18 @@ func start(t *testing.T, name string, env []string, args ...string) *process {
 // startIn is start with the working directory dir ("": the test's).
 func startIn(t *testing.T, dir, name string, env []string, args ...string) *process {
 	t.Helper()
-	p, err := proccluster.Start(name, proccluster.Options{Binary: binary, Dir: dir, Env: env}, args...)
+	return startProc(t, proccluster.Options{Binary: binary, Dir: dir, Env: env}, name, args...)
+}
+
+// startBin is start with the binary bin (a user's job binary).
+func startBin(t *testing.T, bin, name string, args ...string) *process {
+	t.Helper()
+	return startProc(t, proccluster.Options{Binary: bin}, name, args...)
+}
+
+func startProc(t *testing.T, opts proccluster.Options, name string, args ...string) *process {
+	t.Helper()
+	p, err := proccluster.Start(name, opts, args...)
 	if err != nil {
 		t.Fatal(err)
 	}

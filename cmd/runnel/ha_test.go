@@ -31,7 +31,13 @@ type haJobManager struct {
 // startHAJobManager starts a JobManager of cluster on etcd, with a lease of 1 s and the flags extra.
 func startHAJobManager(t *testing.T, name, etcd, cluster string, extra ...string) *haJobManager {
 	t.Helper()
-	p := start(t, name, nil, append([]string{"jobmanager", "--addr", "127.0.0.1:0", "--rest-addr", "127.0.0.1:0",
+	return startHAJobManagerOf(t, binary, name, etcd, cluster, extra...)
+}
+
+// startHAJobManagerOf is startHAJobManager with the binary bin (a user's job binary).
+func startHAJobManagerOf(t *testing.T, bin, name, etcd, cluster string, extra ...string) *haJobManager {
+	t.Helper()
+	p := startBin(t, bin, name, append([]string{"jobmanager", "--addr", "127.0.0.1:0", "--rest-addr", "127.0.0.1:0",
 		"--ha", etcd, "--ha-cluster", cluster, "--ha-ttl", "1s"}, extra...)...)
 	m := p.waitFor(t, listening, 30*time.Second)
 	return &haJobManager{process: p, addr: m[1], rest: m[2]}
@@ -53,10 +59,16 @@ func startHAPair(t *testing.T, etcd, cluster string, extra ...string) (leader, s
 // cluster through etcd.
 func startHATaskManagers(t *testing.T, etcd, cluster string, n int) []*process {
 	t.Helper()
+	return startHATaskManagersOf(t, binary, etcd, cluster, n)
+}
+
+// startHATaskManagersOf is startHATaskManagers with the binary bin.
+func startHATaskManagersOf(t *testing.T, bin, etcd, cluster string, n int) []*process {
+	t.Helper()
 	var tms []*process
 	for i := range n {
 		name := fmt.Sprintf("tm-%d", i+1)
-		tms = append(tms, start(t, name, nil, "taskmanager", "--ha", etcd, "--ha-cluster", cluster, "--name", name, "--slots", "2"))
+		tms = append(tms, startBin(t, bin, name, "taskmanager", "--ha", etcd, "--ha-cluster", cluster, "--name", name, "--slots", "2"))
 	}
 	return tms
 }
