@@ -2,6 +2,7 @@ package roles
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -46,14 +47,9 @@ func (o *offers) take(k jobmaster.KeptOffer) bool {
 		return false
 	}
 	list := o.byRun[k.Job.Job]
-	for i := range list {
-		if list[i].Name == k.Name {
-			list[i] = k
-			k.Name = "" // replaced
-			break
-		}
-	}
-	if k.Name != "" {
+	if i := slices.IndexFunc(list, func(o jobmaster.KeptOffer) bool { return o.Name == k.Name }); i >= 0 {
+		list[i] = k // the same TaskManager, registered again
+	} else {
 		list = append(list, k)
 	}
 	o.byRun[k.Job.Job] = list
@@ -69,35 +65,33 @@ func (o *offers) take(k jobmaster.KeptOffer) bool {
 func (o *offers) decide(want map[protocol.JobID]int, wait time.Duration, stop <-chan struct{}) map[protocol.JobID][]jobmaster.KeptOffer {
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
-	for {
-		o.mu.Lock()
-		complete := true
-		for run, n := range want {
-			if !jobmaster.OffersDecide(o.byRun[run], n) {
-				complete = false
-			}
-		}
-		if complete {
-			o.done = true
-			got := o.byRun
-			o.byRun = nil
-			o.mu.Unlock()
-			return got
-		}
-		o.mu.Unlock()
+	for !o.settled(want) {
 		select {
 		case <-o.changed:
 			continue
 		case <-deadline.C:
 		case <-stop:
 		}
-		o.mu.Lock()
-		o.done = true
-		got := o.byRun
-		o.byRun = nil
-		o.mu.Unlock()
-		return got
+		break
 	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.done = true
+	got := o.byRun
+	o.byRun = nil
+	return got
+}
+
+// settled reports whether the offers of every run in want settle its takeover (jobmaster.OffersDecide).
+func (o *offers) settled(want map[protocol.JobID]int) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for run, n := range want {
+		if !jobmaster.OffersDecide(o.byRun[run], n) {
+			return false
+		}
+	}
+	return true
 }
 
 // takeover reconciles the offers of r's run and takes the slots its tasks run in: the takeover for
