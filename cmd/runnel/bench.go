@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"runtime/pprof"
 	"time"
@@ -152,13 +153,7 @@ approximate recovery leaves running and full or region failover restore.`,
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
-				enc := json.NewEncoder(out)
-				for _, r := range res {
-					if err := enc.Encode(r); err != nil {
-						return err
-					}
-				}
-				return nil
+				return writeJSONLines(out, res)
 			}
 			return recovery.WriteTable(out, res)
 		},
@@ -192,4 +187,15 @@ func startCPUProfile(path string) (stop func(), err error) {
 		return nil, fmt.Errorf("--cpuprofile: %w", err)
 	}
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// writeJSONLines writes each of a benchmark's results as one JSON line (--json).
+func writeJSONLines[T any](w io.Writer, res []T) error {
+	enc := json.NewEncoder(w)
+	for _, r := range res {
+		if err := enc.Encode(r); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -591,13 +591,7 @@ every run's figures under "samples"). Every child process is stopped before the 
 			if !asJSON {
 				return writeTMLossTable(out, cfg, res)
 			}
-			enc := json.NewEncoder(out)
-			for _, r := range res {
-				if err := enc.Encode(r); err != nil {
-					return err
-				}
-			}
-			return nil
+			return writeJSONLines(out, res)
 		},
 	}
 	fl := cmd.Flags()

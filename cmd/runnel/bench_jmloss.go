@@ -799,13 +799,7 @@ process is stopped before the command returns.`,
 			if !asJSON {
 				return writeJMLossTable(out, cfg, res)
 			}
-			enc := json.NewEncoder(out)
-			for _, r := range res {
-				if err := enc.Encode(r); err != nil {
-					return err
-				}
-			}
-			return nil
+			return writeJSONLines(out, res)
 		},
 	}
 	fl := cmd.Flags()
