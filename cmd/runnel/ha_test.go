@@ -266,8 +266,9 @@ func TestJobManagerHAKeepsTasks(t *testing.T) {
 							s, a, tmAfter[s], attemptBefore[s], tmBefore[s])
 					}
 				}
-			} else if rs.TasksKept || r.RestoredFrom == nil || r.RestoredFrom.CheckpointID == 0 {
-				t.Fatalf("resumed %+v, restored from %+v: want a restart from a checkpoint", rs, r.RestoredFrom)
+			} else if rs.TasksKept || r.RestoredFrom == nil || r.RestoredFrom.CheckpointID == 0 || len(r.Failovers) != 1 ||
+				!strings.Contains(r.Failovers[0].Cause, "JobManager that led the job was lost") || r.Failovers[0].Fallback != "" {
+				t.Fatalf("resumed %+v, restored from %+v, failovers %+v: want a restart from a checkpoint, the leader's loss its failover", rs, r.RestoredFrom, r.Failovers)
 			}
 			var resumed struct {
 				Jobs []struct{ ID, Status string } `json:"jobs"`
@@ -563,8 +564,10 @@ func TestJobManagerHATaskManagerLostWithoutLeader(t *testing.T) {
 	}
 	awaitLeader(t, standby)
 	r := run.finished(t)
-	if rs := r.Resumed; rs == nil || rs.TasksKept || rs.Fallback == "" || r.RestoredFrom == nil {
-		t.Fatalf("resumed %+v, restored from %+v: want a restart from a checkpoint, and why the tasks could not be taken over", rs, r.RestoredFrom)
+	if rs := r.Resumed; rs == nil || rs.TasksKept || rs.Fallback == "" || r.RestoredFrom == nil || len(r.Failovers) == 0 ||
+		r.Failovers[0].Fallback != rs.Fallback {
+		t.Fatalf("resumed %+v, restored from %+v, failovers %+v: want a restart from a checkpoint, and why the tasks could not be taken over in its failovers",
+			rs, r.RestoredFrom, r.Failovers)
 	}
 	t.Logf("restarted from checkpoint %d: %s", r.RestoredFrom.CheckpointID, r.Resumed.Fallback)
 	for _, v := range r.Vertices {

@@ -41,6 +41,8 @@ type On struct {
 	// Adopt, when set, takes over a run whose tasks a lost leader's TaskManagers kept running (JobID is
 	// the run's id): nothing is deployed, and the job's restore point is read as Takeover says.
 	Adopt *Takeover
+	// Resumed, when set, says the run restarts a job whose leader was lost: its failovers begin with it.
+	Resumed *jobmaster.Resumed
 
 	requireSlots bool
 	catalog      *inProcessCatalog
@@ -95,7 +97,7 @@ func Run(ctx context.Context, job *Job, on On) (*report.JobResult, error) {
 		Setup:         protocol.SetupJob{Args: job.Args, Graph: job.Fingerprint},
 		BufferTimeout: job.Settings.BufferTimeout, MaxRecordSize: job.Settings.MaxRecordSize, Logger: job.Settings.MiniCluster.Logger,
 		Failover: rc.Failover, Restart: rc.Restart, StateBackend: rc.Backend, Scheduling: rc.Scheduling,
-		NoSlotSharing: job.Settings.NoSlotSharing, SavepointOnStop: rc.SavepointDir,
+		NoSlotSharing: job.Settings.NoSlotSharing, SavepointOnStop: rc.SavepointDir, Resumed: on.Resumed,
 	}
 	if on.Cluster {
 		if err := job.CheckSharedStorage(); err != nil {

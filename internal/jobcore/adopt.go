@@ -1,6 +1,7 @@
 package jobcore
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 
@@ -217,4 +218,22 @@ func (c *Core) startAdopted() {
 		}
 	}
 	c.checkDone()
+}
+
+// errLeaderLost is the cause of the failover that begins a run restarting a job whose leader was lost.
+var errLeaderLost = errors.New("the JobManager that led the job was lost")
+
+// recordResume begins the run's failovers with its restart after the loss of the leader: the job as a
+// whole, every subtask, from the restore point, recovered once every subtask runs.
+func (c *Core) recordResume(r *Resumed) {
+	ev := NewFailover(nil, errLeaderLost, "full", slices.Clone(c.subtasks), r.At)
+	ev.Fallback = r.Reason
+	if cp := c.initial; cp != nil {
+		id := cp.ID
+		ev.CheckpointRestored = &id
+	}
+	for _, s := range c.subtasks {
+		ev.Await(s)
+	}
+	c.history.Add(ev)
 }

@@ -52,6 +52,16 @@ type Config struct {
 	// Adopt, when set, is a job whose tasks run already (a lost leader's, adopt.go): the core takes them
 	// over instead of deploying them. Savepoint is then unused: Adopt.Completed is the restore point.
 	Adopt *Adoption
+	// Resumed, when set, says this run restarts a job a lost leader ran, whose tasks the next leader could
+	// not take over: the run's failovers begin with that restart, saying why.
+	Resumed *Resumed
+}
+
+// Resumed is why a run restarts a job after its leader was lost: At, when the new leader restarted it;
+// Reason, why the tasks the TaskManagers kept could not be taken over ("": task continuity is off).
+type Resumed struct {
+	At     time.Time
+	Reason string
 }
 
 // DefaultSlotWaitTimeout is how long a job waits for slots by default.
@@ -467,6 +477,9 @@ func (c *Core) onStart(e Start) error {
 		return nil
 	}
 	c.log(LogInfo, "job started", "vertices", len(c.cfg.Job.Vertices), "subtasks", len(c.execs))
+	if r := c.cfg.Resumed; r != nil {
+		c.recordResume(r)
+	}
 	c.ready.Slots = append(c.ready.Slots, SlotChange{Request: c.slotCount})
 	if c.cfg.Checkpoint != nil {
 		// Checkpoint ids continue above what the storage holds: nothing is deployed or triggered before

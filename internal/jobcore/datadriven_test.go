@@ -315,6 +315,9 @@ func (h *harness) job(lines []string) string {
 		cfg.Savepoint, cfg.SavepointLocation = sp, "savepoint-"+v
 	}
 	h.ids, h.names, h.addr, h.slotNo = map[string]TaskManagerID{}, map[TaskManagerID]string{}, map[string]TaskManagerID{}, map[TaskManagerID]int{}
+	if v, ok := opts["resumed"]; ok {
+		cfg.Resumed = &Resumed{At: time.Unix(0, 0), Reason: v}
+	}
 	if v, ok := opts["adopt"]; ok {
 		if cfg.Adopt, err = h.adoption(jg, cfg.NoSlotSharing, strings.Split(v, ","), opts); err != nil {
 			return "error: " + err.Error() + "\n"

@@ -44,6 +44,8 @@ import (
 type (
 	Status   = jobcore.Status
 	Snapshot = jobcore.Snapshot
+	// Resumed is jobcore's: why a run restarts a job whose leader was lost.
+	Resumed = jobcore.Resumed
 )
 
 // Job statuses, as jobcore defines them.
@@ -103,6 +105,8 @@ type Config struct {
 	// Adopt, when set, is a job whose tasks a lost leader's TaskManagers kept running: the driver takes
 	// them over (jobcore.Config.Adopt) under JobID, the run's id, with the run's secret and start.
 	Adopt *Adoption
+	// Resumed, when set, says the run restarts a job whose leader was lost (jobcore.Config.Resumed).
+	Resumed *Resumed
 	// StorageTimeout bounds every storage op but a savepoint's write (commit a checkpoint's metadata,
 	// retain, discard, find the newest valid checkpoint, the next id): a store that stops answering fails
 	// the op (a failed checkpoint, a warning) instead of holding the job up. A savepoint's write is bounded
@@ -219,7 +223,7 @@ func NewDriver(cfg Config) (*Driver, error) {
 	cc := jobcore.Config{Job: cfg.Job, BufferTimeout: cfg.BufferTimeout, MaxRecordSize: cfg.MaxRecordSize,
 		CreditsPerChannel: cfg.CreditsPerChannel, StateBackend: cfg.StateBackend, Failover: cfg.Failover,
 		Restart: cfg.Restart, Scheduling: cfg.Scheduling, NoSlotSharing: cfg.NoSlotSharing,
-		Checkpoint: cfg.Checkpoint, SavepointOnStop: cfg.SavepointOnStop, SlotWaitTimeout: cfg.SlotWaitTimeout,
+		Checkpoint: cfg.Checkpoint, SavepointOnStop: cfg.SavepointOnStop, SlotWaitTimeout: cfg.SlotWaitTimeout, Resumed: cfg.Resumed,
 		// The restart jitter differs from run to run; the core's scripts seed it to replay exactly.
 		Seed: uint64(time.Now().UnixNano())}
 	if sp := cfg.Savepoint; sp != nil {

@@ -427,6 +427,9 @@ func (jm *jobManager) launch(l launchSpec) (protocol.JobID, error) {
 		defer jm.wg.Done()
 		defer cancel()
 		on := executor.On{Dispatcher: jm.disp, Cluster: true, SlotWait: jm.cfg.SlotWaitTimeout, JobID: l.run, Adopt: l.adopt}
+		if l.resumed != nil && l.adopt == nil {
+			on.Resumed = &jobmaster.Resumed{At: l.resumed.At, Reason: l.resumed.Fallback}
+		}
 		if id != (protocol.JobID{}) {
 			// A checkpoint counts as completed only once the term recorded it: a deposed leader's
 			// checkpoints fail, so no task commits what a new leader might restore from before.
