@@ -515,7 +515,9 @@ func (jm *jobManager) resume(term *ha.Leadership) {
 	if err != nil {
 		jm.log.Error("the jobs the previous leader ran cannot be read from etcd: they are not resumed", "err", err)
 		if jm.kept != nil {
-			jm.kept.decide(nil, 0, nil) // and nothing is taken over
+			for _, list := range jm.kept.decide(nil, 0, nil) { // nothing is taken over
+				jm.dropOffers(list, "the new leader cannot read the jobs from etcd")
+			}
 		}
 		return
 	}
