@@ -11,8 +11,8 @@ import (
 	"github.com/runnel-dev/runnel/internal/protocol"
 )
 
-// OffersDecide reports whether the offers of one run settle whether it can be taken over: they name every
-// one of its subtasks subtasks, or a task that failed or was cancelled (then it cannot, whatever comes
+// OffersDecide reports whether the offers of one run settle whether it can be taken over: they name each
+// of its subtasks (that many), or a task that failed or was cancelled (then it cannot, whatever comes
 // next).
 func OffersDecide(list []KeptOffer, subtasks int) bool {
 	seen := map[ident.Subtask]bool{}

@@ -179,7 +179,7 @@ type SetupJob struct {
 type ReleaseJob struct{}
 
 // AdoptJob tells a TaskManager that the leader took over a job it kept running (KeptJob): it sends what
-// it held back for the job since its report, and carries on under this session.
+// it held back for the job since its report, and carries on, reporting to the leader that adopted the job.
 type AdoptJob struct{}
 
 // DropJob tells a TaskManager that the leader did not take over a job it kept running: it cancels the
