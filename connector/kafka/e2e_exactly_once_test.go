@@ -101,10 +101,16 @@ func (f *e2eWhileOpen) Map(v e2eKV) (e2eKV, error) {
 	if n := f.state.seen.Add(1); f.at < 0 || n < f.at || f.state.fired.Load() {
 		return v, nil
 	}
-	// Armed: one record per look, so that the input cannot run out before the sink's open transaction has
-	// records in the topic (on a quiet machine the whole input takes a fraction of a second). The records
-	// already passed reach the broker meanwhile: the sink produces them in the background.
+	// Armed: a look every 10 ms. Without afterCommit the input is all in the topic before the job starts:
+	// one record per look, so that it cannot run out before the sink's open transaction has records in the
+	// topic (on a quiet machine the whole input takes a fraction of a second); the records already passed
+	// reach the broker meanwhile, as the sink produces them in the background. With afterCommit the input
+	// arrives over seconds and records pass at full speed between looks: slowed, they would queue ahead of
+	// the checkpoint barriers, and the commit the look waits for would never come.
 	if wait := 10*time.Millisecond - time.Since(f.lastCheck); wait > 0 {
+		if f.afterCommit {
+			return v, nil
+		}
 		time.Sleep(wait)
 	}
 	f.lastCheck = time.Now()
@@ -504,8 +510,9 @@ func TestBrokerExactlyOnceEndedJobLeavesNothingOpen(t *testing.T) {
 	}
 }
 
-// e2eProduceSlowly produces e2eProduce's n records on a goroutine of its own, 50 every 10 ms (the job's
-// source then reads as they come, and checkpoints complete while it runs), and returns a function that
+// e2eProduceSlowly produces e2eProduce's n records on a goroutine of its own, 20 every 10 ms (the job's
+// source then reads as they come for 15 s, and checkpoints complete while it runs, also where a broker's
+// first transactions take seconds), and returns a function that
 // stops it and waits for it.
 func e2eProduceSlowly(t *testing.T, b *kafkabroker.Broker, topic string, n int) (stop func()) {
 	t.Helper()
@@ -518,7 +525,7 @@ func e2eProduceSlowly(t *testing.T, b *kafkabroker.Broker, topic string, n int) 
 		tick := time.NewTicker(10 * time.Millisecond)
 		defer tick.Stop()
 		for i := 0; i < n && ctx.Err() == nil; {
-			for end := min(i+50, n); i < end; i++ {
+			for end := min(i+20, n); i < end; i++ {
 				rec := &kgo.Record{Key: binary.BigEndian.AppendUint64(nil, uint64(i%e2eKeys)), Value: binary.BigEndian.AppendUint64(nil, uint64(i))}
 				cl.Produce(ctx, rec, func(_ *kgo.Record, err error) {
 					if err != nil && ctx.Err() == nil {
