@@ -49,6 +49,10 @@ type Config struct {
 	// is the same on a listener the caller opened.
 	MetricsAddr     string
 	MetricsListener net.Listener
+	// UIAddr, if set, is where Execute serves the job's web dashboard and REST API (WithUI); UIListener is
+	// the same on a listener the caller opened (WithUIListener).
+	UIAddr     string
+	UIListener net.Listener
 	// WatermarkInterval is how often periodic watermarks are emitted (WithWatermarkInterval; default
 	// DefaultWatermarkInterval, 0: off).
 	WatermarkInterval    time.Duration
@@ -184,3 +188,13 @@ func WithMetrics(addr string) Option { return func(c *Config) { c.MetricsAddr = 
 // WithMetricsListener is WithMetrics on a listener the caller opened; Execute serves on it while the job
 // runs and closes it when it returns.
 func WithMetricsListener(ln net.Listener) Option { return func(c *Config) { c.MetricsListener = ln } }
+
+// WithUI serves the job's web dashboard at http://addr/ while Execute runs (for example "127.0.0.1:8081"),
+// with the JobManager's REST API (/v1/...) and the job's metrics (/metrics) beside it: the job graph, its
+// throughput and backpressure, failovers, checkpoints and TaskManagers, as a JobManager serves them on
+// its REST address.
+func WithUI(addr string) Option { return func(c *Config) { c.UIAddr = addr } }
+
+// WithUIListener is WithUI on a listener the caller opened; Execute serves on it while the job runs and
+// closes it when it returns.
+func WithUIListener(ln net.Listener) Option { return func(c *Config) { c.UIListener = ln } }

@@ -25,6 +25,9 @@ func (e *Environment) Execute(ctx context.Context, name string) (*JobResult, err
 	if ln := e.cfg.MetricsListener; ln != nil {
 		defer ln.Close() // also when the job never starts; the metrics server closes it first otherwise
 	}
+	if ln := e.cfg.UIListener; ln != nil {
+		defer ln.Close() // as the metrics listener
+	}
 	job, err := e.compile(ctx, name)
 	if err != nil {
 		return nil, err
@@ -70,7 +73,7 @@ func (e *Environment) compile(ctx context.Context, name string) (*executor.Job, 
 			MiniCluster: cluster.MiniClusterConfig{TaskManagers: c.TaskManagers, SlotsPerTM: c.SlotsPerTM,
 				NetworkMemoryBytes: c.NetworkMemoryBytes, InflightLogMemory: c.InflightLogMemory, InflightLogDisk: c.InflightLogDisk,
 				BufferSize: c.BufferSize, Logger: c.Logger, Clock: c.Clock},
-			MetricsAddr: c.MetricsAddr, MetricsListener: c.MetricsListener,
+			MetricsAddr: c.MetricsAddr, MetricsListener: c.MetricsListener, UIAddr: c.UIAddr, UIListener: c.UIListener,
 			ProgressInterval: c.ProgressInterval, Progress: c.Progress,
 		},
 		EncodeAccumulators: e.encodeAccumulators, MergeAccumulators: e.mergeAccumulators,

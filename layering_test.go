@@ -41,15 +41,17 @@ func TestLayering(t *testing.T) {
 		"internal/jobmaster": {"internal/checkpoint", "internal/graph", "internal/ident", "internal/jobcore", "internal/network", "internal/protocol", "internal/scheduler", "internal/deploy", "internal/buildinfo"},
 		"internal/cluster":   {"internal/barrier", "internal/checkpoint", "internal/deploy", "internal/determinants", "internal/ident", "internal/jobcore", "internal/network", "internal/protocol", "internal/scheduler", "internal/task"},
 		// The REST API serves what its Source returns: it reaches into no loop, core or cluster package.
-		"internal/rest":      {},
+		"internal/rest": {},
+		// The dashboard's files read everything from the REST API in the browser.
+		"internal/ui":        {},
 		"internal/buildinfo": {"internal/protocol"},
 		"internal/rpc":       {"internal/barrier", "internal/checkpoint", "internal/deploy", "internal/ident", "internal/jobcore", "internal/mtls", "internal/protocol", "internal/rpc/pb"},
 		// The executor runs a compiled job and the roles run the processes of a cluster; neither imports
 		// the root package, the API a job author imports, which calls them.
 		"internal/report":   {"internal/ident", "internal/jobcore"},
 		"internal/metrics":  {"internal/cluster", "internal/report"},
-		"internal/executor": {"internal/checkpoint", "internal/cluster", "internal/graph", "internal/ident", "internal/jobcore", "internal/jobmaster", "internal/metrics", "internal/operator", "internal/protocol", "internal/report", "internal/rpc", "internal/scheduler", "internal/task"},
-		"internal/roles":    {"internal/buildinfo", "internal/cluster", "internal/executor", "internal/ha", "internal/jobmaster", "internal/metrics", "internal/mtls", "internal/protocol", "internal/report", "internal/rest", "internal/rpc"},
+		"internal/executor": {"internal/checkpoint", "internal/cluster", "internal/graph", "internal/ident", "internal/jobcore", "internal/jobmaster", "internal/metrics", "internal/operator", "internal/protocol", "internal/report", "internal/rest", "internal/rpc", "internal/scheduler", "internal/task", "internal/ui"},
+		"internal/roles":    {"internal/buildinfo", "internal/cluster", "internal/executor", "internal/ha", "internal/jobmaster", "internal/metrics", "internal/mtls", "internal/protocol", "internal/report", "internal/rest", "internal/rpc", "internal/ui"},
 		"internal/cli":      {"internal/executor", "internal/ha", "internal/report", "internal/roles", "internal/scheduler", "internal/writable"},
 		"internal/writable": {},
 		// Connectors and examples are built on the public API only, like a user's code.

@@ -137,7 +137,7 @@ func callBuild(job Job, env *Environment, args []string) (err error) {
 func cliSettings(c Config) cli.Settings {
 	return cli.Settings{
 		Parallelism: c.Parallelism, MaxParallelism: c.MaxParallelism, TaskManagers: c.TaskManagers,
-		Chaining: c.Chaining, MetricsAddr: c.MetricsAddr,
+		Chaining: c.Chaining, MetricsAddr: c.MetricsAddr, UIAddr: c.UIAddr,
 		CheckpointInterval: c.Checkpoint.Interval, CheckpointMode: cmp.Or(string(c.Checkpoint.Mode), string(ExactlyOnce)),
 		TolerableFailed: c.Checkpoint.TolerableFailed, Incremental: c.IncrementalCheckpoints,
 		CheckpointStorage: c.Checkpoint.Storage, Failover: cmp.Or(c.Failover, "region"),
@@ -154,7 +154,7 @@ func cliSettings(c Config) cli.Settings {
 func withCLISettings(s cli.Settings) Option {
 	return func(c *Config) {
 		c.Parallelism, c.MaxParallelism, c.TaskManagers = s.Parallelism, s.MaxParallelism, s.TaskManagers
-		c.Chaining, c.MetricsAddr = s.Chaining, s.MetricsAddr
+		c.Chaining, c.MetricsAddr, c.UIAddr = s.Chaining, s.MetricsAddr, s.UIAddr
 		if s.CheckpointInterval > 0 {
 			c.Checkpoint.Interval, c.Checkpoint.Mode = s.CheckpointInterval, CheckpointingMode(s.CheckpointMode)
 			c.Checkpoint.TolerableFailed, c.Checkpoint.Storage = s.TolerableFailed, s.CheckpointStorage

@@ -208,6 +208,8 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"run", "sequence", "--state-backend", "floppy"}, "--state-backend"},
 		{[]string{"run", "sequence", "--keys", "1", "--parallelism", "2"}, "--keys"},
 		{[]string{"run", "wordcount", "--metrics-addr", "no-port"}, "--metrics-addr"},
+		{[]string{"run", "wordcount", "--ui", "no-port"}, "--ui"},
+		{[]string{"submit", "wordcount", "--ui", "127.0.0.1:8081"}, "the JobManager serves the dashboard"},
 		{[]string{"bench", "recovery", "--scenario", "sideways"}, "unknown scenario"},
 	} {
 		_, stderr, code := runCLI(t, tc.args...)

@@ -23,6 +23,7 @@ type Settings struct {
 	TaskManagers       int
 	Chaining           bool
 	MetricsAddr        string
+	UIAddr             string
 	CheckpointInterval time.Duration
 	CheckpointMode     string
 	TolerableFailed    int
@@ -58,6 +59,7 @@ var clientOnly = map[string]bool{"jobmanager": true, "ha": true, "ha-cluster": t
 var localOnly = []struct{ name, why string }{
 	{"taskmanagers", "the cluster's TaskManagers are its own"},
 	{"metrics-addr", "the JobManager serves the job's metrics (jobmanager --rest-addr), each TaskManager its in-flight logs' (taskmanager --metrics-addr)"},
+	{"ui", "the JobManager serves the dashboard on its REST address (jobmanager --rest-addr)"},
 	{"inflight-log-memory", "the in-flight logs live in the TaskManagers: give it to taskmanager"},
 	{"inflight-log-disk", "the in-flight logs live in the TaskManagers: give it to taskmanager"},
 }
@@ -72,6 +74,8 @@ func addRunFlags(fs *pflag.FlagSet, def Settings, ro *runOnly) *Settings {
 	fs.DurationVar(&ro.duration, "duration", 0, "stop (cancel) the job after this long; 0 runs until bounded sources end")
 	fs.Bool("no-chaining", !def.Chaining, "do not chain operators into tasks")
 	fs.StringVar(&s.MetricsAddr, "metrics-addr", def.MetricsAddr, "serve the job's Prometheus metrics at http://ADDR/metrics while it runs (for example :9249)")
+	fs.StringVar(&s.UIAddr, "ui", def.UIAddr, "serve the web dashboard (the job graph, throughput, backpressure, failovers, checkpoints) and the REST API\n"+
+		"at http://ADDR/ while the job runs (for example 127.0.0.1:8081)")
 	fs.StringVar(&ro.report, "report", "", "write the job result as JSON to this file")
 	fs.BoolVar(&ro.verbose, "verbose", false, "show the runtime's INFO logs")
 	fs.DurationVar(&ro.progress, "progress-interval", time.Second, "how often to show progress")
@@ -139,6 +143,11 @@ func (s Settings) validate(fs *pflag.FlagSet, ro runOnly) error {
 	if s.MetricsAddr != "" {
 		if _, _, err := net.SplitHostPort(s.MetricsAddr); err != nil {
 			errs = append(errs, fmt.Errorf("invalid --metrics-addr %q: want HOST:PORT or :PORT (%v)", s.MetricsAddr, err))
+		}
+	}
+	if s.UIAddr != "" {
+		if _, _, err := net.SplitHostPort(s.UIAddr); err != nil {
+			errs = append(errs, fmt.Errorf("invalid --ui %q: want HOST:PORT or :PORT (%v)", s.UIAddr, err))
 		}
 	}
 	if ro.progress <= 0 {

@@ -58,7 +58,13 @@ func Execute(ctx context.Context, job, chains *Job) (*report.JobResult, error) {
 	if started != nil {
 		started(mc.MiniCluster)
 	}
-	return Run(ctx, job, On{Dispatcher: mc.dispatcher, requireSlots: true, catalog: mc.catalog, chains: chains, taskManagers: mc.TMs})
+	on := On{Dispatcher: mc.dispatcher, requireSlots: true, catalog: mc.catalog, chains: chains, taskManagers: mc.TMs}
+	stopDashboard, err := job.serveDashboard(&on, mc.TMs)
+	if err != nil {
+		return nil, err
+	}
+	defer stopDashboard()
+	return Run(ctx, job, on)
 }
 
 // jobBuild gives the in-process TaskManagers of on the operators of its chains, and returns the build

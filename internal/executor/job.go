@@ -80,6 +80,10 @@ type Settings struct {
 	// is the same on a listener the caller opened (closed when the run ends).
 	MetricsAddr     string
 	MetricsListener net.Listener
+	// UIAddr, if set, is where the mini-cluster serves the run's REST API and web dashboard while it
+	// runs; UIListener is the same on a listener the caller opened (closed when the run ends).
+	UIAddr     string
+	UIListener net.Listener
 	// Progress, when set, is called with a snapshot of the running job every ProgressInterval, and with
 	// the result at the end.
 	ProgressInterval time.Duration

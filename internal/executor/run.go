@@ -43,6 +43,8 @@ type On struct {
 	Adopt *Takeover
 	// Resumed, when set, says the run restarts a job whose leader was lost: its failovers begin with it.
 	Resumed *jobmaster.Resumed
+	// Throughput, when set, is sampled every report.ThroughputInterval while the job runs.
+	Throughput *report.Throughput
 
 	requireSlots bool
 	catalog      *inProcessCatalog
@@ -163,7 +165,9 @@ func Run(ctx context.Context, job *Job, on On) (*report.JobResult, error) {
 		return nil, fmt.Errorf("job %q: WithMetrics: %w", name, err)
 	}
 	stopProgress := job.reportProgress(jm)
+	stopSampling := job.sampleThroughput(jm, on.Throughput)
 	snap := jm.Run(ctx)
+	stopSampling()
 	stopProgress()
 	if rc.Checkpointing && !errors.Is(context.Cause(ctx), ErrLeftRunning) {
 		rp := snap.RestorePoint
@@ -245,6 +249,33 @@ func (j *Job) reportProgress(jm *jobmaster.Driver) (stop func()) {
 			select {
 			case <-t.C:
 				progress(report.Of(j.Name, jm.Snapshot()))
+			case <-done:
+				return
+			}
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}
+
+// sampleThroughput adds the running job's result to tp every report.ThroughputInterval, from a goroutine
+// that the returned function stops and waits for (nothing when tp is nil).
+func (j *Job) sampleThroughput(jm *jobmaster.Driver, tp *report.Throughput) (stop func()) {
+	if tp == nil {
+		return func() {}
+	}
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	wg.Go(func() {
+		t := time.NewTicker(report.ThroughputInterval)
+		defer t.Stop()
+		tp.Add(time.Now(), report.Of(j.Name, jm.Snapshot()))
+		for {
+			select {
+			case now := <-t.C:
+				tp.Add(now, report.Of(j.Name, jm.Snapshot()))
 			case <-done:
 				return
 			}

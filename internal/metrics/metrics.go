@@ -185,12 +185,22 @@ type Server struct {
 // ServeJob serves the job's metrics on ln, and those of the in-process TaskManagers tms; Stop ends the
 // server and waits for it.
 func ServeJob(ln net.Listener, name string, snapshot func() *report.JobResult, tms []*cluster.TaskManager) *Server {
+	return serveMetrics(ln, jobRegistry(name, snapshot, tms), nil, nil)
+}
+
+// JobHandler serves the metrics ServeJob serves, for a server of the caller's (a run's dashboard).
+func JobHandler(name string, snapshot func() *report.JobResult, tms []*cluster.TaskManager) http.Handler {
+	reg := jobRegistry(name, snapshot, tms)
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
+}
+
+func jobRegistry(name string, snapshot func() *report.JobResult, tms []*cluster.TaskManager) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(NewJobCollector(name, snapshot, nil), collectors.NewGoCollector())
 	if len(tms) > 0 {
 		reg.MustRegister(newInflightLogCollector(tms))
 	}
-	return serveMetrics(ln, reg, nil, nil)
+	return reg
 }
 
 // ServeTaskManager serves the metrics of a TaskManager process (runnel taskmanager --metrics-addr)

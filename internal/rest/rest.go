@@ -34,6 +34,12 @@ type Source interface {
 	// Failovers returns job id's failovers with their loss and the totals; an error wrapping ErrUnknownJob
 	// when there is no such job.
 	Failovers(ctx context.Context, id string) (any, error)
+	// Throughput returns job id's recent throughput per vertex (report.Throughput's samples); an error
+	// wrapping ErrUnknownJob when there is no such job.
+	Throughput(ctx context.Context, id string) (any, error)
+	// Exceptions returns job id's recent task failures, each with its error and stack, newest first; an
+	// error wrapping ErrUnknownJob when there is no such job.
+	Exceptions(ctx context.Context, id string) (any, error)
 	// TaskManagers lists the registered TaskManagers, in registration order.
 	TaskManagers(ctx context.Context) ([]TaskManager, error)
 	// Leader says who leads the cluster's JobManagers, as this one knows it.
@@ -87,11 +93,16 @@ type TaskManager struct {
 	Tasks int `json:"tasks"`
 }
 
-// Handler returns the API's handler over src; metrics, when not nil, serves GET /metrics (nil: 404). A
-// wrong method on a route is 405 with an Allow header, an unknown path 404; every error has a JSON body
-// {"error": "..."} that says what was wrong.
-func Handler(src Source, metrics http.Handler) http.Handler {
+// Handler returns the API's handler over src; metrics, when not nil, serves GET /metrics (nil: 404), and
+// dashboard, when not nil, GET / and GET /ui/... (the web dashboard, internal/ui). A wrong method on a
+// route is 405 with an Allow header, an unknown path 404; every error has a JSON body {"error": "..."}
+// that says what was wrong.
+func Handler(src Source, metrics, dashboard http.Handler) http.Handler {
 	mux := http.NewServeMux()
+	if dashboard != nil {
+		mux.Handle("GET /{$}", dashboard)
+		mux.Handle("GET /ui/", dashboard)
+	}
 	route := func(path string, h http.HandlerFunc) {
 		// A GET pattern also serves HEAD; the same path without a method is less specific, so it takes
 		// only the other methods.
@@ -122,6 +133,8 @@ func Handler(src Source, metrics http.Handler) http.Handler {
 	route("/v1/jobs/{id}", perJob(src.Job))
 	route("/v1/jobs/{id}/checkpoints", perJob(src.Checkpoints))
 	route("/v1/jobs/{id}/failovers", perJob(src.Failovers))
+	route("/v1/jobs/{id}/throughput", perJob(src.Throughput))
+	route("/v1/jobs/{id}/exceptions", perJob(src.Exceptions))
 	route("/v1/taskmanagers", func(w http.ResponseWriter, r *http.Request) {
 		serve(w, r, "", func(ctx context.Context) (any, error) {
 			tms, err := src.TaskManagers(ctx)
@@ -146,7 +159,7 @@ func Handler(src Source, metrics http.Handler) http.Handler {
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such path %s (the API serves /v1/jobs, /v1/jobs/{id}, "+
-			"/v1/jobs/{id}/checkpoints, /v1/jobs/{id}/failovers, /v1/taskmanagers, /v1/leader, /metrics, /healthz, /healthz/ready)", quoteBounded(r.URL.Path)))
+			"/v1/jobs/{id}/checkpoints, /v1/jobs/{id}/failovers, /v1/jobs/{id}/throughput, /v1/jobs/{id}/exceptions, /v1/taskmanagers, /v1/leader, /metrics, /healthz, /healthz/ready)", quoteBounded(r.URL.Path)))
 	})
 	return mux
 }

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/runnel-dev/runnel/internal/ui"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -22,7 +24,8 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 type fakeSource struct {
 	t    *testing.T
 	jobs []JobSummary
-	// docs holds per job id the documents by kind: "job", "checkpoints", "failovers".
+	// docs holds per job id the documents by kind: "job", "checkpoints", "failovers", "throughput",
+	// "exceptions".
 	docs map[string]map[string]any
 	tms  []TaskManager
 	// leader is what Leader returns (the zero Leader leads nothing).
@@ -70,6 +73,12 @@ func (f *fakeSource) Checkpoints(ctx context.Context, id string) (any, error) {
 func (f *fakeSource) Failovers(ctx context.Context, id string) (any, error) {
 	return f.doc(ctx, id, "failovers")
 }
+func (f *fakeSource) Throughput(ctx context.Context, id string) (any, error) {
+	return f.doc(ctx, id, "throughput")
+}
+func (f *fakeSource) Exceptions(ctx context.Context, id string) (any, error) {
+	return f.doc(ctx, id, "exceptions")
+}
 
 func (f *fakeSource) TaskManagers(ctx context.Context) ([]TaskManager, error) {
 	if err := f.check(ctx); err != nil {
@@ -91,6 +100,8 @@ func TestHandler(t *testing.T) {
 					"job":         map[string]any{"name": "sequence", "status": "FINISHED", "waiting": ""},
 					"checkpoints": map[string]any{"completed": 3, "latest": map[string]any{"id": 3}},
 					"failovers":   map[string]any{"failovers": []any{}, "failover_totals": map[string]any{"records_lost": 0}},
+					"throughput":  map[string]any{"interval_ms": 1000, "samples": []any{}},
+					"exceptions":  map[string]any{"exceptions": []any{}},
 				},
 				"a/b": {"job": "slash"},
 				"inf": {"job": math.Inf(1)},
@@ -122,7 +133,7 @@ func TestHandler(t *testing.T) {
 	const jsonType = "application/json"
 	notFound := func(path string) string {
 		return `{"error":"no such path \"` + path + `\" (the API serves /v1/jobs, /v1/jobs/{id}, /v1/jobs/{id}/checkpoints, ` +
-			`/v1/jobs/{id}/failovers, /v1/taskmanagers, /v1/leader, /metrics, /healthz, /healthz/ready)"}`
+			`/v1/jobs/{id}/failovers, /v1/jobs/{id}/throughput, /v1/jobs/{id}/exceptions, /v1/taskmanagers, /v1/leader, /metrics, /healthz, /healthz/ready)"}`
 	}
 	for _, tc := range []struct {
 		name         string
@@ -143,6 +154,11 @@ func TestHandler(t *testing.T) {
 		{"a job's checkpoints", full, nil, "GET", "/v1/jobs/3f2a/checkpoints", 200, jsonType, "", `{"completed":3,"latest":{"id":3}}`},
 		{"a job's failovers", full, nil, "GET", "/v1/jobs/3f2a/failovers", 200, jsonType, "",
 			`{"failover_totals":{"records_lost":0},"failovers":[]}`},
+		{"a job's throughput", full, nil, "GET", "/v1/jobs/3f2a/throughput", 200, jsonType, "", `{"interval_ms":1000,"samples":[]}`},
+		{"a job's exceptions", full, nil, "GET", "/v1/jobs/3f2a/exceptions", 200, jsonType, "", `{"exceptions":[]}`},
+		{"an unknown job's throughput", full, nil, "GET", "/v1/jobs/nope/throughput", 404, jsonType, "",
+			`{"error":"no job \"nope\" on this JobManager"}`},
+		{"no dashboard without one", full, nil, "GET", "/", 404, jsonType, "", notFound("/")},
 		{"an unknown job", full, nil, "GET", "/v1/jobs/nope", 404, jsonType, "", `{"error":"no job \"nope\" on this JobManager"}`},
 		{"an unknown job's checkpoints", full, nil, "GET", "/v1/jobs/nope/checkpoints", 404, jsonType, "",
 			`{"error":"no job \"nope\" on this JobManager"}`},
@@ -196,7 +212,7 @@ func TestHandler(t *testing.T) {
 			`{"error":"encoding the response: json: unsupported value: +Inf"}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := httptest.NewServer(Handler(tc.src(t), tc.metrics))
+			srv := httptest.NewServer(Handler(tc.src(t), tc.metrics, nil))
 			defer srv.Close()
 			req, err := http.NewRequest(tc.method, srv.URL+tc.path, nil)
 			if err != nil {
@@ -255,6 +271,33 @@ func TestHealthHandler(t *testing.T) {
 		srv.Close()
 		if resp.StatusCode != tc.status || string(body) != tc.body+"\n" {
 			t.Errorf("GET %s: %d %s, want %d %s", tc.path, resp.StatusCode, body, tc.status, tc.body)
+		}
+	}
+}
+
+// TestHandlerServesDashboard mounts the dashboard beside the API: its page at /, its files under /ui/,
+// and the API's routes and errors unchanged.
+func TestHandlerServesDashboard(t *testing.T) {
+	srv := httptest.NewServer(Handler(&fakeSource{t: t}, nil, ui.Handler()))
+	defer srv.Close()
+	for _, tc := range []struct {
+		path, contentType string
+		status            int
+	}{
+		{"/", "text/html; charset=utf-8", 200},
+		{"/ui/app.js", "text/javascript; charset=utf-8", 200},
+		{"/ui/style.css", "text/css; charset=utf-8", 200},
+		{"/ui/nope.js", "text/plain; charset=utf-8", 404},
+		{"/v1/jobs", "application/json", 200},
+		{"/index.html", "application/json", 404},
+	} {
+		resp, err := srv.Client().Get(srv.URL + tc.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.status || resp.Header.Get("Content-Type") != tc.contentType {
+			t.Errorf("GET %s: %d %q, want %d %q", tc.path, resp.StatusCode, resp.Header.Get("Content-Type"), tc.status, tc.contentType)
 		}
 	}
 }

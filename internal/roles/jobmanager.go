@@ -34,6 +34,7 @@ import (
 	"github.com/runnel-dev/runnel/internal/report"
 	"github.com/runnel-dev/runnel/internal/rest"
 	"github.com/runnel-dev/runnel/internal/rpc"
+	"github.com/runnel-dev/runnel/internal/ui"
 )
 
 // Jobs are the jobs a binary can run by name (the root package's registry, runnel.Register).
@@ -206,7 +207,7 @@ func ServeJobManager(ctx context.Context, jobs Jobs, cfg JobManagerConfig) error
 				return fmt.Errorf("jobmanager: %w", err)
 			}
 		}
-		hs = &http.Server{Handler: rest.Handler(jm, jm.metricsHandler()), ReadHeaderTimeout: 10 * time.Second,
+		hs = &http.Server{Handler: rest.Handler(jm, jm.metricsHandler(), ui.Handler()), ReadHeaderTimeout: 10 * time.Second,
 			IdleTimeout: time.Minute, TLSConfig: serverTLS, ErrorLog: mtls.NewRefusalLog(lg, "REST API").HTTPErrorLog()}
 		go func() {
 			if serverTLS != nil {
@@ -337,6 +338,8 @@ type jmJob struct {
 	ended  time.Time
 	// resumed, for a job a previous leader ran, says so in its documents.
 	resumed *report.ResumeResult
+	// throughput is sampled by the job's run while it runs.
+	throughput report.Throughput
 }
 
 func (j *jmJob) current() *report.JobResult {
@@ -426,7 +429,8 @@ func (jm *jobManager) launch(l launchSpec) (protocol.JobID, error) {
 	go func() {
 		defer jm.wg.Done()
 		defer cancel()
-		on := executor.On{Dispatcher: jm.disp, Cluster: true, SlotWait: jm.cfg.SlotWaitTimeout, JobID: l.run, Adopt: l.adopt}
+		on := executor.On{Dispatcher: jm.disp, Cluster: true, SlotWait: jm.cfg.SlotWaitTimeout, JobID: l.run, Adopt: l.adopt,
+			Throughput: &j.throughput}
 		if l.resumed != nil && l.adopt == nil {
 			on.Resumed = &jobmaster.Resumed{At: l.resumed.At, Reason: l.resumed.Fallback}
 		}
@@ -744,6 +748,15 @@ func (jm *jobManager) Jobs(context.Context) ([]rest.JobSummary, error) {
 }
 
 func (jm *jobManager) restJob(id string) (*report.JobResult, error) {
+	j, err := jm.restJobOf(id)
+	if err != nil {
+		return nil, err
+	}
+	return j.current(), nil
+}
+
+// restJobOf is the job of a REST request's id; an error wrapping rest.ErrUnknownJob if there is none.
+func (jm *jobManager) restJobOf(id string) (*jmJob, error) {
 	jid, err := protocol.ParseJobID(id)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %q: %w", rest.ErrUnknownJob, id, err)
@@ -752,7 +765,7 @@ func (jm *jobManager) restJob(id string) (*report.JobResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", rest.ErrUnknownJob, err)
 	}
-	return j.current(), nil
+	return j, nil
 }
 
 // Job implements rest.Source.
@@ -764,7 +777,7 @@ func (jm *jobManager) Checkpoints(_ context.Context, id string) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return map[string]any{"checkpoints": r.Checkpoints}, nil
+	return r.CheckpointsDocument(), nil
 }
 
 // Failovers implements rest.Source.
@@ -773,17 +786,33 @@ func (jm *jobManager) Failovers(_ context.Context, id string) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return map[string]any{"failovers": r.Failovers, "failover_totals": r.FailoverTotals}, nil
+	return r.FailoversDocument(), nil
+}
+
+// Throughput implements rest.Source.
+func (jm *jobManager) Throughput(_ context.Context, id string) (any, error) {
+	j, err := jm.restJobOf(id)
+	if err != nil {
+		return nil, err
+	}
+	return j.throughput.Document(), nil
+}
+
+// Exceptions implements rest.Source.
+func (jm *jobManager) Exceptions(_ context.Context, id string) (any, error) {
+	j, err := jm.restJobOf(id)
+	if err != nil {
+		return nil, err
+	}
+	j.mu.Lock()
+	ended := j.ended
+	j.mu.Unlock()
+	return j.current().ExceptionsDocument(ended), nil
 }
 
 // TaskManagers implements rest.Source.
 func (jm *jobManager) TaskManagers(context.Context) ([]rest.TaskManager, error) {
-	var out []rest.TaskManager
-	for _, tm := range jm.disp.TaskManagers() {
-		out = append(out, rest.TaskManager{ID: uint64(tm.ID), Name: tm.Name, DataAddress: tm.DataAddress, Slots: tm.Slots,
-			FreeSlots: tm.Free, SinceHeardMillis: tm.SinceHeard.Milliseconds(), Tasks: tm.Slots - tm.Free})
-	}
-	return out, nil
+	return executor.RESTTaskManagers(jm.disp), nil
 }
 
 // metricsHandler serves the Prometheus metrics of the jobs the JobManager remembers (each with a job_id

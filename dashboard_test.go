@@ -1,0 +1,128 @@
+package runnel_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/runnel-dev/runnel"
+	"github.com/runnel-dev/runnel/connector"
+)
+
+// TestDashboardServesTheRunningJob reads a running job's dashboard address over real HTTP: its page, its
+// REST API with the one job (graph, failover, exception, throughput) and its metrics, all while it runs,
+// and nothing once Execute returned. The throughput is held against the sources' own rate.
+func TestDashboardServesTheRunningJob(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := "http://" + ln.Addr().String()
+	const ratePerSubtask = 10_000
+	env := runnel.NewEnvironment(runnel.WithParallelism(2), runnel.WithChaining(false), runnel.WithUIListener(ln),
+		runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 50 * time.Millisecond}),
+		runnel.WithFailureInjection("double[1]@2000"), runnel.WithRestartStrategy("fixed-delay:attempts=3,delay=0s"))
+	src := runnel.FromSource(env, connector.Generator(func(_ int, seq uint64) int64 { return int64(seq) },
+		connector.GeneratorOptions{RatePerSubtask: ratePerSubtask})).Name("numbers")
+	runnel.Map(src, func(v int64) (int64, error) { return 2 * v, nil }).Name("double").SinkTo(connector.Discard[int64]()).Name("sink")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { _, err := env.Execute(ctx, "shown"); done <- err }()
+
+	get := func(path string, into any) (string, int) {
+		resp, err := http.Get(base + path)
+		if err != nil {
+			return "", 0
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if into != nil && resp.StatusCode == 200 {
+			if err := json.Unmarshal(b, into); err != nil {
+				t.Fatalf("GET %s: %v: %s", path, err, b)
+			}
+		}
+		return string(b), resp.StatusCode
+	}
+	await := func(what string, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for !ok() {
+			if time.Now().After(deadline) {
+				t.Fatalf("after 20 s: %s", what)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	var jobs struct {
+		Jobs []struct{ ID, Name, Status string }
+	}
+	await("the job is listed as running", func() bool {
+		get("/v1/jobs", &jobs)
+		return len(jobs.Jobs) == 1 && jobs.Jobs[0].Status == "RUNNING"
+	})
+	id := jobs.Jobs[0].ID
+	if jobs.Jobs[0].Name != "shown" {
+		t.Fatalf("jobs %+v", jobs)
+	}
+	var job runnel.JobResult
+	get("/v1/jobs/"+id, &job)
+	if len(job.Vertices) != 3 || job.Vertex("numbers") == nil || job.Vertex("double") == nil || job.Vertex("sink") == nil {
+		t.Fatalf("vertices %+v", job.Vertices)
+	}
+	var exceptions struct {
+		Exceptions []struct{ Subtask, Error string }
+	}
+	await("the injected failure is among the exceptions", func() bool {
+		get("/v1/jobs/"+id+"/exceptions", &exceptions)
+		return len(exceptions.Exceptions) == 1
+	})
+	if e := exceptions.Exceptions[0]; e.Subtask != "double[1]" || !strings.Contains(e.Error, "injected failure double[1]@2000") {
+		t.Fatalf("exceptions %+v", exceptions)
+	}
+	var failovers struct {
+		Failovers []struct{ Failed string }
+	}
+	get("/v1/jobs/"+id+"/failovers", &failovers)
+	if len(failovers.Failovers) != 1 || failovers.Failovers[0].Failed != "double[1]" {
+		t.Fatalf("failovers %+v", failovers)
+	}
+	var tp struct {
+		IntervalMillis int64 `json:"interval_ms"`
+		Samples        []struct {
+			Vertices []struct {
+				Name string
+				Out  float64 `json:"records_out_per_s"`
+			}
+		}
+	}
+	await("three throughput samples", func() bool {
+		get("/v1/jobs/"+id+"/throughput", &tp)
+		return len(tp.Samples) >= 3
+	})
+	// The sources emit 2 × ratePerSubtask records a second; a sample of a whole second in the middle of
+	// the run is within a quarter of it.
+	last := tp.Samples[len(tp.Samples)-1]
+	if v := last.Vertices[0]; v.Name != "numbers" || v.Out < 0.75*2*ratePerSubtask || v.Out > 1.25*2*ratePerSubtask {
+		t.Fatalf("throughput %+v: want numbers at about %d records/s", last, 2*ratePerSubtask)
+	}
+	if page, code := get("/", nil); code != 200 || !strings.Contains(page, "<script") {
+		t.Fatalf("GET /: %d %s", code, page)
+	}
+	if m, code := get("/metrics", nil); code != 200 || !strings.Contains(m, `runnel_job_status{job="shown",status="RUNNING"} 1`) {
+		t.Fatalf("GET /metrics: %d %s", code, m)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	http.DefaultClient.CloseIdleConnections()
+	if _, err := http.Get(base + "/v1/jobs"); err == nil {
+		t.Fatal("the dashboard still answers after Execute returned")
+	}
+}

@@ -1,0 +1,70 @@
+package report
+
+import "time"
+
+// The documents of a job's REST resources below /v1/jobs/{id} (docs/cluster.md §6.2), made from its
+// result: a JobManager and a run's mini-cluster serve the same ones.
+
+// CheckpointsDocument is GET /v1/jobs/{id}/checkpoints.
+type CheckpointsDocument struct {
+	// Checkpoints counts the job's checkpoints (absent when checkpointing is off).
+	Checkpoints *CheckpointCounts `json:"checkpoints"`
+}
+
+// FailoversDocument is GET /v1/jobs/{id}/failovers.
+type FailoversDocument struct {
+	Failovers      []FailoverResult `json:"failovers"`
+	FailoverTotals FailoverTotals   `json:"failover_totals"`
+}
+
+// ThroughputDocument is GET /v1/jobs/{id}/throughput: the samples of the last minutes, oldest first.
+type ThroughputDocument struct {
+	IntervalMillis int64              `json:"interval_ms"`
+	Samples        []ThroughputSample `json:"samples"`
+}
+
+// ExceptionsDocument is GET /v1/jobs/{id}/exceptions.
+type ExceptionsDocument struct {
+	Exceptions []Exception `json:"exceptions"`
+}
+
+// Exception is a failure of a job: a task's (the subtask, "VERTEX[i]", and the TaskManager it ran on), a
+// TaskManager's loss, or the job's own (Subtask "job").
+type Exception struct {
+	At          time.Time `json:"at"`
+	Subtask     string    `json:"subtask"`
+	TaskManager string    `json:"taskmanager,omitempty"`
+	Error       string    `json:"error"`
+}
+
+// CheckpointsDocument is r's checkpoints document.
+func (r *JobResult) CheckpointsDocument() CheckpointsDocument {
+	return CheckpointsDocument{Checkpoints: r.Checkpoints}
+}
+
+// FailoversDocument is r's failovers document.
+func (r *JobResult) FailoversDocument() FailoversDocument {
+	return FailoversDocument{Failovers: r.Failovers, FailoverTotals: r.FailoverTotals}
+}
+
+// ExceptionsDocument is r's exceptions, newest first: the job's error once it failed, then the failure
+// of each failover the result lists, ended at when (the job's end, or now while it runs).
+func (r *JobResult) ExceptionsDocument(ended time.Time) ExceptionsDocument {
+	out := make([]Exception, 0, len(r.Failovers)+1)
+	if r.Status == "FAILED" && r.Error != "" {
+		out = append(out, Exception{At: ended, Subtask: "job", Error: r.Error})
+	}
+	for i := len(r.Failovers) - 1; i >= 0; i-- {
+		f := r.Failovers[i]
+		if f.Cause == "" {
+			continue
+		}
+		out = append(out, Exception{At: f.FailedAt, Subtask: f.Failed, TaskManager: f.TaskManager, Error: f.Cause})
+	}
+	return ExceptionsDocument{Exceptions: out}
+}
+
+// Document is the throughput document of t's samples.
+func (t *Throughput) Document() ThroughputDocument {
+	return ThroughputDocument{IntervalMillis: ThroughputInterval.Milliseconds(), Samples: t.Samples()}
+}
