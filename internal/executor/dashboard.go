@@ -169,4 +169,6 @@ func (d *dashboard) TaskManagers(context.Context) ([]rest.TaskManager, error) {
 }
 
 // Leader implements rest.Source: the mini-cluster's JobManager leads, alone.
-func (d *dashboard) Leader(context.Context) (rest.Leader, error) { return rest.Leader{Leading: true}, nil }
+func (d *dashboard) Leader(context.Context) (rest.Leader, error) {
+	return rest.Leader{Leading: true}, nil
+}
