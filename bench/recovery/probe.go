@@ -82,23 +82,28 @@ func (s *silences) finish(end int64) []silence {
 	return out
 }
 
-// sample is the number of records all sources had emitted at time t (ns since the epoch).
+// sample is what the sampler read at time t (ns since the epoch): the records all sources had emitted,
+// all sinks had received, and the sinks had received of the affected path.
 type sample struct {
-	t int64
-	n int64
+	t        int64
+	n        int64
+	sunk     int64
+	sunkPath int64
 }
 
-// sampler reads the sources' emitted counters every interval into a timeline fixed at creation.
+// sampler reads the sources' and the sinks' counters every interval into a timeline fixed at creation.
 type sampler struct {
-	epoch   time.Time
-	emitted []counter
-	samples []sample
-	stop    chan struct{}
-	done    chan struct{}
+	epoch    time.Time
+	emitted  []counter
+	received []counter // per sink subtask and path: received[subtask*paths+path]
+	paths    int
+	samples  []sample
+	stop     chan struct{}
+	done     chan struct{}
 }
 
-func startSampler(epoch time.Time, emitted []counter, interval time.Duration, capacity int) *sampler {
-	s := &sampler{epoch: epoch, emitted: emitted, samples: make([]sample, 0, capacity),
+func startSampler(epoch time.Time, emitted, received []counter, paths int, interval time.Duration, capacity int) *sampler {
+	s := &sampler{epoch: epoch, emitted: emitted, received: received, paths: paths, samples: make([]sample, 0, capacity),
 		stop: make(chan struct{}), done: make(chan struct{})}
 	go s.run(interval)
 	return s
@@ -124,11 +129,18 @@ func (s *sampler) take() {
 	if len(s.samples) == cap(s.samples) {
 		return
 	}
-	var n int64
+	x := sample{t: int64(time.Since(s.epoch))}
 	for i := range s.emitted {
-		n += s.emitted[i].Load()
+		x.n += s.emitted[i].Load()
 	}
-	s.samples = append(s.samples, sample{t: int64(time.Since(s.epoch)), n: n})
+	for i := range s.received {
+		v := s.received[i].Load()
+		x.sunk += v
+		if i%s.paths == FailedSubtask {
+			x.sunkPath += v
+		}
+	}
+	s.samples = append(s.samples, x)
 }
 
 // finish stops the sampler and returns its timeline.
@@ -140,21 +152,27 @@ func (s *sampler) finish() []sample {
 
 // emittedAt interpolates the timeline linearly: the records emitted by time t.
 func emittedAt(samples []sample, t int64) float64 {
+	return countAt(samples, t, func(s sample) int64 { return s.n })
+}
+
+// countAt interpolates the timeline of the count that of picks from a sample linearly: its value at time
+// t, the first or the last sample's outside the timeline.
+func countAt(samples []sample, t int64, of func(sample) int64) float64 {
 	if len(samples) == 0 {
 		return 0
 	}
 	i := sort.Search(len(samples), func(i int) bool { return samples[i].t >= t })
 	switch {
 	case i == 0:
-		return float64(samples[0].n)
+		return float64(of(samples[0]))
 	case i == len(samples):
-		return float64(samples[len(samples)-1].n)
+		return float64(of(samples[len(samples)-1]))
 	}
 	a, b := samples[i-1], samples[i]
 	if b.t == a.t {
-		return float64(b.n)
+		return float64(of(b))
 	}
-	return float64(a.n) + float64(b.n-a.n)*float64(t-a.t)/float64(b.t-a.t)
+	return float64(of(a)) + float64(of(b)-of(a))*float64(t-a.t)/float64(b.t-a.t)
 }
 
 // firstEmission returns the time of the first sample with records emitted (-1: none).

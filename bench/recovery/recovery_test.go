@@ -58,6 +58,7 @@ func TestApproximateAndFull(t *testing.T) {
 		if r.CheckpointRestored == nil || r.CheckpointsCompleted < 1 {
 			t.Errorf("%s: checkpoint restored %v, %d completed", r.Failover, r.CheckpointRestored, r.CheckpointsCompleted)
 		}
+		checkSeries(t, r, rate)
 	}
 	approx, full := rs[0], rs[1]
 	want := []string{"map[1]", "check[0]", "check[1]", "check[2]", "check[3]", "sink[0]", "sink[1]", "sink[2]", "sink[3]"}
@@ -82,6 +83,31 @@ func TestApproximateAndFull(t *testing.T) {
 		if !strings.Contains(buf.String(), s) {
 			t.Errorf("table lacks %q:\n%s", s, buf.String())
 		}
+	}
+}
+
+// checkSeries checks the throughput series of a run against the source rate: over the 500 ms before the
+// failure, the sources emitted and the sinks received about rate records per second, a quarter of them on
+// the affected path.
+func checkSeries(t *testing.T, r *Result, rate int64) {
+	t.Helper()
+	s := r.Series
+	if s == nil || s.BucketMS != DefaultSeriesBucket.Milliseconds() || s.StartMS > -500 || len(s.SinksRPS) != len(s.SourcesRPS) ||
+		s.StartMS+float64(int64(len(s.SourcesRPS))*s.BucketMS) < 500 {
+		t.Fatalf("%s: series %+v", r.Failover, s)
+	}
+	from := int(-(s.StartMS + 500) / float64(s.BucketMS))
+	mean := func(vs []int64) int64 {
+		var sum int64
+		for _, v := range vs[from : from+int(500/s.BucketMS)] {
+			sum += v
+		}
+		return sum / (500 / s.BucketMS)
+	}
+	src, sink, path := mean(s.SourcesRPS), mean(s.SinksRPS), mean(s.SinksAffectedRPS)
+	if src < rate/2 || src > rate*3/2 || sink < rate/2 || sink > rate*3/2 || path < sink/8 || path > sink/2 {
+		t.Errorf("%s: before the failure the sources emitted %d records/s, the sinks received %d (%d on the affected path), rate %d",
+			r.Failover, src, sink, path, rate)
 	}
 }
 
@@ -174,8 +200,7 @@ func TestNoAllocationPerRecord(t *testing.T) {
 		attempt int
 	}{{"timing", false, 0}, {"timing, restarted attempt", false, 1}, {"timing and gaps", true, 0}} {
 		t.Run(tc.name, func(t *testing.T) {
-			pr := &probes{p: 4, arrivals: newSilences(time.Now(), 4, time.Nanosecond, 16), latest: make([]Checked, 8),
-				seen: make([]bool, 8), sinkLost: make([]counter, 4), restartedOutput: make([]counter, 4)}
+			pr := newProbes(time.Now(), 4, 8, 16)
 			w, err := (&timingSink{pr: pr, gaps: tc.gaps}).CreateWriter(sinkContext{subtask: 1, attempt: tc.attempt})
 			if err != nil {
 				t.Fatal(err)

@@ -125,6 +125,7 @@ func newCheckpointBenchCmd() *cobra.Command {
 func newRecoveryBenchCmd() *cobra.Command {
 	var cfg recovery.Config
 	var asJSON bool
+	var plotPath string
 	cmd := &cobra.Command{
 		Use:   "recovery",
 		Short: "one injected failure under each failover strategy: outage, upstream throughput, records lost, subtasks restarted",
@@ -135,7 +136,11 @@ names as in the Flink harness, bench/flink). See package bench/recovery for how 
 
 --scenario after-state runs generator -> keyBy -> check -> map -> sink instead: the failing map is
 downstream of the keyed state (make it large with --keys, --state-bytes and --state-backend pebble), which
-approximate recovery leaves running and full or region failover restore.`,
+approximate recovery leaves running and full or region failover restore.
+
+--plot FILE.svg draws, after the table, the records per second the sources emitted and the sinks
+received around the failure, one panel per strategy on the same scales, with the failure and the
+engine's outage marked (the JSON holds the same series, in --series-bucket buckets, as "series").`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cfg.Rate < 0 {
@@ -143,6 +148,22 @@ approximate recovery leaves running and full or region failover restore.`,
 			}
 			if cfg.Duration <= 0 || cfg.FailAfter <= 0 || cfg.FailAfter >= cfg.Duration {
 				return usageError(fmt.Errorf("invalid --fail-after %s with --duration %s: both must be positive and the failure must come first", cfg.FailAfter, cfg.Duration))
+			}
+			// The plot's file is created before the runs, so that a bad path fails at once rather than after them.
+			var plot *os.File
+			plotted := false
+			if plotPath != "" {
+				f, err := os.Create(plotPath)
+				if err != nil {
+					return usageError(fmt.Errorf("invalid --plot: %w", err))
+				}
+				plot = f
+				defer func() {
+					plot.Close() // a second Close after a written plot only returns an error
+					if !plotted {
+						os.Remove(plotPath)
+					}
+				}()
 			}
 			res, err := recovery.Run(cmd.Context(), cfg)
 			if errors.Is(err, recovery.ErrConfig) {
@@ -153,9 +174,25 @@ approximate recovery leaves running and full or region failover restore.`,
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
-				return writeJSONLines(out, res)
+				err = writeJSONLines(out, res)
+			} else {
+				err = recovery.WriteTable(out, res)
 			}
-			return recovery.WriteTable(out, res)
+			if err != nil || plot == nil {
+				return err
+			}
+			b, err := recovery.Plot(res)
+			if err != nil {
+				return fmt.Errorf("--plot %s: %w", plotPath, err)
+			}
+			if _, err := plot.Write(b); err != nil {
+				return fmt.Errorf("--plot: %w", err)
+			}
+			if err := plot.Close(); err != nil {
+				return fmt.Errorf("--plot: %w", err)
+			}
+			plotted = true
+			return nil
 		},
 	}
 	cmd.Flags().StringSliceVar(&cfg.Failovers, "failover", recovery.Strategies, "failover strategies to run, in order (full, region, approximate, task)")
@@ -169,6 +206,8 @@ approximate recovery leaves running and full or region failover restore.`,
 	cmd.Flags().StringVar(&cfg.StateBackend, "state-backend", "memory", "keyed state backend: memory or pebble")
 	cmd.Flags().DurationVar(&cfg.BufferTimeout, "buffer-timeout", recovery.DefaultBufferTimeout, "network buffer timeout: the resolution of the sink-side timings")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object per strategy per line")
+	cmd.Flags().StringVar(&plotPath, "plot", "", "write an SVG image of the records per second around the failure, one panel per strategy, to this file")
+	cmd.Flags().DurationVar(&cfg.SeriesBucket, "series-bucket", recovery.DefaultSeriesBucket, "width of the buckets of the throughput series (--plot, and \"series\" in --json); a multiple of 1ms")
 	return cmd
 }
 
