@@ -211,6 +211,8 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"run", "wordcount", "--ui", "no-port"}, "--ui"},
 		{[]string{"submit", "wordcount", "--ui", "127.0.0.1:8081"}, "the JobManager serves the dashboard"},
 		{[]string{"bench", "recovery", "--scenario", "sideways"}, "unknown scenario"},
+		{[]string{"bench", "recovery", "--plot", "/does/not/exist/recovery.svg"}, "invalid --plot: open /does/not/exist/recovery.svg"},
+		{[]string{"bench", "recovery", "--series-bucket", "1500us"}, "series bucket must be a positive multiple"},
 	} {
 		_, stderr, code := runCLI(t, tc.args...)
 		if code != 2 || !strings.Contains(stderr, tc.want) {
