@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -90,10 +91,21 @@ func Plot(rs []*Result) ([]byte, error) {
 		return nil, errors.New("recovery plot: the series do not cover the failure")
 	}
 
+	// The rate axis runs to the highest bucket, or to twice the sources' median rate if that is lower: a
+	// stall of the machine and its catch-up can be many times the rate, and would flatten the dip that the
+	// picture is for. Buckets above the axis are drawn at its top, marked with a triangle.
 	yMax := 0.0
+	var rates []float64
 	for _, r := range runs {
 		for _, l := range plotLines {
 			forBuckets(r.Series, l.of(r.Series), xMin, xMax, func(_, _ float64, v int64) { yMax = max(yMax, float64(v)) })
+		}
+		forBuckets(r.Series, r.Series.SourcesRPS, xMin, xMax, func(_, _ float64, v int64) { rates = append(rates, float64(v)) })
+	}
+	if len(rates) > 0 {
+		slices.Sort(rates)
+		if m := 2 * rates[len(rates)/2]; m > 0 {
+			yMax = min(yMax, m)
 		}
 	}
 	yStep := niceStep(max(yMax, 1), 4)
@@ -137,6 +149,7 @@ func Plot(rs []*Result) ([]byte, error) {
 	p(`<text x="%s" y="%s">%s</text>`+"\n", num(lx+28), num(ly2), esc(outLabel))
 	p("</g>\n")
 
+	clipped := false
 	for i, r := range runs {
 		top := plotHeaderH + float64(i)*panelBlock
 		y0 := top + plotPanelTitleH
@@ -169,21 +182,32 @@ func Plot(rs []*Result) ([]byte, error) {
 			p(`<line class="failure" x1="%s" y1="%s" x2="%s" y2="%s" stroke="%s" stroke-width="1.5"/>`+"\n", num(sx(0)), num(y0), num(sx(0)), num(y1), colourFailure)
 		}
 		for _, l := range plotLines {
-			var pts strings.Builder
+			var pts, above strings.Builder
 			forBuckets(r.Series, l.of(r.Series), xMin, xMax, func(from, to float64, v int64) {
-				y := num(sy(float64(v)))
+				y := num(sy(min(float64(v), yTop)))
 				fmt.Fprintf(&pts, "%s,%s %s,%s ", num(sx(from)), y, num(sx(to)), y)
+				if float64(v) > yTop {
+					clipped = true
+					x := (sx(from) + sx(to)) / 2
+					fmt.Fprintf(&above, `<polygon class="above" data-series="%s" data-value="%d" points="%s,%s %s,%s %s,%s" fill="%s"/>`+"\n",
+						l.key, v, num(x-4), num(y0+7), num(x+4), num(y0+7), num(x), num(y0+1), l.colour)
+				}
 			})
 			p(`<polyline class="series" data-series="%s" points="%s" fill="none" stroke="%s" stroke-width="%s" stroke-linejoin="round"%s/>`+"\n",
 				l.key, strings.TrimSpace(pts.String()), l.colour, num(l.width), dashAttr(l.dash))
+			b.WriteString(above.String())
 		}
 		p("</g>\n")
 	}
 	// Axis titles.
 	yMid := plotHeaderH + float64(len(runs))*panelBlock/2
 	p(`<text x="18" y="%s" font-size="12.5" fill="#222" text-anchor="middle" transform="rotate(-90 18 %s)">records per second</text>`+"\n", num(yMid), num(yMid))
-	p(`<text x="%s" y="%s" font-size="12.5" fill="#222" text-anchor="middle">time since the failure (ms); %d ms buckets</text>`+"\n",
-		num(plotLeft+innerW/2), num(height-12), runs[0].Series.BucketMS)
+	note := ""
+	if clipped {
+		note = "; \u25b2 a bucket above the scale"
+	}
+	p(`<text x="%s" y="%s" font-size="12.5" fill="#222" text-anchor="middle">time since the failure (ms); %d ms buckets%s</text>`+"\n",
+		num(plotLeft+innerW/2), num(height-12), runs[0].Series.BucketMS, esc(note))
 	p("</svg>\n")
 	return b.Bytes(), nil
 }
@@ -201,8 +225,8 @@ func forBuckets(s *Series, vs []int64, xMin, xMax float64, f func(from, to float
 }
 
 func subtitle(r *Result) string {
-	return fmt.Sprintf("runnel bench recovery: scenario %s · parallelism %d · %s records/s from the sources · checkpoints every %d ms · buffer timeout %d ms",
-		r.Scenario, r.Parallelism, thousands(r.SourceRateRPS), r.CheckpointIntervalMS, r.BufferTimeoutMS)
+	return fmt.Sprintf("parallelism %d · %s records/s from the sources · checkpoints every %d ms · buffer timeout %d ms · scenario %s",
+		r.Parallelism, thousands(r.SourceRateRPS), r.CheckpointIntervalMS, r.BufferTimeoutMS, r.Scenario)
 }
 
 // panelCaption follows the strategy's name above its panel: the engine's figures of the failover.

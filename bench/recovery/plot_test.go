@@ -27,6 +27,13 @@ type svgPanel struct {
 	Rects    []svgRect     `xml:"rect"`
 	Lines    []svgLine     `xml:"line"`
 	Series   []svgPolyline `xml:"polyline"`
+	Above    []svgPolygon  `xml:"polygon"`
+}
+
+type svgPolygon struct {
+	Class  string `xml:"class,attr"`
+	Series string `xml:"data-series,attr"`
+	Value  int64  `xml:"data-value,attr"`
 }
 
 type svgText struct {
@@ -247,6 +254,46 @@ func TestPlotWindowFollowsOutage(t *testing.T) {
 	}
 	if pts := parsePoints(t, panels(parsePlot(t, b))[0].Series[0].Points); len(pts) != 2*50 {
 		t.Errorf("window past the series: %d points, want 100 (to the series' end at +400 ms)", len(pts))
+	}
+}
+
+// TestPlotAbove draws a run with a bucket far above the rate: the axis stops at twice the sources' median
+// rate, and the bucket is drawn at its top and marked.
+func TestPlotAbove(t *testing.T) {
+	r := fixedRun("full", 5)
+	r.Series.SinksRPS[25] = 900_000
+	b, err := Plot([]*Result{r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := panels(parsePlot(t, b))[0]
+	var yt []string
+	for _, tx := range p.Texts {
+		if tx.Class == "ytick" {
+			yt = append(yt, tx.Text)
+		}
+	}
+	if got := strings.Join(yt, " "); got != "0 100k 200k 300k 400k" {
+		t.Errorf("y ticks %q, want to 400k", got)
+	}
+	if len(p.Above) != 1 || p.Above[0].Series != "sinks" || p.Above[0].Value != 900_000 {
+		t.Errorf("marks above the scale %+v", p.Above)
+	}
+	var top float64
+	for _, rc := range p.Rects {
+		if rc.Class == "frame" {
+			top = rc.Y
+		}
+	}
+	pts := parsePoints(t, p.Series[1].Points)
+	if at := pts[2*15]; at[1] != top { // bucket 25 is the 15th from -100 ms
+		t.Errorf("the bucket above the scale is drawn at y %v, want the top %v", at[1], top)
+	}
+	if !bytes.Contains(b, []byte("a bucket above the scale")) {
+		t.Error("no note of the buckets above the scale")
+	}
+	if b, _ := Plot([]*Result{fixedRun("full", 5)}); bytes.Contains(b, []byte("above the scale")) {
+		t.Error("a note of buckets above the scale where there is none")
 	}
 }
 
