@@ -111,6 +111,20 @@ func TestDashboardServesTheRunningJob(t *testing.T) {
 	if v := last.Vertices[0]; v.Name != "numbers" || v.Out < 0.75*2*ratePerSubtask || v.Out > 1.25*2*ratePerSubtask {
 		t.Fatalf("throughput %+v: want numbers at about %d records/s", last, 2*ratePerSubtask)
 	}
+	var tms struct {
+		TaskManagers []struct {
+			State       string
+			MemoryBytes int64 `json:"memory_bytes"`
+			HeapBytes   int64 `json:"heap_bytes"`
+		}
+	}
+	await("the TaskManager's heartbeat says its memory", func() bool {
+		get("/v1/taskmanagers", &tms)
+		return len(tms.TaskManagers) == 1 && tms.TaskManagers[0].MemoryBytes > 0
+	})
+	if tm := tms.TaskManagers[0]; tm.State != "REGISTERED" || tm.HeapBytes <= 0 || tm.HeapBytes > tm.MemoryBytes {
+		t.Fatalf("taskmanagers %+v", tms)
+	}
 	if page, code := get("/", nil); code != 200 || !strings.Contains(page, "<script") {
 		t.Fatalf("GET /: %d %s", code, page)
 	}

@@ -298,7 +298,7 @@ func (ss *session) tick(ctx context.Context, stop <-chan struct{}, reg protocol.
 			ss.s.Close(fmt.Errorf("TaskManager %s stopped: %w", ss.tm.cfg.Name, ctx.Err()))
 			return
 		case <-beat:
-			ss.send(protocol.JobID{}, protocol.Heartbeat{})
+			ss.send(protocol.JobID{}, heartbeat())
 			if to := reg.HeartbeatTimeout; to > 0 && !ss.busy.Load() {
 				if silent := time.Since(time.Unix(0, ss.heard.Load())); silent > to {
 					ss.s.Close(fmt.Errorf("no message from the JobManager for %v (timeout %v)", silent.Round(time.Millisecond), to))

@@ -17,12 +17,18 @@ import (
 	"github.com/runnel-dev/runnel/internal/ui"
 )
 
-// RESTTaskManagers lists the TaskManagers of a dispatcher as the REST API does (GET /v1/taskmanagers).
+// RESTTaskManagers lists the TaskManagers of a dispatcher as the REST API does (GET /v1/taskmanagers): the
+// registered ones, then those that were lost or left.
 func RESTTaskManagers(d *jobmaster.Dispatcher) []rest.TaskManager {
 	var out []rest.TaskManager
-	for _, tm := range d.TaskManagers() {
-		out = append(out, rest.TaskManager{ID: uint64(tm.ID), Name: tm.Name, DataAddress: tm.DataAddress, Slots: tm.Slots,
-			FreeSlots: tm.Free, SinceHeardMillis: tm.SinceHeard.Milliseconds(), Tasks: tm.Slots - tm.Free})
+	for _, tm := range append(d.TaskManagers(), d.Departed()...) {
+		r := rest.TaskManager{ID: uint64(tm.ID), Name: tm.Name, DataAddress: tm.DataAddress, Slots: tm.Slots,
+			FreeSlots: tm.Free, SinceHeardMillis: tm.SinceHeard.Milliseconds(), HeapBytes: tm.HeapBytes, MemoryBytes: tm.MemoryBytes,
+			State: tm.State, DepartedAt: tm.At, Reason: tm.Reason}
+		if tm.State == jobmaster.TaskManagerRegistered {
+			r.Tasks = tm.Slots - tm.Free
+		}
+		out = append(out, r)
 	}
 	return out
 }
@@ -31,6 +37,7 @@ func RESTTaskManagers(d *jobmaster.Dispatcher) []rest.TaskManager {
 // JobManager's API with this one job, so that the dashboard reads the same documents from either.
 type dashboard struct {
 	name       string
+	summary    rest.JobSummary
 	disp       *jobmaster.Dispatcher
 	submitted  time.Time
 	throughput report.Throughput
@@ -52,7 +59,7 @@ func (j *Job) serveDashboard(on *On, tms []*cluster.TaskManager) (stop func(), e
 			return nil, fmt.Errorf("job %q: the dashboard's address: %w", j.Name, err)
 		}
 	}
-	d := &dashboard{name: j.Name, disp: on.Dispatcher, submitted: time.Now()}
+	d := &dashboard{name: j.Name, summary: j.Summary(), disp: on.Dispatcher, submitted: time.Now()}
 	started := on.Started
 	on.Started = func(jm *jobmaster.Driver) {
 		d.mu.Lock()
@@ -119,7 +126,9 @@ func (d *dashboard) Jobs(context.Context) ([]rest.JobSummary, error) {
 	d.mu.Lock()
 	ended := d.ended
 	d.mu.Unlock()
-	return []rest.JobSummary{{ID: id, Name: d.name, Status: d.current().Status, Started: d.submitted, Ended: ended}}, nil
+	s := d.summary
+	s.ID, s.Status, s.Started, s.Ended = id, d.current().Status, d.submitted, ended
+	return []rest.JobSummary{s}, nil
 }
 
 // Job implements rest.Source.

@@ -24,6 +24,7 @@ import (
 	"github.com/runnel-dev/runnel/internal/ident"
 	"github.com/runnel-dev/runnel/internal/operator"
 	"github.com/runnel-dev/runnel/internal/report"
+	"github.com/runnel-dev/runnel/internal/rest"
 	"github.com/runnel-dev/runnel/internal/scheduler"
 	"github.com/runnel-dev/runnel/internal/task"
 )
@@ -88,6 +89,15 @@ type Settings struct {
 	// the result at the end.
 	ProgressInterval time.Duration
 	Progress         func(*report.JobResult)
+}
+
+// Summary is the job's row of GET /v1/jobs, without its id, status and times.
+func (j *Job) Summary() rest.JobSummary {
+	s := rest.JobSummary{Name: j.Name, Failover: j.Recovery.Failover.String()}
+	for _, v := range j.Graph.Vertices {
+		s.Parallelism = max(s.Parallelism, v.Parallelism)
+	}
+	return s
 }
 
 // logger is the run's logger.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/runnel-dev/runnel/internal/cluster"
 	"github.com/runnel-dev/runnel/internal/jobmaster"
@@ -45,7 +46,8 @@ func startMiniCluster(cfg cluster.MiniClusterConfig) (*miniCluster, error) {
 		return nil, err
 	}
 	m := &miniCluster{MiniCluster: mc, catalog: &inProcessCatalog{},
-		dispatcher: jobmaster.NewDispatcher(jobmaster.DispatcherConfig{Logger: cfg.Logger})}
+		// Heartbeats carry the TaskManagers' memory to the dashboard; no timeout: they share this process.
+		dispatcher: jobmaster.NewDispatcher(jobmaster.DispatcherConfig{Logger: cfg.Logger, HeartbeatInterval: time.Second})}
 	ctx, cancel := context.WithCancel(context.Background())
 	m.cancel = cancel
 	m.errs = make([]error, len(mc.TMs))

@@ -64,6 +64,9 @@ type Dispatcher struct {
 
 	mu       sync.Mutex
 	sessions map[jobcore.TaskManagerID]*tmSession
+	// departed lists the TaskManagers that were lost (their session ended, or they went silent) or left
+	// (they said they shut down), oldest first, at most MaxDepartedTaskManagers.
+	departed []TaskManagerInfo
 	order    []jobcore.TaskManagerID // registration order, for the REST table
 	pool     *jobcore.SlotPool[protocol.JobID]
 	live     *jobcore.Liveness
@@ -86,7 +89,15 @@ type tmSession struct {
 	dataAddress string
 	slots       int
 	heard       time.Time
+	// memory is what its last heartbeat said of its memory.
+	memory protocol.Heartbeat
 }
+
+// MaxDepartedTaskManagers bounds the TaskManagers whose loss or leave the table keeps listing (Flink's
+// UI forgets them at once; an operator looking for what went wrong wants them). Past it the oldest is
+// dropped.
+const MaxDepartedTaskManagers = 64
+
 
 // NewDispatcher starts a dispatcher with no TaskManagers.
 func NewDispatcher(cfg DispatcherConfig) *Dispatcher {
@@ -175,13 +186,28 @@ func (d *Dispatcher) WaitTaskManagers(n int, stop <-chan struct{}) bool {
 	}
 }
 
+// The states of a TaskManager in the dispatcher's table.
+const (
+	TaskManagerRegistered = "REGISTERED"
+	TaskManagerLost       = "LOST"
+	TaskManagerLeft       = "LEFT"
+)
+
 // TaskManagerInfo is one row of the dispatcher's table of TaskManagers.
 type TaskManagerInfo struct {
 	ID          jobcore.TaskManagerID
 	Name        string
 	DataAddress string
 	Slots, Free int
-	SinceHeard  time.Duration
+	// SinceHeard is how long ago it was last heard, up to when it departed.
+	SinceHeard time.Duration
+	// HeapBytes and MemoryBytes are its process's memory as its last heartbeat said (protocol.Heartbeat).
+	HeapBytes, MemoryBytes int64
+	// State is TaskManagerRegistered, TaskManagerLost or TaskManagerLeft; a departed one's At is when, and
+	// Reason why.
+	State  string
+	At     time.Time
+	Reason string
 }
 
 // TaskManagers returns the registered TaskManagers in registration order.
@@ -195,10 +221,23 @@ func (d *Dispatcher) TaskManagers() []TaskManagerInfo {
 	out := make([]TaskManagerInfo, 0, len(d.order))
 	for _, id := range d.order {
 		s := d.sessions[id]
-		out = append(out, TaskManagerInfo{ID: id, Name: s.name, DataAddress: s.dataAddress, Slots: s.slots, Free: free[id],
-			SinceHeard: time.Since(s.heard)})
+		out = append(out, s.info(free[id], TaskManagerRegistered))
 	}
 	return out
+}
+
+// Departed returns the TaskManagers that were lost or left, in the order they did: the last
+// MaxDepartedTaskManagers of them.
+func (d *Dispatcher) Departed() []TaskManagerInfo {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.departed)
+}
+
+// info is the session's row of the table.
+func (ts *tmSession) info(free int, state string) TaskManagerInfo {
+	return TaskManagerInfo{ID: ts.id, Name: ts.name, DataAddress: ts.dataAddress, Slots: ts.slots, Free: free,
+		SinceHeard: time.Since(ts.heard), HeapBytes: ts.memory.HeapBytes, MemoryBytes: ts.memory.MemoryBytes, State: state}
 }
 
 // serve registers a session and reads it until it ends.
@@ -338,6 +377,18 @@ func (d *Dispatcher) gone(ts *tmSession, reason string, leaving bool, closeReaso
 	}
 	delete(d.sessions, ts.id)
 	d.order = slices.DeleteFunc(d.order, func(id jobcore.TaskManagerID) bool { return id == ts.id })
+	if !d.closed {
+		state := TaskManagerLost
+		if leaving {
+			state = TaskManagerLeft
+		}
+		info := ts.info(0, state)
+		info.At, info.Reason = time.Now(), reason
+		if len(d.departed) == MaxDepartedTaskManagers {
+			d.departed = slices.Delete(d.departed, 0, 1)
+		}
+		d.departed = append(d.departed, info)
+	}
 	d.pool.RemoveTaskManager(ts.id)
 	d.live.Forget(ts.id)
 	jobs := make([]*Driver, 0, len(d.jobs))
@@ -370,6 +421,9 @@ func (d *Dispatcher) route(ts *tmSession, env protocol.Envelope) {
 	if env.Job == (protocol.JobID{}) {
 		switch m := env.Body.(type) {
 		case protocol.Heartbeat:
+			d.mu.Lock()
+			ts.memory = m
+			d.mu.Unlock()
 		case protocol.Leaving:
 			d.leaving(ts, m)
 		case protocol.NewLeader:

@@ -37,6 +37,9 @@ func TestLeavingTaskManagerLeavesAtOnce(t *testing.T) {
 	if !d.WaitTaskManagers(2, nil) {
 		t.Fatal("the TaskManagers did not register")
 	}
+	if err := stays.Send(protocol.Envelope{Body: protocol.Heartbeat{HeapBytes: 3 << 20, MemoryBytes: 9 << 20}}); err != nil {
+		t.Fatal(err)
+	}
 	start := time.Now()
 	if err := leaves.Send(protocol.Envelope{Body: protocol.Leaving{Reason: "shutting down"}}); err != nil {
 		t.Fatal(err)
@@ -56,8 +59,18 @@ func TestLeavingTaskManagerLeavesAtOnce(t *testing.T) {
 	for deadline := time.Now().Add(5 * time.Second); len(tms) != 1 && time.Now().Before(deadline); tms = d.TaskManagers() {
 		time.Sleep(time.Millisecond)
 	}
-	if len(tms) != 1 || tms[0].Name != "tm-1" || tms[0].Free != 2 {
+	if len(tms) != 1 || tms[0].Name != "tm-1" || tms[0].Free != 2 || tms[0].State != TaskManagerRegistered {
 		t.Fatalf("TaskManagers after tm-2 left: %+v, want tm-1 alone with its 2 slots free", tms)
+	}
+	for deadline := time.Now().Add(5 * time.Second); d.TaskManagers()[0].MemoryBytes == 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	if tm := d.TaskManagers()[0]; tm.HeapBytes != 3<<20 || tm.MemoryBytes != 9<<20 {
+		t.Errorf("tm-1's memory %d/%d, want what its heartbeat said", tm.HeapBytes, tm.MemoryBytes)
+	}
+	if dep := d.Departed(); len(dep) != 1 || dep[0].Name != "tm-2" || dep[0].State != TaskManagerLeft || dep[0].Reason != "shutting down" ||
+		dep[0].At.Before(start) || dep[0].Slots != 2 {
+		t.Errorf("departed TaskManagers %+v, want tm-2, left, shutting down", dep)
 	}
 	d.mu.Lock()
 	pooled := d.pool.TaskManagers()

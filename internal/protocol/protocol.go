@@ -127,8 +127,13 @@ type Refused struct {
 	Permanent bool
 }
 
-// Heartbeat says the sender is alive; any message counts as one.
-type Heartbeat struct{}
+// Heartbeat says the sender is alive; any message counts as one. A TaskManager's says how much memory its
+// process uses (the JobManager's, zero): HeapBytes is the Go heap's live objects, MemoryBytes all the
+// memory the Go runtime holds from the operating system (heap, stacks, network buffers, in-flight logs'
+// memory; about the resident set).
+type Heartbeat struct {
+	HeapBytes, MemoryBytes int64
+}
 
 // Leaving is a session message a TaskManager sends when it shuts down (SIGTERM: a pod being deleted),
 // before it cancels its tasks and closes the session: the JobManager takes it as the TaskManager's loss at

@@ -77,6 +77,10 @@ type JobSummary struct {
 	// Started is when the job was submitted; Ended when it reached its final status (absent while it runs).
 	Started time.Time `json:"started"`
 	Ended   time.Time `json:"ended,omitzero"`
+	// Parallelism is the highest parallelism of the job's vertices; Failover its failover strategy
+	// ("full", "region", "approximate", "task").
+	Parallelism int    `json:"parallelism"`
+	Failover    string `json:"failover"`
 }
 
 // TaskManager is one row of GET /v1/taskmanagers.
@@ -91,6 +95,15 @@ type TaskManager struct {
 	SinceHeardMillis int64 `json:"since_heard_ms"`
 	// Tasks is how many task attempts it runs.
 	Tasks int `json:"tasks"`
+	// HeapBytes and MemoryBytes are its process's memory as its last heartbeat said: the Go heap's live
+	// objects, and all the memory the Go runtime holds from the operating system.
+	HeapBytes   int64 `json:"heap_bytes"`
+	MemoryBytes int64 `json:"memory_bytes"`
+	// State is "REGISTERED", or "LOST" (its session ended or it went silent) or "LEFT" (it said it shuts
+	// down): the table keeps the last 64 that departed, with when (DepartedAt) and why (Reason).
+	State      string    `json:"state"`
+	DepartedAt time.Time `json:"departed_at,omitzero"`
+	Reason     string    `json:"reason,omitempty"`
 }
 
 // Handler returns the API's handler over src; metrics, when not nil, serves GET /metrics (nil: 404), and

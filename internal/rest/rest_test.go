@@ -92,8 +92,8 @@ func TestHandler(t *testing.T) {
 	full := func(t *testing.T) *fakeSource {
 		return &fakeSource{t: t,
 			jobs: []JobSummary{
-				{ID: "3f2a", Name: "sequence", Status: "FINISHED", Started: started, Ended: started.Add(90 * time.Second)},
-				{ID: "77c0", Name: "clicks", Status: "RUNNING", Started: started.Add(time.Minute)},
+				{ID: "3f2a", Name: "sequence", Status: "FINISHED", Started: started, Ended: started.Add(90 * time.Second), Parallelism: 4, Failover: "task"},
+				{ID: "77c0", Name: "clicks", Status: "RUNNING", Started: started.Add(time.Minute), Parallelism: 2, Failover: "region"},
 			},
 			docs: map[string]map[string]any{
 				"3f2a": {
@@ -107,8 +107,11 @@ func TestHandler(t *testing.T) {
 				"inf": {"job": math.Inf(1)},
 			},
 			tms: []TaskManager{
-				{ID: 1, Name: "tm-1", DataAddress: "127.0.0.1:41000", Slots: 2, FreeSlots: 0, SinceHeardMillis: 120, Tasks: 4},
-				{ID: 4, Name: "tm-2", DataAddress: "127.0.0.1:41001", Slots: 2, FreeSlots: 2, SinceHeardMillis: 3},
+				{ID: 1, Name: "tm-1", DataAddress: "127.0.0.1:41000", Slots: 2, FreeSlots: 0, SinceHeardMillis: 120, Tasks: 4,
+					HeapBytes: 1 << 20, MemoryBytes: 8 << 20, State: "REGISTERED"},
+				{ID: 4, Name: "tm-2", DataAddress: "127.0.0.1:41001", Slots: 2, FreeSlots: 2, SinceHeardMillis: 3, State: "REGISTERED"},
+				{ID: 2, Name: "tm-3", DataAddress: "127.0.0.1:41002", Slots: 2, SinceHeardMillis: 1200, State: "LOST",
+					DepartedAt: started.Add(time.Minute), Reason: "no heartbeat for 1.2s"},
 			},
 		}
 	}
@@ -146,8 +149,8 @@ func TestHandler(t *testing.T) {
 		body         string // without the final newline
 	}{
 		{"jobs", full, nil, "GET", "/v1/jobs", 200, jsonType, "",
-			`{"jobs":[{"id":"3f2a","name":"sequence","status":"FINISHED","started":"2026-12-01T21:00:00Z","ended":"2026-12-01T21:01:30Z"},` +
-				`{"id":"77c0","name":"clicks","status":"RUNNING","started":"2026-12-01T21:01:00Z"}]}`},
+			`{"jobs":[{"id":"3f2a","name":"sequence","status":"FINISHED","started":"2026-12-01T21:00:00Z","ended":"2026-12-01T21:01:30Z","parallelism":4,"failover":"task"},` +
+				`{"id":"77c0","name":"clicks","status":"RUNNING","started":"2026-12-01T21:01:00Z","parallelism":2,"failover":"region"}]}`},
 		{"no jobs is an empty list", empty, nil, "GET", "/v1/jobs", 200, jsonType, "", `{"jobs":[]}`},
 		{"a job", full, nil, "GET", "/v1/jobs/3f2a", 200, jsonType, "", `{"name":"sequence","status":"FINISHED","waiting":""}`},
 		{"a job id with an escaped slash", full, nil, "GET", "/v1/jobs/a%2Fb", 200, jsonType, "", `"slash"`},
@@ -167,8 +170,11 @@ func TestHandler(t *testing.T) {
 		{"a long unknown id is cut in the error", full, nil, "GET", "/v1/jobs/" + strings.Repeat("x", 100), 404, jsonType, "",
 			`{"error":"no job \"` + strings.Repeat("x", 64) + `\"… on this JobManager"}`},
 		{"taskmanagers", full, nil, "GET", "/v1/taskmanagers", 200, jsonType, "",
-			`{"taskmanagers":[{"id":1,"name":"tm-1","data_address":"127.0.0.1:41000","slots":2,"free_slots":0,"since_heard_ms":120,"tasks":4},` +
-				`{"id":4,"name":"tm-2","data_address":"127.0.0.1:41001","slots":2,"free_slots":2,"since_heard_ms":3,"tasks":0}]}`},
+			`{"taskmanagers":[{"id":1,"name":"tm-1","data_address":"127.0.0.1:41000","slots":2,"free_slots":0,"since_heard_ms":120,"tasks":4,` +
+				`"heap_bytes":1048576,"memory_bytes":8388608,"state":"REGISTERED"},` +
+				`{"id":4,"name":"tm-2","data_address":"127.0.0.1:41001","slots":2,"free_slots":2,"since_heard_ms":3,"tasks":0,"heap_bytes":0,"memory_bytes":0,"state":"REGISTERED"},` +
+				`{"id":2,"name":"tm-3","data_address":"127.0.0.1:41002","slots":2,"free_slots":0,"since_heard_ms":1200,"tasks":0,"heap_bytes":0,"memory_bytes":0,"state":"LOST",` +
+				`"departed_at":"2026-12-01T21:01:00Z","reason":"no heartbeat for 1.2s"}]}`},
 		{"no taskmanagers is an empty list", empty, nil, "GET", "/v1/taskmanagers", 200, jsonType, "", `{"taskmanagers":[]}`},
 		{"health", empty, nil, "GET", "/healthz", 200, jsonType, "", `{"status":"ok"}`},
 		{"a standby is live", standby, nil, "GET", "/healthz", 200, jsonType, "", `{"status":"ok"}`},

@@ -742,7 +742,9 @@ func (jm *jobManager) Jobs(context.Context) ([]rest.JobSummary, error) {
 		j.mu.Lock()
 		ended := j.ended
 		j.mu.Unlock()
-		out = append(out, rest.JobSummary{ID: j.id.String(), Name: j.name, Status: r.Status, Started: j.submitted, Ended: ended})
+		s := j.job.Summary()
+		s.ID, s.Status, s.Started, s.Ended = j.id.String(), r.Status, j.submitted, ended
+		out = append(out, s)
 	}
 	return out, nil
 }

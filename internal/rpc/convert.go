@@ -40,7 +40,7 @@ func encodeToTaskManager(env protocol.Envelope) (*pb.ToTaskManager, error) {
 	case protocol.Refused:
 		m.Body = &pb.ToTaskManager_Refused{Refused: &pb.Refused{Reason: b.Reason, Permanent: b.Permanent}}
 	case protocol.Heartbeat:
-		m.Body = &pb.ToTaskManager_Heartbeat{Heartbeat: &pb.Heartbeat{}}
+		m.Body = &pb.ToTaskManager_Heartbeat{Heartbeat: &pb.Heartbeat{HeapBytes: b.HeapBytes, MemoryBytes: b.MemoryBytes}}
 	case protocol.SetupJob:
 		m.Body = &pb.ToTaskManager_SetupJob{SetupJob: encodeSetup(b)}
 	case protocol.ReleaseJob:
@@ -94,7 +94,7 @@ func decodeToTaskManager(m *pb.ToTaskManager) (env protocol.Envelope, bye *pb.Go
 	case *pb.ToTaskManager_Refused:
 		env.Body = protocol.Refused{Reason: b.Refused.GetReason(), Permanent: b.Refused.GetPermanent()}
 	case *pb.ToTaskManager_Heartbeat:
-		env.Body = protocol.Heartbeat{}
+		env.Body = protocol.Heartbeat{HeapBytes: b.Heartbeat.GetHeapBytes(), MemoryBytes: b.Heartbeat.GetMemoryBytes()}
 	case *pb.ToTaskManager_SetupJob:
 		sj, err := decodeSetup(b.SetupJob)
 		if err != nil {
@@ -166,7 +166,7 @@ func encodeFromTaskManager(env protocol.Envelope) (*pb.FromTaskManager, error) {
 		}
 		m.Body = &pb.FromTaskManager_Register{Register: r}
 	case protocol.Heartbeat:
-		m.Body = &pb.FromTaskManager_Heartbeat{Heartbeat: &pb.Heartbeat{}}
+		m.Body = &pb.FromTaskManager_Heartbeat{Heartbeat: &pb.Heartbeat{HeapBytes: b.HeapBytes, MemoryBytes: b.MemoryBytes}}
 	case protocol.Leaving:
 		m.Body = &pb.FromTaskManager_Leaving{Leaving: &pb.Leaving{Reason: b.Reason}}
 	case protocol.NewLeader:
@@ -260,7 +260,7 @@ func decodeFromTaskManager(m *pb.FromTaskManager) (env protocol.Envelope, bye *p
 		}
 		env.Body = reg
 	case *pb.FromTaskManager_Heartbeat:
-		env.Body = protocol.Heartbeat{}
+		env.Body = protocol.Heartbeat{HeapBytes: b.Heartbeat.GetHeapBytes(), MemoryBytes: b.Heartbeat.GetMemoryBytes()}
 	case *pb.FromTaskManager_Leaving:
 		env.Body = protocol.Leaving{Reason: b.Leaving.GetReason()}
 	case *pb.FromTaskManager_NewLeader:
