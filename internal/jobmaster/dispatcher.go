@@ -98,7 +98,6 @@ type tmSession struct {
 // dropped.
 const MaxDepartedTaskManagers = 64
 
-
 // NewDispatcher starts a dispatcher with no TaskManagers.
 func NewDispatcher(cfg DispatcherConfig) *Dispatcher {
 	lg := cmp.Or(cfg.Logger, slog.Default())
