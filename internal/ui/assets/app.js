@@ -95,6 +95,11 @@
     if (w > 0 && w < 1e14) return fmtDateTime(w) + '.' + pad(new Date(w).getMilliseconds(), 3);
     return String(w);
   }
+  // In a vertex's box the watermark's time of day is enough; the subtasks table has the date.
+  function fmtWatermarkShort(w) {
+    if (!present(w) || w >= 9.2e18 || !(w > 0 && w < 1e14)) return fmtWatermark(w);
+    return fmtClock(w);
+  }
   const num = (text, value, field) => h('span', { class: 'num', 'data-value': present(value) ? value : '', 'data-field': field, text });
 
   // "check[1]" -> ["check", 1]
@@ -323,9 +328,9 @@
 
   // ---- the job graph: a layered layout of a small DAG ----------------------------------------------
 
-  const BOX_W = 212;
+  const BOX_W = 196;
   const BOX_H = 94;
-  const GAP_X = 78;
+  const GAP_X = 76;
   const GAP_Y = 22;
   const PAD = 14;
 
@@ -429,10 +434,15 @@
         const dx = Math.max(30, (x2 - x1) / 2);
         const label = inp.pattern || '';
         const lw = label.length * 6.4 + 10;
+        // The label sits on the curve's middle (the Bézier point at u = 1/2): edges that fan out of one
+        // vertex or into one part there, a layer's rows apart.
+        const u = 0.5;
+        const lx = (1 - u) ** 3 * x1 + 3 * (1 - u) ** 2 * u * (x1 + dx) + 3 * (1 - u) * u * u * (x2 - dx) + u ** 3 * x2;
+        const ly = (1 - u) ** 3 * y1 + 3 * (1 - u) ** 2 * u * y1 + 3 * (1 - u) * u * u * y2 + u ** 3 * y2;
         svg.appendChild(s('g', { class: 'edge', 'data-edge': inp.from + '->' + v.name, 'data-pattern': label },
           s('path', { d: `M${x1},${y1} C${x1 + dx},${y1} ${x2 - dx},${y2} ${x2},${y2}`, 'marker-end': 'url(#arrow)' }),
-          s('rect', { x: (x1 + x2) / 2 - lw / 2, y: (y1 + y2) / 2 - 9, width: lw, height: 17, rx: 8 }),
-          s('text', { x: (x1 + x2) / 2, y: (y1 + y2) / 2 + 4, 'text-anchor': 'middle', text: label })));
+          s('rect', { x: lx - lw / 2, y: ly - 9, width: lw, height: 17, rx: 8 }),
+          s('text', { x: lx, y: ly + 4, 'text-anchor': 'middle', text: label })));
       }
     }
     for (const v of vertices) {
@@ -453,16 +463,16 @@
       },
       s('title', { text: v.name + (v.operators && v.operators.length > 1 ? '\noperators: ' + v.operators.join(', ') : '') }),
       s('rect', { class: 'box', width: BOX_W, height: BOX_H, rx: 6, fill: fill(busy, bp) }),
-      s('text', { class: 'vname', x: 10, y: 19, text: clip(v.name, 27) }),
+      s('text', { class: 'vname', x: 10, y: 19, text: clip(v.name, 24) }),
       s('text', { class: 'vpar', x: BOX_W - 10, y: 19, 'text-anchor': 'end', text: '×' + v.parallelism }),
       s('text', { class: 'vline', x: 10, y: 40 },
         s('tspan', { text: 'in ' }), s('tspan', { class: 'v', 'data-field': 'records_in_per_s', 'data-value': r ? r.records_in_per_s : '', text: fmtRate(r && r.records_in_per_s) }),
         s('tspan', { text: '  out ' }), s('tspan', { class: 'v', 'data-field': 'records_out_per_s', 'data-value': r ? r.records_out_per_s : '', text: fmtRate(r && r.records_out_per_s) })),
       s('text', { class: 'vline', x: 10, y: 60 },
         s('tspan', { text: 'busy ' }), s('tspan', { class: 'v', 'data-field': 'busy_ms_per_s', 'data-value': present(busy) ? busy : '', text: fmtPct(busy) }),
-        s('tspan', { text: '  backpressured ' }), s('tspan', { class: 'v', 'data-field': 'backpressured_ms_per_s', 'data-value': present(bp) ? bp : '', text: fmtPct(bp) })),
+        s('tspan', { text: '  backpr. ' }), s('tspan', { class: 'v', 'data-field': 'backpressured_ms_per_s', 'data-value': present(bp) ? bp : '', text: fmtPct(bp) })),
       s('text', { class: 'vline', x: 10, y: 80 },
-        s('tspan', { text: 'watermark ' }), s('tspan', { class: 'v', 'data-field': 'watermark', 'data-value': present(wm) ? wm : '', text: fmtWatermark(wm) })));
+        s('tspan', { text: 'watermark ' }), s('tspan', { class: 'v', 'data-field': 'watermark', 'data-value': present(wm) ? wm : '', text: fmtWatermarkShort(wm) })));
       if (re) {
         const label = 'restarted ' + re.size + '/' + v.parallelism;
         const w = label.length * 6.2 + 12;
