@@ -252,9 +252,10 @@
     const tms = doc.taskmanagers || [];
     if (!tms.length) return h('p', { class: 'muted', text: 'No TaskManager registered.' });
     const rows = tms.map((tm) => {
-      const st = tm.state || 'REGISTERED';
-      const lost = st === 'LOST';
-      return h('tr', { 'data-tm': tm.name, 'data-tm-state': tm.state || '', class: lost ? 'lost' : null },
+      const departed = tm.state === 'LOST' || tm.state === 'LEFT';
+      const at = tm.departed_at || tm.lost_at;
+      const why = tm.reason || tm.lost_reason;
+      return h('tr', { 'data-tm': tm.name, 'data-tm-state': tm.state || '', class: departed ? 'departed ' + tm.state.toLowerCase() : null },
         h('td', { class: 'strong', text: tm.name }),
         h('td', {}, present(tm.state) ? badge(tm.state) : DASH),
         h('td', { class: 'r' }, num(fmtInt(tm.slots - tm.free_slots), tm.slots - tm.free_slots, 'slots_used')),
@@ -262,13 +263,14 @@
         h('td', { class: 'r' }, num(fmtInt(tm.slots), tm.slots, 'slots')),
         h('td', { class: 'r' }, num(fmtInt(tm.tasks), tm.tasks, 'tasks')),
         h('td', { class: 'r' }, num(fmtBytes(tm.memory_bytes), tm.memory_bytes, 'memory_bytes')),
+        h('td', { class: 'r' }, num(fmtBytes(tm.heap_bytes), tm.heap_bytes, 'heap_bytes')),
         h('td', { class: 'r' }, num(fmtMs(tm.since_heard_ms), tm.since_heard_ms, 'since_heard_ms')),
         h('td', { class: 'mono', text: tm.data_address || DASH }),
-        h('td', { class: 'lost-info' }, lost ? [fmtDateTime(tm.lost_at), tm.lost_reason ? ': ' + tm.lost_reason : ''] : ''));
+        h('td', { class: 'departed-info' }, departed ? [fmtDateTime(at), why ? ': ' + why : ''] : ''));
     });
     return h('table', { id: 'tm-table' },
-      h('thead', {}, h('tr', {}, ['TaskManager', 'State', 'Slots used', 'Free', 'Slots', 'Tasks', 'Memory', 'Last heard', 'Data address', 'Lost'].map((t, i) =>
-        h('th', { class: i >= 2 && i <= 7 ? 'r' : null, text: t })))),
+      h('thead', {}, h('tr', {}, ['TaskManager', 'State', 'Slots used', 'Free', 'Slots', 'Tasks', 'Memory', 'Heap', 'Last heard', 'Data address', 'Departed'].map((t, i) =>
+        h('th', { class: i >= 2 && i <= 8 ? 'r' : null, text: t })))),
       h('tbody', {}, rows));
   }
 
