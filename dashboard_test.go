@@ -111,6 +111,35 @@ func TestDashboardServesTheRunningJob(t *testing.T) {
 	if v := last.Vertices[0]; v.Name != "numbers" || v.Out < 0.75*2*ratePerSubtask || v.Out > 1.25*2*ratePerSubtask {
 		t.Fatalf("throughput %+v: want numbers at about %d records/s", last, 2*ratePerSubtask)
 	}
+	var cks struct {
+		Checkpoints struct{ Completed int64 }
+		History     []struct {
+			ID           int64
+			Status       string
+			TriggerTime  time.Time `json:"trigger_time"`
+			Acknowledged int
+			Expected     int
+			StateBytes   int64 `json:"state_bytes"`
+		}
+	}
+	await("completed checkpoints in the history", func() bool {
+		get("/v1/jobs/"+id+"/checkpoints", &cks)
+		return cks.Checkpoints.Completed >= 2 && len(cks.History) >= 2
+	})
+	completed := 0
+	for _, c := range cks.History {
+		if c.Status != "COMPLETED" {
+			continue
+		}
+		completed++
+		// Six subtasks, with the sources' offsets at least.
+		if c.Acknowledged != 6 || c.Expected != 6 || c.StateBytes <= 0 || time.Since(c.TriggerTime) > time.Minute || time.Since(c.TriggerTime) < 0 {
+			t.Fatalf("checkpoint %+v", c)
+		}
+	}
+	if completed == 0 {
+		t.Fatalf("no completed checkpoint in %+v", cks.History)
+	}
 	var tms struct {
 		TaskManagers []struct {
 			State       string

@@ -381,8 +381,10 @@ type Coordinator struct {
 	allEnded  bool
 	finalOwed bool
 
-	pending           map[int64]*pending
-	history           map[int64]outcome
+	pending map[int64]*pending
+	history map[int64]outcome
+	// stats are the statistics of the last MaxStatsHistory checkpoints triggered, oldest first.
+	stats             []CheckpointStats
 	latest            *CompletedCheckpoint
 	counts            Counts
 	ignored           int64
@@ -533,7 +535,7 @@ func (c *Coordinator) Tick(now int64) Ready {
 	}
 	for _, p := range c.sortedPending() {
 		if p.persisting == nil && now-p.triggerMillis >= c.cfg.TimeoutMillis {
-			c.abort(&rd, p, AbortTimeout, fmt.Errorf("checkpoint %d expired after %d ms: %s",
+			c.abort(&rd, now, p, AbortTimeout, fmt.Errorf("checkpoint %d expired after %d ms: %s",
 				p.id, now-p.triggerMillis, c.describeMissing(p)))
 		}
 	}
@@ -731,6 +733,7 @@ func (c *Coordinator) trigger(now int64, rd *Ready) {
 		}
 	}
 	c.pending[id] = p
+	c.statsTriggered(p)
 	rd.Triggers = append(rd.Triggers, t)
 }
 
@@ -739,6 +742,11 @@ func (c *Coordinator) trigger(now int64, rd *Ready) {
 // afterwards). The last missing ack moves the checkpoint to Ready.Persist. Acks from an attempt that is not
 // current, or for a checkpoint that is unknown, aborted or complete, are ignored (Ready.Ignored).
 func (c *Coordinator) Ack(now, id int64, from ident.Attempt, handle StateHandle) Ready {
+	return c.AckWith(now, id, from, handle, AckStats{})
+}
+
+// AckWith is Ack with what the subtask measured of its part (the checkpoint's statistics, History).
+func (c *Coordinator) AckWith(now, id int64, from ident.Attempt, handle StateHandle, stats AckStats) Ready {
 	var rd Ready
 	p, ok := c.fence(&rd, "ack", id, from)
 	if !ok {
@@ -749,6 +757,7 @@ func (c *Coordinator) Ack(now, id int64, from ident.Attempt, handle StateHandle)
 	delete(p.waiting, from.Subtask)
 	p.acks[from.Subtask] = handle
 	p.lastAckMillis = now
+	c.statsAcked(p, handle, stats)
 	c.maybeComplete(&rd, p)
 	return rd
 }
@@ -768,7 +777,7 @@ func (c *Coordinator) Decline(now, id int64, from ident.Attempt, reason error) R
 	if errors.Is(reason, ErrTaskNotReady) {
 		why = AbortTaskNotReady
 	}
-	c.abort(&rd, p, why, fmt.Errorf("checkpoint %d declined by %s: %w", id, from, reason))
+	c.abort(&rd, now, p, why, fmt.Errorf("checkpoint %d declined by %s: %w", id, from, reason))
 	c.maybeTriggerFinal(now, &rd) // the abort may have freed the slot an owed final checkpoint waits for
 	return rd
 }
@@ -788,13 +797,14 @@ func (c *Coordinator) Persisted(now, id int64, err error) Ready {
 		return rd
 	}
 	if err != nil {
-		c.abort(&rd, p, AbortPersistFailed, fmt.Errorf("checkpoint %d: persist: %w", id, err))
+		c.abort(&rd, now, p, AbortPersistFailed, fmt.Errorf("checkpoint %d: persist: %w", id, err))
 		return rd
 	}
 	cp := p.persisting
 	delete(c.pending, id)
 	c.remember(id, outcomeCompleted)
 	c.counts.Completed++
+	c.statsCompleted(now, cp, c.latest)
 	if id > c.counts.LastCompletedID {
 		c.counts.LastCompletedID = id
 		c.latest = cp
@@ -810,7 +820,7 @@ func (c *Coordinator) Persisted(now, id int64, err error) Ready {
 	}
 	for _, q := range c.sortedPending() {
 		if q.id < id && q.persisting == nil {
-			c.abort(&rd, q, AbortSubsumed, fmt.Errorf("checkpoint %d subsumed by completed checkpoint %d", q.id, id))
+			c.abort(&rd, now, q, AbortSubsumed, fmt.Errorf("checkpoint %d subsumed by completed checkpoint %d", q.id, id))
 		}
 	}
 	c.maybeTriggerFinal(now, &rd)
@@ -829,7 +839,7 @@ func (c *Coordinator) TaskFailed(now int64, attempt ident.Attempt, reason error)
 	c.updateEnded()
 	for _, p := range c.sortedPending() {
 		if p.persisting == nil && p.involves(attempt.Subtask) {
-			c.abort(&rd, p, AbortTaskFailed, fmt.Errorf("checkpoint %d aborted: %s failed%s", p.id, attempt, because(reason)))
+			c.abort(&rd, now, p, AbortTaskFailed, fmt.Errorf("checkpoint %d aborted: %s failed%s", p.id, attempt, because(reason)))
 		}
 	}
 	return rd
@@ -873,7 +883,7 @@ func (c *Coordinator) TasksRestarted(now int64, attempts []ident.Attempt, reason
 		}
 		for _, a := range attempts {
 			if p.involves(a.Subtask) {
-				c.abort(&rd, p, AbortTaskRestarted, fmt.Errorf("checkpoint %d aborted: %d subtasks restarted (%s first)%s",
+				c.abort(&rd, now, p, AbortTaskRestarted, fmt.Errorf("checkpoint %d aborted: %d subtasks restarted (%s first)%s",
 					p.id, len(attempts), attempts[0], because(reason)))
 				break
 			}
@@ -940,7 +950,7 @@ func (c *Coordinator) TaskFinished(now int64, attempt ident.Attempt) Ready {
 			p.acks[attempt.Subtask] = StateHandle{Attempt: attempt, Finished: true}
 			p.lastAckMillis = now
 			if sub, ok := c.cutOff(p); ok {
-				c.abort(&rd, p, AbortTaskNotReady, fmt.Errorf("checkpoint %d aborted: its barrier can no longer reach %s: every subtask upstream of it finished without taking the checkpoint", p.id, sub))
+				c.abort(&rd, now, p, AbortTaskNotReady, fmt.Errorf("checkpoint %d aborted: its barrier can no longer reach %s: every subtask upstream of it finished without taking the checkpoint", p.id, sub))
 				continue
 			}
 			c.maybeComplete(&rd, p)
@@ -985,7 +995,7 @@ func (c *Coordinator) Stop(now int64) Ready {
 	c.stopped = true
 	for _, p := range c.sortedPending() {
 		if p.persisting == nil {
-			c.abort(&rd, p, AbortStopped, fmt.Errorf("checkpoint %d aborted: checkpointing stopped", p.id))
+			c.abort(&rd, now, p, AbortStopped, fmt.Errorf("checkpoint %d aborted: checkpointing stopped", p.id))
 		}
 	}
 	return rd
@@ -1059,8 +1069,9 @@ func (c *Coordinator) maybeComplete(rd *Ready, p *pending) {
 }
 
 // abort ends p for reason: counts, remembers and notifies the live attempts that took part.
-func (c *Coordinator) abort(rd *Ready, p *pending, reason AbortReason, err error) {
+func (c *Coordinator) abort(rd *Ready, now int64, p *pending, reason AbortReason, err error) {
 	delete(c.pending, p.id)
+	c.statsAborted(now, p.id, reason, err)
 	c.remember(p.id, outcomeAborted)
 	rd.Aborted = append(rd.Aborted, Aborted{ID: p.id, Reason: reason, Err: err})
 	for _, sub := range c.order {

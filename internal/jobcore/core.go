@@ -347,7 +347,7 @@ func (c *Core) Step(now time.Duration, ev Event) error {
 		c.onSampled(e)
 	case CheckpointAck:
 		if c.coord != nil {
-			c.carryOut(c.coord.Ack(c.ms(), e.ID, e.Attempt, e.Handle))
+			c.carryOut(c.coord.AckWith(c.ms(), e.ID, e.Attempt, e.Handle, checkpoint.AckStats{AlignmentNanos: int64(e.Alignment)}))
 		}
 	case CheckpointDecline:
 		c.onDecline(e)

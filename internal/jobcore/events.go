@@ -212,11 +212,13 @@ type SubpartitionsSampled struct {
 	Missing bool
 }
 
-// CheckpointAck says an attempt took its snapshot for checkpoint ID, described by Handle.
+// CheckpointAck says an attempt took its snapshot for checkpoint ID, described by Handle. Alignment is how
+// long the attempt's input was held aligning the checkpoint's barriers (checkpoint.AckStats).
 type CheckpointAck struct {
-	ID      int64
-	Attempt ident.Attempt
-	Handle  checkpoint.StateHandle
+	ID        int64
+	Attempt   ident.Attempt
+	Handle    checkpoint.StateHandle
+	Alignment time.Duration
 }
 
 // CheckpointDecline says an attempt could not take part in checkpoint ID. NotReady marks a decline that is

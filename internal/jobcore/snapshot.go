@@ -18,6 +18,7 @@ func (c *Core) Snapshot() Snapshot {
 	if c.coord != nil {
 		counts := c.coord.Counts()
 		snap.Checkpoints, snap.CheckpointsInProgress = &counts, len(c.coord.InProgress())
+		snap.CheckpointHistory = c.coord.History()
 	}
 	if sp := c.savepoint; sp != nil {
 		snap.Savepoint, snap.SavepointErr = sp.written, sp.err

@@ -68,7 +68,10 @@ type Snapshot struct {
 	// are triggered and not yet completed or aborted.
 	Checkpoints           *checkpoint.Counts
 	CheckpointsInProgress int
-	Failovers             []Failover
+	// CheckpointHistory is the statistics of the newest checkpoints, oldest first (at most
+	// checkpoint.MaxStatsHistory); their times are milliseconds since Started.
+	CheckpointHistory []checkpoint.CheckpointStats
+	Failovers         []Failover
 	// FailoverTotals sums every failover, including those no longer listed (see MaxFailoverHistory).
 	FailoverTotals FailoverTotals
 	// Savepoint is the directory of the savepoint written on stop; SavepointErr says why none was.

@@ -9,6 +9,11 @@ import "time"
 type CheckpointsDocument struct {
 	// Checkpoints counts the job's checkpoints (absent when checkpointing is off).
 	Checkpoints *CheckpointCounts `json:"checkpoints"`
+	// History is the statistics of the newest checkpoints, oldest first.
+	History []CheckpointStats `json:"history"`
+	// Restored is the id of the checkpoint the job's state last came from: by its newest failover that
+	// restored one, or at its start (absent: none).
+	Restored *int64 `json:"restored,omitempty"`
 }
 
 // FailoversDocument is GET /v1/jobs/{id}/failovers.
@@ -39,7 +44,18 @@ type Exception struct {
 
 // CheckpointsDocument is r's checkpoints document.
 func (r *JobResult) CheckpointsDocument() CheckpointsDocument {
-	return CheckpointsDocument{Checkpoints: r.Checkpoints}
+	d := CheckpointsDocument{Checkpoints: r.Checkpoints, History: r.CheckpointHistory}
+	if d.History == nil {
+		d.History = []CheckpointStats{}
+	}
+	for i := len(r.Failovers) - 1; i >= 0 && d.Restored == nil; i-- {
+		d.Restored = r.Failovers[i].CheckpointRestored
+	}
+	if d.Restored == nil && r.RestoredFrom != nil {
+		id := r.RestoredFrom.CheckpointID
+		d.Restored = &id
+	}
+	return d
 }
 
 // FailoversDocument is r's failovers document.

@@ -22,6 +22,8 @@ type JobResult struct {
 	Vertices   []VertexResult `json:"vertices"`
 	// Checkpoints is present when checkpointing is on.
 	Checkpoints *CheckpointCounts `json:"checkpoints,omitempty"`
+	// CheckpointHistory is the statistics of the newest checkpoints (the last 64), oldest first.
+	CheckpointHistory []CheckpointStats `json:"checkpoint_history,omitempty"`
 	// Failovers lists the failover events, oldest first: the last 1000 of them (FailoverTotals counts all).
 	Failovers []FailoverResult `json:"failovers"`
 	// FailoverTotals sums every failover of the run, those the list omits included.
@@ -78,6 +80,26 @@ type CheckpointCounts struct {
 	// InProgress is how many checkpoints are triggered and not yet completed or aborted (0 once the job
 	// ended).
 	InProgress int64 `json:"in_progress"`
+}
+
+// CheckpointStats are the statistics of one checkpoint. Status is "IN_PROGRESS", "COMPLETED", "FAILED"
+// (a failure: it expired, was declined, or could not be persisted) or "ABORTED" (a failover, a newer
+// checkpoint or a stop ended it), with Reason. DurationMillis runs from the trigger until it completed or
+// ended (until now while in progress). Acknowledged of Expected subtasks took their snapshots.
+// StateBytes is the state it refers to (every blob and inline state); NewBytes what the newest completed
+// checkpoint before it did not refer to (all of it for a full checkpoint, what changed for an incremental
+// one). AlignmentMillis is the longest any subtask held its input aligning the checkpoint's barriers.
+type CheckpointStats struct {
+	ID              int64     `json:"id"`
+	Status          string    `json:"status"`
+	TriggerTime     time.Time `json:"trigger_time"`
+	DurationMillis  int64     `json:"duration_ms"`
+	Acknowledged    int       `json:"acknowledged"`
+	Expected        int       `json:"expected"`
+	StateBytes      int64     `json:"state_bytes"`
+	NewBytes        int64     `json:"new_bytes"`
+	AlignmentMillis int64     `json:"alignment_ms"`
+	Reason          string    `json:"reason,omitempty"`
 }
 
 // FailoverResult is one failover: the subtask that failed ("VERTEX[i]", or "job" for a failure of the job as a
@@ -219,6 +241,17 @@ func Of(name string, s jobcore.Snapshot) *JobResult {
 	if c := s.Checkpoints; c != nil {
 		r.Checkpoints = &CheckpointCounts{Completed: c.Completed, Failed: c.Failed, Aborted: c.Aborted, LastCompletedID: c.LastCompletedID,
 			InProgress: int64(s.CheckpointsInProgress)}
+	}
+	for _, st := range s.CheckpointHistory {
+		cs := CheckpointStats{ID: st.ID, Status: st.Status.String(), TriggerTime: s.Started.Add(time.Duration(st.TriggerMillis) * time.Millisecond),
+			Acknowledged: st.Acknowledged, Expected: st.Expected, StateBytes: st.StateBytes, NewBytes: st.NewBytes,
+			AlignmentMillis: CeilMillis(time.Duration(st.MaxAlignmentNanos)), Reason: st.Reason}
+		if st.EndMillis > 0 {
+			cs.DurationMillis = st.EndMillis - st.TriggerMillis
+		} else {
+			cs.DurationMillis = max(time.Since(cs.TriggerTime).Milliseconds(), 0)
+		}
+		r.CheckpointHistory = append(r.CheckpointHistory, cs)
 	}
 	subtaskName := func(st ident.Subtask) string {
 		for _, vs := range s.Vertices {
