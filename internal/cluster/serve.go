@@ -570,8 +570,8 @@ func (ss *session) deploy(job protocol.JobID, dep jobcore.Deployment) error {
 	if cs := dep.Checkpoints; cs != nil {
 		cfg.Checkpoints = &task.CheckpointSetup{Store: j.build.Store, Mode: cs.Mode, FinalCheckpoint: cs.FinalCheckpoint,
 			Incremental: j.build.Incremental,
-			Ack: func(id int64, from ident.Attempt, h checkpoint.StateHandle) {
-				tm.emit(j, jobcore.CheckpointAck{ID: id, Attempt: from, Handle: h})
+			Ack: func(id int64, from ident.Attempt, h checkpoint.StateHandle, alignment time.Duration) {
+				tm.emit(j, jobcore.CheckpointAck{ID: id, Attempt: from, Handle: h, Alignment: alignment})
 			},
 			Decline: func(id int64, from ident.Attempt, err error) {
 				tm.emit(j, jobcore.CheckpointDecline{ID: id, Attempt: from, Err: err})

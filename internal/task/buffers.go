@@ -107,6 +107,7 @@ func (r *run) processEvent(idx int, b []byte) (bool, error) {
 		if r.aligner == nil {
 			return false, fmt.Errorf("input channel %d: barrier of checkpoint %d, but checkpointing is off for this task", idx, ev.CheckpointID)
 		}
+		r.align.barrier(ev.CheckpointID)
 		r.apply(r.aligner.OnBarrier(idx, barrier.Checkpoint{ID: ev.CheckpointID, TimestampMillis: ev.TimestampMillis, Flags: ev.Flags}))
 		return false, nil
 	case network.EventCancelCheckpoint:

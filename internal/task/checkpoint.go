@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/runnel-dev/runnel/internal/barrier"
 	"github.com/runnel-dev/runnel/internal/checkpoint"
@@ -40,7 +41,9 @@ type CheckpointSetup struct {
 	FinalCheckpoint bool
 	// Ack reports a completed snapshot; Decline a snapshot the task could not take. Both may be called from
 	// any goroutine and must not block for long.
-	Ack     func(id int64, from ident.Attempt, h checkpoint.StateHandle)
+	// Ack also says how long the task's input was held aligning the checkpoint's barriers (0 for a source
+	// or a task of one input channel).
+	Ack     func(id int64, from ident.Attempt, h checkpoint.StateHandle, alignment time.Duration)
 	Decline func(id int64, from ident.Attempt, err error)
 	// Incremental makes checkpoints incremental when Store is a SharedStateStore: each state blob is
 	// shared, holds the deltas of the operators that write them (StateWriter.Delta) and the whole state
@@ -84,7 +87,34 @@ func (r *run) performCheckpoint(id, ts int64, flags uint32) {
 			Abort(fmt.Errorf("forward barrier of checkpoint %d: %w", id, err))
 		}
 	}
-	r.cp.write(id, writers)
+	r.cp.write(id, writers, r.align.took(id))
+}
+
+// alignment times the barriers of the checkpoint the input aligns: from the first barrier to the one that
+// completes the alignment. It reads the clock once per barrier, never per record.
+type alignment struct {
+	id    int64
+	first time.Time
+	// more says a barrier of id came after the first.
+	more bool
+}
+
+// barrier notes a barrier of checkpoint id on an input channel.
+func (a *alignment) barrier(id int64) {
+	if id != a.id {
+		*a = alignment{id: id, first: time.Now()}
+		return
+	}
+	a.more = true
+}
+
+// took is how long the alignment of checkpoint id took, as it is snapshotted: 0 when its first barrier
+// completed it (one channel, or a source triggered directly).
+func (a *alignment) took(id int64) time.Duration {
+	if a.id != id || !a.more {
+		return 0
+	}
+	return time.Since(a.first)
 }
 
 // apply carries out what the barrier aligner decided, in the order the aligner documents.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/runnel-dev/runnel/internal/checkpoint"
 	"github.com/runnel-dev/runnel/internal/ident"
@@ -44,8 +45,9 @@ func (c *checkpointer) decline(id int64, err error) { c.setup.Decline(id, c.me, 
 func (c *checkpointer) wait() { c.writes.Wait() }
 
 // write serializes and stores the state writers captured for checkpoint id on a goroutine of its own, and
-// acknowledges the checkpoint with the handle of what it stored, or declines it.
-func (c *checkpointer) write(id int64, writers []StateWriter) {
+// acknowledges the checkpoint with the handle of what it stored and the alignment's duration, or declines
+// it.
+func (c *checkpointer) write(id int64, writers []StateWriter, alignment time.Duration) {
 	cs, me := c.setup, c.me
 	operators := operatorsOf(writers)
 	shared, _ := cs.Store.(SharedStateStore)
@@ -118,6 +120,6 @@ func (c *checkpointer) write(id int64, writers []StateWriter) {
 		if incr {
 			blobs = c.incr.stored(ref, deltas > 0)
 		}
-		cs.Ack(id, me, checkpoint.StateHandle{Attempt: me, Blobs: blobs, Operators: operators})
+		cs.Ack(id, me, checkpoint.StateHandle{Attempt: me, Blobs: blobs, Operators: operators}, alignment)
 	}()
 }

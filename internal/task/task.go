@@ -444,6 +444,7 @@ type run struct {
 	// completeHeard is the highest checkpoint completion the chain heard of.
 	completeHeard int64
 	fin           finishing // end of input and the final checkpoint (finish.go)
+	align         alignment // the timing of the barriers the input aligns (checkpoint.go)
 	et            eventTime // watermarks and processing time (watermarks.go)
 }
 
