@@ -192,6 +192,8 @@ func TestDashboardShowsARecovery(t *testing.T) {
 		t.Errorf("%d vertices marked restarted, want %d (%v)", got, len(marked), marked)
 	}
 	b.Await("the throughput chart marks the failover", `document.querySelector('#throughput-svg .failover-mark[data-failover-index="0"]') !== null`, 10*time.Second)
+	checkHistory(t, b, d)
+	checkStacks(t, b, d)
 	b.Screenshot("job")
 
 	// A click on a vertex opens its subtasks: the API's attempts, the restarted one marked.
@@ -281,3 +283,73 @@ func (s slowSink) CreateWriter(runnel.RuntimeContext) (runnel.SinkWriter[int64],
 func (s slowSink) Write(int64) error { time.Sleep(s.perRecord); return nil }
 func (s slowSink) Flush() error      { return nil }
 func (s slowSink) Close() error      { return nil }
+
+// checkHistory holds the page's checkpoint table against GET /v1/jobs/{id}/checkpoints' history, where
+// the API has one: every row the page shows of a checkpoint that ended has that checkpoint's status,
+// duration and size (an ended checkpoint's numbers are final, so the page's poll may lag the API's).
+func checkHistory(t *testing.T, b *uitest.Browser, d *dashboard) {
+	t.Helper()
+	var doc struct {
+		History []map[string]any `json:"history"`
+	}
+	if !d.get("/v1/jobs/"+d.id+"/checkpoints", &doc) || doc.History == nil {
+		t.Log("GET /v1/jobs/{id}/checkpoints has no history: the checkpoint table is not checked")
+		return
+	}
+	b.Await("the checkpoint table", `document.querySelectorAll('#checkpoint-table tbody tr').length > 0`, 10*time.Second)
+	type row struct{ ID, Status, Duration, Size string }
+	rows := uitest.Eval[[]row](b, `[...document.querySelectorAll('#checkpoint-table tbody tr')].map((r) => ({ID: r.getAttribute('data-checkpoint'),
+  Status: r.getAttribute('data-checkpoint-status'), Duration: r.querySelector('[data-field="duration_ms"]').getAttribute('data-value'),
+  Size: r.querySelector('[data-field="size_bytes"]').getAttribute('data-value')}))`)
+	d.get("/v1/jobs/"+d.id+"/checkpoints", &doc)
+	api := map[string]row{}
+	str := func(v any) string {
+		if f, ok := v.(float64); ok {
+			return strconv.FormatFloat(f, 'f', -1, 64)
+		}
+		return fmt.Sprint(v)
+	}
+	for _, c := range doc.History {
+		id := str(c["id"])
+		api[id] = row{id, str(c["status"]), str(c["duration_ms"]), str(c["size_bytes"])}
+	}
+	checked := 0
+	for _, r := range rows {
+		a, ok := api[r.ID]
+		if r.Status == "IN_PROGRESS" || !ok {
+			continue // still changing, or dropped from the API's bounded history since the page's poll
+		}
+		checked++
+		if r != a {
+			t.Errorf("checkpoint table row %+v, the API's %+v", r, a)
+		}
+	}
+	if checked == 0 {
+		t.Errorf("no row of the checkpoint table (%d rows) is one of the API's ended checkpoints", len(rows))
+	}
+}
+
+// checkStacks: where GET /v1/jobs/{id}/exceptions gives a failure's stack, the page shows it in a <pre>.
+func checkStacks(t *testing.T, b *uitest.Browser, d *dashboard) {
+	t.Helper()
+	var doc struct {
+		Exceptions []map[string]any `json:"exceptions"`
+	}
+	d.get("/v1/jobs/"+d.id+"/exceptions", &doc)
+	if len(doc.Exceptions) == 0 {
+		t.Error("GET /v1/jobs/{id}/exceptions lists no exception after the injected failure")
+		return
+	}
+	stack, ok := doc.Exceptions[len(doc.Exceptions)-1]["stack"].(string)
+	if !ok {
+		t.Log("GET /v1/jobs/{id}/exceptions has no stack: the stacks are not checked")
+		return
+	}
+	b.Await("the injected failure's stack", fmt.Sprintf(`[...document.querySelectorAll('#exceptions pre.stack')].some((p) => p.textContent === %s)`, jsString(stack)), 10*time.Second)
+}
+
+// jsString is s as a JavaScript string literal.
+func jsString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}

@@ -321,7 +321,8 @@
       h('div', { class: 'row' }, graphCard, failoverCard(fo)),
       vertex ? subtasksCard(vertex, restarted.get(vertex.name)) : null,
       throughputCard(d.throughput, job.vertices || [], failovers),
-      h('div', { class: 'row' }, checkpointsCard(d.checkpoints, cp), exceptionsCard(d.exceptions)));
+      checkpointsCard(d.checkpoints, cp),
+      exceptionsCard(d.exceptions));
   }
 
   function fact(k, v) {
@@ -602,7 +603,7 @@
       const top = vi * (STRIP_H + 10);
       const series = samples.map((sm) => {
         const v = (sm.vertices || []).find((x) => x.name === name);
-        return { t: new Date(sm.at).getTime(), in: v ? v.records_in_per_s : null, out: v ? v.records_out_per_s : null };
+        return { t: new Date(sm.at).getTime(), in: v ? v.records_in_per_s : null, out: v ? v.records_out_per_s : null, bp: v ? v.backpressured_ms_per_s : null };
       });
       const max = niceMax(Math.max(0, ...series.map((p) => Math.max(p.in || 0, p.out || 0))));
       const yOf = (x) => top + STRIP_H - (x / max) * (STRIP_H - 6);
@@ -619,6 +620,16 @@
         s('path', { class: 'out', d: line('out'), stroke: colour }),
         s('text', { class: 'now', x: left + plotW + 6, y: top + 14, fill: colour, text: 'out ' + fmtRate(last.out), 'data-field': 'records_out_per_s', 'data-value': present(last.out) ? last.out : '' }),
         s('text', { class: 'now muted', x: left + plotW + 6, y: top + 30, text: 'in ' + fmtRate(last.in), 'data-field': 'records_in_per_s', 'data-value': present(last.in) ? last.in : '' }));
+      // Where the samples carry the vertex's backpressured time, a band along the strip's foot is as red
+      // as the vertex was backpressured in each interval.
+      const step = ((doc && doc.interval_ms) || 1000) / span * plotW;
+      for (const p of series) {
+        if (!present(p.bp) || p.bp <= 0) continue;
+        strip.appendChild(s('rect', {
+          class: 'bp-band', x: xOf(p.t) - step, y: top + STRIP_H - 5, width: step, height: 5, 'fill-opacity': Math.min(1, p.bp / 1000).toFixed(2),
+          'data-value': p.bp,
+        }, s('title', { text: 'backpressured ' + fmtPct(p.bp) })));
+      }
       svg.appendChild(strip);
     });
     // Every failover in the window: a line where it failed, its outage shaded (at least 3 px, so a
@@ -670,26 +681,30 @@
       fact('In progress', num(fmtInt(c.in_progress), c.in_progress, 'in_progress')),
       fact('Latest', num(present(c.last_completed_id) && c.last_completed_id ? String(c.last_completed_id) : DASH, c.last_completed_id, 'last_completed_id')),
       fact('Restored', h('span', { class: 'num', 'data-field': 'restored', 'data-value': restoredValue, text: restoredText })));
-    const body = [counts_];
-    if (history.length) {
-      body.push(checkpointChart(history));
-      const rows = history.slice().reverse().map((k) => h('tr', { 'data-checkpoint': k.id, 'data-checkpoint-status': k.status },
+    if (!history.length) {
+      return h('section', { class: 'card', id: 'checkpoints' }, h('h2', { text: 'Checkpoints' }), counts_,
+        h('p', { class: 'muted small', text: 'No checkpoint history in the API.' }));
+    }
+    const rows = [];
+    for (const k of history.slice().reverse()) {
+      rows.push(h('tr', { 'data-checkpoint': k.id, 'data-checkpoint-status': k.status, class: k.failure ? 'has-failure' : null },
         h('td', { class: 'r' }, num(String(k.id), k.id, 'id')),
         h('td', {}, badge(k.status)),
         h('td', { text: fmtClock(k.trigger_time) }),
         h('td', { class: 'r' }, num(fmtMs(k.duration_ms), k.duration_ms, 'duration_ms')),
         h('td', { class: 'r' }, num(fmtMs(k.alignment_ms), k.alignment_ms, 'alignment_ms')),
         h('td', { class: 'r' }, num(fmtBytes(k.size_bytes), k.size_bytes, 'size_bytes')),
-        h('td', { class: 'r' }, num(fmtBytes(k.incremental_bytes), k.incremental_bytes, 'incremental_bytes')),
-        h('td', { class: 'failure', text: k.failure || '' })));
-      body.push(h('div', { class: 'scroll' }, h('table', { id: 'checkpoint-table' },
-        h('thead', {}, h('tr', {}, ['Id', 'Status', 'Triggered', 'Duration', 'Alignment', 'Size', 'Incremental', 'Failure'].map((t, i) =>
-          h('th', { class: [0, 3, 4, 5, 6].includes(i) ? 'r' : null, text: t })))),
-        h('tbody', {}, rows))));
-    } else {
-      body.push(h('p', { class: 'muted small', text: 'No checkpoint history in the API.' }));
+        h('td', { class: 'r' }, num(fmtBytes(k.incremental_bytes), k.incremental_bytes, 'incremental_bytes'))));
+      // A failure's reason takes a row of its own, under its checkpoint, so that the numbers keep their
+      // columns.
+      if (k.failure) rows.push(h('tr', { class: 'failure-row', 'data-failure-of': k.id }, h('td', {}), h('td', { colspan: 6, class: 'failure', text: k.failure })));
     }
-    return h('section', { class: 'card half', id: 'checkpoints' }, h('h2', { text: 'Checkpoints' }), body);
+    const table = h('div', { class: 'scroll' }, h('table', { id: 'checkpoint-table' },
+      h('thead', {}, h('tr', {}, ['Id', 'Status', 'Triggered', 'Duration', 'Alignment', 'Size', 'Incremental'].map((t, i) =>
+        h('th', { class: [0, 3, 4, 5, 6].includes(i) ? 'r' : null, text: t })))),
+      h('tbody', {}, rows)));
+    return h('section', { class: 'card', id: 'checkpoints' }, h('h2', { text: 'Checkpoints' }),
+      h('div', { class: 'cp-layout' }, h('div', { class: 'cp-left' }, counts_, checkpointChart(history)), table));
   }
 
   // checkpointChart draws each checkpoint of the history as two bars: its duration above, its size below.
@@ -723,7 +738,7 @@
 
   function exceptionsCard(doc) {
     const list = (doc && doc.exceptions) || [];
-    return h('section', { class: 'card half', id: 'exceptions' },
+    return h('section', { class: 'card', id: 'exceptions' },
       h('h2', {}, 'Exceptions ', h('span', { class: 'count', text: String(list.length) })),
       list.length
         ? h('ol', { class: 'exceptions' }, list.map((e, i) => h('li', { 'data-exception-index': i },
