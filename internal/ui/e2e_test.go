@@ -286,7 +286,7 @@ func (s slowSink) Close() error      { return nil }
 
 // checkHistory holds the page's checkpoint table against GET /v1/jobs/{id}/checkpoints' history, where
 // the API has one: every row the page shows of a checkpoint that ended has that checkpoint's status,
-// duration and size (an ended checkpoint's numbers are final, so the page's poll may lag the API's).
+// duration and state size (an ended checkpoint's numbers are final, so the page's poll may lag the API's).
 func checkHistory(t *testing.T, b *uitest.Browser, d *dashboard) {
 	t.Helper()
 	var doc struct {
@@ -300,7 +300,7 @@ func checkHistory(t *testing.T, b *uitest.Browser, d *dashboard) {
 	type row struct{ ID, Status, Duration, Size string }
 	rows := uitest.Eval[[]row](b, `[...document.querySelectorAll('#checkpoint-table tbody tr')].map((r) => ({ID: r.getAttribute('data-checkpoint'),
   Status: r.getAttribute('data-checkpoint-status'), Duration: r.querySelector('[data-field="duration_ms"]').getAttribute('data-value'),
-  Size: r.querySelector('[data-field="size_bytes"]').getAttribute('data-value')}))`)
+  Size: r.querySelector('[data-field="state_bytes"]').getAttribute('data-value')}))`)
 	d.get("/v1/jobs/"+d.id+"/checkpoints", &doc)
 	api := map[string]row{}
 	str := func(v any) string {
@@ -311,7 +311,7 @@ func checkHistory(t *testing.T, b *uitest.Browser, d *dashboard) {
 	}
 	for _, c := range doc.History {
 		id := str(c["id"])
-		api[id] = row{id, str(c["status"]), str(c["duration_ms"]), str(c["size_bytes"])}
+		api[id] = row{id, str(c["status"]), str(c["duration_ms"]), str(c["state_bytes"])}
 	}
 	checked := 0
 	for _, r := range rows {

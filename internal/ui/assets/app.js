@@ -662,46 +662,35 @@
     const c = (doc && doc.checkpoints) || counts || {};
     const history = (doc && doc.history) || [];
     const restored = doc ? doc.restored : null;
-    let restoredText = DASH;
-    let restoredValue = '';
-    if (present(restored)) {
-      if (typeof restored === 'object') {
-        restoredValue = present(restored.id) ? restored.id : present(restored.checkpoint_id) ? restored.checkpoint_id : '';
-        restoredText = restoredValue !== '' ? String(restoredValue) : JSON.stringify(restored);
-        if (restored.location) restoredText += ' (' + restored.location + ')';
-      } else {
-        restoredValue = restored;
-        restoredText = String(restored);
-      }
-    }
     const counts_ = h('dl', { class: 'facts', id: 'checkpoint-counts' },
       fact('Completed', num(fmtInt(c.completed), c.completed, 'completed')),
       fact('Failed', num(fmtInt(c.failed), c.failed, 'failed')),
       fact('Aborted', num(fmtInt(c.aborted), c.aborted, 'aborted')),
       fact('In progress', num(fmtInt(c.in_progress), c.in_progress, 'in_progress')),
       fact('Latest', num(present(c.last_completed_id) && c.last_completed_id ? String(c.last_completed_id) : DASH, c.last_completed_id, 'last_completed_id')),
-      fact('Restored', h('span', { class: 'num', 'data-field': 'restored', 'data-value': restoredValue, text: restoredText })));
+      fact('Restored', num(present(restored) ? String(restored) : DASH, restored, 'restored')));
     if (!history.length) {
       return h('section', { class: 'card', id: 'checkpoints' }, h('h2', { text: 'Checkpoints' }), counts_,
         h('p', { class: 'muted small', text: 'No checkpoint history in the API.' }));
     }
     const rows = [];
     for (const k of history.slice().reverse()) {
-      rows.push(h('tr', { 'data-checkpoint': k.id, 'data-checkpoint-status': k.status, class: k.failure ? 'has-failure' : null },
+      rows.push(h('tr', { 'data-checkpoint': k.id, 'data-checkpoint-status': k.status, class: k.reason ? 'has-failure' : null },
         h('td', { class: 'r' }, num(String(k.id), k.id, 'id')),
         h('td', {}, badge(k.status)),
         h('td', { text: fmtClock(k.trigger_time) }),
         h('td', { class: 'r' }, num(fmtMs(k.duration_ms), k.duration_ms, 'duration_ms')),
         h('td', { class: 'r' }, num(fmtMs(k.alignment_ms), k.alignment_ms, 'alignment_ms')),
-        h('td', { class: 'r' }, num(fmtBytes(k.size_bytes), k.size_bytes, 'size_bytes')),
-        h('td', { class: 'r' }, num(fmtBytes(k.incremental_bytes), k.incremental_bytes, 'incremental_bytes'))));
+        h('td', { class: 'r' }, num(fmtInt(k.acknowledged), k.acknowledged, 'acknowledged'), '/', num(fmtInt(k.expected), k.expected, 'expected')),
+        h('td', { class: 'r' }, num(fmtBytes(k.state_bytes), k.state_bytes, 'state_bytes')),
+        h('td', { class: 'r' }, num(fmtBytes(k.new_bytes), k.new_bytes, 'new_bytes'))));
       // A failure's reason takes a row of its own, under its checkpoint, so that the numbers keep their
       // columns.
-      if (k.failure) rows.push(h('tr', { class: 'failure-row', 'data-failure-of': k.id }, h('td', {}), h('td', { colspan: 6, class: 'failure', text: k.failure })));
+      if (k.reason) rows.push(h('tr', { class: 'failure-row', 'data-failure-of': k.id }, h('td', {}), h('td', { colspan: 7, class: 'failure', text: k.reason })));
     }
     const table = h('div', { class: 'scroll' }, h('table', { id: 'checkpoint-table' },
-      h('thead', {}, h('tr', {}, ['Id', 'Status', 'Triggered', 'Duration', 'Alignment', 'Size', 'Incremental'].map((t, i) =>
-        h('th', { class: [0, 3, 4, 5, 6].includes(i) ? 'r' : null, text: t })))),
+      h('thead', {}, h('tr', {}, ['Id', 'Status', 'Triggered', 'Duration', 'Alignment', 'Acks', 'State', 'New'].map((t, i) =>
+        h('th', { class: [0, 3, 4, 5, 6, 7].includes(i) ? 'r' : null, text: t, title: i === 6 ? 'state the checkpoint refers to' : i === 7 ? 'state the checkpoint before did not refer to (what an incremental checkpoint writes afresh)' : null })))),
       h('tbody', {}, rows)));
     return h('section', { class: 'card', id: 'checkpoints' }, h('h2', { text: 'Checkpoints' }),
       h('div', { class: 'cp-layout' }, h('div', { class: 'cp-left' }, counts_, checkpointChart(history)), table));
@@ -715,19 +704,19 @@
     const left = 64;
     const bw = Math.max(2, Math.min(14, (W - left) / shown.length - 2));
     const maxD = niceMax(Math.max(0, ...shown.map((k) => k.duration_ms || 0)));
-    const maxS = niceMax(Math.max(0, ...shown.map((k) => k.size_bytes || 0)));
+    const maxS = niceMax(Math.max(0, ...shown.map((k) => k.state_bytes || 0)));
     const svg = s('svg', { id: 'checkpoint-chart', viewBox: `0 0 ${W} ${2 * H + 28}`, width: '100%', role: 'img', 'aria-label': 'checkpoint durations and sizes' },
       s('text', { class: 'axis', x: left - 6, y: 10, 'text-anchor': 'end', text: fmtMs(maxD) }),
       s('text', { class: 'axis', x: left - 6, y: H, 'text-anchor': 'end', text: 'duration' }),
       s('text', { class: 'axis', x: left - 6, y: H + 24, 'text-anchor': 'end', text: fmtBytes(maxS) }),
-      s('text', { class: 'axis', x: left - 6, y: 2 * H + 14, 'text-anchor': 'end', text: 'size' }));
+      s('text', { class: 'axis', x: left - 6, y: 2 * H + 14, 'text-anchor': 'end', text: 'state' }));
     shown.forEach((k, i) => {
       const x = left + i * (bw + 2);
       const dh = ((k.duration_ms || 0) / maxD) * (H - 4);
-      const sh = ((k.size_bytes || 0) / maxS) * (H - 4);
+      const sh = ((k.state_bytes || 0) / maxS) * (H - 4);
       const cls = 'bar s-' + String(k.status || '').toLowerCase();
       svg.appendChild(s('g', { 'data-checkpoint': k.id },
-        s('title', { text: '#' + k.id + ' ' + k.status + ': ' + fmtMs(k.duration_ms) + ', ' + fmtBytes(k.size_bytes) }),
+        s('title', { text: '#' + k.id + ' ' + k.status + ': ' + fmtMs(k.duration_ms) + ', ' + fmtBytes(k.state_bytes) }),
         s('rect', { class: cls, x, y: H - dh, width: bw, height: Math.max(dh, 0.5) }),
         s('rect', { class: cls + ' size', x, y: H + 14, width: bw, height: Math.max(sh, 0.5) })));
     });
