@@ -76,7 +76,7 @@ func TestDashboardShowsALostTaskManager(t *testing.T) {
 	b.Screenshot("cluster-taskmanagers-lost")
 
 	b.Go("#/jobs/"+jobs.Jobs[0].ID, "page-job")
-	b.Await("the job's page shows the failover of "+victim, fmt.Sprintf(`[...document.querySelectorAll('#failover-list .failover')].some((li) => li.textContent.includes('on %s'))`, victim), 20*time.Second)
+	b.Await("the job's page shows the failover of "+victim, fmt.Sprintf(`document.querySelector('#failover-list .failover[data-taskmanager=%q]') !== null`, victim), 20*time.Second)
 	b.Screenshot("cluster-job")
 	if errs := b.ConsoleErrors(); len(errs) > 0 {
 		t.Errorf("the page logged errors: %q", errs)

@@ -553,7 +553,7 @@
     const failed = (f.failed_subtasks && f.failed_subtasks.length ? f.failed_subtasks : [f.failed]).join(', ');
     const pick = () => { state.failover = picked ? null : i; render(); };
     return h('li', {
-      class: 'failover' + (picked ? ' picked' : ''), 'data-failover-index': i, 'data-strategy': f.strategy, tabindex: 0,
+      class: 'failover' + (picked ? ' picked' : ''), 'data-failover-index': i, 'data-strategy': f.strategy, 'data-taskmanager': f.taskmanager || null, tabindex: 0,
       onclick: pick, onkeydown: (e) => { if (e.key === 'Enter') pick(); },
       // Redrawn only when the hovered failover changes: a redraw puts a new element under the pointer.
       onmouseenter: () => { if (state.hover !== i) { state.hover = i; render(); } },
