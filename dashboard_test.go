@@ -3,10 +3,12 @@ package runnel_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -171,4 +173,71 @@ func TestDashboardServesTheRunningJob(t *testing.T) {
 	if _, err := http.Get(base + "/v1/jobs"); err == nil {
 		t.Fatal("the dashboard still answers after Execute returned")
 	}
+}
+
+// TestDashboardShowsAPanicsStack: a function that panics fails its subtask; the dashboard's exceptions
+// give the panic's message and the stack of the goroutine that panicked, down to the function.
+func TestDashboardShowsAPanicsStack(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := "http://" + ln.Addr().String()
+	panicked.Store(false)
+	env := runnel.NewEnvironment(runnel.WithParallelism(1), runnel.WithUIListener(ln),
+		runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 50 * time.Millisecond}), runnel.WithRestartStrategy("fixed-delay:attempts=1,delay=0s"))
+	src := runnel.FromSource(env, connector.Generator(func(_ int, seq uint64) int64 { return int64(seq) },
+		connector.GeneratorOptions{RatePerSubtask: 10_000})).Name("numbers")
+	runnel.Map(src, panicAt1000).Name("fragile").SinkTo(connector.Discard[int64]()).Name("sink")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { _, err := env.Execute(ctx, "panicky"); done <- err }()
+	var jobs struct{ Jobs []struct{ ID string } }
+	var exceptions struct {
+		Exceptions []struct{ Subtask, Error, Stack string }
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for len(exceptions.Exceptions) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("after 20 s no exception is listed")
+		}
+		time.Sleep(20 * time.Millisecond)
+		if getJSON(base+"/v1/jobs", &jobs) != nil || len(jobs.Jobs) == 0 {
+			continue
+		}
+		_ = getJSON(base+"/v1/jobs/"+jobs.Jobs[0].ID+"/exceptions", &exceptions)
+	}
+	e := exceptions.Exceptions[0]
+	if !strings.Contains(e.Error, "panicked: the thousandth record") || !strings.Contains(e.Stack, "runnel_test.panicAt1000") ||
+		!strings.Contains(e.Stack, "dashboard_test.go") {
+		t.Fatalf("exception %+v: want the panic's message and its stack", e)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// panicked makes panicAt1000 panic once: the restarted attempt reads record 1000 again.
+var panicked atomic.Bool
+
+func panicAt1000(v int64) (int64, error) {
+	if v == 1000 && panicked.CompareAndSwap(false, true) {
+		panic("the thousandth record")
+	}
+	return v, nil
+}
+
+// getJSON decodes the JSON document at url into v.
+func getJSON(url string, v any) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
 }

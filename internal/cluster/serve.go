@@ -611,6 +611,12 @@ func (tm *TaskManager) report(j *tmJob, u deploy.Update) {
 		if errors.As(u.Err, &inj) {
 			f.Injected, f.Injection = true, inj.InjectionIndex()
 		}
+		if pe := (*task.PanicError)(nil); errors.As(u.Err, &pe) {
+			f.Stack = pe.Stack
+			if len(f.Stack) > jobcore.MaxFailureStack {
+				f.Stack = f.Stack[:jobcore.MaxFailureStack] + "\n… (cut)"
+			}
+		}
 		tu.Failure = f
 	}
 	tm.emit(j, tu)

@@ -134,12 +134,22 @@ type Failure struct {
 	// Cause is the error itself while the failure has not left the process it arose in (nil once it
 	// crossed one): a failover then reports it with its type, so callers can still errors.As it.
 	Cause error
+	// Stack is the stack of the goroutine whose panic failed the attempt ("" for an error it returned),
+	// at most MaxFailureStack bytes.
+	Stack string
 }
+
+// MaxFailureStack bounds the stack a Failure carries across a session: past it the stack is cut.
+const MaxFailureStack = 16 << 10
 
 // failureError is a Failure as an error: its text, and scheduler.ErrNonRecoverable when it is one.
 type failureError struct{ f Failure }
 
 func (e failureError) Error() string { return e.f.Message }
+
+// PanicStack is the stack of the panic that failed the attempt ("" none), as an error that crossed a
+// session still says.
+func (e failureError) PanicStack() string { return e.f.Stack }
 
 func (e failureError) Is(target error) bool {
 	return e.f.NonRecoverable && target == scheduler.ErrNonRecoverable

@@ -40,6 +40,8 @@ type Exception struct {
 	Subtask     string    `json:"subtask"`
 	TaskManager string    `json:"taskmanager,omitempty"`
 	Error       string    `json:"error"`
+	// Stack is the stack of the panic behind the failure ("" for an error a task returned).
+	Stack string `json:"stack,omitempty"`
 }
 
 // CheckpointsDocument is r's checkpoints document.
@@ -68,14 +70,14 @@ func (r *JobResult) FailoversDocument() FailoversDocument {
 func (r *JobResult) ExceptionsDocument(ended time.Time) ExceptionsDocument {
 	out := make([]Exception, 0, len(r.Failovers)+1)
 	if r.Status == "FAILED" && r.Error != "" {
-		out = append(out, Exception{At: ended, Subtask: "job", Error: r.Error})
+		out = append(out, Exception{At: ended, Subtask: "job", Error: r.Error, Stack: r.ErrorStack})
 	}
 	for i := len(r.Failovers) - 1; i >= 0; i-- {
 		f := r.Failovers[i]
 		if f.Cause == "" {
 			continue
 		}
-		out = append(out, Exception{At: f.FailedAt, Subtask: f.Failed, TaskManager: f.TaskManager, Error: f.Cause})
+		out = append(out, Exception{At: f.FailedAt, Subtask: f.Failed, TaskManager: f.TaskManager, Error: f.Cause, Stack: f.Stack})
 	}
 	return ExceptionsDocument{Exceptions: out}
 }

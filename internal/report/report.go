@@ -5,6 +5,7 @@
 package report
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -15,9 +16,11 @@ import (
 // JobResult describes a job run; its JSON form is the `--report` contract of the runnel command (fields are
 // only ever added, never renamed).
 type JobResult struct {
-	Job        string         `json:"job"`
-	Status     string         `json:"status"`
-	Error      string         `json:"error"`
+	Job    string `json:"job"`
+	Status string `json:"status"`
+	Error  string `json:"error"`
+	// ErrorStack is the stack of the panic that failed the job ("" when none did).
+	ErrorStack string         `json:"error_stack,omitempty"`
 	WallMillis int64          `json:"wall_ms"`
 	Vertices   []VertexResult `json:"vertices"`
 	// Checkpoints is present when checkpointing is on.
@@ -114,6 +117,8 @@ type FailoverResult struct {
 	// TaskManager names the TaskManager whose loss caused the failover ("" for a task's own failure).
 	TaskManager string `json:"taskmanager,omitempty"`
 	Cause       string `json:"cause"`
+	// Stack is the stack of the panic that failed the subtask ("" for an error it returned).
+	Stack string `json:"stack,omitempty"`
 	// FailedAt is when the job master learned of the failure; the durations below are measured from it.
 	FailedAt time.Time `json:"failed_at"`
 	Strategy string    `json:"strategy"`
@@ -288,7 +293,7 @@ func Of(name string, s jobcore.Snapshot) *JobResult {
 			fr.FailedSubtasks = append(fr.FailedSubtasks, subtaskName(st))
 		}
 		if f.Cause != nil {
-			fr.Cause = f.Cause.Error()
+			fr.Cause, fr.Stack = f.Cause.Error(), PanicStack(f.Cause)
 		}
 		for _, st := range f.Restarted {
 			fr.Restarted = append(fr.Restarted, subtaskName(st))
@@ -313,7 +318,7 @@ func Of(name string, s jobcore.Snapshot) *JobResult {
 		r.Failovers = append(r.Failovers, fr)
 	}
 	if s.Err != nil {
-		r.Error = s.Err.Error()
+		r.Error, r.ErrorStack = s.Err.Error(), PanicStack(s.Err)
 	}
 	end := s.Ended
 	if end.IsZero() {
@@ -350,6 +355,16 @@ func Of(name string, s jobcore.Snapshot) *JobResult {
 		r.Vertices = append(r.Vertices, vr)
 	}
 	return r
+}
+
+// PanicStack is the stack of the panic err comes from, as the task that panicked took it (in its process or
+// after the failure crossed a session), or "" when err comes from no panic.
+func PanicStack(err error) string {
+	var p interface{ PanicStack() string }
+	if errors.As(err, &p) {
+		return p.PanicStack()
+	}
+	return ""
 }
 
 // CeilMillis rounds d up to whole milliseconds, and a negative d to 0: a recovery that took 0.3 ms is

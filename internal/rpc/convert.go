@@ -187,7 +187,7 @@ func encodeFromTaskManager(env protocol.Envelope) (*pb.FromTaskManager, error) {
 				return nil, fmt.Errorf("TaskUpdate of %s: unknown replay failure %d", b.Attempt, f.Replay)
 			}
 			u.Failure = &pb.Failure{Message: f.Message, Kind: pb.FailureKind(f.Kind), NonRecoverable: f.NonRecoverable,
-				PeerDataAddress: f.PeerDataAddress, Injected: f.Injected, Injection: int64(f.Injection), Replay: pb.ReplayFailure(f.Replay)}
+				PeerDataAddress: f.PeerDataAddress, Injected: f.Injected, Injection: int64(f.Injection), Replay: pb.ReplayFailure(f.Replay), Stack: f.Stack}
 		}
 		m.Body = &pb.FromTaskManager_TaskUpdate{TaskUpdate: u}
 	case jobcore.Observation:
@@ -286,7 +286,7 @@ func decodeFromTaskManager(m *pb.FromTaskManager) (env protocol.Envelope, bye *p
 			}
 			tu.Failure = &jobcore.Failure{Message: f.GetMessage(), Kind: kind, NonRecoverable: f.GetNonRecoverable(),
 				PeerDataAddress: f.GetPeerDataAddress(), Injected: f.GetInjected(), Injection: int(f.GetInjection()),
-				Replay: jobcore.ReplayFailure(f.GetReplay())}
+				Replay: jobcore.ReplayFailure(f.GetReplay()), Stack: f.GetStack()}
 		}
 		env.Body = tu
 	case *pb.FromTaskManager_Observation:

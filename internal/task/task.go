@@ -626,6 +626,9 @@ func (e *PanicError) Error() string {
 	return fmt.Sprintf("operator %q%s panicked: %v", e.Operator, at, e.Value)
 }
 
+// PanicStack returns the stack of the goroutine that panicked, as it panicked.
+func (e *PanicError) PanicStack() string { return e.Stack }
+
 // Unwrap returns the panic value when it is an error (a state access that failed, for example).
 func (e *PanicError) Unwrap() error {
 	err, _ := e.Value.(error)
