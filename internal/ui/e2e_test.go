@@ -94,6 +94,7 @@ type pageFailover struct {
 	RecordsLost string   `json:"records_lost"`
 	Restored    string   `json:"checkpoint_restored"`
 	Strategy    string   `json:"strategy"`
+	Chips       []string `json:"chips"`
 }
 
 const readFailover = `(() => {
@@ -101,7 +102,8 @@ const readFailover = `(() => {
   if (!li) return null;
   const v = (f) => { const e = li.querySelector('[data-field="' + f + '"]'); return e ? e.getAttribute('data-value') : null; };
   return { failed: li.querySelector('[data-field="failed"]').textContent, strategy: li.getAttribute('data-strategy'),
-    restarted: [...li.querySelectorAll('.chip')].map((c) => c.getAttribute('data-restarted')),
+    restarted: JSON.parse(li.querySelector('.restarted-set').getAttribute('data-restarted')),
+    chips: [...li.querySelectorAll('.restarted-set .chip')].map((c) => c.textContent),
     records_lost: v('records_lost'), checkpoint_restored: v('checkpoint_restored') };
 })()`
 
@@ -171,6 +173,10 @@ func TestDashboardShowsARecovery(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	f := fo.Failovers[0]
+	// One chip per vertex restarted, with how many of its subtasks and which: double[1] alone of two.
+	if len(shown.Chips) == 0 || shown.Chips[0] != "double 1/2 [1]" {
+		t.Errorf("the restarted set shows %q, want double's first: \"double 1/2 [1]\"", shown.Chips)
+	}
 	t.Logf("failover of %s: restarted %v, checkpoint %d restored, %d records lost", f.Failed, f.Restarted, *f.CheckpointRestored, f.RecordsLost)
 	if f.Failed != "double[1]" || f.Strategy != "approximate" || !slices.Contains(f.Restarted, "double[1]") {
 		t.Errorf("failover %+v: want double[1]'s, approximate", f)

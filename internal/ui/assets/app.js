@@ -318,7 +318,7 @@
     const vertex = (job.vertices || []).find((v) => v.name === state.vertex);
     return h('div', { id: 'page-job', 'data-job': state.route.id },
       head,
-      h('div', { class: 'row' }, graphCard, failoverCard(fo)),
+      h('div', { class: 'row' }, graphCard, failoverCard(fo, new Map((job.vertices || []).map((v) => [v.name, v.parallelism])))),
       vertex ? subtasksCard(vertex, restarted.get(vertex.name)) : null,
       throughputCard(d.throughput, job.vertices || [], failovers),
       checkpointsCard(d.checkpoints, cp),
@@ -519,7 +519,7 @@
 
   // ---- failovers -----------------------------------------------------------------------------------
 
-  function failoverCard(fo) {
+  function failoverCard(fo, parallelism) {
     const list = fo.failovers || [];
     const t = fo.failover_totals || {};
     const totals = h('p', { class: 'totals', id: 'failover-totals' },
@@ -528,14 +528,26 @@
       ' · duplicates dropped ', num(fmtInt(t.duplicates_dropped), t.duplicates_dropped, 'duplicates_dropped'),
       t.omitted ? h('span', { class: 'muted' }, ' · ' + t.omitted + ' earlier not listed') : null);
     const items = [];
-    for (let i = list.length - 1; i >= 0; i--) items.push(failoverItem(list[i], i));
+    for (let i = list.length - 1; i >= 0; i--) items.push(failoverItem(list[i], i, parallelism));
     return h('section', { class: 'card side', id: 'failovers' },
       h('h2', {}, 'Failovers ', h('span', { class: 'count', text: String(t.failovers !== undefined ? t.failovers : list.length) })),
       list.length ? totals : null,
       list.length ? h('ol', { class: 'timeline', id: 'failover-list' }, items) : h('p', { class: 'muted', text: 'No failover: every task runs its first attempt.' }));
   }
 
-  function failoverItem(f, i) {
+  // restartedGroups groups a failover's restarted subtasks by vertex, in the API's order: "check[1]" and
+  // "check[3]" are one group check with [1, 3].
+  function restartedGroups(restarted) {
+    const groups = new Map();
+    for (const id of restarted || []) {
+      const [name, idx] = splitSubtask(id);
+      if (!groups.has(name)) groups.set(name, []);
+      groups.get(name).push(idx);
+    }
+    return groups;
+  }
+
+  function failoverItem(f, i, parallelism) {
     const picked = state.failover === i;
     const facts = [
       ['outage', num(fmtMs(f.outage_ms), f.outage_ms, 'outage_ms')],
@@ -563,8 +575,15 @@
       f.taskmanager ? h('span', { class: 'muted small', text: ' on ' + f.taskmanager }) : null),
     h('div', { class: 'what' }, h('span', { class: 'failed', 'data-field': 'failed', text: failed }), ' failed'),
     h('div', { class: 'cause', text: f.cause || '' }),
-    h('div', { class: 'restarted-set' }, h('span', { class: 'muted small', text: 'restarted ' }),
-      (f.restarted || []).map((r) => h('span', { class: 'chip', 'data-restarted': r, text: r }))),
+    // One chip per vertex, "check 2/16 [1, 3]": how few of its subtasks restarted is what approximate and
+    // task failover are for. data-restarted keeps the API's list.
+    h('div', { class: 'restarted-set', 'data-restarted': JSON.stringify(f.restarted || []) }, h('span', { class: 'muted small', text: 'restarted ' }),
+      [...restartedGroups(f.restarted)].map(([name, idx]) => {
+        const p = parallelism.get(name);
+        const all = p && idx.length === p;
+        return h('span', { class: 'chip', 'data-vertex': name, title: idx.map((x) => name + '[' + x + ']').join(', ') },
+          h('b', { text: name }), ' ' + (p ? idx.length + '/' + p : '') + (all ? ' (all)' : ' [' + idx.join(', ') + ']'));
+      })),
     h('dl', { class: 'ffacts' }, facts.map(([k, v]) => h('div', {}, h('dt', { text: k }), h('dd', {}, v)))),
     f.fallback ? h('div', { class: 'fallback', 'data-field': 'fallback' }, h('strong', { text: 'fallback: ' }), f.fallback) : null);
   }
