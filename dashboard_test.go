@@ -79,13 +79,13 @@ func TestDashboardServesTheRunningJob(t *testing.T) {
 		t.Fatalf("vertices %+v", job.Vertices)
 	}
 	var exceptions struct {
-		Exceptions []struct{ Subtask, Error string }
+		Exceptions []struct{ Subtask, Error, TaskManager string }
 	}
 	await("the injected failure is among the exceptions", func() bool {
 		get("/v1/jobs/"+id+"/exceptions", &exceptions)
 		return len(exceptions.Exceptions) == 1
 	})
-	if e := exceptions.Exceptions[0]; e.Subtask != "double[1]" || !strings.Contains(e.Error, "injected failure double[1]@2000") {
+	if e := exceptions.Exceptions[0]; e.Subtask != "double[1]" || e.TaskManager != "tm-1" || !strings.Contains(e.Error, "injected failure double[1]@2000") {
 		t.Fatalf("exceptions %+v", exceptions)
 	}
 	var failovers struct {

@@ -17,8 +17,10 @@ type Failover struct {
 	FailedSubtasks []ident.Subtask
 	// TaskManager names the TaskManager whose loss caused the event ("" for a task's own failure).
 	TaskManager string
-	Cause       error
-	Strategy    string
+	// FailedOn names the TaskManager the failed subtask ran on ("" when not known, or for the job).
+	FailedOn string
+	Cause    error
+	Strategy string
 	// Fallback, under task failover, says why this failover restarted by region instead ("": it did not).
 	Fallback           string
 	Restarted          []ident.Subtask

@@ -46,6 +46,11 @@ func (c *Core) startFailoverOf(failed *ident.Subtask, failedSubtasks []ident.Sub
 	}
 	ev := NewFailover(failed, cause, strategy, set, c.wall(c.now))
 	ev.FailedSubtasks, ev.TaskManager = failedSubtasks, tmName
+	if failed != nil {
+		if ex := c.execs[*failed]; ex != nil && ex.tm != 0 {
+			ev.FailedOn = c.tms[ex.tm].name
+		}
+	}
 	backoff := time.Duration(c.backoffMillis(failed, failedSubtasks, cause, sameIncident)) * time.Millisecond
 	c.log(LogWarn, "failure, restarting", "failed", what, "err", cause, "strategy", strategy,
 		"restart", len(set), "backoff_ms", backoff.Milliseconds())

@@ -1,6 +1,9 @@
 package report
 
-import "time"
+import (
+	"cmp"
+	"time"
+)
 
 // The documents of a job's REST resources below /v1/jobs/{id} (docs/cluster.md §6.2), made from its
 // result: a JobManager and a run's mini-cluster serve the same ones.
@@ -77,7 +80,7 @@ func (r *JobResult) ExceptionsDocument(ended time.Time) ExceptionsDocument {
 		if f.Cause == "" {
 			continue
 		}
-		out = append(out, Exception{At: f.FailedAt, Subtask: f.Failed, TaskManager: f.TaskManager, Error: f.Cause, Stack: f.Stack})
+		out = append(out, Exception{At: f.FailedAt, Subtask: f.Failed, TaskManager: cmp.Or(f.TaskManager, f.FailedOn), Error: f.Cause, Stack: f.Stack})
 	}
 	return ExceptionsDocument{Exceptions: out}
 }

@@ -116,7 +116,9 @@ type FailoverResult struct {
 	FailedSubtasks []string `json:"failed_subtasks,omitempty"`
 	// TaskManager names the TaskManager whose loss caused the failover ("" for a task's own failure).
 	TaskManager string `json:"taskmanager,omitempty"`
-	Cause       string `json:"cause"`
+	// FailedOn names the TaskManager the failed subtask ran on.
+	FailedOn string `json:"failed_on,omitempty"`
+	Cause    string `json:"cause"`
 	// Stack is the stack of the panic that failed the subtask ("" for an error it returned).
 	Stack string `json:"stack,omitempty"`
 	// FailedAt is when the job master learned of the failure; the durations below are measured from it.
@@ -288,7 +290,7 @@ func Of(name string, s jobcore.Snapshot) *JobResult {
 		if f.Global {
 			fr.Failed = "job"
 		}
-		fr.TaskManager = f.TaskManager
+		fr.TaskManager, fr.FailedOn = f.TaskManager, f.FailedOn
 		for _, st := range f.FailedSubtasks {
 			fr.FailedSubtasks = append(fr.FailedSubtasks, subtaskName(st))
 		}
