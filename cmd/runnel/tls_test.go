@@ -50,8 +50,16 @@ func TestMutualTLSCluster(t *testing.T) {
 		other.flags(t, "tm-intruder")...)...)
 
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: ca.ClientConfig(t, "rest-client", ca.CA)}, Timeout: 5 * time.Second}
-	if _, err := http.Get("https://" + c.rest + "/v1/jobs"); err == nil {
-		t.Error("the REST API answered a client without a certificate")
+	for _, path := range []string{"/v1/jobs", "/", "/ui/app.js"} {
+		if _, err := http.Get("https://" + c.rest + path); err == nil {
+			t.Errorf("the REST address answered GET %s of a client without a certificate", path)
+		}
+	}
+	// The dashboard is served on the REST API's listener, behind the same mutual TLS.
+	if resp, err := hc.Get("https://" + c.rest + "/"); err != nil {
+		t.Fatalf("GET / with a certificate: %v", err)
+	} else if resp.Body.Close(); resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
+		t.Fatalf("GET / with a certificate: %s %s", resp.Status, resp.Header.Get("Content-Type"))
 	}
 	restGet := func(path string, v any) {
 		t.Helper()
