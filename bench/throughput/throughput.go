@@ -50,6 +50,8 @@ type Config struct {
 	Failover string
 	// InflightLogMemory is the TaskManager's memory for task failover's in-flight logs (0: the default).
 	InflightLogMemory int64
+	// options are added to the engine run's options.
+	options []runnel.Option
 }
 
 // CheckpointResult compares the engine with and without checkpoints.
@@ -238,7 +240,7 @@ func runEngine(ctx context.Context, cfg Config) (time.Duration, uint64, float64,
 	if cfg.InflightLogMemory > 0 {
 		opts = append(opts, runnel.WithInflightLogMemory(cfg.InflightLogMemory))
 	}
-	env := runnel.NewEnvironment(opts...)
+	env := runnel.NewEnvironment(append(opts, cfg.options...)...)
 	src := runnel.FromSource(env, connector.Generator(func(s int, seq uint64) Record {
 		return Record{Key: int64((seq*uint64(p) + uint64(s)) % uint64(keys)), Value: int64(seq)}
 	}, connector.GeneratorOptions{TotalRecords: cfg.Records})).Name("generator")

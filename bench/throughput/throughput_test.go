@@ -46,3 +46,15 @@ func TestBadConfig(t *testing.T) {
 		t.Fatal("no error for 0 keys")
 	}
 }
+
+// TestDashboardOverhead runs the pipeline with its dashboard served and read: the reader reads the job's
+// documents while it runs, and the job finishes as without it.
+func TestDashboardOverhead(t *testing.T) {
+	res, err := RunDashboardOverhead(context.Background(), Config{Records: 3_000_000, Keys: 1024, Runs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Reads < 6 || res.EngineRPS <= 0 || res.DashboardRPS <= 0 {
+		t.Fatalf("%+v: want every document of the job read once at least", res)
+	}
+}

@@ -20,6 +20,7 @@ func newBenchCmd() *cobra.Command {
 	var cfg throughput.Config
 	var asJSON bool
 	var processes int
+	var dashboard bool
 	tp := &cobra.Command{
 		Use:   "throughput",
 		Short: "generator -> map -> keyBy -> sum -> discard at parallelism 2, engine vs a hand-written Go baseline",
@@ -33,6 +34,9 @@ func newBenchCmd() *cobra.Command {
 			}
 			if processes != 0 {
 				return runProcessThroughputCmd(cmd, cfg, processes, asJSON)
+			}
+			if dashboard {
+				return runDashboardThroughputCmd(cmd, cfg, asJSON)
 			}
 			res, err := throughput.Run(cmd.Context(), cfg)
 			if err != nil {
@@ -55,8 +59,27 @@ func newBenchCmd() *cobra.Command {
 	tp.Flags().IntVar(&cfg.Runs, "runs", 3, "alternating engine and baseline runs; medians are reported")
 	tp.Flags().BoolVar(&asJSON, "json", false, "print one JSON object {engine_rps, baseline_rps, ratio, allocs_per_record}")
 	tp.Flags().IntVar(&processes, "processes", 0, "run the pipeline at parallelism N on a JobManager and N TaskManager processes, as a ratio to the mini-cluster with N TaskManagers")
+	tp.Flags().BoolVar(&dashboard, "ui", false, "run the pipeline without and with its web dashboard served and read every second (runnel run --ui), alternating, as a ratio")
+	tp.MarkFlagsMutuallyExclusive("ui", "processes")
 	bench.AddCommand(tp, newCheckpointBenchCmd(), newRecoveryBenchCmd(), newTMLossBenchCmd(), newJMLossBenchCmd(), newNexmarkBenchCmd(), newKafkaBenchCmd())
 	return bench
+}
+
+// runDashboardThroughputCmd is bench throughput --ui.
+func runDashboardThroughputCmd(cmd *cobra.Command, cfg throughput.Config, asJSON bool) error {
+	res, err := throughput.RunDashboardOverhead(cmd.Context(), cfg)
+	if err != nil {
+		return err
+	}
+	out := cmd.OutOrStdout()
+	if asJSON {
+		return json.NewEncoder(out).Encode(res)
+	}
+	fmt.Fprintf(out, "records            %d (keys %d, parallelism 2, local channels)\n", cfg.Records, cfg.Keys)
+	fmt.Fprintf(out, "engine             %12.0f records/s\n", res.EngineRPS)
+	fmt.Fprintf(out, "with the dashboard %12.0f records/s  (%d documents read)\n", res.DashboardRPS, res.Reads)
+	fmt.Fprintf(out, "ratio              %12.3f\n", res.Ratio)
+	return nil
 }
 
 func newCheckpointBenchCmd() *cobra.Command {
