@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -199,7 +200,9 @@ func TestDashboardShowsARecovery(t *testing.T) {
 	}
 	b.Await("the throughput chart marks the failover", `document.querySelector('#throughput-svg .failover-mark[data-failover-index="0"]') !== null`, 10*time.Second)
 	checkHistory(t, b, d)
-	checkStacks(t, b, d)
+	if checkStacks(t, b, d) {
+		t.Error("GET /v1/jobs/{id}/exceptions has a stack for an error the function returned: only a panic has one")
+	}
 	b.Screenshot("job")
 
 	// A click on a vertex opens its subtasks: the API's attempts, the restarted one marked.
@@ -216,6 +219,42 @@ func TestDashboardShowsARecovery(t *testing.T) {
 	b.Go("#/taskmanagers", "page-taskmanagers")
 	b.Await("the TaskManagers table", `document.querySelectorAll('#tm-table tbody tr').length >= 1`, 5*time.Second)
 	b.Screenshot("taskmanagers")
+	if errs := b.ConsoleErrors(); len(errs) > 0 {
+		t.Errorf("the page logged errors: %q", errs)
+	}
+}
+
+// TestDashboardShowsAStack runs numbers -> explode -> sink where explode panics once: the exceptions show
+// the panic's error and, in a <pre>, the stack GET /v1/jobs/{id}/exceptions gives.
+func TestDashboardShowsAStack(t *testing.T) {
+	b := uitest.Start(t)
+	var fired atomic.Bool
+	d := startJob(t, "panic", func(env *runnel.Environment) {
+		src := runnel.FromSource(env, connector.Generator(func(_ int, seq uint64) int64 { return int64(seq) },
+			connector.GeneratorOptions{RatePerSubtask: 2000})).Name("numbers")
+		runnel.Map(src, func(v int64) (int64, error) {
+			if v == 500 && fired.CompareAndSwap(false, true) {
+				panic("explode: record 500")
+			}
+			return v, nil
+		}).Name("explode").SinkTo(connector.Discard[int64]()).Name("sink")
+	}, runnel.WithParallelism(1), runnel.WithChaining(false), runnel.WithRestartStrategy("fixed-delay:attempts=3,delay=0s"))
+
+	var doc struct {
+		Exceptions []struct{ Error, Stack string }
+	}
+	d.await("the API lists the panic", func() bool {
+		return d.get("/v1/jobs/"+d.id+"/exceptions", &doc) && len(doc.Exceptions) == 1
+	})
+	if doc.Exceptions[0].Stack == "" {
+		t.Fatalf("GET /v1/jobs/{id}/exceptions: %+v, want the panic's stack", doc.Exceptions)
+	}
+	b.Open(d.base + "/#/jobs/" + d.id)
+	if !checkStacks(t, b, d) {
+		t.Fatal("no stack to check")
+	}
+	b.Await("the panic's error", `document.querySelector('#exceptions .err').textContent.includes('explode: record 500')`, 5*time.Second)
+	b.Screenshot("job-stack")
 	if errs := b.ConsoleErrors(); len(errs) > 0 {
 		t.Errorf("the page logged errors: %q", errs)
 	}
@@ -336,22 +375,23 @@ func checkHistory(t *testing.T, b *uitest.Browser, d *dashboard) {
 }
 
 // checkStacks: where GET /v1/jobs/{id}/exceptions gives a failure's stack, the page shows it in a <pre>.
-func checkStacks(t *testing.T, b *uitest.Browser, d *dashboard) {
+// It returns whether there was one.
+func checkStacks(t *testing.T, b *uitest.Browser, d *dashboard) bool {
 	t.Helper()
 	var doc struct {
 		Exceptions []map[string]any `json:"exceptions"`
 	}
 	d.get("/v1/jobs/"+d.id+"/exceptions", &doc)
 	if len(doc.Exceptions) == 0 {
-		t.Error("GET /v1/jobs/{id}/exceptions lists no exception after the injected failure")
-		return
+		t.Error("GET /v1/jobs/{id}/exceptions lists no exception after the failure")
+		return false
 	}
 	stack, ok := doc.Exceptions[len(doc.Exceptions)-1]["stack"].(string)
 	if !ok {
-		t.Log("GET /v1/jobs/{id}/exceptions has no stack: the stacks are not checked")
-		return
+		return false
 	}
-	b.Await("the injected failure's stack", fmt.Sprintf(`[...document.querySelectorAll('#exceptions pre.stack')].some((p) => p.textContent === %s)`, jsString(stack)), 10*time.Second)
+	b.Await("the failure's stack", fmt.Sprintf(`[...document.querySelectorAll('#exceptions pre.stack')].some((p) => p.textContent === %s)`, jsString(stack)), 10*time.Second)
+	return true
 }
 
 // jsString is s as a JavaScript string literal.

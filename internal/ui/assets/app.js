@@ -308,6 +308,7 @@
         fact('Checkpoints', num(fmtInt(cp.completed), cp.completed, 'completed')),
         fact('Id', h('span', { class: 'mono', text: state.route.id }))),
       job.error ? h('p', { class: 'error', id: 'job-error', text: job.error }) : null,
+      job.error_stack ? h('pre', { class: 'stack', id: 'job-error-stack', text: job.error_stack }) : null,
       job.waiting ? h('p', { class: 'muted', text: 'Waiting: ' + job.waiting }) : null);
 
     const graphCard = card('graph', 'Job graph', graph(job.vertices || [], rates, restarted),
@@ -688,6 +689,10 @@
       fact('In progress', num(fmtInt(c.in_progress), c.in_progress, 'in_progress')),
       fact('Latest', num(present(c.last_completed_id) && c.last_completed_id ? String(c.last_completed_id) : DASH, c.last_completed_id, 'last_completed_id')),
       fact('Restored', num(present(restored) ? String(restored) : DASH, restored, 'restored')));
+    if (!history.length && !present(c.completed)) {
+      return h('section', { class: 'card', id: 'checkpoints' }, h('h2', { text: 'Checkpoints' }),
+        h('p', { class: 'muted', id: 'checkpointing-off', text: 'Checkpointing is off for this job.' }));
+    }
     if (!history.length) {
       return h('section', { class: 'card', id: 'checkpoints' }, h('h2', { text: 'Checkpoints' }), counts_,
         h('p', { class: 'muted small', text: 'No checkpoint history in the API.' }));
