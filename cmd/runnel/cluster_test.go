@@ -222,7 +222,8 @@ func TestClusterRunsAJobLikeTheMiniCluster(t *testing.T) {
 	var body bytes.Buffer
 	_, _ = body.ReadFrom(resp.Body)
 	resp.Body.Close()
-	for _, want := range []string{"runnel_taskmanagers 3", `runnel_job_status{job="sequence",job_id="` + jobs.Jobs[0].ID + `",status="FINISHED"} 1`} {
+	for _, want := range []string{"runnel_taskmanagers 3", `runnel_job_status{job="sequence",job_id="` + jobs.Jobs[0].ID + `",status="FINISHED"} 1`,
+		`runnel_taskmanagers_departed{state="LOST"} 0`, `runnel_taskmanager_memory_bytes{taskmanager="tm-1"} `} {
 		if !strings.Contains(body.String(), want) {
 			t.Errorf("/metrics lacks %q", want)
 		}

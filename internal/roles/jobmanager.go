@@ -833,6 +833,9 @@ var (
 	tmDesc        = prometheus.NewDesc("runnel_taskmanagers", "TaskManagers registered with the JobManager.", nil, nil)
 	slotsDesc     = prometheus.NewDesc("runnel_slots", "Task slots of the registered TaskManagers.", nil, nil)
 	freeSlotsDesc = prometheus.NewDesc("runnel_slots_free", "Task slots no job holds.", nil, nil)
+	tmMemoryDesc  = prometheus.NewDesc("runnel_taskmanager_memory_bytes", "Memory a TaskManager's Go runtime holds from the operating system, as its last heartbeat said.", []string{"taskmanager"}, nil)
+	tmHeapDesc    = prometheus.NewDesc("runnel_taskmanager_heap_bytes", "The live objects of a TaskManager's Go heap, as its last heartbeat said.", []string{"taskmanager"}, nil)
+	departedDesc  = prometheus.NewDesc("runnel_taskmanagers_departed", "TaskManagers lost or left that the JobManager still lists (the last 64).", []string{"state"}, nil)
 )
 
 // Describe implements prometheus.Collector.
@@ -848,6 +851,21 @@ func (c clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(tmDesc, prometheus.GaugeValue, float64(len(tms)))
 	ch <- prometheus.MustNewConstMetric(slotsDesc, prometheus.GaugeValue, float64(slots))
 	ch <- prometheus.MustNewConstMetric(freeSlotsDesc, prometheus.GaugeValue, float64(free))
+	newest := map[string]jobmaster.TaskManagerInfo{} // a TaskManager registered again is briefly listed twice
+	for _, tm := range tms {
+		newest[tm.Name] = tm
+	}
+	for name, tm := range newest {
+		ch <- prometheus.MustNewConstMetric(tmMemoryDesc, prometheus.GaugeValue, float64(tm.MemoryBytes), name)
+		ch <- prometheus.MustNewConstMetric(tmHeapDesc, prometheus.GaugeValue, float64(tm.HeapBytes), name)
+	}
+	departed := map[string]int{jobmaster.TaskManagerLost: 0, jobmaster.TaskManagerLeft: 0}
+	for _, tm := range c.jm.disp.Departed() {
+		departed[tm.State]++
+	}
+	for state, n := range departed {
+		ch <- prometheus.MustNewConstMetric(departedDesc, prometheus.GaugeValue, float64(n), state)
+	}
 	c.jm.mu.Lock()
 	jobs := make([]*jmJob, 0, len(c.jm.order))
 	for _, id := range c.jm.order {
