@@ -155,6 +155,8 @@
   // ---- polling -------------------------------------------------------------------------------------
 
   async function poll() {
+    // A tab nobody looks at asks the API nothing; it catches up when shown again (visibilitychange).
+    if (document.hidden) return;
     const seq = state.seq;
     const route = state.route;
     const status = document.getElementById('status');
@@ -208,7 +210,20 @@
       default:
         view = overviewPage(d);
     }
+    // The redraw replaces every element: a keyboard user's focus goes to the new vertex or failover that
+    // stands for the one focused.
+    const focused = document.activeElement;
+    let refocus = null;
+    if (focused && focused.hasAttribute && focused.hasAttribute('data-failover-index')) {
+      refocus = '#failover-list [data-failover-index="' + focused.getAttribute('data-failover-index') + '"]';
+    } else if (focused && focused.closest && focused.closest('#graph-svg') && focused.hasAttribute('data-vertex')) {
+      refocus = '#graph-svg [data-vertex="' + CSS.escape(focused.getAttribute('data-vertex')) + '"]';
+    }
     app.replaceChildren(view);
+    if (refocus) {
+      const el = app.querySelector(refocus);
+      if (el) el.focus({ preventScroll: true });
+    }
     window.scrollTo(0, y);
   }
 
@@ -763,5 +778,12 @@
   }
 
   window.addEventListener('hashchange', navigate);
+  document.addEventListener('visibilitychange', () => {
+    if (!document.hidden) {
+      clearTimeout(state.timer);
+      state.seq++;
+      poll();
+    }
+  });
   navigate();
 })();
