@@ -315,7 +315,7 @@
       h('div', { class: 'title' }, h('h1', { id: 'job-name', text: job.job || sum.name || state.route.id }), badge(job.status)),
       h('dl', { class: 'facts' },
         fact('Started', fmtDateTime(sum.started)),
-        fact('Running', num(fmtMs(job.wall_ms), job.wall_ms, 'wall_ms')),
+        fact('Duration', num(fmtMs(job.wall_ms), job.wall_ms, 'wall_ms')),
         fact('Parallelism', num(fmtInt(sum.parallelism), sum.parallelism, 'parallelism')),
         fact('Failover', sum.failover || (failovers[0] && failovers[0].strategy) || DASH),
         fact('Failovers', num(fmtInt(fo.failover_totals ? fo.failover_totals.failovers : failovers.length),
