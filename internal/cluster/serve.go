@@ -141,6 +141,9 @@ type session struct {
 	// hearing from the JobManager: its messages wait for us, not the other way round.
 	heard atomic.Int64
 	busy  atomic.Bool
+	// times holds the readings of the running attempts' wait clocks (times.go); owned by the goroutine
+	// that sends the counters, bounded by the attempts that run here.
+	times map[taskKey]*timeReadings
 }
 
 // send sends a message of a job; a session that ended drops it (the JobManager that would read it is gone
@@ -312,11 +315,20 @@ func (ss *session) tick(ctx context.Context, stop <-chan struct{}, reg protocol.
 	}
 }
 
-// sendCounters sends, per job, the published record counters of the attempts that run here.
+// sendCounters sends, per job, the published record counters of the attempts that run here, and where
+// their time went over the last second.
 func (ss *session) sendCounters() {
 	tm := ss.tm
 	byJob := map[protocol.JobID]*jobcore.Counters{}
+	if ss.times == nil {
+		ss.times = map[taskKey]*timeReadings{}
+	}
 	tm.mu.Lock()
+	for k := range ss.times {
+		if _, ok := tm.tasks[k]; !ok {
+			delete(ss.times, k)
+		}
+	}
 	for k, t := range tm.tasks {
 		c := byJob[k.job]
 		if c == nil {
@@ -324,8 +336,17 @@ func (ss *session) sendCounters() {
 			byJob[k.job] = c
 		}
 		in, out := t.Counters().Snapshot()
-		c.Counts = append(c.Counts, jobcore.AttemptCounters{Attempt: k.attempt, In: in, Out: out, Watermark: t.Counters().PublishedWatermark(),
-			Metrics: t.Counters().PublishedMetrics()})
+		ac := jobcore.AttemptCounters{Attempt: k.attempt, In: in, Out: out, Watermark: t.Counters().PublishedWatermark(),
+			Metrics: t.Counters().PublishedMetrics()}
+		if now, began, ok := t.Counters().Times(); ok {
+			w := ss.times[k]
+			if w == nil {
+				w = &timeReadings{}
+				ss.times[k] = w
+			}
+			ac.Times = w.rates(now, began)
+		}
+		c.Counts = append(c.Counts, ac)
 	}
 	tm.mu.Unlock()
 	for job, c := range byJob {

@@ -79,6 +79,8 @@ type execution struct {
 	watermark    int64
 	hasWatermark bool
 	metrics      []deploy.Metric
+	// times is the attempt's last reported TimeRates.
+	times TimeRates
 	// slot is the subtask's logical slot; tm the TaskManager the attempt was deployed to (0: not deployed).
 	slot int
 	tm   TaskManagerID

@@ -203,6 +203,16 @@ type AttemptCounters struct {
 	Watermark int64
 	// Metrics are the attempt's operator metrics (at most deploy.MaxMetricsPerTask).
 	Metrics []deploy.Metric
+	// Times is how the attempt spent the last second (zero until it runs).
+	Times TimeRates
+}
+
+// TimeRates is how a subtask spends its time, in milliseconds per second over the last second, measured by
+// its TaskManager (as Flink's busyTimeMsPerSecond, backPressuredTimeMsPerSecond and idleTimeMsPerSecond):
+// idle waiting for input, backpressured waiting for an output buffer, busy the rest. The three add up to
+// 1000, give or take rounding.
+type TimeRates struct {
+	BusyMsPerSecond, BackpressuredMsPerSecond, IdleMsPerSecond int64
 }
 
 // Counters carries the record counters of the attempts running on one TaskManager.

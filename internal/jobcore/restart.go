@@ -250,6 +250,7 @@ func (c *Core) maybeRestart() {
 		ex.state = deploy.Created
 		ex.in, ex.out = 0, 0
 		ex.watermark, ex.hasWatermark, ex.metrics = 0, false, nil
+		ex.times = TimeRates{}
 		ex.tm = 0
 		ex.createdBy = p.firstRestarting(s)
 		ex.restore = &restoreChoice{cp: restore}

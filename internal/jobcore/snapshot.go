@@ -3,6 +3,7 @@ package jobcore
 import (
 	"slices"
 
+	"github.com/runnel-dev/runnel/internal/deploy"
 	"github.com/runnel-dev/runnel/internal/ident"
 )
 
@@ -33,6 +34,9 @@ func (c *Core) Snapshot() Snapshot {
 			ex := c.execs[ident.Subtask{Vertex: v.ID, Index: int32(i)}]
 			st := SubtaskStatus{Index: i, Attempt: int(ex.attempt.Number), State: ex.state, RecordsIn: ex.in, RecordsOut: ex.out,
 				Watermark: ex.watermark, HasWatermark: ex.hasWatermark, Metrics: ex.metrics}
+			if ex.state == deploy.Running {
+				st.Times = ex.times
+			}
 			switch {
 			case ex.tm != 0:
 				st.TaskManager = c.tms[ex.tm].name

@@ -44,6 +44,9 @@ type SubtaskStatus struct {
 	HasWatermark bool
 	// Metrics are the subtask's operator metrics, as last reported ("operator/name").
 	Metrics []deploy.Metric
+	// Times is how the subtask spent the last second, as last reported while it runs; zero while it does
+	// not run (before its attempt's first report, and once it finished, failed or was cancelled).
+	Times TimeRates
 }
 
 // Finished reports whether the subtask had finished (its input ended and it was done).

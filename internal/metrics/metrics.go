@@ -31,6 +31,7 @@ type JobCollector struct {
 
 	up, uptime, recordsIn, recordsOut, attempt, running *prometheus.Desc
 	watermark, operatorMetric                           *prometheus.Desc
+	busy, backpressured, idle                           *prometheus.Desc
 	ckCompleted, ckFailed, ckAborted, ckLastID          *prometheus.Desc
 	failovers, recordsLost, lastOutage, lastRecovery    *prometheus.Desc
 }
@@ -54,6 +55,12 @@ func NewJobCollector(name string, snapshot func() *report.JobResult, labels prom
 		attempt:    d("subtask_attempt", "The subtask's attempt number: how often it was restarted.", sub...),
 		running:    d("subtask_running", "1 while the subtask runs.", sub...),
 		watermark:  d("subtask_watermark_ms", "The subtask's event-time watermark, in ms since the epoch (absent without event time).", sub...),
+		busy: d("subtask_busy_ms_per_second", "Milliseconds per second the running subtask was busy over the last second: neither idle nor backpressured (Flink's busyTimeMsPerSecond; absent while it does not run).",
+			sub...),
+		backpressured: d("subtask_backpressured_ms_per_second", "Milliseconds per second the running subtask was blocked on a full output over the last second (Flink's backPressuredTimeMsPerSecond; absent while it does not run).",
+			sub...),
+		idle: d("subtask_idle_ms_per_second", "Milliseconds per second the running subtask waited for input over the last second (Flink's idleTimeMsPerSecond; absent while it does not run).",
+			sub...),
 		operatorMetric: d("operator_metric", "An operator metric of the subtask: a counter or gauge of a function (RuntimeContext.Metrics), or the engine's (late_records_dropped).",
 			"vertex", "subtask", "operator", "name"),
 		ckCompleted:  d("checkpoints_completed_total", "Checkpoints completed."),
@@ -90,6 +97,9 @@ func (c *JobCollector) Collect(ch chan<- prometheus.Metric) {
 			run := 0.0
 			if s.State == "RUNNING" {
 				run = 1
+				gauge(c.busy, float64(s.BusyMsPerSecond), v.Name, i)
+				gauge(c.backpressured, float64(s.BackpressuredMsPerSecond), v.Name, i)
+				gauge(c.idle, float64(s.IdleMsPerSecond), v.Name, i)
 			}
 			gauge(c.running, run, v.Name, i)
 			if s.Watermark != nil {

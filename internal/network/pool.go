@@ -69,7 +69,14 @@ type BufferPool struct {
 	allocated atomic.Int32
 	memory    *NetworkMemory
 	destroyed atomic.Bool
+	// waits, when set, measures the time Request blocks for want of a buffer: the owning task's
+	// backpressured time.
+	waits *WaitClock
 }
+
+// MeasureWaits makes w measure the time Request waits for a buffer (nil: none). Called before the pool is
+// used; w is then updated by the goroutine that requests.
+func (p *BufferPool) MeasureWaits(w *WaitClock) { p.waits = w }
 
 // NewBufferPool makes a pool outside any NetworkMemory budget (tests, benchmarks).
 func NewBufferPool(name string, bufferSize, count int) *BufferPool {
@@ -124,6 +131,21 @@ func (p *BufferPool) request(cancel, abandon <-chan struct{}) (*Buffer, error) {
 	if b := p.TryRequest(); b != nil {
 		return b, nil
 	}
+	// Every buffer is in use: the readers are behind, and the wait is the producer's backpressure. The
+	// clock is read only here, off the path of a request that finds a buffer.
+	w := p.waits
+	if w != nil {
+		w.Start(Monotonic())
+	}
+	b, err := p.wait(cancel, abandon)
+	if w != nil {
+		w.Stop(Monotonic())
+	}
+	return b, err
+}
+
+// wait is request's blocking part.
+func (p *BufferPool) wait(cancel, abandon <-chan struct{}) (*Buffer, error) {
 	select {
 	case b := <-p.free:
 		b.free = false

@@ -203,6 +203,13 @@ type VertexResult struct {
 	RecordsIn   uint64          `json:"records_in"`
 	RecordsOut  uint64          `json:"records_out"`
 	Subtasks    []SubtaskResult `json:"subtasks"`
+
+	// BusyMsPerSecond, BackpressuredMsPerSecond and IdleMsPerSecond are each the highest of its running
+	// subtasks' (SubtaskResult), as Flink's web UI shows a vertex: the subtask most behind or most held up
+	// is the one that matters. 0 when none runs.
+	BusyMsPerSecond          int64 `json:"busy_ms_per_s"`
+	BackpressuredMsPerSecond int64 `json:"backpressured_ms_per_s"`
+	IdleMsPerSecond          int64 `json:"idle_ms_per_s"`
 }
 
 // InputResult describes one input edge of a vertex.
@@ -227,6 +234,16 @@ type SubtaskResult struct {
 	// and gauges its functions registered (RuntimeContext.Metrics) and the engine's own, such as a
 	// window's late_records_dropped.
 	Metrics map[string]int64 `json:"metrics,omitempty"`
+	// BusyMsPerSecond, BackpressuredMsPerSecond and IdleMsPerSecond are how the running subtask spent the
+	// last second, in milliseconds per second, as its TaskManager measured them (Flink's
+	// busyTimeMsPerSecond, backPressuredTimeMsPerSecond and idleTimeMsPerSecond): idle waiting for input
+	// (or a source for its next record), backpressured blocked on a full output (its readers are behind),
+	// busy the rest, its functions' own waits included. They add up to 1000, give or take rounding. All
+	// three are 0 while the subtask does not run: before its attempt runs, and once it finished, failed or
+	// was cancelled.
+	BusyMsPerSecond          int64 `json:"busy_ms_per_s"`
+	BackpressuredMsPerSecond int64 `json:"backpressured_ms_per_s"`
+	IdleMsPerSecond          int64 `json:"idle_ms_per_s"`
 }
 
 // Vertex returns the vertex that contains the named operator, or nil.
@@ -341,7 +358,12 @@ func Of(name string, s jobcore.Snapshot) *JobResult {
 		}
 		for _, st := range vs.Subtasks {
 			sr := SubtaskResult{Index: st.Index, Attempt: st.Attempt, TaskManager: st.TaskManager,
-				State: st.State.String(), RecordsIn: st.RecordsIn, RecordsOut: st.RecordsOut}
+				State: st.State.String(), RecordsIn: st.RecordsIn, RecordsOut: st.RecordsOut,
+				BusyMsPerSecond: st.Times.BusyMsPerSecond, BackpressuredMsPerSecond: st.Times.BackpressuredMsPerSecond,
+				IdleMsPerSecond: st.Times.IdleMsPerSecond}
+			vr.BusyMsPerSecond = max(vr.BusyMsPerSecond, sr.BusyMsPerSecond)
+			vr.BackpressuredMsPerSecond = max(vr.BackpressuredMsPerSecond, sr.BackpressuredMsPerSecond)
+			vr.IdleMsPerSecond = max(vr.IdleMsPerSecond, sr.IdleMsPerSecond)
 			if st.HasWatermark {
 				w := st.Watermark
 				sr.Watermark = &w

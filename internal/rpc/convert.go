@@ -206,7 +206,8 @@ func encodeFromTaskManager(env protocol.Envelope) (*pb.FromTaskManager, error) {
 		c := &pb.Counters{}
 		for _, a := range b.Counts {
 			c.Counts = append(c.Counts, &pb.AttemptCounters{Attempt: encodeAttempt(a.Attempt), In: a.In, Out: a.Out, Watermark: a.Watermark,
-				Metrics: encodeMetrics(a.Metrics)})
+				Metrics: encodeMetrics(a.Metrics), BusyMsPerSecond: a.Times.BusyMsPerSecond,
+				BackpressuredMsPerSecond: a.Times.BackpressuredMsPerSecond, IdleMsPerSecond: a.Times.IdleMsPerSecond})
 		}
 		m.Body = &pb.FromTaskManager_Counters{Counters: c}
 	case jobcore.SubpartitionsSampled:
@@ -308,7 +309,8 @@ func decodeFromTaskManager(m *pb.FromTaskManager) (env protocol.Envelope, bye *p
 		var c jobcore.Counters
 		for _, a := range b.Counters.GetCounts() {
 			c.Counts = append(c.Counts, jobcore.AttemptCounters{Attempt: decodeAttempt(a.GetAttempt()), In: a.GetIn(), Out: a.GetOut(), Watermark: a.GetWatermark(),
-				Metrics: decodeMetrics(a.GetMetrics())})
+				Metrics: decodeMetrics(a.GetMetrics()), Times: jobcore.TimeRates{BusyMsPerSecond: a.GetBusyMsPerSecond(),
+					BackpressuredMsPerSecond: a.GetBackpressuredMsPerSecond(), IdleMsPerSecond: a.GetIdleMsPerSecond()}})
 		}
 		env.Body = c
 	case *pb.FromTaskManager_SubpartitionsSampled:

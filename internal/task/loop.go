@@ -3,6 +3,8 @@ package task
 import (
 	"fmt"
 	"time"
+
+	"github.com/runnel-dev/runnel/internal/network"
 )
 
 // The mailbox loop (Flink's MailboxProcessor)
@@ -99,6 +101,7 @@ func (r *run) between(tick <-chan time.Time, idle bool, wake <-chan struct{}) er
 	// the same cases, and what they found is carried out once, below.
 	if idle {
 		t.counters.Publish()
+		t.counters.times.idle.Start(network.Monotonic())
 		select {
 		case <-wake:
 			got = sigWake
@@ -111,6 +114,7 @@ func (r *run) between(tick <-chan time.Time, idle bool, wake <-chan struct{}) er
 		case <-t.cancel:
 			got = sigCancel
 		}
+		t.counters.times.idle.Stop(network.Monotonic())
 	} else {
 		select {
 		case <-t.mb.ready:

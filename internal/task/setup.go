@@ -24,6 +24,7 @@ func (r *run) setupOutputs() error {
 	if err != nil {
 		return fmt.Errorf("deploy: %w", err)
 	}
+	pool.MeasureWaits(&t.counters.times.backpressured)
 	r.outPool = pool
 	owner := t.cfg.Info.Attempt
 	if t.cfg.TakeOver {

@@ -177,6 +177,7 @@ type Counters struct {
 	publishedIn, publishOut atomic.Uint64
 	publishedWatermark      atomic.Int64
 	m                       metrics
+	times                   timeClocks // times.go
 }
 
 // NewCounters returns counters at zero, with no watermark.
@@ -519,6 +520,7 @@ func (r *run) execute() (err error) {
 			}
 		}
 	}
+	t.counters.startTimes()
 	t.setState(deploy.Running, nil)
 	// A subtask that had finished at the restored checkpoint ends right away: its output was complete. One
 	// whose input had ended there emits nothing and does not end its input again, but waits like any other
