@@ -48,12 +48,7 @@ func TestInflightLogMetrics(t *testing.T) {
 	deadline := time.Now().Add(15 * time.Second)
 	for _, tm := range []string{"tm-1", "tm-2"} {
 		for {
-			var body string
-			if resp, err := http.Get(url); err == nil {
-				b, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				body = string(b)
-			}
+			body := scrapeOnce(url)
 			limit, _ := value(body, "memory_limit_bytes", tm)
 			mem, okMem := value(body, "memory_bytes", tm)
 			disk, _ := value(body, "disk_bytes", tm)
@@ -76,8 +71,37 @@ func TestInflightLogMetrics(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
+	// Each logged producer subtask says what its own logs hold: the sources' and the maps' outputs are
+	// logged, the sinks have none.
+	for _, sub := range []string{`subtask="0",vertex="numbers"`, `subtask="1",vertex="double"`} {
+		re := regexp.MustCompile(`(?m)^runnel_subtask_inflight_log_bytes\{job="logged",` + sub + `\} (\S+)$`)
+		for {
+			body := scrapeOnce(url)
+			if m := re.FindStringSubmatch(body); m != nil && m[1] != "0" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after 15 s, no in-flight log bytes for %s:\n%s", sub, body)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if body := scrapeOnce(url); !regexp.MustCompile(`(?m)^runnel_subtask_inflight_log_bytes\{job="logged",subtask="0",vertex="sink"\} 0$`).MatchString(body) {
+		t.Fatalf("the sink, which has no output, holds in-flight log bytes:\n%s", body)
+	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// scrapeOnce returns the body at url ("" when it cannot be read).
+func scrapeOnce(url string) string {
+	resp, err := http.Get(url)
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
 }

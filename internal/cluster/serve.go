@@ -337,7 +337,7 @@ func (ss *session) sendCounters() {
 		}
 		in, out := t.Counters().Snapshot()
 		ac := jobcore.AttemptCounters{Attempt: k.attempt, In: in, Out: out, Watermark: t.Counters().PublishedWatermark(),
-			Metrics: t.Counters().PublishedMetrics()}
+			Metrics: t.Counters().PublishedMetrics(), InflightLogBytes: t.Counters().InflightLogBytes()}
 		if now, began, ok := t.Counters().Times(); ok {
 			w := ss.times[k]
 			if w == nil {

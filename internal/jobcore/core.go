@@ -79,8 +79,9 @@ type execution struct {
 	watermark    int64
 	hasWatermark bool
 	metrics      []deploy.Metric
-	// times is the attempt's last reported TimeRates.
-	times TimeRates
+	// times is the attempt's last reported TimeRates, logBytes its in-flight logs' bytes.
+	times    TimeRates
+	logBytes int64
 	// slot is the subtask's logical slot; tm the TaskManager the attempt was deployed to (0: not deployed).
 	slot int
 	tm   TaskManagerID

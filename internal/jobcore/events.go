@@ -205,6 +205,8 @@ type AttemptCounters struct {
 	Metrics []deploy.Metric
 	// Times is how the attempt spent the last second (zero until it runs).
 	Times TimeRates
+	// InflightLogBytes is what the in-flight logs of its outputs hold (task failover).
+	InflightLogBytes int64
 }
 
 // TimeRates is how a subtask spends its time, in milliseconds per second over the last second, measured by

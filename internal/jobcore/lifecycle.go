@@ -207,7 +207,7 @@ func (c *Core) onCounters(e Counters) {
 		if ex := c.current(n.Attempt); ex != nil && !ex.state.Terminal() {
 			ex.in, ex.out = n.In, n.Out
 			ex.setWatermark(n.Watermark)
-			ex.times = n.Times
+			ex.times, ex.logBytes = n.Times, n.InflightLogBytes
 			if n.Metrics != nil {
 				ex.metrics = n.Metrics
 			}

@@ -35,7 +35,7 @@ func (c *Core) Snapshot() Snapshot {
 			st := SubtaskStatus{Index: i, Attempt: int(ex.attempt.Number), State: ex.state, RecordsIn: ex.in, RecordsOut: ex.out,
 				Watermark: ex.watermark, HasWatermark: ex.hasWatermark, Metrics: ex.metrics}
 			if ex.state == deploy.Running {
-				st.Times = ex.times
+				st.Times, st.InflightLogBytes = ex.times, ex.logBytes
 			}
 			switch {
 			case ex.tm != 0:

@@ -47,6 +47,9 @@ type SubtaskStatus struct {
 	// Times is how the subtask spent the last second, as last reported while it runs; zero while it does
 	// not run (before its attempt's first report, and once it finished, failed or was cancelled).
 	Times TimeRates
+	// InflightLogBytes is what the in-flight logs of its outputs hold as last reported while it runs
+	// (task failover; zero otherwise).
+	InflightLogBytes int64
 }
 
 // Finished reports whether the subtask had finished (its input ended and it was done).

@@ -31,7 +31,7 @@ type JobCollector struct {
 
 	up, uptime, recordsIn, recordsOut, attempt, running *prometheus.Desc
 	watermark, operatorMetric                           *prometheus.Desc
-	busy, backpressured, idle                           *prometheus.Desc
+	busy, backpressured, idle, inflightLog              *prometheus.Desc
 	ckCompleted, ckFailed, ckAborted, ckLastID          *prometheus.Desc
 	failovers, recordsLost, lastOutage, lastRecovery    *prometheus.Desc
 }
@@ -60,6 +60,8 @@ func NewJobCollector(name string, snapshot func() *report.JobResult, labels prom
 		backpressured: d("subtask_backpressured_ms_per_second", "Milliseconds per second the running subtask was blocked on a full output over the last second (Flink's backPressuredTimeMsPerSecond; absent while it does not run).",
 			sub...),
 		idle: d("subtask_idle_ms_per_second", "Milliseconds per second the running subtask waited for input over the last second (Flink's idleTimeMsPerSecond; absent while it does not run).",
+			sub...),
+		inflightLog: d("subtask_inflight_log_bytes", "Bytes the in-flight logs of the running subtask's outputs hold (task failover; absent while it does not run).",
 			sub...),
 		operatorMetric: d("operator_metric", "An operator metric of the subtask: a counter or gauge of a function (RuntimeContext.Metrics), or the engine's (late_records_dropped).",
 			"vertex", "subtask", "operator", "name"),
@@ -100,6 +102,7 @@ func (c *JobCollector) Collect(ch chan<- prometheus.Metric) {
 				gauge(c.busy, float64(s.BusyMsPerSecond), v.Name, i)
 				gauge(c.backpressured, float64(s.BackpressuredMsPerSecond), v.Name, i)
 				gauge(c.idle, float64(s.IdleMsPerSecond), v.Name, i)
+				gauge(c.inflightLog, float64(s.InflightLogBytes), v.Name, i)
 			}
 			gauge(c.running, run, v.Name, i)
 			if s.Watermark != nil {

@@ -244,6 +244,9 @@ type SubtaskResult struct {
 	BusyMsPerSecond          int64 `json:"busy_ms_per_s"`
 	BackpressuredMsPerSecond int64 `json:"backpressured_ms_per_s"`
 	IdleMsPerSecond          int64 `json:"idle_ms_per_s"`
+	// InflightLogBytes is what the in-flight logs of the running subtask's outputs hold (task failover:
+	// what its consumers could replay); 0 without logs or while it does not run.
+	InflightLogBytes int64 `json:"inflight_log_bytes"`
 }
 
 // Vertex returns the vertex that contains the named operator, or nil.
@@ -360,7 +363,7 @@ func Of(name string, s jobcore.Snapshot) *JobResult {
 			sr := SubtaskResult{Index: st.Index, Attempt: st.Attempt, TaskManager: st.TaskManager,
 				State: st.State.String(), RecordsIn: st.RecordsIn, RecordsOut: st.RecordsOut,
 				BusyMsPerSecond: st.Times.BusyMsPerSecond, BackpressuredMsPerSecond: st.Times.BackpressuredMsPerSecond,
-				IdleMsPerSecond: st.Times.IdleMsPerSecond}
+				IdleMsPerSecond: st.Times.IdleMsPerSecond, InflightLogBytes: st.InflightLogBytes}
 			vr.BusyMsPerSecond = max(vr.BusyMsPerSecond, sr.BusyMsPerSecond)
 			vr.BackpressuredMsPerSecond = max(vr.BackpressuredMsPerSecond, sr.BackpressuredMsPerSecond)
 			vr.IdleMsPerSecond = max(vr.IdleMsPerSecond, sr.IdleMsPerSecond)

@@ -19,11 +19,15 @@ type ThroughputSample struct {
 	Vertices []VertexRate `json:"vertices"`
 }
 
-// VertexRate is one vertex's records per second over a sample's interval, summed over its subtasks.
+// VertexRate is one vertex's records per second over a sample's interval, summed over its subtasks, and
+// its busy and backpressured time as the result at the sample's end gave them (VertexResult: the highest of
+// its running subtasks').
 type VertexRate struct {
-	Name                string  `json:"name"`
-	RecordsInPerSecond  float64 `json:"records_in_per_s"`
-	RecordsOutPerSecond float64 `json:"records_out_per_s"`
+	Name                     string  `json:"name"`
+	RecordsInPerSecond       float64 `json:"records_in_per_s"`
+	RecordsOutPerSecond      float64 `json:"records_out_per_s"`
+	BusyMsPerSecond          int64   `json:"busy_ms_per_s"`
+	BackpressuredMsPerSecond int64   `json:"backpressured_ms_per_s"`
 }
 
 // Throughput is the recent throughput of one job: the records its vertices took in and emitted per
@@ -71,7 +75,8 @@ func (t *Throughput) Add(at time.Time, r *JobResult) {
 			in += since(p.in, c.in)
 			out += since(p.out, c.out)
 		}
-		s.Vertices = append(s.Vertices, VertexRate{Name: v.Name, RecordsInPerSecond: perSecond(in, dt), RecordsOutPerSecond: perSecond(out, dt)})
+		s.Vertices = append(s.Vertices, VertexRate{Name: v.Name, RecordsInPerSecond: perSecond(in, dt), RecordsOutPerSecond: perSecond(out, dt),
+			BusyMsPerSecond: v.BusyMsPerSecond, BackpressuredMsPerSecond: v.BackpressuredMsPerSecond})
 	}
 	t.prev, t.prevAt = cur, at
 	if first || dt <= 0 {

@@ -11,7 +11,7 @@ import (
 func TestThroughput(t *testing.T) {
 	at := time.Date(2026, 12, 6, 21, 0, 0, 0, time.UTC)
 	result := func(a0, a1 int, in0, out0, in1, out1 uint64) *JobResult {
-		return &JobResult{Vertices: []VertexResult{{Name: "map", Subtasks: []SubtaskResult{
+		return &JobResult{Vertices: []VertexResult{{Name: "map", BusyMsPerSecond: 300, BackpressuredMsPerSecond: 650, Subtasks: []SubtaskResult{
 			{Index: 0, Attempt: a0, RecordsIn: in0, RecordsOut: out0},
 			{Index: 1, Attempt: a1, RecordsIn: in1, RecordsOut: out1},
 		}}}}
@@ -38,7 +38,8 @@ func TestThroughput(t *testing.T) {
 			if len(s) != 1 || len(s[0].Vertices) != 1 || !s[0].At.Equal(at.Add(tc.after)) {
 				t.Fatalf("samples %+v", s)
 			}
-			if v := s[0].Vertices[0]; v.Name != "map" || v.RecordsInPerSecond != tc.in || v.RecordsOutPerSecond != tc.out {
+			if v := s[0].Vertices[0]; v.Name != "map" || v.RecordsInPerSecond != tc.in || v.RecordsOutPerSecond != tc.out ||
+				v.BusyMsPerSecond != 300 || v.BackpressuredMsPerSecond != 650 {
 				t.Fatalf("rates %+v, want in %v out %v", v, tc.in, tc.out)
 			}
 		})

@@ -207,7 +207,8 @@ func encodeFromTaskManager(env protocol.Envelope) (*pb.FromTaskManager, error) {
 		for _, a := range b.Counts {
 			c.Counts = append(c.Counts, &pb.AttemptCounters{Attempt: encodeAttempt(a.Attempt), In: a.In, Out: a.Out, Watermark: a.Watermark,
 				Metrics: encodeMetrics(a.Metrics), BusyMsPerSecond: a.Times.BusyMsPerSecond,
-				BackpressuredMsPerSecond: a.Times.BackpressuredMsPerSecond, IdleMsPerSecond: a.Times.IdleMsPerSecond})
+				BackpressuredMsPerSecond: a.Times.BackpressuredMsPerSecond, IdleMsPerSecond: a.Times.IdleMsPerSecond,
+				InflightLogBytes: a.InflightLogBytes})
 		}
 		m.Body = &pb.FromTaskManager_Counters{Counters: c}
 	case jobcore.SubpartitionsSampled:
@@ -310,7 +311,8 @@ func decodeFromTaskManager(m *pb.FromTaskManager) (env protocol.Envelope, bye *p
 		for _, a := range b.Counters.GetCounts() {
 			c.Counts = append(c.Counts, jobcore.AttemptCounters{Attempt: decodeAttempt(a.GetAttempt()), In: a.GetIn(), Out: a.GetOut(), Watermark: a.GetWatermark(),
 				Metrics: decodeMetrics(a.GetMetrics()), Times: jobcore.TimeRates{BusyMsPerSecond: a.GetBusyMsPerSecond(),
-					BackpressuredMsPerSecond: a.GetBackpressuredMsPerSecond(), IdleMsPerSecond: a.GetIdleMsPerSecond()}})
+					BackpressuredMsPerSecond: a.GetBackpressuredMsPerSecond(), IdleMsPerSecond: a.GetIdleMsPerSecond()},
+				InflightLogBytes: a.GetInflightLogBytes()})
 		}
 		env.Body = c
 	case *pb.FromTaskManager_SubpartitionsSampled:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/runnel-dev/runnel/internal/deploy"
@@ -66,6 +67,8 @@ func (r *run) setupOutputs() error {
 		}
 		r.outputs = append(r.outputs, p)
 	}
+	outputs := slices.Clone(r.outputs)
+	t.counters.outputs.Store(&outputs)
 	return nil
 }
 

@@ -178,6 +178,23 @@ type Counters struct {
 	publishedWatermark      atomic.Int64
 	m                       metrics
 	times                   timeClocks // times.go
+	// outputs are the attempt's result partitions once set up, for InflightLogBytes.
+	outputs atomic.Pointer[[]*network.ResultPartition]
+}
+
+// InflightLogBytes returns the bytes the in-flight logs of the attempt's outputs hold (task failover; 0
+// without logs, and until its outputs are set up). It takes each subpartition's lock briefly: call it
+// now and then (the TaskManager's counters), not per record.
+func (c *Counters) InflightLogBytes() int64 {
+	ps := c.outputs.Load()
+	if ps == nil {
+		return 0
+	}
+	var n int64
+	for _, p := range *ps {
+		n += p.LogBytes()
+	}
+	return n
 }
 
 // NewCounters returns counters at zero, with no watermark.
