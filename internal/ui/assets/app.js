@@ -520,6 +520,7 @@
     h('td', { class: 'r' }, num(fmtPct(st.busy_ms_per_s), st.busy_ms_per_s, 'busy_ms_per_s')),
     h('td', { class: 'r' }, num(fmtPct(st.backpressured_ms_per_s), st.backpressured_ms_per_s, 'backpressured_ms_per_s')),
     h('td', { class: 'r' }, num(fmtPct(st.idle_ms_per_s), st.idle_ms_per_s, 'idle_ms_per_s')),
+    h('td', { class: 'r' }, num(fmtBytes(st.inflight_log_bytes), st.inflight_log_bytes, 'inflight_log_bytes')),
     h('td', { class: 'metrics' }, [...metricKeys].sort().map((k) => present((st.metrics || {})[k])
       ? h('span', { class: 'metric' }, k + ' ', num(fmtInt(st.metrics[k]), st.metrics[k], k)) : null))));
     return h('section', { class: 'card', id: 'subtasks', 'data-vertex': v.name },
@@ -528,8 +529,8 @@
       h('p', { class: 'muted small' }, 'operators: ' + (v.operators || []).join(' → ') + ' · records in ', num(fmtInt(v.records_in), v.records_in, 'records_in'),
         ' · out ', num(fmtInt(v.records_out), v.records_out, 'records_out')),
       h('table', { id: 'subtasks-table' },
-        h('thead', {}, h('tr', {}, ['#', 'Attempt', 'TaskManager', 'State', 'Records in', 'Records out', 'Watermark', 'Busy', 'Backpressured', 'Idle', 'Metrics'].map((t, i) =>
-          h('th', { class: [0, 1, 4, 5, 6, 7, 8, 9].includes(i) ? 'r' : null, text: t })))),
+        h('thead', {}, h('tr', {}, ['#', 'Attempt', 'TaskManager', 'State', 'Records in', 'Records out', 'Watermark', 'Busy', 'Backpressured', 'Idle', 'In-flight log', 'Metrics'].map((t, i) =>
+          h('th', { class: [0, 1, 4, 5, 6, 7, 8, 9, 10].includes(i) ? 'r' : null, text: t, title: i === 10 ? 'what the in-flight logs of its outputs hold (task failover replays from them)' : null })))),
         h('tbody', {}, rows)));
   }
 
@@ -687,7 +688,7 @@
       svg.appendChild(s('text', { class: 'axis', x: xOf(t), y: height - 2, 'text-anchor': k === 0 ? 'start' : k === 5 ? 'end' : 'middle', text: fmtClock(t).slice(0, 8) }));
     }
     return h('section', { class: 'card', id: 'throughput' },
-      h('h2', {}, 'Throughput ', h('span', { class: 'muted small', text: 'records per second, last ' + Math.round(span / 1000) + ' s · solid out, dashed in · red: failovers' })),
+      h('h2', {}, 'Throughput ', h('span', { class: 'muted small', text: 'records per second, last ' + Math.round(span / 1000) + ' s · solid out, dashed in · red lines: failovers · red foot: backpressured' })),
       svg);
   }
 
