@@ -260,13 +260,19 @@ type RefusedError struct {
 func (e *RefusedError) Error() string { return "the JobManager refused the registration: " + e.Reason }
 
 // tick sends heartbeats and the running attempts' counters, ends the session of a JobManager silent for
-// the heartbeat timeout, and ends it when ctx is done.
+// the heartbeat timeout, and ends it when ctx is done. The accumulators go from a goroutine of their own,
+// which tick owns: encoding a large one (a sink's latest value per key, say) takes long enough to hold
+// back the heartbeats until the JobManager declares this TaskManager lost.
 func (ss *session) tick(ctx context.Context, stop <-chan struct{}, reg protocol.Registered) {
 	counters := time.NewTicker(countersInterval)
 	defer counters.Stop()
-	accs := time.NewTicker(accumulatorInterval)
-	defer accs.Stop()
-	sent := map[protocol.JobID]map[string][]byte{}
+	var accumulators sync.WaitGroup
+	accsDone := make(chan struct{})
+	accumulators.Go(func() { ss.sendAccumulatorsEvery(accumulatorInterval, accsDone) })
+	defer func() {
+		close(accsDone)
+		accumulators.Wait()
+	}()
 	var beat <-chan time.Time
 	if reg.HeartbeatInterval > 0 {
 		t := time.NewTicker(reg.HeartbeatInterval)
@@ -309,7 +315,20 @@ func (ss *session) tick(ctx context.Context, stop <-chan struct{}, reg protocol.
 			}
 		case <-counters.C:
 			ss.sendCounters()
-		case <-accs.C:
+		}
+	}
+}
+
+// sendAccumulatorsEvery sends the accumulator values that changed every interval until done is closed.
+func (ss *session) sendAccumulatorsEvery(interval time.Duration, done <-chan struct{}) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	sent := map[protocol.JobID]map[string][]byte{}
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
 			ss.sendAccumulators(sent)
 		}
 	}

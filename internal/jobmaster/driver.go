@@ -295,6 +295,12 @@ func (d *Driver) Accumulators() map[jobcore.TaskManagerID]map[string][]byte {
 
 func (d *Driver) accumulated(tm jobcore.TaskManagerID, a protocol.Accumulators) {
 	d.accMu.Lock()
+	if d.finals[tm] && !a.Final {
+		// A periodic value the TaskManager encoded before its final one (another goroutine sends it)
+		// must not replace the final one.
+		d.accMu.Unlock()
+		return
+	}
 	if len(a.Values) > 0 {
 		d.accumulators[tm] = a.Values
 	}
