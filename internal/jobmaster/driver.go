@@ -324,13 +324,23 @@ func (d *Driver) awaitFinals(tms map[jobcore.TaskManagerID]bool) {
 	for {
 		d.accMu.Lock()
 		missing := 0
+		var gone []jobcore.TaskManagerID
 		for tm := range tms {
-			if !d.finals[tm] && d.disp.connected(tm) {
+			switch {
+			case d.finals[tm]:
+			case d.disp.connected(tm):
 				missing++
+			default:
+				gone = append(gone, tm)
 			}
 		}
 		d.accMu.Unlock()
 		if missing == 0 {
+			if len(gone) > 0 {
+				// Their last values sent stand for their final ones: what their sinks took in since is
+				// not in the job's accumulators.
+				d.log.Warn("job master: TaskManagers lost before they sent their last accumulator values", "job", d.cfg.Job.Name, "taskmanagers", gone)
+			}
 			return
 		}
 		select {
