@@ -136,6 +136,35 @@ func (c *testCluster) addTaskManager(t *testing.T, name string, slots int, extra
 	return c.tms[len(c.tms)-1]
 }
 
+// awaitMap1 waits until the cluster's one job (a sequence job) runs with a checkpoint completed, and
+// returns its id, the TaskManager that runs source -> map[1] and its process.
+func (c *testCluster) awaitMap1(t *testing.T) (id, victim string, p *process) {
+	t.Helper()
+	var jobs struct {
+		Jobs []struct{ ID string } `json:"jobs"`
+	}
+	var live clusterReport
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no checkpoint completed: %+v", live)
+		}
+		c.get(t, "/v1/jobs", &jobs)
+		if len(jobs.Jobs) != 1 {
+			continue
+		}
+		c.get(t, "/v1/jobs/"+jobs.Jobs[0].ID, &live)
+		if live.Status == "RUNNING" && live.Checkpoints != nil && live.Checkpoints.Completed > 0 {
+			break
+		}
+	}
+	before, _ := live.where()
+	victim = before["source -> map[1]"]
+	if p = c.taskManager(victim); p == nil {
+		t.Fatalf("map[1] runs on %q, not one of the test's TaskManagers", victim)
+	}
+	return jobs.Jobs[0].ID, victim, p
+}
+
 func (c *testCluster) taskManager(name string) *process {
 	for _, p := range c.tms {
 		if p.Name == name {

@@ -29,29 +29,7 @@ func terminateTaskManager(t *testing.T, failover string) {
 	sub := start(t, "submit", nil, "submit", "sequence", "--jobmanager", c.addr, "--report", report,
 		"--records", "48000", "--rate", "4000", "--parallelism", "4", "--failover", failover,
 		"--checkpoint-interval", "50ms", "--checkpoint-storage", filepath.Join(dir, "chk"))
-	var jobs struct {
-		Jobs []struct{ ID string } `json:"jobs"`
-	}
-	var live clusterReport
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no checkpoint completed: %+v", live)
-		}
-		c.get(t, "/v1/jobs", &jobs)
-		if len(jobs.Jobs) != 1 {
-			continue
-		}
-		c.get(t, "/v1/jobs/"+jobs.Jobs[0].ID, &live)
-		if live.Status == "RUNNING" && live.Checkpoints != nil && live.Checkpoints.Completed > 0 {
-			break
-		}
-	}
-	before, _ := live.where()
-	victim := before["source -> map[1]"]
-	p := c.taskManager(victim)
-	if p == nil {
-		t.Fatalf("map[1] runs on %q, not one of the test's TaskManagers", victim)
-	}
+	_, victim, p := c.awaitMap1(t)
 	termAt := time.Now()
 	if err := p.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

@@ -28,29 +28,7 @@ func TestDashboardShowsALostTaskManager(t *testing.T) {
 	b.Await("every TaskManager registered", `[...document.querySelectorAll('#tm-table tbody tr')].every((r) => r.getAttribute('data-tm-state') === 'REGISTERED')`, 10*time.Second)
 	b.Screenshot("cluster-taskmanagers")
 
-	var jobs struct {
-		Jobs []struct{ ID string } `json:"jobs"`
-	}
-	var live clusterReport
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no checkpoint completed: %+v", live)
-		}
-		c.get(t, "/v1/jobs", &jobs)
-		if len(jobs.Jobs) != 1 {
-			continue
-		}
-		c.get(t, "/v1/jobs/"+jobs.Jobs[0].ID, &live)
-		if live.Status == "RUNNING" && live.Checkpoints != nil && live.Checkpoints.Completed > 0 {
-			break
-		}
-	}
-	before, _ := live.where()
-	victim := before["source -> map[1]"]
-	p := c.taskManager(victim)
-	if p == nil {
-		t.Fatalf("map[1] runs on %q, not one of the test's TaskManagers", victim)
-	}
+	id, victim, p := c.awaitMap1(t)
 	if err := p.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +50,7 @@ func TestDashboardShowsALostTaskManager(t *testing.T) {
 		fmt.Sprintf("%q", states(tms.TaskManagers)), 5*time.Second)
 	b.Screenshot("cluster-taskmanagers-lost")
 
-	b.Go("#/jobs/"+jobs.Jobs[0].ID, "page-job")
+	b.Go("#/jobs/"+id, "page-job")
 	b.Await("the job's page shows the failover of "+victim, fmt.Sprintf(`document.querySelector('#failover-list .failover[data-taskmanager=%q]') !== null`, victim), 20*time.Second)
 	b.Screenshot("cluster-job")
 	if errs := b.ConsoleErrors(); len(errs) > 0 {
