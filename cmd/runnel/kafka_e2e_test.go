@@ -4,6 +4,7 @@ import (
 	"context"
 	be "encoding/binary"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -125,7 +126,7 @@ func TestKafkaExactlyOnceKilledTaskManager(t *testing.T) {
 			// The kill waits for a commit and for records of an open transaction in the output: so the
 			// killed attempt had written records that the job must abort, after others that it committed.
 			adm := b.Admin(t)
-			ready := func() bool { return committedAndOpen(t, adm, out) }
+			ready := func() bool { return committedAndOpen(t, adm, out, prefix) }
 			what := "records committed and others open in " + out
 			want := runningSums(n, keys)
 			read := func(level kgo.IsolationLevel) (map[int64][]int64, int) {
@@ -189,11 +190,20 @@ func produceKeyed(t *testing.T, b *kafkabroker.Broker, topic string, n, keys int
 }
 
 // committedAndOpen reports whether topic has committed records (a last stable offset above 0) and records of
-// an open transaction (a high watermark above the last stable offset) in some partition.
-func committedAndOpen(t *testing.T, adm *kadm.Client, topic string) bool {
+// an open transaction (a high watermark above the last stable offset) in some partition, while a
+// transaction of the sink's (transactional ids under prefix) is Ongoing: records of a transaction that is
+// committing already (PrepareCommit) also keep the stable offset back, for the moment its markers take.
+func committedAndOpen(t *testing.T, adm *kadm.Client, topic, prefix string) bool {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	ongoing, err := adm.ListTransactions(ctx, nil, []string{"Ongoing"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(ongoing.Sorted(), func(tx kadm.ListedTransaction) bool { return strings.HasPrefix(tx.TxnID, prefix+"-") }) {
+		return false
+	}
 	hw, err := adm.ListEndOffsets(ctx, topic)
 	if err != nil {
 		t.Fatal(err)

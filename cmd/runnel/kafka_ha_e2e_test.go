@@ -44,7 +44,7 @@ func TestKafkaExactlyOnceLeaderKilled(t *testing.T) {
 
 	adm := b.Admin(t)
 	deadline := time.Now().Add(60 * time.Second)
-	for !committedAndOpen(t, adm, out) {
+	for !committedAndOpen(t, adm, out, prefix) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no committed and open records in %s after 60 s:\n%s", out, sub.Stderr())
 		}
