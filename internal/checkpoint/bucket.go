@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -108,21 +110,87 @@ func (bb *blobBucket) Get(ctx context.Context, key string) (io.ReadCloser, int64
 	return r, r.Size(), nil
 }
 
-// localListAttempts bounds the listings of a local directory that List makes when one finds a file gone
-// between reading the directory and looking at the file.
-const localListAttempts = 8
-
 func (bb *blobBucket) List(ctx context.Context, prefix string) ([]Entry, error) {
-	for attempt := 1; ; attempt++ {
-		out, err := bb.list(ctx, prefix)
-		// A local listing reads the directory, then looks at each file. A file that went in between (a
-		// writer's temporary file renamed into place beside it, a blob deleted by a sweep) fails the whole
-		// listing as not found, though nothing the caller asked for is missing: list again. An object
-		// store's listing does not fail that way.
-		if err == nil || bb.dir == "" || !errors.Is(err, ErrNotFound) || attempt == localListAttempts || ctx.Err() != nil {
-			return out, err
+	if bb.dir != "" {
+		return bb.listLocal(prefix)
+	}
+	return bb.list(ctx, prefix)
+}
+
+// listLocal lists prefix in the local directory as an object store lists it with the delimiter "/",
+// reading the directory itself rather than through fileblob, whose listing fails as a whole when a file
+// goes between reading the directory and looking at the file (a write's temporary file renamed into place,
+// a blob a sweep deleted) and lists the temporary files of writes in progress as keys. Here a file gone is
+// left out, as an object store would, and so is a write's temporary file (KEY.HEX.tmp beside its target,
+// NoTempDir): it is no key until renamed, and a sweep must not delete it from under its writer. Keys are
+// the file names: those this package writes need no escaping.
+func (bb *blobBucket) listLocal(prefix string) ([]Entry, error) {
+	dir, name := "", prefix
+	if i := strings.LastIndex(prefix, "/"); i >= 0 {
+		dir, name = prefix[:i+1], prefix[i+1:]
+	}
+	files, err := os.ReadDir(filepath.Join(bb.dir, filepath.FromSlash(dir)))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil // nothing under prefix, as an object store says
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list %q: %w", prefix, err)
+	}
+	var out []Entry
+	for _, f := range files {
+		if !strings.HasPrefix(f.Name(), name) || isTempFile(f.Name()) {
+			continue
+		}
+		key := dir + f.Name()
+		if f.IsDir() {
+			// A directory is a prefix of keys: one without a file is none (an emptied checkpoint's, say).
+			if holdsFile(filepath.Join(bb.dir, filepath.FromSlash(key))) {
+				out = append(out, Entry{Key: key + "/", Dir: true})
+			}
+			continue
+		}
+		info, err := f.Info()
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list %q: %w", prefix, err)
+		}
+		out = append(out, Entry{Key: key, Size: info.Size()})
+	}
+	slices.SortFunc(out, func(a, b Entry) int { return strings.Compare(a.Key, b.Key) })
+	return out, nil
+}
+
+// holdsFile reports whether the directory at path holds a file other than a temporary one, at any depth.
+func holdsFile(path string) bool {
+	found := false
+	_ = filepath.WalkDir(path, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && !isTempFile(d.Name()) {
+			found = true
+			return fs.SkipAll
+		}
+		return nil // a part gone or unreadable holds nothing to list
+	})
+	return found
+}
+
+// isTempFile reports whether name is a temporary file fileblob writes beside its target: NAME.HEX.tmp.
+func isTempFile(name string) bool {
+	rest, ok := strings.CutSuffix(name, ".tmp")
+	if !ok {
+		return false
+	}
+	i := strings.LastIndexByte(rest, '.')
+	if i < 0 || i == len(rest)-1 {
+		return false
+	}
+	for _, c := range rest[i+1:] {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
 		}
 	}
+	return true
 }
 
 func (bb *blobBucket) list(ctx context.Context, prefix string) ([]Entry, error) {

@@ -946,3 +946,53 @@ func TestListWhileWriting(t *testing.T) {
 		}
 	}
 }
+
+// TestLocalListing lists a local directory as an object store would: a write's temporary file beside its
+// target is no key, a directory without a file is no prefix, and the keys come sorted with their sizes.
+func TestLocalListing(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	for path, size := range map[string]int{"shared/ck3-a": 5, "shared/ck3-b.18c2f0a9e1.tmp": 7, "chk-3/_metadata": 9, "chk-3/v1-0": 11, "chk-3/deep/x": 1, "top": 2} {
+		p := filepath.Join(dir, filepath.FromSlash(path))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, make([]byte, size), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, empty := range []string{"chk-9", "chk-4/sub"} {
+		if err := os.MkdirAll(filepath.Join(dir, empty), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := checkpoint.OpenBucket(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for _, tc := range []struct{ prefix, want string }{
+		{"", "chk-3/ shared/ top:2"},
+		{"chk-", "chk-3/"},
+		{"chk-3/", "chk-3/_metadata:9 chk-3/deep/ chk-3/v1-0:11"},
+		{"shared/", "shared/ck3-a:5"},
+		{"shared/ck3-b", ""},
+		{"nothing/", ""},
+	} {
+		entries, err := b.List(ctx, tc.prefix)
+		if err != nil {
+			t.Fatalf("List(%q): %v", tc.prefix, err)
+		}
+		var got []string
+		for _, e := range entries {
+			if e.Dir {
+				got = append(got, e.Key)
+			} else {
+				got = append(got, fmt.Sprintf("%s:%d", e.Key, e.Size))
+			}
+		}
+		if s := strings.Join(got, " "); s != tc.want {
+			t.Errorf("List(%q) = %q, want %q", tc.prefix, s, tc.want)
+		}
+	}
+}
