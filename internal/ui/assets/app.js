@@ -268,13 +268,14 @@
     if (!tms.length) return h('p', { class: 'muted', text: 'No TaskManager registered.' });
     const rows = tms.map((tm) => {
       const departed = tm.state === 'LOST' || tm.state === 'LEFT';
-      const at = tm.departed_at || tm.lost_at;
-      const why = tm.reason || tm.lost_reason;
+      const at = tm.departed_at;
+      const why = tm.reason;
       return h('tr', { 'data-tm': tm.name, 'data-tm-state': tm.state || '', class: departed ? 'departed ' + tm.state.toLowerCase() : null },
         h('td', { class: 'strong', text: tm.name }),
         h('td', {}, present(tm.state) ? badge(tm.state) : DASH),
-        h('td', { class: 'r' }, num(fmtInt(tm.slots - tm.free_slots), tm.slots - tm.free_slots, 'slots_used')),
-        h('td', { class: 'r' }, num(fmtInt(tm.free_slots), tm.free_slots, 'free_slots')),
+        // A departed TaskManager's slots are out of the pool: neither used nor free.
+        h('td', { class: 'r' }, departed ? DASH : num(fmtInt(tm.slots - tm.free_slots), tm.slots - tm.free_slots, 'slots_used')),
+        h('td', { class: 'r' }, departed ? DASH : num(fmtInt(tm.free_slots), tm.free_slots, 'free_slots')),
         h('td', { class: 'r' }, num(fmtInt(tm.slots), tm.slots, 'slots')),
         h('td', { class: 'r' }, num(fmtInt(tm.tasks), tm.tasks, 'tasks')),
         h('td', { class: 'r' }, num(fmtBytes(tm.memory_bytes), tm.memory_bytes, 'memory_bytes')),
