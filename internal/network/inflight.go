@@ -340,12 +340,27 @@ type logMark struct {
 	checkpoint int64
 	at         int64  // absolute index of the first entry after the barrier
 	seq        uint64 // the sequence number of the first record after the barrier
+	// jumpTo is where the barrier stands in the reader's order: the absolute index of the first entry it
+	// overtook (an unaligned checkpoint's barrier, overtake.go), or its own entry, at-1.
+	jumpTo int64
+}
+
+// jumps reports whether the barrier overtook entries before its own.
+func (m logMark) jumps() bool { return m.jumpTo < m.at-1 }
+
+// from is where a consumer restored from the mark's checkpoint reads on: after the barrier in the reader's
+// order.
+func (m logMark) from() int64 {
+	if m.jumps() {
+		return m.jumpTo
+	}
+	return m.at
 }
 
 // newInflightLog returns an empty log, guarded by mu, with the mark of checkpoint 0 at its start: a
 // consumer that restored no checkpoint reads from there. It is the budget's until close.
 func newInflightLog(budget *LogBudget, mu *sync.Mutex) *inflightLog {
-	l := &inflightLog{budget: budget, mu: mu, marks: []logMark{{checkpoint: 0, at: 0}}}
+	l := &inflightLog{budget: budget, mu: mu, marks: []logMark{{checkpoint: 0, at: 0, jumpTo: -1}}}
 	budget.register(l)
 	return l
 }
@@ -380,8 +395,23 @@ func (l *inflightLog) add(b *Buffer, barrier int64) {
 	l.entries = append(l.entries, loggedBuffer{hdr: b.Header, chunk: l.chunkBase + int64(n-1), off: off, n: len(data)})
 	l.bytes += int64(len(data))
 	if barrier != 0 {
-		l.marks = append(l.marks, logMark{checkpoint: barrier, at: l.end(), seq: b.FirstSeq})
+		l.marks = append(l.marks, logMark{checkpoint: barrier, at: l.end(), seq: b.FirstSeq, jumpTo: l.end() - 1})
 	}
+}
+
+// addJumping adds b, the barrier of checkpoint id that overtook the entries from absolute index jumpTo on
+// (overtake.go); seq is the producer's next record, where a takeover from id numbers on. A jump into what
+// the log dropped is kept as the barrier's own place: no reader can start there.
+func (l *inflightLog) addJumping(b *Buffer, id int64, seq uint64, jumpTo int64) {
+	l.add(b, 0)
+	if len(l.entries) == 0 || l.end() <= l.validFrom {
+		return // b itself was dropped for the budget
+	}
+	at := l.end()
+	if jumpTo < l.base || jumpTo < l.validFrom || jumpTo > at-1 {
+		jumpTo = at - 1
+	}
+	l.marks = append(l.marks, logMark{checkpoint: id, at: at, seq: seq, jumpTo: jumpTo})
 }
 
 // dropBefore drops the entries before absolute index at and gives back every chunk none of whose entries
@@ -580,7 +610,7 @@ func (l *inflightLog) truncate(id int64) {
 	}
 	l.marks = append(l.marks[:0], l.marks[i:]...)
 	if len(l.marks) > 0 && l.marks[0].checkpoint == id {
-		l.dropBefore(l.marks[0].at)
+		l.dropBefore(l.marks[0].from())
 	}
 }
 
@@ -588,18 +618,32 @@ func (l *inflightLog) truncate(id int64) {
 func (l *inflightLog) markOf(id int64) (logMark, int, bool) {
 	for i, m := range l.marks {
 		if m.checkpoint == id {
-			return m, i, m.at >= l.validFrom
+			return m, i, m.from() >= l.validFrom
 		}
 	}
 	return logMark{}, -1, false
 }
 
-// inflightReader reads a log from a mark on, while the log grows.
+// inflightReader reads a log from a mark on, while the log grows. It hands a barrier that overtook
+// entries (logMark.jumps) where it jumped to, and passes over its own entry.
 type inflightReader struct {
 	l  *inflightLog
 	at int64
 	// until bounds what a view replays: the log's end when the view was made.
 	until int64
+	// jumped is the newest checkpoint whose jumping barrier the reader has handed on (or passed: the
+	// one it started after), and skip the entries of such barriers still ahead, to pass over.
+	jumped int64
+	skip   []int64
+}
+
+// newReader returns a reader from mark m on: after its barrier, in the reader's order.
+func (l *inflightLog) newReader(m logMark) *inflightReader {
+	r := &inflightReader{l: l, at: m.from(), until: math.MaxInt64, jumped: m.checkpoint}
+	if m.jumps() {
+		r.skip = append(r.skip, m.at-1)
+	}
+	return r
 }
 
 // readerAt returns a reader from the barrier of checkpoint id, or an error saying why the log cannot give
@@ -607,10 +651,10 @@ type inflightReader struct {
 func (l *inflightLog) readerAt(id int64) (*inflightReader, error) {
 	for _, m := range l.marks {
 		if m.checkpoint == id {
-			if m.at < l.validFrom {
-				return nil, fmt.Errorf("in-flight log: checkpoint %d's barrier is at entry %d, but the log dropped what it held before entry %d: it went past its memory and disk budget", id, m.at, l.validFrom)
+			if m.from() < l.validFrom {
+				return nil, fmt.Errorf("in-flight log: checkpoint %d's barrier is at entry %d, but the log dropped what it held before entry %d: it went past its memory and disk budget", id, m.from(), l.validFrom)
 			}
-			return &inflightReader{l: l, at: m.at, until: math.MaxInt64}, nil
+			return l.newReader(m), nil
 		}
 	}
 	held := make([]int64, 0, len(l.marks))
@@ -633,10 +677,10 @@ func (l *inflightLog) readerEnded(id int64) (*inflightReader, bool) {
 			best = i
 		}
 	}
-	if best < 0 || l.marks[best].at < l.validFrom {
+	if best < 0 || l.marks[best].from() < l.validFrom {
 		return nil, false
 	}
-	return &inflightReader{l: l, at: l.marks[best].at, until: math.MaxInt64}, true
+	return l.newReader(l.marks[best]), true
 }
 
 // next returns the next logged buffer's header and bytes (valid until the log drops them), or ok false at
@@ -646,14 +690,39 @@ func (r *inflightReader) next() (h Header, data []byte, ok bool, err error) {
 	if r.at < l.base {
 		return Header{}, nil, false, fmt.Errorf("in-flight log: reader at entry %d, dropped (the log starts at %d)", r.at, l.base)
 	}
-	if r.at >= l.end() {
+	for len(r.skip) > 0 && r.at == r.skip[0] {
+		r.skip = r.skip[1:]
+		r.at++
+	}
+	if r.at >= l.end() || r.at >= r.until {
 		return Header{}, nil, false, nil
 	}
-	e := l.entries[r.at-l.base]
+	idx := r.at
+	if m, ok := r.jumpHere(); ok {
+		// The barrier stands here in the reader's order; its own entry is passed over when reached.
+		r.jumped = m.checkpoint
+		r.skip = append(r.skip, m.at-1)
+		idx = m.at - 1
+	} else {
+		r.at++
+	}
+	if idx < l.base {
+		return Header{}, nil, false, fmt.Errorf("in-flight log: reader at entry %d, dropped (the log starts at %d)", idx, l.base)
+	}
+	e := l.entries[idx-l.base]
 	data, err = l.entryBytes(e)
 	if err != nil {
 		return Header{}, nil, false, err
 	}
-	r.at++
 	return e.hdr, data, true, nil
+}
+
+// jumpHere returns the mark of the next checkpoint after r.jumped whose barrier jumped to r.at.
+func (r *inflightReader) jumpHere() (logMark, bool) {
+	for _, m := range r.l.marks {
+		if m.checkpoint > r.jumped && m.jumps() && m.jumpTo == r.at {
+			return m, true
+		}
+	}
+	return logMark{}, false
 }

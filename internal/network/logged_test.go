@@ -103,7 +103,9 @@ type loggedConsumer struct {
 type readResult struct {
 	records  []uint64
 	barriers string
-	ended    bool
+	// barrierAt is, per barrier in barriers, how many records the reader had decoded before it.
+	barrierAt []int
+	ended     bool
 }
 
 func consumer(t *testing.T, env *testEnv, p *ResultPartition, attempt int32, from int64) *loggedConsumer {
@@ -150,6 +152,7 @@ func (c *loggedConsumer) read(t *testing.T, n int) readResult {
 				r.ended = true
 			case EventBarrier:
 				r.barriers += string(rune('0' + e.CheckpointID))
+				r.barrierAt = append(r.barrierAt, len(r.records))
 			default:
 				t.Fatalf("unexpected %s event after %d records", e.Type, len(r.records))
 			}

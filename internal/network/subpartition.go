@@ -31,8 +31,11 @@ type Subpartition struct {
 	partition *ResultPartition
 	index     int
 
-	mu       sync.Mutex
-	queue    bufferQueue
+	mu    sync.Mutex
+	queue bufferQueue
+	// priority counts the barriers of unaligned checkpoints at the head of the queue: they overtook the
+	// buffers behind them (overtake.go), and a later one goes after them, ahead of the rest.
+	priority int
 	view     *View
 	lastView ident.Attempt // owner of the most recent view, for fencing
 	hadView  bool
@@ -257,6 +260,7 @@ func (s *Subpartition) createView(owner ident.Attempt, credit int, listener func
 		if !s.hadView {
 			// A first reader from a later barrier reads the log; the queue holds a copy of what it reads.
 			for b := s.queue.pop(); b != nil; b = s.queue.pop() {
+				s.priority = 0
 				b.Recycle()
 			}
 			s.eopQueued = false
@@ -334,6 +338,7 @@ func (s *Subpartition) releaseViewLocked(v *View) {
 	if s.partition.opts.Reconnectable {
 		s.eopQueued = false
 		for b := s.queue.pop(); b != nil; b = s.queue.pop() {
+			s.priority = 0
 			// A logged subpartition's buffers are in its log too, where a restarted reader reads them
 			// again: not dropped.
 			if s.log == nil {
@@ -372,6 +377,7 @@ func (s *Subpartition) release() {
 	}
 	s.released = true
 	for b := s.queue.pop(); b != nil; b = s.queue.pop() {
+		s.priority = 0
 		b.Recycle()
 	}
 	if s.log != nil {
@@ -467,6 +473,9 @@ func (v *View) Poll() (*Buffer, error) {
 		return nil, nil
 	}
 	b := s.queue.pop()
+	if s.priority > 0 {
+		s.priority--
+	}
 	v.credit--
 	consumedNow := false
 	if s.finished && s.queue.len() == 0 && b.Kind == KindEvent {
@@ -556,6 +565,7 @@ func (v *View) Fail(cause error) {
 	if fail {
 		s.failure = cause
 		for b := s.queue.pop(); b != nil; b = s.queue.pop() {
+			s.priority = 0
 			b.Recycle()
 		}
 	}
@@ -590,6 +600,18 @@ func (q *bufferQueue) push(b *Buffer) {
 	}
 	q.items[(q.head+q.size)%len(q.items)] = b
 	q.size++
+}
+
+// at returns the i-th buffer from the head.
+func (q *bufferQueue) at(i int) *Buffer { return q.items[(q.head+i)%len(q.items)] }
+
+// insert puts b before the i-th buffer from the head (at the end when i is the length).
+func (q *bufferQueue) insert(i int, b *Buffer) {
+	q.push(b)
+	for k := q.size - 1; k > i; k-- {
+		q.items[(q.head+k)%len(q.items)] = q.items[(q.head+k-1)%len(q.items)]
+	}
+	q.items[(q.head+i)%len(q.items)] = b
 }
 
 func (q *bufferQueue) pop() *Buffer {
