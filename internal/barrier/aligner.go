@@ -17,6 +17,11 @@ const (
 	ExactlyOnce Mode = iota
 	// AtLeastOnce blocks nothing: records keep flowing, and the snapshot is taken when the last barrier arrives.
 	AtLeastOnce
+	// Unaligned is exactly once without alignment (Flink's unaligned checkpoints, FLIP-76): the first
+	// barrier of a checkpoint is snapshotted at once and forwarded ahead of the queued output, and what
+	// the other channels deliver before their barriers is stored with the checkpoint as channel state. An
+	// Aligner in this mode aligns the checkpoints whose barriers are not marked Unaligned (savepoints).
+	Unaligned
 )
 
 // String returns "exactly-once" or "at-least-once", the one spelling of the modes on the command line, in
@@ -27,12 +32,14 @@ func (m Mode) String() string {
 		return "exactly-once"
 	case AtLeastOnce:
 		return "at-least-once"
+	case Unaligned:
+		return "unaligned"
 	}
 	return fmt.Sprintf("mode(%d)", uint8(m))
 }
 
 // Valid reports whether m is one of the modes.
-func (m Mode) Valid() bool { return m == ExactlyOnce || m == AtLeastOnce }
+func (m Mode) Valid() bool { return m == ExactlyOnce || m == AtLeastOnce || m == Unaligned }
 
 // ParseMode parses the spelling String returns. It accepts "exactly_once" and "at_least_once" too: the
 // metadata of checkpoints taken by earlier versions spells the modes so, and they must still restore.
@@ -42,8 +49,10 @@ func ParseMode(s string) (Mode, error) {
 		return ExactlyOnce, nil
 	case "at-least-once", "at_least_once":
 		return AtLeastOnce, nil
+	case "unaligned":
+		return Unaligned, nil
 	}
-	return 0, fmt.Errorf("unknown checkpoint mode %q (want exactly-once or at-least-once)", s)
+	return 0, fmt.Errorf("unknown checkpoint mode %q (want exactly-once, at-least-once or unaligned)", s)
 }
 
 // MaxAbortedIDs bounds how many ids the job master aborted before their barriers arrived (OnAbort of an id
@@ -58,6 +67,10 @@ type Checkpoint struct {
 	TimestampMillis int64
 	// Flags are the checkpoint's options, opaque here.
 	Flags uint32
+	// Unaligned marks an unaligned checkpoint's barrier: in an Aligner of mode ExactlyOnce or Unaligned
+	// its first barrier is snapshotted at once, and the checkpoint completes when every channel delivered
+	// it or ended (Action.Complete). An at-least-once Aligner ignores it.
+	Unaligned bool
 }
 
 // String returns "#ID".
@@ -106,8 +119,13 @@ func (a Abort) String() string { return fmt.Sprintf("abort #%d (%s)", a.ID, a.Re
 type Action struct {
 	// Aborts are the checkpoints to abandon, oldest first (at most two): forward a cancel marker for each.
 	Aborts []Abort
-	// Snapshot, if set, is the checkpoint to snapshot now; then forward its barrier downstream.
+	// Snapshot, if set, is the checkpoint to snapshot now; then forward its barrier downstream. For an
+	// unaligned one (Snapshot.Unaligned) also begin to store, as its channel state, what every channel
+	// that has not delivered its barrier (Received) and has not ended delivers until it does.
 	Snapshot *Checkpoint
+	// Complete, if set, is the unaligned checkpoint whose channel state is complete: every channel
+	// delivered its barrier or ended. Write the checkpoint.
+	Complete *Checkpoint
 	// UnblockAll says to resume reading every channel that has not ended.
 	UnblockAll bool
 	// Block lists channels to stop reading, in addition to those already blocked (exactly-once only).
@@ -125,7 +143,14 @@ func (a Action) String() string {
 		parts = append(parts, ab.String())
 	}
 	if a.Snapshot != nil {
-		parts = append(parts, "snapshot "+a.Snapshot.String())
+		if a.Snapshot.Unaligned {
+			parts = append(parts, "snapshot "+a.Snapshot.String()+" unaligned")
+		} else {
+			parts = append(parts, "snapshot "+a.Snapshot.String())
+		}
+	}
+	if a.Complete != nil {
+		parts = append(parts, "complete "+a.Complete.String())
 	}
 	if a.UnblockAll {
 		parts = append(parts, "unblock all")
@@ -149,7 +174,8 @@ type Aligner struct {
 	ended    []bool
 	numEnded int
 
-	// The pending checkpoint, if any.
+	// The pending checkpoint, if any. cur.Unaligned says it is unaligned (marked so, or switched by
+	// OnAlignmentTimeout): it was snapshotted at its first barrier and waits for the others to complete.
 	pending    bool
 	cur        Checkpoint
 	received   []bool // channels that delivered cur's barrier
@@ -171,6 +197,9 @@ func New(numChannels int, mode Mode) *Aligner {
 	}
 	if !mode.Valid() {
 		panic(fmt.Sprintf("barrier: unknown %s", mode))
+	}
+	if mode == Unaligned {
+		mode = ExactlyOnce // which barriers are unaligned, they say themselves
 	}
 	return &Aligner{
 		mode:     mode,
@@ -198,9 +227,37 @@ func (a *Aligner) OnBarrier(ch int, b Checkpoint) Action {
 		act.Dropped = len(act.Aborts) == 0
 		return act
 	}
+	if a.mode != ExactlyOnce {
+		b.Unaligned = false
+	}
 	a.pending, a.cur = true, b
 	a.numAligned = a.numEnded
+	if b.Unaligned {
+		cp := a.cur
+		act.Snapshot = &cp
+		a.lastCompleted = cp.ID
+	}
 	a.arrive(ch, &act)
+	return act
+}
+
+// OnAlignmentTimeout switches the pending checkpoint id, if it is aligned and still aligning, to
+// unaligned (Flink's aligned checkpoint timeout): its snapshot is taken now, every blocked channel is
+// unblocked (what they deliver from now on comes after their barrier), and the channels that have not
+// delivered the barrier are stored as its channel state until they do.
+func (a *Aligner) OnAlignmentTimeout(id int64) Action {
+	if !a.pending || a.cur.ID != id || a.cur.Unaligned || a.mode != ExactlyOnce {
+		return Action{Dropped: true}
+	}
+	a.cur.Unaligned = true
+	cp := a.cur
+	a.lastCompleted = cp.ID
+	act := Action{Snapshot: &cp}
+	if a.numBlocked > 0 {
+		clear(a.blocked)
+		a.numBlocked = 0
+		act.UnblockAll = true
+	}
 	return act
 }
 
@@ -305,6 +362,12 @@ func (a *Aligner) Ended(ch int) bool {
 	return a.ended[ch]
 }
 
+// Received reports whether channel ch delivered the pending checkpoint's barrier.
+func (a *Aligner) Received(ch int) bool {
+	a.checkChannel(ch)
+	return a.pending && a.received[ch]
+}
+
 // Pending returns the id of the checkpoint being aligned, if any.
 func (a *Aligner) Pending() (id int64, ok bool) {
 	if !a.pending {
@@ -325,7 +388,11 @@ func (a *Aligner) String() string {
 		b.WriteString("s")
 	}
 	if a.pending {
-		fmt.Fprintf(&b, ", aligning %s (received %v", a.cur, indexes(a.received))
+		kind := "aligning"
+		if a.cur.Unaligned {
+			kind = "storing channel state of"
+		}
+		fmt.Fprintf(&b, ", %s %s (received %v", kind, a.cur, indexes(a.received))
 		if a.numBlocked > 0 {
 			fmt.Fprintf(&b, ", blocked %v", indexes(a.blocked))
 		}
@@ -377,7 +444,7 @@ func (a *Aligner) arrive(ch int, act *Action) {
 		a.complete(act)
 		return
 	}
-	if a.mode == ExactlyOnce {
+	if a.mode == ExactlyOnce && !a.cur.Unaligned {
 		a.blocked[ch] = true
 		a.numBlocked++
 		act.Block = append(act.Block, ch)
@@ -386,7 +453,12 @@ func (a *Aligner) arrive(ch int, act *Action) {
 
 func (a *Aligner) complete(act *Action) {
 	cp := a.cur
-	act.Snapshot = &cp
+	if cp.Unaligned {
+		// Snapshotted at its first barrier, or when it switched to unaligned.
+		act.Complete = &cp
+	} else {
+		act.Snapshot = &cp
+	}
 	a.lastCompleted, a.done = cp.ID, cp.ID
 	a.endAlignment(act)
 }

@@ -8,8 +8,9 @@ import (
 )
 
 // TestAligner runs scripts: each line is an event and the action it must return, "EVENT -> ACTION", or
-// "state -> STATE" for the aligner's String. Events: "barrier CH #ID", "cancel CH #ID", "end CH",
-// "abort #ID" and "abort up to #ID" (the job master's), "reset CH".
+// "state -> STATE" for the aligner's String. Events: "barrier CH #ID", "ubarrier CH #ID" (an unaligned
+// checkpoint's), "cancel CH #ID", "end CH", "abort #ID" and "abort up to #ID" (the job master's),
+// "reset CH", "timeout #ID" (the aligned checkpoint timeout).
 func TestAligner(t *testing.T) {
 	cases := []struct {
 		name   string
@@ -235,6 +236,48 @@ func TestAligner(t *testing.T) {
 			barrier 0 #1 -> nothing
 			end 1        -> nothing
 			end 2        -> snapshot #1`},
+		// Unaligned checkpoints.
+		{"unaligned snapshots at the first barrier", 3, Unaligned, `
+			ubarrier 1 #1 -> snapshot #1 unaligned
+			state         -> exactly-once, 3 channels, storing channel state of #1 (received [1]), completed #1
+			ubarrier 1 #1 -> dropped
+			ubarrier 0 #1 -> nothing
+			ubarrier 2 #1 -> complete #1
+			state         -> exactly-once, 3 channels, idle, completed #1
+			ubarrier 2 #1 -> dropped`},
+		{"unaligned on one channel", 1, Unaligned, `
+			ubarrier 0 #1 -> snapshot #1 unaligned, complete #1
+			ubarrier 0 #2 -> snapshot #2 unaligned, complete #2`},
+		{"unaligned completed by ends of partition", 3, Unaligned, `
+			end 2         -> nothing
+			ubarrier 0 #1 -> snapshot #1 unaligned
+			end 1         -> complete #1`},
+		{"unaligned subsumed, cancelled, aborted", 2, Unaligned, `
+			ubarrier 0 #1 -> snapshot #1 unaligned
+			ubarrier 0 #2 -> abort #1 (subsumed), snapshot #2 unaligned
+			ubarrier 1 #1 -> dropped
+			cancel 1 #2   -> abort #2 (cancel marker)
+			ubarrier 1 #3 -> snapshot #3 unaligned
+			abort #3      -> abort #3 (job master)
+			ubarrier 0 #3 -> dropped`},
+		{"savepoint barriers align in unaligned mode", 2, Unaligned, `
+			barrier 0 #1  -> block [0]
+			barrier 1 #1  -> snapshot #1, unblock all
+			ubarrier 1 #2 -> snapshot #2 unaligned
+			ubarrier 0 #2 -> complete #2`},
+		{"aligned checkpoint timeout", 3, ExactlyOnce, `
+			barrier 0 #1  -> block [0]
+			timeout #2    -> dropped
+			barrier 2 #1  -> block [2]
+			timeout #1    -> snapshot #1 unaligned, unblock all
+			state         -> exactly-once, 3 channels, storing channel state of #1 (received [0 2]), completed #1
+			timeout #1    -> dropped
+			barrier 1 #1  -> complete #1
+			timeout #1    -> dropped`},
+		{"at-least-once ignores unaligned barriers", 2, AtLeastOnce, `
+			ubarrier 0 #1 -> nothing
+			timeout #1    -> dropped
+			ubarrier 1 #1 -> snapshot #1`},
 		{"at-least-once reset and abort", 2, AtLeastOnce, `
 			barrier 0 #1 -> nothing
 			reset 1      -> abort #1 (channel reset)
@@ -278,6 +321,12 @@ func run(t *testing.T, a *Aligner, cmd string) string {
 		return a.String()
 	case "barrier":
 		return a.OnBarrier(int(num(1)), cp(num(2))).String()
+	case "ubarrier":
+		c := cp(num(2))
+		c.Unaligned = true
+		return a.OnBarrier(int(num(1)), c).String()
+	case "timeout":
+		return a.OnAlignmentTimeout(num(1)).String()
 	case "cancel":
 		return a.OnCancelMarker(int(num(1)), num(2)).String()
 	case "end":
@@ -394,6 +443,7 @@ func TestParseMode(t *testing.T) {
 	}{
 		{ExactlyOnce.String(), ExactlyOnce, true},
 		{AtLeastOnce.String(), AtLeastOnce, true},
+		{Unaligned.String(), Unaligned, true},
 		{"exactly_once", ExactlyOnce, true},
 		{"at_least_once", AtLeastOnce, true},
 		{"", 0, false},
@@ -409,8 +459,8 @@ func TestParseMode(t *testing.T) {
 			t.Errorf("ParseMode(%q) = %s, not Valid", tc.in, got)
 		}
 	}
-	if Mode(2).Valid() {
-		t.Error("Mode(2) is Valid")
+	if Mode(3).Valid() {
+		t.Error("Mode(3) is Valid")
 	}
 }
 
