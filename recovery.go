@@ -48,8 +48,16 @@ type CheckpointConfig struct {
 	// Storage is where checkpoints go: a directory, file://DIR, s3://BUCKET/PREFIX or mem:// (default: a
 	// directory under the system's temporary directory, per job).
 	Storage string
-	// Unaligned switches to unaligned checkpoints; not supported yet, and rejected at submission.
+	// Unaligned makes checkpoints unaligned (Flink's execution.checkpointing.unaligned.enabled; CLI
+	// --unaligned-checkpoints): a barrier overtakes the data queued in front of it, and what it overtook
+	// is stored with the checkpoint as channel state, so that a checkpoint under backpressure does not wait
+	// for the queues to drain. Exactly once, with every failover strategy. Only with Mode ExactlyOnce;
+	// savepoints stay aligned.
 	Unaligned bool
+	// AlignedCheckpointTimeout, with Unaligned, makes checkpoints start aligned and switches a subtask to
+	// unaligned once its alignment took longer (Flink's execution.checkpointing.aligned-checkpoint-timeout;
+	// CLI --aligned-checkpoint-timeout). 0: every checkpoint is unaligned from its start.
+	AlignedCheckpointTimeout time.Duration
 	// ApproximateLocalRecovery makes every pipelined edge reconnectable (PIPELINED_APPROXIMATE): a failed
 	// subtask restarts together with everything downstream of it while everything upstream keeps running,
 	// at the price of a counted loss of the records in flight. Same as WithFailover("approximate").
@@ -166,8 +174,11 @@ func (c *Config) recovery(job string) (*recoveryConfig, error) {
 	if c.AllowNonRestoredState && c.RestoreFrom == "" {
 		errs = append(errs, errors.New("AllowNonRestoredState (--allow-non-restored-state) applies to a restore: give WithRestoreFrom (--from-savepoint) too"))
 	}
-	if cp.Unaligned {
-		errs = append(errs, errors.New("CheckpointConfig.Unaligned: unaligned checkpoints are not supported yet; use aligned checkpoints (Mode ExactlyOnce) or AtLeastOnce"))
+	if cp.AlignedCheckpointTimeout < 0 {
+		errs = append(errs, fmt.Errorf("CheckpointConfig.AlignedCheckpointTimeout: must not be negative, got %s", cp.AlignedCheckpointTimeout))
+	}
+	if cp.AlignedCheckpointTimeout > 0 && !cp.Unaligned {
+		errs = append(errs, errors.New("CheckpointConfig.AlignedCheckpointTimeout (--aligned-checkpoint-timeout) switches aligned checkpoints to unaligned: set Unaligned (--unaligned-checkpoints) too"))
 	}
 	if rc.Checkpointing {
 		cc := checkpoint.DefaultConfig()
@@ -179,6 +190,13 @@ func (c *Config) recovery(job string) (*recoveryConfig, error) {
 			cc.Mode = barrier.AtLeastOnce
 		default:
 			errs = append(errs, fmt.Errorf("CheckpointConfig.Mode: %q is not a mode; use %q or %q", cp.Mode, ExactlyOnce, AtLeastOnce))
+		}
+		if cp.Unaligned {
+			if cc.Mode == barrier.AtLeastOnce {
+				errs = append(errs, errors.New("CheckpointConfig.Unaligned with Mode AtLeastOnce: unaligned checkpoints are exactly once; at-least-once checkpoints do not align anyway"))
+			}
+			cc.Mode = barrier.Unaligned
+			cc.AlignedTimeoutMillis = cp.AlignedCheckpointTimeout.Milliseconds()
 		}
 		if cp.Timeout > 0 {
 			cc.TimeoutMillis = cp.Timeout.Milliseconds()
@@ -213,9 +231,6 @@ func (c *Config) recovery(job string) (*recoveryConfig, error) {
 		}
 		if mode == scheduler.ApproximateFailover || mode == scheduler.TaskFailover {
 			rc.pipelinedType = graph.PipelinedApproximate
-			if cp.Unaligned {
-				errs = append(errs, errors.New("CheckpointConfig.Unaligned with approximate local recovery: unaligned checkpoints would save in-flight data that approximate recovery drops; use aligned checkpoints"))
-			}
 		}
 	}
 	spec := c.RestartStrategy

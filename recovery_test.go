@@ -213,7 +213,9 @@ func TestBadRecoveryConfig(t *testing.T) {
 		opt  runnel.Option
 		want string
 	}{
-		{runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: time.Second, Unaligned: true}), "CheckpointConfig.Unaligned"},
+		{runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: time.Second, Unaligned: true, Mode: runnel.AtLeastOnce}), "CheckpointConfig.Unaligned with Mode AtLeastOnce"},
+		{runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: time.Second, AlignedCheckpointTimeout: time.Second}), "CheckpointConfig.AlignedCheckpointTimeout"},
+		{runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: time.Second, Unaligned: true, AlignedCheckpointTimeout: -time.Second}), "CheckpointConfig.AlignedCheckpointTimeout: must not be negative"},
 		{runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: time.Second, Mode: "sometimes"}), "CheckpointConfig.Mode"},
 		{runnel.WithFailover("bogus"), "WithFailover"},
 		{runnel.WithRestartStrategy("fixed-delay:tries=3"), "WithRestartStrategy"},

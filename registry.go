@@ -158,6 +158,7 @@ func withCLISettings(s cli.Settings) Option {
 		if s.CheckpointInterval > 0 {
 			c.Checkpoint.Interval, c.Checkpoint.Mode = s.CheckpointInterval, CheckpointingMode(s.CheckpointMode)
 			c.Checkpoint.TolerableFailed, c.Checkpoint.Storage = s.TolerableFailed, s.CheckpointStorage
+			c.Checkpoint.Unaligned, c.Checkpoint.AlignedCheckpointTimeout = s.Unaligned, s.AlignedTimeout
 		} else {
 			c.Checkpoint = CheckpointConfig{}
 		}

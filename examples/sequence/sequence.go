@@ -72,6 +72,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"time"
 
 	"github.com/spf13/pflag"
 
@@ -184,6 +185,9 @@ type Job struct {
 	Keys      int     // distinct keys
 	Rate      float64 // records per second per source subtask; 0: as fast as possible
 	EmitEvery int64   // emit a key's counters every N of its records
+	// CheckRate, if positive, slows each check subtask to this many records per second: a slow stage
+	// that backpressures the map and the sources, as a slow sink does.
+	CheckRate float64
 	// ProgressDir, when set, is where the sink's writers log the time of every report (progress.go).
 	ProgressDir string
 
@@ -207,6 +211,7 @@ func New(fs *pflag.FlagSet) *Job {
 		fs.IntVar(&j.Keys, "keys", j.Keys, "distinct keys (at least the parallelism: each key belongs to one source subtask)")
 		fs.Float64Var(&j.Rate, "rate", 0, "records per second per source subtask (0: as fast as possible)")
 		fs.Int64Var(&j.EmitEvery, "emit-every", j.EmitEvery, "emit a key's counters to the sink every N of its records (and on every anomaly)")
+		fs.Float64Var(&j.CheckRate, "check-rate", 0, "slow each check subtask to this many records per second, which backpressures everything before it (0: as fast as possible)")
 		fs.StringVar(&j.ProgressDir, "progress-dir", "", "an existing directory, shared by every process of the job, where each sink writer logs the wall-clock time of every report it receives (one file per writer)")
 	}
 	return j
@@ -276,6 +281,8 @@ func (j *Job) Build(env *runnel.Environment, opts run.Options) error {
 		return fmt.Errorf("--emit-every must be at least 1, got %d", j.EmitEvery)
 	case j.Rate < 0:
 		return fmt.Errorf("--rate must not be negative, got %v", j.Rate)
+	case j.CheckRate < 0:
+		return fmt.Errorf("--check-rate must not be negative, got %v", j.CheckRate)
 	}
 	if j.ProgressDir != "" {
 		if fi, err := os.Stat(j.ProgressDir); err != nil || !fi.IsDir() {
@@ -292,9 +299,11 @@ func (j *Job) Build(env *runnel.Environment, opts run.Options) error {
 	src := runnel.FromSource(env, connector.Generator(gen.record, connector.GeneratorOptions{TotalRecords: records, RatePerSubtask: j.Rate})).
 		Name("source").WithCodec(rc)
 	mapped := runnel.Map(src, func(r Record) (Record, error) { return r, nil }).Name("map").WithCodec(rc)
-	every := j.EmitEvery
+	every, rate := j.EmitEvery, j.CheckRate
 	counters := runnel.Process(runnel.KeyBy(mapped, func(r Record) int64 { return r.Key }),
-		func() runnel.KeyedProcessFunction[int64, Record, Counters] { return &check{every: every, gen: gen} }).
+		func() runnel.KeyedProcessFunction[int64, Record, Counters] {
+			return &check{every: every, gen: gen, pace: pacer{rate: rate}}
+		}).
 		Name(checkName).WithCodec(codec.MustStruct[Counters]())
 	j.sink = run.NewLatestSink(func(c Counters) int64 { return c.Key }, newer)
 	var sink runnel.Sink[Counters] = j.sink
@@ -544,6 +553,32 @@ type check struct {
 	gen     generator
 	state   runnel.ValueState[KeyState]
 	attempt int64
+	pace    pacer
+}
+
+// pacer holds a subtask to a rate: every 64 records it sleeps until the records it took are no more than
+// the rate allows since its first. The wall clock only paces; it decides nothing the output depends on.
+type pacer struct {
+	rate  float64
+	n     int64
+	start time.Time
+}
+
+func (p *pacer) take() {
+	if p.rate <= 0 {
+		return
+	}
+	if p.n == 0 {
+		p.start = time.Now()
+	}
+	p.n++
+	if p.n%64 != 0 {
+		return
+	}
+	due := p.start.Add(time.Duration(float64(p.n) / p.rate * float64(time.Second)))
+	if d := time.Until(due); d > 0 {
+		time.Sleep(d)
+	}
 }
 
 func (c *check) Open(ctx runnel.KeyedContext[int64]) error {
@@ -554,6 +589,7 @@ func (c *check) Open(ctx runnel.KeyedContext[int64]) error {
 }
 
 func (c *check) ProcessElement(ctx runnel.KeyedContext[int64], r Record, out runnel.Collector[Counters]) error {
+	c.pace.take()
 	s, ok := c.state.Value()
 	if !ok {
 		s = NewKeyState()

@@ -16,8 +16,12 @@ type Config struct {
 	// IntervalMillis is the time between periodic triggers; 0 disables periodic checkpoints (TriggerNow
 	// still works, for savepoints).
 	IntervalMillis int64
-	// Mode is carried to the tasks with every trigger.
+	// Mode is carried to the tasks with every trigger; a savepoint's trigger carries ExactlyOnce when it is
+	// Unaligned (TriggerSavepoint).
 	Mode barrier.Mode
+	// AlignedTimeoutMillis, with Mode Unaligned, makes checkpoints start aligned: a task switches to
+	// unaligned once its alignment took longer. The coordinator only carries it for the tasks.
+	AlignedTimeoutMillis int64
 	// TimeoutMillis aborts a checkpoint not acknowledged by every task this long after its trigger.
 	TimeoutMillis int64
 	// MinPauseMillis is the least time between the completion of one checkpoint and the trigger of the next.
@@ -63,7 +67,9 @@ func (c Config) Validate() error {
 	case c.IntervalMillis < 0:
 		return fmt.Errorf("checkpoint interval %d ms is negative: use 0 to disable periodic checkpoints", c.IntervalMillis)
 	case !c.Mode.Valid():
-		return fmt.Errorf("checkpoint mode %d is unknown: use exactly-once or at-least-once", c.Mode)
+		return fmt.Errorf("checkpoint mode %d is unknown: use exactly-once, at-least-once or unaligned", c.Mode)
+	case c.AlignedTimeoutMillis < 0:
+		return fmt.Errorf("aligned checkpoint timeout %d ms is negative: use 0 for unaligned checkpoints from their start", c.AlignedTimeoutMillis)
 	case c.TimeoutMillis <= 0:
 		return fmt.Errorf("checkpoint timeout %d ms must be positive (default %d)", c.TimeoutMillis, DefaultTimeoutMillis)
 	case c.MinPauseMillis < 0:
@@ -352,6 +358,8 @@ type pending struct {
 	targets       map[ident.Subtask]bool
 	lastAckMillis int64
 	persisting    *CompletedCheckpoint
+	// mode is the checkpoint's: the configured one, or ExactlyOnce for a savepoint of an unaligned job.
+	mode barrier.Mode
 }
 
 // Coordinator is the checkpoint coordinator of one job: a pure state machine. It is not safe for
@@ -540,7 +548,7 @@ func (c *Coordinator) Tick(now int64) Ready {
 		}
 	}
 	if due, ok := c.nextTrigger(); ok && now >= due {
-		c.trigger(now, &rd)
+		c.trigger(now, &rd, c.cfg.Mode)
 	}
 	return rd
 }
@@ -664,7 +672,7 @@ func (c *Coordinator) maybeTriggerFinal(now int64, rd *Ready) {
 	}
 	if _, ok := c.nextTrigger(); ok {
 		c.started = true
-		c.trigger(now, rd)
+		c.trigger(now, rd, c.cfg.Mode)
 	}
 }
 
@@ -695,19 +703,33 @@ func (c *Coordinator) targets() []ident.Attempt {
 // savepoint or a test). It fails if a subtask is down, every subtask finished, or the coordinator is
 // stopped.
 func (c *Coordinator) TriggerNow(now int64) (Ready, error) {
+	return c.triggerNow(now, c.cfg.Mode)
+}
+
+// TriggerSavepoint is TriggerNow for a savepoint: aligned, also in a job of unaligned checkpoints (as in
+// Flink), so that it holds no records in flight and restores at any parallelism.
+func (c *Coordinator) TriggerSavepoint(now int64) (Ready, error) {
+	mode := c.cfg.Mode
+	if mode == barrier.Unaligned {
+		mode = barrier.ExactlyOnce
+	}
+	return c.triggerNow(now, mode)
+}
+
+func (c *Coordinator) triggerNow(now int64, mode barrier.Mode) (Ready, error) {
 	var rd Ready
 	if err := c.triggerBlocked(); err != nil {
 		return rd, fmt.Errorf("trigger checkpoint: %w", err)
 	}
 	c.started = true
-	c.trigger(now, &rd)
+	c.trigger(now, &rd, mode)
 	return rd, nil
 }
 
 // trigger starts a checkpoint at the targets; every running subtask must acknowledge it, finished ones
 // are recorded as finished. Any trigger pays the owed final checkpoint: every subtask takes it after its
 // input ended.
-func (c *Coordinator) trigger(now int64, rd *Ready) {
+func (c *Coordinator) trigger(now int64, rd *Ready, mode barrier.Mode) {
 	id := c.nextID
 	c.nextID++
 	c.lastTriggerMillis = now
@@ -717,8 +739,9 @@ func (c *Coordinator) trigger(now int64, rd *Ready) {
 		triggerMillis: now,
 		waiting:       make(map[ident.Subtask]ident.Attempt, len(c.order)),
 		acks:          make(map[ident.Subtask]StateHandle, len(c.order)),
+		mode:          mode,
 	}
-	t := Trigger{ID: id, TimestampMillis: now, Mode: c.cfg.Mode, Targets: c.targets()}
+	t := Trigger{ID: id, TimestampMillis: now, Mode: mode, Targets: c.targets()}
 	p.targets = make(map[ident.Subtask]bool, len(t.Targets))
 	for _, a := range t.Targets {
 		p.targets[a.Subtask] = true
@@ -1057,7 +1080,7 @@ func (c *Coordinator) maybeComplete(rd *Ready, p *pending) {
 		ID:              p.id,
 		TimestampMillis: p.triggerMillis,
 		CompletedMillis: p.lastAckMillis,
-		Mode:            c.cfg.Mode,
+		Mode:            p.mode,
 		Vertices:        slices.Clone(c.vertices),
 		States:          make([]StateHandle, 0, len(c.order)),
 	}

@@ -26,6 +26,8 @@ type Settings struct {
 	UIAddr             string
 	CheckpointInterval time.Duration
 	CheckpointMode     string
+	Unaligned          bool
+	AlignedTimeout     time.Duration
 	TolerableFailed    int
 	Incremental        bool
 	CheckpointStorage  string
@@ -81,6 +83,8 @@ func addRunFlags(fs *pflag.FlagSet, def Settings, ro *runOnly) *Settings {
 	fs.DurationVar(&ro.progress, "progress-interval", time.Second, "how often to show progress")
 	fs.DurationVar(&s.CheckpointInterval, "checkpoint-interval", def.CheckpointInterval, "take a checkpoint this often (0: checkpointing off)")
 	fs.StringVar(&s.CheckpointMode, "checkpoint-mode", def.CheckpointMode, "checkpoint mode: exactly-once (aligned barriers) or at-least-once")
+	fs.BoolVar(&s.Unaligned, "unaligned-checkpoints", def.Unaligned, "unaligned checkpoints: barriers overtake the data queued in front of them, which is stored with the checkpoint, so that a checkpoint under backpressure does not wait for the queues to drain (savepoints stay aligned)")
+	fs.DurationVar(&s.AlignedTimeout, "aligned-checkpoint-timeout", def.AlignedTimeout, "with --unaligned-checkpoints: checkpoints start aligned, and a subtask switches to unaligned once its alignment took this long (0: unaligned from the start)")
 	fs.BoolVar(&s.Incremental, "incremental-checkpoints", def.Incremental, "incremental checkpoints: keyed state on the memory backend writes what changed since the previous checkpoint and refers to earlier checkpoints for the rest")
 	fs.IntVar(&s.TolerableFailed, "tolerable-failed-checkpoints", def.TolerableFailed, "consecutive failed checkpoints tolerated; one more fails the job over through its restart strategy (a full restart from the latest checkpoint)")
 	fs.StringVar(&s.CheckpointStorage, "checkpoint-storage", def.CheckpointStorage, "where checkpoints go: a directory, file://DIR, s3://BUCKET/PREFIX or mem:// (default: a temporary directory, removed afterwards)")
@@ -167,6 +171,18 @@ func (s Settings) validate(fs *pflag.FlagSet, ro runOnly) error {
 	default:
 		errs = append(errs, fmt.Errorf("invalid --checkpoint-mode %q: use exactly-once or at-least-once", s.CheckpointMode))
 	}
+	if s.Unaligned && s.CheckpointMode == "at-least-once" {
+		errs = append(errs, errors.New("--unaligned-checkpoints with --checkpoint-mode at-least-once: unaligned checkpoints are exactly once; at-least-once checkpoints do not align anyway"))
+	}
+	if s.AlignedTimeout < 0 {
+		errs = append(errs, fmt.Errorf("invalid --aligned-checkpoint-timeout %s: must not be negative", s.AlignedTimeout))
+	}
+	if fs.Changed("aligned-checkpoint-timeout") && !s.Unaligned {
+		errs = append(errs, errors.New("--aligned-checkpoint-timeout switches aligned checkpoints to unaligned: set --unaligned-checkpoints too"))
+	}
+	if (s.Unaligned || fs.Changed("aligned-checkpoint-timeout")) && s.CheckpointInterval == 0 {
+		errs = append(errs, errors.New("--unaligned-checkpoints is set but checkpointing is off: set --checkpoint-interval too"))
+	}
 	switch s.Failover {
 	case "full", "region", "approximate", "task":
 	default:
@@ -217,6 +233,8 @@ var optionFlags = strings.NewReplacer(
 	"WithTaskManagers:", "--taskmanagers:",
 	"CheckpointConfig.Interval:", "--checkpoint-interval:",
 	"CheckpointConfig.Mode:", "--checkpoint-mode:",
+	"CheckpointConfig.Unaligned", "--unaligned-checkpoints",
+	"CheckpointConfig.AlignedCheckpointTimeout", "--aligned-checkpoint-timeout",
 	"CheckpointConfig.Storage:", "--checkpoint-storage:",
 	"WithFailover:", "--failover:",
 	"WithRestartStrategy:", "--restart-strategy:",

@@ -412,8 +412,11 @@ func (ss *session) handle(env protocol.Envelope) {
 		}
 	case jobcore.TriggerCheckpoint:
 		var flags uint32
-		if m.Mode == barrier.AtLeastOnce {
+		switch m.Mode {
+		case barrier.AtLeastOnce:
 			flags = BarrierFlagAtLeastOnce
+		case barrier.Unaligned:
+			flags = task.FlagUnaligned
 		}
 		if j := tm.job(env.Job); j != nil {
 			tm.heard(j, m.ID)
@@ -609,7 +612,7 @@ func (ss *session) deploy(job protocol.JobID, dep jobcore.Deployment) error {
 	}
 	if cs := dep.Checkpoints; cs != nil {
 		cfg.Checkpoints = &task.CheckpointSetup{Store: j.build.Store, Mode: cs.Mode, FinalCheckpoint: cs.FinalCheckpoint,
-			Incremental: j.build.Incremental,
+			Incremental: j.build.Incremental, AlignedTimeout: time.Duration(cs.AlignedTimeoutMillis) * time.Millisecond,
 			Ack: func(id int64, from ident.Attempt, h checkpoint.StateHandle, alignment time.Duration) {
 				tm.emit(j, jobcore.CheckpointAck{ID: id, Attempt: from, Handle: h, Alignment: alignment})
 			},

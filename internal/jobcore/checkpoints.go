@@ -331,7 +331,7 @@ func (c *Core) onStop(e Stop) {
 	sp := &savepointState{dir: dir, deadline: c.now + c.cfg.SavepointTimeout}
 	c.savepoint = sp
 	c.ready.Changed = true
-	r, err := c.coord.TriggerNow(c.ms())
+	r, err := c.coord.TriggerSavepoint(c.ms())
 	switch {
 	case err != nil:
 		sp.err = fmt.Errorf("savepoint: %w", err)

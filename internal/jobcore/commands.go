@@ -186,6 +186,9 @@ type Deployment struct {
 type CheckpointSettings struct {
 	// Mode says whether the task aligns barriers.
 	Mode barrier.Mode
+	// AlignedTimeoutMillis, with Mode Unaligned, makes checkpoints start aligned and a task switch to
+	// unaligned once its alignment took longer.
+	AlignedTimeoutMillis int64
 	// FinalCheckpoint makes a task whose input ended wait for a checkpoint covering its end before it
 	// finishes: set with periodic checkpoints, since without them none would come.
 	FinalCheckpoint bool

@@ -645,7 +645,7 @@ func (c *Core) descriptor(ex *execution) Deployment {
 		StateBackend: c.cfg.StateBackend, SkipCheckpointsUpTo: ex.skipUpTo, FiredInjections: slices.Clone(c.fired),
 	}
 	if cc := c.cfg.Checkpoint; cc != nil {
-		d.Checkpoints = &CheckpointSettings{Mode: cc.Mode, FinalCheckpoint: cc.IntervalMillis > 0}
+		d.Checkpoints = &CheckpointSettings{Mode: cc.Mode, FinalCheckpoint: cc.IntervalMillis > 0, AlignedTimeoutMillis: cc.AlignedTimeoutMillis}
 	}
 	if c.cfg.Failover == scheduler.TaskFailover {
 		// Every task keeps a determinant log, its outputs in-flight logs; a task-failover restart replays

@@ -304,3 +304,23 @@ func (d *RecordDecoder) continueRecord() ([]byte, error) {
 	}
 	return nil, nil
 }
+
+// PartialRecord returns, while the decoder is inside a record that spans buffers (InRecord), a sealed data
+// buffer, outside any pool, that holds what it has of the record: its length prefix, or as much of it as
+// came, and the bytes after it. A decoder that takes it first and then the buffers that continue the record
+// returns the record whole: an unaligned checkpoint stores it in a channel's state, since the rest of the
+// record comes after the barrier. It returns nil outside a record.
+func (d *RecordDecoder) PartialRecord() []byte {
+	if !d.inRecord {
+		return nil
+	}
+	b := &Buffer{data: make([]byte, HeaderSize, HeaderSize+d.lenHave+len(d.partial))}
+	b.reset(KindData, d.nextSeq)
+	b.Starts = 1
+	b.data = append(b.data, d.lenBuf[:d.lenHave]...)
+	if d.lenHave == lengthPrefixSize {
+		b.data = append(b.data, d.partial...)
+	}
+	b.Seal()
+	return b.data
+}

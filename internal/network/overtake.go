@@ -133,3 +133,17 @@ func (p *ResultPartition) RestoreOutput(sub int, st OutputChannelState) error {
 	p.streamSeq[sub], p.streamTail[sub] = st.NextSeq, 0
 	return nil
 }
+
+// NewEventBuffer makes a sealed buffer of event e, outside any pool, whose next record is nextSeq: a
+// restored consumer hands itself a barrier its input channel state recorded the place of.
+func NewEventBuffer(e Event, nextSeq uint64) *Buffer { return eventBuffer(e, nextSeq) }
+
+// NewBufferFrom wraps sealed buffer bytes (header and payload, as Bytes returns them) outside any pool,
+// checking the header: a restored consumer hands itself what its input channel state holds.
+func NewBufferFrom(raw []byte) (*Buffer, error) {
+	h, err := DecodeHeader(raw)
+	if err != nil {
+		return nil, err
+	}
+	return &Buffer{Header: h, data: raw}, nil
+}

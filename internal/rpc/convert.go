@@ -120,7 +120,7 @@ func decodeToTaskManager(m *pb.ToTaskManager) (env protocol.Envelope, bye *pb.Go
 	case *pb.ToTaskManager_TriggerCheckpoint:
 		t := b.TriggerCheckpoint
 		mode := barrier.Mode(t.GetMode())
-		if t.GetMode() != pb.CheckpointMode_CHECKPOINT_MODE_EXACTLY_ONCE && t.GetMode() != pb.CheckpointMode_CHECKPOINT_MODE_AT_LEAST_ONCE {
+		if !mode.Valid() {
 			return env, nil, fmt.Errorf("TriggerCheckpoint %d: unknown checkpoint mode %d", t.GetId(), t.GetMode())
 		}
 		env.Body = jobcore.TriggerCheckpoint{Attempt: decodeAttempt(t.GetAttempt()), ID: t.GetId(),
@@ -362,7 +362,8 @@ func encodeDeployment(d jobcore.Deployment) *pb.Deploy {
 		out.Inputs = append(out.Inputs, spec)
 	}
 	if c := d.Checkpoints; c != nil {
-		out.Checkpoints = &pb.CheckpointSettings{AtLeastOnce: c.Mode == barrier.AtLeastOnce, FinalCheckpoint: c.FinalCheckpoint}
+		out.Checkpoints = &pb.CheckpointSettings{AtLeastOnce: c.Mode == barrier.AtLeastOnce, FinalCheckpoint: c.FinalCheckpoint,
+			Unaligned: c.Mode == barrier.Unaligned, AlignedTimeoutMillis: c.AlignedTimeoutMillis}
 	}
 	if r := d.Restore; r != nil {
 		rs := &pb.RestoreSpec{CheckpointId: r.CheckpointID, Handle: encodeHandle(r.Handle), RescaledFrom: int64(r.RescaledFrom),
@@ -418,9 +419,15 @@ func decodeDeployment(p *pb.Deploy) (jobcore.Deployment, error) {
 	}
 	if c := p.GetCheckpoints(); c != nil {
 		d.Checkpoints = &jobcore.CheckpointSettings{Mode: barrier.ExactlyOnce, FinalCheckpoint: c.GetFinalCheckpoint()}
-		if c.GetAtLeastOnce() {
+		switch {
+		case c.GetAtLeastOnce() && c.GetUnaligned():
+			return d, fmt.Errorf("deployment of %s: checkpoint settings are both at least once and unaligned", p.GetInfo().GetVertexName())
+		case c.GetAtLeastOnce():
 			d.Checkpoints.Mode = barrier.AtLeastOnce
+		case c.GetUnaligned():
+			d.Checkpoints.Mode = barrier.Unaligned
 		}
+		d.Checkpoints.AlignedTimeoutMillis = c.GetAlignedTimeoutMillis()
 	}
 	if r := p.GetRestore(); r != nil {
 		rs := &deploy.RestoreSpec{CheckpointID: r.GetCheckpointId(), Handle: decodeHandle(r.GetHandle()),

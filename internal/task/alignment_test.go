@@ -26,7 +26,7 @@ func TestAlignmentTiming(t *testing.T) {
 				if i == len(tc.barriers)-1 && i > 0 {
 					time.Sleep(5 * time.Millisecond)
 				}
-				a.barrier(id)
+				a.barrier(id, 0, 0)
 			}
 			got := a.took(tc.snapshot)
 			if tc.aligned && got < 5*time.Millisecond || !tc.aligned && got != 0 {

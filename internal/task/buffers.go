@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/runnel-dev/runnel/internal/barrier"
 	"github.com/runnel-dev/runnel/internal/deploy"
 	"github.com/runnel-dev/runnel/internal/network"
 )
@@ -50,6 +49,14 @@ func (r *run) replayTimers(ms int64) error {
 // delivered end of data or end of partition (no more records: the input ended).
 func (r *run) processBuffer(idx int, buf *network.Buffer) (bool, error) {
 	defer r.gate.Recycle(idx, buf)
+	if r.in.stored != nil {
+		if sc := r.in.stored[idx]; sc != nil && sc.takeFresh() {
+			r.crossToLive(idx, buf)
+		}
+	}
+	if r.uc != nil && r.uc.storing[idx] {
+		r.uc.storeInput(idx, buf)
+	}
 	if buf.Kind == network.KindEvent {
 		if j, ok := r.in.joinOnEvent(idx, buf.FirstSeq); ok {
 			r.joined(idx, j)
@@ -107,8 +114,11 @@ func (r *run) processEvent(idx int, b []byte) (bool, error) {
 		if r.aligner == nil {
 			return false, fmt.Errorf("input channel %d: barrier of checkpoint %d, but checkpointing is off for this task", idx, ev.CheckpointID)
 		}
-		r.align.barrier(ev.CheckpointID)
-		r.apply(r.aligner.OnBarrier(idx, barrier.Checkpoint{ID: ev.CheckpointID, TimestampMillis: ev.TimestampMillis, Flags: ev.Flags}))
+		r.align.barrier(ev.CheckpointID, ev.Flags, r.cp.setup.AlignedTimeout)
+		if r.uc != nil {
+			r.uc.barrierArrived(idx, ev.CheckpointID)
+		}
+		r.apply(r.aligner.OnBarrier(idx, barrierCheckpoint(ev)))
 		return false, nil
 	case network.EventCancelCheckpoint:
 		if r.aligner != nil {

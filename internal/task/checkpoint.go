@@ -45,6 +45,9 @@ type CheckpointSetup struct {
 	// or a task of one input channel).
 	Ack     func(id int64, from ident.Attempt, h checkpoint.StateHandle, alignment time.Duration)
 	Decline func(id int64, from ident.Attempt, err error)
+	// AlignedTimeout, if positive, makes the unaligned checkpoints start aligned: a task switches one to
+	// unaligned once its alignment took longer (Flink's aligned checkpoint timeout).
+	AlignedTimeout time.Duration
 	// Incremental makes checkpoints incremental when Store is a SharedStateStore: each state blob is
 	// shared, holds the deltas of the operators that write them (StateWriter.Delta) and the whole state
 	// of the others, and the handle lists the blobs of the chain it builds on before it.
@@ -59,16 +62,55 @@ type SharedStateStore interface {
 }
 
 // performCheckpoint snapshots the chain and the task's own entries on the task goroutine, forwards the
-// barrier, and hands the state to the checkpointer, which writes it off the task goroutine.
+// barrier, and hands the state to the checkpointer, which writes it off the task goroutine. An unaligned
+// checkpoint (flags) is written at once only when no input channel is left to store (a source, or a task
+// whose channels all delivered the barrier or ended); otherwise the aligner's Complete writes it.
 func (r *run) performCheckpoint(id, ts int64, flags uint32) {
 	if r.cp.setup == nil {
 		return
 	}
+	if flags&FlagUnaligned != 0 {
+		if r.snapshotUnaligned(id, ts, flags, false) {
+			r.completeUnaligned(id)
+		}
+		return
+	}
+	writers, ok := r.snapshotChain(id)
+	if !ok {
+		return
+	}
+	if flags&FlagAlignedTimeout != 0 {
+		// Every task of a checkpoint that may turn unaligned writes the entry, empty here: a restore
+		// then knows that its producers number on from where it stood.
+		u := &pendingUnaligned{id: id}
+		for _, p := range r.outputs {
+			subs := make([]network.OutputChannelState, p.NumSubpartitions())
+			for i := range subs {
+				subs[i].NextSeq = p.NextSequence(i)
+			}
+			u.outputs = append(u.outputs, subs)
+		}
+		u.inputs, u.after = make([][][]byte, len(r.in.channels)), make([]bool, len(r.in.channels))
+		entry := r.encodeInflight(u)
+		writers = append(writers, StateWriter{Operator: inflightName, Write: func(w io.Writer) error { _, err := w.Write(entry); return err }})
+	}
+	ev := network.Event{Type: network.EventBarrier, CheckpointID: id, TimestampMillis: ts, Flags: flags}
+	for _, p := range r.outputs {
+		if err := p.BroadcastEvent(ev); err != nil {
+			Abort(fmt.Errorf("forward barrier of checkpoint %d: %w", id, err))
+		}
+	}
+	r.cp.write(id, writers, r.align.took(id))
+}
+
+// snapshotChain captures the chain's state and the task's own entries for checkpoint id, marking the
+// determinant log there; it declines the checkpoint and reports false when the chain cannot.
+func (r *run) snapshotChain(id int64) ([]StateWriter, bool) {
 	r.steps.mark(id)
 	writers, err := r.chain.Snapshot(id)
 	if err != nil {
 		r.cp.decline(id, fmt.Errorf("snapshot: %w", err))
-		return
+		return nil, false
 	}
 	r.lastSnapshot = id
 	if w := r.snapshotTaken(id); w != nil {
@@ -81,31 +123,43 @@ func (r *run) performCheckpoint(id, ts int64, flags uint32) {
 		pos := encodePositions(r.in.channels, r.in.positions())
 		writers = append(writers, StateWriter{Operator: channelPositionsName, Write: func(w io.Writer) error { _, err := w.Write(pos); return err }})
 	}
-	ev := network.Event{Type: network.EventBarrier, CheckpointID: id, TimestampMillis: ts, Flags: flags}
-	for _, p := range r.outputs {
-		if err := p.BroadcastEvent(ev); err != nil {
-			Abort(fmt.Errorf("forward barrier of checkpoint %d: %w", id, err))
-		}
-	}
-	r.cp.write(id, writers, r.align.took(id))
+	return writers, true
 }
 
 // alignment times the barriers of the checkpoint the input aligns: from the first barrier to the one that
-// completes the alignment. It reads the clock once per barrier, never per record.
+// completes the alignment. It reads the clock once per barrier, never per record, and while a checkpoint
+// that may turn unaligned aligns, once per buffer.
 type alignment struct {
 	id    int64
 	first time.Time
 	// more says a barrier of id came after the first.
 	more bool
+	// timeout, if positive, is the aligned checkpoint timeout of checkpoint id, which is still aligning.
+	timeout time.Duration
 }
 
-// barrier notes a barrier of checkpoint id on an input channel.
-func (a *alignment) barrier(id int64) {
+// barrier notes a barrier of checkpoint id, with flags, on an input channel; timeout is the task's aligned
+// checkpoint timeout.
+func (a *alignment) barrier(id int64, flags uint32, timeout time.Duration) {
 	if id != a.id {
 		*a = alignment{id: id, first: time.Now()}
+		if flags&FlagAlignedTimeout != 0 {
+			a.timeout = timeout
+		}
 		return
 	}
 	a.more = true
+}
+
+// checkAlignmentTimeout switches the checkpoint being aligned to unaligned once its alignment took longer
+// than the aligned checkpoint timeout.
+func (r *run) checkAlignmentTimeout() {
+	a := &r.align
+	if a.timeout <= 0 || r.aligner == nil || time.Since(a.first) < a.timeout {
+		return
+	}
+	a.timeout = 0
+	r.apply(r.aligner.OnAlignmentTimeout(a.id))
 }
 
 // took is how long the alignment of checkpoint id took, as it is snapshotted: 0 when its first barrier
@@ -120,6 +174,7 @@ func (a *alignment) took(id int64) time.Duration {
 // apply carries out what the barrier aligner decided, in the order the aligner documents.
 func (r *run) apply(a barrier.Action) {
 	for _, ab := range a.Aborts {
+		r.dropUnaligned(ab.ID)
 		ev := network.Event{Type: network.EventCancelCheckpoint, CheckpointID: ab.ID}
 		for _, p := range r.outputs {
 			if err := p.BroadcastEvent(ev); err != nil {
@@ -127,8 +182,23 @@ func (r *run) apply(a barrier.Action) {
 			}
 		}
 	}
-	if a.Snapshot != nil {
-		r.performCheckpoint(a.Snapshot.ID, a.Snapshot.TimestampMillis, a.Snapshot.Flags)
+	if s := a.Snapshot; s != nil {
+		if s.ID == r.align.id {
+			r.align.timeout = 0
+		}
+		switch {
+		case s.Unaligned:
+			r.snapshotUnaligned(s.ID, s.TimestampMillis, s.Flags, true)
+		case s.Flags&FlagAlignedTimeout != 0 && r.cp.setup != nil && r.cp.setup.AlignedTimeout > 0 &&
+			time.Since(time.UnixMilli(s.TimestampMillis)) > r.cp.setup.AlignedTimeout:
+			// Aligned, but older than the timeout: its barrier overtakes the output queues.
+			r.performCheckpoint(s.ID, s.TimestampMillis, s.Flags|FlagUnaligned)
+		default:
+			r.performCheckpoint(s.ID, s.TimestampMillis, s.Flags)
+		}
+	}
+	if a.Complete != nil {
+		r.completeUnaligned(a.Complete.ID)
 	}
 	if a.UnblockAll {
 		r.gate.UnblockAll()

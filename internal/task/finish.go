@@ -143,6 +143,9 @@ func (r *run) readAllInput() bool {
 // triggered starts checkpoint id at this task on the job master's request: at once for a source or a task
 // that has read its inputs to the end, otherwise once it has (see the protocol above).
 func (r *run) triggered(id, ts int64, flags uint32) {
+	if r.cp.setup != nil {
+		flags = r.unalignedFlags(flags)
+	}
 	if r.readAllInput() && !r.regenerating {
 		r.performCheckpoint(id, ts, flags)
 		return

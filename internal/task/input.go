@@ -31,6 +31,8 @@ type input struct {
 	// dataEnded marks the channels that delivered end of data or end of partition: no more records.
 	dataEnded      []bool
 	dataEndedCount int
+	// stored holds, per channel, the buffers a restored unaligned checkpoint stored for it (nil: none).
+	stored []*storedChannel
 	// closed says the task's input ended: its operators heard EndInput (or the restored checkpoint says
 	// they had), and records after it break the protocol.
 	closed bool
@@ -175,6 +177,22 @@ func (in *input) restorePositions(recorded map[channelID]uint64) {
 			// The state holds every record before seq; a channel served from its producer's log starts at
 			// the checkpoint's barrier, which may lie before it (the checkpoint was taken while the task
 			// still dropped what a restarted producer regenerated).
+			in.decoders[i].SkipTo(seq)
+		}
+	}
+}
+
+// restorePositionsOf sets the restored positions as restorePositions does, matching the channels by
+// producer vertex, subtask and subpartition (key), whatever the producer's attempt.
+func (in *input) restorePositionsOf(recorded map[channelID]uint64, key func(idx int) channelKey) {
+	byKey := make(map[channelKey]uint64, len(recorded))
+	for c, seq := range recorded {
+		p := c.partition
+		byKey[channelKey{result: uint64(p.Result), vertex: uint64(p.Producer.Vertex), index: uint64(p.Producer.Index), subpartition: c.subpartition}] = seq
+	}
+	for i := range in.channels {
+		if seq, ok := byKey[key(i)]; ok {
+			in.restored[i] = seq
 			in.decoders[i].SkipTo(seq)
 		}
 	}

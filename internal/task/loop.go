@@ -134,6 +134,9 @@ func (r *run) between(tick <-chan time.Time, idle bool, wake <-chan struct{}) er
 	case sigTick:
 		r.flushAll()
 		t.counters.Publish()
+		if r.align.timeout > 0 {
+			r.checkAlignmentTimeout()
+		}
 	case sigTimer:
 		return r.onTimer()
 	case sigCancel:
@@ -193,5 +196,8 @@ func (r *run) afterWork() {
 	}
 	if r.regenerating {
 		r.checkRegenerated()
+	}
+	if r.align.timeout > 0 {
+		r.checkAlignmentTimeout()
 	}
 }

@@ -40,7 +40,7 @@ func TestRestorePositions(t *testing.T) {
 			for k, v := range tc.states {
 				states[k] = v
 			}
-			if err := r.restorePositions(&deploy.RestoreSpec{CheckpointID: 9, SameRun: tc.sameRun}, states); err != nil {
+			if err := r.restorePositions(&deploy.RestoreSpec{CheckpointID: 9, SameRun: tc.sameRun}, states, false); err != nil {
 				t.Fatal(err)
 			}
 			for i, w := range tc.want {

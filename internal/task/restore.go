@@ -38,6 +38,7 @@ func (r *run) restore() (finished bool, err error) {
 	}
 	states := map[string][]byte{}
 	var floors floorOf
+	var inflight []byte
 	if len(spec.Handle.Blobs) > 0 {
 		m, err := r.readHandle(spec, read, spec.Handle.Blobs)
 		if err != nil {
@@ -54,11 +55,20 @@ func (r *run) restore() (finished bool, err error) {
 				}
 				continue
 			}
+			if k == inflightName {
+				inflight = v
+				continue
+			}
 			states[k] = v
 		}
 	}
-	if err := r.restorePositions(spec, states); err != nil {
+	if err := r.restorePositions(spec, states, inflight != nil); err != nil {
 		return false, err
+	}
+	if inflight != nil {
+		if err := r.restoreInflight(spec.CheckpointID, inflight); err != nil {
+			return false, err
+		}
 	}
 	if err := r.chain.Restore(states); err != nil {
 		return false, fmt.Errorf("restore from checkpoint %d: %w", spec.CheckpointID, err)
@@ -68,6 +78,24 @@ func (r *run) restore() (finished bool, err error) {
 	}
 	return false, nil
 }
+
+// refuseInflight refuses to redistribute the channel state of an unaligned checkpoint: the records in
+// flight would have to be sent again to other subtasks. A checkpoint whose channel state is empty is as
+// good as an aligned one.
+func refuseInflight(id int64, name string, index int32, entry []byte) error {
+	st, err := decodeInflight(entry)
+	if err != nil {
+		return fmt.Errorf("restore from checkpoint %d: %w", id, err)
+	}
+	if st.empty() {
+		return nil
+	}
+	return fmt.Errorf("restore from checkpoint %d: %s: %w (subtask %d holds records in flight)", id, name, ErrRescaleUnaligned, index)
+}
+
+// ErrRescaleUnaligned refuses a restore at another parallelism, or with operators chained otherwise, of an
+// unaligned checkpoint that holds records in flight.
+var ErrRescaleUnaligned = errors.New("an unaligned checkpoint's records in flight cannot be redistributed: restore it at the parallelism and chaining it was taken with, or take a savepoint (savepoints are aligned) and rescale from that")
 
 // BlobReader reads one state blob of a checkpoint.
 type BlobReader func(context.Context, checkpoint.BlobRef) ([]byte, error)
@@ -160,6 +188,10 @@ func (r *run) restoreRescaled(spec *deploy.RestoreSpec, read BlobReader) error {
 			for k, v := range m {
 				switch k {
 				case channelStateName, channelPositionsName:
+				case inflightName:
+					if err := refuseInflight(spec.CheckpointID, me.Name(), h.Attempt.Index, v); err != nil {
+						return err
+					}
 				case watermarkName:
 					if err := floors.add(v); err != nil {
 						return fmt.Errorf("restore from checkpoint %d: %w", spec.CheckpointID, err)
@@ -210,6 +242,10 @@ func (r *run) restoreRemapped(spec *deploy.RestoreSpec, read BlobReader) (bool, 
 			}
 			for k, v := range m {
 				switch {
+				case k == inflightName:
+					if err := refuseInflight(spec.CheckpointID, me.Name(), sr.Handle.Attempt.Index, v); err != nil {
+						return false, err
+					}
 				case k == inputEndedName:
 					hadEnded = true
 				case k == watermarkName:
@@ -269,12 +305,15 @@ func (r *run) restoreRemapped(spec *deploy.RestoreSpec, read BlobReader) (bool, 
 // producer attempt and subpartition: after a savepoint, a restart of the producer or a rescaling, the
 // recorded positions count records of a sequence that no longer exists. The legacy entry, which did not
 // name the producers, is used only within one run and when the channels still line up one to one.
-func (r *run) restorePositions(spec *deploy.RestoreSpec, states map[string][]byte) error {
+//
+// In an unaligned checkpoint (unaligned) every producer numbers on from where the checkpoint stood, in a
+// new attempt too, so a channel takes its position whatever the producer's attempt.
+func (r *run) restorePositions(spec *deploy.RestoreSpec, states map[string][]byte, unaligned bool) error {
 	legacy, hasLegacy := states[channelStateName]
 	pos, has := states[channelPositionsName]
 	delete(states, channelStateName)
 	delete(states, channelPositionsName)
-	if !spec.SameRun {
+	if !spec.SameRun && !unaligned {
 		return nil
 	}
 	if has {
@@ -282,7 +321,14 @@ func (r *run) restorePositions(spec *deploy.RestoreSpec, states map[string][]byt
 		if err != nil {
 			return fmt.Errorf("restore from checkpoint %d: %w", spec.CheckpointID, err)
 		}
+		if unaligned {
+			r.in.restorePositionsOf(recorded, r.keyOf)
+			return nil
+		}
 		r.in.restorePositions(recorded)
+		return nil
+	}
+	if !spec.SameRun {
 		return nil
 	}
 	if hasLegacy {

@@ -463,7 +463,9 @@ type run struct {
 	completeHeard int64
 	fin           finishing // end of input and the final checkpoint (finish.go)
 	align         alignment // the timing of the barriers the input aligns (checkpoint.go)
-	et            eventTime // watermarks and processing time (watermarks.go)
+	// uc is the unaligned checkpoint snapshotted and still storing its input channel state (unaligned.go).
+	uc *pendingUnaligned
+	et eventTime // watermarks and processing time (watermarks.go)
 }
 
 func (r *run) execute() (err error) {
@@ -509,7 +511,9 @@ func (r *run) execute() (err error) {
 	}
 	if r.gate != nil && t.cfg.Checkpoints != nil {
 		r.aligner = barrier.New(r.gate.NumChannels(), t.cfg.Checkpoints.Mode)
-		if id := t.cfg.SkipCheckpointsUpTo; id > 0 {
+		// Barriers of the restored checkpoint and those before reach a restored task only as stored
+		// (unaligned.go) or replayed ones: it has their snapshot already.
+		if id := max(t.cfg.SkipCheckpointsUpTo, t.cfg.restoredID()); id > 0 {
 			r.apply(r.aligner.OnAbortUpTo(id))
 		}
 	}
