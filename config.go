@@ -60,6 +60,10 @@ type Config struct {
 	// Clock is the processing time of the job's tasks when it runs in this process (WithClock); nil: the
 	// wall clock.
 	Clock Clock
+	// NetworkBuffersPerChannel is the length of the network queues (WithNetworkBuffersPerChannel; 0: the
+	// default).
+	NetworkBuffersPerChannel int
+	networkBuffersSet        bool
 }
 
 // Defaults of an Environment.
@@ -177,6 +181,9 @@ func (c *Config) validate() error {
 	}
 	if c.Progress != nil && c.ProgressInterval <= 0 {
 		errs = append(errs, fmt.Errorf("WithProgress: interval must be positive, got %s", c.ProgressInterval))
+	}
+	if err := c.validateNetworkBuffers(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -70,6 +70,7 @@ func (e *Environment) compile(ctx context.Context, name string) (*executor.Job, 
 	return &executor.Job{Name: name, Graph: jg, Fingerprint: graph.Fingerprint(jg), Recovery: rc.Recovery,
 		Settings: executor.Settings{
 			BufferTimeout: c.BufferTimeout, MaxRecordSize: c.MaxRecordSize, NoSlotSharing: c.NoSlotSharing,
+			NetworkBuffersPerChannel: c.networkBuffersPerChannel(),
 			MiniCluster: cluster.MiniClusterConfig{TaskManagers: c.TaskManagers, SlotsPerTM: c.SlotsPerTM,
 				NetworkMemoryBytes: c.NetworkMemoryBytes, InflightLogMemory: c.InflightLogMemory, InflightLogDisk: c.InflightLogDisk,
 				BufferSize: c.BufferSize, Logger: c.Logger, Clock: c.Clock},

@@ -74,6 +74,9 @@ type Settings struct {
 	BufferTimeout time.Duration
 	MaxRecordSize int
 	NoSlotSharing bool
+	// NetworkBuffersPerChannel is the length of the network queues: the buffers an output subpartition
+	// may fill and the credit of a remote input channel (0: task.DefaultCreditsPerChannel).
+	NetworkBuffersPerChannel int
 	// MiniCluster sizes the in-process cluster Execute starts; its Logger (nil: slog.Default()) and Clock
 	// are the run's. SlotsPerTM 0 is just enough slots for the job.
 	MiniCluster cluster.MiniClusterConfig

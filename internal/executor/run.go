@@ -100,6 +100,7 @@ func Run(ctx context.Context, job *Job, on On) (*report.JobResult, error) {
 		BufferTimeout: job.Settings.BufferTimeout, MaxRecordSize: job.Settings.MaxRecordSize, Logger: job.Settings.MiniCluster.Logger,
 		Failover: rc.Failover, Restart: rc.Restart, StateBackend: rc.Backend, Scheduling: rc.Scheduling,
 		NoSlotSharing: job.Settings.NoSlotSharing, SavepointOnStop: rc.SavepointDir, Resumed: on.Resumed,
+		CreditsPerChannel: job.Settings.NetworkBuffersPerChannel,
 	}
 	if on.Cluster {
 		if err := job.CheckSharedStorage(); err != nil {

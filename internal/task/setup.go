@@ -19,7 +19,9 @@ func (r *run) setupOutputs() error {
 	}
 	n := 0
 	for _, o := range t.cfg.Outputs {
-		n += 4*o.Subpartitions + 2
+		// A subpartition's queue is as long as a remote input channel's credit: the one knob
+		// (WithNetworkBuffersPerChannel) sizes both ends of a channel.
+		n += t.cfg.CreditsPerChannel*o.Subpartitions + 2
 	}
 	pool, err := t.env.Memory.NewPool(t.cfg.Info.Name()+" output", n)
 	if err != nil {
