@@ -87,11 +87,17 @@ func newCheckpointBenchCmd() *cobra.Command {
 	var interval time.Duration
 	var asJSON bool
 	var failover string
+	var backpressure bool
+	var bp throughput.BackpressureConfig
 	cmd := &cobra.Command{
 		Use:   "checkpoints",
-		Short: "the standard pipeline with checkpoints every --interval, as a ratio to the same pipeline without",
+		Short: "the standard pipeline with checkpoints every --interval, as a ratio to the same pipeline without; with --backpressure, aligned vs unaligned checkpoints behind a slow sink",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if backpressure {
+				bp.Keys, bp.Runs, bp.Interval = cfg.Keys, cfg.Runs, interval
+				return runBackpressureCmd(cmd, bp, asJSON)
+			}
 			if cfg.Records < 1 {
 				return usageError(fmt.Errorf("invalid --records %d: must be at least 1", cfg.Records))
 			}
@@ -142,7 +148,66 @@ func newCheckpointBenchCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
 	cmd.Flags().StringVar(&failover, "failover", "", "compare the checkpointed pipeline under this failover strategy (task, approximate, full) with it under region failover, instead of with and without checkpoints")
 	cmd.Flags().Int64Var(&cfg.InflightLogMemory, "inflight-log-memory", 0, "with --failover task: the TaskManager's bytes of memory for the in-flight logs before they spill (0: 1 GiB)")
+	cmd.Flags().BoolVar(&backpressure, "backpressure", false, "run generator -> map -> keyBy -> sum -> a sink paced to a fifth of the sources' rate, with aligned and with unaligned checkpoints, alternating, and compare the checkpoints' durations")
+	cmd.Flags().Float64Var(&bp.SinkRate, "sink-rate", 20_000, "with --backpressure: records per second each sink subtask takes (the sources offer 5 times as many)")
+	cmd.Flags().DurationVar(&bp.MaxDuration, "duration", 20*time.Second, "with --backpressure: the longest a run lasts (it ends sooner once it completed its checkpoints)")
+	cmd.Flags().IntVar(&bp.Checkpoints, "checkpoints", 5, "with --backpressure: checkpoints each run measures, after the warm-up")
+	cmd.Flags().IntVar(&bp.Warmup, "warmup", 1, "with --backpressure: checkpoints each run takes before those it measures")
+	cmd.Flags().IntSliceVar(&bp.BuffersPerChannel, "buffers-per-channel", []int{4}, "with --backpressure: network queue lengths (buffers per channel) to run at, each with --runs rounds (e.g. 4,16,64)")
+	cmd.Flags().StringSliceVar(&bp.Modes, "modes", []string{throughput.Aligned, throughput.Unaligned}, "with --backpressure: the checkpoints to run, aligned and/or unaligned")
+	cmd.MarkFlagsMutuallyExclusive("backpressure", "failover")
 	return cmd
+}
+
+// runBackpressureCmd is bench checkpoints --backpressure.
+func runBackpressureCmd(cmd *cobra.Command, cfg throughput.BackpressureConfig, asJSON bool) error {
+	if cfg.SinkRate <= 0 {
+		return usageError(fmt.Errorf("invalid --sink-rate %v: must be positive", cfg.SinkRate))
+	}
+	if cfg.Interval <= 0 || cfg.MaxDuration <= 0 {
+		return usageError(fmt.Errorf("invalid --interval %s or --duration %s: must be positive", cfg.Interval, cfg.MaxDuration))
+	}
+	if cfg.Checkpoints < 1 || cfg.Warmup < 0 || cfg.Runs < 1 {
+		return usageError(fmt.Errorf("invalid --checkpoints %d, --warmup %d or --runs %d: at least 1, 0 and 1", cfg.Checkpoints, cfg.Warmup, cfg.Runs))
+	}
+	for _, n := range cfg.BuffersPerChannel {
+		if n < 1 {
+			return usageError(fmt.Errorf("invalid --buffers-per-channel %d: must be at least 1", n))
+		}
+	}
+	for _, m := range cfg.Modes {
+		if m != throughput.Aligned && m != throughput.Unaligned {
+			return usageError(fmt.Errorf("invalid --modes %q: use aligned and/or unaligned", m))
+		}
+	}
+	res, err := throughput.RunBackpressure(cmd.Context(), cfg)
+	if err != nil {
+		return err
+	}
+	out := cmd.OutOrStdout()
+	if asJSON {
+		return json.NewEncoder(out).Encode(res)
+	}
+	fmt.Fprintf(out, "sink %.0f records/s per subtask, sources %.0f, parallelism %d, checkpoints every %s, %d runs of each\n",
+		res.SinkRate, res.SourceRate, res.Parallelism, cfg.Interval, cfg.Runs)
+	fmt.Fprintf(out, "%-8s %-10s %11s %15s %6s %12s %12s %12s\n", "buffers", "mode", "median (ms)", "range (ms)", "count", "alignment ms", "state bytes", "sink rec/s")
+	queues := res.Queues
+	if len(queues) == 0 {
+		queues = []*throughput.BackpressureResult{res}
+	}
+	for _, q := range queues {
+		for _, m := range cfg.Modes {
+			ms, rng, n, align, size, rps := q.AlignedMillis, q.AlignedRangeMillis, q.AlignedCheckpoints, q.AlignedAlignmentMillis, q.AlignedStateBytes, q.AlignedSinkRPS
+			if m == throughput.Unaligned {
+				ms, rng, n, align, size, rps = q.UnalignedMillis, q.UnalignedRangeMillis, q.UnalignedCheckpoints, q.UnalignedAlignmentMillis, q.UnalignedStateBytes, q.UnalignedSinkRPS
+			}
+			fmt.Fprintf(out, "%-8d %-10s %11.1f %15s %6d %12.1f %12d %12.0f\n", q.BuffersPerChannel, m, ms, fmt.Sprintf("%d-%d", rng[0], rng[1]), n, align, size, rps)
+		}
+		if q.Ratio > 0 {
+			fmt.Fprintf(out, "%-8d ratio      %11.1f  (aligned / unaligned)\n", q.BuffersPerChannel, q.Ratio)
+		}
+	}
+	return nil
 }
 
 func newRecoveryBenchCmd() *cobra.Command {
