@@ -31,6 +31,7 @@ run() {
 
 run throughput               throughput
 run throughput-checkpointed  throughput --checkpoint-interval 1000
+run checkpoints              checkpoints --runs 1
 run recovery-region          recovery --failover region
 run recovery-full            recovery --failover full
 run approximate              approximate

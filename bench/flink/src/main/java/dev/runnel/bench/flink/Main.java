@@ -44,6 +44,7 @@ import java.util.stream.Stream;
  *
  * <pre>
  *   java -jar runnel-flink-bench.jar throughput  [--records N] [--keys N] [--parallelism N] [--checkpoint-interval MS]
+ *   java -jar runnel-flink-bench.jar checkpoints [--sink-rate N] [--modes aligned,unaligned] [--runs N] ...
  *   java -jar runnel-flink-bench.jar recovery    [--failover region|full] [--duration 10s] [--fail-after 3s] [--rate N] ...
  *   java -jar runnel-flink-bench.jar approximate [same flags as recovery]
  *   java -jar runnel-flink-bench.jar standalone-kill [--failover region|approximate] [--heartbeat-interval 500ms ...]
@@ -71,6 +72,9 @@ public final class Main {
         switch (job) {
             case "throughput":
                 result = throughput(flags);
+                break;
+            case "checkpoints":
+                result = Checkpoints.run(flags);
                 break;
             case "recovery":
                 result = recovery(flags, false);
@@ -118,6 +122,9 @@ public final class Main {
     private static void usage(PrintStream out) {
         out.println("usage: java -jar runnel-flink-bench.jar JOB [flags]");
         out.println("  throughput   --records 20000000 --keys 1024 --parallelism 2 --checkpoint-interval 0 (ms, 0 = off)");
+        out.println("  checkpoints  --sink-rate 20000 (records/s per sink subtask; sources 5x) --interval 1s --duration 20s");
+        out.println("               --warmup 1 --checkpoints 5 --runs 2 --modes aligned,unaligned --segment-size 32768");
+        out.println("               --keys 1024 --parallelism 2: aligned vs unaligned checkpoints behind a slow sink");
         out.println("  recovery     --parallelism 4 --keys 1024 --checkpoint-interval 200 --duration 10s --fail-after 3s");
         out.println("               --failover region|full --rate 500000 (records/s over all sources, 0 = unbounded)");
         out.println("               --buffer-timeout 5 (ms) --scheduler default|adaptive (jobmanager.scheduler)");
