@@ -32,8 +32,8 @@ type BackpressureConfig struct {
 	Parallelism  int   // default 2
 	// Interval is the checkpoint interval (default 1 s).
 	Interval time.Duration
-	// Warmup is how many checkpoints each run takes before those it measures (default 1): the first is
-	// triggered while the queues are still filling.
+	// Warmup is how many checkpoints each run takes before those it measures; 1 (the command's default)
+	// passes over the first, which is triggered while the queues are still filling.
 	Warmup int
 	// Checkpoints is how many checkpoints a run measures: it ends once it completed Warmup+Checkpoints of
 	// them, or after MaxDuration, whichever comes first (default 5).
@@ -46,11 +46,16 @@ type BackpressureConfig struct {
 	// BuffersPerChannel are the network queue lengths to run at (runnel.WithNetworkBuffersPerChannel), each
 	// with Runs rounds (default: the default length only).
 	BuffersPerChannel []int
+	// BufferSize is the size of a network buffer in bytes (runnel.WithBufferSize; 0: the default, 32 KiB).
+	BufferSize int
 	// Modes lists "aligned" and "unaligned", the checkpoints to run (default both).
 	Modes []string
 	// Logger is the engine's logger (default: warnings and errors to stderr).
 	Logger *slog.Logger
 }
+
+// defaultBufferSize is the engine's default network buffer size, which RunBackpressure reports.
+const defaultBufferSize = 32 << 10
 
 // The checkpoint modes of RunBackpressure.
 const (
@@ -88,6 +93,7 @@ type BackpressureResult struct {
 	UnalignedSinkRPS float64 `json:"unaligned_sink_rps"`
 
 	BuffersPerChannel int     `json:"buffers_per_channel"`
+	BufferSize        int     `json:"buffer_size"`
 	SinkRate          float64 `json:"sink_rate"`
 	SourceRate        float64 `json:"source_rate"`
 	Parallelism       int     `json:"parallelism"`
@@ -129,9 +135,6 @@ func (cfg *BackpressureConfig) defaults() error {
 	if cfg.Interval == 0 {
 		cfg.Interval = time.Second
 	}
-	if cfg.Warmup == 0 {
-		cfg.Warmup = 1
-	}
 	if cfg.Checkpoints == 0 {
 		cfg.Checkpoints = 5
 	}
@@ -143,6 +146,9 @@ func (cfg *BackpressureConfig) defaults() error {
 	}
 	if len(cfg.BuffersPerChannel) == 0 {
 		cfg.BuffersPerChannel = []int{runnel.DefaultNetworkBuffersPerChannel}
+	}
+	if cfg.BufferSize == 0 {
+		cfg.BufferSize = defaultBufferSize
 	}
 	if len(cfg.Modes) == 0 {
 		cfg.Modes = []string{Aligned, Unaligned}
@@ -175,7 +181,7 @@ func RunBackpressure(ctx context.Context, cfg BackpressureConfig) (*Backpressure
 	}
 	var all []*BackpressureResult
 	for _, buffers := range cfg.BuffersPerChannel {
-		res := &BackpressureResult{BuffersPerChannel: buffers, SinkRate: cfg.SinkRate, SourceRate: cfg.SinkRate * cfg.SourceFactor,
+		res := &BackpressureResult{BuffersPerChannel: buffers, BufferSize: cfg.BufferSize, SinkRate: cfg.SinkRate, SourceRate: cfg.SinkRate * cfg.SourceFactor,
 			Parallelism: cfg.Parallelism, IntervalMillis: cfg.Interval.Milliseconds(), Runs: []BackpressureRun{}}
 		for round := 0; round < cfg.Runs; round++ {
 			modes := slices.Clone(cfg.Modes)
@@ -276,6 +282,7 @@ func runBackpressured(ctx context.Context, cfg BackpressureConfig, mode string, 
 			// A checkpoint of the aligned runs takes as long as the queues take to drain; it must not
 			// expire, which would fail the job.
 			Timeout: max(10*time.Minute, 2*cfg.MaxDuration)})}
+	opts = append(opts, runnel.WithBufferSize(cfg.BufferSize))
 	env := runnel.NewEnvironment(opts...)
 	src := runnel.FromSource(env, connector.Generator(func(s int, seq uint64) Record {
 		return Record{Key: int64((seq*uint64(p) + uint64(s)) % keys), Value: int64(seq)}

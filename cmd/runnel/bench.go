@@ -154,6 +154,7 @@ func newCheckpointBenchCmd() *cobra.Command {
 	cmd.Flags().IntVar(&bp.Checkpoints, "checkpoints", 5, "with --backpressure: checkpoints each run measures, after the warm-up")
 	cmd.Flags().IntVar(&bp.Warmup, "warmup", 1, "with --backpressure: checkpoints each run takes before those it measures")
 	cmd.Flags().IntSliceVar(&bp.BuffersPerChannel, "buffers-per-channel", []int{4}, "with --backpressure: network queue lengths (buffers per channel) to run at, each with --runs rounds (e.g. 4,16,64)")
+	cmd.Flags().IntVar(&bp.BufferSize, "buffer-size", 32*1024, "with --backpressure: network buffer size in bytes")
 	cmd.Flags().StringSliceVar(&bp.Modes, "modes", []string{throughput.Aligned, throughput.Unaligned}, "with --backpressure: the checkpoints to run, aligned and/or unaligned")
 	cmd.MarkFlagsMutuallyExclusive("backpressure", "failover")
 	return cmd

@@ -9,7 +9,7 @@ import (
 // TestBenchCheckpointsBackpressure runs bench checkpoints --backpressure at a tiny size: every measured
 // checkpoint of each mode completed, and the figures are those of a backpressured job that checkpoints.
 func TestBenchCheckpointsBackpressure(t *testing.T) {
-	modes := []string{"aligned"}
+	modes := []string{"aligned", "unaligned"}
 	out, stderr, code := runCLI(t, "bench", "checkpoints", "--backpressure", "--json", "--runs", "1", "--interval", "200ms",
 		"--warmup", "1", "--checkpoints", "2", "--duration", "10s", "--modes", strings.Join(modes, ","))
 	if code != 0 {
@@ -24,6 +24,13 @@ func TestBenchCheckpointsBackpressure(t *testing.T) {
 		if _, ok := r[k]; !ok {
 			t.Fatalf("missing %s in %s", k, out)
 		}
+	}
+	// An unaligned checkpoint stores the buffers its barrier overtook: it is larger than an aligned one.
+	if a, u := r["aligned_state_bytes"].(float64), r["unaligned_state_bytes"].(float64); u <= a {
+		t.Errorf("unaligned checkpoints of %v bytes, aligned of %v: want the unaligned ones to hold channel state: %s", u, a, out)
+	}
+	if v := r["ratio"].(float64); v <= 0 {
+		t.Errorf("ratio = %v, want it positive: %s", v, out)
 	}
 	for _, m := range modes {
 		if n := r[m+"_checkpoints"].(float64); n != 2 {
