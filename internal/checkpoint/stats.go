@@ -32,20 +32,24 @@ type AckStats struct {
 	// AlignmentNanos is how long the subtask's input was held aligning the checkpoint's barriers: from the
 	// first barrier on any input to the last (0 for a source or a subtask of one input).
 	AlignmentNanos int64
+	// ChannelStateBytes is the size of the records in flight an unaligned checkpoint stored for the
+	// subtask (its input and output channel state), part of the state it wrote.
+	ChannelStateBytes int64
 }
 
 // CheckpointStats are the statistics of one checkpoint: when it was triggered and ended (milliseconds of
 // the coordinator's clock; EndMillis 0 while in progress), how many subtasks acknowledged it of those
 // expected, the bytes of the state they wrote (StateBytes: every blob and inline state the checkpoint
 // refers to; NewBytes: those that the newest completed checkpoint before it did not refer to, which an
-// incremental checkpoint writes afresh), the longest alignment of a subtask, and why it failed or was
-// aborted.
+// incremental checkpoint writes afresh; ChannelStateBytes: the records in flight an unaligned checkpoint
+// stored, part of StateBytes), the longest alignment of a subtask, and why it failed or was aborted.
 type CheckpointStats struct {
 	ID                       int64
 	Status                   StatsStatus
 	TriggerMillis, EndMillis int64
 	Acknowledged, Expected   int
 	StateBytes, NewBytes     int64
+	ChannelStateBytes        int64
 	MaxAlignmentNanos        int64
 	Reason                   string
 }
@@ -82,6 +86,7 @@ func (c *Coordinator) statsAcked(p *pending, h StateHandle, s AckStats) {
 	st.Acknowledged++
 	st.StateBytes += handleBytes(h)
 	st.MaxAlignmentNanos = max(st.MaxAlignmentNanos, s.AlignmentNanos)
+	st.ChannelStateBytes += s.ChannelStateBytes
 }
 
 // statsCompleted ends cp's statistics as completed at now; before is the newest checkpoint completed before

@@ -613,8 +613,8 @@ func (ss *session) deploy(job protocol.JobID, dep jobcore.Deployment) error {
 	if cs := dep.Checkpoints; cs != nil {
 		cfg.Checkpoints = &task.CheckpointSetup{Store: j.build.Store, Mode: cs.Mode, FinalCheckpoint: cs.FinalCheckpoint,
 			Incremental: j.build.Incremental, AlignedTimeout: time.Duration(cs.AlignedTimeoutMillis) * time.Millisecond,
-			Ack: func(id int64, from ident.Attempt, h checkpoint.StateHandle, alignment time.Duration) {
-				tm.emit(j, jobcore.CheckpointAck{ID: id, Attempt: from, Handle: h, Alignment: alignment})
+			Ack: func(id int64, from ident.Attempt, h checkpoint.StateHandle, st task.AckStats) {
+				tm.emit(j, jobcore.CheckpointAck{ID: id, Attempt: from, Handle: h, Alignment: st.Alignment, ChannelStateBytes: st.ChannelStateBytes})
 			},
 			Decline: func(id int64, from ident.Attempt, err error) {
 				tm.emit(j, jobcore.CheckpointDecline{ID: id, Attempt: from, Err: err})

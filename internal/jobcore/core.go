@@ -350,7 +350,7 @@ func (c *Core) Step(now time.Duration, ev Event) error {
 		c.onSampled(e)
 	case CheckpointAck:
 		if c.coord != nil {
-			c.carryOut(c.coord.AckWith(c.ms(), e.ID, e.Attempt, e.Handle, checkpoint.AckStats{AlignmentNanos: int64(e.Alignment)}))
+			c.carryOut(c.coord.AckWith(c.ms(), e.ID, e.Attempt, e.Handle, checkpoint.AckStats{AlignmentNanos: int64(e.Alignment), ChannelStateBytes: e.ChannelStateBytes}))
 		}
 	case CheckpointDecline:
 		c.onDecline(e)

@@ -241,6 +241,8 @@ type CheckpointAck struct {
 	Attempt   ident.Attempt
 	Handle    checkpoint.StateHandle
 	Alignment time.Duration
+	// ChannelStateBytes is the size of the records in flight an unaligned checkpoint stored for it.
+	ChannelStateBytes int64
 }
 
 // CheckpointDecline says an attempt could not take part in checkpoint ID. NotReady marks a decline that is

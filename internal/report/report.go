@@ -91,18 +91,21 @@ type CheckpointCounts struct {
 // ended (until now while in progress). Acknowledged of Expected subtasks took their snapshots.
 // StateBytes is the state it refers to (every blob and inline state); NewBytes what the newest completed
 // checkpoint before it did not refer to (all of it for a full checkpoint, what changed for an incremental
-// one). AlignmentMillis is the longest any subtask held its input aligning the checkpoint's barriers.
+// one). ChannelStateBytes is the part of StateBytes that holds records in flight (unaligned checkpoints).
+// AlignmentMillis is the longest any subtask held its input aligning the checkpoint's barriers (for an
+// unaligned checkpoint: the longest a subtask stored its input channel state, first barrier to last).
 type CheckpointStats struct {
-	ID              int64     `json:"id"`
-	Status          string    `json:"status"`
-	TriggerTime     time.Time `json:"trigger_time"`
-	DurationMillis  int64     `json:"duration_ms"`
-	Acknowledged    int       `json:"acknowledged"`
-	Expected        int       `json:"expected"`
-	StateBytes      int64     `json:"state_bytes"`
-	NewBytes        int64     `json:"new_bytes"`
-	AlignmentMillis int64     `json:"alignment_ms"`
-	Reason          string    `json:"reason,omitempty"`
+	ID                int64     `json:"id"`
+	Status            string    `json:"status"`
+	TriggerTime       time.Time `json:"trigger_time"`
+	DurationMillis    int64     `json:"duration_ms"`
+	Acknowledged      int       `json:"acknowledged"`
+	Expected          int       `json:"expected"`
+	StateBytes        int64     `json:"state_bytes"`
+	NewBytes          int64     `json:"new_bytes"`
+	ChannelStateBytes int64     `json:"channel_state_bytes"`
+	AlignmentMillis   int64     `json:"alignment_ms"`
+	Reason            string    `json:"reason,omitempty"`
 }
 
 // FailoverResult is one failover: the subtask that failed ("VERTEX[i]", or "job" for a failure of the job as a
@@ -271,7 +274,7 @@ func Of(name string, s jobcore.Snapshot) *JobResult {
 	}
 	for _, st := range s.CheckpointHistory {
 		cs := CheckpointStats{ID: st.ID, Status: st.Status.String(), TriggerTime: s.Started.Add(time.Duration(st.TriggerMillis) * time.Millisecond),
-			Acknowledged: st.Acknowledged, Expected: st.Expected, StateBytes: st.StateBytes, NewBytes: st.NewBytes,
+			Acknowledged: st.Acknowledged, Expected: st.Expected, StateBytes: st.StateBytes, NewBytes: st.NewBytes, ChannelStateBytes: st.ChannelStateBytes,
 			AlignmentMillis: CeilMillis(time.Duration(st.MaxAlignmentNanos)), Reason: st.Reason}
 		if st.EndMillis > 0 {
 			cs.DurationMillis = st.EndMillis - st.TriggerMillis

@@ -198,7 +198,7 @@ func encodeFromTaskManager(env protocol.Envelope) (*pb.FromTaskManager, error) {
 			Channel: encodeChannel(b.Channel), Lost: b.Lost, PartialSkipped: b.PartialSkipped, AtNanos: int64(b.At), Records: b.Records, SnapshotBefore: b.SnapshotBefore}}
 	case jobcore.CheckpointAck:
 		m.Body = &pb.FromTaskManager_CheckpointAck{CheckpointAck: &pb.CheckpointAck{Id: b.ID, Attempt: encodeAttempt(b.Attempt),
-			Handle: encodeHandle(b.Handle), AlignmentNanos: int64(b.Alignment)}}
+			Handle: encodeHandle(b.Handle), AlignmentNanos: int64(b.Alignment), ChannelStateBytes: b.ChannelStateBytes}}
 	case jobcore.CheckpointDecline:
 		m.Body = &pb.FromTaskManager_CheckpointDecline{CheckpointDecline: &pb.CheckpointDecline{Id: b.ID, Attempt: encodeAttempt(b.Attempt),
 			Err: errText(b.Err), ErrNotReady: errors.Is(b.Err, checkpoint.ErrTaskNotReady), NotReady: b.NotReady}}
@@ -301,7 +301,7 @@ func decodeFromTaskManager(m *pb.FromTaskManager) (env protocol.Envelope, bye *p
 	case *pb.FromTaskManager_CheckpointAck:
 		a := b.CheckpointAck
 		env.Body = jobcore.CheckpointAck{ID: a.GetId(), Attempt: decodeAttempt(a.GetAttempt()), Handle: decodeHandle(a.GetHandle()),
-			Alignment: time.Duration(a.GetAlignmentNanos())}
+			Alignment: time.Duration(a.GetAlignmentNanos()), ChannelStateBytes: a.GetChannelStateBytes()}
 	case *pb.FromTaskManager_CheckpointDecline:
 		d := b.CheckpointDecline
 		env.Body = jobcore.CheckpointDecline{ID: d.GetId(), Attempt: decodeAttempt(d.GetAttempt()), Err: textErr(d.Err, d.GetErrNotReady()),

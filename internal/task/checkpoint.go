@@ -41,9 +41,8 @@ type CheckpointSetup struct {
 	FinalCheckpoint bool
 	// Ack reports a completed snapshot; Decline a snapshot the task could not take. Both may be called from
 	// any goroutine and must not block for long.
-	// Ack also says how long the task's input was held aligning the checkpoint's barriers (0 for a source
-	// or a task of one input channel).
-	Ack     func(id int64, from ident.Attempt, h checkpoint.StateHandle, alignment time.Duration)
+	// Ack also says what the task measured of its part (AckStats).
+	Ack     func(id int64, from ident.Attempt, h checkpoint.StateHandle, st AckStats)
 	Decline func(id int64, from ident.Attempt, err error)
 	// AlignedTimeout, if positive, makes the unaligned checkpoints start aligned: a task switches one to
 	// unaligned once its alignment took longer (Flink's aligned checkpoint timeout).
@@ -52,6 +51,15 @@ type CheckpointSetup struct {
 	// shared, holds the deltas of the operators that write them (StateWriter.Delta) and the whole state
 	// of the others, and the handle lists the blobs of the chain it builds on before it.
 	Incremental bool
+}
+
+// AckStats is what a task measured of its part in a checkpoint.
+type AckStats struct {
+	// Alignment is how long the task's input was held aligning the checkpoint's barriers (0 for a source
+	// or a task of one input channel), or, unaligned, how long it stored its input channel state.
+	Alignment time.Duration
+	// ChannelStateBytes is the size of the channel state an unaligned checkpoint stored.
+	ChannelStateBytes int64
 }
 
 // SharedStateStore is a StateStore that keeps the shared blobs of incremental checkpoints
@@ -100,7 +108,7 @@ func (r *run) performCheckpoint(id, ts int64, flags uint32) {
 			Abort(fmt.Errorf("forward barrier of checkpoint %d: %w", id, err))
 		}
 	}
-	r.cp.write(id, writers, r.align.took(id))
+	r.cp.write(id, writers, AckStats{Alignment: r.align.took(id)})
 }
 
 // snapshotChain captures the chain's state and the task's own entries for checkpoint id, marking the

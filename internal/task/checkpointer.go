@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/runnel-dev/runnel/internal/checkpoint"
 	"github.com/runnel-dev/runnel/internal/ident"
@@ -45,9 +44,9 @@ func (c *checkpointer) decline(id int64, err error) { c.setup.Decline(id, c.me, 
 func (c *checkpointer) wait() { c.writes.Wait() }
 
 // write serializes and stores the state writers captured for checkpoint id on a goroutine of its own, and
-// acknowledges the checkpoint with the handle of what it stored and the alignment's duration, or declines
+// acknowledges the checkpoint with the handle of what it stored and what the task measured (st), or declines
 // it.
-func (c *checkpointer) write(id int64, writers []StateWriter, alignment time.Duration) {
+func (c *checkpointer) write(id int64, writers []StateWriter, st AckStats) {
 	cs, me := c.setup, c.me
 	operators := operatorsOf(writers)
 	shared, _ := cs.Store.(SharedStateStore)
@@ -120,6 +119,6 @@ func (c *checkpointer) write(id int64, writers []StateWriter, alignment time.Dur
 		if incr {
 			blobs = c.incr.stored(ref, deltas > 0)
 		}
-		cs.Ack(id, me, checkpoint.StateHandle{Attempt: me, Blobs: blobs, Operators: operators}, alignment)
+		cs.Ack(id, me, checkpoint.StateHandle{Attempt: me, Blobs: blobs, Operators: operators}, st)
 	}()
 }

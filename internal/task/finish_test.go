@@ -165,7 +165,7 @@ func newFinishHarness(t *testing.T) *finishHarness {
 func (h *finishHarness) setup(final bool) *CheckpointSetup {
 	return &CheckpointSetup{
 		Store: h.store, FinalCheckpoint: final,
-		Ack: func(id int64, _ ident.Attempt, sh checkpoint.StateHandle, _ time.Duration) {
+		Ack: func(id int64, _ ident.Attempt, sh checkpoint.StateHandle, _ AckStats) {
 			h.hmu.Lock()
 			h.handles[id] = sh
 			h.hmu.Unlock()

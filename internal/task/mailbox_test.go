@@ -200,7 +200,7 @@ func TestFloodedMailboxDeliversEverything(t *testing.T) {
 		Info:  deploy.Info{JobName: "flood", VertexName: "source", Parallelism: 1, MaxParallelism: 128},
 		Chain: func(*Runtime) (Chain, error) { return chain, nil },
 		Checkpoints: &CheckpointSetup{Store: store,
-			Ack: func(id int64, _ ident.Attempt, _ checkpoint.StateHandle, _ time.Duration) {
+			Ack: func(id int64, _ ident.Attempt, _ checkpoint.StateHandle, _ AckStats) {
 				mu.Lock()
 				defer mu.Unlock()
 				acked = append(acked, id)

@@ -154,9 +154,16 @@ func (r *run) completeUnaligned(id int64) {
 		return
 	}
 	entry := r.encodeInflight(u)
-	r.t.log.Debug("unaligned checkpoint's channel state", "checkpoint", id, "bytes", len(entry))
 	writers := append(u.writers, StateWriter{Operator: inflightName, Write: func(w io.Writer) error { _, err := w.Write(entry); return err }})
-	r.cp.write(id, writers, r.align.took(id))
+	n := u.bytes
+	for _, subs := range u.outputs {
+		for _, s := range subs {
+			for _, x := range s.Buffers {
+				n += int64(len(x))
+			}
+		}
+	}
+	r.cp.write(id, writers, AckStats{Alignment: r.align.took(id), ChannelStateBytes: n})
 }
 
 // dropUnaligned forgets the pending unaligned checkpoint id, which the task abandoned.
