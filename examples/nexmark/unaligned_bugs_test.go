@@ -1,0 +1,5 @@
+//go:build ucbugs
+
+package nexmark_test
+
+func init() { unalignedKnownBugs = true }
