@@ -10,8 +10,8 @@ import (
 	"github.com/runnel-dev/runnel/examples/sequence"
 )
 
-// The smallest runs found that break exactly once with unaligned checkpoints (issue 33), each
-// reproduced on every run on the 2-core machine. They are behind the ucbugs build tag until the engine passes them:
+// The smallest runs found that break exactly once with unaligned checkpoints (issue 33), each failing in
+// most runs on the 2-core machine (the timing decides). They are behind the ucbugs build tag until the engine passes them:
 //
 //	go test -tags ucbugs -run UnalignedBug -v ./examples/sequence
 //
