@@ -11,7 +11,8 @@ import (
 )
 
 // The smallest runs found that break exactly once with unaligned checkpoints (issue 33), each failing in
-// most runs on the 2-core machine (the timing decides). They are behind the ucbugs build tag until the engine passes them:
+// most runs on the 2-core machine (the timing decides). They are behind the ucbugs build tag until the
+// engine passes them:
 //
 //	go test -tags ucbugs -run UnalignedBug -v ./examples/sequence
 //
