@@ -54,10 +54,6 @@ func channelState(res *runnel.JobResult) (completed, held int, maxBytes int64) {
 	return completed, held, maxBytes
 }
 
-// unalignedKnownBugs runs the cases the engine fails now and then: the ucbugs build tag sets it
-// (sequence's unaligned_bugs_test.go has the smallest reproductions).
-var unalignedKnownBugs = false
-
 // runPaced runs query q over the events of input, read by one subtask and passed through a "slow" stage
 // at parallelism 2 that takes rate events per second per subtask, into the example's exactly-once file
 // sink; it returns the result lines and the job's result.
@@ -96,7 +92,7 @@ func runPaced(t *testing.T, q, input string, rate float64, opts ...runnel.Option
 // a slow stage (the events at 3,000 per second per subtask, a few times slower than the queries take
 // them), which keeps the queues in front of it full, and fails their stateful operators and the slow
 // stage itself under region, task and full failover, on both state backends, locally and over TCP (the
-// task failovers of the keyed operators with the ucbugs build tag only: they lose records now and then). The
+// task failovers of the keyed operators among them). The
 // output must equal the reference exactly, every line once; each run failed over and restored a
 // checkpoint (or, under task failover, replayed); checkpoints completed, and some held records in
 // flight. One run in each of q5 and q7 takes checkpoints that start aligned and turn unaligned after
@@ -120,23 +116,19 @@ func TestNexmarkUnalignedUnderFailures(t *testing.T) {
 		tms      int
 		timeout  time.Duration // AlignedCheckpointTimeout
 		inject   []string
-		bug      bool // fails now and then: the replay of a keyed operator's task failover diverges
 	}{
-		{"q5", "region", "memory", 1, 0, []string{"count[1]@3000", "slow[0]@4500"}, false},
-		{"q5", "full", "pebble", 2, 5 * time.Millisecond, []string{"hottest[1]@40"}, false},
-		{"q7", "region", "pebble", 2, 0, []string{"highest-per-auction[1]@4500"}, false},
-		{"q7", "full", "memory", 1, 5 * time.Millisecond, []string{"slow[1]@3000"}, false},
-		{"q8", "region", "memory", 2, 0, []string{"new-users[1]@500"}, false},
-		{"q3", "full", "memory", 1, 0, []string{"join[1]@160"}, false},
+		{"q5", "region", "memory", 1, 0, []string{"count[1]@3000", "slow[0]@4500"}},
+		{"q5", "full", "pebble", 2, 5 * time.Millisecond, []string{"hottest[1]@40"}},
+		{"q7", "region", "pebble", 2, 0, []string{"highest-per-auction[1]@4500"}},
+		{"q7", "full", "memory", 1, 5 * time.Millisecond, []string{"slow[1]@3000"}},
+		{"q8", "region", "memory", 2, 0, []string{"new-users[1]@500"}},
+		{"q3", "full", "memory", 1, 0, []string{"join[1]@160"}},
 		// Task failover: the failed subtask restarts alone, its inputs replayed from the in-flight logs.
-		{"q5", "task", "memory", 2, 0, []string{"slow[1]@3000"}, false},
-		{"q5", "task", "pebble", 1, 0, []string{"count[0]@3800"}, true},
-		{"q7", "task", "memory", 2, 0, []string{"highest-per-auction[1]@4500"}, true},
+		{"q5", "task", "memory", 2, 0, []string{"slow[1]@3000"}},
+		{"q5", "task", "pebble", 1, 0, []string{"count[0]@3800"}},
+		{"q7", "task", "memory", 2, 0, []string{"highest-per-auction[1]@4500"}},
 	} {
 		t.Run(fmt.Sprintf("%s %s %s %dTM act=%v", tc.query, tc.failover, tc.backend, tc.tms, tc.timeout), func(t *testing.T) {
-			if tc.bug && !unalignedKnownBugs {
-				t.Skip("its replay diverges and the fallback loses records (sequence's TestUnalignedBugTaskFailoverOfTheChecker): run with -tags ucbugs")
-			}
 			want := references[tc.query](evs)
 			if len(want) == 0 {
 				t.Fatalf("%s: the reference has no results on this input: the test would prove nothing", tc.query)

@@ -23,11 +23,8 @@ import (
 // rest. Under task, region and full failover, locally and over TCP, on both state backends. The checkpoint
 // struck is aborted; later ones complete, and hold records in flight; every record is checked exactly
 // once; under task failover each failure is a task failover of the failed subtask, or a fallback that says
-// why. The engine fails it (unaligned_bugs_test.go): it runs with the ucbugs build tag only.
+// why.
 func TestUnalignedFailureDuringACheckpoint(t *testing.T) {
-	if !unalignedKnownBugs {
-		t.Skip("loses records (TestUnalignedBugRegionLosesARecord, TestUnalignedBugTaskFailoverOfTheChecker): run with -tags ucbugs")
-	}
 	for _, tc := range []struct {
 		failover string
 		backend  string

@@ -46,11 +46,6 @@ type unalignedRun struct {
 	inject   []string
 }
 
-// unalignedKnownBugs makes the property test fail check subtasks under task failover too, which loses
-// records (TestUnalignedBugTaskFailoverOfTheChecker): the ucbugs build tag sets it. Without it a check
-// subtask drawn to fail under task failover is a map subtask, the rest of the run drawn as with it.
-var unalignedKnownBugs = false
-
 // unalignedKeys is the key count of the property test: at least the highest parallelism drawn.
 const unalignedKeys = 16
 
@@ -69,8 +64,7 @@ func (r unalignedRun) String() string {
 // checker at a fifth to a half of the sources' rate (or slower still, the sources unthrottled), so that the
 // queues before it are full whenever a barrier comes. The records make about 1.5 s of the checker's pace.
 // One to three failures strike random subtasks, at random record counts or checkpoints (not a source's);
-// one run in four puts them within a few hundred records of each other. Under task failover they strike
-// no check subtask unless unalignedKnownBugs.
+// one run in four puts them within a few hundred records of each other.
 func drawUnalignedRun(seed uint64, index int, failover string) unalignedRun {
 	rng := rand.New(rand.NewPCG(seed, uint64(index)))
 	r := unalignedRun{seed: seed, index: index, failover: failover, p: 1 + rng.IntN(3), chained: rng.IntN(2) == 0,
@@ -94,9 +88,6 @@ func drawUnalignedRun(seed uint64, index int, failover string) unalignedRun {
 	base := 1 + rng.IntN(half*3/4)
 	for range 1 + rng.IntN(3) {
 		op := ops[rng.IntN(len(ops))]
-		if op == "check" && failover == "task" && !unalignedKnownBugs {
-			op = "map"
-		}
 		target := fmt.Sprintf("%s[%d]", op, rng.IntN(r.p))
 		var when string
 		switch {

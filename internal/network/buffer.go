@@ -105,6 +105,9 @@ type Buffer struct {
 	data []byte // data[:HeaderSize] is the encoded header once sealed; len(data) is header + payload
 	pool *BufferPool
 	free bool // in the pool; catches double recycling
+	// logAt is the buffer's entry in its subpartition's in-flight log, if it has one: where an unaligned
+	// checkpoint's barrier that overtakes it jumps to (overtake.go).
+	logAt int64
 }
 
 // Payload returns the bytes after the header.

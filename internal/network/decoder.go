@@ -3,6 +3,7 @@ package network
 import (
 	"encoding/binary"
 	"fmt"
+	"sync/atomic"
 )
 
 // RecordDecoder cuts the records of one channel out of its buffers. Records that lie wholly in one buffer
@@ -39,6 +40,10 @@ type RecordDecoder struct {
 	// counts, but must still not take again what its state holds.
 	gapAllowed bool
 
+	// pause, if set, makes Paused report true: the reader of the decoder's records stops between two of
+	// its batches and leaves the rest of the buffer for later (SetPause).
+	pause *atomic.Bool
+
 	// PartialRecordsSkipped counts records whose start was never seen by this decoder.
 	PartialRecordsSkipped uint64
 	// DuplicatesDropped counts records a rejoined decoder dropped (Rejoin).
@@ -56,7 +61,7 @@ func NewRecordDecoder(maxRecordSize int) *RecordDecoder {
 // Reset forgets all state, as for a new view that joins the stream at an unknown point.
 func (d *RecordDecoder) Reset() {
 	skipped := d.PartialRecordsSkipped
-	*d = RecordDecoder{maxRecordSize: d.maxRecordSize, partial: d.partial[:0], PartialRecordsSkipped: skipped}
+	*d = RecordDecoder{maxRecordSize: d.maxRecordSize, partial: d.partial[:0], PartialRecordsSkipped: skipped, pause: d.pause}
 }
 
 // Rejoin prepares the decoder for a channel whose producer was restarted and regenerates its output from an
@@ -67,7 +72,7 @@ func (d *RecordDecoder) Reset() {
 func (d *RecordDecoder) Rejoin(dropBelow uint64) {
 	skipped, dups := d.PartialRecordsSkipped, d.DuplicatesDropped
 	*d = RecordDecoder{maxRecordSize: d.maxRecordSize, partial: d.partial[:0], PartialRecordsSkipped: skipped,
-		DuplicatesDropped: dups, dropBelow: dropBelow}
+		DuplicatesDropped: dups, dropBelow: dropBelow, pause: d.pause}
 }
 
 // SkipTo prepares a fresh decoder of a restored consumer whose state holds every record of the channel
@@ -303,6 +308,35 @@ func (d *RecordDecoder) continueRecord() ([]byte, error) {
 		return nil, fmt.Errorf("%w: record %d runs past the continuation of %d bytes", ErrCorrupt, d.nextSeq, d.contEnd)
 	}
 	return nil, nil
+}
+
+// SetPause makes Paused follow p (nil: never paused). A task sets it on every decoder of its input, to stop
+// between batches of records when it has something more urgent to do than the rest of a buffer.
+func (d *RecordDecoder) SetPause(p *atomic.Bool) { d.pause = p }
+
+// Paused reports whether the reader of the decoder's records should stop after its current batch. The
+// rest of the buffer stays in the decoder, for a later call (More).
+func (d *RecordDecoder) Paused() bool { return d.pause != nil && d.pause.Load() }
+
+// More reports whether the current buffer holds bytes the decoder has not decoded.
+func (d *RecordDecoder) More() bool { return d.pos < len(d.payload) }
+
+// Unconsumed returns a sealed data buffer, outside any pool, of what the decoder holds and has not
+// returned: the rest of the current buffer when it stopped inside it (More), from a record's start, or
+// else the part of a record that spans buffers it holds (PartialRecord); nil when it holds nothing. A
+// decoder that takes it first, and then the buffers that follow, returns the same records: an unaligned
+// checkpoint stores it in a channel's state.
+func (d *RecordDecoder) Unconsumed() []byte {
+	if !d.More() || d.inRecord || d.skipping {
+		return d.PartialRecord()
+	}
+	rest := d.payload[d.pos:]
+	b := &Buffer{data: make([]byte, HeaderSize, HeaderSize+len(rest))}
+	b.reset(KindData, d.nextSeq)
+	b.Starts = d.hdr.Starts - d.started
+	b.data = append(b.data, rest...)
+	b.Seal()
+	return b.data
 }
 
 // PartialRecord returns, while the decoder is inside a record that spans buffers (InRecord), a sealed data

@@ -114,6 +114,15 @@ func (g *InputGate) UnblockAll() {
 	}
 }
 
+// Wakeup wakes the consumer waiting on Wake without marking any channel: something else it waits for
+// (buffers for its output) became available. Safe from any goroutine.
+func (g *InputGate) Wakeup() {
+	select {
+	case g.wake <- struct{}{}:
+	default:
+	}
+}
+
 // Notifier returns a function that notifies channel i; channels call it as their availability listener.
 func (g *InputGate) Notifier(i int) func() { return func() { g.Notify(i) } }
 

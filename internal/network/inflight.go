@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -293,6 +294,11 @@ type inflightLog struct {
 	chunks    []logChunk // oldest first; the last is appended to
 	chunkBase int64
 	marks     []logMark
+	// jumps are the marks of barriers that overtook entries (logMark.jumps), oldest first, as long as
+	// their own entries are held: a reader passes over the entries of those it has had where it started,
+	// or hands them on where they jumped to. A completed checkpoint drops its older marks from marks, not
+	// from here: their barriers' entries may still lie ahead of a reader.
+	jumps []logMark
 	// validFrom is the absolute index from which the log is complete: when the budget ran out, everything
 	// before the buffer that did not fit was dropped, and that buffer too.
 	validFrom int64
@@ -411,7 +417,11 @@ func (l *inflightLog) addJumping(b *Buffer, id int64, seq uint64, jumpTo int64) 
 	if jumpTo < l.base || jumpTo < l.validFrom || jumpTo > at-1 {
 		jumpTo = at - 1
 	}
-	l.marks = append(l.marks, logMark{checkpoint: id, at: at, seq: seq, jumpTo: jumpTo})
+	m := logMark{checkpoint: id, at: at, seq: seq, jumpTo: jumpTo}
+	l.marks = append(l.marks, m)
+	if m.jumps() {
+		l.jumps = append(l.jumps, m)
+	}
 }
 
 // dropBefore drops the entries before absolute index at and gives back every chunk none of whose entries
@@ -427,6 +437,11 @@ func (l *inflightLog) dropBefore(at int64) {
 	}
 	l.entries = l.entries[n:]
 	l.base += int64(n)
+	k := 0
+	for k < len(l.jumps) && l.jumps[k].at-1 < l.base {
+		k++
+	}
+	l.jumps = append(l.jumps[:0], l.jumps[k:]...)
 	for len(l.chunks) > 0 && (len(l.entries) == 0 || l.entries[0].chunk > l.chunkBase) {
 		l.freeChunk(&l.chunks[0])
 		l.chunks = l.chunks[1:]
@@ -637,12 +652,19 @@ type inflightReader struct {
 	skip   []int64
 }
 
-// newReader returns a reader from mark m on: after its barrier, in the reader's order.
+// newReader returns a reader from mark m on: after its barrier, in the reader's order. The entries of
+// barriers that stand before that place in the reader's order (m's own, and those of older checkpoints
+// that jumped there or before) are passed over where they lie.
 func (l *inflightLog) newReader(m logMark) *inflightReader {
-	r := &inflightReader{l: l, at: m.from(), until: math.MaxInt64, jumped: m.checkpoint}
-	if m.jumps() {
-		r.skip = append(r.skip, m.at-1)
+	start := m.from()
+	r := &inflightReader{l: l, at: start, until: math.MaxInt64, jumped: m.checkpoint}
+	for _, o := range l.jumps {
+		before := o.jumpTo < start || (o.jumpTo == start && o.checkpoint <= m.checkpoint)
+		if before && o.at-1 >= start {
+			r.skip = append(r.skip, o.at-1)
+		}
 	}
+	slices.Sort(r.skip)
 	return r
 }
 
@@ -719,8 +741,8 @@ func (r *inflightReader) next() (h Header, data []byte, ok bool, err error) {
 
 // jumpHere returns the mark of the next checkpoint after r.jumped whose barrier jumped to r.at.
 func (r *inflightReader) jumpHere() (logMark, bool) {
-	for _, m := range r.l.marks {
-		if m.checkpoint > r.jumped && m.jumps() && m.jumpTo == r.at {
+	for _, m := range r.l.jumps {
+		if m.checkpoint > r.jumped && m.jumpTo == r.at {
 			return m, true
 		}
 	}

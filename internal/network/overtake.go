@@ -88,20 +88,51 @@ func (s *Subpartition) overtake(e Event, nextSeq uint64) ([][]byte, error) {
 	// The consumer's next record after the barrier is the first one it overtook.
 	b := eventBuffer(e, first)
 	if s.log != nil {
-		s.log.addJumping(b, e.CheckpointID, nextSeq, s.log.end()-int64(waiting))
+		// The first buffer it overtakes is where it jumps to in the log; the barriers already at the
+		// head stand later in the log than the buffers they overtook, so the queue's length says nothing.
+		jumpTo := s.log.end()
+		if waiting > 0 {
+			jumpTo = s.queue.at(s.priority).logAt
+		}
+		s.log.addJumping(b, e.CheckpointID, nextSeq, jumpTo)
 	}
 	s.stats.BuffersAdded++
 	s.queue.insert(s.priority, b)
 	s.priority++
-	var notify func()
-	if v := s.view; v != nil && v.credit > 0 {
-		notify = v.listener
+	var notify, priority func()
+	if v := s.view; v != nil {
+		if v.credit > 0 {
+			notify = v.listener
+		}
+		priority = v.onPriority
 	}
 	s.mu.Unlock()
+	if priority != nil {
+		priority()
+	}
 	if notify != nil {
 		notify()
 	}
 	return copies, nil
+}
+
+// SetPriorityListener makes the channel call f (from the producer's goroutine, without locks held) when an
+// unaligned checkpoint's barrier goes to the head of its subpartition's queue, ahead of buffers it has
+// not read: a task that is busy with a buffer hears of it between two batches of records.
+func (c *LocalInputChannel) SetPriorityListener(f func()) {
+	s := c.view.sub
+	s.mu.Lock()
+	c.view.onPriority = f
+	s.mu.Unlock()
+}
+
+// PriorityWaiting reports whether the channel's next buffer is an unaligned checkpoint's barrier that
+// overtook the buffers behind it.
+func (c *LocalInputChannel) PriorityWaiting() bool {
+	s := c.view.sub
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !c.ended && c.view.replay == nil && s.priority > 0 && c.view.credit > 0
 }
 
 // isCheckpointEvent reports whether event buffer b is a barrier or a cancel marker.

@@ -11,8 +11,9 @@ import (
 // order. The copies the barrier returns are the overtaken buffers: they begin where the reader's records
 // before the barrier end, and the next record is 60. A reader from the start of the log gets the barrier at
 // the same place; one restored from the checkpoint reads on from the first overtaken buffer, without the
-// barrier; a partition restored from the copies hands them on first and numbers on from 60 — locally and
-// over TCP.
+// barrier. A second barrier, later, overtakes the same buffers and those written since, and stands right
+// after the first for every reader. A partition restored from the copies hands them on first and numbers
+// on from 60 — locally and over TCP.
 func TestUnalignedBarrierOvertakesTheQueue(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, env *testEnv) {
 		const bufSize, before, after = 96, 60, 40
@@ -44,12 +45,16 @@ func TestUnalignedBarrierOvertakesTheQueue(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		// A second barrier goes after the first, ahead of the same buffers and those since.
+		if _, err := p.OvertakeWithBarrier(Event{Type: EventBarrier, CheckpointID: 2}); err != nil {
+			t.Fatal(err)
+		}
 		if err := p.Finish(); err != nil {
 			t.Fatal(err)
 		}
 		got := live.read(t, 1<<30)
-		if len(got.records) != before+after || got.barriers != "1" {
-			t.Fatalf("live reader: %d records, barriers %q", len(got.records), got.barriers)
+		if len(got.records) != before+after || got.barriers != "12" || got.barrierAt[0] != got.barrierAt[1] {
+			t.Fatalf("live reader: %d records, barriers %q at %v", len(got.records), got.barriers, got.barrierAt)
 		}
 		at := got.barrierAt[0]
 		// The overtaken buffers begin at the reader's next record, or with the rest of the record it was
@@ -67,7 +72,7 @@ func TestUnalignedBarrierOvertakesTheQueue(t *testing.T) {
 		live.ch.Release()
 
 		fromStart := consumer(t, env, p, 2, 0)
-		if got := fromStart.read(t, 1<<30); len(got.records) != before+after || got.barriers != "1" || got.barrierAt[0] != at {
+		if got := fromStart.read(t, 1<<30); len(got.records) != before+after || got.barriers != "12" || got.barrierAt[0] != at || got.barrierAt[1] != at {
 			t.Fatalf("reader from the start: %d records, barriers %q at %v; want the barrier after %d", len(got.records), got.barriers, got.barrierAt, at)
 		}
 		fromStart.ch.Release()
@@ -75,10 +80,18 @@ func TestUnalignedBarrierOvertakesTheQueue(t *testing.T) {
 		restored.dec.SkipTo(uint64(at))
 		// Without the first part of a record cut by the barrier (a restored consumer has it in its input
 		// channel state) the reader starts at the next whole record.
-		if got := restored.read(t, 1<<30); got.barriers != "" || len(got.records) != before+after-int(want) || got.records[0] != want {
-			t.Fatalf("reader restored from checkpoint 1: %d records from %v, barriers %q; want %d from %d", len(got.records), got.records[:1], got.barriers, before+after-int(want), want)
+		// Barrier 2 stood right after barrier 1: it comes first.
+		if got := restored.read(t, 1<<30); got.barriers != "2" || got.barrierAt[0] != 0 || len(got.records) != before+after-int(want) || got.records[0] != want {
+			t.Fatalf("reader restored from checkpoint 1: %d records from %v, barriers %q at %v; want %d from %d, barrier 2 first", len(got.records), got.records[:1], got.barriers, got.barrierAt, before+after-int(want), want)
 		}
 		restored.ch.Release()
+		// One restored from checkpoint 2 reads the same, without either barrier: both came before.
+		restored2 := consumer(t, env, p, 4, 2)
+		restored2.dec.SkipTo(uint64(at))
+		if got := restored2.read(t, 1<<30); got.barriers != "" || len(got.records) != before+after-int(want) || got.records[0] != want {
+			t.Fatalf("reader restored from checkpoint 2: %d records from %v, barriers %q; want %d from %d", len(got.records), got.records[:1], got.barriers, before+after-int(want), want)
+		}
+		restored2.ch.Release()
 
 		// A producer restored from the checkpoint: the overtaken buffers first, then new records from 60.
 		q, _ := env.partition(22, bufSize, 64, PartitionOptions{})

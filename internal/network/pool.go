@@ -72,6 +72,28 @@ type BufferPool struct {
 	// waits, when set, measures the time Request blocks for want of a buffer: the owning task's
 	// backpressured time.
 	waits *WaitClock
+	// onAvailable, when set, is called when a buffer comes back while watching is set (WatchAvailable).
+	onAvailable func()
+	watching    atomic.Bool
+	// onExhausted, when set, is called by a Request that finds no free buffer, before it waits.
+	onExhausted func()
+}
+
+// OnExhausted makes the pool call f, on the requesting goroutine, when a Request finds no free buffer and
+// is about to wait: a task pauses its input there, so that it waits for its output in its mailbox loop
+// after the record it is writing. Called before the pool is used.
+func (p *BufferPool) OnExhausted(f func()) { p.onExhausted = f }
+
+// OnAvailable makes the pool call f, from the goroutine that recycles, when a buffer comes back after
+// WatchAvailable: a task that waits for its output in its mailbox loop, rather than in Request, is woken
+// so. Called before the pool is used.
+func (p *BufferPool) OnAvailable(f func()) { p.onAvailable = f }
+
+// WatchAvailable asks for one call of the OnAvailable function at the next recycle, and reports whether a
+// buffer is free already (then there may be no call: look again before waiting).
+func (p *BufferPool) WatchAvailable() bool {
+	p.watching.Store(true)
+	return p.Available() > 0
 }
 
 // MeasureWaits makes w measure the time Request waits for a buffer (nil: none). Called before the pool is
@@ -133,6 +155,9 @@ func (p *BufferPool) request(cancel, abandon <-chan struct{}) (*Buffer, error) {
 	}
 	// Every buffer is in use: the readers are behind, and the wait is the producer's backpressure. The
 	// clock is read only here, off the path of a request that finds a buffer.
+	if p.onExhausted != nil {
+		p.onExhausted()
+	}
 	w := p.waits
 	if w != nil {
 		w.Start(Monotonic())
@@ -167,6 +192,9 @@ func (p *BufferPool) put(b *Buffer) {
 	case p.free <- b:
 	default:
 		panic(fmt.Sprintf("network: buffer pool %s: more buffers recycled than allocated (double recycle)", p.name))
+	}
+	if p.watching.Load() && p.watching.Swap(false) && p.onAvailable != nil {
+		p.onAvailable()
 	}
 }
 

@@ -97,6 +97,7 @@ func (s *Subpartition) add(b *Buffer, isEnd bool) error {
 	}
 	if s.log != nil {
 		s.log.add(b, barrierOf(b))
+		b.logAt = s.log.end() - 1
 		if s.view == nil && s.hadView {
 			// The reader went: the log holds b, nothing is lost, and the producer never waits on a reader
 			// that is gone. A reader reads what came after its creation from the queue, so backpressure
@@ -416,6 +417,9 @@ type View struct {
 	released bool
 	drained  bool // blocking: end-of-partition was read
 	starved  bool // blocking: a Poll with credit found the view's pool empty
+	// onPriority, if set, is called (without locks held) when an unaligned checkpoint's barrier goes to
+	// the head of the queue (overtake.go).
+	onPriority func()
 }
 
 // Owner returns the consumer attempt that holds the view.

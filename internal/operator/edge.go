@@ -214,7 +214,8 @@ type reader[T any] struct {
 }
 
 // ProcessBuffer decodes the buffer's records in batches and hands each batch on; the records decoded before
-// an error are handed on first.
+// an error are handed on first. It stops after a batch when the decoder is paused, leaving the rest of the
+// buffer in it.
 func (r *reader[T]) ProcessBuffer(dec *network.RecordDecoder) (int, error) {
 	n := 0
 	for {
@@ -242,7 +243,7 @@ func (r *reader[T]) ProcessBuffer(dec *network.RecordDecoder) (int, error) {
 			r.target.CollectBatch(b[:k])
 			n += k
 		}
-		if err != nil || k < len(b) {
+		if err != nil || k < len(b) || dec.Paused() {
 			return n, err
 		}
 	}

@@ -48,7 +48,6 @@ func (r *run) replayTimers(ms int64) error {
 // processBuffer handles one buffer of channel idx and recycles it. It returns true once every channel
 // delivered end of data or end of partition (no more records: the input ended).
 func (r *run) processBuffer(idx int, buf *network.Buffer) (bool, error) {
-	defer r.gate.Recycle(idx, buf)
 	if r.in.stored != nil {
 		if sc := r.in.stored[idx]; sc != nil && sc.takeFresh() {
 			r.crossToLive(idx, buf)
@@ -58,6 +57,7 @@ func (r *run) processBuffer(idx int, buf *network.Buffer) (bool, error) {
 		r.uc.storeInput(idx, buf)
 	}
 	if buf.Kind == network.KindEvent {
+		defer r.gate.Recycle(idx, buf)
 		if j, ok := r.in.joinOnEvent(idx, buf.FirstSeq); ok {
 			r.joined(idx, j)
 		}
@@ -65,19 +65,39 @@ func (r *run) processBuffer(idx int, buf *network.Buffer) (bool, error) {
 	}
 	dec, j, joined, err := r.in.records(idx, buf)
 	if err != nil {
+		r.gate.Recycle(idx, buf)
 		return false, err
 	}
 	if joined {
 		r.joined(idx, j)
 	}
+	return false, r.processRecords(idx, buf, dec)
+}
+
+// processRecords hands the records of buf, a data buffer of channel idx set into dec, to the chain, and
+// recycles buf once they are all processed; a chain that stopped between batches (yield.go) leaves the
+// rest in dec, and buf in progress.
+func (r *run) processRecords(idx int, buf *network.Buffer, dec *network.RecordDecoder) error {
+	kept := false
+	defer func() {
+		// Also when the chain fails (a panic): a local channel's buffer belongs to its producer's pool,
+		// and a producer that keeps running (approximate recovery) needs it back.
+		if !kept {
+			r.gate.Recycle(idx, buf)
+		}
+	}()
 	began := r.beforeWork()
 	n, err := r.chain.ProcessBuffer(r.in.logical[idx], dec)
 	r.t.counters.In += uint64(n)
 	if err != nil {
-		return false, fmt.Errorf("input channel %d: %w", idx, err)
+		return fmt.Errorf("input channel %d: %w", idx, err)
 	}
 	r.checkOutput(began)
-	return false, nil
+	if dec.More() {
+		kept = true
+		r.y.curIdx, r.y.cur = idx, buf
+	}
+	return nil
 }
 
 // processEvent carries out the event of channel idx whose payload is b.

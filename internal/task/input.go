@@ -198,6 +198,28 @@ func (in *input) restorePositionsOf(recorded map[channelID]uint64, key func(idx 
 	}
 }
 
+// restorePartial gives channel idx's decoder the first part of a record that spans buffers, as an
+// unaligned checkpoint stored it (network.RecordDecoder.PartialRecord): the channel's next buffer
+// continues it.
+func (in *input) restorePartial(idx int, raw []byte) error {
+	b, err := network.NewBufferFrom(raw)
+	if err != nil {
+		return err
+	}
+	dec := in.decoders[idx]
+	if _, err := dec.SetBuffer(b); err != nil {
+		return err
+	}
+	rec, err := dec.Next()
+	if err != nil {
+		return err
+	}
+	if rec != nil || !dec.InRecord() {
+		return errors.New("the stored part of a record is a whole record")
+	}
+	return nil
+}
+
 // restoreLegacyPositions sets the restored positions from the legacy entry, which did not name the
 // producers: only when the channels still line up one to one (otherwise they start fresh).
 func (in *input) restoreLegacyPositions(legacy []byte) error {

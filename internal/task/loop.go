@@ -147,6 +147,9 @@ func (r *run) between(tick <-chan time.Time, idle bool, wake <-chan struct{}) er
 
 // pollSource is the default action of a source's input phase: one poll of the source.
 func (r *run) pollSource() (progress, error) {
+	if r.y.sourceWait && r.outputFull() {
+		return idleUntil(r.y.wake), nil // unaligned checkpoints: wait for the output here (yield.go)
+	}
 	began := r.beforeWork()
 	st, err := r.chain.PollSource()
 	if err != nil {
@@ -168,6 +171,11 @@ func (r *run) pollSource() (progress, error) {
 // readInput is the default action of a task with inputs until its input ends: one buffer of the input
 // gate (the one the determinant log names, while the attempt replays).
 func (r *run) readInput() (progress, error) {
+	if r.y.on {
+		if p, did, err := r.yieldStep(); did || err != nil {
+			return p, err
+		}
+	}
 	idx, buf, err := r.nextBuffer()
 	if err != nil {
 		return goOn, fmt.Errorf("input channel %d: %w", idx, err)

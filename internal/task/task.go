@@ -68,7 +68,8 @@ type Chain interface {
 	// ProcessBuffer hands every record that dec yields from its current buffer (network input `input`) to
 	// the chain and returns how many it processed. Looping inside the typed chain keeps the per-record path
 	// free of interface calls. Errors deep in the chain unwind as a panic carrying a *Failure, which the task
-	// recovers.
+	// recovers. It may stop between two batches of records when dec is paused (dec.Paused), leaving the
+	// rest in dec (dec.More) for a later call.
 	ProcessBuffer(input int, dec *network.RecordDecoder) (int, error)
 	// IsSource reports whether the head is a source; then PollSource drives it.
 	IsSource() bool
@@ -465,6 +466,7 @@ type run struct {
 	align         alignment // the timing of the barriers the input aligns (checkpoint.go)
 	// uc is the unaligned checkpoint snapshotted and still storing its input channel state (unaligned.go).
 	uc *pendingUnaligned
+	y  yielding  // waiting for the output in the mailbox loop, and barriers between batches (yield.go)
 	et eventTime // watermarks and processing time (watermarks.go)
 }
 
@@ -517,6 +519,7 @@ func (r *run) execute() (err error) {
 			r.apply(r.aligner.OnAbortUpTo(id))
 		}
 	}
+	r.setupYield()
 	if t.cfg.Replay {
 		if t.cfg.Determinants == nil {
 			return errors.New("replay: no determinant log")
@@ -597,6 +600,10 @@ func (r *run) cleanup(runErr error) {
 		}()
 	}
 	if r.gate != nil {
+		if r.y.cur != nil {
+			r.gate.Recycle(r.y.curIdx, r.y.cur) // back to its producer's pool (yield.go)
+			r.y.cur = nil
+		}
 		r.gate.Release()
 	}
 	for _, p := range r.outputs {

@@ -58,6 +58,7 @@ type pendingUnaligned struct {
 	writers  []StateWriter
 	outputs  [][]network.OutputChannelState // per output partition, per subpartition
 	inputs   [][][]byte                     // per input channel, the buffers stored, oldest first
+	partials [][]byte                       // per input channel, the part of a record its decoder held
 	storing  []bool                         // the channel has not delivered the barrier and not ended
 	after    []bool                         // the channel delivered the barrier after the snapshot
 	bytes    int64
@@ -93,10 +94,17 @@ func (r *run) snapshotUnaligned(id, ts int64, flags uint32, store bool) bool {
 		u.outputs = append(u.outputs, st)
 	}
 	n := len(r.in.channels)
-	u.inputs, u.storing, u.after = make([][][]byte, n), make([]bool, n), make([]bool, n)
+	u.inputs, u.partials, u.storing, u.after = make([][][]byte, n), make([][]byte, n), make([]bool, n), make([]bool, n)
 	for i, d := range r.in.decoders {
-		if part := d.PartialRecord(); part != nil {
-			u.inputs[i] = append(u.inputs[i], part)
+		// The rest of a buffer in progress is a buffer of the channel's state; the first part of a
+		// record that spans buffers goes back into the decoder on a restore, so that a replay takes the
+		// buffers the failed attempt took, no more.
+		if d.More() {
+			rest := d.Unconsumed()
+			u.inputs[i] = append(u.inputs[i], rest)
+			u.bytes += int64(len(rest))
+		} else if part := d.PartialRecord(); part != nil {
+			u.partials[i] = part
 			u.bytes += int64(len(part))
 		}
 		u.storing[i] = store && r.aligner != nil && !r.aligner.Received(i) && !r.aligner.Ended(i)
@@ -185,7 +193,10 @@ type inputChannelState struct {
 	// barrierAfter says the channel delivered the checkpoint's barrier after the snapshot, after the
 	// stored buffers.
 	barrierAfter bool
-	buffers      [][]byte
+	// partial is the first part of a record that spans buffers, which the channel's decoder held at the
+	// snapshot, as a sealed buffer (network.RecordDecoder.PartialRecord), or nil.
+	partial []byte
+	buffers [][]byte
 }
 
 // outputState is one output partition's overtaken buffers, per subpartition.
@@ -226,11 +237,18 @@ func (r *run) encodeInflight(u *pendingUnaligned) []byte {
 		for _, v := range []uint64{k.result, k.vertex, k.index, uint64(k.subpartition)} {
 			b = binary.AppendUvarint(b, v)
 		}
-		after := byte(0)
+		flags := byte(0)
 		if u.after[i] {
-			after = 1
+			flags |= 1
 		}
-		b = append(b, after)
+		if u.partials != nil && u.partials[i] != nil {
+			flags |= 2
+		}
+		b = append(b, flags)
+		if flags&2 != 0 {
+			b = binary.AppendUvarint(b, uint64(len(u.partials[i])))
+			b = append(b, u.partials[i]...)
+		}
 		b = appendBufs(b, bufs)
 	}
 	b = binary.AppendUvarint(b, uint64(len(u.outputs)))
@@ -293,11 +311,19 @@ func decodeInflight(b []byte) (inflightState, error) {
 	for range n {
 		var in inputChannelState
 		in.channel = channelKey{result: num(), vertex: num(), index: num(), subpartition: int(num())}
-		if bad || len(b) == 0 || b[0] > 1 {
+		if bad || len(b) == 0 || b[0] > 3 {
 			return st, errMalformedInflight
 		}
-		in.barrierAfter = b[0] == 1
+		flags := b[0]
+		in.barrierAfter = flags&1 != 0
 		b = b[1:]
+		if flags&2 != 0 {
+			l := num()
+			if bad || l > uint64(len(b)) {
+				return st, errMalformedInflight
+			}
+			in.partial, b = b[:l:l], b[l:]
+		}
 		in.buffers = bufs()
 		if bad {
 			return st, errMalformedInflight
@@ -385,11 +411,16 @@ func (r *run) restoreInflight(id int64, entry []byte) error {
 			return fmt.Errorf("restore from checkpoint %d: channel state of a channel from result %d, producer %d[%d], subpartition %d, which this subtask does not read",
 				id, in.channel.result, in.channel.vertex, in.channel.index, in.channel.subpartition)
 		}
-		if len(in.buffers) == 0 && !in.barrierAfter {
+		if len(in.buffers) == 0 && !in.barrierAfter && in.partial == nil {
 			continue
 		}
 		sc := &storedChannel{InputChannel: r.gate.Channel(idx)}
-		next := uint64(0)
+		next := r.in.restored[idx]
+		if in.partial != nil {
+			if err := r.in.restorePartial(idx, in.partial); err != nil {
+				return fmt.Errorf("restore from checkpoint %d: input channel %d: %w", id, idx, err)
+			}
+		}
 		for k, raw := range in.buffers {
 			b, err := network.NewBufferFrom(raw)
 			if err != nil {
@@ -435,8 +466,11 @@ func (r *run) crossToLive(idx int, buf *network.Buffer) {
 	seamless := dec.Synced() && !dec.Rejoining()
 	if seamless {
 		switch {
+		case buf.Kind == network.KindEvent && dec.InRecord():
+			// A barrier that overtook the rest of the record: its next record is the one after.
+			seamless = buf.FirstSeq == want+1
 		case buf.Kind == network.KindEvent:
-			seamless = !dec.InRecord() && buf.FirstSeq == want
+			seamless = buf.FirstSeq == want
 		case dec.InRecord():
 			seamless = buf.Continuation > 0 && buf.FirstSeq == want+1
 		default:

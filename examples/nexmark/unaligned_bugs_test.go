@@ -1,5 +1,0 @@
-//go:build ucbugs
-
-package nexmark_test
-
-func init() { unalignedKnownBugs = true }
