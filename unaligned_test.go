@@ -21,7 +21,7 @@ import (
 
 // slowSumJob builds generator -> map (fails once when fail is set) -> keyBy -> sum -> collect sink, the sum
 // slowed to about rate records per second so that it backpressures the map and the sources.
-func slowSumJob(env *runnel.Environment, keys, per int64, rate float64, fail *atomic.Bool) *connector.Collect[keyed] {
+func slowSumJob(env *runnel.Environment, keys, per int64, rate float64, fail *atomic.Bool, sumParallelism ...int) *connector.Collect[keyed] {
 	src := runnel.FromSource(env, connector.Generator(func(sub int, s uint64) keyed { return keyed{F0: int64(s) % keys, F1: 1} },
 		connector.GeneratorOptions{RecordsPerSubtask: uint64(per), RatePerSubtask: 2 * rate})).Name("source")
 	m := runnel.Map(src, func(v keyed) (keyed, error) {
@@ -51,6 +51,9 @@ func slowSumJob(env *runnel.Environment, keys, per int64, rate float64, fail *at
 		a.F1 += b.F1
 		return a, nil
 	}).Name("sum").WithCodec(keyedCodec)
+	if len(sumParallelism) > 0 {
+		sums = sums.SetParallelism(sumParallelism[0])
+	}
 	sink := connector.NewCollect[keyed]()
 	sums.SinkTo(sink).Name("sink")
 	return sink
@@ -151,6 +154,89 @@ func TestUnalignedDamagedChannelStatePassedOver(t *testing.T) {
 		}
 		if got[k] != want {
 			t.Fatalf("key %d = %d, want %d (all %v)", k, got[k], want, got)
+		}
+	}
+}
+
+// TestUnalignedCheckpointRescaleRefused: a retained unaligned checkpoint of a backpressured job holds
+// records in flight. Restored at the parallelism it was taken with, by a new run of the job, it finishes
+// with exact sums (the records in flight are processed once); restored with the sum at another
+// parallelism it is refused, with a message that says to take a savepoint.
+func TestUnalignedCheckpointRescaleRefused(t *testing.T) {
+	dir := t.TempDir()
+	const keys, per, p = 7, 30000, 2
+	var never atomic.Bool
+	env := runnel.NewEnvironment(runnel.WithParallelism(p), runnel.WithLogger(quiet), runnel.WithChaining(false),
+		runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: 200 * time.Millisecond, Retained: 100, Storage: dir, Unaligned: true}))
+	slowSumJob(env, keys, per, 15000, &never)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	found := make(chan string, 1)
+	go func() {
+		defer cancel()
+		for id := 1; ctx.Err() == nil; {
+			chk := filepath.Join(dir, fmt.Sprintf("chk-%d", id))
+			if _, err := os.Stat(filepath.Join(chk, "_metadata")); err != nil {
+				time.Sleep(5 * time.Millisecond)
+				continue
+			}
+			held := false
+			_ = filepath.WalkDir(chk, func(path string, d os.DirEntry, err error) error {
+				if err != nil || d.IsDir() || d.Name() == "_metadata" {
+					return err
+				}
+				if b, err := os.ReadFile(path); err == nil {
+					if _, l, ok := inflightEntry(b); ok && l >= 64 {
+						held = true
+					}
+				}
+				return nil
+			})
+			if held {
+				found <- chk
+				return
+			}
+			id++
+		}
+	}()
+	if res, err := env.Execute(ctx, "unaligned-rescale"); err != nil || res.Status != "CANCELED" {
+		t.Fatalf("first run: %v, %+v", err, res)
+	}
+	var chk string
+	select {
+	case chk = <-found:
+	default:
+		t.Fatal("no checkpoint held records in flight")
+	}
+
+	env2 := runnel.NewEnvironment(runnel.WithParallelism(p), runnel.WithLogger(quiet), runnel.WithChaining(false),
+		runnel.WithRestoreFrom(chk), runnel.WithRestartStrategy("none"))
+	slowSumJob(env2, keys, per, 15000, &never, p+1)
+	res, err := env2.Execute(context.Background(), "unaligned-rescale")
+	msg := fmt.Sprint(err)
+	if res != nil {
+		msg += " " + res.Error
+	}
+	if (err == nil && res.Status != "FAILED") || !strings.Contains(msg, "unaligned checkpoint's records in flight cannot be redistributed") || !strings.Contains(msg, "savepoint") {
+		t.Fatalf("restore with the sum at parallelism %d: %v, %+v", p+1, err, res)
+	}
+
+	env3 := runnel.NewEnvironment(runnel.WithParallelism(p), runnel.WithLogger(quiet), runnel.WithChaining(false),
+		runnel.WithRestoreFrom(chk), runnel.WithRestartStrategy("none"))
+	sink := slowSumJob(env3, keys, per, 30000, &never)
+	if res, err := env3.Execute(context.Background(), "unaligned-rescale"); err != nil || res.Status != "FINISHED" {
+		t.Fatalf("restore at parallelism %d: %v, %+v", p, err, res)
+	}
+	got := latest(sink.Records())
+	for k := int64(0); k < keys; k++ {
+		want := int64(0)
+		for i := int64(0); i < per; i++ {
+			if i%keys == k {
+				want += p
+			}
+		}
+		if got[k] != want {
+			t.Fatalf("key %d = %d after the restore, want %d (all %v)", k, got[k], want, got)
 		}
 	}
 }
