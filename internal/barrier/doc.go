@@ -14,7 +14,8 @@
 // in this order, before reading the next buffer from any channel:
 //
 //  1. Aborts, oldest first: abandon the checkpoint and forward a cancel marker for it on every output;
-//  2. Snapshot: snapshot the task's state, forward the barrier on every output, acknowledge;
+//  2. Snapshot: snapshot the task's state, forward the barrier on every output, acknowledge (an unaligned
+//     one: forward it ahead of the queued output and store the channels' data until Complete, then write);
 //  3. UnblockAll: resume reading every channel that has not ended;
 //  4. Block: stop reading these channels.
 //
@@ -32,6 +33,11 @@
 //     snapshots at once and blocks nothing. No records are buffered here: a blocked channel backpressures
 //     its producer through credit-based flow control.
 //   - At-least-once: nothing is ever blocked; Snapshot comes when the last channel delivers the barrier.
+//   - Unaligned (a barrier marked Checkpoint.Unaligned, in an exactly-once or unaligned aligner): the
+//     first barrier is snapshotted at once and nothing is blocked; the task stores what the channels that
+//     have not delivered it deliver, and the action is Complete when every channel delivered it or ended.
+//     OnAlignmentTimeout switches a pending aligned checkpoint to unaligned: Snapshot and UnblockAll now,
+//     Complete later. The rules for giving up below hold as for aligned checkpoints.
 //   - A barrier or cancel marker of a checkpoint newer than the pending one abandons the pending one
 //     (AbortSubsumed): a channel that has not delivered the pending barrier yet never will, since ids
 //     increase along a channel. The newer barrier starts a new alignment.
