@@ -144,18 +144,7 @@ func TestUnalignedDamagedChannelStatePassedOver(t *testing.T) {
 	if !strings.Contains(logs.String(), "checkpoint is damaged; restoring an older one\" job=damaged-channel-state checkpoint=2") {
 		t.Fatalf("no WARN names the damaged checkpoint 2; logs:\n%s", logs.String())
 	}
-	got := latest(sink.Records())
-	for k := int64(0); k < keys; k++ {
-		want := int64(0)
-		for i := int64(0); i < per; i++ {
-			if i%keys == k {
-				want += p
-			}
-		}
-		if got[k] != want {
-			t.Fatalf("key %d = %d, want %d (all %v)", k, got[k], want, got)
-		}
-	}
+	checkKeyedSums(t, sink, keys, per, p)
 }
 
 // TestUnalignedCheckpointRescaleRefused: a retained unaligned checkpoint of a backpressured job holds
@@ -227,16 +216,22 @@ func TestUnalignedCheckpointRescaleRefused(t *testing.T) {
 	if res, err := env3.Execute(context.Background(), "unaligned-rescale"); err != nil || res.Status != "FINISHED" {
 		t.Fatalf("restore at parallelism %d: %v, %+v", p, err, res)
 	}
+	checkKeyedSums(t, sink, keys, per, p)
+}
+
+// checkKeyedSums checks the latest sum per key of p sources of per records each, keyed by i % keys.
+func checkKeyedSums(t *testing.T, sink *connector.Collect[keyed], keys, per, p int64) {
+	t.Helper()
 	got := latest(sink.Records())
-	for k := int64(0); k < keys; k++ {
+	for k := range keys {
 		want := int64(0)
-		for i := int64(0); i < per; i++ {
+		for i := range per {
 			if i%keys == k {
 				want += p
 			}
 		}
 		if got[k] != want {
-			t.Fatalf("key %d = %d after the restore, want %d (all %v)", k, got[k], want, got)
+			t.Fatalf("key %d = %d, want %d (all %v)", k, got[k], want, got)
 		}
 	}
 }
