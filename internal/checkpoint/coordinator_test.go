@@ -115,6 +115,16 @@ func triggerNow(now int64) func(*testing.T, *Coordinator) Ready {
 	}
 }
 
+func triggerSavepoint(now int64) func(*testing.T, *Coordinator) Ready {
+	return func(t *testing.T, c *Coordinator) Ready {
+		rd, err := c.TriggerSavepoint(now)
+		if err != nil {
+			return Ready{Ignored: []Ignored{{Event: "trigger-savepoint: " + err.Error()}}}
+		}
+		return rd
+	}
+}
+
 func stop(now int64) func(*testing.T, *Coordinator) Ready {
 	return func(_ *testing.T, c *Coordinator) Ready { return c.Stop(now) }
 }
@@ -222,6 +232,15 @@ func TestCoordinator(t *testing.T) {
 			steps: [][]step{{
 				{tick(0), ""},
 				{tick(1000), "trigger 1 @1000 at-least-once -> v0[0]#0 v0[1]#0"},
+			}},
+		},
+		{
+			name: "unaligned mode travels with the trigger, a savepoint's is aligned",
+			cfg:  func(c *Config) { c.Mode = barrier.Unaligned },
+			steps: [][]step{{
+				{tick(0), ""},
+				{tick(1000), "trigger 1 @1000 unaligned -> v0[0]#0 v0[1]#0"},
+				{triggerSavepoint(1001), "trigger 2 @1001 exactly-once -> v0[0]#0 v0[1]#0"},
 			}},
 		},
 		{
