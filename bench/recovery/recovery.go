@@ -149,6 +149,10 @@ type Config struct {
 	Keys int
 	// CheckpointInterval is the checkpoint interval.
 	CheckpointInterval time.Duration
+	// Unaligned and AlignedCheckpointTimeout are runnel.CheckpointConfig's: unaligned checkpoints,
+	// starting aligned for that long (0: unaligned from the start).
+	Unaligned                bool
+	AlignedCheckpointTimeout time.Duration
 	// BufferTimeout is the network buffer timeout; it is the resolution of the sink-side timings.
 	BufferTimeout time.Duration
 	// TaskManagers of the in-process cluster.
@@ -225,6 +229,9 @@ func (c *Config) defaults() error {
 	if c.StateBytes < 0 {
 		errs = append(errs, fmt.Errorf("state bytes must not be negative, got %d", c.StateBytes))
 	}
+	if c.AlignedCheckpointTimeout < 0 || (c.AlignedCheckpointTimeout > 0 && !c.Unaligned) {
+		errs = append(errs, fmt.Errorf("aligned checkpoint timeout %s: must not be negative, and needs unaligned checkpoints", c.AlignedCheckpointTimeout))
+	}
 	if c.Duration < 0 || c.FailAfter < 0 || c.CheckpointInterval < 0 || c.TaskManagers < 0 {
 		errs = append(errs, errors.New("durations and counts must not be negative"))
 	}
@@ -240,28 +247,32 @@ func (c *Config) defaults() error {
 // Result holds the figures of one run. Field names follow the Flink harness (bench/flink) where the figure
 // is the same; times are milliseconds.
 type Result struct {
-	Engine               string  `json:"engine"`
-	Job                  string  `json:"job"`
-	Scenario             string  `json:"scenario"`
-	StateBytesPerKey     int     `json:"state_bytes_per_key"`
-	StateBackend         string  `json:"state_backend"`
-	Failover             string  `json:"failover"`
-	Parallelism          int     `json:"parallelism"`
-	Keys                 int     `json:"keys"`
-	SourceRateRPS        int64   `json:"source_rate_rps"`
-	CheckpointIntervalMS int64   `json:"checkpoint_interval_ms"`
-	BufferTimeoutMS      int64   `json:"buffer_timeout_ms"`
-	FailAfterMS          int64   `json:"fail_after_ms"`
-	DurationMS           int64   `json:"duration_ms"`
-	TaskManagers         int     `json:"task_managers"`
-	JobStatus            string  `json:"job_status"`
-	Failovers            int     `json:"failovers"`
-	Failed               string  `json:"failed"`
-	OutageMS             int64   `json:"outage_ms"`
-	RecoveryMS           int64   `json:"recovery_ms"`
-	SinkGapMS            float64 `json:"sink_gap_ms"`
-	OutageRecovered      bool    `json:"outage_recovered"`
-	FailureToRecoveryMS  float64 `json:"failure_to_recovery_ms"`
+	Engine               string `json:"engine"`
+	Job                  string `json:"job"`
+	Scenario             string `json:"scenario"`
+	StateBytesPerKey     int    `json:"state_bytes_per_key"`
+	StateBackend         string `json:"state_backend"`
+	Failover             string `json:"failover"`
+	Parallelism          int    `json:"parallelism"`
+	Keys                 int    `json:"keys"`
+	SourceRateRPS        int64  `json:"source_rate_rps"`
+	CheckpointIntervalMS int64  `json:"checkpoint_interval_ms"`
+	// UnalignedCheckpoints and AlignedCheckpointTimeoutMS are the run's Config.Unaligned and
+	// Config.AlignedCheckpointTimeout.
+	UnalignedCheckpoints       bool    `json:"unaligned_checkpoints"`
+	AlignedCheckpointTimeoutMS int64   `json:"aligned_checkpoint_timeout_ms"`
+	BufferTimeoutMS            int64   `json:"buffer_timeout_ms"`
+	FailAfterMS                int64   `json:"fail_after_ms"`
+	DurationMS                 int64   `json:"duration_ms"`
+	TaskManagers               int     `json:"task_managers"`
+	JobStatus                  string  `json:"job_status"`
+	Failovers                  int     `json:"failovers"`
+	Failed                     string  `json:"failed"`
+	OutageMS                   int64   `json:"outage_ms"`
+	RecoveryMS                 int64   `json:"recovery_ms"`
+	SinkGapMS                  float64 `json:"sink_gap_ms"`
+	OutageRecovered            bool    `json:"outage_recovered"`
+	FailureToRecoveryMS        float64 `json:"failure_to_recovery_ms"`
 	// SinksFailureToOutputMS runs from the failure until every restarted sink subtask wrote a record again
 	// (the engine's outage_ms as the sinks see it; 0 when none wrote one).
 	SinksFailureToOutputMS float64 `json:"sinks_failure_to_output_ms"`
@@ -390,7 +401,7 @@ func runOne(ctx context.Context, cfg Config, strategy string) (*Result, error) {
 	capacity := p*int(cfg.Duration/minSilence)*11/10 + 1024
 	pr := newProbes(epoch, p, keys, capacity)
 
-	cc := runnel.CheckpointConfig{Interval: cfg.CheckpointInterval}
+	cc := runnel.CheckpointConfig{Interval: cfg.CheckpointInterval, Unaligned: cfg.Unaligned, AlignedCheckpointTimeout: cfg.AlignedCheckpointTimeout}
 	opts := []runnel.Option{
 		runnel.WithParallelism(p), runnel.WithTaskManagers(cfg.TaskManagers), runnel.WithChaining(false),
 		runnel.WithBufferTimeout(cfg.BufferTimeout), runnel.WithLogger(cfg.Logger),
@@ -644,6 +655,7 @@ func analyse(cfg Config, strategy string, pr *probes, res *runnel.JobResult, sam
 		Engine: "runnel", Job: "recovery", Failover: strategy, Parallelism: cfg.Parallelism, Keys: cfg.Keys,
 		Scenario: cfg.Scenario, StateBytesPerKey: cfg.StateBytes, StateBackend: cfg.StateBackend,
 		SourceRateRPS: int64(cfg.Rate), CheckpointIntervalMS: cfg.CheckpointInterval.Milliseconds(),
+		UnalignedCheckpoints: cfg.Unaligned, AlignedCheckpointTimeoutMS: cfg.AlignedCheckpointTimeout.Milliseconds(),
 		BufferTimeoutMS: cfg.BufferTimeout.Milliseconds(), FailAfterMS: cfg.FailAfter.Milliseconds(),
 		DurationMS: cfg.Duration.Milliseconds(), TaskManagers: cfg.TaskManagers, JobStatus: res.Status,
 		Failovers: len(res.Failovers), Restarted: []string{}, LoadAvg1m: loadAvg(), Cores: runtime.NumCPU(),

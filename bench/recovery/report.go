@@ -31,10 +31,17 @@ func WriteTable(w io.Writer, rs []*Result) error {
 		if r.LoadAvg1m != nil {
 			load = fmt.Sprintf("%.2f", *r.LoadAvg1m)
 		}
+		mode := "aligned"
+		if r.UnalignedCheckpoints {
+			mode = "unaligned"
+			if r.AlignedCheckpointTimeoutMS > 0 {
+				mode = fmt.Sprintf("unaligned after %d ms aligned", r.AlignedCheckpointTimeoutMS)
+			}
+		}
 		fmt.Fprintf(w, "(scenario %s, parallelism %d, %d keys, %d payload bytes per key in %s state, %d records/s over all sources, "+
-			"checkpoints every %d ms, buffer timeout %d ms, %d TaskManager(s), map[%d] fails after %d ms of %d; %d cores, load %s)\n",
+			"%s checkpoints every %d ms, buffer timeout %d ms, %d TaskManager(s), map[%d] fails after %d ms of %d; %d cores, load %s)\n",
 			r.Scenario, r.Parallelism, r.Keys, r.StateBytesPerKey, r.StateBackend, r.SourceRateRPS,
-			r.CheckpointIntervalMS, r.BufferTimeoutMS, r.TaskManagers, FailedSubtask, r.FailAfterMS, r.DurationMS, r.Cores, load)
+			mode, r.CheckpointIntervalMS, r.BufferTimeoutMS, r.TaskManagers, FailedSubtask, r.FailAfterMS, r.DurationMS, r.Cores, load)
 	}
 	var full, approx *Result
 	for _, r := range rs {

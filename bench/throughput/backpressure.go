@@ -50,6 +50,9 @@ type BackpressureConfig struct {
 	BufferSize int
 	// Modes lists "aligned" and "unaligned", the checkpoints to run (default both).
 	Modes []string
+	// AlignedCheckpointTimeout is the unaligned runs' runnel.CheckpointConfig.AlignedCheckpointTimeout:
+	// their checkpoints start aligned and switch to unaligned after it (0: unaligned from the start).
+	AlignedCheckpointTimeout time.Duration
 	// Logger is the engine's logger (default: warnings and errors to stderr).
 	Logger *slog.Logger
 }
@@ -161,6 +164,9 @@ func (cfg *BackpressureConfig) defaults() error {
 		errs = append(errs, fmt.Errorf("throughput: keys, parallelism, runs and checkpoints must be at least 1 and warm-up at least 0, got %d, %d, %d, %d, %d",
 			cfg.Keys, cfg.Parallelism, cfg.Runs, cfg.Checkpoints, cfg.Warmup))
 	}
+	if cfg.AlignedCheckpointTimeout < 0 {
+		errs = append(errs, fmt.Errorf("throughput: aligned checkpoint timeout must not be negative, got %s", cfg.AlignedCheckpointTimeout))
+	}
 	if cfg.Interval < 0 || cfg.MaxDuration < 0 {
 		errs = append(errs, fmt.Errorf("throughput: interval and duration must be positive, got %s and %s", cfg.Interval, cfg.MaxDuration))
 	}
@@ -268,6 +274,10 @@ func runBackpressured(ctx context.Context, cfg BackpressureConfig, mode string, 
 	ctx, cancel := context.WithTimeout(ctx, cfg.MaxDuration)
 	defer cancel()
 	want := int64(cfg.Warmup + cfg.Checkpoints)
+	var alignedTimeout time.Duration
+	if mode == Unaligned {
+		alignedTimeout = cfg.AlignedCheckpointTimeout
+	}
 	// The progress snapshots end the run once it completed enough checkpoints; the job's final result
 	// carries the statistics.
 	progress := func(r *runnel.JobResult) {
@@ -279,6 +289,7 @@ func runBackpressured(ctx context.Context, cfg BackpressureConfig, mode string, 
 		runnel.WithBufferTimeout(100 * time.Millisecond), runnel.WithNetworkBuffersPerChannel(buffers),
 		runnel.WithProgress(100*time.Millisecond, progress),
 		runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: cfg.Interval, Unaligned: mode == Unaligned,
+			AlignedCheckpointTimeout: alignedTimeout,
 			// A checkpoint of the aligned runs takes as long as the queues take to drain; it must not
 			// expire, which would fail the job.
 			Timeout: max(10*time.Minute, 2*cfg.MaxDuration)})}
@@ -341,10 +352,19 @@ type pacedSink struct {
 	rate    float64
 	records atomic.Int64
 	first   atomic.Int64 // unix nanoseconds of the first record any subtask took
+	// parallelism, when set, tells the first attempts' writers from those of restarted subtasks (the
+	// writers created after the first parallelism); restarted and restartedFirst are the latter's
+	// records and the unix nanoseconds of their first.
+	parallelism    int
+	writers        atomic.Int64
+	restarted      atomic.Int64
+	restartedFirst atomic.Int64
 }
 
 func (s *pacedSink) CreateWriter(runnel.RuntimeContext) (runnel.SinkWriter[Record], error) {
-	return &pacedWriter{s: s, perRecord: time.Duration(float64(time.Second) / s.rate)}, nil
+	n := s.writers.Add(1)
+	return &pacedWriter{s: s, perRecord: time.Duration(float64(time.Second) / s.rate),
+		restarted: s.parallelism > 0 && n > int64(s.parallelism)}, nil
 }
 
 // pacedCheck is how many records a paced writer takes between looks at the clock; at the default rate,
@@ -356,16 +376,23 @@ type pacedWriter struct {
 	perRecord time.Duration
 	start     time.Time
 	n         int64
+	restarted bool
 }
 
 func (w *pacedWriter) Write(Record) error {
 	if w.n == 0 {
 		w.start = time.Now()
 		w.s.first.CompareAndSwap(0, w.start.UnixNano())
+		if w.restarted {
+			w.s.restartedFirst.CompareAndSwap(0, w.start.UnixNano())
+		}
 	}
 	w.n++
 	if w.n%pacedCheck == 0 {
 		w.s.records.Add(pacedCheck)
+		if w.restarted {
+			w.s.restarted.Add(pacedCheck)
+		}
 		if ahead := time.Duration(w.n)*w.perRecord - time.Since(w.start); ahead > 0 {
 			time.Sleep(ahead)
 		}

@@ -46,6 +46,9 @@ type Config struct {
 	Runs int
 	// CheckpointInterval turns on checkpoints in the engine run (0: off).
 	CheckpointInterval time.Duration
+	// Unaligned and AlignedCheckpointTimeout are the checkpoints' runnel.CheckpointConfig fields.
+	Unaligned                bool
+	AlignedCheckpointTimeout time.Duration
 	// Failover is the engine run's failover strategy ("": the default, region).
 	Failover string
 	// InflightLogMemory is the TaskManager's memory for task failover's in-flight logs (0: the default).
@@ -61,6 +64,8 @@ type CheckpointResult struct {
 	Ratio           float64 `json:"ratio"`
 	IntervalMillis  int64   `json:"checkpoint_interval_ms"`
 	Checkpoints     int64   `json:"checkpoints_completed"`
+	// Unaligned says the checkpoints were unaligned (Config.Unaligned).
+	Unaligned bool `json:"unaligned_checkpoints"`
 }
 
 // overheadConfig gives an overhead comparison its defaults (parallelism 2, 3 runs of each side) and checks
@@ -85,7 +90,7 @@ func RunCheckpointOverhead(ctx context.Context, cfg Config, interval time.Durati
 	if err != nil {
 		return nil, err
 	}
-	res := &CheckpointResult{IntervalMillis: interval.Milliseconds()}
+	res := &CheckpointResult{IntervalMillis: interval.Milliseconds(), Unaligned: cfg.Unaligned}
 	var plain, checked []time.Duration
 	for i := 0; i < cfg.Runs; i++ {
 		c := cfg
@@ -118,6 +123,8 @@ type FailoverResult struct {
 	StrategyRPS    float64 `json:"strategy_rps"`
 	Ratio          float64 `json:"ratio"`
 	IntervalMillis int64   `json:"checkpoint_interval_ms"`
+	// Unaligned says the checkpoints were unaligned (Config.Unaligned).
+	Unaligned bool `json:"unaligned_checkpoints"`
 }
 
 // RunFailoverOverhead runs the checkpointed standard pipeline under region failover and under strategy,
@@ -143,7 +150,7 @@ func RunFailoverOverhead(ctx context.Context, cfg Config, interval time.Duration
 		}
 		other = append(other, t)
 	}
-	res := &FailoverResult{Failover: strategy, IntervalMillis: interval.Milliseconds(),
+	res := &FailoverResult{Failover: strategy, IntervalMillis: interval.Milliseconds(), Unaligned: cfg.Unaligned,
 		RegionRPS: float64(cfg.Records) / median(region).Seconds(), StrategyRPS: float64(cfg.Records) / median(other).Seconds()}
 	res.Ratio = res.StrategyRPS / res.RegionRPS
 	return res, nil
@@ -232,7 +239,8 @@ func runEngine(ctx context.Context, cfg Config) (time.Duration, uint64, float64,
 	opts := []runnel.Option{runnel.WithParallelism(p), runnel.WithTaskManagers(1),
 		runnel.WithBufferTimeout(100 * time.Millisecond), runnel.WithLogger(logger)}
 	if cfg.CheckpointInterval > 0 {
-		opts = append(opts, runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: cfg.CheckpointInterval}))
+		opts = append(opts, runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: cfg.CheckpointInterval,
+			Unaligned: cfg.Unaligned, AlignedCheckpointTimeout: cfg.AlignedCheckpointTimeout}))
 	}
 	if cfg.Failover != "" {
 		opts = append(opts, runnel.WithFailover(cfg.Failover))

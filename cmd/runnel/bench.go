@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -87,17 +88,45 @@ func newCheckpointBenchCmd() *cobra.Command {
 	var interval time.Duration
 	var asJSON bool
 	var failover string
-	var backpressure bool
+	var backpressure, restore bool
 	var bp throughput.BackpressureConfig
+	var rs throughput.RestoreConfig
+	var ua unalignedFlags
 	cmd := &cobra.Command{
 		Use:   "checkpoints",
 		Short: "the standard pipeline with checkpoints every --interval, as a ratio to the same pipeline without; with --backpressure, aligned vs unaligned checkpoints behind a slow sink",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if restore && !backpressure {
+				return usageError(errors.New("--restore measures the backpressured pipeline: set --backpressure too"))
+			}
 			if backpressure {
-				bp.Keys, bp.Runs, bp.Interval = cfg.Keys, cfg.Runs, interval
+				if ua.unaligned {
+					return usageError(errors.New("--backpressure runs aligned and unaligned checkpoints side by side (--restore: unaligned only): choose them with --modes, not --unaligned-checkpoints"))
+				}
+				if ua.timeout < 0 {
+					return usageError(fmt.Errorf("invalid --aligned-checkpoint-timeout %s: must not be negative", ua.timeout))
+				}
+				if ua.timeout > 0 && !restore && !slices.Contains(bp.Modes, throughput.Unaligned) {
+					return usageError(errors.New("--aligned-checkpoint-timeout applies to the unaligned runs: --modes has none"))
+				}
+				bp.Keys, bp.Runs, bp.Interval, bp.AlignedCheckpointTimeout = cfg.Keys, cfg.Runs, interval, ua.timeout
+				if restore {
+					if cmd.Flags().Changed("modes") {
+						return usageError(errors.New("--restore runs unaligned checkpoints only: drop --modes"))
+					}
+					if !cmd.Flags().Changed("duration") {
+						bp.MaxDuration = time.Minute
+					}
+					rs.BackpressureConfig = bp
+					return runRestoreCmd(cmd, rs, asJSON)
+				}
 				return runBackpressureCmd(cmd, bp, asJSON)
 			}
+			if err := ua.validate(true, ""); err != nil {
+				return usageError(err)
+			}
+			cfg.Unaligned, cfg.AlignedCheckpointTimeout = ua.unaligned, ua.timeout
 			if cfg.Records < 1 {
 				return usageError(fmt.Errorf("invalid --records %d: must be at least 1", cfg.Records))
 			}
@@ -156,8 +185,45 @@ func newCheckpointBenchCmd() *cobra.Command {
 	cmd.Flags().IntSliceVar(&bp.BuffersPerChannel, "buffers-per-channel", []int{4}, "with --backpressure: network queue lengths (buffers per channel) to run at, each with --runs rounds (e.g. 4,16,64)")
 	cmd.Flags().IntVar(&bp.BufferSize, "buffer-size", 32*1024, "with --backpressure: network buffer size in bytes")
 	cmd.Flags().StringSliceVar(&bp.Modes, "modes", []string{throughput.Aligned, throughput.Unaligned}, "with --backpressure: the checkpoints to run, aligned and/or unaligned")
+	cmd.Flags().BoolVar(&restore, "restore", false, "with --backpressure: unaligned checkpoints only, and sum[0] fails after checkpoint --fail-at-checkpoint, with the queues full: the restored checkpoint's channel state, the failover's recovery and outage, the time until the sinks' throughput is back, and a page-cache read of as many bytes as the baseline")
+	cmd.Flags().IntVar(&rs.FailAtCheckpoint, "fail-at-checkpoint", 8, "with --restore: sum[0] fails at its first record after it heard this checkpoint completed")
+	cmd.Flags().StringVar(&rs.Dir, "restore-dir", "", "with --restore: the directory for the checkpoints and the read baseline's file (default: the system's temporary directory)")
+	ua.register(cmd.Flags(), "the checkpointed runs (without --backpressure; with it, --aligned-checkpoint-timeout applies to the unaligned runs)")
 	cmd.MarkFlagsMutuallyExclusive("backpressure", "failover")
 	return cmd
+}
+
+// runRestoreCmd is bench checkpoints --backpressure --restore.
+func runRestoreCmd(cmd *cobra.Command, cfg throughput.RestoreConfig, asJSON bool) error {
+	if cfg.SinkRate <= 0 || cfg.Interval <= 0 || cfg.MaxDuration <= 0 || cfg.Runs < 1 {
+		return usageError(fmt.Errorf("invalid --sink-rate %v, --interval %s, --duration %s or --runs %d: must be positive", cfg.SinkRate, cfg.Interval, cfg.MaxDuration, cfg.Runs))
+	}
+	if cfg.FailAtCheckpoint < 1 {
+		return usageError(fmt.Errorf("invalid --fail-at-checkpoint %d: must be at least 1", cfg.FailAtCheckpoint))
+	}
+	for _, n := range cfg.BuffersPerChannel {
+		if n < 1 {
+			return usageError(fmt.Errorf("invalid --buffers-per-channel %d: must be at least 1", n))
+		}
+	}
+	res, err := throughput.RunRestore(cmd.Context(), cfg)
+	if err != nil {
+		return err
+	}
+	out := cmd.OutOrStdout()
+	if asJSON {
+		return json.NewEncoder(out).Encode(res)
+	}
+	fmt.Fprintf(out, "sink %.0f records/s per subtask, sources %.0f, parallelism %d, unaligned checkpoints every %s, sum[0] fails after checkpoint %d, region failover, %d runs\n",
+		res.SinkRate, res.SourceRate, res.Parallelism, cfg.Interval, res.FailAtCheckpoint, cfg.Runs)
+	fmt.Fprintf(out, "read baseline: %s (%s)\n", res.ReadBaseline, res.Dir)
+	fmt.Fprintf(out, "%-8s %14s %14s %12s %10s %14s %12s %10s %12s %12s\n", "buffers", "channel bytes", "state bytes", "recovery ms", "outage ms",
+		"sink back ms", "read ms", "read MB/s", "recov/read", "outage/read")
+	for _, q := range res.Queues {
+		fmt.Fprintf(out, "%-8d %14d %14d %12.0f %10.0f %14.0f %12.2f %10.0f %12.1f %12.1f\n", q.BuffersPerChannel, q.RestoredChannelStateBytes, q.RestoredStateBytes,
+			q.RecoveryMillis, q.OutageMillis, q.SinkRecoveredMillis, q.ReadMillis, q.ReadMBPerS, q.RecoveryReadRatio, q.OutageReadRatio)
+	}
+	return nil
 }
 
 // runBackpressureCmd is bench checkpoints --backpressure.
@@ -215,6 +281,7 @@ func newRecoveryBenchCmd() *cobra.Command {
 	var cfg recovery.Config
 	var asJSON bool
 	var plotPath string
+	var ua unalignedFlags
 	cmd := &cobra.Command{
 		Use:   "recovery",
 		Short: "one injected failure under each failover strategy: outage, upstream throughput, records lost, subtasks restarted",
@@ -238,6 +305,13 @@ engine's outage marked (the JSON holds the same series, in --series-bucket bucke
 			if cfg.Duration <= 0 || cfg.FailAfter <= 0 || cfg.FailAfter >= cfg.Duration {
 				return usageError(fmt.Errorf("invalid --fail-after %s with --duration %s: both must be positive and the failure must come first", cfg.FailAfter, cfg.Duration))
 			}
+			if cfg.CheckpointInterval <= 0 {
+				return usageError(fmt.Errorf("invalid --checkpoint-interval %s: must be positive (every run restores a checkpoint)", cfg.CheckpointInterval))
+			}
+			if err := ua.validate(true, ""); err != nil {
+				return usageError(err)
+			}
+			cfg.Unaligned, cfg.AlignedCheckpointTimeout = ua.unaligned, ua.timeout
 			// The plot's file is created before the runs, so that a bad path fails at once rather than after them.
 			var plot *os.File
 			plotted := false
@@ -290,6 +364,7 @@ engine's outage marked (the JSON holds the same series, in --series-bucket bucke
 	cmd.Flags().Float64Var(&cfg.Rate, "rate", recovery.DefaultRate, "records per second over all source subtasks (0: as fast as possible)")
 	cmd.Flags().IntVar(&cfg.Keys, "keys", recovery.DefaultKeys, "distinct keys (a multiple of the parallelism 4)")
 	cmd.Flags().DurationVar(&cfg.CheckpointInterval, "checkpoint-interval", recovery.DefaultCheckpointInterval, "checkpoint interval")
+	ua.register(cmd.Flags(), "every run")
 	cmd.Flags().StringVar(&cfg.Scenario, "scenario", recovery.ScenarioBeforeShuffle, "where the failing map sits: before-shuffle (it feeds every check subtask) or after-state (downstream of the keyed state)")
 	cmd.Flags().IntVar(&cfg.StateBytes, "state-bytes", 0, "payload bytes per key in the check operator's state (0: 32 bytes of counters)")
 	cmd.Flags().StringVar(&cfg.StateBackend, "state-backend", "memory", "keyed state backend: memory or pebble")

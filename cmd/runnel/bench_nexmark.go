@@ -29,6 +29,7 @@ type nexmarkBenchConfig struct {
 	runs               int
 	checkpointInterval time.Duration
 	incremental        bool
+	unaligned          unalignedFlags
 	outOfOrderness     time.Duration
 	// failover is the failover strategy ("": the default, region); under task failover every output is
 	// logged (docs/taskfailover.md), which is what a run with it measures.
@@ -58,6 +59,7 @@ type nexmarkBenchResult struct {
 	Parallelism        int           `json:"parallelism"`
 	CheckpointInterval time.Duration `json:"checkpoint_interval_ns"`
 	Failover           string        `json:"failover,omitempty"`
+	Unaligned          bool          `json:"unaligned_checkpoints,omitempty"`
 	Runs               []nexmarkRun  `json:"runs"`
 	// EventsPerS is the median of the runs'.
 	EventsPerS float64 `json:"events_per_s"`
@@ -125,6 +127,9 @@ With --rate R --duration D the stream is unbounded at R events/s for D, and the 
 				if cfg.incremental {
 					fmt.Fprint(out, " (incremental)")
 				}
+				if cfg.unaligned.unaligned {
+					fmt.Fprint(out, " (unaligned)")
+				}
 			}
 			if cfg.failover != "" {
 				fmt.Fprintf(out, ", %s failover", cfg.failover)
@@ -144,6 +149,7 @@ With --rate R --duration D the stream is unbounded at R events/s for D, and the 
 	fl.IntVar(&cfg.runs, "runs", 3, "runs; the median is reported")
 	fl.DurationVar(&cfg.checkpointInterval, "checkpoint-interval", 0, "take checkpoints this often (0: none)")
 	fl.BoolVar(&cfg.incremental, "incremental-checkpoints", false, "with --checkpoint-interval: incremental checkpoints (runnel.WithIncrementalCheckpoints)")
+	cfg.unaligned.register(fl, "with --checkpoint-interval")
 	fl.DurationVar(&cfg.outOfOrderness, "out-of-orderness", nexmark.DefaultOutOfOrderness, "the watermark bound")
 	fl.StringVar(&cfg.failover, "failover", "", "the failover strategy the job runs under: full, region (the default), approximate or task (every output logged for exactly-once local recovery)")
 	fl.Int64Var(&cfg.rate, "rate", 0, "with --duration: events per second")
@@ -162,6 +168,9 @@ func (c nexmarkBenchConfig) validate() error {
 	}
 	if c.checkpointInterval < 0 {
 		errs = append(errs, fmt.Errorf("invalid --checkpoint-interval %s: must not be negative", c.checkpointInterval))
+	}
+	if err := c.unaligned.validate(c.checkpointInterval > 0, "--checkpoint-interval"); err != nil {
+		errs = append(errs, err)
 	}
 	switch c.failover {
 	case "", "full", "region", "approximate", "task":
@@ -190,7 +199,8 @@ func (c nexmarkBenchConfig) validate() error {
 
 // benchNexmark runs the throughput measurement.
 func benchNexmark(ctx context.Context, cfg nexmarkBenchConfig) (nexmarkBenchResult, error) {
-	res := nexmarkBenchResult{Query: cfg.query, Parallelism: nexmarkBenchParallelism, CheckpointInterval: cfg.checkpointInterval, Failover: cfg.failover}
+	res := nexmarkBenchResult{Query: cfg.query, Parallelism: nexmarkBenchParallelism, CheckpointInterval: cfg.checkpointInterval, Failover: cfg.failover,
+		Unaligned: cfg.unaligned.unaligned}
 	for range cfg.runs {
 		r, err := benchNexmarkOnce(ctx, cfg)
 		if err != nil {
@@ -212,7 +222,9 @@ func benchNexmark(ctx context.Context, cfg nexmarkBenchConfig) (nexmarkBenchResu
 func nexmarkBenchJob(cfg nexmarkBenchConfig, gen nexmark.GeneratorConfig, probe *pollProbe) (*runnel.Environment, *nexmark.Counter, error) {
 	opts := []runnel.Option{runnel.WithParallelism(nexmarkBenchParallelism), runnel.WithLogger(slog.New(slog.DiscardHandler))}
 	if cfg.checkpointInterval > 0 {
-		opts = append(opts, runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: cfg.checkpointInterval}))
+		cc := runnel.CheckpointConfig{Interval: cfg.checkpointInterval}
+		cfg.unaligned.apply(&cc)
+		opts = append(opts, runnel.WithCheckpointing(cc))
 		if cfg.incremental {
 			opts = append(opts, runnel.WithIncrementalCheckpoints())
 		}
