@@ -87,6 +87,9 @@ type BackpressureResult struct {
 	// channel state included.
 	AlignedStateBytes   int64 `json:"aligned_state_bytes"`
 	UnalignedStateBytes int64 `json:"unaligned_state_bytes"`
+	// ChannelStateBytes are the medians of the part of those sizes that holds records in flight.
+	AlignedChannelStateBytes   int64 `json:"aligned_channel_state_bytes"`
+	UnalignedChannelStateBytes int64 `json:"unaligned_channel_state_bytes"`
 	// AlignmentMillis are the medians of the longest alignment of a subtask in each checkpoint.
 	AlignedAlignmentMillis   float64 `json:"aligned_alignment_ms"`
 	UnalignedAlignmentMillis float64 `json:"unaligned_alignment_ms"`
@@ -113,7 +116,9 @@ type BackpressureRun struct {
 	// DurationsMillis and StateBytes are those of the measured checkpoints that completed, in order.
 	DurationsMillis []int64 `json:"checkpoint_ms"`
 	StateBytes      []int64 `json:"state_bytes"`
-	AlignmentMillis []int64 `json:"alignment_ms"`
+	// ChannelStateBytes is the part of each of StateBytes that holds records in flight.
+	ChannelStateBytes []int64 `json:"channel_state_bytes"`
+	AlignmentMillis   []int64 `json:"alignment_ms"`
 	// Incomplete counts the checkpoints still in progress when the run reached MaxDuration before it
 	// completed its checkpoints.
 	Incomplete int     `json:"incomplete"`
@@ -215,7 +220,7 @@ func RunBackpressure(ctx context.Context, cfg BackpressureConfig) (*Backpressure
 // summarize computes the medians and ranges of r's runs.
 func (r *BackpressureResult) summarize() {
 	for _, mode := range []string{Aligned, Unaligned} {
-		var durations, sizes, alignments []int64
+		var durations, sizes, channel, alignments []int64
 		var rps []float64
 		incomplete := 0
 		for _, run := range r.Runs {
@@ -224,6 +229,7 @@ func (r *BackpressureResult) summarize() {
 			}
 			durations = append(durations, run.DurationsMillis...)
 			sizes = append(sizes, run.StateBytes...)
+			channel = append(channel, run.ChannelStateBytes...)
 			alignments = append(alignments, run.AlignmentMillis...)
 			rps = append(rps, run.SinkRPS)
 			incomplete += run.Incomplete
@@ -238,9 +244,11 @@ func (r *BackpressureResult) summarize() {
 		if mode == Aligned {
 			r.AlignedMillis, r.AlignedRangeMillis, r.AlignedCheckpoints, r.AlignedIncomplete = medianOf(durations), rng, len(durations), incomplete
 			r.AlignedStateBytes, r.AlignedAlignmentMillis, r.AlignedSinkRPS = int64(medianOf(sizes)), medianOf(alignments), medianOf(rps)
+			r.AlignedChannelStateBytes = int64(medianOf(channel))
 		} else {
 			r.UnalignedMillis, r.UnalignedRangeMillis, r.UnalignedCheckpoints, r.UnalignedIncomplete = medianOf(durations), rng, len(durations), incomplete
 			r.UnalignedStateBytes, r.UnalignedAlignmentMillis, r.UnalignedSinkRPS = int64(medianOf(sizes)), medianOf(alignments), medianOf(rps)
+			r.UnalignedChannelStateBytes = int64(medianOf(channel))
 		}
 	}
 	if r.UnalignedMillis > 0 {
@@ -313,7 +321,7 @@ func runBackpressured(ctx context.Context, cfg BackpressureConfig, mode string, 
 		return nil, fmt.Errorf("throughput: %s checkpoints: the unbounded job ended %s", mode, res.Status)
 	}
 	run := &BackpressureRun{Mode: mode, BuffersPerChannel: buffers, WallMillis: res.WallMillis,
-		DurationsMillis: []int64{}, StateBytes: []int64{}, AlignmentMillis: []int64{}}
+		DurationsMillis: []int64{}, StateBytes: []int64{}, ChannelStateBytes: []int64{}, AlignmentMillis: []int64{}}
 	if first := sink.first.Load(); first != 0 {
 		if d := end.Sub(time.Unix(0, first)); d > 0 {
 			run.SinkRPS = float64(sink.records.Load()) / d.Seconds()
@@ -330,6 +338,7 @@ func runBackpressured(ctx context.Context, cfg BackpressureConfig, mode string, 
 		case "COMPLETED":
 			run.DurationsMillis = append(run.DurationsMillis, st.DurationMillis)
 			run.StateBytes = append(run.StateBytes, st.StateBytes)
+			run.ChannelStateBytes = append(run.ChannelStateBytes, st.ChannelStateBytes)
 			run.AlignmentMillis = append(run.AlignmentMillis, st.AlignmentMillis)
 		case "FAILED":
 			run.Failed++

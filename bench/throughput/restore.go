@@ -23,8 +23,8 @@ import (
 // BackpressureConfig are not used.
 type RestoreConfig struct {
 	BackpressureConfig
-	// FailAtCheckpoint is the checkpoint after which sum[0] fails (default 8: at the default rates and
-	// 64 buffers per channel the queues take about 8 s to fill).
+	// FailAtCheckpoint is the checkpoint after which sum[0] fails (default 3: at the default rates the
+	// queues are full from the second checkpoint on, 64 buffers per channel included).
 	FailAtCheckpoint int
 	// Dir is the directory under which each run's checkpoint storage and the baseline's file go (default
 	// the system's temporary directory), so that both are on one filesystem.
@@ -92,7 +92,7 @@ type RestoreRun struct {
 
 func (cfg *RestoreConfig) defaults() error {
 	if cfg.FailAtCheckpoint == 0 {
-		cfg.FailAtCheckpoint = 8
+		cfg.FailAtCheckpoint = 3
 	}
 	if cfg.MaxDuration == 0 {
 		cfg.MaxDuration = time.Minute

@@ -186,7 +186,7 @@ func newCheckpointBenchCmd() *cobra.Command {
 	cmd.Flags().IntVar(&bp.BufferSize, "buffer-size", 32*1024, "with --backpressure: network buffer size in bytes")
 	cmd.Flags().StringSliceVar(&bp.Modes, "modes", []string{throughput.Aligned, throughput.Unaligned}, "with --backpressure: the checkpoints to run, aligned and/or unaligned")
 	cmd.Flags().BoolVar(&restore, "restore", false, "with --backpressure: unaligned checkpoints only, and sum[0] fails after checkpoint --fail-at-checkpoint, with the queues full: the restored checkpoint's channel state, the failover's recovery and outage, the time until the sinks' throughput is back, and a page-cache read of as many bytes as the baseline")
-	cmd.Flags().IntVar(&rs.FailAtCheckpoint, "fail-at-checkpoint", 8, "with --restore: sum[0] fails at its first record after it heard this checkpoint completed")
+	cmd.Flags().IntVar(&rs.FailAtCheckpoint, "fail-at-checkpoint", 3, "with --restore: sum[0] fails at its first record after it heard this checkpoint completed")
 	cmd.Flags().StringVar(&rs.Dir, "restore-dir", "", "with --restore: the directory for the checkpoints and the read baseline's file (default: the system's temporary directory)")
 	ua.register(cmd.Flags(), "the checkpointed runs (without --backpressure; with it, --aligned-checkpoint-timeout applies to the unaligned runs)")
 	cmd.MarkFlagsMutuallyExclusive("backpressure", "failover")
@@ -257,18 +257,18 @@ func runBackpressureCmd(cmd *cobra.Command, cfg throughput.BackpressureConfig, a
 	}
 	fmt.Fprintf(out, "sink %.0f records/s per subtask, sources %.0f, parallelism %d, checkpoints every %s, %d runs of each\n",
 		res.SinkRate, res.SourceRate, res.Parallelism, cfg.Interval, cfg.Runs)
-	fmt.Fprintf(out, "%-8s %-10s %11s %15s %6s %12s %12s %12s\n", "buffers", "mode", "median (ms)", "range (ms)", "count", "alignment ms", "state bytes", "sink rec/s")
+	fmt.Fprintf(out, "%-8s %-10s %11s %15s %6s %12s %12s %13s %12s\n", "buffers", "mode", "median (ms)", "range (ms)", "count", "alignment ms", "state bytes", "channel bytes", "sink rec/s")
 	queues := res.Queues
 	if len(queues) == 0 {
 		queues = []*throughput.BackpressureResult{res}
 	}
 	for _, q := range queues {
 		for _, m := range cfg.Modes {
-			ms, rng, n, align, size, rps := q.AlignedMillis, q.AlignedRangeMillis, q.AlignedCheckpoints, q.AlignedAlignmentMillis, q.AlignedStateBytes, q.AlignedSinkRPS
+			ms, rng, n, align, size, channel, rps := q.AlignedMillis, q.AlignedRangeMillis, q.AlignedCheckpoints, q.AlignedAlignmentMillis, q.AlignedStateBytes, q.AlignedChannelStateBytes, q.AlignedSinkRPS
 			if m == throughput.Unaligned {
-				ms, rng, n, align, size, rps = q.UnalignedMillis, q.UnalignedRangeMillis, q.UnalignedCheckpoints, q.UnalignedAlignmentMillis, q.UnalignedStateBytes, q.UnalignedSinkRPS
+				ms, rng, n, align, size, channel, rps = q.UnalignedMillis, q.UnalignedRangeMillis, q.UnalignedCheckpoints, q.UnalignedAlignmentMillis, q.UnalignedStateBytes, q.UnalignedChannelStateBytes, q.UnalignedSinkRPS
 			}
-			fmt.Fprintf(out, "%-8d %-10s %11.1f %15s %6d %12.1f %12d %12.0f\n", q.BuffersPerChannel, m, ms, fmt.Sprintf("%d-%d", rng[0], rng[1]), n, align, size, rps)
+			fmt.Fprintf(out, "%-8d %-10s %11.1f %15s %6d %12.1f %12d %13d %12.0f\n", q.BuffersPerChannel, m, ms, fmt.Sprintf("%d-%d", rng[0], rng[1]), n, align, size, channel, rps)
 		}
 		if q.Ratio > 0 {
 			fmt.Fprintf(out, "%-8d ratio      %11.1f  (aligned / unaligned)\n", q.BuffersPerChannel, q.Ratio)

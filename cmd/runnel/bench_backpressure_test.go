@@ -20,7 +20,7 @@ func TestBenchCheckpointsBackpressure(t *testing.T) {
 		t.Fatalf("%v: %q", err, out)
 	}
 	for _, k := range []string{"aligned_checkpoint_ms", "unaligned_checkpoint_ms", "ratio", "aligned_state_bytes", "unaligned_state_bytes",
-		"aligned_sink_rps", "unaligned_sink_rps", "aligned_checkpoint_ms_range", "buffers_per_channel", "runs"} {
+		"aligned_sink_rps", "unaligned_sink_rps", "unaligned_channel_state_bytes", "aligned_checkpoint_ms_range", "buffers_per_channel", "runs"} {
 		if _, ok := r[k]; !ok {
 			t.Fatalf("missing %s in %s", k, out)
 		}
@@ -28,6 +28,9 @@ func TestBenchCheckpointsBackpressure(t *testing.T) {
 	// An unaligned checkpoint stores the buffers its barrier overtook: it is larger than an aligned one.
 	if a, u := r["aligned_state_bytes"].(float64), r["unaligned_state_bytes"].(float64); u <= a {
 		t.Errorf("unaligned checkpoints of %v bytes, aligned of %v: want the unaligned ones to hold channel state: %s", u, a, out)
+	}
+	if c, u := r["unaligned_channel_state_bytes"].(float64), r["unaligned_state_bytes"].(float64); c <= 0 || c > u {
+		t.Errorf("unaligned checkpoints of %v bytes, %v of them channel state: %s", u, c, out)
 	}
 	if v := r["ratio"].(float64); v <= 0 {
 		t.Errorf("ratio = %v, want it positive: %s", v, out)
