@@ -187,6 +187,7 @@ type tmLossConfig struct {
 	heartbeatInterval, heartbeatTimeout time.Duration
 	rate                                float64 // records per second per source subtask
 	checkpointInterval                  time.Duration
+	unaligned                           unalignedFlags
 }
 
 // signal is what the victim gets: SIGKILL, or SIGSTOP with freeze, or SIGTERM with terminate.
@@ -448,6 +449,7 @@ func runTMLoss(ctx context.Context, cfg tmLossConfig, strategy string, log io.Wr
 	// every 10 of its records, so that the restarted path's first output comes soon after it runs.
 	args := []string{"--records=0", fmt.Sprintf("--rate=%g", cfg.rate), "--parallelism=4", "--failover=" + strategy,
 		"--checkpoint-interval=" + cfg.checkpointInterval.String(), "--checkpoint-storage=" + filepath.Join(dir, "chk"),
+		fmt.Sprintf("--unaligned-checkpoints=%t", cfg.unaligned.unaligned), "--aligned-checkpoint-timeout=" + cfg.unaligned.timeout.String(),
 		"--emit-every=10"}
 	sub := c.submit(ctx, "sequence", args)
 	defer sub.stop(c)
@@ -580,6 +582,9 @@ every run's figures under "samples"). Every child process is stopped before the 
 			if cfg.checkpointInterval <= 0 {
 				return usageError(fmt.Errorf("invalid --checkpoint-interval %v: must be positive", cfg.checkpointInterval))
 			}
+			if err := cfg.unaligned.validate(true, ""); err != nil {
+				return usageError(err)
+			}
 			// SIGINT and SIGTERM end the runs cleanly: the children are stopped, not orphaned.
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -603,6 +608,7 @@ every run's figures under "samples"). Every child process is stopped before the 
 	fl.DurationVar(&cfg.heartbeatTimeout, "heartbeat-timeout", runnel.DefaultHeartbeatTimeout, "the JobManager's heartbeat timeout")
 	fl.Float64Var(&cfg.rate, "rate", 2000, "records per second per source subtask")
 	fl.DurationVar(&cfg.checkpointInterval, "checkpoint-interval", 100*time.Millisecond, "checkpoint interval")
+	cfg.unaligned.register(fl, "the job")
 	fl.BoolVar(&asJSON, "json", false, "print one JSON object per strategy per line")
 	return cmd
 }

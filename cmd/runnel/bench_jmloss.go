@@ -124,6 +124,7 @@ type jmLossConfig struct {
 	duration            time.Duration
 	killAfter           time.Duration
 	checkpointInterval  time.Duration
+	unaligned           unalignedFlags
 	haTTL, grace        time.Duration
 	emitEvery           int64
 	etcd, etcdBinary    string
@@ -616,6 +617,7 @@ func runJMLoss(ctx context.Context, cfg jmLossConfig, mode jmLossMode, etcdBin s
 		"--records=" + strconv.FormatUint(cfg.records(), 10), fmt.Sprintf("--rate=%g", cfg.rate), "--keys=" + strconv.Itoa(cfg.keys),
 		"--parallelism=" + strconv.Itoa(cfg.parallelism), "--emit-every=" + strconv.FormatInt(cfg.emitEvery, 10),
 		"--checkpoint-interval=" + cfg.checkpointInterval.String(), "--checkpoint-storage=" + filepath.Join(dir, "chk"),
+		fmt.Sprintf("--unaligned-checkpoints=%t", cfg.unaligned.unaligned), "--aligned-checkpoint-timeout=" + cfg.unaligned.timeout.String(),
 		"--progress-dir=" + progress, "--report=" + reportFile}
 	if c.submit, err = proccluster.Start("submit", proccluster.Options{TailLines: childTailLines, Log: log}, args...); err != nil {
 		return jmLossSample{}, err
@@ -754,6 +756,8 @@ process is stopped before the command returns.`,
 				return usageError(fmt.Errorf("invalid --duration %v with --kill-after %v: the job must run past the kill", cfg.duration, cfg.killAfter))
 			case cfg.checkpointInterval <= 0:
 				return usageError(fmt.Errorf("invalid --checkpoint-interval %v: must be positive", cfg.checkpointInterval))
+			case cfg.unaligned.validate(true, "") != nil:
+				return usageError(cfg.unaligned.validate(true, ""))
 			case cfg.haTTL < time.Second || cfg.haTTL%time.Second != 0:
 				return usageError(fmt.Errorf("invalid --ha-ttl %v: whole seconds, at least 1s", cfg.haTTL))
 			case cfg.emitEvery < 1:
@@ -813,6 +817,7 @@ process is stopped before the command returns.`,
 	fl.DurationVar(&cfg.duration, "duration", 20*time.Second, "how long the sources take to emit their records at --rate (the job's length without the kill)")
 	fl.DurationVar(&cfg.killAfter, "kill-after", 3*time.Second, "how long the job runs steadily before the leader is killed")
 	fl.DurationVar(&cfg.checkpointInterval, "checkpoint-interval", 100*time.Millisecond, "checkpoint interval")
+	cfg.unaligned.register(fl, "the job")
 	fl.DurationVar(&cfg.haTTL, "ha-ttl", 2*time.Second, "the JobManagers' lease (whole seconds; etcd's minimum is 2s)")
 	fl.DurationVar(&cfg.grace, "ha-grace", 30*time.Second, "continuity: how long the TaskManagers keep their tasks without a leader")
 	fl.Int64Var(&cfg.emitEvery, "emit-every", 10, "the check operator reports a key's counters to the sink every N of its records")

@@ -39,6 +39,7 @@ type kafkaBenchConfig struct {
 	guarantee   string
 	eosFirst    bool
 	interval    time.Duration
+	unaligned   unalignedFlags
 	parallelism int
 	rounds      int
 	warmup      bool
@@ -214,6 +215,7 @@ func newKafkaBenchCmd() *cobra.Command {
 	fl.StringVar(&cfg.guarantee, "guarantee", "both", "the sink's delivery guarantee: exactly-once, at-least-once or both (alternating)")
 	fl.BoolVar(&cfg.eosFirst, "eos-first", false, "with --guarantee both: exactly-once first in each round (bench/flink/kafka.sh alternates the order)")
 	fl.DurationVar(&cfg.interval, "checkpoint-interval", time.Second, "checkpoint interval")
+	cfg.unaligned.register(fl, "every run")
 	fl.IntVar(&cfg.parallelism, "parallelism", 2, "parallelism of every operator")
 	fl.IntVar(&cfg.rounds, "rounds", 3, "measured rounds; medians and ranges are reported")
 	fl.BoolVar(&cfg.warmup, "warmup", true, "run a discarded throughput run of each guarantee first")
@@ -251,6 +253,9 @@ func (c kafkaBenchConfig) validate() error {
 	}
 	if c.interval <= 0 {
 		errs = append(errs, fmt.Errorf("invalid --checkpoint-interval %s: must be positive (exactly-once commits at checkpoints)", c.interval))
+	}
+	if err := c.unaligned.validate(true, ""); err != nil {
+		errs = append(errs, err)
 	}
 	if c.parallelism < 1 {
 		errs = append(errs, fmt.Errorf("invalid --parallelism %d: must be at least 1", c.parallelism))
@@ -561,11 +566,18 @@ func writeKafkaBench(out io.Writer, res kafkaBenchResult) {
 	fmt.Fprintf(out, "load average (1 min) %.2f on %d cores\n", res.LoadAvg1m, res.Cores)
 }
 
+// checkpointConfig is the runs' checkpoint configuration.
+func (k *kafkaBench) checkpointConfig() runnel.CheckpointConfig {
+	cc := runnel.CheckpointConfig{Interval: k.cfg.interval}
+	k.cfg.unaligned.apply(&cc)
+	return cc
+}
+
 // kafkaBenchJob builds the pipeline: source (decode notes the first record in first) -> keyBy -> running
 // count -> sink.
 func (k *kafkaBench) kafkaBenchJob(src kafka.SourceConfig, sink kafka.SinkConfig, first *atomic.Int64) *runnel.Environment {
 	env := runnel.NewEnvironment(runnel.WithParallelism(k.cfg.parallelism), runnel.WithLogger(slog.New(slog.DiscardHandler)),
-		runnel.WithCheckpointing(runnel.CheckpointConfig{Interval: k.cfg.interval}))
+		runnel.WithCheckpointing(k.checkpointConfig()))
 	decode := func(r kafka.Record) (kafkaBenchRec, error) {
 		if first.Load() == 0 {
 			first.CompareAndSwap(0, time.Now().UnixNano())
