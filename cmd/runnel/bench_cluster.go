@@ -449,8 +449,8 @@ func runTMLoss(ctx context.Context, cfg tmLossConfig, strategy string, log io.Wr
 	// every 10 of its records, so that the restarted path's first output comes soon after it runs.
 	args := []string{"--records=0", fmt.Sprintf("--rate=%g", cfg.rate), "--parallelism=4", "--failover=" + strategy,
 		"--checkpoint-interval=" + cfg.checkpointInterval.String(), "--checkpoint-storage=" + filepath.Join(dir, "chk"),
-		fmt.Sprintf("--unaligned-checkpoints=%t", cfg.unaligned.unaligned), "--aligned-checkpoint-timeout=" + cfg.unaligned.timeout.String(),
 		"--emit-every=10"}
+	args = append(args, cfg.unaligned.args()...)
 	sub := c.submit(ctx, "sequence", args)
 	defer sub.stop(c)
 	id, err := c.jobID(ctx, sub)

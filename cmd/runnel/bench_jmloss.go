@@ -617,8 +617,8 @@ func runJMLoss(ctx context.Context, cfg jmLossConfig, mode jmLossMode, etcdBin s
 		"--records=" + strconv.FormatUint(cfg.records(), 10), fmt.Sprintf("--rate=%g", cfg.rate), "--keys=" + strconv.Itoa(cfg.keys),
 		"--parallelism=" + strconv.Itoa(cfg.parallelism), "--emit-every=" + strconv.FormatInt(cfg.emitEvery, 10),
 		"--checkpoint-interval=" + cfg.checkpointInterval.String(), "--checkpoint-storage=" + filepath.Join(dir, "chk"),
-		fmt.Sprintf("--unaligned-checkpoints=%t", cfg.unaligned.unaligned), "--aligned-checkpoint-timeout=" + cfg.unaligned.timeout.String(),
 		"--progress-dir=" + progress, "--report=" + reportFile}
+	args = append(args, cfg.unaligned.args()...)
 	if c.submit, err = proccluster.Start("submit", proccluster.Options{TailLines: childTailLines, Log: log}, args...); err != nil {
 		return jmLossSample{}, err
 	}

@@ -43,3 +43,15 @@ func (u unalignedFlags) validate(checkpointing bool, off string) error {
 func (u unalignedFlags) apply(cc *runnel.CheckpointConfig) {
 	cc.Unaligned, cc.AlignedCheckpointTimeout = u.unaligned, u.timeout
 }
+
+// args are the flags as command-line arguments of a job run by another process (none when unset).
+func (u unalignedFlags) args() []string {
+	var a []string
+	if u.unaligned {
+		a = append(a, "--unaligned-checkpoints")
+	}
+	if u.timeout != 0 {
+		a = append(a, "--aligned-checkpoint-timeout="+u.timeout.String())
+	}
+	return a
+}
