@@ -724,14 +724,15 @@
         h('td', { class: 'r' }, num(fmtMs(k.alignment_ms), k.alignment_ms, 'alignment_ms')),
         h('td', { class: 'r' }, num(fmtInt(k.acknowledged), k.acknowledged, 'acknowledged'), '/', num(fmtInt(k.expected), k.expected, 'expected')),
         h('td', { class: 'r' }, num(fmtBytes(k.state_bytes), k.state_bytes, 'state_bytes')),
-        h('td', { class: 'r' }, num(fmtBytes(k.new_bytes), k.new_bytes, 'new_bytes'))));
+        h('td', { class: 'r' }, num(fmtBytes(k.new_bytes), k.new_bytes, 'new_bytes')),
+        h('td', { class: 'r' }, num(fmtBytes(k.channel_state_bytes), k.channel_state_bytes, 'channel_state_bytes'))));
       // A failure's reason takes a row of its own, under its checkpoint, so that the numbers keep their
       // columns.
-      if (k.reason) rows.push(h('tr', { class: 'failure-row', 'data-failure-of': k.id }, h('td', {}), h('td', { colspan: 7, class: 'failure', text: k.reason })));
+      if (k.reason) rows.push(h('tr', { class: 'failure-row', 'data-failure-of': k.id }, h('td', {}), h('td', { colspan: 8, class: 'failure', text: k.reason })));
     }
     const table = h('div', { class: 'scroll' }, h('table', { id: 'checkpoint-table' },
-      h('thead', {}, h('tr', {}, ['Id', 'Status', 'Triggered', 'Duration', 'Alignment', 'Acks', 'State', 'New'].map((t, i) =>
-        h('th', { class: [0, 3, 4, 5, 6, 7].includes(i) ? 'r' : null, text: t, title: i === 6 ? 'state the checkpoint refers to' : i === 7 ? 'state the checkpoint before did not refer to (what an incremental checkpoint writes afresh)' : null })))),
+      h('thead', {}, h('tr', {}, ['Id', 'Status', 'Triggered', 'Duration', 'Alignment', 'Acks', 'State', 'New', 'In flight'].map((t, i) =>
+        h('th', { class: [0, 3, 4, 5, 6, 7, 8].includes(i) ? 'r' : null, text: t, title: i === 6 ? 'state the checkpoint refers to' : i === 7 ? 'state the checkpoint before did not refer to (what an incremental checkpoint writes afresh)' : i === 8 ? 'records in flight an unaligned checkpoint stored (channel state), part of its state' : null })))),
       h('tbody', {}, rows)));
     return h('section', { class: 'card', id: 'checkpoints' }, h('h2', { text: 'Checkpoints' }),
       h('div', { class: 'cp-layout' }, h('div', { class: 'cp-left' }, counts_, checkpointChart(history)), table));
