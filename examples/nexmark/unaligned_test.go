@@ -118,7 +118,7 @@ func TestNexmarkUnalignedUnderFailures(t *testing.T) {
 		inject   []string
 	}{
 		{"q5", "region", "memory", 1, 0, []string{"count[1]@3000", "slow[0]@4500"}},
-		{"q5", "full", "pebble", 2, 5 * time.Millisecond, []string{"hottest[1]@40"}},
+		{"q5", "full", "pebble", 2, 5 * time.Millisecond, []string{"hottest[1]@chk-2"}},
 		{"q7", "region", "pebble", 2, 0, []string{"highest-per-auction[1]@4500"}},
 		{"q7", "full", "memory", 1, 5 * time.Millisecond, []string{"slow[1]@3000"}},
 		{"q8", "region", "memory", 2, 0, []string{"new-users[1]@500"}},
