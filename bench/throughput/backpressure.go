@@ -272,9 +272,22 @@ func medianOf[T int64 | float64](xs []T) float64 {
 
 // runBackpressured runs the job once with mode checkpoints and buffers per channel, until it completed
 // the checkpoints it needs or MaxDuration passed, and cancels it.
+// backpressuredJob builds generator -> map -> keyBy -> sum -> sink on env, the sources offering
+// cfg.SourceFactor times what the sink takes.
+func backpressuredJob(env *runnel.Environment, cfg BackpressureConfig, sink runnel.Sink[Record]) {
+	p, keys := cfg.Parallelism, uint64(cfg.Keys)
+	src := runnel.FromSource(env, connector.Generator(func(s int, seq uint64) Record {
+		return Record{Key: int64((seq*uint64(p) + uint64(s)) % keys), Value: int64(seq)}
+	}, connector.GeneratorOptions{RatePerSubtask: cfg.SinkRate * cfg.SourceFactor})).Name("generator")
+	mapped := runnel.Map(src, func(r Record) (Record, error) { r.Value++; return r, nil }).
+		Name("map").WithCodec(codec.MustStruct[Record]())
+	sums := runnel.Reduce(runnel.KeyBy(mapped, func(r Record) int64 { return r.Key }),
+		func(acc, r Record) (Record, error) { acc.Value += r.Value; return acc, nil }).Name("sum")
+	sums.SinkTo(sink).Name("sink")
+}
+
 func runBackpressured(ctx context.Context, cfg BackpressureConfig, mode string, buffers int) (*BackpressureRun, error) {
 	p := cfg.Parallelism
-	keys := uint64(cfg.Keys)
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -303,15 +316,8 @@ func runBackpressured(ctx context.Context, cfg BackpressureConfig, mode string, 
 			Timeout: max(10*time.Minute, 2*cfg.MaxDuration)})}
 	opts = append(opts, runnel.WithBufferSize(cfg.BufferSize))
 	env := runnel.NewEnvironment(opts...)
-	src := runnel.FromSource(env, connector.Generator(func(s int, seq uint64) Record {
-		return Record{Key: int64((seq*uint64(p) + uint64(s)) % keys), Value: int64(seq)}
-	}, connector.GeneratorOptions{RatePerSubtask: cfg.SinkRate * cfg.SourceFactor})).Name("generator")
-	mapped := runnel.Map(src, func(r Record) (Record, error) { r.Value++; return r, nil }).
-		Name("map").WithCodec(codec.MustStruct[Record]())
-	sums := runnel.Reduce(runnel.KeyBy(mapped, func(r Record) int64 { return r.Key }),
-		func(acc, r Record) (Record, error) { acc.Value += r.Value; return acc, nil }).Name("sum")
 	sink := &pacedSink{rate: cfg.SinkRate}
-	sums.SinkTo(sink).Name("sink")
+	backpressuredJob(env, cfg, sink)
 	res, err := env.Execute(ctx, "backpressure-"+mode)
 	end := time.Now()
 	if err != nil {

@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/runnel-dev/runnel"
-	"github.com/runnel-dev/runnel/codec"
-	"github.com/runnel-dev/runnel/connector"
 )
 
 // RestoreConfig configures RunRestore: the backpressured pipeline of RunBackpressure with unaligned
@@ -164,7 +162,6 @@ func (q *RestoreQueue) summarize() {
 // runRestore runs the job once at buffers per channel until the restarted sinks' throughput is back.
 func runRestore(ctx context.Context, cfg RestoreConfig, buffers int) (*RestoreRun, error) {
 	p := cfg.Parallelism
-	keys := uint64(cfg.Keys)
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -191,14 +188,7 @@ func runRestore(ctx context.Context, cfg RestoreConfig, buffers int) (*RestoreRu
 			AlignedCheckpointTimeout: cfg.AlignedCheckpointTimeout, Storage: filepath.Join(dir, "chk"),
 			Timeout: max(10*time.Minute, 2*cfg.MaxDuration)})}
 	env := runnel.NewEnvironment(opts...)
-	src := runnel.FromSource(env, connector.Generator(func(s int, seq uint64) Record {
-		return Record{Key: int64((seq*uint64(p) + uint64(s)) % keys), Value: int64(seq)}
-	}, connector.GeneratorOptions{RatePerSubtask: cfg.SinkRate * cfg.SourceFactor})).Name("generator")
-	mapped := runnel.Map(src, func(r Record) (Record, error) { r.Value++; return r, nil }).
-		Name("map").WithCodec(codec.MustStruct[Record]())
-	sums := runnel.Reduce(runnel.KeyBy(mapped, func(r Record) int64 { return r.Key }),
-		func(acc, r Record) (Record, error) { acc.Value += r.Value; return acc, nil }).Name("sum")
-	sums.SinkTo(sink).Name("sink")
+	backpressuredJob(env, cfg.BackpressureConfig, sink)
 	res, err := env.Execute(ctx, "restore")
 	watch.stop()
 	if err != nil {

@@ -321,14 +321,13 @@ func (d *RecordDecoder) Paused() bool { return d.pause != nil && d.pause.Load() 
 // More reports whether the current buffer holds bytes the decoder has not decoded.
 func (d *RecordDecoder) More() bool { return d.pos < len(d.payload) }
 
-// Unconsumed returns a sealed data buffer, outside any pool, of what the decoder holds and has not
-// returned: the rest of the current buffer when it stopped inside it (More), from a record's start, or
-// else the part of a record that spans buffers it holds (PartialRecord); nil when it holds nothing. A
-// decoder that takes it first, and then the buffers that follow, returns the same records: an unaligned
-// checkpoint stores it in a channel's state.
+// Unconsumed returns a sealed data buffer, outside any pool, of the rest of the current buffer when the
+// decoder stopped inside it (More), from a record's start; nil otherwise. A decoder that takes it first,
+// and then the buffers that follow, returns the same records: an unaligned checkpoint stores it in a
+// channel's state.
 func (d *RecordDecoder) Unconsumed() []byte {
 	if !d.More() || d.inRecord || d.skipping {
-		return d.PartialRecord()
+		return nil
 	}
 	rest := d.payload[d.pos:]
 	b := &Buffer{data: make([]byte, HeaderSize, HeaderSize+len(rest))}

@@ -62,6 +62,11 @@ type AckStats struct {
 	ChannelStateBytes int64
 }
 
+// bytesEntry is the writer of a task's own entry whose bytes are ready.
+func bytesEntry(name string, b []byte) StateWriter {
+	return StateWriter{Operator: name, Write: func(w io.Writer) error { _, err := w.Write(b); return err }}
+}
+
 // SharedStateStore is a StateStore that keeps the shared blobs of incremental checkpoints
 // (checkpoint.Storage).
 type SharedStateStore interface {
@@ -100,7 +105,7 @@ func (r *run) performCheckpoint(id, ts int64, flags uint32) {
 		}
 		u.inputs, u.after = make([][][]byte, len(r.in.channels)), make([]bool, len(r.in.channels))
 		entry := r.encodeInflight(u)
-		writers = append(writers, StateWriter{Operator: inflightName, Write: func(w io.Writer) error { _, err := w.Write(entry); return err }})
+		writers = append(writers, bytesEntry(inflightName, entry))
 	}
 	ev := network.Event{Type: network.EventBarrier, CheckpointID: id, TimestampMillis: ts, Flags: flags}
 	for _, p := range r.outputs {
@@ -129,7 +134,7 @@ func (r *run) snapshotChain(id int64) ([]StateWriter, bool) {
 	}
 	if len(r.in.channels) > 0 {
 		pos := encodePositions(r.in.channels, r.in.positions())
-		writers = append(writers, StateWriter{Operator: channelPositionsName, Write: func(w io.Writer) error { _, err := w.Write(pos); return err }})
+		writers = append(writers, bytesEntry(channelPositionsName, pos))
 	}
 	return writers, true
 }

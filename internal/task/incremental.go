@@ -74,7 +74,7 @@ func (c *incremental) plan(writers []StateWriter) ([]StateWriter, int) {
 		return out, 0
 	}
 	entry := appendList(nil, names)
-	out = append(out, StateWriter{Operator: deltasName, Write: func(w io.Writer) error { _, err := w.Write(entry); return err }})
+	out = append(out, bytesEntry(deltasName, entry))
 	return out, len(names)
 }
 

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 
 	"github.com/runnel-dev/runnel/internal/barrier"
 	"github.com/runnel-dev/runnel/internal/network"
@@ -162,7 +161,7 @@ func (r *run) completeUnaligned(id int64) {
 		return
 	}
 	entry := r.encodeInflight(u)
-	writers := append(u.writers, StateWriter{Operator: inflightName, Write: func(w io.Writer) error { _, err := w.Write(entry); return err }})
+	writers := append(u.writers, bytesEntry(inflightName, entry))
 	n := u.bytes
 	for _, subs := range u.outputs {
 		for _, s := range subs {
