@@ -108,7 +108,9 @@ func TestBenchCheckpointsRestore(t *testing.T) {
 	if q.RestoredChannelStateBytes <= 0 || q.RestoredStateBytes < q.RestoredChannelStateBytes {
 		t.Errorf("channel state %d bytes of %d: %s", q.RestoredChannelStateBytes, q.RestoredStateBytes, out)
 	}
-	if q.RecoveryMillis <= 0 || q.OutageMillis < q.RecoveryMillis || q.SinkRecoveredMillis <= 0 || q.ReadMillis <= 0 || q.RecoveryReadRatio <= 0 {
+	// The outage ends when the restarted sinks write again, which may come before the last restarted
+	// subtask runs: it is not bounded by the recovery time.
+	if q.RecoveryMillis <= 0 || q.OutageMillis <= 0 || q.SinkRecoveredMillis <= 0 || q.ReadMillis <= 0 || q.RecoveryReadRatio <= 0 {
 		t.Errorf("figures: %s", out)
 	}
 }
