@@ -214,7 +214,8 @@ func TestBenchNexmark(t *testing.T) {
 	profiles := t.TempDir()
 	cpu, mem := filepath.Join(profiles, "cpu.prof"), filepath.Join(profiles, "mem.prof")
 	for _, failover := range []string{"", "task"} {
-		args := []string{"bench", "nexmark", "--query", "q5", "--events", "50000", "--runs", "2", "--checkpoint-interval", "50ms", "--json"}
+		args := []string{"bench", "nexmark", "--query", "q5", "--events", "50000", "--runs", "2", "--checkpoint-interval", "50ms", "--json",
+			"--warmup", "1", "--warmup-events", "20000"}
 		if failover != "" {
 			args = append(args, "--failover", failover)
 		} else {
@@ -228,7 +229,9 @@ func TestBenchNexmark(t *testing.T) {
 		if err := json.Unmarshal([]byte(stdout), &res); err != nil {
 			t.Fatalf("%v: %s", err, stdout)
 		}
-		if res.Query != "q5" || res.Parallelism != 2 || len(res.Runs) != 2 || res.EventsPerS <= 0 || res.Failover != failover {
+		if res.Query != "q5" || res.Parallelism != 2 || len(res.Runs) != 2 || res.EventsPerS <= 0 || res.Failover != failover ||
+			res.WarmupRuns != 1 || res.EventsPerSMin > res.EventsPerS || res.EventsPerS > res.EventsPerSMax ||
+			res.Setup.GOMAXPROCS < 1 || res.Setup.StateBackend != "memory" {
 			t.Fatalf("result: %s", stdout)
 		}
 		for _, r := range res.Runs {
@@ -263,8 +266,12 @@ func TestBenchNexmark(t *testing.T) {
 		t.Fatalf("samples: %s", stdout)
 	}
 
-	_, stderr, code = runCLI(t, "bench", "nexmark", "--query", "q6")
-	if code != 2 || !strings.Contains(stderr, `invalid --query "q6"`) {
+	_, stderr, code = runCLI(t, "bench", "nexmark", "--query", "q99")
+	if code != 2 || !strings.Contains(stderr, `invalid --query "q99"`) {
+		t.Fatalf("exit %d:\n%s", code, stderr)
+	}
+	_, stderr, code = runCLI(t, "bench", "nexmark", "--query", "q5", "--warmup", "-1")
+	if code != 2 || !strings.Contains(stderr, `invalid --warmup -1`) {
 		t.Fatalf("exit %d:\n%s", code, stderr)
 	}
 	_, stderr, code = runCLI(t, "bench", "nexmark", "--query", "q5", "--failover", "nope")

@@ -29,6 +29,7 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.Comparator;
 import java.util.HashMap;
 import java.util.List;
@@ -49,6 +50,8 @@ import java.util.stream.Stream;
  *   java -jar runnel-flink-bench.jar approximate [same flags as recovery]
  *   java -jar runnel-flink-bench.jar standalone-kill [--failover region|approximate] [--heartbeat-interval 500ms ...]
  *   java -jar runnel-flink-bench.jar nexmark --query Q --input FILE [--output FILE] [--json] ...
+ *   java -jar runnel-flink-bench.jar nexmark --query Q --events N --warmup 1 --runs 3 [--json]
+ *   java -jar runnel-flink-bench.jar nexmark-limit --events N --parallelism 2 --runs 3
  *   java -jar runnel-flink-bench.jar kafka --bootstrap HOST:PORT [--input-topic T] [--records N] ...
  * </pre>
  */
@@ -94,6 +97,9 @@ public final class Main {
             case "nexmark-generate": // JSON lines on stdout: no result object after them
                 dev.runnel.bench.flink.nexmark.Generator.command(flags);
                 return;
+            case "nexmark-limit":
+                result = nexmarkLimit(flags);
+                break;
             case "nexmark":
                 Map<String, Object> r = nexmark(flags);
                 if (!json) {
@@ -142,7 +148,10 @@ public final class Main {
         out.println("  nexmark      --query q0|q1|q2|q3|q4|q5|q7|q8 (--input FILE (JSON lines) | --events N [--seed S])");
         out.println("               [--output FILE (JSON lines)]");
         out.println("               --out-of-orderness 4s --parallelism 2 --checkpoint-interval 0 (off) [--json]");
-        out.println("               without --output: into a blackhole sink, printing events/s");
+        out.println("               without --output: into a blackhole sink, printing events/s; --runs 1 measured runs");
+        out.println("               (median and range) after --warmup 0 discarded runs of --warmup-events (--events) each");
+        out.println("  nexmark-limit  --events 10000000 --parallelism 2 --runs 3 --warmup 1: the generator alone on");
+        out.println("               --parallelism threads, no engine (the bound for any query over it), events/s");
         out.println("  kafka        --bootstrap HOST:PORT (required) [--input-topic T] --records 10000000 --keys 1000");
         out.println("               --parallelism 2 --checkpoint-interval 1s --guarantee both|exactly-once|at-least-once");
         out.println("               --rounds 3 --warmup true --eos-first false --rate 20000 --latency-duration 10s --latency-skip 2s");
@@ -571,25 +580,96 @@ public final class Main {
         long ckptMs = durationMs(f, "checkpoint-interval", 0);
         long events = longFlag(f, "events", 0);
         long seed = longFlag(f, "seed", 0);
-        checkUnused(f, "query", "input", "output", "parallelism", "out-of-orderness", "checkpoint-interval", "events", "seed");
+        int runs = (int) longFlag(f, "runs", 1);
+        int warmup = (int) longFlag(f, "warmup", 0);
+        long warmupEvents = longFlag(f, "warmup-events", events);
+        checkUnused(f, "query", "input", "output", "parallelism", "out-of-orderness", "checkpoint-interval", "events", "seed",
+                "runs", "warmup", "warmup-events");
         if (query == null || (input == null) == (events == 0)) {
             throw new IllegalArgumentException("nexmark needs --query Q and one of --input FILE or --events N");
         }
-        NexmarkJob.Source source;
-        if (input != null) {
-            source = NexmarkJob.fileSource(Path.of(input));
-        } else {
-            // The generator of examples/nexmark, ported (the same events as `runnel bench nexmark`), unthrottled,
-            // at the nominal rate for its timestamps.
-            source = NexmarkJob.streamSource("generator", events, env -> env
-                    .fromSource(new dev.runnel.bench.flink.nexmark.NexmarkSource(p, events, 0, seed, 0),
-                            org.apache.flink.api.common.eventtime.WatermarkStrategy.noWatermarks(), "nexmark")
-                    .setParallelism(p)
-                    .map(dev.runnel.bench.flink.nexmark.Model::toRow)
-                    .returns(dev.runnel.bench.flink.nexmark.Model.ROW_TYPE));
+        if (runs < 1 || warmup < 0 || warmupEvents < 1) {
+            throw new IllegalArgumentException("nexmark: --runs must be at least 1, --warmup at least 0, --warmup-events at least 1");
         }
-        return NexmarkJob.run(new NexmarkJob.Options(Query.of(query), p, bound, ckptMs),
-                source, output == null ? null : Path.of(output));
+        if (output != null && runs + warmup > 1) {
+            throw new IllegalArgumentException("nexmark: --output writes one result: leave out --runs and --warmup");
+        }
+        NexmarkJob.Options o = new NexmarkJob.Options(Query.of(query), p, bound, ckptMs);
+        // Warm-up runs go through the same JVM first (JIT, class loading, heap sizing) and are discarded.
+        for (int i = 0; i < warmup; i++) {
+            NexmarkJob.run(o, nexmarkSource(input, warmupEvents, p, seed), null);
+        }
+        List<Map<String, Object>> measured = new ArrayList<>();
+        for (int i = 0; i < runs; i++) {
+            measured.add(NexmarkJob.run(o, nexmarkSource(input, events, p, seed), output == null ? null : Path.of(output)));
+        }
+        Map<String, Object> r = measured.get(measured.size() - 1);
+        if (output == null) {
+            List<Long> eps = new ArrayList<>();
+            for (Map<String, Object> m : measured) {
+                eps.add((Long) m.get("events_per_s"));
+            }
+            r.put("runs_events_per_s", eps);
+            List<Long> sorted = new ArrayList<>(eps);
+            Collections.sort(sorted);
+            r.put("events_per_s", sorted.get(sorted.size() / 2));
+            r.put("events_per_s_min", sorted.get(0));
+            r.put("events_per_s_max", sorted.get(sorted.size() - 1));
+        }
+        r.put("warmup_runs", warmup);
+        r.put("warmup_events", warmup > 0 ? warmupEvents : 0);
+        NexmarkJob.putSetup(r);
+        return r;
+    }
+
+    /** The input of one run: the file, or the generator ported from examples/nexmark. */
+    static NexmarkJob.Source nexmarkSource(String input, long events, int p, long seed) throws IOException {
+        if (input != null) {
+            return NexmarkJob.fileSource(Path.of(input));
+        }
+        // The same events as `runnel bench nexmark`, unthrottled, at the nominal rate for their timestamps.
+        return NexmarkJob.streamSource("generator", events, env -> env
+                .fromSource(new dev.runnel.bench.flink.nexmark.NexmarkSource(p, events, 0, seed, 0),
+                        org.apache.flink.api.common.eventtime.WatermarkStrategy.noWatermarks(), "nexmark")
+                .setParallelism(p)
+                .map(dev.runnel.bench.flink.nexmark.Model::toRow)
+                .returns(dev.runnel.bench.flink.nexmark.Model.ROW_TYPE));
+    }
+
+    /** nexmark-limit: the generator alone on --parallelism threads, no engine; events/s per run. */
+    static Json nexmarkLimit(Map<String, String> f) throws Exception {
+        int p = (int) longFlag(f, "parallelism", 2);
+        long events = longFlag(f, "events", 10_000_000L);
+        long seed = longFlag(f, "seed", 0);
+        int runs = (int) longFlag(f, "runs", 3);
+        int warmup = (int) longFlag(f, "warmup", 1);
+        checkUnused(f, "parallelism", "events", "seed", "runs", "warmup");
+        if (p < 1 || events < 1 || runs < 1 || warmup < 0) {
+            throw new IllegalArgumentException("nexmark-limit: --parallelism, --events and --runs must be positive, --warmup not negative");
+        }
+        for (int i = 0; i < warmup; i++) {
+            dev.runnel.bench.flink.nexmark.GeneratorLimit.once(p, events, seed);
+        }
+        List<Long> eps = new ArrayList<>();
+        for (int i = 0; i < runs; i++) {
+            eps.add(Math.round(dev.runnel.bench.flink.nexmark.GeneratorLimit.once(p, events, seed)));
+        }
+        List<Long> sorted = new ArrayList<>(eps);
+        Collections.sort(sorted);
+        Json r = new Json();
+        r.put("engine", "java-generator");
+        r.put("job", "nexmark-limit");
+        r.put("events", events);
+        r.put("parallelism", p);
+        r.put("warmup_runs", warmup);
+        r.put("runs_events_per_s", eps);
+        r.put("events_per_s", sorted.get(sorted.size() / 2));
+        r.put("events_per_s_min", sorted.get(0));
+        r.put("events_per_s_max", sorted.get(sorted.size() - 1));
+        Map<String, Object> setup = new java.util.LinkedHashMap<>();
+        NexmarkJob.putSetup(setup);
+        setup.forEach(r::put);
+        return r;
     }
 
     // ---- configuration ----------------------------------------------------------------------
