@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -47,6 +48,8 @@ type nexmarkBenchConfig struct {
 	cpuProfile string
 	// memProfile, when set, is the file an allocation profile of the runs goes to (written at the end).
 	memProfile string
+	// limit measures the generator alone (no query, no engine): the most events/s any query can reach.
+	limit bool
 }
 
 // nexmarkRun is one measured run over a bounded generated stream.
@@ -65,7 +68,9 @@ type nexmarkBenchResult struct {
 	CheckpointInterval time.Duration `json:"checkpoint_interval_ns"`
 	Failover           string        `json:"failover,omitempty"`
 	Unaligned          bool          `json:"unaligned_checkpoints,omitempty"`
-	Runs               []nexmarkRun  `json:"runs"`
+	// Limit: the runs measured the generator alone (--limit; Query is "limit").
+	Limit bool         `json:"limit,omitempty"`
+	Runs  []nexmarkRun `json:"runs"`
 	// EventsPerS is the median of the runs'; Min and Max their range.
 	EventsPerS    float64    `json:"events_per_s"`
 	EventsPerSMin float64    `json:"events_per_s_min"`
@@ -114,6 +119,10 @@ func newNexmarkBenchCmd() *cobra.Command {
 into a sink that counts and discards. events/s = events / (the last record at the sink - the first poll of
 a source); the median of --runs runs is reported.
 
+With --limit no query runs: two goroutines, one per source subtask, run the source's readers over their
+shares of the same events into a collector that only counts them. events/s = events / the time until both
+are done: the cost of producing the events, the most any query can reach.
+
 With --rate R --duration D the stream is unbounded at R events/s for D, and the process's RSS (VmRSS of
 /proc/self/status) is printed every --rss-every: memory should stay flat.`,
 		Args: cobra.NoArgs,
@@ -149,6 +158,19 @@ With --rate R --duration D the stream is unbounded at R events/s for D, and the 
 			}
 			if asJSON {
 				return json.NewEncoder(out).Encode(res)
+			}
+			if cfg.limit {
+				fmt.Fprintf(out, "nexmark limit (the generator alone): %d events, parallelism %d", cfg.events, nexmarkBenchParallelism)
+				if cfg.warmup > 0 {
+					fmt.Fprintf(out, ", after %d warm-up run(s) of %d events", cfg.warmup, cmp.Or(cfg.warmupEvents, cfg.events))
+				}
+				fmt.Fprintln(out)
+				for i, r := range res.Runs {
+					fmt.Fprintf(out, "run %d              %12.0f events/s  (%v)\n", i+1, r.EventsPerS, r.Elapsed.Round(time.Millisecond))
+				}
+				fmt.Fprintf(out, "median             %12.0f events/s  [%.0f–%.0f]\n", res.EventsPerS, res.EventsPerSMin, res.EventsPerSMax)
+				fmt.Fprintf(out, "setup              %s\n", res.Setup)
+				return nil
 			}
 			fmt.Fprintf(out, "nexmark %s: %d events, parallelism %d", cfg.query, cfg.events, nexmarkBenchParallelism)
 			if cfg.warmup > 0 {
@@ -192,12 +214,29 @@ With --rate R --duration D the stream is unbounded at R events/s for D, and the 
 	fl.DurationVar(&cfg.rssEvery, "rss-every", time.Minute, "with --duration: how often to report RSS")
 	fl.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the runs to this file")
 	fl.StringVar(&cfg.memProfile, "memprofile", "", "write an allocation profile of the runs to this file")
+	fl.BoolVar(&cfg.limit, "limit", false, "measure the generator alone at parallelism 2, with no query and no engine (no --query)")
 	fl.BoolVar(&asJSON, "json", false, "print one JSON object (the memory run: one per sample, then a summary)")
 	return cmd
 }
 
 func (c nexmarkBenchConfig) validate() error {
 	var errs []error
+	if c.limit {
+		// The limit is the same for every query; the settings of a job do not apply to it.
+		if c.query != "" || c.checkpointInterval != 0 || c.failover != "" || c.unaligned.unaligned || c.duration != 0 || c.rate != 0 {
+			errs = append(errs, errors.New("--limit measures the generator alone: it takes only --events, --runs, the warm-up, --json and the profiles"))
+		}
+		if c.warmup < 0 {
+			errs = append(errs, fmt.Errorf("invalid --warmup %d: must not be negative", c.warmup))
+		}
+		if c.events < 1 {
+			errs = append(errs, fmt.Errorf("invalid --events %d: must be at least 1", c.events))
+		}
+		if c.runs < 1 {
+			errs = append(errs, fmt.Errorf("invalid --runs %d: must be at least 1", c.runs))
+		}
+		return errors.Join(errs...)
+	}
 	if !slices.Contains(nexmark.Queries, c.query) {
 		errs = append(errs, fmt.Errorf("invalid --query %q: use one of %s", c.query, strings.Join(nexmark.Queries, ", ")))
 	}
@@ -238,15 +277,20 @@ func (c nexmarkBenchConfig) validate() error {
 func benchNexmark(ctx context.Context, cfg nexmarkBenchConfig) (nexmarkBenchResult, error) {
 	res := nexmarkBenchResult{Query: cfg.query, Parallelism: nexmarkBenchParallelism, CheckpointInterval: cfg.checkpointInterval, Failover: cfg.failover,
 		Unaligned: cfg.unaligned.unaligned, WarmupRuns: cfg.warmup, Setup: currentSetup()}
+	once := benchNexmarkOnce
+	if cfg.limit {
+		res.Query, res.Limit = "limit", true
+		once = benchNexmarkLimitOnce
+	}
 	warm := cfg
 	warm.events = cmp.Or(cfg.warmupEvents, cfg.events)
 	for range cfg.warmup {
-		if _, err := benchNexmarkOnce(ctx, warm); err != nil {
+		if _, err := once(ctx, warm); err != nil {
 			return res, fmt.Errorf("warm-up: %w", err)
 		}
 	}
 	for range cfg.runs {
-		r, err := benchNexmarkOnce(ctx, cfg)
+		r, err := once(ctx, cfg)
 		if err != nil {
 			return res, err
 		}
@@ -310,6 +354,92 @@ func benchNexmarkOnce(ctx context.Context, cfg nexmarkBenchConfig) (nexmarkRun, 
 	}
 	r.EventsPerS = float64(cfg.events) / r.Elapsed.Seconds()
 	return r, nil
+}
+
+// benchNexmarkLimitOnce generates cfg.events events as the job's sources do, with no engine: one goroutine
+// per source subtask polls the source's reader of that subtask (the same code, the same events, the same
+// batches) into a collector that counts the events and sums a word of each, so that every event is made
+// and read.
+func benchNexmarkLimitOnce(ctx context.Context, cfg nexmarkBenchConfig) (nexmarkRun, error) {
+	src := nexmark.Source(nexmark.GeneratorConfig{Events: cfg.events})
+	var readers [nexmarkBenchParallelism]runnel.SourceReader[nexmark.Event]
+	for i := range readers {
+		r, err := src.CreateReader(limitContext{subtask: i})
+		if err != nil {
+			return nexmarkRun{}, fmt.Errorf("nexmark limit: subtask %d: %w", i, err)
+		}
+		defer r.Close()
+		readers[i] = r
+	}
+	var sinks [nexmarkBenchParallelism]*limitSink
+	var errs [nexmarkBenchParallelism]error
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i, r := range readers {
+		sinks[i] = &limitSink{}
+		wg.Go(func() { errs[i] = drainReader(ctx, r, sinks[i]) })
+	}
+	wg.Wait()
+	r := nexmarkRun{Events: cfg.events, Elapsed: time.Since(start)}
+	if err := errors.Join(errs[:]...); err != nil {
+		return nexmarkRun{}, fmt.Errorf("nexmark limit: %w", err)
+	}
+	var n, sum uint64
+	for _, s := range sinks {
+		n, sum = n+s.n, sum+s.sum
+	}
+	if n != cfg.events || sum == 0 {
+		return nexmarkRun{}, fmt.Errorf("nexmark limit: the readers made %d events (checksum %d), want %d", n, sum, cfg.events)
+	}
+	r.EventsPerS = float64(cfg.events) / r.Elapsed.Seconds()
+	return r, nil
+}
+
+// drainReader polls r into out until its input ends.
+func drainReader(ctx context.Context, r runnel.SourceReader[nexmark.Event], out *limitSink) error {
+	for {
+		st, err := r.PollNext(out)
+		if err != nil {
+			return err
+		}
+		switch st {
+		case runnel.EndOfInput:
+			return nil
+		case runnel.NothingAvailable:
+			select {
+			case <-r.Available():
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+}
+
+// limitContext is the runtime context of a reader of the limit run: the generator's reader asks only for
+// its subtask and the parallelism (any other method panics on the nil interface).
+type limitContext struct {
+	runnel.RuntimeContext
+	subtask int
+}
+
+func (c limitContext) SubtaskIndex() int { return c.subtask }
+func (c limitContext) Parallelism() int  { return nexmarkBenchParallelism }
+
+// limitSink is the collector of the limit run: it counts the events and sums each one's time and the length
+// of its padding, the least that reads every event.
+type limitSink struct{ n, sum uint64 }
+
+func (s *limitSink) Collect(e nexmark.Event) { s.add(&e) }
+
+func (s *limitSink) CollectBatch(es []nexmark.Event) {
+	for i := range es {
+		s.add(&es[i])
+	}
+}
+
+func (s *limitSink) add(e *nexmark.Event) {
+	s.n++
+	s.sum += uint64(e.DateTime()) + uint64(len(e.Person.Extra)+len(e.Auction.Extra)+len(e.Bid.Extra))
 }
 
 // runNexmarkRSS runs the query unbounded at a fixed rate for the duration and reports RSS every

@@ -266,6 +266,32 @@ func TestBenchNexmark(t *testing.T) {
 		t.Fatalf("samples: %s", stdout)
 	}
 
+	// The limit: the generator alone, all the events, and none of a job's settings.
+	stdout, stderr, code = runCLI(t, "bench", "nexmark", "--limit", "--events", "30001", "--runs", "3", "--json",
+		"--warmup", "1", "--warmup-events", "1000")
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, stderr)
+	}
+	var limit nexmarkBenchResult
+	if err := json.Unmarshal([]byte(stdout), &limit); err != nil {
+		t.Fatalf("%v: %s", err, stdout)
+	}
+	if limit.Query != "limit" || !limit.Limit || limit.Parallelism != 2 || len(limit.Runs) != 3 || limit.EventsPerS <= 0 ||
+		limit.WarmupRuns != 1 || limit.Setup.GOMAXPROCS < 1 {
+		t.Fatalf("limit: %s", stdout)
+	}
+	for _, r := range limit.Runs {
+		if r.Events != 30_001 || r.Elapsed <= 0 || r.EventsPerS <= 0 {
+			t.Fatalf("limit run: %s", stdout)
+		}
+	}
+	for _, args := range [][]string{{"--query", "q0"}, {"--checkpoint-interval", "1s"}, {"--rate", "10", "--duration", "1s"}} {
+		_, stderr, code = runCLI(t, append([]string{"bench", "nexmark", "--limit"}, args...)...)
+		if code != 2 || !strings.Contains(stderr, "--limit measures the generator alone") {
+			t.Fatalf("--limit %v: exit %d:\n%s", args, code, stderr)
+		}
+	}
+
 	_, stderr, code = runCLI(t, "bench", "nexmark", "--query", "q99")
 	if code != 2 || !strings.Contains(stderr, `invalid --query "q99"`) {
 		t.Fatalf("exit %d:\n%s", code, stderr)
