@@ -588,7 +588,7 @@ public final class Main {
         if (query == null || (input == null) == (events == 0)) {
             throw new IllegalArgumentException("nexmark needs --query Q and one of --input FILE or --events N");
         }
-        if (runs < 1 || warmup < 0 || warmupEvents < 1) {
+        if (runs < 1 || warmup < 0 || (warmup > 0 && input == null && warmupEvents < 1)) {
             throw new IllegalArgumentException("nexmark: --runs must be at least 1, --warmup at least 0, --warmup-events at least 1");
         }
         if (output != null && runs + warmup > 1) {
