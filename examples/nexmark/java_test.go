@@ -2,7 +2,6 @@ package nexmark_test
 
 import (
 	"bytes"
-	"os"
 	"os/exec"
 	"testing"
 
@@ -12,12 +11,9 @@ import (
 // TestGeneratorEqualsJava runs bench/flink's `nexmark-generate` and compares its output with the Go
 // generator's over a stream much longer than the golden files, seeded and at a rate that spaces the
 // timestamps (every channel of the table is drawn many times). Skipped unless RUNNEL_FLINK_JAR names the
-// built jar (`mvn -q -f bench/flink package`), as the other tests that need Flink.
+// built jar (`mvn -q -f bench/flink package`; see flinkJar).
 func TestGeneratorEqualsJava(t *testing.T) {
-	jar := os.Getenv("RUNNEL_FLINK_JAR")
-	if jar == "" {
-		t.Skip("RUNNEL_FLINK_JAR is not set")
-	}
+	jar := flinkJar(t)
 	const events = 200_000
 	cfg := nexmark.GeneratorConfig{Seed: 0xfeedface, Rate: 30_000, BaseTime: 1_600_000_000_000}
 	cmd := exec.Command("java", "-jar", jar, "nexmark-generate", "--events", "200000",

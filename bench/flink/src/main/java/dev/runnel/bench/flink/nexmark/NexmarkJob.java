@@ -230,6 +230,9 @@ public final class NexmarkJob {
     /** The result line for a person: the query, the events and, when measured, events/s. */
     public static String describe(Map<String, Object> r) {
         StringBuilder b = new StringBuilder();
+        if (r.containsKey("outputs")) {
+            return b.append(r.get("query")).append(" over ").append(r.get("source")).append(": ").append(r.get("outputs")).toString();
+        }
         b.append(r.get("query")).append(": ").append(r.get("events")).append(" events from ").append(r.get("source"));
         if (r.containsKey("runs_events_per_s")) {
             b.append(String.format(", median %,d events/s [%,d–%,d] of runs %s after %s warm-up run(s) (parallelism %s,"
