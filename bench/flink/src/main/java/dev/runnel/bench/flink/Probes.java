@@ -65,6 +65,15 @@ final class Probes {
         LAST_SINK_END.accumulateAndGet(nanos, Math::max);
     }
 
+    /** Clears what one throughput run records, for the next run in the same JVM. */
+    static void resetThroughput() {
+        FIRST_EMIT.set(0);
+        LAST_SINK_END.set(0);
+        SINK_RECORDS.reset();
+        SINK_CHECKSUM.reset();
+        CHECKPOINTS.clear();
+    }
+
     // ---- recovery job -----------------------------------------------------------------------
 
     /** Emission counters of every source reader instance ever started (replays included). */
