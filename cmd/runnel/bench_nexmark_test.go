@@ -16,14 +16,22 @@ import (
 
 // nexmarkFields are the fields of each query's output lines, in the issue's order.
 var nexmarkFields = map[string][]string{
-	"q0": {"auction", "bidder", "price", "channel", "url", "dateTime", "extra"},
-	"q1": {"auction", "bidder", "price", "dateTime"},
-	"q2": {"auction", "price"},
-	"q3": {"name", "city", "state", "id"},
-	"q4": {"category", "avg"},
-	"q5": {"auction", "num", "window_start", "window_end"},
-	"q7": {"auction", "price", "bidder", "dateTime", "window_end"},
-	"q8": {"id", "name", "window_start"},
+	"q0":  {"auction", "bidder", "price", "channel", "url", "dateTime", "extra"},
+	"q1":  {"auction", "bidder", "price", "dateTime"},
+	"q2":  {"auction", "price"},
+	"q3":  {"name", "city", "state", "id"},
+	"q4":  {"category", "avg"},
+	"q5":  {"auction", "num", "window_start", "window_end"},
+	"q7":  {"auction", "price", "bidder", "dateTime", "window_end"},
+	"q8":  {"id", "name", "window_start"},
+	"q15": {"day", "total_bids", "rank1_bids", "rank2_bids", "rank3_bids", "total_bidders", "rank1_bidders", "rank2_bidders", "rank3_bidders", "total_auctions", "rank1_auctions", "rank2_auctions", "rank3_auctions"},
+	"q16": {"channel", "day", "minute", "total_bids", "rank1_bids", "rank2_bids", "rank3_bids", "total_bidders", "rank1_bidders", "rank2_bidders", "rank3_bidders", "total_auctions", "rank1_auctions", "rank2_auctions", "rank3_auctions"},
+	"q17": {"auction", "day", "total_bids", "rank1_bids", "rank2_bids", "rank3_bids", "min_price", "max_price", "avg_price", "sum_price"},
+	"q18": {"auction", "bidder", "price", "channel", "url", "dateTime", "extra"},
+	"q19": {"auction", "bidder", "price", "channel", "url", "dateTime", "extra", "rank_number"},
+	"q20": {"auction", "bidder", "price", "channel", "url", "bid_dateTime", "bid_extra", "itemName", "description", "initialBid", "reserve", "auction_dateTime", "expires", "seller", "category", "auction_extra"},
+	"q21": {"auction", "bidder", "price", "channel", "channel_id"},
+	"q22": {"auction", "bidder", "price", "channel", "dir1", "dir2", "dir3"},
 }
 
 // keysInOrder returns the keys of the JSON object line, in the order they appear.
@@ -86,7 +94,7 @@ func writeNexmarkInput(t *testing.T, n uint64) string {
 	return path
 }
 
-var resultsWritten = regexp.MustCompile(`nexmark (q\d): (\d+) results written to `)
+var resultsWritten = regexp.MustCompile(`nexmark (q\d+): (\d+) results written to `)
 
 // TestRunNexmark runs every query through the command with --input and --output: each writes JSON lines
 // with the issue's fields in its order and removes its parts directory; then two queries again with

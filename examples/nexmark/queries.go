@@ -16,7 +16,7 @@ import (
 // the query needs crosses the network and goes into state.
 
 // Queries are the query names `runnel run nexmark --query` takes, in order.
-var Queries = []string{"q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8"}
+var Queries = []string{"q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8", "q15", "q16", "q17", "q18", "q19", "q20", "q21", "q22"}
 
 // The windows of the queries (the Nexmark suite's Flink SQL): q5 hops 10 s every 2 s, q7 and q8 tumble
 // every 10 s; all are aligned to the epoch.
@@ -88,6 +88,22 @@ func Build(q string, events *runnel.Stream[Event]) (Result, error) {
 		return q7(events), nil
 	case "q8":
 		return q8(events), nil
+	case "q15":
+		return q15(events), nil
+	case "q16":
+		return q16(events), nil
+	case "q17":
+		return q17(events), nil
+	case "q18":
+		return q18(events), nil
+	case "q19":
+		return q19(events), nil
+	case "q20":
+		return q20(events), nil
+	case "q21":
+		return q21(events), nil
+	case "q22":
+		return q22(events), nil
 	}
 	return Result{}, fmt.Errorf("unknown query %q: use one of %s", q, strings.Join(Queries, ", "))
 }
