@@ -18,7 +18,7 @@ import (
 // References of q15–q22, plain loops over the input written from the Nexmark SQL (nexmark-flink's
 // queries), not from the jobs: days are formatted with package time, q21's id is found with package
 // regexp, q22's directories with strings.Split. The updating queries (q18, q19) are given as their final
-// rows, and finalRows reduces the jobs' upsert streams to the same.
+// rows, and comparableOutput reduces the jobs' upsert streams to the same.
 
 func init() {
 	for q, f := range map[string]func([]nexmark.Event) []string{
@@ -27,14 +27,11 @@ func init() {
 	} {
 		references[q] = f
 	}
-}
-
-// finalRows reduces an upsert stream to its final rows, for the queries whose results update: q18 keyed by
-// bidder and auction, q19 by auction and rank. Flink's output (its changelog applied) is already final,
-// and reducing it changes nothing.
-var finalRows = map[string]func(t *testing.T, lines []string) []string{
-	"q18": func(t *testing.T, lines []string) []string { return lastBy(t, lines, "bidder", "auction") },
-	"q19": func(t *testing.T, lines []string) []string { return lastBy(t, lines, "auction", "rank_number") },
+	// q18 and q19 are upsert streams: their final rows are the last line per key, by bidder and auction,
+	// and by auction and rank. Flink's output (its changelog applied) is already final, and reducing it
+	// changes nothing.
+	comparableOutput["q18"] = func(t *testing.T, lines []string) []string { return lastBy(t, lines, "bidder", "auction") }
+	comparableOutput["q19"] = func(t *testing.T, lines []string) []string { return lastBy(t, lines, "auction", "rank_number") }
 }
 
 // lastBy keeps the last line of each key, the key being the values of fields.
@@ -311,8 +308,8 @@ func TestStateCleanupKeepsResults(t *testing.T) {
 			want := references[q](evs)
 			got := runQuery(t, q, input, runnel.WithParallelism(2), runnel.WithChaining(false),
 				runnel.WithWatermarkInterval(time.Millisecond))
-			if final, ok := finalRows[q]; ok {
-				got = final(t, got)
+			if c, ok := comparableOutput[q]; ok {
+				got = c(t, got)
 			}
 			sameLines(t, q, got, want)
 		})
