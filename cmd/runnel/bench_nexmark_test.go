@@ -32,6 +32,13 @@ var nexmarkFields = map[string][]string{
 	"q20": {"auction", "bidder", "price", "channel", "url", "bid_dateTime", "bid_extra", "itemName", "description", "initialBid", "reserve", "auction_dateTime", "expires", "seller", "category", "auction_extra"},
 	"q21": {"auction", "bidder", "price", "channel", "channel_id"},
 	"q22": {"auction", "bidder", "price", "channel", "dir1", "dir2", "dir3"},
+	"q6":  {"seller", "avg_price"},
+	"q9": {"id", "itemName", "description", "initialBid", "reserve", "dateTime", "expires", "seller", "category", "extra",
+		"auction", "bidder", "price", "bid_dateTime", "bid_extra"},
+	"q11": {"bidder", "bid_count", "starttime", "endtime"},
+	"q12": {"bidder", "bid_count", "starttime", "endtime"},
+	"q13": {"auction", "bidder", "price", "dateTime", "value"},
+	"q14": {"auction", "bidder", "price", "bidTimeType", "dateTime", "extra", "c_counts"},
 }
 
 // keysInOrder returns the keys of the JSON object line, in the order they appear.

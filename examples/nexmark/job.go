@@ -26,6 +26,9 @@ type Job struct {
 	// Output is the JSON lines file the results go to (empty: counted only). They are written exactly
 	// once through a FileSink into the directory Output+".parts" and joined into Output when the job ends.
 	Output string
+	// SideInput is q13's side input file, `key,value` lines (empty: key k → "k" for k below 10,000, the
+	// Nexmark suite's side input).
+	SideInput string
 
 	fs      *pflag.FlagSet
 	counter *Counter
@@ -44,6 +47,7 @@ func New(fs *pflag.FlagSet) *Job {
 		fs.Uint64Var(&j.Seed, "seed", 0, "the generator's seed")
 		fs.StringVar(&j.Input, "input", "", "read the events from this JSON lines file instead of generating them")
 		fs.DurationVar(&j.OutOfOrderness, "out-of-orderness", j.OutOfOrderness, "the watermark bound: how far out of dateTime order events may come")
+		fs.StringVar(&j.SideInput, "side-input", "", "q13's side input: a file of key,value lines, joined on auction mod 10000 (default: key k → \"k\" for k < 10000)")
 		fs.StringVar(&j.Output, "output", "", "write the results to this file as JSON lines, exactly once with checkpoints (parts in FILE.parts until the job ends)")
 	}
 	return j
@@ -64,6 +68,15 @@ func (j *Job) Build(env *runnel.Environment, opts run.Options) error {
 		return fmt.Errorf("--out-of-orderness must be whole milliseconds, at least 0, got %s", j.OutOfOrderness)
 	case j.Input != "" && j.fs != nil && (j.fs.Changed("events") || j.fs.Changed("rate") || j.fs.Changed("seed")):
 		return errors.New("--input reads the events from a file: --events, --rate and --seed are for generated ones")
+	case j.SideInput != "" && j.Query != "q13":
+		return fmt.Errorf("--side-input is q13's, not %s's", j.Query)
+	}
+	var side map[int64]string
+	if j.SideInput != "" {
+		var err error
+		if side, err = readSideInput(j.SideInput); err != nil {
+			return fmt.Errorf("--side-input: %w", err)
+		}
 	}
 	var events *runnel.Stream[Event]
 	if j.Input != "" {
@@ -78,9 +91,14 @@ func (j *Job) Build(env *runnel.Environment, opts run.Options) error {
 		}
 		events = Events(env, Source(GeneratorConfig{Seed: j.Seed, Rate: j.Rate, Events: n}), 0, j.OutOfOrderness)
 	}
-	res, err := Build(j.Query, events)
-	if err != nil {
-		return err
+	var res Result
+	if side != nil {
+		res = q13(events, side)
+	} else {
+		var err error
+		if res, err = Build(j.Query, events); err != nil {
+			return err
+		}
 	}
 	if j.Output == "" {
 		j.counter = &Counter{}

@@ -16,7 +16,7 @@ import (
 // the query needs crosses the network and goes into state.
 
 // Queries are the query names `runnel run nexmark --query` takes, in order.
-var Queries = []string{"q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8", "q15", "q16", "q17", "q18", "q19", "q20", "q21", "q22"}
+var Queries = []string{"q0", "q1", "q2", "q3", "q4", "q5", "q6", "q7", "q8", "q9", "q11", "q12", "q13", "q14", "q15", "q16", "q17", "q18", "q19", "q20", "q21", "q22"}
 
 // The windows of the queries (the Nexmark suite's Flink SQL): q5 hops 10 s every 2 s, q7 and q8 tumble
 // every 10 s; all are aligned to the epoch.
@@ -88,6 +88,18 @@ func Build(q string, events *runnel.Stream[Event]) (Result, error) {
 		return q7(events), nil
 	case "q8":
 		return q8(events), nil
+	case "q6":
+		return q6(events), nil
+	case "q9":
+		return q9(events), nil
+	case "q11":
+		return q11(events), nil
+	case "q12":
+		return q12(events), nil
+	case "q13":
+		return q13(events, nil), nil
+	case "q14":
+		return q14(events), nil
 	case "q15":
 		return q15(events), nil
 	case "q16":

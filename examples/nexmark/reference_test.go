@@ -301,6 +301,13 @@ func runQueryResult(t *testing.T, q, input string, opts ...runnel.Option) ([]str
 	t.Helper()
 	j := nexmark.New(nil)
 	j.Query, j.Input = q, input
+	return runJob(t, j, opts...)
+}
+
+// runJob runs the configured job j, with its Output set to a file of its own, as runQueryResult does.
+func runJob(t *testing.T, j *nexmark.Job, opts ...runnel.Option) ([]string, *runnel.JobResult) {
+	t.Helper()
+	q := j.Query
 	j.Output = filepath.Join(t.TempDir(), q+".jsonl")
 	env := runnel.NewEnvironment(append([]runnel.Option{runnel.WithLogger(slog.New(slog.DiscardHandler))}, opts...)...)
 	if err := j.Build(env, run.Options{}); err != nil {

@@ -23,7 +23,10 @@ import java.util.Map;
  * would mean the plan is not the one {@link Query} documents. An updating query's changelog is
  * applied instead (+I and +U add a row, -U and -D take one away), and {@link #finish} writes the
  * final result set, in the order in which its rows were first inserted. For q4 that is one line per
- * category, the same as the last line per category of an update stream.
+ * category, the same as the last line per category of an update stream. A query with an upsert key
+ * ({@link Query#upsertKey}, q9) is applied by key instead: the planner may send its updates as
+ * UPDATE_AFTER alone (a Top-1 does, even to a changelog stream that accepts UPDATE_BEFORE), so each
+ * +I or +U row replaces the row with its key, and -U or -D removes it.
  *
  * <p>Values: BIGINT and INT as JSON integers; DECIMAL as a JSON number in plain notation with
  * trailing zeros removed ({@code 908}, {@code 0.908}, {@code 11209.26}); TIMESTAMP_LTZ and TIMESTAMP
@@ -41,6 +44,10 @@ public final class QueryOutput {
     private final Writer out;
     /** Updating queries only: each distinct result row and how many times it is in the result. */
     private final Map<List<Object>, Integer> table = new LinkedHashMap<>();
+    /** The positions of the upsert key's columns; empty for a query without one. */
+    private final int[] keyColumns;
+    /** Queries with an upsert key only: the result row of each key. */
+    private final Map<List<Object>, List<Object>> upserts = new LinkedHashMap<>();
     private long written;
 
     /** A writer of {@code query}'s result, whose columns are {@code names}, to {@code out}. */
@@ -48,6 +55,13 @@ public final class QueryOutput {
         this.query = query;
         this.names = List.copyOf(names);
         this.out = out;
+        this.keyColumns = query.upsertKey().stream().mapToInt(k -> {
+            int i = this.names.indexOf(k);
+            if (i < 0) {
+                throw new IllegalArgumentException(query.id() + ": upsert key column " + k + " is not in " + names);
+            }
+            return i;
+        }).toArray();
     }
 
     /** Takes one collected row. */
@@ -62,6 +76,10 @@ public final class QueryOutput {
                 throw new IllegalStateException(query.id() + " is insert-only but produced a " + kind + " row " + row);
             }
             write(row);
+            return;
+        }
+        if (keyColumns.length > 0) {
+            upsert(kind, row);
             return;
         }
         List<Object> key = values(row);
@@ -90,8 +108,36 @@ public final class QueryOutput {
         }
     }
 
+    private void upsert(RowKind kind, Row row) {
+        List<Object> key = new ArrayList<>(keyColumns.length);
+        for (int i : keyColumns) {
+            key.add(row.getField(i));
+        }
+        switch (kind) {
+            case INSERT:
+            case UPDATE_AFTER:
+                if (!upserts.containsKey(key) && upserts.size() >= MAX_UPDATING_ROWS) {
+                    throw new IllegalStateException(query.id() + ": result exceeds " + MAX_UPDATING_ROWS + " rows");
+                }
+                upserts.put(key, values(row));
+                break;
+            case UPDATE_BEFORE:
+            case DELETE:
+                if (upserts.remove(key) == null) {
+                    throw new IllegalStateException(query.id() + ": " + kind + " of a key not in the result: " + row);
+                }
+                break;
+            default:
+                throw new IllegalStateException(query.id() + ": unknown row kind " + kind);
+        }
+    }
+
     /** Writes an updating query's final result set; for an insert-only query there is nothing left. */
     public void finish() throws IOException {
+        for (List<Object> v : upserts.values()) {
+            write(Row.of(v.toArray()));
+        }
+        upserts.clear();
         for (Map.Entry<List<Object>, Integer> e : table.entrySet()) {
             Row row = Row.of(e.getKey().toArray());
             for (int i = 0; i < e.getValue(); i++) {

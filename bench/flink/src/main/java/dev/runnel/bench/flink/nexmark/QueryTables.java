@@ -24,6 +24,8 @@ import java.util.stream.Collectors;
  * {@code DataStream<Row>} of {@link #EVENT_TYPE} ({@link #registerStream}), which is how a generator
  * source plugs in. Both declare the same watermark, so the queries cannot tell them apart.
  *
+ * <p>Beside them, q13's bounded side input {@code side_input}, a lookup table ({@link SideInputTable}).
+ *
  * <p>Every field of the model is BIGINT or STRING, as in the issue; {@code dateTime} and {@code
  * expires} are epoch milliseconds in the input and TIMESTAMP_LTZ(3) in the views. The views' window
  * TVFs then compute window bounds in the session time zone, which {@link NexmarkJob} sets to UTC so
@@ -159,8 +161,18 @@ public final class QueryTables {
         registerViews(tEnv);
     }
 
+    /**
+     * Registers q13's bounded side input {@code side_input (key BIGINT, value STRING)}: the lookup
+     * table {@link SideInputTable} with the Nexmark suite's 10,000 rows.
+     */
+    static void registerSideInput(StreamTableEnvironment tEnv) {
+        tEnv.executeSql("CREATE TEMPORARY TABLE `side_input` (`key` BIGINT, `value` STRING) WITH ('connector' = '"
+                + SideInputTable.IDENTIFIER + "')");
+    }
+
     /** The views of one kind each: the model's fields, with {@code dateTime} (and {@code expires}) as timestamps. */
     private static void registerViews(StreamTableEnvironment tEnv) {
+        registerSideInput(tEnv);
         for (String kind : KINDS) {
             StringBuilder b = new StringBuilder("CREATE TEMPORARY VIEW `").append(kind).append("` AS SELECT ");
             boolean first = true;
