@@ -1,10 +1,13 @@
 package nexmark
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math/bits"
+	"slices"
 	"strconv"
 	"sync"
+	"unsafe"
 )
 
 // Generator produces the Nexmark event stream: event n (0, 1, 2, ...) is a pure function of the seed, the
@@ -82,7 +85,38 @@ type Generator struct {
 	seed     uint64
 	rate     int64 // events/s that spaces dateTime, never 0
 	baseTime int64 // ms
-	buf      []byte
+	// slab is the block the strings of the events are made in: the bytes below len(slab) belong to
+	// strings already handed out and are never written again; an event's strings are appended after them.
+	// A full slab is dropped (the collector frees it when no string in it is referenced) and a new one
+	// made, never an old one reused, so a string stays as it was for as long as anyone holds it.
+	slab []byte
+}
+
+// slabBytes is the size of a slab: one allocation for the strings of about 180 events (the mean event has
+// 89 bytes of them), and the most memory one retained string keeps alive.
+const slabBytes = 16 << 10
+
+// maxEventBytes bounds the bytes one event appends to its slab, the 3 bytes past the end that exact
+// characters write included: a person's at most 14 + 15 + 19 + 182, an auction's 19 + 99 + 542, a bid's 81,
+// each + 3. An event that found less room would only make append move the slab, which is correct too.
+const maxEventBytes = 1 << 10
+
+// room returns the slab with room for one event's strings.
+func (g *Generator) room() []byte {
+	if cap(g.slab)-len(g.slab) < maxEventBytes {
+		g.slab = make([]byte, 0, slabBytes)
+	}
+	return g.slab
+}
+
+// carve returns b[start:] as a string without a copy, and keeps b (b is the slab, extended by room's
+// caller) as the slab: the bytes of the string are below the new len(slab), so nothing writes them again.
+func (g *Generator) carve(b []byte, start int) string {
+	g.slab = b
+	if len(b) == start {
+		return ""
+	}
+	return unsafe.String(&b[start], len(b)-start)
 }
 
 // GeneratorConfig configures the event stream. The zero value is the default stream of the golden file:
@@ -187,26 +221,43 @@ func (r *splitMix) next() uint64 {
 }
 
 // draw returns a value in [0, m) for m > 0: the top 63 bits of a draw modulo m (the bias is below 2^-40
-// for every m the model uses).
-func (r *splitMix) draw(m int64) int64 { return int64(r.next()>>1) % m }
+// for every m the model uses). Both operands are non-negative, so the unsigned remainder (the cheaper
+// instruction) is the signed one.
+func (r *splitMix) draw(m int64) int64 { return int64((r.next() >> 1) % uint64(m)) }
 
-// Event fills ev with event n. The strings of one event share one allocation.
+// Event fills ev with event n. Its strings are made in a block of memory shared with the strings of the
+// events made before and after it (16 KB in all, about 180 events): a string of the event that is kept
+// keeps that block alive, so a job that keeps the strings of a few events among many for long should keep
+// copies of them (strings.Clone). The strings are never written once made.
 func (g *Generator) Event(n uint64, ev *Event) {
 	r := splitMix{g.seed ^ n}
 	ts := g.Time(n)
 	switch off := n % proportionDenominator; {
 	case off < personProportion:
 		ev.Kind = KindPerson
-		ev.Auction, ev.Bid = Auction{}, Bid{}
+		clearValue(&ev.Auction)
+		clearValue(&ev.Bid)
 		g.person(n, &r, ts, &ev.Person)
 	case off < personProportion+auctionProportion:
 		ev.Kind = KindAuction
-		ev.Person, ev.Bid = Person{}, Bid{}
+		clearValue(&ev.Person)
+		clearValue(&ev.Bid)
 		g.auction(n, &r, ts, &ev.Auction)
 	default:
 		ev.Kind = KindBid
-		ev.Person, ev.Auction = Person{}, Auction{}
+		clearValue(&ev.Person)
+		clearValue(&ev.Auction)
 		g.bid(n, &r, ts, &ev.Bid)
+	}
+}
+
+// clearValue zeroes *v unless it is zero already, as the other two values of a reused Event mostly are:
+// a store of a struct with strings into the heap costs write barriers while the collector marks, a
+// comparison costs none.
+func clearValue[T Person | Auction | Bid](v *T) {
+	var zero T
+	if *v != zero {
+		*v = zero
 	}
 }
 
@@ -250,11 +301,13 @@ func nextPrice(r *splitMix) int64 {
 // appendString appends string(m, special) and returns the extended buffer.
 func appendString(b []byte, r *splitMix, m int64, special byte) []byte {
 	start := len(b)
-	for l := 3 + r.draw(m-3); l > 0; l-- {
+	l := int(3 + r.draw(m-3))
+	b = slices.Grow(b, l)[:start+l]
+	for i := range b[start:] {
 		if r.draw(13) == 0 {
-			b = append(b, special)
+			b[start+i] = special
 		} else {
-			b = append(b, byte('a'+r.draw(26)))
+			b[start+i] = byte('a' + r.draw(26))
 		}
 	}
 	if special != ' ' {
@@ -275,15 +328,48 @@ func appendString(b []byte, r *splitMix, m int64, special byte) []byte {
 
 // appendExact appends l exact characters.
 func appendExact(b []byte, r *splitMix, l int64) []byte {
-	for l > 0 {
-		x := r.next() >> 1
-		for k := 0; k < 13 && l > 0; k++ {
-			b = append(b, byte('a'+x%26))
-			x /= 26
-			l--
-		}
+	if l <= 0 {
+		return b
 	}
-	return b
+	// Each draw writes 16 bytes (13 characters and 3 the next draw or the final length overwrites), so
+	// the buffer holds l rounded up to draws, plus 3.
+	start := len(b)
+	b = slices.Grow(b, int(l)+exactPerDraw+3)
+	w := b[start : start+int(l)+exactPerDraw+3]
+	for i := 0; i < int(l); i += exactPerDraw {
+		putExact(w[i:i+16], r.next()>>1)
+	}
+	return b[:start+int(l)]
+}
+
+// exactPerDraw is how many exact characters one draw makes.
+const exactPerDraw = 13
+
+// exactPairs[v] for v < 26² is the two exact characters of v, 'a' + v mod 26 then 'a' + v div 26, as a
+// little-endian uint16.
+var exactPairs = func() (t [26 * 26]uint16) {
+	for v := range t {
+		t[v] = uint16('a'+v%26) | uint16('a'+v/26)<<8
+	}
+	return t
+}()
+
+// putExact writes the 13 exact characters of a draw x < 2^63 to w[:13] (and whatever to w[13:16]):
+// character k is 'a' + (x div 26^k) mod 26. Splitting x = hi·26^6 + lo (lo < 26^6) gives the same
+// characters, those of lo for k < 6 (x div 26^k = hi·26^(6−k) + lo div 26^k, and 26 divides the first
+// term) and those of hi for k ≥ 6 (x div 26^k = hi div 26^(k−6), as lo < 26^6); each part is then taken
+// two characters (a digit base 26² = 676) at a time from the table. Two short chains of divisions by
+// constants instead of one of thirteen.
+func putExact(w []byte, x uint64) {
+	const d6 = 26 * 26 * 26 * 26 * 26 * 26
+	lo, hi := uint32(x%d6), x/d6 // hi < 2^63 / 26^6 < 2^35
+	l1 := lo / 676
+	h1 := uint32(hi / 676) // < 2^26
+	h2 := h1 / 676
+	p := &exactPairs
+	binary.LittleEndian.PutUint64(w[0:8], uint64(p[lo%676])|uint64(p[l1%676])<<16|uint64(p[l1/676])<<32|
+		uint64(p[hi%676])<<48)
+	binary.LittleEndian.PutUint64(w[8:16], uint64(p[h1%676])|uint64(p[h2%676])<<16|uint64('a'+h2/676%26)<<32)
 }
 
 // appendExtra appends padding to an average of avg bytes over size.
@@ -301,16 +387,17 @@ func appendExtra(b []byte, r *splitMix, size, avg int64) []byte {
 }
 
 func (g *Generator) person(n uint64, r *splitMix, ts int64, p *Person) {
-	b := g.buf[:0]
+	b := g.room()
+	start := len(b)
 	b = append(b, firstNames[r.draw(int64(len(firstNames)))]...)
 	b = append(b, ' ')
 	b = append(b, lastNames[r.draw(int64(len(lastNames)))]...)
-	name := len(b)
+	name := len(b) - start
 	b = appendString(b, r, 7, ' ')
 	b = append(b, '@')
 	b = appendString(b, r, 5, ' ')
 	b = append(b, ".com"...)
-	email := len(b)
+	email := len(b) - start
 	for i := range 4 {
 		if i > 0 {
 			b = append(b, ' ')
@@ -318,12 +405,11 @@ func (g *Generator) person(n uint64, r *splitMix, ts int64, p *Person) {
 		v := r.draw(10000)
 		b = append(b, byte('0'+v/1000), byte('0'+v/100%10), byte('0'+v/10%10), byte('0'+v%10))
 	}
-	card := len(b)
+	card := len(b) - start
 	city := cities[r.draw(int64(len(cities)))]
 	state := states[r.draw(int64(len(states)))]
 	b = appendExtra(b, r, int64(8+card+len(city)+len(state)), avgPersonBytes)
-	s := string(b)
-	g.buf = b
+	s := g.carve(b, start)
 	*p = Person{ID: lastPerson(n) + firstPersonID, Name: s[:name], EmailAddress: s[name:email],
 		CreditCard: s[email:card], City: city, State: state, DateTime: ts, Extra: s[card:]}
 }
@@ -339,14 +425,15 @@ func (g *Generator) auction(n uint64, r *splitMix, ts int64, a *Auction) {
 	initialBid := nextPrice(r)
 	horizon := g.Time(n+numInFlightAuctions*proportionDenominator/auctionProportion) - ts
 	expires := ts + 1 + r.draw(max(2*horizon, 1))
-	b := appendString(g.buf[:0], r, 20, ' ')
-	item := len(b)
+	b := g.room()
+	start := len(b)
+	b = appendString(b, r, 20, ' ')
+	item := len(b) - start
 	b = appendString(b, r, 100, ' ')
-	desc := len(b)
+	desc := len(b) - start
 	reserve := initialBid + nextPrice(r)
 	b = appendExtra(b, r, int64(8+desc+40), avgAuctionBytes)
-	s := string(b)
-	g.buf = b
+	s := g.carve(b, start)
 	*a = Auction{ID: lastAuction(n) + firstAuctionID, ItemName: s[:item], Description: s[item:desc],
 		InitialBid: initialBid, Reserve: reserve, DateTime: ts, Expires: expires,
 		Seller: seller + firstPersonID, Category: category, Extra: s[desc:]}
@@ -371,11 +458,8 @@ func (g *Generator) bid(n uint64, r *splitMix, ts int64, bd *Bid) {
 	} else {
 		ch = &channelTable().all[r.draw(channels)]
 	}
-	var extra string
-	if b := appendExtra(g.buf[:0], r, 32, avgBidBytes); len(b) > 0 {
-		extra = string(b)
-		g.buf = b
-	}
+	b := g.room()
+	extra := g.carve(appendExtra(b, r, 32, avgBidBytes), len(b))
 	*bd = Bid{Auction: auction + firstAuctionID, Bidder: bidder + firstPersonID, Price: price,
 		Channel: ch.name, URL: ch.url, DateTime: ts, Extra: extra}
 }
