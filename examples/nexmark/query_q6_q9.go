@@ -41,7 +41,7 @@ func (r *running[A, B]) raise(o offer[B]) {
 }
 
 // winningBids is the winning-bid join, keyed by auction id: the auction (once it came) with its best
-// valid bid; an event timer at its expiry emits close(auction, bid), when it has one, and frees the key.
+// valid bid; an event timer at its expiry emits result(auction, bid), when it has one, and frees the key.
 // A bid that comes before its auction waits, with an event timer at its own dateTime: an auction it could
 // be valid for has a dateTime at or before it, so once the watermark passes it (no late data) no such
 // auction can come and the bid is dropped. A bid after its auction's expiry waits the same way and goes.
@@ -50,7 +50,7 @@ func (r *running[A, B]) raise(o offer[B]) {
 // state is bounded by the auctions open at once plus the bids of a watermark's bound.
 type winningBids[A, B, Out any] struct {
 	runnel.KeyedCoProcessBase[int64, Out]
-	close   func(l *lifetime[A], b *offer[B]) Out
+	result  func(l *lifetime[A], b *offer[B]) Out
 	open    runnel.ValueState[running[A, B]]
 	waiting runnel.ListState[offer[B]]
 }
@@ -92,7 +92,7 @@ func (w *winningBids[A, B, Out]) OnTimer(_ runnel.TimerContext[int64], ts int64,
 	if r, ok := w.open.Value(); ok {
 		if ts >= r.L.Expires {
 			if r.HasBid {
-				out.Collect(w.close(&r.L, &r.Best))
+				out.Collect(w.result(&r.L, &r.Best))
 			}
 			w.open.Clear()
 		}
@@ -117,7 +117,7 @@ func (w *winningBids[A, B, Out]) OnTimer(_ runnel.TimerContext[int64], ts int64,
 // winning keys the auctions and bids of events by auction id and joins them with winningBids: one Out per
 // auction with a winning bid, when the watermark passes its expiry.
 func winning[A, B, Out any](events *runnel.Stream[Event], name string,
-	fromAuction func(a *Auction) A, fromBid func(b *Bid) B, close func(l *lifetime[A], b *offer[B]) Out) *runnel.Stream[Out] {
+	fromAuction func(a *Auction) A, fromBid func(b *Bid) B, result func(l *lifetime[A], b *offer[B]) Out) *runnel.Stream[Out] {
 	as := auctions(events, func(a Auction) (lifetime[A], bool) {
 		return lifetime[A]{ID: a.ID, DateTime: a.DateTime, Expires: a.Expires, A: fromAuction(&a)}, true
 	}).WithCodec(codec.MustStruct[lifetime[A]]())
@@ -128,7 +128,7 @@ func winning[A, B, Out any](events *runnel.Stream[Event], name string,
 		runnel.KeyBy(as, func(l lifetime[A]) int64 { return l.ID }),
 		runnel.KeyBy(bs, func(o offer[B]) int64 { return o.Auction })),
 		func() runnel.KeyedCoProcessFunction[int64, lifetime[A], offer[B], Out] {
-			return &winningBids[A, B, Out]{close: close}
+			return &winningBids[A, B, Out]{result: result}
 		}).Name(name).WithCodec(codec.MustStruct[Out]())
 }
 
