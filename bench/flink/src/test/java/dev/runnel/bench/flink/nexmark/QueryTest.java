@@ -177,7 +177,82 @@ class QueryTest {
                                 auction(15, 5, 10, 29_999, 50_000)),
                         List.of("{\"id\":1,\"name\":\"alice\",\"window_start\":1436918400000}",
                                 "{\"id\":3,\"name\":\"carol\",\"window_start\":1436918410000}",
-                                "{\"id\":5,\"name\":\"erin\",\"window_start\":1436918420000}")));
+                                "{\"id\":5,\"name\":\"erin\",\"window_start\":1436918420000}")),
+                new Case("last ten closed auctions per seller, by expiry then id; AVG truncates", Query.Q6,
+                        q6Input(),
+                        // Seller 100's auctions by (expires, id): 1, 2, 3, 13, 4, ..., 12; the last ten are 13
+                        // and 4 to 12: (130 + 40 + ... + 120) / 10 = 85. Seller 200: 7 (auction 21 has no bid).
+                        List.of("{\"seller\":100,\"avg_price\":85}", "{\"seller\":200,\"avg_price\":7}")),
+                new Case("winning bid: highest in [dateTime, expires], ties to the earliest", Query.Q9,
+                        List.of(auction(1, 100, 10, 0, 10_000),
+                                bid(1, 5, 100, 0),
+                                bid(1, 6, 300, 5000),
+                                bid(1, 7, 300, 4000),       // as high, earlier: wins
+                                bid(1, 8, 900, 10_001),     // after expires
+                                auction(2, 100, 10, 0, 10_000)), // no bid: no row
+                        List.of("{\"id\":1,\"itemName\":\"item\",\"description\":\"desc\",\"initialBid\":1,"
+                                + "\"reserve\":2,\"dateTime\":1436918400000,\"expires\":1436918410000,\"seller\":100,"
+                                + "\"category\":10,\"extra\":\"\",\"auction\":1,\"bidder\":7,\"price\":300,"
+                                + "\"bid_dateTime\":1436918404000,\"bid_extra\":\"\"}")),
+                new Case("sessions of 10 s per bidder; a bid exactly a gap after the last joins", Query.Q11,
+                        List.of(bid(1, 1, 1, 0), bid(1, 1, 1, 5000), bid(1, 2, 1, 1000),
+                                bid(1, 2, 1, 3000),         // out of order, within the bound
+                                bid(1, 1, 1, 15_000),       // exactly 10 s after 5000: the same session
+                                bid(1, 1, 1, 40_000)),
+                        List.of(q11(1, 3, 0, 25_000), q11(2, 2, 1000, 13_000), q11(1, 1, 40_000, 50_000))),
+                new Case("side input: the row of auction mod 10000", Query.Q13,
+                        List.of(bid(5, 1, 10, 0), bid(10_005, 2, 20, 1), bid(9999, 3, 30, 2)),
+                        List.of(q13(5, 1, 10, 0, "5"), q13(10_005, 2, 20, 1, "5"), q13(9999, 3, 30, 2, "9999"))),
+                new Case("0.908 × price strictly inside the range; time of day; the c's of extra", Query.Q14,
+                        List.of(bid(1, 2, 1_101_322, 0, "cacbc", "cacbc"),
+                                bid(1, 2, 1_101_321, 1),      // 999999.468: below
+                                bid(1, 2, 55_066_080, 2),     // 50000000.64: above
+                                bid(1, 2, 55_066_079, 7 * HOUR),
+                                bid(1, 2, 2_000_000, 8 * HOUR),
+                                bid(1, 2, 2_000_000, 19 * HOUR - 1),
+                                bid(1, 2, 2_000_000, 19 * HOUR),
+                                bid(1, 2, 2_000_000, 20 * HOUR)),
+                        List.of(q14("1000000.376", "nightTime", 0, "cacbc", 3),
+                                q14("49999999.732", "otherTime", 7 * HOUR, "", 0),
+                                q14("1816000", "dayTime", 8 * HOUR, "", 0),
+                                q14("1816000", "dayTime", 19 * HOUR - 1, "", 0),
+                                q14("1816000", "otherTime", 19 * HOUR, "", 0),
+                                q14("1816000", "nightTime", 20 * HOUR, "", 0))));
+    }
+
+    static final long HOUR = 3_600_000L;
+
+    /** q6's input: seller 100 closes 13 auctions (two expire at once), seller 200 one with a bid. */
+    static List<Ev> q6Input() {
+        List<Ev> in = new ArrayList<>();
+        for (long i = 1; i <= 12; i++) {
+            in.add(auction(i, 100, 10, i * 10, 1000 + i));
+            in.add(bid(i, 1, i * 10, i * 10 + 1));
+        }
+        in.add(auction(13, 100, 10, 130, 1003));
+        in.add(bid(13, 1, 130, 131));
+        in.add(auction(20, 200, 10, 140, 1500));
+        in.add(bid(20, 1, 7, 141));
+        in.add(auction(21, 200, 10, 150, 1500));
+        return in;
+    }
+
+    /** A q11 line for bidder's session [BASE + start, BASE + end). */
+    static String q11(long bidder, long count, long start, long end) {
+        return String.format("{\"bidder\":%d,\"bid_count\":%d,\"starttime\":%d,\"endtime\":%d}",
+                bidder, count, BASE + start, BASE + end);
+    }
+
+    /** A q13 line. */
+    static String q13(long auction, long bidder, long price, long t, String value) {
+        return String.format("{\"auction\":%d,\"bidder\":%d,\"price\":%d,\"dateTime\":%d,\"value\":\"%s\"}",
+                auction, bidder, price, BASE + t, value);
+    }
+
+    /** A q14 line of a bid on auction 1 by bidder 2. */
+    static String q14(String price, String type, long t, String extra, long cs) {
+        return String.format("{\"auction\":1,\"bidder\":2,\"price\":%s,\"bidTimeType\":\"%s\",\"dateTime\":%d,"
+                + "\"extra\":\"%s\",\"c_counts\":%d}", price, type, BASE + t, extra, cs);
     }
 
     /** A q5 line for a window starting at BASE + start. */
