@@ -44,6 +44,22 @@ func (b *batcher[T]) Collect(v T) {
 	}
 }
 
+// addTimed gathers Timed{ts, *v} into b like Collect, writing the record once, in place: not built on the
+// stack and passed by value first, which for a large record costs more than the rest of its way.
+func addTimed[T any](b *batcher[Timed[T]], ts int64, v *T) {
+	n := len(b.buf)
+	if n < cap(b.buf) {
+		b.buf = b.buf[:n+1]
+	} else {
+		b.buf = append(b.buf, Timed[T]{})
+	}
+	e := &b.buf[n]
+	e.Ts, e.V = ts, *v
+	if n+1 == maxBatch {
+		b.flush()
+	}
+}
+
 // CollectBatch hands vs on after what was gathered before it.
 func (b *batcher[T]) CollectBatch(vs []T) {
 	b.flush()

@@ -168,13 +168,13 @@ func (g *tsGen[T]) start() {
 
 // stamp returns the timestamp of record v of split s and tells the split's generator and idleness
 // detector of it.
-func (g *tsGen[T]) stamp(s *splitWM[T], v T, recordTs int64) int64 {
+func (g *tsGen[T]) stamp(s *splitWM[T], v *T, recordTs int64) int64 {
 	if s == g.main && len(g.splits) == 0 {
 		g.splits = append(g.splits, s)
 	}
 	ts := recordTs
 	if g.spec.Assign != nil {
-		ts = g.spec.Assign(v, recordTs)
+		ts = g.spec.Assign(*v, recordTs)
 	}
 	if s.idle != nil {
 		s.idle.OnEvent()
@@ -188,7 +188,7 @@ func (g *tsGen[T]) stamp(s *splitWM[T], v T, recordTs int64) int64 {
 	if s.builtin != nil {
 		s.builtin.OnEvent(ts)
 	} else {
-		s.custom.OnEvent(v, ts, s)
+		s.custom.OnEvent(*v, ts, s)
 	}
 	return ts
 }
@@ -330,16 +330,18 @@ type stampingCollector[T any] struct {
 }
 
 func (c *stampingCollector[T]) Collect(v T) {
-	c.next.Collect(Timed[T]{Ts: c.g.stamp(c.s, v, math.MinInt64), V: v})
+	addTimed(c.next, c.g.stamp(c.s, &v, math.MinInt64), &v)
 }
 
 func (c *stampingCollector[T]) CollectWithTimestamp(v T, ts int64) {
-	c.next.Collect(Timed[T]{Ts: c.g.stamp(c.s, v, ts), V: v})
+	addTimed(c.next, c.g.stamp(c.s, &v, ts), &v)
 }
 
+// CollectBatch stamps each record in place and copies it once, into the batch: a record of a source
+// with strings is large, and every copy of it into the heap costs write barriers while the collector marks.
 func (c *stampingCollector[T]) CollectBatch(vs []T) {
-	for _, v := range vs {
-		c.Collect(v)
+	for i := range vs {
+		addTimed(c.next, c.g.stamp(c.s, &vs[i], math.MinInt64), &vs[i])
 	}
 }
 
@@ -442,7 +444,7 @@ type timestampsOp[In, T any] struct {
 func (o *timestampsOp[In, T]) Collect(v In) {
 	prev := o.ctx.enter()
 	x, ts := o.unwrap(v)
-	o.out.Collect(Timed[T]{Ts: o.g.stamp(o.g.main, x, ts), V: x})
+	o.out.Collect(Timed[T]{Ts: o.g.stamp(o.g.main, &x, ts), V: x})
 	o.g.flush()
 	o.ctx.leave(prev)
 }
@@ -452,7 +454,7 @@ func (o *timestampsOp[In, T]) CollectBatch(vs []In) {
 	buf := o.buf[:0]
 	for _, v := range vs {
 		x, ts := o.unwrap(v)
-		buf = append(buf, Timed[T]{Ts: o.g.stamp(o.g.main, x, ts), V: x})
+		buf = append(buf, Timed[T]{Ts: o.g.stamp(o.g.main, &x, ts), V: x})
 	}
 	o.buf = buf
 	o.out.CollectBatch(buf)

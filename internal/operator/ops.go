@@ -446,8 +446,8 @@ func (o *flatMapOp[In, Out]) CollectBatch(vs []In) {
 
 // collectBatch is CollectBatch between enter and leave.
 func (o *flatMapOp[In, Out]) collectBatch(vs []In) {
-	for _, v := range vs {
-		if err := o.fn(v, o.out); err != nil {
+	for i := range vs {
+		if err := o.fn(vs[i], o.out); err != nil {
 			o.ctx.fail(err)
 		}
 	}

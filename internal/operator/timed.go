@@ -92,7 +92,13 @@ type stamper[T any] struct {
 	next Collector[Timed[T]]
 }
 
-func (s *stamper[T]) Collect(v T) { s.next.Collect(Timed[T]{Ts: s.ts, V: v}) }
+func (s *stamper[T]) Collect(v T) {
+	if b, ok := s.next.(*batcher[Timed[T]]); ok {
+		addTimed(b, s.ts, &v)
+		return
+	}
+	s.next.Collect(Timed[T]{Ts: s.ts, V: v})
+}
 
 // TimedFlatMapSpec is FlatMapSpec over a timed stream: each output takes its input's timestamp.
 type TimedFlatMapSpec[In, Out any] struct {
@@ -104,12 +110,39 @@ func (s *TimedFlatMapSpec[In, Out]) Build(ctx *Context, downstream []any) (Built
 	if err != nil {
 		return Built{}, err
 	}
-	st := &stamper[Out]{}
-	fn := func(t Timed[In], _ Collector[Timed[Out]]) error {
-		st.ts = t.Ts
-		return s.Fn(t.V, st)
-	}
-	op := newFlatMapOp[Timed[In], Timed[Out]](fn, out, ctx)
-	st.next = op.out
+	b := &batcher[Timed[Out]]{next: out}
+	op := &timedFlatMapOp[In, Out]{fn: s.Fn, st: &stamper[Out]{next: b}, batch: b, ctx: ctx}
 	return Built{Input: wrapIn[Timed[In]](ctx, op)}, nil
+}
+
+// timedFlatMapOp is flatMapOp over a timed stream. It hands the function each record's value straight
+// from the batch, not a copy of the timed record first: the values of a source's stream can be large.
+type timedFlatMapOp[In, Out any] struct {
+	fn    func(In, Collector[Out]) error
+	st    *stamper[Out] // the function's collector: stamps with the timestamp of the record in hand
+	batch *batcher[Timed[Out]]
+	ctx   *Context
+}
+
+func (o *timedFlatMapOp[In, Out]) Collect(v Timed[In]) {
+	prev := o.ctx.enter()
+	o.one(&v)
+	o.batch.flush()
+	o.ctx.leave(prev)
+}
+
+func (o *timedFlatMapOp[In, Out]) CollectBatch(vs []Timed[In]) {
+	prev := o.ctx.enter()
+	for i := range vs {
+		o.one(&vs[i])
+	}
+	o.batch.flush()
+	o.ctx.leave(prev)
+}
+
+func (o *timedFlatMapOp[In, Out]) one(t *Timed[In]) {
+	o.st.ts = t.Ts
+	if err := o.fn(t.V, o.st); err != nil {
+		o.ctx.fail(err)
+	}
 }
