@@ -252,6 +252,15 @@ func (a closedSale) before(b closedSale) bool {
 
 func (l *lastSales) ProcessElement(ctx runnel.KeyedContext[int64], c closedSale, out runnel.Collector[sellerAvg]) error {
 	r, _ := l.recent.Value()
+	r.add(c)
+	l.recent.Update(r)
+	out.Collect(sellerAvg{Seller: ctx.CurrentKey(), Avg: r.average()})
+	return nil
+}
+
+// add puts c in its place among the last SellerWindow sales; when they are full the oldest goes, unless c
+// is older still.
+func (r *recentSales) add(c closedSale) {
 	s := r.Sales[:r.N]
 	i := len(s) // c's place: after every sale that closed before it
 	for i > 0 && c.before(s[i-1]) {
@@ -262,15 +271,17 @@ func (l *lastSales) ProcessElement(ctx runnel.KeyedContext[int64], c closedSale,
 		copy(r.Sales[i+1:r.N+1], r.Sales[i:r.N])
 		r.Sales[i] = c
 		r.N++
-	case i > 0: // full: the oldest goes, unless c is older still
+	case i > 0:
 		copy(r.Sales[:i-1], r.Sales[1:i])
 		r.Sales[i-1] = c
 	}
-	l.recent.Update(r)
+}
+
+// average is the sales' average price, integer division (r holds at least one).
+func (r *recentSales) average() int64 {
 	var sum int64
 	for _, s := range r.Sales[:r.N] {
 		sum += s.Price
 	}
-	out.Collect(sellerAvg{Seller: ctx.CurrentKey(), Avg: sum / r.N})
-	return nil
+	return sum / r.N
 }
