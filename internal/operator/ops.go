@@ -725,6 +725,15 @@ func (o *timedSinkOp[T]) CollectBatch(vs []Timed[T]) {
 		}
 		return
 	}
+	if o.bw == nil {
+		// A writer of single values needs no slice of them: no copy of each value into one.
+		prev := o.ctx.enter()
+		for i := range vs {
+			o.collect(vs[i].V)
+		}
+		o.ctx.leave(prev)
+		return
+	}
 	vals := o.vals[:0]
 	for _, v := range vs {
 		vals = append(vals, v.V)
