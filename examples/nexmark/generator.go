@@ -80,7 +80,8 @@ import (
 // exact characters. Exact characters (ours: the suite takes 6 per 31-bit draw and can go below 'a') come
 // 13 per draw: x = next >>> 1, then 'a' + x mod 26, x = x div 26, thirteen times.
 //
-// A Generator is not safe for concurrent use (it keeps scratch space); each source subtask has its own.
+// A Generator is not safe for concurrent use (it keeps the slab its strings are made in); each source
+// subtask has its own.
 type Generator struct {
 	seed     uint64
 	rate     int64 // events/s that spaces dateTime, never 0
