@@ -132,6 +132,9 @@ func (r *run) snapshotChain(id int64) ([]StateWriter, bool) {
 	if w := r.watermarkFloor(); w != nil {
 		writers = append(writers, *w)
 	}
+	if w := r.valveState(); w != nil {
+		writers = append(writers, *w)
+	}
 	if len(r.in.channels) > 0 {
 		pos := encodePositions(r.in.channels, r.in.positions())
 		writers = append(writers, bytesEntry(channelPositionsName, pos))

@@ -8,6 +8,7 @@ import (
 
 	"github.com/runnel-dev/runnel/internal/checkpoint"
 	"github.com/runnel-dev/runnel/internal/deploy"
+	"github.com/runnel-dev/runnel/internal/watermark"
 )
 
 // restore loads the state of the restore spec into the chain; it reports whether the subtask had already
@@ -38,6 +39,7 @@ func (r *run) restore() (finished bool, err error) {
 	}
 	states := map[string][]byte{}
 	var floors floorOf
+	var valves []watermark.ValveSnapshot
 	var inflight []byte
 	if len(spec.Handle.Blobs) > 0 {
 		m, err := r.readHandle(spec, read, spec.Handle.Blobs)
@@ -52,6 +54,16 @@ func (r *run) restore() (finished bool, err error) {
 			if k == watermarkName {
 				if err := floors.add(v); err != nil {
 					return false, fmt.Errorf("restore from checkpoint %d: %w", spec.CheckpointID, err)
+				}
+				continue
+			}
+			if k == valveName {
+				// Within the run the gate's channels are the same, from the same producers; a new run's
+				// may be others (another graph with as many channels), so it starts at the floor alone.
+				if spec.SameRun {
+					if valves, err = decodeValves(v); err != nil {
+						return false, fmt.Errorf("restore from checkpoint %d: %w", spec.CheckpointID, err)
+					}
 				}
 				continue
 			}
@@ -73,7 +85,7 @@ func (r *run) restore() (finished bool, err error) {
 	if err := r.chain.Restore(states); err != nil {
 		return false, fmt.Errorf("restore from checkpoint %d: %w", spec.CheckpointID, err)
 	}
-	if err := r.restoreFloor(floors); err != nil {
+	if err := r.restoreFloor(floors, valves); err != nil {
 		return false, fmt.Errorf("restore from checkpoint %d: %w", spec.CheckpointID, err)
 	}
 	return false, nil
@@ -187,7 +199,7 @@ func (r *run) restoreRescaled(spec *deploy.RestoreSpec, read BlobReader) error {
 			}
 			for k, v := range m {
 				switch k {
-				case channelStateName, channelPositionsName:
+				case channelStateName, channelPositionsName, valveName:
 				case inflightName:
 					if err := refuseInflight(spec.CheckpointID, me.Name(), h.Attempt.Index, v); err != nil {
 						return err
@@ -207,7 +219,7 @@ func (r *run) restoreRescaled(spec *deploy.RestoreSpec, read BlobReader) error {
 			spec.CheckpointID, spec.RescaledFrom, me.Parallelism, err)
 	}
 	// Every old subtask whose key groups this one took over had reached its floor: the lowest holds for all.
-	if err := r.restoreFloor(floors); err != nil {
+	if err := r.restoreFloor(floors, nil); err != nil {
 		return fmt.Errorf("restore from checkpoint %d: %w", spec.CheckpointID, err)
 	}
 	return nil
@@ -293,7 +305,7 @@ func (r *run) restoreRemapped(spec *deploy.RestoreSpec, read BlobReader) (bool, 
 			return fail("rescaling: %w", err)
 		}
 	}
-	if err := r.restoreFloor(floors); err != nil {
+	if err := r.restoreFloor(floors, nil); err != nil {
 		return fail("%w", err)
 	}
 	return false, nil

@@ -54,12 +54,28 @@ type gateValve interface {
 	OnFinished(ch int) watermark.Result
 	// restored returns a valve of the same channels at floor (watermark.NewValveAt).
 	restored(floor watermark.Watermark) gateValve
+	// snapshot returns the states of the valve's valves: one, or a two-input valve's three.
+	snapshot() []watermark.ValveSnapshot
+	// restoredFrom returns a valve restored from what snapshot returned (watermark.NewValveFrom), or false
+	// when s is not of a valve of the same channels.
+	restoredFrom(s []watermark.ValveSnapshot) (gateValve, bool)
 }
 
 type oneValve struct{ *watermark.Valve }
 
 func (v oneValve) restored(floor watermark.Watermark) gateValve {
 	return oneValve{watermark.NewValveAt(v.NumChannels(), floor)}
+}
+
+func (v oneValve) snapshot() []watermark.ValveSnapshot {
+	return []watermark.ValveSnapshot{v.Snapshot()}
+}
+
+func (v oneValve) restoredFrom(s []watermark.ValveSnapshot) (gateValve, bool) {
+	if len(s) != 1 || len(s[0].Channels) != v.NumChannels() {
+		return nil, false
+	}
+	return oneValve{watermark.NewValveFrom(s[0])}, true
 }
 
 // twoValves numbers the channels of both inputs: the first n[0] are input 0's.
@@ -93,6 +109,18 @@ func (v twoValves) OnFinished(ch int) watermark.Result {
 }
 func (v twoValves) restored(floor watermark.Watermark) gateValve {
 	return twoValves{watermark.NewTwoInputValveAt(v.n[0], v.n[1], floor), v.n}
+}
+
+func (v twoValves) snapshot() []watermark.ValveSnapshot {
+	s := v.TwoInputValve.Snapshot()
+	return s[:]
+}
+
+func (v twoValves) restoredFrom(s []watermark.ValveSnapshot) (gateValve, bool) {
+	if len(s) != 3 || len(s[0].Channels) != v.n[0] || len(s[1].Channels) != v.n[1] || len(s[2].Channels) != 2 {
+		return nil, false
+	}
+	return twoValves{watermark.NewTwoInputValveFrom([3]watermark.ValveSnapshot(s)), v.n}, true
 }
 
 // setupValve builds the valve over the channels of the chain's timed inputs: one valve over them, or a
@@ -282,9 +310,89 @@ func (f *floorOf) add(b []byte) error {
 	return nil
 }
 
+// valveName is the entry of a snapshot that holds the state of the task's valve (encodeValves), written
+// with the floor. A failover within the run restores the valve from it (restoreFloor), so that a replay
+// under task failover sees each channel's watermark as the failed attempt did: a valve restored at the
+// floor alone holds the output at the floor until every channel passed it again, and a window the failed
+// attempt fired on a watermark of one channel would not fire in the replay.
+const valveName = "\x00valves"
+
+// valveFormat is the first byte of a valve entry.
+const valveFormat = 1
+
+// valveState returns the writer of the valve entry, or nil while the task has no timed input or no
+// watermark.
+func (r *run) valveState() *StateWriter {
+	if r.et.valve == nil || r.t.counters.Watermark == math.MinInt64 {
+		return nil
+	}
+	w := bytesEntry(valveName, encodeValves(r.et.valve.snapshot()))
+	return &w
+}
+
+// encodeValves writes the format byte, the number of valves, and per valve its output (8 bytes,
+// little-endian), its number of channels (uvarint) and per channel the watermark (8 bytes), the status and
+// whether it caught up (a byte each).
+func encodeValves(vs []watermark.ValveSnapshot) []byte {
+	b := []byte{valveFormat, byte(len(vs))}
+	for _, v := range vs {
+		b = binary.LittleEndian.AppendUint64(b, uint64(v.Out))
+		b = binary.AppendUvarint(b, uint64(len(v.Channels)))
+		for _, c := range v.Channels {
+			b = binary.LittleEndian.AppendUint64(b, uint64(c.Watermark))
+			caught := byte(0)
+			if c.CaughtUp {
+				caught = 1
+			}
+			b = append(b, byte(c.Status), caught)
+		}
+	}
+	return b
+}
+
+// decodeValves reads what encodeValves wrote, refusing anything else with an error that says what is wrong.
+func decodeValves(b []byte) ([]watermark.ValveSnapshot, error) {
+	if len(b) < 2 || b[0] != valveFormat {
+		return nil, fmt.Errorf("valve entry: %d bytes, not of format %d", len(b), valveFormat)
+	}
+	n := int(b[1])
+	if n != 1 && n != 3 {
+		return nil, fmt.Errorf("valve entry of %d valves, want 1 or 3", n)
+	}
+	b = b[2:]
+	vs := make([]watermark.ValveSnapshot, n)
+	for i := range vs {
+		if len(b) < 8 {
+			return nil, fmt.Errorf("valve entry: valve %d cut short", i)
+		}
+		vs[i].Out = watermark.Watermark(binary.LittleEndian.Uint64(b))
+		chans, k := binary.Uvarint(b[8:])
+		if k <= 0 || chans == 0 || chans > uint64(len(b[8+k:])/10) {
+			return nil, fmt.Errorf("valve entry: valve %d: a bad channel count", i)
+		}
+		b = b[8+k:]
+		vs[i].Channels = make([]watermark.ChannelState, chans)
+		for j := range vs[i].Channels {
+			st := watermark.Status(b[8])
+			if st > watermark.Finished || b[9] > 1 {
+				return nil, fmt.Errorf("valve entry: valve %d channel %d: status %d, caught up %d", i, j, b[8], b[9])
+			}
+			vs[i].Channels[j] = watermark.ChannelState{Watermark: watermark.Watermark(binary.LittleEndian.Uint64(b)),
+				Status: st, CaughtUp: b[9] == 1}
+			b = b[10:]
+		}
+	}
+	if len(b) != 0 {
+		return nil, fmt.Errorf("valve entry: %d bytes past its end", len(b))
+	}
+	return vs, nil
+}
+
 // restoreFloor starts the task's event time at the restored floor: the valve, the operators' current
-// watermarks and what the sources emit never go below it.
-func (r *run) restoreFloor(f floorOf) error {
+// watermarks and what the sources emit never go below it. valves, when not nil, is the valve's state at
+// the snapshot, read by a failover within the run from the subtask's own checkpoint: the valve takes it
+// when it is of the same channels and at the floor.
+func (r *run) restoreFloor(f floorOf, valves []watermark.ValveSnapshot) error {
 	if !f.seen || f.floor == math.MinInt64 {
 		return nil
 	}
@@ -294,10 +402,30 @@ func (r *run) restoreFloor(f floorOf) error {
 		return nil
 	}
 	if et := &r.et; et.valve != nil {
-		et.valve = et.valve.restored(watermark.Watermark(f.floor))
+		restored := false
+		if exactValves(valves, f.floor) {
+			et.valve, restored = et.valve.restoredFrom(valves)
+		}
+		if !restored {
+			et.valve = et.valve.restored(watermark.Watermark(f.floor))
+		}
 	}
 	r.t.counters.Watermark = f.floor
 	return r.chain.RestoreWatermark(f.floor)
+}
+
+// exactValves reports whether valves can restore the valve exactly: the last valve (the task's, over both
+// inputs when there are two) is at the floor, and no valve's input had ended.
+func exactValves(valves []watermark.ValveSnapshot, floor int64) bool {
+	if len(valves) == 0 || valves[len(valves)-1].Out != watermark.Watermark(floor) {
+		return false
+	}
+	for _, v := range valves {
+		if v.Out == watermark.MaxWatermark {
+			return false
+		}
+	}
+	return true
 }
 
 // NoEventTime gives a Chain without event time or processing-time work the methods for them: no input is

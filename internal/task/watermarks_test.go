@@ -18,6 +18,7 @@ import (
 	"github.com/runnel-dev/runnel/internal/deploy"
 	"github.com/runnel-dev/runnel/internal/ident"
 	"github.com/runnel-dev/runnel/internal/network"
+	"github.com/runnel-dev/runnel/internal/watermark"
 )
 
 // wmChain is a chain with a timed input 0 and an untimed input 1 that logs the watermarks, statuses and
@@ -208,5 +209,33 @@ func TestWatermarkEvents(t *testing.T) {
 				t.Errorf("published watermark %d at the end, want the end of time", got)
 			}
 		})
+	}
+}
+
+// TestValveEntryRoundTrip: the valve entry gives back the snapshots it was made of, and refuses bytes that
+// are not one, naming what is wrong.
+func TestValveEntryRoundTrip(t *testing.T) {
+	v := watermark.NewTwoInputValve(2, 3)
+	v.OnWatermark(0, 0, 10)
+	v.OnWatermark(0, 1, 20)
+	v.OnIdle(1, 2)
+	s := v.Snapshot()
+	b := encodeValves(s[:])
+	got, err := decodeValves(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := watermark.NewTwoInputValveFrom([3]watermark.ValveSnapshot(got)); r.Current() != v.Current() || len(got[1].Channels) != 3 {
+		t.Fatalf("decoded %+v, want %+v", got, s)
+	}
+	for _, bad := range [][]byte{nil, {2, 1}, {1, 2}, b[:len(b)-1], append(slices.Clone(b), 0), {1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0}} {
+		if _, err := decodeValves(bad); err == nil || !strings.Contains(err.Error(), "valve entry") {
+			t.Errorf("decodeValves(%v): %v, want an error naming the valve entry", bad, err)
+		}
+	}
+	flipped := slices.Clone(b)
+	flipped[2+8+1+8] = 7 // the first channel's status
+	if _, err := decodeValves(flipped); err == nil {
+		t.Error("a status of 7 decoded")
 	}
 }
