@@ -87,7 +87,7 @@ func TestNexmarkExactlyOnceUnderFailures(t *testing.T) {
 				// replayed.
 				restored = restored || f.CheckpointRestored != nil || (tc.failover == "task" && f.RecordsReplayed > 0)
 			}
-			if !restored {
+			if !restored && !failedBeforeFirstCheckpoint(res) {
 				t.Fatalf("no failover restored a checkpoint: %+v", res.Failovers)
 			}
 			if tc.query == "q4" {
@@ -101,4 +101,22 @@ func TestNexmarkExactlyOnceUnderFailures(t *testing.T) {
 			sameLines(t, tc.query, got, want)
 		})
 	}
+}
+
+// failedBeforeFirstCheckpoint reports whether the job's first failure came before any checkpoint had
+// completed, by the checkpoint history (only when it holds the job's first checkpoint): on a loaded machine a
+// count trigger can strike before the first checkpoint, and the failover then restarts from the start, which
+// the results still hold to exactly once. A checkpoint trigger (@chk-N) would not fire at all in a run that
+// ends first.
+func failedBeforeFirstCheckpoint(res *runnel.JobResult) bool {
+	if len(res.Failovers) == 0 || len(res.CheckpointHistory) == 0 || res.CheckpointHistory[0].ID != 1 {
+		return false
+	}
+	failed := res.Failovers[0].FailedAt
+	for _, c := range res.CheckpointHistory {
+		if c.Status == "COMPLETED" && !c.TriggerTime.Add(time.Duration(c.DurationMillis)*time.Millisecond).After(failed) {
+			return false
+		}
+	}
+	return true
 }
