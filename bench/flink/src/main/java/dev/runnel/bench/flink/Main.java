@@ -146,7 +146,7 @@ public final class Main {
         out.println("               --kill-after 3s --emit-every 10 --zk-session-timeout 2s --wait 180s --log-dir DIR");
         out.println("  nexmark-generate  --events 1000 [--rate 0 --seed 0 --base-time MS --output FILE]: the Nexmark");
         out.println("               generator's events as JSON lines (stdout by default); --rate only spaces the timestamps");
-        out.println("  nexmark      --query q0|q1|q2|q3|q4|q5|q7|q8 (--input FILE (JSON lines) | --events N [--seed S])");
+        out.println("  nexmark      --query Q (q0 … q22 but q10) (--input FILE (JSON lines) | --events N [--seed S])");
         out.println("               [--output FILE (JSON lines)] | --query Q1,Q2,... --input FILE --output-dir DIR (DIR/Q.jsonl each)");
         out.println("               --out-of-orderness 4s --parallelism 2 --checkpoint-interval 0 (off) [--json]");
         out.println("               without --output: into a blackhole sink, printing events/s; --runs 1 measured runs");
