@@ -1,9 +1,6 @@
 package watermark
 
-import (
-	"fmt"
-	"slices"
-)
+import "fmt"
 
 // ValveSnapshot is what a Valve needs to be restored after a failover within a run: its output and what it
 // knew of each channel when a checkpoint was taken.
@@ -14,7 +11,7 @@ type ValveSnapshot struct {
 
 // Snapshot returns the valve's output and a copy of its channels' states.
 func (v *Valve) Snapshot() ValveSnapshot {
-	return ValveSnapshot{Out: v.out, Channels: slices.Clone(v.chans)}
+	return ValveSnapshot{Out: v.out, Channels: append([]ChannelState(nil), v.chans...)}
 }
 
 // NewValveFrom returns a valve restored from s, for the same channels of the same producers (a failover
