@@ -89,17 +89,17 @@ const (
 	sigCancel
 )
 
-// between carries out one of what is ready between two runs of the default action: mail, the flush tick,
-// the processing-time timer, or cancellation. Idle, it waits for one of them or for wake; otherwise it
-// returns at once when none is ready. The buffer timeout is measured while idle too: a task spends most of
-// its time in that wait when its input is slow, and a tick taken without flushing would hold its records
-// until a buffer fills.
+// between carries out what is ready between two runs of the default action: mail, the flush tick, the
+// processing-time timer, or cancellation. Idle, it first waits for one of them or for wake. It then
+// carries out everything else that is ready before it returns, as Flink's mailbox runs all its mail
+// before the next input: Go's select picks at random among ready cases, and a timer that fell due
+// before a record arrived must fire before that record is read, not after it by chance. The buffer
+// timeout is measured while idle too: a task spends most of its time in that wait when its input is
+// slow, and a tick taken without flushing would hold its records until a buffer fills.
 func (r *run) between(tick <-chan time.Time, idle bool, wake <-chan struct{}) error {
 	t := r.t
-	got := sigNone
-	// Go's select cannot make its default case conditional: the wait and the look are two selects over
-	// the same cases, and what they found is carried out once, below.
 	if idle {
+		got := sigNone
 		t.counters.Publish()
 		t.counters.times.idle.Start(network.Monotonic())
 		select {
@@ -115,7 +115,14 @@ func (r *run) between(tick <-chan time.Time, idle bool, wake <-chan struct{}) er
 			got = sigCancel
 		}
 		t.counters.times.idle.Stop(network.Monotonic())
-	} else {
+		if err := r.carryOut(got); err != nil {
+			return err
+		}
+	}
+	// Each of these is ready a bounded number of times: the tick once per interval, the timer once per
+	// arming, mail until the mailbox is empty.
+	for {
+		got := sigNone
 		select {
 		case <-t.mb.ready:
 			got = sigMail
@@ -126,8 +133,17 @@ func (r *run) between(tick <-chan time.Time, idle bool, wake <-chan struct{}) er
 		case <-t.cancel:
 			got = sigCancel
 		default:
+			return nil
+		}
+		if err := r.carryOut(got); err != nil {
+			return err
 		}
 	}
+}
+
+// carryOut does what between found ready.
+func (r *run) carryOut(got readySignal) error {
+	t := r.t
 	switch got {
 	case sigMail:
 		r.runMail()
