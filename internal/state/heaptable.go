@@ -28,102 +28,170 @@ type heapCapture interface {
 	entries(slot int, out *slotEmitter) error
 }
 
-// heapValue is a ValueState on the heap.
+// heapValue is a ValueState on the heap: a value per slot, in pages. A table that grows by pages never
+// copies the values it holds (a slice that doubles copies them all, with a write barrier per pointer
+// while the collector marks), and a value's presence is a bit of its page.
 type heapValue[V any] struct {
-	st      *heapStore
-	name    string
-	c       codec.Codec[V]
-	values  []V
-	present []bool
+	st    *heapStore
+	name  string
+	c     codec.Codec[V]
+	pages []*valuePage[V] // slot s is in pages[s>>valuePageBits] at s&valuePageMask; none is nil
 }
+
+// valuePage holds the values of up to 4096 slots: values grows as a slice does, up to that, so a table
+// of few keys stays small; present has a bit per slot, set only below len(values).
+type valuePage[V any] struct {
+	values  []V
+	present [valuePageSlots / 64]uint64
+}
+
+const (
+	valuePageBits  = 12
+	valuePageSlots = 1 << valuePageBits
+	valuePageMask  = valuePageSlots - 1
+)
 
 func (s *heapValue[V]) kind() kind { return kindValue }
 
-func (s *heapValue[V]) grow(slot int) {
-	for len(s.values) <= slot {
-		var zero V
-		s.values = append(s.values, zero)
-		s.present = append(s.present, false)
+// get returns slot's value and whether it has one.
+func (s *heapValue[V]) get(slot int) (V, bool) {
+	if p := slot >> valuePageBits; uint(p) < uint(len(s.pages)) {
+		pg, i := s.pages[p], uint(slot)&valuePageMask
+		if pg.present[i>>6]&(1<<(i&63)) != 0 {
+			return pg.values[i], true
+		}
 	}
+	var zero V
+	return zero, false
 }
 
-func (s *heapValue[V]) Value() (V, bool) {
-	slot := int(s.st.cur)
-	if slot < 0 || slot >= len(s.values) || !s.present[slot] {
-		var zero V
-		return zero, false
+// set stores v as slot's value (slot >= 0).
+func (s *heapValue[V]) set(slot int, v V) {
+	p, i := slot>>valuePageBits, slot&valuePageMask
+	if p >= len(s.pages) || i >= len(s.pages[p].values) {
+		s.grow(slot)
 	}
-	return s.values[slot], true
+	pg := s.pages[p]
+	pg.values[i] = v
+	pg.present[i>>6] |= 1 << (i & 63)
 }
+
+// grow makes room for slot.
+func (s *heapValue[V]) grow(slot int) {
+	p, i := slot>>valuePageBits, slot&valuePageMask
+	for len(s.pages) <= p {
+		s.pages = append(s.pages, &valuePage[V]{})
+	}
+	pg := s.pages[p]
+	if i < len(pg.values) {
+		return
+	}
+	if i < cap(pg.values) {
+		pg.values = pg.values[:i+1]
+		return
+	}
+	grown := make([]V, i+1, min(max(i+1, 2*cap(pg.values), 8), valuePageSlots))
+	copy(grown, pg.values)
+	pg.values = grown
+}
+
+// clearSlot drops slot's value, if it has one, and reports whether it had.
+func (s *heapValue[V]) clearSlot(slot int) bool {
+	if p := slot >> valuePageBits; uint(p) < uint(len(s.pages)) {
+		pg, i := s.pages[p], slot&valuePageMask
+		if pg.present[i>>6]&(1<<(i&63)) != 0 {
+			var zero V
+			pg.values[i] = zero
+			pg.present[i>>6] &^= 1 << (i & 63)
+			return true
+		}
+	}
+	return false
+}
+
+func (s *heapValue[V]) Value() (V, bool) { return s.get(int(s.st.cur)) }
 
 func (s *heapValue[V]) Update(v V) {
 	slot := int(s.st.cur)
 	if slot < 0 {
 		panic("state: Update without a current key")
 	}
-	if slot >= len(s.values) {
-		s.grow(slot)
-	}
-	s.values[slot] = v
-	s.present[slot] = true
+	s.set(slot, v)
 }
 
 // fold stores fn(value, x) in slot, or x when slot has no value, and returns what it stored; an error of
-// fn leaves the slot as it was.
+// fn leaves the slot as it was. One page lookup: it is a reducer's whole step.
 func (s *heapValue[V]) fold(slot int, x V, fn func(acc, x V) (V, error)) (V, error) {
-	if slot < len(s.values) && s.present[slot] {
-		var err error
-		if x, err = fn(s.values[slot], x); err != nil {
-			return x, err
-		}
-	} else if slot >= len(s.values) {
+	p, i := slot>>valuePageBits, slot&valuePageMask
+	if p >= len(s.pages) || i >= len(s.pages[p].values) {
 		s.grow(slot)
 	}
-	s.values[slot] = x
-	s.present[slot] = true
+	pg := s.pages[p]
+	w, bit := &pg.present[i>>6], uint64(1)<<(i&63)
+	if *w&bit != 0 {
+		var err error
+		if x, err = fn(pg.values[i], x); err != nil {
+			return x, err
+		}
+	}
+	pg.values[i] = x
+	*w |= bit
 	return x, nil
 }
 
 func (s *heapValue[V]) Clear() {
-	if slot := int(s.st.cur); slot >= 0 && slot < len(s.values) && s.present[slot] {
-		var zero V
-		s.values[slot] = zero
-		s.present[slot] = false
+	if slot := int(s.st.cur); s.clearSlot(slot) {
 		s.st.released(int32(slot))
 	}
 }
 
-func (s *heapValue[V]) hasSlot(slot int) bool { return slot < len(s.present) && s.present[slot] }
+func (s *heapValue[V]) hasSlot(slot int) bool {
+	_, ok := s.get(slot)
+	return ok
+}
 
+// capture copies the pages of slots [0, n).
 func (s *heapValue[V]) capture(n int) heapCapture {
-	n = min(n, len(s.values))
-	return &valueCapture[V]{c: s.c, values: slices.Clone(s.values[:n]), present: slices.Clone(s.present[:n])}
+	c := &valueCapture[V]{c: s.c, pages: make([]*valuePage[V], 0, len(s.pages))}
+	for p, pg := range s.pages {
+		from := p << valuePageBits
+		if from >= n {
+			break
+		}
+		k := min(len(pg.values), n-from)
+		cp := &valuePage[V]{values: slices.Clone(pg.values[:k]), present: pg.present}
+		for i := k; i < len(pg.values); i++ { // slots at or above n are not the capture's
+			cp.present[i>>6] &^= 1 << (i & 63)
+		}
+		c.pages = append(c.pages, cp)
+	}
+	return c
 }
 
 func (s *heapValue[V]) restore(slot int32, _, value []byte) error {
-	s.grow(int(slot))
-	if err := s.c.Decode(value, &s.values[slot]); err != nil {
+	var v V
+	if err := s.c.Decode(value, &v); err != nil {
 		return err
 	}
-	s.present[slot] = true
+	s.set(int(slot), v)
 	return nil
 }
 
 type valueCapture[V any] struct {
-	c       codec.Codec[V]
-	values  []V
-	present []bool
-	buf     []byte
+	c     codec.Codec[V]
+	pages []*valuePage[V]
+	buf   []byte
 }
 
 func (c *valueCapture[V]) kind() kind { return kindValue }
 
 func (c *valueCapture[V]) entries(slot int, out *slotEmitter) error {
-	if slot >= len(c.present) || !c.present[slot] {
+	p, i := slot>>valuePageBits, slot&valuePageMask
+	if p >= len(c.pages) || c.pages[p].present[i>>6]&(1<<(i&63)) == 0 {
 		return nil
 	}
 	var err error
-	if c.buf, err = c.c.Append(c.buf[:0], c.values[slot]); err != nil {
+	if c.buf, err = c.c.Append(c.buf[:0], c.pages[p].values[i]); err != nil {
 		return fmt.Errorf("snapshot keyed state: encode value: %w", err)
 	}
 	return out.emit(nil, c.buf)

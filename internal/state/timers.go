@@ -123,14 +123,20 @@ const maxHeapTimers = math.MaxInt32
 // fixed id, and where maps the id to the timer's place in the heap, so moving a timer in the heap writes
 // an array, not the map. Each timer holds a reference on its key's slot, so a key with timers keeps its
 // slot.
+//
+// A slot's first timer is indexed by the slot itself (inline), the others by the map: most keys hold one
+// timer at a time (a process function's cleanup timer, a window's end), and a lookup by slot reads an
+// array next to the state the operator just touched, where the map costs a hash and a probe of a table as
+// large as the timers, most of it out of cache.
 type heapTimers struct {
 	st      *heapStore
 	name    string
 	h       []heapTimer
-	pos     map[timerKey]int32 // id of every timer
+	pos     map[timerKey]int32 // id of every timer that is not its slot's inline one
 	where   []int32            // heap index by id
 	freeIDs []int32            // ids of removed timers, for reuse; at most len(where)
 	count   []int32            // timers per slot, for hasSlot
+	inline  []int32            // per slot: 1 + the id of its inline timer, 0 for none
 	// changed is the epoch of the last timer added or removed per slot, for the segment cache.
 	changed []uint32
 	sc      *segCache
@@ -157,10 +163,28 @@ func (t *heapTimers) Register(ts int64, ns Namespace) {
 	t.add(slot, ts, ns)
 }
 
+// find returns the id of timer (slot, ts, ns), and false when there is none.
+func (t *heapTimers) find(slot int32, ts int64, ns Namespace) (int32, bool) {
+	if int(slot) >= len(t.count) || t.count[slot] == 0 {
+		return 0, false
+	}
+	n := t.count[slot]
+	if in := t.inline[slot]; in != 0 {
+		if x := &t.h[t.where[in-1]]; x.ts == ts && x.ns == ns {
+			return in - 1, true
+		}
+		n--
+	}
+	if n == 0 {
+		return 0, false
+	}
+	id, ok := t.pos[timerKey{ts: ts, ns: ns, slot: slot}]
+	return id, ok
+}
+
 // add adds timer (slot, ts, ns) unless it exists.
 func (t *heapTimers) add(slot int32, ts int64, ns Namespace) {
-	k := timerKey{ts: ts, ns: ns, slot: slot}
-	if _, ok := t.pos[k]; ok {
+	if _, ok := t.find(slot, ts, ns); ok {
 		return
 	}
 	if len(t.h) >= maxHeapTimers {
@@ -176,11 +200,16 @@ func (t *heapTimers) add(slot int32, ts int64, ns Namespace) {
 	i := len(t.h)
 	t.h = append(t.h, heapTimer{ts: ts, ns: ns, slot: slot, id: id})
 	t.where[id] = int32(i)
-	t.pos[k] = id
 	t.up(i)
 	for len(t.count) <= int(slot) {
 		t.count = append(t.count, 0)
 		t.changed = append(t.changed, 0)
+		t.inline = append(t.inline, 0)
+	}
+	if t.inline[slot] == 0 {
+		t.inline[slot] = id + 1
+	} else {
+		t.pos[timerKey{ts: ts, ns: ns, slot: slot}] = id
 	}
 	t.count[slot]++
 	t.changed[slot] = t.st.epoch
@@ -192,7 +221,7 @@ func (t *heapTimers) Delete(ts int64, ns Namespace) {
 	if slot < 0 {
 		return
 	}
-	id, ok := t.pos[timerKey{ts: ts, ns: ns, slot: slot}]
+	id, ok := t.find(slot, ts, ns)
 	if !ok {
 		return
 	}
@@ -207,7 +236,11 @@ func (t *heapTimers) removeAt(i int) {
 		t.swap(i, last)
 	}
 	t.h = t.h[:last]
-	delete(t.pos, x.key())
+	if t.inline[x.slot] == x.id+1 {
+		t.inline[x.slot] = 0
+	} else {
+		delete(t.pos, x.key())
+	}
 	t.freeIDs = append(t.freeIDs, x.id)
 	if i < last && !t.down(i) {
 		t.up(i)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"reflect"
 	"slices"
 	"strings"
@@ -178,6 +179,55 @@ func TestTimersOrderDedupDelete(t *testing.T) {
 						if ok != op.wantOK || (ok && next != op.wantNext) || tm.Len() != op.wantLen {
 							t.Fatalf("step %d: Next = %d, %v; Len = %d; want %d, %v; %d", i, next, ok, tm.Len(), op.wantNext, op.wantOK, op.wantLen)
 						}
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestTimersAgainstAModel runs random registrations, deletions and firings over a few keys, each holding
+// zero to several timers at a time (so a key's first timer, indexed inline on the heap backend, is
+// deleted, fired and replaced while others of the key remain), on both backends, against a set of
+// (key, time, namespace) kept by the test: what fires, in time order, and what remains.
+func TestTimersAgainstAModel(t *testing.T) {
+	for _, bk := range backendKinds {
+		for seed := range uint64(6) {
+			t.Run(fmt.Sprintf("%s/seed%d", bk.name, seed), func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(seed, 34))
+				b := open(t, bk.make, fullRange(32))
+				tm := newTimers(t, b, "\x00timers/event")
+				model := map[fired]bool{}
+				now := int64(0)
+				for step := range 3000 {
+					key := fmt.Sprintf("k%d", rng.IntN(6))
+					f := fired{key, now + rng.Int64N(20), Namespace{A: rng.Int64N(2)}}
+					switch r := rng.IntN(10); {
+					case r < 5:
+						b.SetCurrentKey(key)
+						tm.Register(f.Ts, f.NS)
+						model[f] = true
+					case r < 8:
+						b.SetCurrentKey(key)
+						tm.Delete(f.Ts, f.NS)
+						delete(model, f)
+					default:
+						now += rng.Int64N(8)
+						got := fireAll(t, b, tm, now)
+						checkTimeOrder(t, got)
+						var want []fired
+						for m := range model {
+							if m.Ts <= now {
+								want = append(want, m)
+								delete(model, m)
+							}
+						}
+						if !reflect.DeepEqual(sortFired(got), sortFired(want)) {
+							t.Fatalf("step %d: fired %v, want %v", step, got, want)
+						}
+					}
+					if tm.Len() != len(model) {
+						t.Fatalf("step %d: Len %d, the model holds %d", step, tm.Len(), len(model))
 					}
 				}
 			})

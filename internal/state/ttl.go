@@ -315,9 +315,7 @@ func newTTLValue[V any](store any, name string, c codec.Codec[V], ttl TTL) (Valu
 	case *heapStore:
 		in := &heapValue[stamped[V]]{st: st, name: name, c: sc}
 		if err := st.registerTTL(name, in, ms, func(slot int, now int64) {
-			if slot < len(in.present) && in.present[slot] && expired(in.values[slot].t, ms, now) {
-				in.values[slot] = stamped[V]{}
-				in.present[slot] = false
+			if v, ok := in.get(slot); ok && expired(v.t, ms, now) && in.clearSlot(slot) {
 				st.released(int32(slot))
 			}
 		}); err != nil {
