@@ -34,6 +34,7 @@ for tool in go java mvn python3; do
 	command -v "$tool" >/dev/null || { echo "nexmark.sh: $tool not found on PATH" >&2; exit 1; }
 done
 
+commit=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . || echo "+changes") # what is built, before any later commit
 go build -o "$out/runnel" ./cmd/runnel
 mvn -q -B -Dstyle.color=never -f bench/flink package -DskipTests >&2
 jar=bench/flink/target/runnel-flink-bench.jar
@@ -80,7 +81,7 @@ for round in $(seq "$rounds"); do
 	done
 done
 
-python3 - "$raw" "$events" "$warmup_events" "$rounds" "$interval" "$(git rev-parse --short HEAD)" <<'PY'
+python3 - "$raw" "$events" "$warmup_events" "$rounds" "$interval" "$commit" <<'PY'
 import json, statistics, sys
 raw, events, warmup, rounds, interval, commit = sys.argv[1:]
 runs = {}  # (engine, query) -> [(round, events/s)]
