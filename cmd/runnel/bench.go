@@ -14,6 +14,7 @@ import (
 
 	"github.com/runnel-dev/runnel/bench/recovery"
 	"github.com/runnel-dev/runnel/bench/throughput"
+	"github.com/runnel-dev/runnel/internal/cli"
 )
 
 func newBenchCmd() *cobra.Command {
@@ -63,6 +64,17 @@ func newBenchCmd() *cobra.Command {
 	tp.Flags().BoolVar(&dashboard, "ui", false, "run the pipeline without and with its web dashboard served and read every second (runnel run --ui), alternating, as a ratio")
 	tp.MarkFlagsMutuallyExclusive("ui", "processes")
 	bench.AddCommand(tp, newCheckpointBenchCmd(), newRecoveryBenchCmd(), newTMLossBenchCmd(), newJMLossBenchCmd(), newNexmarkBenchCmd(), newKafkaBenchCmd())
+	// The benchmarks run their jobs in this process, which paces its collector as runnel run does.
+	heapBudget := cli.AddHeapBudgetFlag(bench.PersistentFlags())
+	bench.PersistentPreRunE = func(*cobra.Command, []string) error {
+		p, err := heapBudget()
+		if err != nil {
+			return usageError(err)
+		}
+		benchPacer = p
+		return nil
+	}
+	bench.PersistentPostRun = func(*cobra.Command, []string) { benchPacer.Stop() }
 	return bench
 }
 

@@ -23,6 +23,7 @@ import (
 
 	"github.com/runnel-dev/runnel"
 	"github.com/runnel-dev/runnel/examples/nexmark"
+	"github.com/runnel-dev/runnel/internal/heapbudget"
 )
 
 // nexmarkBenchConfig configures `runnel bench nexmark`.
@@ -85,18 +86,28 @@ type benchSetup struct {
 	GOMAXPROCS   int    `json:"gomaxprocs"`
 	GOGC         string `json:"gogc"`
 	GOMEMLIMIT   string `json:"gomemlimit"`
+	HeapBudget   string `json:"heap_budget"`
 	StateBackend string `json:"state_backend"`
 }
 
+// benchPacer paces the collector of a bench process (--heap-budget); nil before the command runs.
+var benchPacer *heapbudget.Pacer
+
 // currentSetup reads the process's setup. The benchmark's jobs keep state in the default backend.
 func currentSetup() benchSetup {
+	budget := "none"
+	if b := benchPacer.Budget(); b > 0 {
+		budget = fmt.Sprintf("%d MiB", b>>20)
+	}
 	return benchSetup{GoVersion: runtime.Version(), GOMAXPROCS: runtime.GOMAXPROCS(0),
-		GOGC: cmp.Or(os.Getenv("GOGC"), "100"), GOMEMLIMIT: cmp.Or(os.Getenv("GOMEMLIMIT"), "off"), StateBackend: "memory"}
+		GOGC: cmp.Or(os.Getenv("GOGC"), "100"), GOMEMLIMIT: cmp.Or(os.Getenv("GOMEMLIMIT"), "off"), HeapBudget: budget,
+		StateBackend: "memory"}
 }
 
 // String is the setup in one line.
 func (s benchSetup) String() string {
-	return fmt.Sprintf("%s, GOMAXPROCS %d, GOGC %s, GOMEMLIMIT %s, %s state", s.GoVersion, s.GOMAXPROCS, s.GOGC, s.GOMEMLIMIT, s.StateBackend)
+	return fmt.Sprintf("%s, GOMAXPROCS %d, GOGC %s, GOMEMLIMIT %s, heap budget %s, %s state", s.GoVersion, s.GOMAXPROCS,
+		s.GOGC, s.GOMEMLIMIT, s.HeapBudget, s.StateBackend)
 }
 
 // rssSample is one reading of the memory run.

@@ -717,6 +717,7 @@ func TestClusterExitCodes(t *testing.T) {
 		{[]string{"taskmanager", "--tls-cert", "x.pem"}, exitUsage, "go together"},
 		{[]string{"taskmanager", "--slots", "0"}, exitUsage, "--slots"},
 		{[]string{"taskmanager", "--inflight-log-disk", "4096"}, exitUsage, "--inflight-log-disk 4096: at least 1 MiB"},
+		{[]string{"taskmanager", "--heap-budget", "4096"}, exitUsage, "--heap-budget 4096: at least 1 MiB"},
 		{[]string{"submit", "sequence", "--inflight-log-disk", "-1"}, exitUsage, "--inflight-log-disk is not a flag of submit"},
 		{[]string{"taskmanager", "--jobmanager", "127.0.0.1:1", "--jobmanager-wait", "300ms"}, exitFailed, "--jobmanager-wait"},
 		{[]string{"submit", "sequence", "--jobmanager", "127.0.0.1:1"}, exitFailed, "did not answer"},

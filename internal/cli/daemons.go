@@ -166,6 +166,7 @@ func mainJobManager(ctx context.Context, args []string, stdout, stderr io.Writer
 func mainTaskManager(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := pflag.NewFlagSet("taskmanager", pflag.ContinueOnError)
 	config := AddTaskManagerFlags(fs)
+	heapBudget := AddHeapBudgetFlag(fs)
 	verbose := fs.Bool("verbose", false, "DEBUG logs")
 	if help, err := parseDaemon(fs, args, stdout, "taskmanager --jobmanager HOST:PORT [FLAGS]", "Runs a TaskManager until SIGINT or SIGTERM. When it loses its JobManager it cancels its tasks and registers\n"+
 		"again (with --ha, it keeps them running for --ha-grace and reports them to the next leader, which takes them over)\n"+
@@ -177,6 +178,11 @@ func mainTaskManager(ctx context.Context, args []string, stdout, stderr io.Write
 	if err != nil {
 		return usageErr{fmt.Errorf("taskmanager: %w", err)}
 	}
+	pacer, err := heapBudget()
+	if err != nil {
+		return usageErr{fmt.Errorf("taskmanager: %w", err)}
+	}
+	defer pacer.Stop()
 	cfg.Logger = daemonLogger(stderr, *verbose)
 	registered := false
 	cfg.Registered = func() { registered = true }

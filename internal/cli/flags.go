@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/runnel-dev/runnel/internal/ha"
+	"github.com/runnel-dev/runnel/internal/heapbudget"
 	"github.com/runnel-dev/runnel/internal/roles"
 	"github.com/runnel-dev/runnel/internal/scheduler"
 )
@@ -50,6 +51,8 @@ type runOnly struct {
 	report   string
 	verbose  bool
 	progress time.Duration
+	// heapBudget starts the pacer of the process that runs the job (run only).
+	heapBudget func() (*heapbudget.Pacer, error)
 }
 
 // clientOnly are the flags of run and submit that are not sent to a cluster with the job's arguments.
@@ -64,6 +67,7 @@ var localOnly = []struct{ name, why string }{
 	{"ui", "the JobManager serves the dashboard on its REST address (jobmanager --rest-addr)"},
 	{"inflight-log-memory", "the in-flight logs live in the TaskManagers: give it to taskmanager"},
 	{"inflight-log-disk", "the in-flight logs live in the TaskManagers: give it to taskmanager"},
+	{heapBudgetFlag, "it paces the collector of the processes that run the tasks: give it to taskmanager"},
 }
 
 // addRunFlags defines the flags of a run (run and submit) on fs, with def as their defaults.
@@ -74,6 +78,7 @@ func addRunFlags(fs *pflag.FlagSet, def Settings, ro *runOnly) *Settings {
 		"(1 to 32768; a savepoint is restored only with the max parallelism it was taken with)")
 	fs.IntVar(&s.TaskManagers, "taskmanagers", def.TaskManagers, "TaskManagers of the in-process cluster (tasks on different ones talk over TCP)")
 	fs.DurationVar(&ro.duration, "duration", 0, "stop (cancel) the job after this long; 0 runs until bounded sources end")
+	ro.heapBudget = AddHeapBudgetFlag(fs)
 	fs.Bool("no-chaining", !def.Chaining, "do not chain operators into tasks")
 	fs.StringVar(&s.MetricsAddr, "metrics-addr", def.MetricsAddr, "serve the job's Prometheus metrics at http://ADDR/metrics while it runs (for example :9249)")
 	fs.StringVar(&s.UIAddr, "ui", def.UIAddr, "serve the web dashboard (the job graph, throughput, backpressure, failovers, checkpoints) and the REST API\n"+

@@ -129,6 +129,13 @@ func mainRun(ctx context.Context, engine Settings, role string, args []string, s
 			return usageErr{err}
 		}
 	}
+	if role == "run" {
+		pacer, err := r.ro.heapBudget()
+		if err != nil {
+			return usageErr{err}
+		}
+		defer pacer.Stop()
+	}
 	if r.ro.report != "" {
 		// The report is written after the run: a path that cannot take it is a mistake to tell now.
 		if err := writable.Check(r.ro.report); err != nil {
