@@ -52,8 +52,10 @@ func TestLayering(t *testing.T) {
 		"internal/metrics":  {"internal/cluster", "internal/report"},
 		"internal/executor": {"internal/checkpoint", "internal/cluster", "internal/graph", "internal/ident", "internal/jobcore", "internal/jobmaster", "internal/metrics", "internal/operator", "internal/protocol", "internal/report", "internal/rest", "internal/rpc", "internal/scheduler", "internal/task", "internal/ui"},
 		"internal/roles":    {"internal/buildinfo", "internal/cluster", "internal/executor", "internal/ha", "internal/jobmaster", "internal/metrics", "internal/mtls", "internal/protocol", "internal/report", "internal/rest", "internal/rpc", "internal/ui"},
-		"internal/cli":      {"internal/executor", "internal/ha", "internal/report", "internal/roles", "internal/scheduler", "internal/writable"},
+		"internal/cli":      {"internal/executor", "internal/ha", "internal/heapbudget", "internal/report", "internal/roles", "internal/scheduler", "internal/writable"},
 		"internal/writable": {},
+		// The collector's pacing knows the Go runtime only.
+		"internal/heapbudget": {},
 		// Connectors and examples are built on the public API only, like a user's code.
 		// The benches' and the CLI tests' child-process cluster reads job results, nothing below the API.
 		"cmd/runnel/internal/proccluster": {""},
