@@ -72,16 +72,14 @@ func Base() (int, bool) {
 // Pacer keeps the collector's percentage at Percent(live, budget, base) after every collection. Stop
 // ends it and puts the base percentage back.
 type Pacer struct {
-	budget uint64
+	budget uint64 // 0 when the pacer does not pace
 	base   int
-	active uint64 // budget, or 0 when the pacer never ran
 
-	mu      sync.Mutex
-	stopped bool
-	sample  []metrics.Sample
-	// collections counts the adjustments: one at Start, then one per collection.
-	collections int
-	percent     int
+	mu          sync.Mutex
+	stopped     bool
+	sample      []metrics.Sample
+	collections int // see seen
+	percent     int // the percentage set last
 }
 
 // liveMetric is the runtime's live heap after the last collection.
@@ -92,12 +90,12 @@ const liveMetric = "/gc/heap/live:bytes"
 // each collection sets the percentage and sets a finalizer on a new sentinel, until Stop.
 func Start(budget uint64) *Pacer {
 	base, on := Base()
-	p := &Pacer{budget: budget, base: base, percent: base, sample: []metrics.Sample{{Name: liveMetric}}}
+	p := &Pacer{base: base, percent: base, sample: []metrics.Sample{{Name: liveMetric}}}
 	if budget == 0 || !on {
 		p.stopped = true
 		return p
 	}
-	p.active = budget
+	p.budget = budget
 	p.adjust()
 	p.arm()
 	return p
@@ -142,15 +140,8 @@ func (p *Pacer) adjust() bool {
 	return true
 }
 
-// Percent returns the percentage the pacer set last.
-func (p *Pacer) Percent() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.percent
-}
-
-// Collections returns how many collections the pacer has seen.
-func (p *Pacer) Collections() int {
+// seen returns how many adjustments the pacer made (one at Start, then one per collection).
+func (p *Pacer) seen() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.collections
@@ -179,5 +170,5 @@ func (p *Pacer) Budget() uint64 {
 	if p == nil {
 		return 0
 	}
-	return p.active
+	return p.budget
 }

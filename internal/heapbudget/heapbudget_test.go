@@ -95,14 +95,14 @@ func TestPacer(t *testing.T) {
 	if goal := heapGoal(); goal > 64<<20*11/10 || goal < 32<<20 {
 		t.Fatalf("heap goal %d MiB after Start, want the budget (64 MiB)", goal>>20)
 	}
-	seen := p.Collections()
+	seen := p.seen()
 	with := churn(512 << 20)
 	t.Logf("512 MiB of garbage: %d collections at GOGC 100, %d with a 64 MiB budget (GOGC %d)", without, with, gogc())
 	if with == 0 || with*4 > without {
 		t.Fatalf("%d collections with the budget, %d without: want at least 4 times fewer", with, without)
 	}
 	// The finalizer runs on its own goroutine after a collection: wait for it.
-	for deadline := time.Now().Add(10 * time.Second); p.Collections() <= seen; time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); p.seen() <= seen; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the pacer saw no collection")
 		}

@@ -146,8 +146,11 @@ func (s *heapValue[V]) Clear() {
 }
 
 func (s *heapValue[V]) hasSlot(slot int) bool {
-	_, ok := s.get(slot)
-	return ok
+	if p := slot >> valuePageBits; uint(p) < uint(len(s.pages)) {
+		i := uint(slot) & valuePageMask
+		return s.pages[p].present[i>>6]&(1<<(i&63)) != 0
+	}
+	return false
 }
 
 // capture copies the pages of slots [0, n).
