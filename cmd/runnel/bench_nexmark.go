@@ -438,7 +438,10 @@ func (c limitContext) Parallelism() int  { return nexmarkBenchParallelism }
 
 // limitSink is the collector of the limit run: it counts the events and sums each one's time and the length
 // of its padding, the least that reads every event.
-type limitSink struct{ n, sum uint64 }
+type limitSink struct {
+	n, sum uint64
+	_      [64]byte // written per event by its subtask: keeps the other subtask's sink off its cache line
+}
 
 func (s *limitSink) Collect(e nexmark.Event) { s.add(&e) }
 
