@@ -80,3 +80,17 @@ func BenchmarkStructTime(b *testing.B) {
 }
 
 func BenchmarkBinary(b *testing.B) { benchCodec(b, Binary[temperature](), temperature{2150}) }
+
+// BenchmarkStructStrings is a Nexmark bid: numbers and three strings, which Decode makes from one copy of
+// the record.
+func BenchmarkStructStrings(b *testing.B) {
+	type bid struct {
+		Auction, Bidder, Price int64
+		Channel, URL           string
+		DateTime               int64
+		Extra                  string
+	}
+	benchCodec(b, MustStruct[bid](), bid{Auction: 1000, Bidder: 2001, Price: 8_712_345, Channel: "channel-4242",
+		URL: "https://www.nexmark.com/abcde/fghij/klmno/item.htm?query=1&channel_id=1234567", DateTime: 1_700_000_000_000,
+		Extra: "qwertyuiopasdfghjklzxcvbnmqwertyuiopasdfghjklzxcvbnmqwertyuiop"})
+}

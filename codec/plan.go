@@ -17,6 +17,11 @@ type planCodec[T any] struct {
 	// flat is set when the encoding of T is its memory, byte for byte (a little-endian host and a struct of
 	// numeric fields without padding): Append and Decode are then one copy.
 	flat bool
+	// shared is set when a record may hold several strings and nothing else that decoding allocates
+	// (see sharesStrings): Decode then copies the record once, from the end of its leading fixed-size
+	// fields (lead bytes) on, and makes its strings point into that copy.
+	shared bool
+	lead   int
 }
 
 // unalignedOK says the host loads and stores unaligned values cheaply and safely, so a flat value can be
@@ -78,7 +83,15 @@ func (c *planCodec[T]) Decode(src []byte, v *T) error {
 		copy(unsafe.Slice((*byte)(unsafe.Pointer(v)), unsafe.Sizeof(*v)), src)
 		return nil
 	}
-	rest, e := decodeOps(src, c.plan.ops, unsafe.Pointer(v), 0)
+	var tail string
+	if c.shared && len(src) > c.plan.minSize { // at minSize, every string is empty
+		// One allocation for all the record's strings instead of one each: fewer objects for the
+		// allocator and for the collector to mark, which matters for records kept in state by the
+		// million. The copy is never written, so strings may point into it; a string kept alone keeps
+		// at most its record's bytes alive.
+		tail = string(src[c.lead:])
+	}
+	rest, e := decodeOps(src, c.plan.ops, unsafe.Pointer(v), 0, tail)
 	if e != nil {
 		e.Codec = c.name
 		return e
@@ -87,6 +100,83 @@ func (c *planCodec[T]) Decode(src []byte, v *T) error {
 		return &Error{Codec: c.name, Problem: strconv.Itoa(len(rest)) + " trailing bytes"}
 	}
 	return nil
+}
+
+// decodeString returns the n bytes at the start of src as a string: a copy, or, when tail is the record's
+// own copy of its last len(tail) bytes (which src's lie in), a string of tail's bytes.
+func decodeString(src []byte, n int, tail string) string {
+	switch {
+	case tail == "":
+		return string(src[:n])
+	case n == 0:
+		return "" // keeps no record alive
+	}
+	at := len(tail) - len(src)
+	return tail[at : at+n]
+}
+
+// sharesStrings reports whether decoding p should copy the record once for its strings: when a record
+// may hold two strings or more (a slice of strings counts as many) and decoding allocates nothing else
+// that would repeat the bytes the copy holds (raw slices, whose bytes must be mutable, and Binary fields).
+func sharesStrings(p *plan) bool {
+	strs, ok := countStrings(p, 1, map[*plan]bool{})
+	return ok && strs >= 2
+}
+
+// leadBytes returns the encoded size of the fixed-size ops at the start of p, which no string follows.
+func leadBytes(p *plan) int {
+	n := 0
+	for i := range p.ops {
+		switch o := &p.ops[i]; o.kind {
+		case opFix8, opBool:
+			n++
+		case opFix16:
+			n += 2
+		case opFix32:
+			n += 4
+		case opFix64, opInt32As64, opUint32As64:
+			n += 8
+		case opRun:
+			n += int(o.n)
+		default:
+			return n
+		}
+	}
+	return n
+}
+
+// countStrings adds up the string ops of p, each counted times times, and reports false if p decodes
+// anything that allocates other than strings and slices of them.
+func countStrings(p *plan, times int, seen map[*plan]bool) (int, bool) {
+	if seen[p] {
+		return 2, true // a recursive type: as many strings as there are levels
+	}
+	seen[p] = true
+	defer delete(seen, p)
+	n := 0
+	for i := range p.ops {
+		o := &p.ops[i]
+		switch o.kind {
+		case opString, opStringRest:
+			n += times
+		case opRawSlice, opRawSliceRest, opBinary:
+			return 0, false
+		case opSlice, opSliceRest, opArray:
+			if o.elem == nil {
+				continue
+			}
+			k := 2 // a slice may hold any number of elements
+			if o.kind == opArray {
+				k = int(min(o.n, 2))
+			}
+			m, ok := countStrings(o.elem, times*k, seen)
+			if !ok {
+				return 0, false
+			}
+			n += m
+		}
+	}
+	return n, true
 }
 
 // maxDepth bounds the nesting of slices and arrays in one record, so that a recursive type
@@ -217,7 +307,7 @@ func appendOps(dst []byte, ops []op, p, hp unsafe.Pointer, depth int) ([]byte, e
 
 // decodeOps decodes the front of src into the value at p and returns the rest of src.
 // Errors carry the field path relative to ops; the caller fills in the codec.
-func decodeOps(src []byte, ops []op, p unsafe.Pointer, depth int) ([]byte, *Error) {
+func decodeOps(src []byte, ops []op, p unsafe.Pointer, depth int, tail string) ([]byte, *Error) {
 	for i := range ops {
 		o := &ops[i]
 		q := unsafe.Add(p, o.off)
@@ -289,10 +379,10 @@ func decodeOps(src []byte, ops []op, p unsafe.Pointer, depth int) ([]byte, *Erro
 			if src = src[k:]; n > len(src) {
 				return nil, truncated(o, n, src)
 			}
-			*(*string)(q) = string(src[:n])
+			*(*string)(q) = decodeString(src, n, tail)
 			src = src[n:]
 		case opStringRest:
-			*(*string)(q) = string(src)
+			*(*string)(q) = decodeString(src, len(src), tail)
 			src = src[len(src):]
 		case opRawSlice:
 			n, k := readLen(src)
@@ -344,7 +434,7 @@ func decodeOps(src []byte, ops []op, p unsafe.Pointer, depth int) ([]byte, *Erro
 			}
 			for j := range n {
 				var e *Error
-				if src, e = decodeOps(src, o.elem.ops, unsafe.Add(data, uintptr(j)*o.stride), depth+1); e != nil {
+				if src, e = decodeOps(src, o.elem.ops, unsafe.Add(data, uintptr(j)*o.stride), depth+1, tail); e != nil {
 					e.Field = joinPath(o.path+"["+strconv.Itoa(j)+"]", e.Field)
 					return nil, e
 				}
@@ -355,7 +445,7 @@ func decodeOps(src []byte, ops []op, p unsafe.Pointer, depth int) ([]byte, *Erro
 			}
 			for j := range o.n {
 				var e *Error
-				if src, e = decodeOps(src, o.elem.ops, unsafe.Add(q, j*o.stride), depth+1); e != nil {
+				if src, e = decodeOps(src, o.elem.ops, unsafe.Add(q, j*o.stride), depth+1, tail); e != nil {
 					e.Field = joinPath(o.path+"["+strconv.Itoa(int(j))+"]", e.Field)
 					return nil, e
 				}

@@ -18,7 +18,10 @@ import (
 // ErrUnsupported, names the field path, its type and what to do.
 //
 // A struct of only fixed-size numeric fields encodes with a handful of memory copies and allocates
-// nothing; decoding a string field allocates the string, decoding a slice allocates its elements.
+// nothing; decoding a string field allocates the string, decoding a slice allocates its elements. The
+// strings of a record that can hold two or more and no byte slices or BinaryAppender fields share one
+// allocation instead: a copy of the record from its first string on, so a string kept alone keeps at most
+// that much of its record alive.
 // Encoding a record whose fields (outside slices) include a BinaryAppender type allocates a copy of
 // the record, because the record is then handed to user methods through an interface.
 func Struct[T any]() (Codec[T], error) {
@@ -117,6 +120,8 @@ func newPlanCodec[T any](name string, raw bool) (Codec[T], error) {
 	c := &planCodec[T]{name: name}
 	b.finish(&c.plan, ops, true)
 	c.flat = raw && c.plan.isFlat(t.Size())
+	c.shared = sharesStrings(&c.plan)
+	c.lead = leadBytes(&c.plan)
 	return c, nil // never a typed nil: the error path above returns a nil interface
 }
 

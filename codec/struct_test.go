@@ -525,3 +525,24 @@ func sameEncoding[T, U any](t *testing.T, c Codec[T], ref Codec[U], v U) {
 		t.Errorf("encoding % x, want % x as from %T", a, b, ref)
 	}
 }
+
+// TestDecodedStringsOwnTheirBytes: the strings of a record that Decode copies once (see sharesStrings) are
+// not the network buffer's bytes: reusing the buffer leaves them as they were.
+func TestDecodedStringsOwnTheirBytes(t *testing.T) {
+	c := MustStruct[mixed]()
+	want := mixed{ID: 7, Name: "name", Score: 1.5, Tags: []string{"", "tag", "longer tag"}, URL: "https://example.com/x"}
+	src, err := c.Append(nil, want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got mixed
+	if err := c.Decode(src, &got); err != nil {
+		t.Fatal(err)
+	}
+	for i := range src {
+		src[i] = 'X'
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("after the buffer was reused: got %+v, want %+v", got, want)
+	}
+}
