@@ -19,8 +19,7 @@
 # Usage: bench/flink/nexmark.sh [QUERY...]   (default: every query of `runnel bench nexmark`; from anywhere;
 #                                            Go, Java 17+, Maven, python3)
 # Environment: EVENTS (10000000), WARMUP_EVENTS (2000000), ROUNDS (3), LIMIT_RUNS (5: runs of each generator
-# alone per round, their median its limit in the round: a run takes about a second, and one run swings with
-# where the collections fall), CHECKPOINT_INTERVAL (0: none; e.g.
+# alone per round; a run takes about a second), CHECKPOINT_INTERVAL (0: none; e.g.
 # 1s for both engines), OUT (a directory for the raw JSON lines and Flink's logs; default a new one under
 # /tmp, printed).
 set -euo pipefail
