@@ -1,7 +1,10 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/spf13/pflag"
 
@@ -18,15 +21,49 @@ const noHeapBudget = -1
 // AddHeapBudgetFlag adds --heap-budget to fs; the function it returns starts the pacer once fs is parsed
 // (stop it when the process's work is done), or returns the mistake.
 func AddHeapBudgetFlag(fs *pflag.FlagSet) func() (*heapbudget.Pacer, error) {
-	v := fs.Int64(heapBudgetFlag, 0, fmt.Sprintf("bytes of heap the garbage collector lets the process grow to before it collects, however little of it is live\n"+
-		"(0: %d MiB; -1: none, Go's own pacing by GOGC alone). Never more collections than GOGC alone; fewer while the live heap is small", heapbudget.Default>>20))
+	v := new(byteSize)
+	fs.Var(v, heapBudgetFlag, fmt.Sprintf("heap the garbage collector lets the process grow to before it collects, however little of it is live: bytes, or\n"+
+		"with a unit, 512MiB, 2GiB (k, m, g alike) (0: %d MiB; -1: none, Go's own pacing by GOGC alone). Never more collections than\n"+
+		"GOGC alone; fewer while the live heap is small", heapbudget.Default>>20))
 	return func() (*heapbudget.Pacer, error) {
-		budget, err := heapBudget(*v)
+		budget, err := heapBudget(int64(*v))
 		if err != nil {
 			return nil, err
 		}
 		return heapbudget.Start(budget), nil
 	}
+}
+
+// byteSize is a flag's number of bytes, written plain or with a binary unit: 268435456, 256MiB, 256m.
+type byteSize int64
+
+// byteUnits are the units a byteSize takes, each a power of 1024 (as the JVM's -Xmx takes k, m, g).
+var byteUnits = map[string]int64{"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20,
+	"g": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tib": 1 << 40}
+
+func (b *byteSize) String() string { return strconv.FormatInt(int64(*b), 10) }
+
+func (b *byteSize) Type() string { return "size" }
+
+func (b *byteSize) Set(s string) error {
+	t := strings.TrimSpace(s)
+	i := len(t)
+	for i > 0 && (t[i-1] < '0' || t[i-1] > '9') {
+		i--
+	}
+	n, err := strconv.ParseInt(t[:i], 10, 64)
+	if err != nil {
+		return fmt.Errorf("want a whole number of bytes, optionally with a unit (KiB, MiB, GiB, TiB or k, m, g, t)")
+	}
+	unit, ok := byteUnits[strings.ToLower(strings.TrimSpace(t[i:]))]
+	if !ok {
+		return fmt.Errorf("unknown unit %q: use KiB, MiB, GiB, TiB (or k, m, g, t), powers of 1024", strings.TrimSpace(t[i:]))
+	}
+	if n > 0 && n > (1<<63-1)/unit || n < 0 && unit != 1 {
+		return errors.New("out of range")
+	}
+	*b = byteSize(n * unit)
+	return nil
 }
 
 // heapBudget returns the budget of a --heap-budget value, or the mistake.
