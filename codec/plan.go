@@ -127,20 +127,11 @@ func sharesStrings(p *plan) bool {
 func leadBytes(p *plan) int {
 	n := 0
 	for i := range p.ops {
-		switch o := &p.ops[i]; o.kind {
-		case opFix8, opBool:
-			n++
-		case opFix16:
-			n += 2
-		case opFix32:
-			n += 4
-		case opFix64, opInt32As64, opUint32As64:
-			n += 8
-		case opRun:
-			n += int(o.n)
-		default:
-			return n
+		w, ok := encodedFixed(&p.ops[i])
+		if !ok {
+			break
 		}
+		n += w
 	}
 	return n
 }

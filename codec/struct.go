@@ -288,17 +288,11 @@ func (b *builder) finish(p *plan, ops []op, top bool) {
 	size, fixed := 0, true
 	for i := range ops {
 		o := &ops[i]
+		if n, ok := encodedFixed(o); ok {
+			size += n
+			continue
+		}
 		switch o.kind {
-		case opFix8, opBool:
-			size++
-		case opFix16:
-			size += 2
-		case opFix32:
-			size += 4
-		case opFix64, opInt32As64, opUint32As64:
-			size += 8
-		case opRun:
-			size += int(o.n)
 		case opString, opRawSlice, opSlice, opBinary:
 			size++ // at least a one-byte uvarint
 			fixed = false
@@ -317,6 +311,24 @@ func (b *builder) finish(p *plan, ops []op, top bool) {
 	if !fixed {
 		p.size = -1
 	}
+}
+
+// encodedFixed returns the encoded size of an op of a fixed-size numeric field (or run of them), and false
+// for any other op.
+func encodedFixed(o *op) (int, bool) {
+	switch o.kind {
+	case opFix8, opBool:
+		return 1, true
+	case opFix16:
+		return 2, true
+	case opFix32:
+		return 4, true
+	case opFix64, opInt32As64, opUint32As64:
+		return 8, true
+	case opRun:
+		return int(o.n), true
+	}
+	return 0, false
 }
 
 // fixedWidth returns the encoded size of an op copied as memory on a little-endian host, else 0.
