@@ -2,10 +2,14 @@ package nexmark_test
 
 import (
 	"bytes"
+	"context"
+	"log/slog"
 	"syscall"
 	"testing"
 
+	"github.com/runnel-dev/runnel"
 	"github.com/runnel-dev/runnel/examples/nexmark"
+	"github.com/runnel-dev/runnel/internal/heapbudget"
 )
 
 // TestGeneratorAllocations: the events' strings come from 16 KB slabs, so a batch of events costs a few
@@ -130,5 +134,41 @@ func BenchmarkEventCodec(b *testing.B) {
 			b.Fatal(err)
 		}
 		i++
+	}
+}
+
+// BenchmarkQuery runs whole queries as `runnel bench nexmark` does (parallelism 2, the generator's events
+// with event time, a counting sink), a job of queryEvents events per op, and reports the wall and CPU time
+// per event: a form that benchstat can compare between builds with less noise than single runs of the
+// command. Each op pays a job's start; -benchtime 5x is a fair size. The collector is paced by the default
+// heap budget, as in the processes that run tasks.
+func BenchmarkQuery(b *testing.B) {
+	const queryEvents = 1_000_000
+	pacer := heapbudget.Start(heapbudget.Default)
+	defer pacer.Stop()
+	for _, q := range []string{"q0", "q1", "q5", "q8", "q18", "q19"} {
+		b.Run(q, func(b *testing.B) {
+			cpu := processCPU(b)
+			for b.Loop() {
+				env := runnel.NewEnvironment(runnel.WithParallelism(2), runnel.WithLogger(slog.New(slog.DiscardHandler)))
+				events := nexmark.Events(env, nexmark.Source(nexmark.GeneratorConfig{Events: queryEvents}), 0, nexmark.DefaultOutOfOrderness)
+				r, err := nexmark.Build(q, events)
+				if err != nil {
+					b.Fatal(err)
+				}
+				c := &nexmark.Counter{}
+				r.ToCounter(c)
+				res, err := env.Execute(context.Background(), "bench-"+q)
+				if err != nil || res.Status != "FINISHED" {
+					b.Fatalf("%s: %v %+v", q, err, res)
+				}
+				if c.Count() == 0 {
+					b.Fatalf("%s: no results", q)
+				}
+			}
+			events := float64(b.N * queryEvents)
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/events, "ns/event")
+			b.ReportMetric(float64(processCPU(b)-cpu)/events, "cpu-ns/event")
+		})
 	}
 }
