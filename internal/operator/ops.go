@@ -735,8 +735,8 @@ func (o *timedSinkOp[T]) CollectBatch(vs []Timed[T]) {
 		return
 	}
 	vals := o.vals[:0]
-	for _, v := range vs {
-		vals = append(vals, v.V)
+	for i := range vs {
+		vals = append(vals, vs[i].V)
 	}
 	o.vals = vals
 	o.sinkOp.CollectBatch(vals)
