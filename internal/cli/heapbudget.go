@@ -53,11 +53,12 @@ func (b *byteSize) Set(s string) error {
 	}
 	n, err := strconv.ParseInt(t[:i], 10, 64)
 	if err != nil {
-		return fmt.Errorf("want a whole number of bytes, optionally with a unit (KiB, MiB, GiB, TiB or k, m, g, t)")
+		return errors.New("want a whole number of bytes, optionally with a unit (KiB, MiB, GiB, TiB or k, m, g, t)")
 	}
-	unit, ok := byteUnits[strings.ToLower(strings.TrimSpace(t[i:]))]
+	name := strings.TrimSpace(t[i:])
+	unit, ok := byteUnits[strings.ToLower(name)]
 	if !ok {
-		return fmt.Errorf("unknown unit %q: use KiB, MiB, GiB, TiB (or k, m, g, t), powers of 1024", strings.TrimSpace(t[i:]))
+		return fmt.Errorf("unknown unit %q: use KiB, MiB, GiB, TiB (or k, m, g, t), powers of 1024", name)
 	}
 	if n > 0 && n > (1<<63-1)/unit || n < 0 && unit != 1 {
 		return errors.New("out of range")
