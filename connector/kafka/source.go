@@ -98,6 +98,9 @@ func (s StopAt) String() string {
 // topic is then read within half a minute.)
 const DefaultDiscoveryInterval = 30 * time.Second
 
+// DefaultMaxPollRecords is the bound on the records of one poll when SourceConfig.MaxPollRecords is zero.
+const DefaultMaxPollRecords = 500
+
 // SourceConfig configures a Kafka source.
 type SourceConfig struct {
 	// Brokers are the seed brokers ("host:port"); required.
@@ -145,6 +148,11 @@ type SourceConfig struct {
 	// StopOffsets are the offsets StopAt StopOffsets stops at: per partition, the offset of the first
 	// record not to read. An entry for a partition the source does not read fails the job when it starts.
 	StopOffsets map[TopicPartition]int64
+	// MaxPollRecords bounds the records one poll of a subtask emits (default DefaultMaxPollRecords, as the
+	// Kafka consumer's max.poll.records). The task takes checkpoint barriers, timers and the buffer
+	// timeout's flushes between polls, so a bound keeps a fetch of many thousand records, or slow
+	// functions chained to the source, from holding them back.
+	MaxPollRecords int
 	// DecodeErrors, when its id is set (runnel.NewOutputTag), sends each record the decode function fails
 	// on to that side output of the source, with the error, instead of failing the job; read it with
 	// runnel.SideOutput(source, tag). The record counts as read (its offset is checkpointed).
@@ -240,6 +248,9 @@ func (c *SourceConfig) check() error {
 		errs = append(errs, fmt.Errorf("kafka source: StopOffsets with StopAt %s: set StopAt StopOffsets to stop at them", c.StopAt))
 	}
 	errs = append(errs, checkOffsets("StopOffsets", c.StopOffsets)...)
+	if c.MaxPollRecords < 0 {
+		errs = append(errs, fmt.Errorf("kafka source: negative MaxPollRecords %d", c.MaxPollRecords))
+	}
 	if c.GroupFallback != Earliest && c.GroupFallback != Latest {
 		errs = append(errs, fmt.Errorf("kafka source: GroupFallback %s is neither Earliest nor Latest", c.GroupFallback))
 	}
@@ -278,6 +289,14 @@ func (c *SourceConfig) discoveryInterval() time.Duration {
 		return DefaultDiscoveryInterval
 	}
 	return c.DiscoveryInterval
+}
+
+// maxPollRecords is MaxPollRecords or its default.
+func (c *SourceConfig) maxPollRecords() int {
+	if c.MaxPollRecords == 0 {
+		return DefaultMaxPollRecords
+	}
+	return c.MaxPollRecords
 }
 
 // Source reads the topics of cfg; decode turns each record into a T. An error of decode fails the job,

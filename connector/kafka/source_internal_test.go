@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/runnel-dev/runnel"
 )
 
@@ -121,5 +123,66 @@ func TestSnapshotBeforeFirstPoll(t *testing.T) {
 	r := &sourceReader[int]{src: &source[int]{cfg: SourceConfig{Topic: "in"}}, ctx: fakeCtx{i: 0, p: 2}, state: l, restored: map[tp]int64{}}
 	if _, err := r.SnapshotState(1); err != nil || len(l.vs) != 0 {
 		t.Fatalf("a reader that never started snapshot %v, %v; want nothing", l.vs, err)
+	}
+}
+
+// collected is a runnel.Collector that keeps what it is given.
+type collected struct{ vs []int64 }
+
+func (c *collected) Collect(v int64) { c.vs = append(c.vs, v) }
+
+// TestPollEmitsAtMostMaxPollRecords polls a bounded reader whose fetch goroutine handed over batches of
+// 7 and 3 records of one partition: each poll emits at most MaxPollRecords, in offset order, keeps the
+// rest of its batch for the next poll, and the partition reaches its stopping offset (the batch's
+// reached list) only with its batch's last record.
+func TestPollEmitsAtMostMaxPollRecords(t *testing.T) {
+	p := tp{"in", 0}
+	recs := func(from, to int64) []*kgo.Record {
+		var rs []*kgo.Record
+		for o := from; o < to; o++ {
+			rs = append(rs, &kgo.Record{Topic: "in", Partition: 0, Offset: o})
+		}
+		return rs
+	}
+	// reach pauses the partition's fetching: a client that never connects anywhere takes that.
+	cl, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for _, tc := range []struct {
+		max   int
+		polls []int // records emitted by each poll
+	}{
+		{0, []int{7, 3}},       // the default bound is above both batches
+		{10, []int{7, 3}},      // a poll never spans two batches
+		{3, []int{3, 3, 1, 3}}, // the rest of a batch comes first
+		{1, []int{1, 1, 1, 1, 1, 1, 1, 1, 1, 1}},
+	} {
+		r := &sourceReader[int64]{
+			src: &source[int64]{cfg: SourceConfig{Topic: "in", Bounded: true, MaxPollRecords: tc.max},
+				decode: func(rec Record) (int64, error) { return rec.Offset, nil }},
+			started: true, cl: cl, offsets: map[tp]int64{p: 0}, end: map[tp]int64{p: 10}, done: map[tp]bool{},
+			fetched: []fetched{{recs: recs(0, 7)}, {recs: recs(7, 10), reached: []tp{p}}},
+		}
+		var polls []int
+		out := &collected{}
+		for st := runnel.MoreAvailable; st != runnel.EndOfInput; {
+			if len(polls) > 20 {
+				t.Fatalf("MaxPollRecords %d: no end after polls %v", tc.max, polls)
+			}
+			before := len(out.vs)
+			var err error
+			if st, err = r.PollNext(out); err != nil {
+				t.Fatal(err)
+			}
+			polls = append(polls, len(out.vs)-before)
+			if st != runnel.EndOfInput && r.done[p] {
+				t.Fatalf("MaxPollRecords %d: partition done before its end, after polls %v", tc.max, polls)
+			}
+		}
+		if fmt.Sprint(polls) != fmt.Sprint(tc.polls) || fmt.Sprint(out.vs) != "[0 1 2 3 4 5 6 7 8 9]" {
+			t.Errorf("MaxPollRecords %d: polls %v emitted %v, want polls %v of 0..9 in order", tc.max, polls, out.vs, tc.polls)
+		}
 	}
 }

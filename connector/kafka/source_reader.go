@@ -686,7 +686,8 @@ func (r *sourceReader[T]) commitNow() {
 	}
 }
 
-// PollNext implements runnel.SourceReader: it emits one fetched batch.
+// PollNext implements runnel.SourceReader: it emits the oldest fetched batch, or its first
+// MaxPollRecords records, leaving the rest for the next poll.
 func (r *sourceReader[T]) PollNext(out runnel.Collector[T]) (runnel.InputStatus, error) {
 	if !r.started {
 		if err := r.start(); err != nil {
@@ -699,9 +700,8 @@ func (r *sourceReader[T]) PollNext(out runnel.Collector[T]) (runnel.InputStatus,
 	var batch *fetched
 	if len(r.fetched) > 0 {
 		f := r.fetched[0]
-		batch, r.fetched = &f, r.fetched[1:]
+		batch = &f
 	}
-	more := len(r.fetched) > 0
 	r.mu.Unlock()
 	// On a stream with event time each partition gets its own watermark (runnel.SplitOutput), and the
 	// record's Kafka timestamp is the assigner's recordTs.
@@ -737,8 +737,22 @@ func (r *sourceReader[T]) PollNext(out runnel.Collector[T]) (runnel.InputStatus,
 		}
 		return runnel.NothingAvailable, nil
 	}
+	recs, rest := batch.recs, []*kgo.Record(nil)
+	if n := r.src.cfg.maxPollRecords(); len(recs) > n {
+		recs, rest = recs[:n], recs[n:]
+	}
+	// Only the task goroutine takes batches out: the fetch goroutine appends behind them.
+	r.mu.Lock()
+	if rest != nil {
+		r.fetched[0].recs = rest
+	} else {
+		r.fetched[0] = fetched{}
+		r.fetched = r.fetched[1:]
+	}
+	more := len(r.fetched) > 0
+	r.mu.Unlock()
 	tag := r.src.cfg.DecodeErrors
-	for _, rec := range batch.recs {
+	for _, rec := range recs {
 		p := tp{rec.Topic, rec.Partition}
 		next, ok := r.offsets[p]
 		if !ok || rec.Offset < next {
@@ -776,8 +790,10 @@ func (r *sourceReader[T]) PollNext(out runnel.Collector[T]) (runnel.InputStatus,
 			r.reach(p, splits)
 		}
 	}
-	for _, p := range batch.reached {
-		r.reach(p, splits)
+	if rest == nil {
+		for _, p := range batch.reached {
+			r.reach(p, splits)
+		}
 	}
 	if r.finished() {
 		return runnel.EndOfInput, nil
