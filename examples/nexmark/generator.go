@@ -235,31 +235,66 @@ func (r *splitMix) draw(m int64) int64 { return int64((r.next() >> 1) % uint64(m
 // keeps that block alive, so a job that keeps the strings of a few events among many for long should keep
 // copies of them (strings.Clone). The strings are never written once made.
 func (g *Generator) Event(n uint64, ev *Event) {
-	r := splitMix{g.seed ^ n}
-	ts := g.Time(n)
+	kind := kindOf(n)
+	for k := KindPerson; k <= KindBid; k++ {
+		if k != kind {
+			ev.clearValue(k)
+		}
+	}
+	g.make(n, kind, ev)
+}
+
+// refill fills ev, which holds an event this package made (only the value of its Kind is set, as in a
+// zero Event), with event n, as Event does: it zeroes the value of ev's kind only when n's differs, and
+// looks at no other. A bid follows a bid 46 times in 50.
+func (g *Generator) refill(n uint64, ev *Event) {
+	kind := kindOf(n)
+	if ev.Kind != kind {
+		ev.clearValue(ev.Kind)
+	}
+	g.make(n, kind, ev)
+}
+
+// kindOf is the kind of event n.
+func kindOf(n uint64) Kind {
 	switch off := n % proportionDenominator; {
 	case off < personProportion:
-		ev.Kind = KindPerson
-		clearValue(&ev.Auction)
-		clearValue(&ev.Bid)
-		g.person(n, &r, ts, &ev.Person)
+		return KindPerson
 	case off < personProportion+auctionProportion:
-		ev.Kind = KindAuction
-		clearValue(&ev.Person)
-		clearValue(&ev.Bid)
+		return KindAuction
+	}
+	return KindBid
+}
+
+// make sets ev's kind and fills its value of that kind with event n; it leaves the other two.
+func (g *Generator) make(n uint64, kind Kind, ev *Event) {
+	r := splitMix{g.seed ^ n}
+	ts := g.Time(n)
+	ev.Kind = kind
+	switch kind {
+	case KindPerson:
+		g.person(n, &r, ts, &ev.Person)
+	case KindAuction:
 		g.auction(n, &r, ts, &ev.Auction)
 	default:
-		ev.Kind = KindBid
-		clearValue(&ev.Person)
-		clearValue(&ev.Auction)
 		g.bid(n, &r, ts, &ev.Bid)
 	}
 }
 
-// clearValue zeroes *v unless it is zero already, as the other two values of a reused Event mostly are:
-// a store of a struct with strings into the heap costs write barriers while the collector marks, a
-// comparison costs none.
-func clearValue[T Person | Auction | Bid](v *T) {
+// clearValue zeroes ev's value of kind k unless it is zero already: a store of a struct with strings into
+// the heap costs write barriers while the collector marks, a comparison costs none.
+func (ev *Event) clearValue(k Kind) {
+	switch k {
+	case KindPerson:
+		clearZero(&ev.Person)
+	case KindAuction:
+		clearZero(&ev.Auction)
+	case KindBid:
+		clearZero(&ev.Bid)
+	}
+}
+
+func clearZero[T Person | Auction | Bid](v *T) {
 	var zero T
 	if *v != zero {
 		*v = zero

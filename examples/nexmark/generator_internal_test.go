@@ -51,3 +51,27 @@ func TestAppendExactLengths(t *testing.T) {
 		}
 	}
 }
+
+// TestRefillIsEvent: refilling one Event with the events of a stream (as the source reader does with its
+// buffer) gives each event as Event makes it into a zero Event, through every change of kind; Event itself
+// clears whatever a used Event held.
+func TestRefillIsEvent(t *testing.T) {
+	g, err := NewGenerator(GeneratorConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reused, dirty Event
+	dirty = Event{Kind: KindBid, Person: Person{Name: "p"}, Auction: Auction{ItemName: "a"}, Bid: Bid{Extra: "b"}}
+	for n := uint64(0); n < 3*proportionDenominator+7; n++ {
+		var want Event
+		g.Event(n, &want)
+		g.refill(n, &reused)
+		if reused != want {
+			t.Fatalf("event %d refilled: %+v, want %+v", n, reused, want)
+		}
+		d := dirty
+		if g.Event(n, &d); d != want {
+			t.Fatalf("event %d into a used Event: %+v, want %+v", n, d, want)
+		}
+	}
+}

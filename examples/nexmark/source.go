@@ -59,7 +59,7 @@ func (r *generatorReader) PollNext(out runnel.Collector[Event]) (runnel.InputSta
 	buf := r.buf[:0]
 	for len(buf) < pollEvents && r.next < due {
 		buf = buf[:len(buf)+1]
-		r.gen.Event(r.next, &buf[len(buf)-1])
+		r.gen.refill(r.next, &buf[len(buf)-1])
 		r.next += r.step
 	}
 	if bc, ok := out.(runnel.BatchCollector[Event]); ok {
