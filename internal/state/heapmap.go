@@ -3,7 +3,6 @@ package state
 import (
 	"bytes"
 	"fmt"
-	"maps"
 	"slices"
 
 	"github.com/runnel-dev/runnel/codec"
@@ -17,7 +16,7 @@ type heapMaps[MK comparable, V any] struct {
 	name string
 	k    kind
 	kc   codec.Codec[MK]
-	maps []map[MK]V
+	maps []smallMap[MK, V]
 	// epoch is the epoch in which each map was made (or emptied) by this table: a map changes in place
 	// only in that epoch, so it is also the epoch of the map's last change (for the segment cache).
 	epoch []uint32
@@ -35,79 +34,71 @@ func (s *heapMaps[MK, V]) currentSlot() int32 {
 	return slot
 }
 
-func (s *heapMaps[MK, V]) current() map[MK]V {
+// current returns the current key's map (nil: none).
+func (s *heapMaps[MK, V]) current() *smallMap[MK, V] {
 	slot := int(s.currentSlot())
 	if slot >= len(s.maps) {
 		return nil
 	}
-	return s.maps[slot]
+	return &s.maps[slot]
 }
 
-// writableAt returns slot's map, made or copied so that it may be changed in place.
-func (s *heapMaps[MK, V]) writableAt(slot int) map[MK]V {
+// writableAt returns slot's map, copied if need be so that it may be changed in place. The pointer is
+// good until the table grows.
+func (s *heapMaps[MK, V]) writableAt(slot int) *smallMap[MK, V] {
 	for len(s.maps) <= slot {
-		s.maps = append(s.maps, nil)
+		s.maps = append(s.maps, smallMap[MK, V]{})
 		s.epoch = append(s.epoch, 0)
 	}
-	m := s.maps[slot]
-	switch {
-	case m == nil:
-		m = make(map[MK]V)
-	case s.epoch[slot] != s.st.epoch:
-		m = maps.Clone(m) // a capture may hold m
-	default:
-		return m
+	m := &s.maps[slot]
+	if s.epoch[slot] != s.st.epoch {
+		if !m.isNil() {
+			*m = m.clone() // a capture may hold m's entries
+		}
+		s.epoch[slot] = s.st.epoch
 	}
-	s.maps[slot] = m
-	s.epoch[slot] = s.st.epoch
 	return m
 }
 
 // put stores v under mk in slot's map.
 func (s *heapMaps[MK, V]) put(slot int32, mk MK, v V) {
 	m := s.writableAt(int(slot))
-	if len(m) == 0 {
+	if m.len() == 0 {
 		s.st.incRef(slot)
 	}
-	m[mk] = v
+	m.set(mk, v)
 }
 
 // drop empties slot's map, which holds entries.
 func (s *heapMaps[MK, V]) drop(slot int32) {
-	s.maps[slot], s.epoch[slot] = nil, s.st.epoch
+	s.maps[slot], s.epoch[slot] = smallMap[MK, V]{}, s.st.epoch
 	s.st.decRef(slot)
 }
 
 func (s *heapMaps[MK, V]) Remove(mk MK) {
 	m := s.current()
-	if _, ok := m[mk]; !ok {
+	if _, ok := m.get(mk); !ok {
 		return
 	}
 	slot := s.st.cur
-	if len(m) == 1 {
+	if m.len() == 1 {
 		s.drop(slot)
 		return
 	}
-	delete(s.writableAt(int(slot)), mk)
+	s.writableAt(int(slot)).del(mk)
 }
 
-func (s *heapMaps[MK, V]) Len() int { return len(s.current()) }
+func (s *heapMaps[MK, V]) Len() int { return s.current().len() }
 
-func (s *heapMaps[MK, V]) Range(f func(MK, V) bool) {
-	for k, v := range s.current() {
-		if !f(k, v) {
-			return
-		}
-	}
-}
+func (s *heapMaps[MK, V]) Range(f func(MK, V) bool) { s.current().all(f) }
 
 func (s *heapMaps[MK, V]) Clear() {
-	if slot := s.st.cur; slot >= 0 && int(slot) < len(s.maps) && len(s.maps[slot]) > 0 {
+	if slot := s.st.cur; slot >= 0 && int(slot) < len(s.maps) && s.maps[slot].len() > 0 {
 		s.drop(slot)
 	}
 }
 
-func (s *heapMaps[MK, V]) hasSlot(slot int) bool { return slot < len(s.maps) && len(s.maps[slot]) > 0 }
+func (s *heapMaps[MK, V]) hasSlot(slot int) bool { return slot < len(s.maps) && s.maps[slot].len() > 0 }
 
 // frozen returns the capture of slots [0, n) of the table, whose values appendValue encodes.
 func (s *heapMaps[MK, V]) frozen(n int, appendValue func(dst []byte, v V) ([]byte, error)) mapsCapture[MK, V] {
@@ -137,10 +128,7 @@ func newHeapMap[MK comparable, MV any](st *heapStore, name string, kc codec.Code
 	return &heapMap[MK, MV]{heapMaps: heapMaps[MK, MV]{st: st, name: name, k: kindMap, kc: kc}, vc: vc}
 }
 
-func (s *heapMap[MK, MV]) Get(mk MK) (MV, bool) {
-	v, ok := s.current()[mk]
-	return v, ok
-}
+func (s *heapMap[MK, MV]) Get(mk MK) (MV, bool) { return s.current().get(mk) }
 
 func (s *heapMap[MK, MV]) Put(mk MK, mv MV) { s.put(s.currentSlot(), mk, mv) }
 
@@ -173,7 +161,7 @@ func (s *heapMap[MK, MV]) restore(slot int32, mapKey, value []byte) error {
 type mapsCapture[MK comparable, V any] struct {
 	kc          codec.Codec[MK]
 	appendValue func(dst []byte, v V) ([]byte, error)
-	maps        []map[MK]V
+	maps        []smallMap[MK, V]
 	epochs      []uint32
 	sc          *segCache
 	arena       []byte
@@ -186,12 +174,12 @@ func (c *mapsCapture[MK, V]) changedEpochs() []uint32 { return c.epochs }
 func (c *mapsCapture[MK, V]) segments() *segCache { return c.sc }
 
 func (c *mapsCapture[MK, V]) entries(slot int, out *slotEmitter) error {
-	if slot >= len(c.maps) || len(c.maps[slot]) == 0 {
+	if slot >= len(c.maps) || c.maps[slot].len() == 0 {
 		return nil
 	}
 	// Encode every entry into one arena, then slice it: the arena does not move once filled.
 	c.arena, c.spans = c.arena[:0], c.spans[:0]
-	for mk, v := range c.maps[slot] {
+	for mk, v := range c.maps[slot].all {
 		var err error
 		k0 := len(c.arena)
 		if c.arena, err = c.kc.Append(c.arena, mk); err != nil {
@@ -218,7 +206,7 @@ type mapCapture[MK comparable, MV any] struct{ mapsCapture[MK, MV] }
 func (c *mapCapture[MK, MV]) kind() kind { return kindMap }
 
 func (c *mapCapture[MK, MV]) holdsNothing(slot int) bool {
-	return slot >= len(c.maps) || c.maps[slot] == nil
+	return slot >= len(c.maps) || c.maps[slot].isNil()
 }
 
 type mapEntry struct{ k, v []byte }

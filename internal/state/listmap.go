@@ -67,13 +67,17 @@ type heapListMap[MK comparable, V any] struct {
 func (s *heapListMap[MK, V]) Append(mk MK, v V) {
 	slot := s.currentSlot()
 	m := s.writableAt(int(slot))
-	if len(m) == 0 {
+	if m.len() == 0 {
 		s.st.incRef(slot)
 	}
-	m[mk] = append(m[mk], v)
+	l, _ := m.get(mk)
+	m.set(mk, append(l, v))
 }
 
-func (s *heapListMap[MK, V]) Get(mk MK) []V { return s.current()[mk] }
+func (s *heapListMap[MK, V]) Get(mk MK) []V {
+	l, _ := s.current().get(mk)
+	return l
+}
 
 func (s *heapListMap[MK, V]) capture(n int) heapCapture {
 	return &listMapCapture[MK, V]{s.frozen(n, s.appendValue)}

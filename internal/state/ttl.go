@@ -399,21 +399,21 @@ func newTTLMap[MK comparable, MV any](store any, name string, mk codec.Codec[MK]
 			if slot >= len(in.maps) {
 				return
 			}
-			m := in.maps[slot]
+			m := &in.maps[slot]
 			dead = dead[:0]
-			for k, e := range m {
+			for k, e := range m.all {
 				if expired(e.t, ms, now) {
 					dead = append(dead, k)
 				}
 			}
 			switch {
 			case len(dead) == 0:
-			case len(dead) == len(m):
+			case len(dead) == m.len():
 				in.drop(int32(slot))
 			default:
 				w := in.writableAt(slot)
 				for _, k := range dead {
-					delete(w, k)
+					w.del(k)
 				}
 			}
 			clear(dead)
