@@ -35,20 +35,23 @@ func q18(events *runnel.Stream[Event]) Result {
 	return newResult(last, appendBid)
 }
 
-// lastBid is q18's keyed process, keyed by bidder and auction: the latest bid so far, which rejects an
-// earlier bid that comes after it (out of order). That is all the state is for: once the watermark passes
-// the latest bid's dateTime, every bid still to come (none is late) is later and would be emitted anyway,
-// so an event timer at that dateTime frees the key. State: one bid per bidder and auction with a bid
-// within the watermark's bound, so it follows the rate, not the stream's length. A late bid (behind the
-// watermark) is dropped, as a window drops it: its key's latest bid may be gone.
+// lastBid is q18's keyed process, keyed by bidder and auction: it emits each bid that is the latest of its
+// key so far and rejects an earlier bid that comes after it (out of order). The output is an upsert stream
+// whose last line per key is the result, so the state is the latest bid's dateTime alone (Flink SQL's
+// deduplication keeps the whole row, for the retraction of the row a new one replaces). That is all the
+// state is for: once the watermark passes that dateTime, every bid still to come (none is late) is later
+// and would be emitted anyway, so an event timer at that dateTime frees the key. State: one dateTime per
+// bidder and auction with a bid within the watermark's bound, so it follows the rate, not the stream's
+// length. A late bid (behind the watermark) is dropped, as a window drops it: its key's latest bid may be
+// gone.
 type lastBid struct {
 	runnel.KeyedProcessBase[bidderAuction, Bid]
-	last runnel.ValueState[Bid]
+	latest runnel.ValueState[int64]
 }
 
 func (l *lastBid) Open(ctx runnel.KeyedContext[bidderAuction]) error {
 	var err error
-	l.last, err = runnel.NewValueState[Bid](ctx, "last")
+	l.latest, err = runnel.NewValueState[int64](ctx, "latest")
 	return err
 }
 
@@ -57,18 +60,18 @@ func (l *lastBid) ProcessElement(ctx runnel.KeyedContext[bidderAuction], b Bid, 
 	if b.DateTime <= ts.CurrentWatermark() {
 		return nil
 	}
-	if prev, ok := l.last.Value(); ok && b.DateTime < prev.DateTime {
+	if prev, ok := l.latest.Value(); ok && b.DateTime < prev {
 		return nil
 	}
-	l.last.Update(b)
+	l.latest.Update(b.DateTime)
 	ts.RegisterEventTimeTimer(b.DateTime)
 	out.Collect(b)
 	return nil
 }
 
 func (l *lastBid) OnTimer(_ runnel.TimerContext[bidderAuction], ts int64, _ runnel.Collector[Bid]) error {
-	if b, ok := l.last.Value(); ok && b.DateTime <= ts {
-		l.last.Clear()
+	if latest, ok := l.latest.Value(); ok && latest <= ts {
+		l.latest.Clear()
 	}
 	return nil
 }
