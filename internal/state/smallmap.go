@@ -15,6 +15,8 @@ const smallMapMax = 8
 type smallMap[K comparable, V any] struct {
 	es []smallEntry[K, V] // nil once m is made
 	m  map[K]V
+	// changes counts sets and deletes, so that all can tell that a function it calls changed the map.
+	changes uint32
 }
 
 type smallEntry[K comparable, V any] struct {
@@ -53,6 +55,7 @@ func (s *smallMap[K, V]) get(k K) (V, bool) {
 
 // set stores v under k; the map must be writable (heapMaps.writableAt).
 func (s *smallMap[K, V]) set(k K, v V) {
+	s.changes++
 	if s.m != nil {
 		s.m[k] = v
 		return
@@ -77,6 +80,7 @@ func (s *smallMap[K, V]) set(k K, v V) {
 
 // del removes k and reports whether it was there; the map must be writable.
 func (s *smallMap[K, V]) del(k K) bool {
+	s.changes++
 	if s.m != nil {
 		if _, ok := s.m[k]; !ok {
 			return false
@@ -104,7 +108,9 @@ func (s *smallMap[K, V]) clone() smallMap[K, V] {
 	return smallMap[K, V]{es: slices.Clone(s.es)}
 }
 
-// all yields every entry, in no particular order.
+// all yields every entry, in no particular order. yield may change the map, with a Go map's range
+// semantics: an entry removed before it is reached is not yielded, every entry neither removed nor added
+// is yielded once (with its value when reached), and one added may or may not be.
 func (s *smallMap[K, V]) all(yield func(K, V) bool) {
 	switch {
 	case s == nil:
@@ -115,8 +121,19 @@ func (s *smallMap[K, V]) all(yield func(K, V) bool) {
 			}
 		}
 	default:
-		for _, e := range s.es {
-			if !yield(e.k, e.v) {
+		// A copy, since a delete moves entries within the slice; once the map changed, each entry is looked
+		// up again before it is yielded.
+		var buf [smallMapMax]smallEntry[K, V]
+		es, at := buf[:copy(buf[:], s.es)], s.changes
+		for _, e := range es {
+			v := e.v
+			if s.changes != at {
+				var ok bool
+				if v, ok = s.get(e.k); !ok {
+					continue
+				}
+			}
+			if !yield(e.k, v) {
 				return
 			}
 		}

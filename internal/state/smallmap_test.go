@@ -81,3 +81,32 @@ func BenchmarkMapGetPut(b *testing.B) {
 		})
 	}
 }
+
+// TestSmallMapRangeWhileChanging changes the map from the function all calls, as a Go map's range allows:
+// removing the entry in hand, one already yielded and one not reached yet, updating one not reached, and
+// adding one. Every entry neither removed nor added is yielded once, with its value when reached; a
+// removed one not reached is not yielded.
+func TestSmallMapRangeWhileChanging(t *testing.T) {
+	var s smallMap[int, int]
+	for k := range 6 {
+		s.set(k, k*10)
+	}
+	got := map[int]int{}
+	for k, v := range s.all {
+		if _, dup := got[k]; dup {
+			t.Fatalf("key %d yielded twice", k)
+		}
+		got[k] = v
+		if k == 2 {
+			s.del(2) // in hand
+			s.del(0) // yielded already
+			s.del(4) // not reached
+			s.set(5, 55)
+			s.set(9, 90)
+		}
+	}
+	delete(got, 9) // added during the range: either way
+	if want := map[int]int{0: 0, 1: 10, 2: 20, 3: 30, 5: 55}; !maps.Equal(got, want) {
+		t.Fatalf("yielded %v, want %v", got, want)
+	}
+}
