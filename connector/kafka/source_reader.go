@@ -697,11 +697,21 @@ func (r *sourceReader[T]) PollNext(out runnel.Collector[T]) (runnel.InputStatus,
 	r.mu.Lock()
 	err, added := r.err, r.added
 	r.added = nil
+	// The batch, or its first MaxPollRecords records: the rest stays first in line for the next poll.
 	var batch *fetched
+	var rest []*kgo.Record
 	if len(r.fetched) > 0 {
 		f := r.fetched[0]
+		if n := r.src.cfg.maxPollRecords(); len(f.recs) > n {
+			f.recs, rest = f.recs[:n], f.recs[n:]
+			r.fetched[0].recs = rest
+		} else {
+			r.fetched[0] = fetched{}
+			r.fetched = r.fetched[1:]
+		}
 		batch = &f
 	}
+	more := len(r.fetched) > 0
 	r.mu.Unlock()
 	// On a stream with event time each partition gets its own watermark (runnel.SplitOutput), and the
 	// record's Kafka timestamp is the assigner's recordTs.
@@ -737,22 +747,8 @@ func (r *sourceReader[T]) PollNext(out runnel.Collector[T]) (runnel.InputStatus,
 		}
 		return runnel.NothingAvailable, nil
 	}
-	recs, rest := batch.recs, []*kgo.Record(nil)
-	if n := r.src.cfg.maxPollRecords(); len(recs) > n {
-		recs, rest = recs[:n], recs[n:]
-	}
-	// Only the task goroutine takes batches out: the fetch goroutine appends behind them.
-	r.mu.Lock()
-	if rest != nil {
-		r.fetched[0].recs = rest
-	} else {
-		r.fetched[0] = fetched{}
-		r.fetched = r.fetched[1:]
-	}
-	more := len(r.fetched) > 0
-	r.mu.Unlock()
 	tag := r.src.cfg.DecodeErrors
-	for _, rec := range recs {
+	for _, rec := range batch.recs {
 		p := tp{rec.Topic, rec.Partition}
 		next, ok := r.offsets[p]
 		if !ok || rec.Offset < next {
