@@ -85,13 +85,20 @@ type rankedBid struct {
 	Rank int64
 }
 
-// topBids is q19's state per auction: its highest bids in rank order, and the idle retention's clock.
-type topBids struct {
-	N    int
-	Bids [TopBids]Bid
+// topHead is the small half of q19's state per auction, read for every bid: how many bids it ranks, the
+// lowest of them (the bid a newcomer must rank before once there are TopBids), and the idle retention's
+// clock. It holds no pointers, so that writing it costs the collector nothing.
+type topHead struct {
+	N int64
+	// LastPrice and LastDateTime are the lowest ranked bid's.
+	LastPrice, LastDateTime int64
 	// Latest is the latest dateTime of the auction's bids, Timer the time of the pending cleanup timer.
 	Latest, Timer int64
 }
+
+// topList is the large half, read and written only when a bid enters the ranking: the ranked bids, the
+// highest first.
+type topList [TopBids]Bid
 
 // q19 ranks each auction's bids by price and keeps the top ten (the Nexmark SQL's ROW_NUMBER() OVER
 // (PARTITION BY auction ORDER BY price DESC) <= 10): {auction, bidder, price, channel, url, dateTime,
@@ -120,18 +127,23 @@ func q19(events *runnel.Stream[Event]) Result {
 	})
 }
 
-// topTen is q19's keyed process, keyed by auction: one topBids. Its state is dropped IdleRetention
-// after the auction's latest bid (see IdleRetention): a timer is pending at most once per auction and
-// moves on when bids came since it was set. State: up to ten bids per auction with a bid in the last
-// IdleRetention of event time (plus the watermark's bound).
+// topTen is q19's keyed process, keyed by auction: a topHead and a topList. A bid that does not enter
+// the ranking (most of a busy auction's) reads and writes the 40-byte head only. The state is dropped
+// IdleRetention after the auction's latest bid (see IdleRetention): a timer is pending at most once per
+// auction and moves on when bids came since it was set. State: up to ten bids per auction with a bid in
+// the last IdleRetention of event time (plus the watermark's bound).
 type topTen struct {
 	runnel.KeyedProcessBase[int64, rankedBid]
-	top runnel.ValueState[topBids]
+	head runnel.ValueState[topHead]
+	list runnel.ValueState[topList]
 }
 
 func (t *topTen) Open(ctx runnel.KeyedContext[int64]) error {
 	var err error
-	t.top, err = runnel.NewValueState[topBids](ctx, "top")
+	if t.head, err = runnel.NewValueState[topHead](ctx, "head"); err != nil {
+		return err
+	}
+	t.list, err = runnel.NewValueState[topList](ctx, "list")
 	return err
 }
 
@@ -145,42 +157,52 @@ func (t *topTen) ProcessElement(ctx runnel.KeyedContext[int64], b Bid, out runne
 	if b.DateTime <= ts.CurrentWatermark() {
 		return nil // late: the auction's ranking may be gone
 	}
-	s, ok := t.top.Value()
+	h, ok := t.head.Value()
 	if !ok {
-		s.Latest = b.DateTime
-		s.Timer = b.DateTime + idleRetentionMillis
-		ts.RegisterEventTimeTimer(s.Timer)
+		h.Latest = b.DateTime
+		h.Timer = b.DateTime + idleRetentionMillis
+		ts.RegisterEventTimeTimer(h.Timer)
 	}
-	s.Latest = max(s.Latest, b.DateTime)
-	r := s.N // the new bid's index: after every bid that ranks before it or ties with it
-	for r > 0 && ranksBefore(&b, &s.Bids[r-1]) {
+	if h.N == TopBids && !(b.Price > h.LastPrice || b.Price == h.LastPrice && b.DateTime < h.LastDateTime) {
+		if b.DateTime > h.Latest {
+			h.Latest = b.DateTime
+			t.head.Update(h)
+		}
+		return nil // below the ranking
+	}
+	h.Latest = max(h.Latest, b.DateTime)
+	l, _ := t.list.Value()
+	r := int(h.N) // the new bid's index: after every bid that ranks before it or ties with it
+	for r > 0 && ranksBefore(&b, &l[r-1]) {
 		r--
 	}
-	if r < TopBids {
-		if s.N < TopBids {
-			s.N++
-		}
-		copy(s.Bids[r+1:s.N], s.Bids[r:s.N-1])
-		s.Bids[r] = b
-		for i := r; i < s.N; i++ {
-			out.Collect(rankedBid{Bid: s.Bids[i], Rank: int64(i + 1)})
-		}
+	if h.N < TopBids {
+		h.N++
 	}
-	t.top.Update(s)
+	n := int(h.N)
+	copy(l[r+1:n], l[r:n-1])
+	l[r] = b
+	for i := r; i < n; i++ {
+		out.Collect(rankedBid{Bid: l[i], Rank: int64(i + 1)})
+	}
+	h.LastPrice, h.LastDateTime = l[n-1].Price, l[n-1].DateTime
+	t.list.Update(l)
+	t.head.Update(h)
 	return nil
 }
 
 func (t *topTen) OnTimer(ctx runnel.TimerContext[int64], ts int64, _ runnel.Collector[rankedBid]) error {
-	s, ok := t.top.Value()
-	if !ok || ts != s.Timer {
+	h, ok := t.head.Value()
+	if !ok || ts != h.Timer {
 		return nil
 	}
-	if end := s.Latest + idleRetentionMillis; end > ts {
-		s.Timer = end
+	if end := h.Latest + idleRetentionMillis; end > ts {
+		h.Timer = end
 		ctx.TimerService().RegisterEventTimeTimer(end)
-		t.top.Update(s)
+		t.head.Update(h)
 		return nil
 	}
-	t.top.Clear()
+	t.head.Clear()
+	t.list.Clear()
 	return nil
 }
