@@ -347,7 +347,8 @@ func (s *source[T]) CreateReader(ctx runnel.RuntimeContext) (runnel.SourceReader
 		return nil, fmt.Errorf("kafka source: %w", err)
 	}
 	r := &sourceReader[T]{src: s, ctx: ctx, state: st, offsets: map[tp]int64{}, splits: map[tp]int{},
-		restored: map[tp]int64{}, restoredEnd: map[tp]int64{}, ready: make(chan struct{}, 1)}
+		restored: map[tp]int64{}, restoredEnd: map[tp]int64{}, ready: make(chan struct{}, 1),
+		taken: make(chan struct{}, 1)}
 	if s.cfg.Bounded {
 		if r.stops, err = runnel.NewUnionListState[partOffset](ctx, stopsState, codec.MustStruct[partOffset]()); err != nil {
 			return nil, fmt.Errorf("kafka source: %w", err)

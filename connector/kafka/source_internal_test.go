@@ -1,7 +1,9 @@
 package kafka
 
 import (
+	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -184,5 +186,42 @@ func TestPollEmitsAtMostMaxPollRecords(t *testing.T) {
 		if fmt.Sprint(polls) != fmt.Sprint(tc.polls) || fmt.Sprint(out.vs) != "[0 1 2 3 4 5 6 7 8 9]" {
 			t.Errorf("MaxPollRecords %d: polls %v emitted %v, want polls %v of 0..9 in order", tc.max, polls, out.vs, tc.polls)
 		}
+	}
+}
+
+// TestFetchWaitsForTheTaskToTakeABatch holds the fetch goroutine's wait to the task's polls: with
+// maxBacklog batches waiting it waits, a poll that takes a whole batch signals it (one that takes part
+// of a batch does not), and the wait then returns with a batch fewer waiting.
+func TestFetchWaitsForTheTaskToTakeABatch(t *testing.T) {
+	p := tp{"in", 0}
+	var waiting []fetched
+	for o := range int64(maxBacklog) {
+		waiting = append(waiting, fetched{recs: []*kgo.Record{{Topic: "in", Offset: 2 * o}, {Topic: "in", Offset: 2*o + 1}}})
+	}
+	r := &sourceReader[int64]{
+		src: &source[int64]{cfg: SourceConfig{Topic: "in", MaxPollRecords: 1},
+			decode: func(rec Record) (int64, error) { return rec.Offset, nil }},
+		started: true, offsets: map[tp]int64{p: 0}, done: map[tp]bool{},
+		fetched: slices.Clone(waiting), ready: make(chan struct{}, 1), taken: make(chan struct{}, 1),
+	}
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	if n, ok := r.awaitRoom(ended); ok || n != maxBacklog {
+		t.Fatalf("awaitRoom with %d batches waiting = %d, %v; want it to wait", maxBacklog, n, ok)
+	}
+	out := &collected{}
+	for i, signalled := range []bool{false, true} { // half of the first batch, then the rest
+		if _, err := r.PollNext(out); err != nil {
+			t.Fatal(err)
+		}
+		if got := len(r.taken) == 1; got != signalled {
+			t.Fatalf("after poll %d: taken signalled %v, want %v", i+1, got, signalled)
+		}
+	}
+	if n, ok := r.awaitRoom(context.Background()); !ok || n != maxBacklog-1 {
+		t.Fatalf("awaitRoom after a batch was taken = %d, %v; want %d, true", n, ok, maxBacklog-1)
+	}
+	if fmt.Sprint(out.vs) != "[0 1]" {
+		t.Fatalf("polls emitted %v, want [0 1]", out.vs)
 	}
 }

@@ -106,6 +106,7 @@ type sourceReader[T any] struct {
 	err     error         // the fetch goroutine's failure
 	commit  kadm.Offsets  // the newest completed checkpoint's offsets, not committed yet
 	ready   chan struct{} // signalled when a batch, a partition or an error arrives
+	taken   chan struct{} // signalled when the task takes a whole batch out of fetched
 	commitC chan struct{} // signalled when commit is set
 }
 
@@ -564,25 +565,39 @@ func (r *sourceReader[T]) fetch(ctx context.Context, pr *prober) {
 		if ferr != nil && r.err == nil {
 			r.err = ferr
 		}
-		backlog := len(r.fetched)
 		r.mu.Unlock()
 		r.signal()
 		if ferr != nil {
 			return
 		}
-		// Do not run far ahead of the task: wait while a few batches are waiting to be emitted.
-		for backlog >= 4 {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(time.Millisecond):
-			}
-			r.mu.Lock()
-			backlog = len(r.fetched)
-			r.mu.Unlock()
+		if _, ok := r.awaitRoom(ctx); !ok {
+			return
 		}
 	}
 }
+
+// awaitRoom keeps the fetch goroutine from running far ahead of the task: it waits while maxBacklog
+// batches wait to be emitted, until the task takes one, and returns how many it left waiting; false when
+// ctx ended first.
+func (r *sourceReader[T]) awaitRoom(ctx context.Context) (int, bool) {
+	for {
+		r.mu.Lock()
+		backlog := len(r.fetched)
+		r.mu.Unlock()
+		if backlog < maxBacklog {
+			return backlog, true
+		}
+		select {
+		case <-ctx.Done():
+			return backlog, false
+		case <-r.taken:
+		}
+	}
+}
+
+// maxBacklog bounds fetched: the fetch goroutine waits while this many batches wait for the task, and
+// goes on when the task takes one (taken).
+const maxBacklog = 4
 
 func (r *sourceReader[T]) signal() {
 	select {
@@ -708,6 +723,10 @@ func (r *sourceReader[T]) PollNext(out runnel.Collector[T]) (runnel.InputStatus,
 		} else {
 			r.fetched[0] = fetched{}
 			r.fetched = r.fetched[1:]
+			select {
+			case r.taken <- struct{}{}:
+			default:
+			}
 		}
 		batch = &f
 	}
