@@ -16,10 +16,15 @@
 # engine's median as a fraction of its own generator's limit; the setup of each side (parallelism, heap,
 # collector, state backend, object reuse, Go and JVM versions) and the machine's load are printed with it.
 #
+# Flink runs each query under each of FLINK_TUNINGS, one after the other in its turn: "nexmark", the Nexmark
+# suite's own table options (mini-batch aggregation, split distinct aggregation), and "none", Flink's
+# defaults. Neither is better on every query on this machine, so Flink's figure for a query is the tuning
+# with the better median, named in the table, with the other's median beside it.
+#
 # Usage: bench/flink/nexmark.sh [QUERY...]   (default: every query of `runnel bench nexmark`; from anywhere;
 #                                            Go, Java 17+, Maven, python3)
 # Environment: EVENTS (10000000), WARMUP_EVENTS (2000000), ROUNDS (3), LIMIT_RUNS (5: runs of each generator
-# alone per round; a run takes about a second), CHECKPOINT_INTERVAL (0: none; e.g.
+# alone per round; a run takes about a second), FLINK_TUNINGS ("nexmark none"), CHECKPOINT_INTERVAL (0: none; e.g.
 # 1s for both engines), OUT (a directory for the raw JSON lines and Flink's logs; default a new one under
 # /tmp, printed).
 set -euo pipefail
@@ -30,6 +35,7 @@ warmup_events=${WARMUP_EVENTS:-2000000}
 rounds=${ROUNDS:-3}
 limit_runs=${LIMIT_RUNS:-5}
 interval=${CHECKPOINT_INTERVAL:-0}
+read -r -a tunings <<<"${FLINK_TUNINGS:-nexmark none}"
 out=${OUT:-$(mktemp -d /tmp/runnel-nexmark-bench.XXXXXX)}
 mkdir -p "$out"
 for tool in go java mvn python3; do
@@ -76,8 +82,11 @@ for round in $(seq "$rounds"); do
 				record runnel "$round" "$q" "$("$out/runnel" bench nexmark --query "$q" --events "$events" --runs 1 \
 					--warmup 1 --warmup-events "$warmup_events" --checkpoint-interval "$interval" --json)"
 			else
-				record flink "$round" "$q" "$(java -jar "$jar" nexmark --query "$q" "${common[@]}" --runs 1 --warmup 1 \
-					--warmup-events "$warmup_events" --checkpoint-interval "$interval" --json 2>>"$out/flink.log" | tail -n 1)"
+				for t in "${tunings[@]}"; do
+					record flink "$round" "$q" "$(java -jar "$jar" nexmark --query "$q" "${common[@]}" --runs 1 --warmup 1 \
+						--warmup-events "$warmup_events" --checkpoint-interval "$interval" --tuning "$t" --json \
+						2>>"$out/flink.log" | tail -n 1)"
+				done
 			fi
 		done
 	done
@@ -86,13 +95,16 @@ done
 python3 - "$raw" "$events" "$warmup_events" "$rounds" "$interval" "$commit" <<'PY'
 import json, statistics, sys
 raw, events, warmup, rounds, interval, commit = sys.argv[1:]
-runs = {}  # (engine, query) -> [(round, events/s)]
+runs = {}  # (engine, query) -> [(round, events/s)]; Flink's engine is "flink/" + its tuning
 best = {}  # engine -> the best single run of its generator alone
 loads, setup = [], {}
 for line in open(raw):
     d = json.loads(line)
     r = d["result"]
-    runs.setdefault((d["engine"], d["query"]), []).append((d["round"], r["events_per_s"]))
+    engine = d["engine"]
+    if engine == "flink" and d["query"] != "limit":
+        engine = "flink/" + r.get("tuning", "nexmark")
+    runs.setdefault((engine, d["query"]), []).append((d["round"], r["events_per_s"]))
     if d["query"] == "limit":
         best[d["engine"]] = max(best.get(d["engine"], 0), r.get("events_per_s_max", r["events_per_s"]))
     loads.append(float(d["load"]))
@@ -127,14 +139,21 @@ rl, fll = best.get("runnel", 0), best.get("flink", 0)
 print("Generator alone, events/s, medians of the rounds' medians [range]: Runnel %s, Java %s; the limit, the best"
       " single run: Runnel %.2f M, Java %.2f M" % (fmt(values("runnel", "limit")), fmt(values("flink", "limit")), rl / 1e6, fll / 1e6))
 print()
-print("| query | Runnel events/s | Flink events/s | Runnel / Flink | Runnel / its limit | Flink / its limit |")
-print("|---|---|---|---|---|---|")
+tunings = sorted({e[len("flink/"):] for (e, _) in runs if e.startswith("flink/")})
+print("Flink's tunings: %s; per query the one with the better median" % ", ".join(tunings))
+print()
+print("| query | Runnel events/s | Flink events/s (tuning) | Runnel / Flink | Runnel / its limit | Flink / its limit | Flink, other tunings |")
+print("|---|---|---|---|---|---|---|")
 for q in queries:
-    r, f = dict(runs.get(("runnel", q), [])), dict(runs.get(("flink", q), []))
-    if not r or not f:
+    r = dict(runs.get(("runnel", q), []))
+    fs = {t: dict(runs[("flink/" + t, q)]) for t in tunings if ("flink/" + t, q) in runs}
+    if not r or not fs:
         continue
+    t = max(fs, key=lambda t: med(fs[t].values()))
+    f = fs[t]
     per_round = [r[k] / f[k] for k in r if k in f]
-    print("| %s | %s | %s | **%.1f×** [%.1f–%.1f] | %.2f | %.2f |" % (
-        q, fmt(list(r.values())), fmt(list(f.values())), med(r.values()) / med(f.values()),
-        min(per_round), max(per_round), med(r.values()) / rl, med(f.values()) / fll))
+    others = ", ".join("%s %.2f M" % (o, med(fs[o].values()) / 1e6) for o in fs if o != t) or "–"
+    print("| %s | %s | %s (%s) | **%.1f×** [%.1f–%.1f] | %.2f | %.2f | %s |" % (
+        q, fmt(list(r.values())), fmt(list(f.values())), t, med(r.values()) / med(f.values()),
+        min(per_round), max(per_round), med(r.values()) / rl, med(f.values()) / fll, others))
 PY

@@ -149,6 +149,7 @@ public final class Main {
         out.println("  nexmark      --query Q (q0 … q22 but q10) (--input FILE (JSON lines) | --events N [--seed S])");
         out.println("               [--output FILE (JSON lines)] | --query Q1,Q2,... --input FILE --output-dir DIR (DIR/Q.jsonl each)");
         out.println("               --out-of-orderness 4s --parallelism 2 --checkpoint-interval 0 (off) [--json]");
+        out.println("               --tuning nexmark (the Nexmark suite's table options: mini-batch, split distinct) | none");
         out.println("               without --output: into a blackhole sink, printing events/s; --runs 1 measured runs");
         out.println("               (median and range) after --warmup 0 discarded runs of --warmup-events (--events) each");
         out.println("  nexmark-limit  --events 10000000 --parallelism 2 --runs 3 --warmup 1: the generator alone on");
@@ -619,8 +620,9 @@ public final class Main {
         int warmup = (int) longFlag(f, "warmup", 0);
         long warmupEvents = longFlag(f, "warmup-events", events);
         String outputDir = f.get("output-dir");
+        NexmarkJob.Tuning tuning = NexmarkJob.Tuning.of(f.getOrDefault("tuning", "nexmark"));
         checkUnused(f, "query", "input", "output", "output-dir", "parallelism", "out-of-orderness", "checkpoint-interval", "events",
-                "seed", "runs", "warmup", "warmup-events");
+                "seed", "runs", "warmup", "warmup-events", "tuning");
         if (outputDir != null) {
             // Several queries over one file in one JVM: DIR/Q.jsonl each (the equality test's way, which
             // saves a JVM and a MiniCluster start per query).
@@ -629,7 +631,7 @@ public final class Main {
             }
             List<Object> written = new ArrayList<>();
             for (String q : query.split(",")) {
-                NexmarkJob.Options o = new NexmarkJob.Options(Query.of(q), p, bound, ckptMs);
+                NexmarkJob.Options o = new NexmarkJob.Options(Query.of(q), p, bound, ckptMs, tuning);
                 written.add(NexmarkJob.run(o, nexmarkSource(input, 0, p, seed), Path.of(outputDir, q + ".jsonl")).get("output"));
             }
             Map<String, Object> r = new java.util.LinkedHashMap<>();
@@ -649,7 +651,7 @@ public final class Main {
         if (output != null && runs + warmup > 1) {
             throw new IllegalArgumentException("nexmark: --output writes one result: leave out --runs and --warmup");
         }
-        NexmarkJob.Options o = new NexmarkJob.Options(Query.of(query), p, bound, ckptMs);
+        NexmarkJob.Options o = new NexmarkJob.Options(Query.of(query), p, bound, ckptMs, tuning);
         // Warm-up runs go through the same JVM first (JIT, class loading, heap sizing) and are discarded.
         for (int i = 0; i < warmup; i++) {
             NexmarkJob.run(o, nexmarkSource(input, warmupEvents, p, seed), null);

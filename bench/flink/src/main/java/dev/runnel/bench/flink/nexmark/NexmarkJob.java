@@ -15,6 +15,8 @@ import org.apache.flink.table.api.Table;
 import org.apache.flink.table.api.TableDescriptor;
 import org.apache.flink.table.api.TableResult;
 import org.apache.flink.table.api.bridge.java.StreamTableEnvironment;
+import org.apache.flink.table.api.config.ExecutionConfigOptions;
+import org.apache.flink.table.api.config.OptimizerConfigOptions;
 import org.apache.flink.table.api.config.TableConfigOptions;
 import org.apache.flink.types.Row;
 
@@ -54,8 +56,12 @@ import java.util.stream.Stream;
 public final class NexmarkJob {
     private NexmarkJob() {}
 
-    /** What to run: the query, the parallelism, the watermark bound and the checkpoint interval (0 = off). */
-    public record Options(Query query, int parallelism, long outOfOrdernessMs, long checkpointIntervalMs) {
+    /**
+     * What to run: the query, the parallelism, the watermark bound, the checkpoint interval (0 = off)
+     * and the table tuning ({@link #tuning}).
+     */
+    public record Options(Query query, int parallelism, long outOfOrdernessMs, long checkpointIntervalMs,
+                          Tuning tuning) {
         /** Checks the options. */
         public Options {
             if (parallelism < 1) {
@@ -65,6 +71,48 @@ public final class NexmarkJob {
                 throw new IllegalArgumentException("--checkpoint-interval must not be negative");
             }
             QueryTables.watermarkExpr(outOfOrdernessMs); // checks the bound
+            if (tuning == null) {
+                throw new IllegalArgumentException("no table tuning");
+            }
+        }
+
+        /** The options with the Nexmark suite's tuning. */
+        public Options(Query query, int parallelism, long outOfOrdernessMs, long checkpointIntervalMs) {
+            this(query, parallelism, outOfOrdernessMs, checkpointIntervalMs, Tuning.NEXMARK);
+        }
+    }
+
+    /**
+     * The table options the planner gets beyond Flink's defaults. NEXMARK is the Nexmark suite's own
+     * configuration for Flink (its conf/config.yaml): mini-batch aggregation (2 s, 50,000 rows) and
+     * split distinct aggregation, which Flink's tuning guide recommends for such queries. NONE leaves
+     * Flink's defaults, to show what the tuning is worth.
+     */
+    public enum Tuning {
+        NEXMARK, NONE;
+
+        /** Parses a --tuning value: nexmark or none. */
+        public static Tuning of(String s) {
+            return switch (s) {
+                case "nexmark" -> NEXMARK;
+                case "none" -> NONE;
+                default -> throw new IllegalArgumentException("--tuning must be nexmark or none, got " + s);
+            };
+        }
+
+        void apply(Configuration conf) {
+            if (this == NEXMARK) {
+                conf.set(ExecutionConfigOptions.TABLE_EXEC_MINIBATCH_ENABLED, true);
+                conf.set(ExecutionConfigOptions.TABLE_EXEC_MINIBATCH_ALLOW_LATENCY, Duration.ofSeconds(2));
+                conf.set(ExecutionConfigOptions.TABLE_EXEC_MINIBATCH_SIZE, 50_000L);
+                conf.set(OptimizerConfigOptions.TABLE_OPTIMIZER_DISTINCT_AGG_SPLIT_ENABLED, true);
+            }
+        }
+
+        /** What the tuning sets, for the result line. */
+        public String describe() {
+            return this == NEXMARK ? "the Nexmark suite's table tuning (mini-batch 2 s / 50000, split distinct)"
+                    : "Flink's default table options";
         }
     }
 
@@ -143,6 +191,7 @@ public final class NexmarkJob {
         r.put("parallelism", o.parallelism());
         r.put("out_of_orderness_ms", o.outOfOrdernessMs());
         r.put("checkpoint_interval_ms", o.checkpointIntervalMs());
+        r.put("tuning", o.tuning().name().toLowerCase(java.util.Locale.ROOT));
         r.put("sink", output == null ? "blackhole" : "json-lines");
 
         Path ckptDir = Files.createTempDirectory("runnel-flink-nexmark-");
@@ -150,6 +199,7 @@ public final class NexmarkJob {
             StreamExecutionEnvironment env =
                     StreamExecutionEnvironment.createLocalEnvironment(o.parallelism(), config(o, ckptDir));
             StreamTableEnvironment tEnv = StreamTableEnvironment.create(env);
+            o.tuning().apply(tEnv.getConfig().getConfiguration());
             source.register(env, tEnv, o.outOfOrdernessMs());
 
             long t0 = System.nanoTime();
@@ -236,10 +286,10 @@ public final class NexmarkJob {
         b.append(r.get("query")).append(": ").append(r.get("events")).append(" events from ").append(r.get("source"));
         if (r.containsKey("runs_events_per_s")) {
             b.append(String.format(", median %,d events/s [%,d–%,d] of runs %s after %s warm-up run(s) (parallelism %s,"
-                            + " heap %d MiB, %s state, %s)",
+                            + " heap %d MiB, %s state, %s tuning, %s)",
                     (Long) r.get("events_per_s"), (Long) r.get("events_per_s_min"), (Long) r.get("events_per_s_max"),
                     r.get("runs_events_per_s"), r.get("warmup_runs"), r.get("parallelism"),
-                    ((Long) r.get("heap_max_bytes")) >> 20, r.get("state_backend"), r.get("jvm")));
+                    ((Long) r.get("heap_max_bytes")) >> 20, r.get("state_backend"), r.get("tuning"), r.get("jvm")));
         } else if (r.containsKey("events_per_s")) {
             b.append(String.format(", %,d events/s (net runtime %d ms, parallelism %s)",
                     (Long) r.get("events_per_s"), (Long) r.get("net_runtime_ms"), r.get("parallelism")));
