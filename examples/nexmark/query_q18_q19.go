@@ -163,7 +163,7 @@ func (t *topTen) ProcessElement(ctx runnel.KeyedContext[int64], b Bid, out runne
 		h.Timer = b.DateTime + idleRetentionMillis
 		ts.RegisterEventTimeTimer(h.Timer)
 	}
-	if h.N == TopBids && !(b.Price > h.LastPrice || b.Price == h.LastPrice && b.DateTime < h.LastDateTime) {
+	if last := (Bid{Price: h.LastPrice, DateTime: h.LastDateTime}); h.N == TopBids && !ranksBefore(&b, &last) {
 		if b.DateTime > h.Latest {
 			h.Latest = b.DateTime
 			t.head.Update(h)
