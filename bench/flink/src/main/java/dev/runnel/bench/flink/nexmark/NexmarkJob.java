@@ -108,12 +108,6 @@ public final class NexmarkJob {
                 conf.set(OptimizerConfigOptions.TABLE_OPTIMIZER_DISTINCT_AGG_SPLIT_ENABLED, true);
             }
         }
-
-        /** What the tuning sets, for the result line. */
-        public String describe() {
-            return this == NEXMARK ? "the Nexmark suite's table tuning (mini-batch 2 s / 50000, split distinct)"
-                    : "Flink's default table options";
-        }
     }
 
     /** The events a job reads: it registers the table {@code events} and its views. */
