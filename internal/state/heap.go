@@ -107,8 +107,12 @@ func (st *heapStore) registerFlags(name string, t heapTable, flags byte) error {
 // heapBackend is the heap KeyedBackend.
 type heapBackend[K comparable] struct {
 	heapStore
-	kc    codec.Codec[K]
-	slots map[K]int32 // the live keys' slots
+	kc codec.Codec[K]
+	// The live keys' slots: in ints for keys of one 8-byte integer word (the per-record lookup of the
+	// common int64 key then costs a multiply and a probe or two in a flat table), in slots for every
+	// other key type. Exactly one of the two is set.
+	ints  *intIndex
+	slots map[K]int32
 	// keys and gens hold, per slot, the key and its generation: odd while the slot is live, even while it
 	// is free; allocating or freeing a slot increments it. Snapshots share both slices (the keys are
 	// what a capture's slots mean, the generations tell the key order cache which of its entries still
@@ -119,9 +123,6 @@ type heapBackend[K comparable] struct {
 	free      []int32 // free slots, taken by newSlot before the slices grow; at most len(keys)
 	enc       []byte  // scratch for encoding a new key
 	dec       K
-	// ints caches slots for 8-byte integer keys in a flat open-addressing table, in front of slots: the
-	// per-record lookup of the common int64 key then costs a multiply and a probe or two.
-	ints *intIndex
 	// order is the canonical order of the keys as the last snapshot writer left it, for the next one.
 	order keyOrder
 }
@@ -136,7 +137,6 @@ func NewHeap[K comparable](o Options[K]) (KeyedBackend[K], error) {
 		heapStore: heapStore{declarations: declarations{owner: o.Owner}, cur: -1, groups: g, tables: make(map[string]heapTable),
 			pending: make(map[string]*rawTable), epoch: 1, now: clockOr(o.Now), ttl: make(map[string]int64)},
 		kc:        kc,
-		slots:     make(map[K]int32),
 		keysEpoch: 1,
 	}
 	b.slotOf = b.slotOfEncoded
@@ -147,30 +147,46 @@ func NewHeap[K comparable](o Options[K]) (KeyedBackend[K], error) {
 			b.ints = newIntIndex()
 		}
 	}
+	if b.ints == nil {
+		b.slots = make(map[K]int32)
+	}
 	return b, nil
+}
+
+// lookup returns k's slot, and false when k has none.
+func (b *heapBackend[K]) lookup(k K) (int32, bool) {
+	if b.ints != nil {
+		return b.ints.get(*(*uint64)(unsafe.Pointer(&k)))
+	}
+	s, ok := b.slots[k]
+	return s, ok
+}
+
+// index records s as k's slot.
+func (b *heapBackend[K]) index(k K, s int32) {
+	if b.ints != nil {
+		b.ints.put(*(*uint64)(unsafe.Pointer(&k)), s)
+		return
+	}
+	b.slots[k] = s
+}
+
+// unindex removes k's slot.
+func (b *heapBackend[K]) unindex(k K) {
+	if b.ints != nil {
+		b.ints.del(*(*uint64)(unsafe.Pointer(&k)))
+		return
+	}
+	delete(b.slots, k)
 }
 
 func (b *heapBackend[K]) store() any { return &b.heapStore }
 
-// SetCurrentKey implements KeyedBackend. A known key costs one map lookup; a new key is encoded once to
+// SetCurrentKey implements KeyedBackend. A known key costs one lookup; a new key is encoded once to
 // check its key group, and first frees the slots left without state (the previous current key's among
 // them).
 func (b *heapBackend[K]) SetCurrentKey(k K) {
-	if b.ints != nil {
-		x := *(*uint64)(unsafe.Pointer(&k))
-		if s, ok := b.ints.get(x); ok {
-			b.cur = s
-			return
-		}
-		s, ok := b.slots[k]
-		if !ok {
-			s = b.newSlot(k)
-		}
-		b.ints.put(x, s)
-		b.cur = s
-		return
-	}
-	s, ok := b.slots[k]
+	s, ok := b.lookup(k)
 	if !ok {
 		s = b.newSlot(k)
 	}

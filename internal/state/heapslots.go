@@ -3,7 +3,6 @@ package state
 import (
 	"fmt"
 	"slices"
-	"unsafe"
 )
 
 // incRef records that one more table (or timer) holds state for slot.
@@ -118,7 +117,7 @@ func (b *heapBackend[K]) addSlot(k K) int32 {
 		b.refs = append(b.refs, 0)
 		b.marked = append(b.marked, false)
 	}
-	b.slots[k] = s
+	b.index(k, s)
 	return s
 }
 
@@ -135,10 +134,7 @@ func (b *heapBackend[K]) ownKeys() {
 // zeroed (so that the key can be collected) and goes on the free list.
 func (b *heapBackend[K]) freeSlotAt(s int32) {
 	k := b.keys[s]
-	delete(b.slots, k)
-	if b.ints != nil {
-		b.ints.del(*(*uint64)(unsafe.Pointer(&k)))
-	}
+	b.unindex(k)
 	b.ownKeys()
 	var zero K
 	b.keys[s] = zero
@@ -151,7 +147,7 @@ func (b *heapBackend[K]) slotOfEncoded(enc []byte) (int32, error) {
 	if err := b.kc.Decode(enc, &b.dec); err != nil {
 		return 0, fmt.Errorf("decode key: %w", err)
 	}
-	if s, ok := b.slots[b.dec]; ok {
+	if s, ok := b.lookup(b.dec); ok {
 		return s, nil
 	}
 	if len(b.free) == 0 && len(b.keys) >= maxSlots {
