@@ -3,6 +3,7 @@ package state
 import (
 	"maps"
 	"slices"
+	"unsafe"
 )
 
 // smallMapMax is the most entries a key's map keeps in a slice before it becomes a Go map.
@@ -11,12 +12,182 @@ const smallMapMax = 8
 // smallMap is one key's map of map or list map state on the heap. Up to smallMapMax entries sit in a
 // slice, searched in order: a window operator's key is in a few windows, and comparing a few keys costs
 // less than hashing one, while a Go map of one entry is an allocation of a whole group of eight. Beyond
-// that it is a Go map. The zero value is an empty map; a nil *smallMap reads as one.
+// that, a map keyed by an 8-byte integer becomes a flatMap, any other a Go map. The zero value is an
+// empty map; a nil *smallMap reads as one.
 type smallMap[K comparable, V any] struct {
-	es []smallEntry[K, V] // nil once m is made
-	m  map[K]V
+	es   []smallEntry[K, V] // nil once m or flat is made
+	m    map[K]V
+	flat *flatMap[K, V]
 	// changes counts sets and deletes, so that all can tell that a function it calls changed the map.
 	changes uint32
+}
+
+// flatMap is a map keyed by an 8-byte integer: open addressing with linear probing, at most half full,
+// so that a probe ends within a few entries. A lookup goes from the key's smallMap to the flatMap and
+// to the entry, where a Go map adds its directory and table; over many keys each with a map of its own
+// (q16's distinct bidders per channel), every step is a cache miss. Deletes shift later entries of the
+// probe run back (no tombstones), so lookups do not slow down as keys come and go.
+type flatMap[K comparable, V any] struct {
+	tab []flatEntry[K, V]
+	n   int
+	// shared says that an iteration (all) may hold tab: a change then writes a copy, so that the iteration
+	// goes on over the table as it was. iters counts the iterations under way; the last to end clears
+	// shared.
+	shared bool
+	iters  int
+}
+
+// flatEntry is an entry of a flatMap's table.
+type flatEntry[K comparable, V any] struct {
+	k    K
+	v    V
+	used bool
+}
+
+// flatKeyed reports whether maps keyed by K grow into a flatMap: K is an 8-byte integer, whose bits are
+// its identity.
+func flatKeyed[K comparable]() bool {
+	switch any(*new(K)).(type) {
+	case int64, uint64, int, uint:
+		return unsafe.Sizeof(*new(K)) == 8
+	}
+	return false
+}
+
+// flatHome is k's first position in a table of mask+1 entries; k is an 8-byte integer (flatKeyed).
+// Runs of 1<<flatRunBits consecutive integers keep their order in as many consecutive entries, at a
+// position hashed from the run: ids handed out in sequence (auctions, persons) and read around the
+// newest ones then share cache lines, as they would not each at a hashed place, while keys with a common
+// stride still spread over the table.
+func flatHome[K comparable](k K, mask int) int {
+	x := *(*uint64)(unsafe.Pointer(&k))
+	run := x >> flatRunBits
+	run ^= run >> 33
+	run *= 0xff51afd7ed558ccd
+	run ^= run >> 33
+	return int((run<<flatRunBits | x&(1<<flatRunBits-1)) & uint64(mask))
+}
+
+// flatRunBits sets the runs of consecutive keys that flatHome keeps together: 16.
+const flatRunBits = 4
+
+// newFlatMap returns a flatMap holding es.
+func newFlatMap[K comparable, V any](es []smallEntry[K, V]) *flatMap[K, V] {
+	f := &flatMap[K, V]{tab: make([]flatEntry[K, V], 4*smallMapMax)}
+	for _, e := range es {
+		f.set(e.k, e.v)
+	}
+	return f
+}
+
+// find returns the position of k in tab, or of the empty entry where it would go.
+func (f *flatMap[K, V]) find(k K) (int, bool) {
+	tab := f.tab
+	mask := len(tab) - 1
+	for i := flatHome(k, mask); ; i = (i + 1) & mask {
+		e := &tab[i]
+		if !e.used {
+			return i, false
+		}
+		if e.k == k {
+			return i, true
+		}
+	}
+}
+
+func (f *flatMap[K, V]) get(k K) (V, bool) {
+	if i, ok := f.find(k); ok {
+		return f.tab[i].v, true
+	}
+	var zero V
+	return zero, false
+}
+
+// own makes tab safe to change in place: a copy when an iteration holds it.
+func (f *flatMap[K, V]) own() {
+	if f.shared {
+		f.tab = slices.Clone(f.tab)
+		f.shared = false
+	}
+}
+
+// set stores v under k, doubling the table first if that would make it more than half full.
+func (f *flatMap[K, V]) set(k K, v V) {
+	i, ok := f.find(k)
+	if ok {
+		f.own()
+		f.tab[i].v = v
+		return
+	}
+	if 2*(f.n+1) > len(f.tab) {
+		old := f.tab
+		f.tab, f.shared = make([]flatEntry[K, V], 2*len(old)), false
+		for j := range old {
+			if old[j].used {
+				at, _ := f.find(old[j].k)
+				f.tab[at] = old[j]
+			}
+		}
+		i, _ = f.find(k)
+	} else {
+		f.own()
+	}
+	f.tab[i] = flatEntry[K, V]{k: k, v: v, used: true}
+	f.n++
+}
+
+// del removes k, if there, shifting later entries of its probe run back into the hole.
+func (f *flatMap[K, V]) del(k K) bool {
+	i, ok := f.find(k)
+	if !ok {
+		return false
+	}
+	f.own()
+	tab, mask := f.tab, len(f.tab)-1
+	for j := (i + 1) & mask; tab[j].used; j = (j + 1) & mask {
+		// The entry at j may move into the hole at i only if its home is not in (i, j] (cyclically):
+		// otherwise a lookup starting at its home would stop at the hole before reaching it.
+		if h := flatHome(tab[j].k, mask); (j-h)&mask >= (j-i)&mask {
+			tab[i] = tab[j]
+			i = j
+		}
+	}
+	tab[i] = flatEntry[K, V]{}
+	f.n--
+	return true
+}
+
+// all yields every entry, with smallMap.all's semantics. It ranges over the table as it is now: a change
+// from yield writes a copy (own), so this one stays as it was; once the map changed, each entry is looked
+// up again before it is yielded.
+func (f *flatMap[K, V]) all(yield func(K, V) bool, changes *uint32) {
+	tab, at := f.tab, *changes
+	f.shared = true
+	f.iters++
+	defer f.endIteration()
+	for i := range tab {
+		e := &tab[i]
+		if !e.used {
+			continue
+		}
+		v := e.v
+		if *changes != at {
+			var ok bool
+			if v, ok = f.get(e.k); !ok {
+				continue
+			}
+		}
+		if !yield(e.k, v) {
+			return
+		}
+	}
+}
+
+// endIteration ends an iteration: after the last, none holds a table.
+func (f *flatMap[K, V]) endIteration() {
+	if f.iters--; f.iters == 0 {
+		f.shared = false
+	}
 }
 
 type smallEntry[K comparable, V any] struct {
@@ -25,12 +196,16 @@ type smallEntry[K comparable, V any] struct {
 }
 
 // isNil reports whether the map was never written (or was dropped).
-func (s *smallMap[K, V]) isNil() bool { return s == nil || (s.es == nil && s.m == nil) }
+func (s *smallMap[K, V]) isNil() bool {
+	return s == nil || (s.es == nil && s.m == nil && s.flat == nil)
+}
 
 func (s *smallMap[K, V]) len() int {
 	switch {
 	case s == nil:
 		return 0
+	case s.flat != nil:
+		return s.flat.n
 	case s.m != nil:
 		return len(s.m)
 	}
@@ -39,6 +214,9 @@ func (s *smallMap[K, V]) len() int {
 
 func (s *smallMap[K, V]) get(k K) (V, bool) {
 	if s != nil {
+		if s.flat != nil {
+			return s.flat.get(k)
+		}
 		if s.m != nil {
 			v, ok := s.m[k]
 			return v, ok
@@ -56,6 +234,10 @@ func (s *smallMap[K, V]) get(k K) (V, bool) {
 // set stores v under k; the map must be writable (heapMaps.writableAt).
 func (s *smallMap[K, V]) set(k K, v V) {
 	s.changes++
+	if s.flat != nil {
+		s.flat.set(k, v)
+		return
+	}
 	if s.m != nil {
 		s.m[k] = v
 		return
@@ -70,6 +252,12 @@ func (s *smallMap[K, V]) set(k K, v V) {
 		s.es = append(s.es, smallEntry[K, V]{k, v})
 		return
 	}
+	if flatKeyed[K]() {
+		s.flat = newFlatMap(s.es)
+		s.flat.set(k, v)
+		s.es = nil
+		return
+	}
 	s.m = make(map[K]V)
 	for _, e := range s.es {
 		s.m[e.k] = e.v
@@ -81,6 +269,9 @@ func (s *smallMap[K, V]) set(k K, v V) {
 // del removes k and reports whether it was there; the map must be writable.
 func (s *smallMap[K, V]) del(k K) bool {
 	s.changes++
+	if s.flat != nil {
+		return s.flat.del(k)
+	}
 	if s.m != nil {
 		if _, ok := s.m[k]; !ok {
 			return false
@@ -102,6 +293,9 @@ func (s *smallMap[K, V]) del(k K) bool {
 
 // clone returns a copy that shares nothing the copy may change in place.
 func (s *smallMap[K, V]) clone() smallMap[K, V] {
+	if s.flat != nil {
+		return smallMap[K, V]{flat: &flatMap[K, V]{tab: slices.Clone(s.flat.tab), n: s.flat.n}}
+	}
 	if s.m != nil {
 		return smallMap[K, V]{m: maps.Clone(s.m)}
 	}
@@ -114,6 +308,8 @@ func (s *smallMap[K, V]) clone() smallMap[K, V] {
 func (s *smallMap[K, V]) all(yield func(K, V) bool) {
 	switch {
 	case s == nil:
+	case s.flat != nil:
+		s.flat.all(yield, &s.changes)
 	case s.m != nil:
 		for k, v := range s.m {
 			if !yield(k, v) {
