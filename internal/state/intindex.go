@@ -4,7 +4,9 @@ package state
 // probe ends within a few entries. A freed key is deleted by backward shift (the entries after it that
 // would no longer be found move back), so there are no tombstones and lookups never slow down with rolling
 // keys. A key and its slot share an entry, so a lookup touches one cache line. It grows by doubling at half
-// full and never shrinks: its size follows the peak of live keys.
+// full and never shrinks: its size follows the peak of live keys. Its home positions keep runs of
+// consecutive keys together, as flatHome's do: keyed streams of sequential ids (auctions, persons) mostly
+// touch the newest, whose entries then share cache lines.
 type intIndex struct {
 	entries []intEntry
 	mask    uint64
@@ -22,10 +24,11 @@ func newIntIndex() *intIndex {
 }
 
 func (x *intIndex) home(k uint64) uint64 {
-	k ^= k >> 33
-	k *= 0xff51afd7ed558ccd
-	k ^= k >> 33
-	return k & x.mask
+	run := k >> flatRunBits
+	run ^= run >> 33
+	run *= 0xff51afd7ed558ccd
+	run ^= run >> 33
+	return (run<<flatRunBits | k&(1<<flatRunBits-1)) & x.mask
 }
 
 func (x *intIndex) get(k uint64) (int32, bool) {
