@@ -22,12 +22,7 @@ func heapOf[K comparable](t testing.TB, b KeyedBackend[K]) *heapBackend[K] {
 func liveSlots[K comparable](hb *heapBackend[K]) int { return len(hb.keys) - len(hb.free) }
 
 // indexedKeys is the number of keys in hb's slot index.
-func indexedKeys[K comparable](hb *heapBackend[K]) int {
-	if hb.ints != nil {
-		return hb.ints.n
-	}
-	return len(hb.slots)
-}
+func indexedKeys[K comparable](hb *heapBackend[K]) int { return hb.idx.len() }
 
 // TestHeapSlotsFreed: a key's slot is freed once its last state of any kind, or its last timer, is gone,
 // not before, and never while the key is current (a function may Clear and then Update the same key): at

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"sort"
-	"unsafe"
 
 	"github.com/runnel-dev/runnel/codec"
 )
@@ -108,11 +107,8 @@ func (st *heapStore) registerFlags(name string, t heapTable, flags byte) error {
 type heapBackend[K comparable] struct {
 	heapStore
 	kc codec.Codec[K]
-	// The live keys' slots: in ints for keys of one 8-byte integer word (the per-record lookup of the
-	// common int64 key then costs a multiply and a probe or two in a flat table), in slots for every
-	// other key type. Exactly one of the two is set.
-	ints  *intIndex
-	slots map[K]int32
+	// idx holds the live keys' slots.
+	idx keyIndex[K]
 	// keys and gens hold, per slot, the key and its generation: odd while the slot is live, even while it
 	// is free; allocating or freeing a slot increments it. Snapshots share both slices (the keys are
 	// what a capture's slots mean, the generations tell the key order cache which of its entries still
@@ -141,44 +137,12 @@ func NewHeap[K comparable](o Options[K]) (KeyedBackend[K], error) {
 	}
 	b.slotOf = b.slotOfEncoded
 	b.freeSlot = b.freeSlotAt
-	switch any(*new(K)).(type) {
-	case int64, uint64, int, uint:
-		if unsafe.Sizeof(*new(K)) == 8 {
-			b.ints = newIntIndex()
-		}
-	}
-	if b.ints == nil {
-		b.slots = make(map[K]int32)
-	}
+	b.idx = newKeyIndex[K]()
 	return b, nil
 }
 
 // lookup returns k's slot, and false when k has none.
-func (b *heapBackend[K]) lookup(k K) (int32, bool) {
-	if b.ints != nil {
-		return b.ints.get(*(*uint64)(unsafe.Pointer(&k)))
-	}
-	s, ok := b.slots[k]
-	return s, ok
-}
-
-// index records s as k's slot.
-func (b *heapBackend[K]) index(k K, s int32) {
-	if b.ints != nil {
-		b.ints.put(*(*uint64)(unsafe.Pointer(&k)), s)
-		return
-	}
-	b.slots[k] = s
-}
-
-// unindex removes k's slot.
-func (b *heapBackend[K]) unindex(k K) {
-	if b.ints != nil {
-		b.ints.del(*(*uint64)(unsafe.Pointer(&k)))
-		return
-	}
-	delete(b.slots, k)
-}
+func (b *heapBackend[K]) lookup(k K) (int32, bool) { return b.idx.lookup(k) }
 
 func (b *heapBackend[K]) store() any { return &b.heapStore }
 
@@ -318,7 +282,7 @@ func (b *heapBackend[K]) Sweep(now int64, budget int) (bool, error) {
 
 // Close implements KeyedBackend.
 func (b *heapBackend[K]) Close() error {
-	b.slots, b.keys, b.gens, b.refs, b.free, b.tables, b.pending, b.ints = nil, nil, nil, nil, nil, nil, nil, nil
+	b.idx, b.keys, b.gens, b.refs, b.free, b.tables, b.pending = keyIndex[K]{}, nil, nil, nil, nil, nil, nil
 	b.candidates, b.marked = nil, nil
 	b.cur = -1
 	return nil

@@ -117,7 +117,7 @@ func (b *heapBackend[K]) addSlot(k K) int32 {
 		b.refs = append(b.refs, 0)
 		b.marked = append(b.marked, false)
 	}
-	b.index(k, s)
+	b.idx.index(k, s)
 	return s
 }
 
@@ -134,7 +134,7 @@ func (b *heapBackend[K]) ownKeys() {
 // zeroed (so that the key can be collected) and goes on the free list.
 func (b *heapBackend[K]) freeSlotAt(s int32) {
 	k := b.keys[s]
-	b.unindex(k)
+	b.idx.unindex(k)
 	b.ownKeys()
 	var zero K
 	b.keys[s] = zero

@@ -1,12 +1,17 @@
 package state
 
+import (
+	"reflect"
+	"unsafe"
+)
+
 // intIndex maps 8-byte integer keys to slots: open addressing with linear probing, at most half full, so a
 // probe ends within a few entries. A freed key is deleted by backward shift (the entries after it that
 // would no longer be found move back), so there are no tombstones and lookups never slow down with rolling
 // keys. A key and its slot share an entry, so a lookup touches one cache line. It grows by doubling at half
-// full and never shrinks: its size follows the peak of live keys. Its home positions keep runs of
-// consecutive keys together, as flatHome's do: keyed streams of sequential ids (auctions, persons) mostly
-// touch the newest, whose entries then share cache lines.
+// full and never shrinks: its size follows the peak of live keys. Its homes keep runs of consecutive keys
+// together (runHash): keyed streams of sequential ids (auctions, persons) mostly touch the newest, whose
+// entries then share cache lines.
 type intIndex struct {
 	entries []intEntry
 	mask    uint64
@@ -23,12 +28,19 @@ func newIntIndex() *intIndex {
 	return &intIndex{entries: make([]intEntry, size), mask: size - 1}
 }
 
-func (x *intIndex) home(k uint64) uint64 {
-	run := k >> flatRunBits
+func (x *intIndex) home(k uint64) uint64 { return runHash(k) & x.mask }
+
+// runBits sets the runs of consecutive keys that runHash keeps together: 16.
+const runBits = 4
+
+// runHash hashes x so that runs of 1<<runBits consecutive values keep their order in as many consecutive
+// homes, at a place hashed from the run; values with a common stride still spread over the table.
+func runHash(x uint64) uint64 {
+	run := x >> runBits
 	run ^= run >> 33
 	run *= 0xff51afd7ed558ccd
 	run ^= run >> 33
-	return (run<<flatRunBits | k&(1<<flatRunBits-1)) & x.mask
+	return run<<runBits | x&(1<<runBits-1)
 }
 
 func (x *intIndex) get(k uint64) (int32, bool) {
@@ -92,4 +104,85 @@ func (x *intIndex) del(k uint64) {
 		}
 	}
 	x.entries[i] = intEntry{}
+}
+
+// intWords returns how many 8-byte words a key of type t is when its == is the equality of those words'
+// bits: 1 for an integer of 8 bytes or a struct or array holding one, 2 for two of them without padding or
+// blank fields, and so on; 0 for anything else (floats, whose == is not bitwise, strings, pointers,
+// smaller integers).
+func intWords(t reflect.Type) int {
+	switch t.Kind() {
+	case reflect.Int, reflect.Int64, reflect.Uint, reflect.Uint64, reflect.Uintptr:
+		if t.Size() == 8 {
+			return 1
+		}
+	case reflect.Struct:
+		n := 0
+		for i := range t.NumField() {
+			f := t.Field(i)
+			w := intWords(f.Type)
+			if w == 0 || f.Name == "_" {
+				return 0
+			}
+			n += w
+		}
+		if t.Size() == uintptr(8*n) {
+			return n
+		}
+	case reflect.Array:
+		return intWords(t.Elem()) * t.Len()
+	}
+	return 0
+}
+
+// keyIndex is the heap backend's index of live keys: an intIndex for keys of one integer word (intWords:
+// named integer types and structs of one integer too), a Go map for every other key type. Exactly one of
+// the two is set. Keys of two words stay in the Go map: a flat table of them, doubling as it grows,
+// measured slower on q18 (millions of new keys, each doubling a rehash into fresh memory), where the
+// Go map grows a small table at a time.
+type keyIndex[K comparable] struct {
+	ints  *intIndex
+	slots map[K]int32
+}
+
+func newKeyIndex[K comparable]() keyIndex[K] {
+	if intWords(reflect.TypeFor[K]()) == 1 {
+		return keyIndex[K]{ints: newIntIndex()}
+	}
+	return keyIndex[K]{slots: make(map[K]int32)}
+}
+
+// lookup returns k's slot, and false when k has none.
+func (x *keyIndex[K]) lookup(k K) (int32, bool) {
+	if x.ints != nil {
+		return x.ints.get(*(*uint64)(unsafe.Pointer(&k)))
+	}
+	s, ok := x.slots[k]
+	return s, ok
+}
+
+// index records s as k's slot.
+func (x *keyIndex[K]) index(k K, s int32) {
+	if x.ints != nil {
+		x.ints.put(*(*uint64)(unsafe.Pointer(&k)), s)
+		return
+	}
+	x.slots[k] = s
+}
+
+// unindex removes k's slot.
+func (x *keyIndex[K]) unindex(k K) {
+	if x.ints != nil {
+		x.ints.del(*(*uint64)(unsafe.Pointer(&k)))
+		return
+	}
+	delete(x.slots, k)
+}
+
+// len returns the number of indexed keys.
+func (x *keyIndex[K]) len() int {
+	if x.ints != nil {
+		return x.ints.n
+	}
+	return len(x.slots)
 }

@@ -54,22 +54,11 @@ func flatKeyed[K comparable]() bool {
 	return false
 }
 
-// flatHome is k's first position in a table of mask+1 entries; k is an 8-byte integer (flatKeyed).
-// Runs of 1<<flatRunBits consecutive integers keep their order in as many consecutive entries, at a
-// position hashed from the run: ids handed out in sequence (auctions, persons) and read around the
-// newest ones then share cache lines, as they would not each at a hashed place, while keys with a common
-// stride still spread over the table.
+// flatHome is k's first position in a table of mask+1 entries; k is an 8-byte integer (flatKeyed). The
+// hash keeps runs of consecutive keys together (runHash), as the key index does.
 func flatHome[K comparable](k K, mask int) int {
-	x := *(*uint64)(unsafe.Pointer(&k))
-	run := x >> flatRunBits
-	run ^= run >> 33
-	run *= 0xff51afd7ed558ccd
-	run ^= run >> 33
-	return int((run<<flatRunBits | x&(1<<flatRunBits-1)) & uint64(mask))
+	return int(runHash(*(*uint64)(unsafe.Pointer(&k))) & uint64(mask))
 }
-
-// flatRunBits sets the runs of consecutive keys that flatHome keeps together: 16.
-const flatRunBits = 4
 
 // newFlatMap returns a flatMap holding es.
 func newFlatMap[K comparable, V any](es []smallEntry[K, V]) *flatMap[K, V] {
