@@ -136,26 +136,31 @@ func intWords(t reflect.Type) int {
 }
 
 // keyIndex is the heap backend's index of live keys: an intIndex for keys of one integer word (intWords:
-// named integer types and structs of one integer too), a Go map for every other key type. Exactly one of
-// the two is set. Keys of two words stay in the Go map: a flat table of them, doubling as it grows,
-// measured slower on q18 (millions of new keys, each doubling a rehash into fresh memory), where the
-// Go map grows a small table at a time.
+// named integer types and structs of one integer too), a pairIndex for keys of two, a Go map for every
+// other key type. Exactly one of the three is set.
 type keyIndex[K comparable] struct {
 	ints  *intIndex
+	pairs *pairIndex
 	slots map[K]int32
 }
 
 func newKeyIndex[K comparable]() keyIndex[K] {
-	if intWords(reflect.TypeFor[K]()) == 1 {
+	switch intWords(reflect.TypeFor[K]()) {
+	case 1:
 		return keyIndex[K]{ints: newIntIndex()}
+	case 2:
+		return keyIndex[K]{pairs: newPairIndex()}
 	}
 	return keyIndex[K]{slots: make(map[K]int32)}
 }
 
 // lookup returns k's slot, and false when k has none.
 func (x *keyIndex[K]) lookup(k K) (int32, bool) {
-	if x.ints != nil {
+	switch {
+	case x.ints != nil:
 		return x.ints.get(*(*uint64)(unsafe.Pointer(&k)))
+	case x.pairs != nil:
+		return x.pairs.get(*(*[2]uint64)(unsafe.Pointer(&k)))
 	}
 	s, ok := x.slots[k]
 	return s, ok
@@ -163,26 +168,35 @@ func (x *keyIndex[K]) lookup(k K) (int32, bool) {
 
 // index records s as k's slot.
 func (x *keyIndex[K]) index(k K, s int32) {
-	if x.ints != nil {
+	switch {
+	case x.ints != nil:
 		x.ints.put(*(*uint64)(unsafe.Pointer(&k)), s)
-		return
+	case x.pairs != nil:
+		x.pairs.put(*(*[2]uint64)(unsafe.Pointer(&k)), s)
+	default:
+		x.slots[k] = s
 	}
-	x.slots[k] = s
 }
 
 // unindex removes k's slot.
 func (x *keyIndex[K]) unindex(k K) {
-	if x.ints != nil {
+	switch {
+	case x.ints != nil:
 		x.ints.del(*(*uint64)(unsafe.Pointer(&k)))
-		return
+	case x.pairs != nil:
+		x.pairs.del(*(*[2]uint64)(unsafe.Pointer(&k)))
+	default:
+		delete(x.slots, k)
 	}
-	delete(x.slots, k)
 }
 
 // len returns the number of indexed keys.
 func (x *keyIndex[K]) len() int {
-	if x.ints != nil {
+	switch {
+	case x.ints != nil:
 		return x.ints.n
+	case x.pairs != nil:
+		return x.pairs.n
 	}
 	return len(x.slots)
 }

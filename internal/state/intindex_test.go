@@ -36,8 +36,8 @@ func TestIntKeysManyAndNegative(t *testing.T) {
 	}
 }
 
-// TestPairKeysAgainstAMap drives the heap backend with struct keys of two integers through growth and
-// deletes (keys whose state is cleared free their slots) against a map.
+// TestPairKeysAgainstAMap drives the heap backend with struct keys of two integers (the pair index)
+// through growth and deletes (keys whose state is cleared free their slots) against a map.
 func TestPairKeysAgainstAMap(t *testing.T) {
 	type pair struct{ A, B int64 }
 	b, err := NewHeap(Options[pair]{MaxParallelism: 1, KeyGroupStart: 0, KeyGroupEnd: 0})
@@ -83,8 +83,8 @@ func TestPairKeysAgainstAMap(t *testing.T) {
 	}
 }
 
-// TestIntWords is how many integer words a key type is: keys of one get the int index, whatever their
-// type's name.
+// TestIntWords is how many integer words a key type is: keys of one get the int index, of two the pair
+// index, whatever their type's name.
 func TestIntWords(t *testing.T) {
 	type id int64
 	type pair struct{ A, B int64 }
@@ -128,7 +128,8 @@ func TestIntWords(t *testing.T) {
 	}
 }
 
-// TestNamedIntKeysAreIndexed: a key type defined on an integer, or a struct of one, gets the int index.
+// TestNamedIntKeysAreIndexed: a key type defined on an integer, or a struct of one, gets the int index; a
+// struct of two, the pair index.
 func TestNamedIntKeysAreIndexed(t *testing.T) {
 	type auctionID int64
 	type wrapped struct{ ID uint64 }
@@ -147,7 +148,77 @@ func TestNamedIntKeysAreIndexed(t *testing.T) {
 	if a.(*heapBackend[auctionID]).idx.ints == nil || w.(*heapBackend[wrapped]).idx.ints == nil {
 		t.Fatal("a named integer key type is not in the int index")
 	}
-	if s.(*heapBackend[struct{ A, B int64 }]).idx.slots == nil {
-		t.Fatal("a key of two integers is not in the Go map")
+	if s.(*heapBackend[struct{ A, B int64 }]).idx.pairs == nil {
+		t.Fatal("a key of two integers is not in the pair index")
+	}
+}
+
+// TestPairIndexAgainstAMap drives the pair index through inserts, updates and deletes against a Go map,
+// over key sets that split segments and double the directory many times: runs of consecutive first
+// words, a grid of small pairs, and random pairs, each with half its keys deleted and put back.
+func TestPairIndexAgainstAMap(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		key  func(i int, rng *rand.Rand) [2]uint64
+	}{
+		{"runs", func(i int, _ *rand.Rand) [2]uint64 { return [2]uint64{uint64(i), 20551} }},
+		{"grid", func(i int, _ *rand.Rand) [2]uint64 { return [2]uint64{uint64(i % 150), uint64(i / 150)} }},
+		{"random", func(_ int, rng *rand.Rand) [2]uint64 { return [2]uint64{rng.Uint64(), rng.Uint64() % 7} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rng := rand.New(rand.NewSource(11))
+			x := newPairIndex()
+			want := map[[2]uint64]int32{}
+			var keys [][2]uint64
+			check := func(stage string) {
+				t.Helper()
+				if x.n != len(want) {
+					t.Fatalf("%s: %d entries, want %d", stage, x.n, len(want))
+				}
+				for k, w := range want {
+					if s, ok := x.get(k); !ok || s != w {
+						t.Fatalf("%s: get(%v) = %d, %v; want %d", stage, k, s, ok, w)
+					}
+				}
+				for _, k := range keys {
+					_, in := want[k]
+					if _, ok := x.get(k); ok != in {
+						t.Fatalf("%s: get(%v) found %v, want %v", stage, k, ok, in)
+					}
+				}
+			}
+			for i := range 30000 {
+				k := tc.key(i, rng)
+				keys = append(keys, k)
+				x.put(k, int32(i))
+				want[k] = int32(i)
+			}
+			if x.depth < 4 {
+				t.Fatalf("directory depth %d after 30,000 keys: the segments did not split", x.depth)
+			}
+			check("inserted")
+			for i, k := range keys {
+				if i%2 == 0 {
+					x.del(k)
+					delete(want, k)
+				} else {
+					x.put(k, int32(i)+1e6) // slots are never negative
+					want[k] = int32(i) + 1e6
+				}
+			}
+			check("half deleted")
+			for i, k := range keys {
+				if i%4 == 0 {
+					x.put(k, int32(i))
+					want[k] = int32(i)
+				}
+			}
+			check("some put back")
+			for _, s := range x.dir {
+				if s.depth > x.depth || s.n > pairSegMax {
+					t.Fatalf("segment of depth %d (directory %d) with %d entries", s.depth, x.depth, s.n)
+				}
+			}
+		})
 	}
 }
