@@ -1,6 +1,8 @@
 package state
 
 import (
+	"bytes"
+	"io"
 	"math/rand"
 	"reflect"
 	"testing"
@@ -220,5 +222,57 @@ func TestPairIndexAgainstAMap(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPairKeysRestore: a snapshot of a backend keyed by pairs restores, into heap and pebble backends, with
+// every key found again through the restored pair index.
+func TestPairKeysRestore(t *testing.T) {
+	type pair struct{ A, B int64 }
+	o := Options[pair]{MaxParallelism: 4, KeyGroupStart: 0, KeyGroupEnd: 3}
+	b, err := NewHeap(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := NewValue[int64](b, "v", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range int64(5000) {
+		b.SetCurrentKey(pair{i / 7, i % 7})
+		v.Update(i)
+	}
+	write, err := b.Snapshot(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := write(&buf); err != nil {
+		t.Fatal(err)
+	}
+	for _, mk := range []func(Options[pair]) (KeyedBackend[pair], error){NewHeap[pair], NewPebble[pair]} {
+		o2 := o
+		o2.Dir = t.TempDir()
+		b2, err := mk(o2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v2, err := NewValue[int64](b2, "v", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b2.Restore([]io.Reader{bytes.NewReader(buf.Bytes())}); err != nil {
+			t.Fatal(err)
+		}
+		for i := range int64(5000) {
+			b2.SetCurrentKey(pair{i / 7, i % 7})
+			if got, ok := v2.Value(); !ok || got != i {
+				t.Fatalf("%T: key %v = %d, %v after restore; want %d", b2, pair{i / 7, i % 7}, got, ok, i)
+			}
+		}
+		if hb, ok := b2.(*heapBackend[pair]); ok && hb.idx.len() != 5000 {
+			t.Fatalf("restored pair index holds %d keys, want 5000", hb.idx.len())
+		}
+		b2.Close()
 	}
 }
