@@ -179,7 +179,7 @@ func (c *mapsCapture[MK, V]) entries(slot int, out *slotEmitter) error {
 	}
 	// Encode every entry into one arena, then slice it: the arena does not move once filled.
 	c.arena, c.spans = c.arena[:0], c.spans[:0]
-	for mk, v := range c.maps[slot].all {
+	for mk, v := range c.maps[slot].each {
 		var err error
 		k0 := len(c.arena)
 		if c.arena, err = c.kc.Append(c.arena, mk); err != nil {

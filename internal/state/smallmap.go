@@ -324,3 +324,30 @@ func (s *smallMap[K, V]) all(yield func(K, V) bool) {
 		}
 	}
 }
+
+// each yields every entry, in no particular order, and writes nothing: yield must not change the map. It
+// is the iteration of a map a checkpoint capture shares, which the snapshot writer ranges over on its own
+// goroutine while the task's may range over the same map (all keeps its bookkeeping in the map).
+func (s *smallMap[K, V]) each(yield func(K, V) bool) {
+	switch {
+	case s == nil:
+	case s.flat != nil:
+		for i := range s.flat.tab {
+			if e := &s.flat.tab[i]; e.used && !yield(e.k, e.v) {
+				return
+			}
+		}
+	case s.m != nil:
+		for k, v := range s.m {
+			if !yield(k, v) {
+				return
+			}
+		}
+	default:
+		for _, e := range s.es {
+			if !yield(e.k, e.v) {
+				return
+			}
+		}
+	}
+}

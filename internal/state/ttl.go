@@ -401,7 +401,7 @@ func newTTLMap[MK comparable, MV any](store any, name string, mk codec.Codec[MK]
 			}
 			m := &in.maps[slot]
 			dead = dead[:0]
-			for k, e := range m.all {
+			for k, e := range m.each {
 				if expired(e.t, ms, now) {
 					dead = append(dead, k)
 				}
