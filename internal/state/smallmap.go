@@ -2,11 +2,12 @@ package state
 
 import (
 	"maps"
+	"reflect"
 	"slices"
 	"unsafe"
 )
 
-// smallMapMax is the most entries a key's map keeps in a slice before it becomes a Go map.
+// smallMapMax is the most entries a key's map keeps in a slice before it becomes a flatMap or a Go map.
 const smallMapMax = 8
 
 // smallMap is one key's map of map or list map state on the heap. Up to smallMapMax entries sit in a
@@ -44,15 +45,9 @@ type flatEntry[K comparable, V any] struct {
 	used bool
 }
 
-// flatKeyed reports whether maps keyed by K grow into a flatMap: K is an 8-byte integer, whose bits are
-// its identity.
-func flatKeyed[K comparable]() bool {
-	switch any(*new(K)).(type) {
-	case int64, uint64, int, uint:
-		return unsafe.Sizeof(*new(K)) == 8
-	}
-	return false
-}
+// flatKeyed reports whether maps keyed by K grow into a flatMap: K is one 8-byte integer word (intWords,
+// as the key index decides), whose bits are its identity.
+func flatKeyed[K comparable]() bool { return intWords(reflect.TypeFor[K]()) == 1 }
 
 // flatHome is k's first position in a table of mask+1 entries; k is an 8-byte integer (flatKeyed). The
 // hash keeps runs of consecutive keys together (runHash), as the key index does.
