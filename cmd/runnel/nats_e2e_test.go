@@ -170,6 +170,10 @@ func TestNATSExactlyOnceKilledTaskManager(t *testing.T) {
 	if left := streamState(t, js, "IN").Msgs; left != 0 {
 		t.Fatalf("the work queue holds %d messages after the job finished, want 0", left)
 	}
+	// A deadline of their own: reading the output one message at a time may take most of the read's
+	// minute on a loaded machine.
+	ctx, cancel = context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	st, err := js.Stream(ctx, "IN")
 	if err != nil {
 		t.Fatal(err)
