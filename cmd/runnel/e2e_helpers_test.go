@@ -36,11 +36,19 @@ func (t *throttle) Map(v kv) (kv, error) {
 
 // killMidRun waits (60 s at most) until the cluster's one job runs with a completed checkpoint and ready
 // says the run is far enough, SIGKILLs the TaskManager that runs subtask 0 of the vertex named vertex,
-// waits for the submitting process sub to exit 0, and checks in the report it wrote that the job finished
-// after one failover naming that TaskManager, which it returns. what says in a failure what ready waits for.
+// and checks that the job finished after one failover naming that TaskManager (finishedAfterKill), which
+// it returns. what says in a failure what ready waits for.
 func killMidRun(t *testing.T, tc *testCluster, sub *process, report, vertex, what string, ready func() bool) string {
 	t.Helper()
 	victim := killWhenReady(t, tc, vertex, what, ready)
+	finishedAfterKill(t, sub, report, victim)
+	return victim
+}
+
+// finishedAfterKill waits for the submitting process sub to exit 0 and checks in the report it wrote that
+// the job finished after one failover naming the TaskManager victim.
+func finishedAfterKill(t *testing.T, sub *process, report, victim string) {
+	t.Helper()
 	if code := sub.exited(t, 120*time.Second); code != 0 {
 		t.Fatalf("submit exited %d:\n%s", code, sub.Stderr())
 	}
@@ -54,7 +62,6 @@ func killMidRun(t *testing.T, tc *testCluster, sub *process, report, vertex, wha
 	if r.Status != "FINISHED" || named != 1 {
 		t.Fatalf("%s with failovers %+v: want one naming %s", r.Status, r.Failovers, victim)
 	}
-	return victim
 }
 
 // killWhenReady waits (60 s at most) until the cluster's one job runs with a completed checkpoint and

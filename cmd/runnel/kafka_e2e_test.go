@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	be "encoding/binary"
+	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,13 +20,17 @@ import (
 )
 
 // kafkaSumProgram is a user's job binary: running sums per key from one Kafka topic to another, with the
-// exactly-once sink. --rate throttles each source subtask, so that a run lasts long enough for a TaskManager
-// to be killed in the middle of it.
+// exactly-once sink. Its source is the Kafka source behind a gate (below) that throttles it to --rate
+// records per second, so that a run lasts long enough for a TaskManager to be killed in the middle of it,
+// and that holds it at the checkpoint the file --hold names until the file --release exists.
 const kafkaSumProgram = `package main
 
 import (
 	be "encoding/binary"
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -41,7 +47,9 @@ func main() {
 		flags.StringVar(&j.in, "in", "", "input topic")
 		flags.StringVar(&j.out, "out", "", "output topic")
 		flags.StringVar(&j.prefix, "prefix", "", "transactional id prefix")
-		flags.Float64Var(&j.rate, "rate", 0, "records per second of each source subtask (0: as fast as it goes)")
+		flags.Float64Var(&j.g.rate, "rate", 0, "records per second of each source subtask until --release exists (0: as fast as it goes)")
+		flags.StringVar(&j.g.hold, "hold", "", "a file that, once it exists, names a checkpoint: each source subtask stops before its barrier until --release exists")
+		flags.StringVar(&j.g.release, "release", "", "the file that releases the sources (see --hold) and lifts --rate")
 		return j
 	})
 	runnel.Main()
@@ -51,7 +59,7 @@ type kv = codec.Tuple2[int64, int64]
 
 type job struct {
 	brokers, in, out, prefix string
-	rate                     float64
+	g                        gate
 }
 
 func (j *job) Build(env *runnel.Environment, args []string) error {
@@ -64,15 +72,12 @@ func (j *job) Build(env *runnel.Environment, args []string) error {
 		}
 		return kv{F0: int64(be.BigEndian.Uint64(r.Key)), F1: int64(be.BigEndian.Uint64(r.Value))}, nil
 	}
-	src := runnel.FromSource(env, kafka.Source(kafka.SourceConfig{Brokers: []string{j.brokers}, Topic: j.in, Bounded: true, MaxPollRecords: 10}, decode)).
-		Name("kafka-in").Uid("kafka-in").WithCodec(codec.MustStruct[kv]())
-	// The throttle is chained to the source, so that records wait there rather than in the buffers
-	// before the sum, where they would hold back the checkpoints' barriers; and a poll of the source
-	// emits a few records only, so that barriers and the buffer timeout's flushes come between polls
-	// every few milliseconds, not after a whole fetch has passed the throttle.
-	rate := j.rate
-	throttled := runnel.MapWith(src, func() runnel.MapFunction[kv, kv] { return &throttle{rate: rate} }).Name("throttle")
-	sums := runnel.Reduce(runnel.KeyBy(throttled, func(v kv) int64 { return v.F0 }),
+	// A poll of the source emits a few records only, so that barriers and the buffer timeout's flushes
+	// come between polls every few milliseconds while the gate throttles it.
+	g := j.g
+	g.src = kafka.Source(kafka.SourceConfig{Brokers: []string{j.brokers}, Topic: j.in, Bounded: true, MaxPollRecords: 10}, decode)
+	src := runnel.FromSource(env, runnel.Source[kv](&g)).Name("kafka-in").Uid("kafka-in").WithCodec(codec.MustStruct[kv]())
+	sums := runnel.Reduce(runnel.KeyBy(src, func(v kv) int64 { return v.F0 }),
 		func(a, b kv) (kv, error) { a.F1 += b.F1; return a, nil }).Name("sum").Uid("sum")
 	sums.SinkTo(kafka.Sink(kafka.SinkConfig{Brokers: []string{j.brokers}, Topic: j.out, Guarantee: kafka.ExactlyOnce,
 		TransactionalIDPrefix: j.prefix}, func(v kv, key, value []byte) ([]byte, []byte, error) {
@@ -80,44 +85,135 @@ func (j *job) Build(env *runnel.Environment, args []string) error {
 	})).Name("kafka-out").Uid("kafka-out")
 	return nil
 }
-` + throttleProgram
+
+// gate is a source that reads src's readers, throttled to rate records per second, and that holds every
+// subtask at the checkpoint the file hold names: its snapshot of that checkpoint (or a later one) waits,
+// before the barrier goes out, until the file release exists. While the sources wait, no later checkpoint
+// can complete, and what the sinks wrote since the last barrier stays in transactions no checkpoint lists.
+type gate struct {
+	src           runnel.Source[kv]
+	rate          float64
+	hold, release string
+}
+
+func (g *gate) Rescalable() bool { return true }
+
+func (g *gate) CreateReader(ctx runnel.RuntimeContext) (runnel.SourceReader[kv], error) {
+	r, err := g.src.CreateReader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &gatedReader{g: g, r: r, out: &counter{}}, nil
+}
+
+type gatedReader struct {
+	g        *gate
+	r        runnel.SourceReader[kv]
+	out      *counter
+	start    time.Time
+	released bool
+}
+
+type counter struct {
+	out runnel.Collector[kv]
+	n   int
+}
+
+func (c *counter) Collect(v kv) { c.n++; c.out.Collect(v) }
+
+// releasedNow says whether the release file exists (once it did, always).
+func (r *gatedReader) releasedNow() bool {
+	if !r.released && r.g.release != "" {
+		_, err := os.Stat(r.g.release)
+		r.released = err == nil
+	}
+	return r.released
+}
+
+func (r *gatedReader) PollNext(out runnel.Collector[kv]) (runnel.InputStatus, error) {
+	if r.g.rate > 0 && !r.releasedNow() {
+		if r.start.IsZero() {
+			r.start = time.Now()
+		}
+		if ahead := time.Duration(float64(r.out.n)/r.g.rate*float64(time.Second)) - time.Since(r.start); ahead > 2*time.Millisecond {
+			time.Sleep(ahead)
+		}
+	}
+	r.out.out = out
+	return r.r.PollNext(r.out)
+}
+
+func (r *gatedReader) Available() <-chan struct{} { return r.r.Available() }
+func (r *gatedReader) Close() error               { return r.r.Close() }
+
+func (r *gatedReader) SnapshotState(id int64) ([]byte, error) {
+	if r.g.hold != "" && !r.releasedNow() {
+		if b, err := os.ReadFile(r.g.hold); err == nil {
+			at, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("hold file %s: %w", r.g.hold, err)
+			}
+			for id >= at && !r.releasedNow() {
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+	}
+	return r.r.(runnel.CheckpointedReader).SnapshotState(id)
+}
+
+func (r *gatedReader) RestoreState(b []byte) error {
+	return r.r.(runnel.CheckpointedReader).RestoreState(b)
+}
+
+func (r *gatedReader) NotifyCheckpointComplete(id int64) error {
+	return r.r.(runnel.CheckpointListener).NotifyCheckpointComplete(id)
+}
+`
 
 // TestKafkaExactlyOnceKilledTaskManager runs Kafka → running sums → Kafka with the exactly-once sink on a
 // JobManager and three TaskManager processes, and SIGKILLs the TaskManager that runs the sink's subtask 0
 // once a checkpoint completed and the output holds records of an open transaction.
 //
-// restarted: the killed attempt's open transaction dies with it, the job restores the checkpoint on the
-// TaskManagers that remain (committing what the checkpoint covers, aborting the rest), and a
-// read_committed reader of the output reads every running sum of every key once and in order, while a
-// read_uncommitted reader also reads the records the killed attempt wrote. No transaction stays open.
+// restarted: the sources are held before a checkpoint's barrier (kafkaSumProgram's gate) once some output
+// is committed, so the kill lands, whatever the machine's load, where the sinks' open transactions hold
+// records that no checkpoint lists. The killed attempt's open transaction dies with it, the job restores
+// the checkpoint on the TaskManagers that remain (committing what the checkpoint covers, aborting the
+// rest), and a read_committed reader of the output reads every running sum of every key once and in
+// order, while a read_uncommitted reader also reads the records the killed attempt wrote. No transaction
+// stays open.
 //
 // failed for good (no restart): no restore follows, and the JobManager settles the sink's subtasks from
 // the newest completed checkpoint as the job ends (runnel.Settler): no transaction stays open, and a
 // read_committed reader reads, per key, a prefix of the running sums, each once.
 func TestKafkaExactlyOnceKilledTaskManager(t *testing.T) {
 	b := kafkabroker.Start(t)
-	const n, keys = 20_000, 13
+	const keys = 13
 	bin := buildUserBinary(t, []byte(kafkaSumProgram))
 	for _, tc := range []struct {
 		name    string
 		restart string
-	}{{"restarted", ""}, {"failed for good", "none"}} {
+		// n records at 2500 a second from each of 2 source subtasks: 20,000 take about 4 s, so that the
+		// kill lands mid-run; the held run has more, as it goes on at full speed once released.
+		n int
+	}{{"restarted", "", 100_000}, {"failed for good", "none", 20_000}} {
 		t.Run(tc.name, func(t *testing.T) {
 			slug := strings.ReplaceAll(tc.name, " ", "-")
 			in, out, prefix := b.Name("kill-in-"+slug), b.Name("kill-out-"+slug), b.Name("kill-"+slug)
 			b.CreateTopic(t, in, 3)
 			b.CreateTopic(t, out, 3)
-			produceKeyed(t, b, in, n, keys)
+			produceKeyed(t, b, in, tc.n, keys)
 			dir := t.TempDir()
 			cl := startClusterWith(t, proccluster.Spec{TaskManagers: 3, Slots: 2, Process: proccluster.Options{Binary: bin, Dir: dir}})
 			report := filepath.Join(dir, "r.json")
-			// 2 source subtasks at 2500 records/s each: about 4 s, so that the kill lands mid-run.
+			hold, release := filepath.Join(dir, "hold"), filepath.Join(dir, "release")
 			args := []string{"submit", "kafkasum", "--jobmanager", cl.addr,
 				"--brokers", b.Addr, "--in", in, "--out", out, "--prefix", prefix, "--rate", "2500",
 				"--parallelism", "2", "--failover", "region", "--checkpoint-interval", "100ms",
 				"--checkpoint-storage", filepath.Join(dir, "chk"), "--report", report}
 			if tc.restart != "" {
 				args = append(args, "--restart-strategy", tc.restart)
+			} else {
+				args = append(args, "--hold", hold, "--release", release)
 			}
 			sp, err := proccluster.Start("submit", proccluster.Options{Binary: bin, Dir: dir}, args...)
 			if err != nil {
@@ -133,11 +229,13 @@ func TestKafkaExactlyOnceKilledTaskManager(t *testing.T) {
 			what := "records committed and others open in " + out
 			if tc.restart == "" {
 				// The open transaction must be one that the restore aborts: written after the newest
-				// checkpoint's barrier, not one prepared for a checkpoint that may still complete.
+				// checkpoint's barrier, not one prepared for a checkpoint that may still complete. Held
+				// sources make that last until the kill.
+				holdSources(t, cl, adm, out, hold)
 				ready = func() bool { return committedAndOpen(t, adm, out, prefix) && betweenCheckpoints(t, cl) }
 				what += " while no checkpoint's barrier passed since the newest one's commit"
 			}
-			want := runningSums(n, keys)
+			want := runningSums(int64(tc.n), keys)
 			read := func(level kgo.IsolationLevel) (map[int64][]int64, int) {
 				got := map[int64][]int64{}
 				recs := b.ReadTopic(t, out, level)
@@ -148,7 +246,11 @@ func TestKafkaExactlyOnceKilledTaskManager(t *testing.T) {
 				return got, len(recs)
 			}
 			if tc.restart == "" {
-				victim := killMidRun(t, cl, sub, report, "kafka-out", what, ready)
+				victim := killWhenReady(t, cl, "kafka-out", what, ready)
+				if err := os.WriteFile(release, nil, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				finishedAfterKill(t, sub, report, victim)
 				// Every running sum of every key once and in order (a key's records sit in one partition).
 				committed, nc := read(kgo.ReadCommitted())
 				checkRunningSums(t, "read_committed", committed, want)
@@ -176,6 +278,43 @@ func TestKafkaExactlyOnceKilledTaskManager(t *testing.T) {
 				t.Fatalf("transactions left Ongoing after the job ended: %+v", open)
 			}
 		})
+	}
+}
+
+// holdSources waits (60 s at most) until topic has committed records, then writes to the file hold a
+// checkpoint two past the newest the cluster's one job has begun: kafkaSumProgram's sources stop before
+// its barrier. The checkpoint before it completes (its barriers went out), and the sinks write what the
+// sources emitted since into transactions that stay open; the one after the newest begun is not held, as
+// it may begin while the file is written, and a source that took it before the file was there would let
+// its barrier pass while the others stop.
+func holdSources(t *testing.T, c *testCluster, adm *kadm.Client, topic, hold string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !committed(t, adm, topic) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no records committed in %s within 60 s", topic)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var jobs struct {
+		Jobs []struct{ ID string } `json:"jobs"`
+	}
+	c.get(t, "/v1/jobs", &jobs)
+	if len(jobs.Jobs) != 1 {
+		t.Fatalf("%d jobs, want 1", len(jobs.Jobs))
+	}
+	var doc report.CheckpointsDocument
+	c.get(t, "/v1/jobs/"+jobs.Jobs[0].ID+"/checkpoints", &doc)
+	var newest int64
+	for _, cp := range doc.History {
+		newest = max(newest, cp.ID)
+	}
+	tmp := hold + ".tmp"
+	if err := os.WriteFile(tmp, []byte(strconv.FormatInt(newest+2, 10)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, hold); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -213,6 +352,23 @@ func committedAndOpen(t *testing.T, adm *kadm.Client, topic, prefix string) bool
 	if !slices.ContainsFunc(ongoing.Sorted(), func(tx kadm.ListedTransaction) bool { return strings.HasPrefix(tx.TxnID, prefix+"-") }) {
 		return false
 	}
+	committed, open := stableOffsets(t, adm, topic)
+	return committed && open
+}
+
+// committed reports whether topic has committed records: a last stable offset above 0 in some partition.
+func committed(t *testing.T, adm *kadm.Client, topic string) bool {
+	t.Helper()
+	c, _ := stableOffsets(t, adm, topic)
+	return c
+}
+
+// stableOffsets reports whether some partition of topic has a last stable offset above 0 (committed),
+// and whether some has a high watermark above its last stable offset (open).
+func stableOffsets(t *testing.T, adm *kadm.Client, topic string) (committed, open bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	hw, err := adm.ListEndOffsets(ctx, topic)
 	if err != nil {
 		t.Fatal(err)
@@ -221,13 +377,12 @@ func committedAndOpen(t *testing.T, adm *kadm.Client, topic, prefix string) bool
 	if err != nil {
 		t.Fatal(err)
 	}
-	committed, open := false, false
 	lso.Each(func(l kadm.ListedOffset) {
 		h, _ := hw.Lookup(topic, l.Partition)
 		committed = committed || l.Offset > 0
 		open = open || h.Offset > l.Offset
 	})
-	return committed && open
+	return committed, open
 }
 
 // betweenCheckpoints reports whether the cluster's one job is between two checkpoints as its sinks see

@@ -15,8 +15,10 @@ import (
 // others registered; the job's page shows the failover that the loss caused, on that TaskManager.
 func TestDashboardShowsALostTaskManager(t *testing.T) {
 	b := uitest.Start(t)
-	c := startCluster(t, 3, 2)
+	// The directory first, so that it is removed after the cluster stopped writing checkpoints into it
+	// (cleanups run last registered first).
 	dir := t.TempDir()
+	c := startCluster(t, 3, 2)
 	// 4 sources at 2000 records/s: about 8 s, so the kill lands mid-run.
 	start(t, "submit", nil, "submit", "sequence", "--jobmanager", c.addr, "--report", filepath.Join(dir, "r.json"),
 		"--records", "64000", "--rate", "2000", "--parallelism", "4", "--failover", "region",
