@@ -172,11 +172,11 @@ func (r *gatedReader) NotifyCheckpointComplete(id int64) error {
 
 // TestKafkaExactlyOnceKilledTaskManager runs Kafka → running sums → Kafka with the exactly-once sink on a
 // JobManager and three TaskManager processes, and SIGKILLs the TaskManager that runs the sink's subtask 0
-// once a checkpoint completed and the output holds records of an open transaction.
+// once a checkpoint completed and the output holds records of an open transaction. The sources are held
+// before a checkpoint's barrier (kafkaSumProgram's gate) once some output is committed, so the kill lands,
+// whatever the machine's load, where the sinks' open transactions hold records that no checkpoint lists.
 //
-// restarted: the sources are held before a checkpoint's barrier (kafkaSumProgram's gate) once some output
-// is committed, so the kill lands, whatever the machine's load, where the sinks' open transactions hold
-// records that no checkpoint lists. The killed attempt's open transaction dies with it, the job restores
+// restarted: the killed attempt's open transaction dies with it, the job restores
 // the checkpoint on the TaskManagers that remain (committing what the checkpoint covers, aborting the
 // rest), and a read_committed reader of the output reads every running sum of every key once and in
 // order, while a read_uncommitted reader also reads the records the killed attempt wrote. No transaction
@@ -187,21 +187,20 @@ func (r *gatedReader) NotifyCheckpointComplete(id int64) error {
 // read_committed reader reads, per key, a prefix of the running sums, each once.
 func TestKafkaExactlyOnceKilledTaskManager(t *testing.T) {
 	b := kafkabroker.Start(t)
-	const keys = 13
+	// n records at 2500 a second from each of 2 source subtasks: 20 s, time enough to reach the held
+	// checkpoint when checkpoints take seconds; a released run goes on at full speed.
+	const n, keys = 100_000, 13
 	bin := buildUserBinary(t, []byte(kafkaSumProgram))
 	for _, tc := range []struct {
 		name    string
 		restart string
-		// n records at 2500 a second from each of 2 source subtasks: 20,000 take about 4 s, so that the
-		// kill lands mid-run; the held run has more, as it goes on at full speed once released.
-		n int
-	}{{"restarted", "", 100_000}, {"failed for good", "none", 20_000}} {
+	}{{"restarted", ""}, {"failed for good", "none"}} {
 		t.Run(tc.name, func(t *testing.T) {
 			slug := strings.ReplaceAll(tc.name, " ", "-")
 			in, out, prefix := b.Name("kill-in-"+slug), b.Name("kill-out-"+slug), b.Name("kill-"+slug)
 			b.CreateTopic(t, in, 3)
 			b.CreateTopic(t, out, 3)
-			produceKeyed(t, b, in, tc.n, keys)
+			produceKeyed(t, b, in, n, keys)
 			dir := t.TempDir()
 			cl := startClusterWith(t, proccluster.Spec{TaskManagers: 3, Slots: 2, Process: proccluster.Options{Binary: bin, Dir: dir}})
 			report := filepath.Join(dir, "r.json")
@@ -209,11 +208,9 @@ func TestKafkaExactlyOnceKilledTaskManager(t *testing.T) {
 			args := []string{"submit", "kafkasum", "--jobmanager", cl.addr,
 				"--brokers", b.Addr, "--in", in, "--out", out, "--prefix", prefix, "--rate", "2500",
 				"--parallelism", "2", "--failover", "region", "--checkpoint-interval", "100ms",
-				"--checkpoint-storage", filepath.Join(dir, "chk"), "--report", report}
+				"--checkpoint-storage", filepath.Join(dir, "chk"), "--report", report, "--hold", hold, "--release", release}
 			if tc.restart != "" {
 				args = append(args, "--restart-strategy", tc.restart)
-			} else {
-				args = append(args, "--hold", hold, "--release", release)
 			}
 			sp, err := proccluster.Start("submit", proccluster.Options{Binary: bin, Dir: dir}, args...)
 			if err != nil {
@@ -224,18 +221,18 @@ func TestKafkaExactlyOnceKilledTaskManager(t *testing.T) {
 
 			// The kill waits for a commit and for records of an open transaction in the output: so the
 			// killed attempt had written records that the job must abort, after others that it committed.
+			// The open transaction must be one that the restore (or the settling) aborts: written after the
+			// newest checkpoint's barrier, not one prepared for a checkpoint that may still complete. Held
+			// sources make that last until the kill; the release lets the survivors go on (or be cancelled).
 			adm := b.Admin(t)
-			ready := func() bool { return committedAndOpen(t, adm, out, prefix) }
-			what := "records committed and others open in " + out
-			if tc.restart == "" {
-				// The open transaction must be one that the restore aborts: written after the newest
-				// checkpoint's barrier, not one prepared for a checkpoint that may still complete. Held
-				// sources make that last until the kill.
-				holdSources(t, cl, adm, out, hold)
-				ready = func() bool { return committedAndOpen(t, adm, out, prefix) && betweenCheckpoints(t, cl) }
-				what += " while no checkpoint's barrier passed since the newest one's commit"
+			holdSources(t, cl, adm, out, hold)
+			ready := func() bool { return committedAndOpen(t, adm, out, prefix) && betweenCheckpoints(t, cl) }
+			what := "records committed and others open in " + out + " while no checkpoint's barrier passed since the newest one's commit"
+			victim := killWhenReady(t, cl, "kafka-out", what, ready)
+			if err := os.WriteFile(release, nil, 0o644); err != nil {
+				t.Fatal(err)
 			}
-			want := runningSums(int64(tc.n), keys)
+			want := runningSums(n, keys)
 			read := func(level kgo.IsolationLevel) (map[int64][]int64, int) {
 				got := map[int64][]int64{}
 				recs := b.ReadTopic(t, out, level)
@@ -246,10 +243,6 @@ func TestKafkaExactlyOnceKilledTaskManager(t *testing.T) {
 				return got, len(recs)
 			}
 			if tc.restart == "" {
-				victim := killWhenReady(t, cl, "kafka-out", what, ready)
-				if err := os.WriteFile(release, nil, 0o644); err != nil {
-					t.Fatal(err)
-				}
 				finishedAfterKill(t, sub, report, victim)
 				// Every running sum of every key once and in order (a key's records sit in one partition).
 				committed, nc := read(kgo.ReadCommitted())
@@ -260,7 +253,6 @@ func TestKafkaExactlyOnceKilledTaskManager(t *testing.T) {
 					t.Logf("%d records committed, %d written and aborted; killed %s", nc, nu-nc, victim)
 				}
 			} else {
-				victim := killWhenReady(t, cl, "kafka-out", what, ready)
 				if code := sub.exited(t, 120*time.Second); code != 1 {
 					t.Fatalf("submit exited %d, want 1 (the job failed):\n%s", code, sub.Stderr())
 				}
