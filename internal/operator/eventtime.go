@@ -5,6 +5,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/runnel-dev/runnel/internal/task"
 	"github.com/runnel-dev/runnel/internal/watermark"
 )
 
@@ -326,7 +327,17 @@ type stampingCollector[T any] struct {
 	g    *tsGen[T]
 	s    *splitWM[T]
 	next *batcher[Timed[T]]
+	cols *columnsOut[T]                // nil unless the chained operator takes batches as columns
 	byID map[int]*stampingCollector[T] // the split collectors made by ForSplit (the main one's only)
+}
+
+// columnsOut is where a timed source's batches go when the operator chained to it takes them as columns
+// (timedColumns): the source's own slice of values beside a column of their timestamps, so that no record
+// is copied into a batch of Timed[T] on its way.
+type columnsOut[T any] struct {
+	next timedColumns[T]
+	ts   []int64 // the timestamps of the batch in hand (capacity maxBatch)
+	c    *task.Counters
 }
 
 func (c *stampingCollector[T]) Collect(v T) {
@@ -340,6 +351,21 @@ func (c *stampingCollector[T]) CollectWithTimestamp(v T, ts int64) {
 // CollectBatch stamps each record in place and copies it once, into the batch: a record of a source
 // with strings is large, and every copy of it into the heap costs write barriers while the collector marks.
 func (c *stampingCollector[T]) CollectBatch(vs []T) {
+	if o := c.cols; o != nil {
+		// What was collected one by one before this batch goes first.
+		c.next.flush()
+		for len(vs) > 0 {
+			n := min(len(vs), maxBatch)
+			ts := o.ts[:n]
+			for i := range ts {
+				ts[i] = c.g.stamp(c.s, &vs[i], math.MinInt64)
+			}
+			o.c.In += uint64(n)
+			o.next.CollectColumns(ts, vs[:n])
+			vs = vs[n:]
+		}
+		return
+	}
 	for i := range vs {
 		addTimed(c.next, c.g.stamp(c.s, &vs[i], math.MinInt64), &vs[i])
 	}
@@ -350,7 +376,7 @@ func (c *stampingCollector[T]) ForSplit(id int) Collector[T] {
 	if sc, ok := c.byID[id]; ok {
 		return sc
 	}
-	sc := &stampingCollector[T]{g: c.g, s: c.g.split(id), next: c.next}
+	sc := &stampingCollector[T]{g: c.g, s: c.g.split(id), next: c.next, cols: c.cols}
 	c.byID[id] = sc
 	return sc
 }
@@ -377,8 +403,13 @@ func (s *TimedSourceSpec[T]) Build(ctx *Context, downstream []any) (Built, error
 	if err != nil {
 		return Built{}, err
 	}
-	b := &batcher[Timed[T]]{next: &countingCollector[Timed[T]]{next: asBatch(wrapIn[Timed[T]](ctx, out)), c: ctx.counters()}}
-	d := &sourceDriver[T]{ctx: ctx, out: &stampingCollector[T]{g: g, s: g.main, next: b, byID: map[int]*stampingCollector[T]{}},
+	in := wrapIn[Timed[T]](ctx, out)
+	b := &batcher[Timed[T]]{next: &countingCollector[Timed[T]]{next: asBatch(in), c: ctx.counters()}}
+	sc := &stampingCollector[T]{g: g, s: g.main, next: b, byID: map[int]*stampingCollector[T]{}}
+	if tc, ok := in.(timedColumns[T]); ok {
+		sc.cols = &columnsOut[T]{next: tc, ts: make([]int64, maxBatch), c: ctx.counters()}
+	}
+	d := &sourceDriver[T]{ctx: ctx, out: sc,
 		after: func(st InputStatus) {
 			b.flush()
 			g.flush()

@@ -255,3 +255,88 @@ func TestSplitWatermarks(t *testing.T) {
 		t.Fatalf("got  %q\nwant %q", log.got, want)
 	}
 }
+
+// batchReader emits one poll: a record by Collect, a batch of records by CollectBatch, and another record
+// by Collect (timestamps are the values).
+type batchReader struct {
+	first, last int
+	batch       []int
+	done        bool
+}
+
+func (r *batchReader) PollNext(out Collector[int]) (InputStatus, error) {
+	if r.done {
+		return EndOfInput, nil
+	}
+	r.done = true
+	out.Collect(r.first)
+	out.(BatchCollector[int]).CollectBatch(r.batch)
+	out.Collect(r.last)
+	return EndOfInput, nil
+}
+func (r *batchReader) Available() <-chan struct{} { return nil }
+func (r *batchReader) Close() error               { return nil }
+
+type batchSource struct{ r *batchReader }
+
+func (s *batchSource) CreateReader(RuntimeContext) (SourceReader[int], error) { return s.r, nil }
+
+// TestSourceBatchToChainedFlatMap: a timed source hands a reader's batch to the flat map chained to it
+// (as columns, without copying it into timed records), in order with the records collected one by one
+// around it, each output stamped with its input's timestamp, every input counted once, and the reader's
+// slice untouched. The batch is longer than the chain's batches, so it goes on in several.
+func TestSourceBatchToChainedFlatMap(t *testing.T) {
+	batch := make([]int, 3*maxBatch+7)
+	for i := range batch {
+		batch[i] = 2 + i
+	}
+	r := &batchReader{first: 1, batch: slices.Clone(batch), last: 2 + len(batch)}
+	// The flat map drops multiples of 3 and emits the others with their tenfold.
+	fn := func(v int, out Collector[int]) error {
+		if v%3 != 0 {
+			out.Collect(v)
+			out.Collect(10 * v)
+		}
+		return nil
+	}
+	var want []string
+	for v := 1; v <= r.last; v++ {
+		if v%3 != 0 {
+			want = append(want, fmt.Sprintf("%d@%d", v, v), fmt.Sprintf("%d@%d", 10*v, v))
+		}
+	}
+	want = append(want, "wm max")
+
+	rt := &task.Runtime{Info: deploy.Info{Parallelism: 1, MaxParallelism: 1}, Counters: task.NewCounters(),
+		Logger: slog.Default(), Clock: clockwork.NewFakeClock()}
+	log := &eventLog{}
+	fm, err := (&TimedFlatMapSpec[int, int]{Fn: fn}).Build(NewContext(rt, "flat map"), []any{Collector[Timed[int]](log)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := NewContext(rt, "src")
+	ctx.wmOut = []watermarkTarget{log}
+	spec := &TimedSourceSpec[int]{Source: &batchSource{r}, Watermarks: &WatermarkSpec[int]{Assign: func(v int, _ int64) int64 { return int64(v) }}}
+	b, err := spec.Build(ctx, []any{fm.Input})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := fm.Input.(timedColumns[int]); !ok {
+		t.Fatalf("the chained flat map (%T) does not take columns: this test would not test them", fm.Input)
+	}
+	if err := b.Open(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Source.Poll(); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(log.got, want) {
+		t.Fatalf("got  %q\nwant %q", log.got, want)
+	}
+	if got, n := rt.Counters.In, uint64(len(batch)+2); got != n {
+		t.Errorf("the source counted %d records in, want %d", got, n)
+	}
+	if !slices.Equal(r.batch, batch) {
+		t.Error("the reader's batch was modified")
+	}
+}

@@ -100,6 +100,14 @@ func (s *stamper[T]) Collect(v T) {
 	s.next.Collect(Timed[T]{Ts: s.ts, V: v})
 }
 
+// timedColumns is implemented by the operators of a timed stream that take a batch as two columns, the
+// timestamps and the values (ts[i] is vs[i]'s), to the same effect as CollectBatch of the Timed records: a
+// timed source hands such an operator chained to it its own slice of values, uncopied. Like CollectBatch,
+// CollectColumns neither modifies the slices nor keeps them.
+type timedColumns[T any] interface {
+	CollectColumns(ts []int64, vs []T)
+}
+
 // TimedFlatMapSpec is FlatMapSpec over a timed stream: each output takes its input's timestamp.
 type TimedFlatMapSpec[In, Out any] struct {
 	Fn func(In, Collector[Out]) error
@@ -135,6 +143,21 @@ func (o *timedFlatMapOp[In, Out]) CollectBatch(vs []Timed[In]) {
 	prev := o.ctx.enter()
 	for i := range vs {
 		o.one(&vs[i])
+	}
+	o.batch.flush()
+	o.ctx.leave(prev)
+}
+
+// CollectColumns implements timedColumns: the records of a timed source's batch, straight from the
+// source's slice.
+func (o *timedFlatMapOp[In, Out]) CollectColumns(ts []int64, vs []In) {
+	prev := o.ctx.enter()
+	vs = vs[:len(ts)]
+	for i := range ts {
+		o.st.ts = ts[i]
+		if err := o.fn(vs[i], o.st); err != nil {
+			o.ctx.fail(err)
+		}
 	}
 	o.batch.flush()
 	o.ctx.leave(prev)
