@@ -38,8 +38,9 @@ type heapValue[V any] struct {
 	pages []*valuePage[V] // slot s is in pages[s>>valuePageBits] at s&valuePageMask; none is nil
 }
 
-// valuePage holds the values of up to 4096 slots: values grows as a slice does, up to that, so a table
-// of few keys stays small; present has a bit per slot, set only below len(values).
+// valuePage holds the values of up to 4096 slots: the first page's values grow as a slice does, up to
+// that, so a table of few keys stays small, and later pages are made whole; present has a bit per slot,
+// set only below len(values).
 type valuePage[V any] struct {
 	values  []V
 	present [valuePageSlots / 64]uint64
@@ -90,7 +91,14 @@ func (s *heapValue[V]) grow(slot int) {
 		pg.values = pg.values[:i+1]
 		return
 	}
-	grown := make([]V, i+1, min(max(i+1, 2*cap(pg.values), 8), valuePageSlots))
+	// The first page grows as a slice does, so that a table of few keys stays small; a table that
+	// outgrew it makes its later pages whole, since growing a page copies its values (and a large
+	// value's copies, with their write barriers, cost as much as its updates).
+	c := valuePageSlots
+	if p == 0 {
+		c = min(max(i+1, 2*cap(pg.values), 8), valuePageSlots)
+	}
+	grown := make([]V, i+1, c)
 	copy(grown, pg.values)
 	pg.values = grown
 }
