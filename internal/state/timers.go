@@ -233,7 +233,8 @@ func (t *heapTimers) removeAt(i int) {
 	x := t.h[i]
 	last := len(t.h) - 1
 	if i != last {
-		t.swap(i, last)
+		t.h[i] = t.h[last]
+		t.where[t.h[i].id] = int32(i)
 	}
 	t.h = t.h[:last]
 	if t.inline[x.slot] == x.id+1 {
@@ -264,41 +265,56 @@ func (t *heapTimers) FireUpTo(ts int64, f func(ts int64, ns Namespace) error) er
 	return nil
 }
 
-func (t *heapTimers) swap(i, j int) {
-	t.h[i], t.h[j] = t.h[j], t.h[i]
-	t.where[t.h[i].id], t.where[t.h[j].id] = int32(i), int32(j)
-}
+// timerArity is the heap's fan-out: the children of i are timerArity*i+1 … timerArity*i+timerArity. Four
+// children of 32 bytes lie in two cache lines, and a heap of four halves the levels of a binary one, each
+// a cache miss once the heap outgrows the caches (a keyed operator's cleanup timers over millions of
+// keys); firing the earliest timer sifts through every level.
+const timerArity = 4
 
+// up sifts i up: the timers it passes move down a level each, and it is written once, where it stops.
 func (t *heapTimers) up(i int) {
+	x := t.h[i]
 	for i > 0 {
-		p := (i - 1) / 2
-		if !lessTimer(&t.h[i], &t.h[p]) {
-			return
+		p := (i - 1) / timerArity
+		if !lessTimer(&x, &t.h[p]) {
+			break
 		}
-		t.swap(i, p)
+		t.h[i] = t.h[p]
+		t.where[t.h[i].id] = int32(i)
 		i = p
 	}
+	t.h[i] = x
+	t.where[x.id] = int32(i)
 }
 
-// down sifts i down and reports whether it moved.
+// down sifts i down, as up does, and reports whether it moved.
 func (t *heapTimers) down(i int) bool {
-	start := i
+	start, n := i, len(t.h)
+	x := t.h[i]
 	for {
-		l := 2*i + 1
-		if l >= len(t.h) {
+		c := timerArity*i + 1
+		if c >= n {
 			break
 		}
-		m := l
-		if r := l + 1; r < len(t.h) && lessTimer(&t.h[r], &t.h[l]) {
-			m = r
+		m := c
+		for j := c + 1; j < min(c+timerArity, n); j++ {
+			if lessTimer(&t.h[j], &t.h[m]) {
+				m = j
+			}
 		}
-		if !lessTimer(&t.h[m], &t.h[i]) {
+		if !lessTimer(&t.h[m], &x) {
 			break
 		}
-		t.swap(i, m)
+		t.h[i] = t.h[m]
+		t.where[t.h[i].id] = int32(i)
 		i = m
 	}
-	return i > start
+	if i == start {
+		return false
+	}
+	t.h[i] = x
+	t.where[x.id] = int32(i)
+	return true
 }
 
 // capture copies the heap array (32 bytes a timer); the writer groups the copy by slot.

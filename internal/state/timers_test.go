@@ -666,3 +666,26 @@ func BenchmarkTimerFireUpTo(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkTimerSlidingLarge keeps about 500,000 timers, each of its own key, registered in time order and
+// fired as time passes, as a keyed operator's cleanup timers over millions of keys are (q18's): per op one
+// timer registered and the earliest one fired. The heap is far larger than the caches.
+func BenchmarkTimerSlidingLarge(b *testing.B) {
+	const live, keys = 500_000, 1 << 20
+	kb, tm := benchTimers(b, int64Backends[0].make)
+	for i := range int64(live) {
+		kb.SetCurrentKey(i)
+		tm.Register(i, Namespace{})
+	}
+	noop := func(int64, Namespace) error { return nil }
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range int64(b.N) {
+		ts := live + i
+		kb.SetCurrentKey(ts % keys)
+		tm.Register(ts, Namespace{})
+		if err := tm.FireUpTo(i, noop); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
