@@ -72,24 +72,31 @@ type urlDirs struct {
 	Has                    uint8
 }
 
-// splitIndex is Flink SQL's SPLIT_INDEX(s, sep, index) for a one-byte separator: the index-th (from 0)
-// of the pieces of s between separators, empty pieces included; ok is false past the last piece (SQL
-// NULL), and for an empty s, which has no pieces. The piece is a substring of s.
-func splitIndex(s string, sep byte, index int) (piece string, ok bool) {
+// splitIndexes sets pieces[i] to Flink SQL's SPLIT_INDEX(s, sep, first+i) for a one-byte separator (the
+// (first+i)-th, from 0, of the pieces of s between separators, empty pieces included) and bit i of has
+// when that piece exists: not past the last piece (SQL NULL), and never for an empty s, which has no
+// pieces. One scan of s for all of them; the pieces are substrings of s.
+func splitIndexes(s string, sep byte, first int, pieces []string) (has uint8) {
 	if s == "" {
-		return "", false
+		return 0
 	}
-	for ; index > 0; index-- {
+	for ; first > 0; first-- {
 		i := strings.IndexByte(s, sep)
 		if i < 0 {
-			return "", false
+			return 0
 		}
 		s = s[i+1:]
 	}
-	if i := strings.IndexByte(s, sep); i >= 0 {
-		s = s[:i]
+	for j := range pieces {
+		has |= 1 << j
+		i := strings.IndexByte(s, sep)
+		if i < 0 {
+			pieces[j] = s
+			return has
+		}
+		pieces[j], s = s[:i], s[i+1:]
 	}
-	return s, true
+	return has
 }
 
 // q22 splits each bid's url on '/' into the directories after the host: {auction, bidder, price,
@@ -97,12 +104,7 @@ func splitIndex(s string, sep byte, index int) (piece string, ok bool) {
 func q22(events *runnel.Stream[Event]) Result {
 	s := bids(events, func(b Bid) (urlDirs, bool) {
 		r := urlDirs{Auction: b.Auction, Bidder: b.Bidder, Price: b.Price, Channel: b.Channel}
-		for i := range r.Dirs {
-			var ok bool
-			if r.Dirs[i], ok = splitIndex(b.URL, '/', 3+i); ok {
-				r.Has |= 1 << i
-			}
-		}
+		r.Has = splitIndexes(b.URL, '/', 3, r.Dirs[:])
 		return r, true
 	}).WithCodec(codec.MustStruct[urlDirs]())
 	return newResult(s, func(dst []byte, r *urlDirs) []byte {
