@@ -406,7 +406,7 @@ func (s *TimedSourceSpec[T]) Build(ctx *Context, downstream []any) (Built, error
 	in := wrapIn[Timed[T]](ctx, out)
 	b := &batcher[Timed[T]]{next: &countingCollector[Timed[T]]{next: asBatch(in), c: ctx.counters()}}
 	sc := &stampingCollector[T]{g: g, s: g.main, next: b, byID: map[int]*stampingCollector[T]{}}
-	if tc, ok := in.(timedColumns[T]); ok {
+	if tc := columnsOf[T](in); tc != nil {
 		sc.cols = &columnsOut[T]{next: tc, ts: make([]int64, maxBatch), c: ctx.counters()}
 	}
 	d := &sourceDriver[T]{ctx: ctx, out: sc,

@@ -281,62 +281,89 @@ type batchSource struct{ r *batchReader }
 
 func (s *batchSource) CreateReader(RuntimeContext) (SourceReader[int], error) { return s.r, nil }
 
-// TestSourceBatchToChainedFlatMap: a timed source hands a reader's batch to the flat map chained to it
-// (as columns, without copying it into timed records), in order with the records collected one by one
-// around it, each output stamped with its input's timestamp, every input counted once, and the reader's
-// slice untouched. The batch is longer than the chain's batches, so it goes on in several.
+// TestSourceBatchToChainedFlatMap: a timed source hands a reader's batch to the flat maps chained to it
+// (as columns, without copying it into timed records; to each of two in turn), in order with the records
+// collected one by one around it, each output stamped with its input's timestamp, every input counted
+// once, and the reader's slice untouched. The batch is longer than the chain's batches, so it goes on in
+// several.
 func TestSourceBatchToChainedFlatMap(t *testing.T) {
 	batch := make([]int, 3*maxBatch+7)
 	for i := range batch {
 		batch[i] = 2 + i
 	}
-	r := &batchReader{first: 1, batch: slices.Clone(batch), last: 2 + len(batch)}
-	// The flat map drops multiples of 3 and emits the others with their tenfold.
-	fn := func(v int, out Collector[int]) error {
+	last := 2 + len(batch)
+	// The first flat map drops multiples of 3 and emits the others with their tenfold; the second emits
+	// the even ones negated.
+	fns := []func(v int, out Collector[int]) error{
+		func(v int, out Collector[int]) error {
+			if v%3 != 0 {
+				out.Collect(v)
+				out.Collect(10 * v)
+			}
+			return nil
+		},
+		func(v int, out Collector[int]) error {
+			if v%2 == 0 {
+				out.Collect(-v)
+			}
+			return nil
+		},
+	}
+	wants := make([][]string, len(fns))
+	for v := 1; v <= last; v++ {
 		if v%3 != 0 {
-			out.Collect(v)
-			out.Collect(10 * v)
+			wants[0] = append(wants[0], fmt.Sprintf("%d@%d", v, v), fmt.Sprintf("%d@%d", 10*v, v))
 		}
-		return nil
-	}
-	var want []string
-	for v := 1; v <= r.last; v++ {
-		if v%3 != 0 {
-			want = append(want, fmt.Sprintf("%d@%d", v, v), fmt.Sprintf("%d@%d", 10*v, v))
+		if v%2 == 0 {
+			wants[1] = append(wants[1], fmt.Sprintf("%d@%d", -v, v))
 		}
 	}
-	want = append(want, "wm max")
-
-	rt := &task.Runtime{Info: deploy.Info{Parallelism: 1, MaxParallelism: 1}, Counters: task.NewCounters(),
-		Logger: slog.Default(), Clock: clockwork.NewFakeClock()}
-	log := &eventLog{}
-	fm, err := (&TimedFlatMapSpec[int, int]{Fn: fn}).Build(NewContext(rt, "flat map"), []any{Collector[Timed[int]](log)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := NewContext(rt, "src")
-	ctx.wmOut = []watermarkTarget{log}
-	spec := &TimedSourceSpec[int]{Source: &batchSource{r}, Watermarks: &WatermarkSpec[int]{Assign: func(v int, _ int64) int64 { return int64(v) }}}
-	b, err := spec.Build(ctx, []any{fm.Input})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := fm.Input.(timedColumns[int]); !ok {
-		t.Fatalf("the chained flat map (%T) does not take columns: this test would not test them", fm.Input)
-	}
-	if err := b.Open(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.Source.Poll(); err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Equal(log.got, want) {
-		t.Fatalf("got  %q\nwant %q", log.got, want)
-	}
-	if got, n := rt.Counters.In, uint64(len(batch)+2); got != n {
-		t.Errorf("the source counted %d records in, want %d", got, n)
-	}
-	if !slices.Equal(r.batch, batch) {
-		t.Error("the reader's batch was modified")
+	for n, name := range map[int]string{1: "one flat map", 2: "two flat maps"} {
+		t.Run(name, func(t *testing.T) {
+			r := &batchReader{first: 1, batch: slices.Clone(batch), last: last}
+			rt := &task.Runtime{Info: deploy.Info{Parallelism: 1, MaxParallelism: 1}, Counters: task.NewCounters(),
+				Logger: slog.Default(), Clock: clockwork.NewFakeClock()}
+			logs := make([]*eventLog, n)
+			downstream := make([]any, n)
+			for i := range n {
+				logs[i] = &eventLog{}
+				fm, err := (&TimedFlatMapSpec[int, int]{Fn: fns[i]}).Build(NewContext(rt, fmt.Sprint("flat map ", i)), []any{Collector[Timed[int]](logs[i])})
+				if err != nil {
+					t.Fatal(err)
+				}
+				downstream[i] = fm.Input
+			}
+			ctx := NewContext(rt, "src")
+			ctx.wmOut = []watermarkTarget{logs[0]}
+			spec := &TimedSourceSpec[int]{Source: &batchSource{r}, Watermarks: &WatermarkSpec[int]{Assign: func(v int, _ int64) int64 { return int64(v) }}}
+			b, err := spec.Build(ctx, downstream)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sc := b.Source.(*sourceDriver[int]).out.(*stampingCollector[int]); sc.cols == nil {
+				t.Fatal("the source does not hand its batches on as columns: this test would not test them")
+			}
+			if err := b.Open(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.Source.Poll(); err != nil {
+				t.Fatal(err)
+			}
+			for i, log := range logs {
+				want := wants[i]
+				if i == 0 {
+					want = append(slices.Clone(want), "wm max")
+				}
+				if !slices.Equal(log.got, want) {
+					t.Errorf("flat map %d: got  %q\nwant %q", i, log.got, want)
+				}
+			}
+			if got, n := rt.Counters.In, uint64(len(batch)+2); got != n {
+				t.Errorf("the source counted %d records in, want %d", got, n)
+			}
+			if !slices.Equal(r.batch, batch) {
+				t.Error("the reader's batch was modified")
+			}
+		})
 	}
 }

@@ -108,6 +108,35 @@ type timedColumns[T any] interface {
 	CollectColumns(ts []int64, vs []T)
 }
 
+// columnsOf returns c as a timedColumns: c itself, or a fan-out to several that all are; nil when some
+// downstream takes only Timed[T] batches.
+func columnsOf[T any](c Collector[Timed[T]]) timedColumns[T] {
+	switch c := c.(type) {
+	case timedColumns[T]:
+		return c
+	case fanOut[Timed[T]]:
+		outs := make(columnsFanOut[T], len(c))
+		for i, o := range c {
+			tc, ok := o.(timedColumns[T])
+			if !ok {
+				return nil
+			}
+			outs[i] = tc
+		}
+		return outs
+	}
+	return nil
+}
+
+// columnsFanOut hands columns to each of several operators in turn, as fanOut does batches.
+type columnsFanOut[T any] []timedColumns[T]
+
+func (f columnsFanOut[T]) CollectColumns(ts []int64, vs []T) {
+	for _, o := range f {
+		o.CollectColumns(ts, vs)
+	}
+}
+
 // TimedFlatMapSpec is FlatMapSpec over a timed stream: each output takes its input's timestamp.
 type TimedFlatMapSpec[In, Out any] struct {
 	Fn func(In, Collector[Out]) error
