@@ -348,8 +348,10 @@ func (c *stampingCollector[T]) CollectWithTimestamp(v T, ts int64) {
 	addTimed(c.next, c.g.stamp(c.s, &v, ts), &v)
 }
 
-// CollectBatch stamps each record in place and copies it once, into the batch: a record of a source
-// with strings is large, and every copy of it into the heap costs write barriers while the collector marks.
+// CollectBatch stamps each record in place. To operators that take columns it hands vs itself, in runs
+// of at most maxBatch, beside the run's timestamps; otherwise it copies each record once, into the batch:
+// a record of a source with strings is large, and every copy of it into the heap costs write barriers
+// while the collector marks.
 func (c *stampingCollector[T]) CollectBatch(vs []T) {
 	if o := c.cols; o != nil {
 		// What was collected one by one before this batch goes first.

@@ -62,7 +62,7 @@
 //
 // NewTimers declares a timers state (kind 4): per key, a set of (time, Namespace) pairs, de-duplicated,
 // fired by FireUpTo in time order with their key current. Timers are keyed state, so they are checkpointed,
-// restored and rescaled like every other state. On the heap they are a binary min-heap of 32-byte entries
+// restored and rescaled like every other state. On the heap they are a four-ary min-heap of 32-byte entries
 // with a position index (a map from timer to a fixed id, and the heap index by id); ties in time fire by
 // slot, then namespace. In pebble each timer is one entry [key group][state id][time, 8 bytes][uvarint key
 // length][key][namespace, 16 bytes] with an empty value (times and namespaces sign-flipped big-endian, so

@@ -119,10 +119,10 @@ func lessTimer(a, b *heapTimer) bool {
 // maxHeapTimers bounds the timers of one heap timers state: positions are int32.
 const maxHeapTimers = math.MaxInt32
 
-// heapTimers is Timers on the heap: a binary min-heap and a position index. The index maps a timer to a
-// fixed id, and where maps the id to the timer's place in the heap, so moving a timer in the heap writes
-// an array, not the map. Each timer holds a reference on its key's slot, so a key with timers keeps its
-// slot.
+// heapTimers is Timers on the heap: a four-ary min-heap (timerArity) and a position index. The index maps
+// a timer to a fixed id, and where maps the id to the timer's place in the heap, so moving a timer in the
+// heap writes an array, not the map. Each timer holds a reference on its key's slot, so a key with timers
+// keeps its slot.
 //
 // A slot's first timer is indexed by the slot itself (inline), the others by the map: most keys hold one
 // timer at a time (a process function's cleanup timer, a window's end), and a lookup by slot reads an
