@@ -41,7 +41,7 @@ type input[T any] struct {
 	node       *graph.StreamNode
 	pattern    graph.Pattern
 	patternSet bool
-	hash       func(T, []byte) (uint64, []byte)
+	hash       func(*T, []byte) (uint64, []byte)
 	codec      *codecHolder[T]
 	// side names the side output of node this input reads (an OutputTag's id); empty: its main output.
 	side string
@@ -206,7 +206,7 @@ func connectTimed[T any](s *Stream[T], n *graph.StreamNode, input uint8) {
 	for _, in := range s.inputs {
 		spec := &operator.EdgeSpec[operator.Timed[T]]{Timed: true}
 		if hash := in.hash; hash != nil {
-			spec.Hash = func(v operator.Timed[T], scratch []byte) (uint64, []byte) { return hash(v.V, scratch) }
+			spec.Hash = func(v *operator.Timed[T], scratch []byte) (uint64, []byte) { return hash(&v.V, scratch) }
 		}
 		e := &graph.StreamEdge{Source: in.node.ID, Target: n.ID, Pattern: in.pattern, PatternSet: in.patternSet, Payload: spec,
 			TargetInput: input, SideOutput: in.side}
@@ -452,27 +452,27 @@ func shortFile(file string) string {
 // keyHash returns the function that hashes a record's key: xxhash64 of the key's codec encoding. Keys of
 // common types take a path without the codec's interface call that yields the same hash, so key groups
 // do not depend on which path computed them.
-func keyHash[T any, K comparable](fn func(T) K, kc codec.Codec[K]) func(T, []byte) (uint64, []byte) {
+func keyHash[T any, K comparable](fn func(T) K, kc codec.Codec[K]) func(*T, []byte) (uint64, []byte) {
 	builtin := kc != nil && isBuiltinCodec(kc)
 	switch any(*new(K)).(type) {
 	case int64:
 		if builtin {
 			// K is int64 here; reading it through a pointer avoids an interface conversion per record.
-			return func(v T, scratch []byte) (uint64, []byte) {
-				k := fn(v)
+			return func(v *T, scratch []byte) (uint64, []byte) {
+				k := fn(*v)
 				return xxhash64Uint64(*(*uint64)(unsafe.Pointer(&k))), scratch
 			}
 		}
 	case string:
 		if builtin {
-			return func(v T, scratch []byte) (uint64, []byte) {
-				k := fn(v)
+			return func(v *T, scratch []byte) (uint64, []byte) {
+				k := fn(*v)
 				return xxhash.Sum64String(*(*string)(unsafe.Pointer(&k))), scratch
 			}
 		}
 	}
-	return func(v T, scratch []byte) (uint64, []byte) {
-		b, err := kc.Append(scratch, fn(v))
+	return func(v *T, scratch []byte) (uint64, []byte) {
+		b, err := kc.Append(scratch, fn(*v))
 		if err != nil {
 			task.Abort(fmt.Errorf("encode key for hashing: %w", err))
 		}

@@ -27,7 +27,7 @@ type EdgeSpec[T any] struct {
 	Codec codec.Codec[T]
 	// Hash returns the hash of the record's key; scratch is reusable space for encoding the key, returned
 	// (possibly grown) for the next call. Required for hash edges.
-	Hash func(v T, scratch []byte) (uint64, []byte)
+	Hash func(v *T, scratch []byte) (uint64, []byte)
 	// Timed marks the edge of a stream with event time (T is then a Timed value).
 	Timed bool
 }
@@ -68,10 +68,11 @@ func (s *EdgeSpec[T]) NewWriter(ctx *Context, p *network.ResultPartition, e *gra
 	return w, nil
 }
 
-// CollectBatch implements BatchCollector.
+// CollectBatch implements BatchCollector. Each record is read in place: a record is copied into the
+// buffer (or passed to the codec and the key's function), not first onto the stack per call.
 func (w *writer[T]) CollectBatch(vs []T) {
-	for _, v := range vs {
-		w.Collect(v)
+	for i := range vs {
+		w.collect(&vs[i])
 	}
 }
 
@@ -103,7 +104,7 @@ type writer[T any] struct {
 	n, rr     int
 	maxP      int
 	downP     int
-	hash      func(T, []byte) (uint64, []byte)
+	hash      func(*T, []byte) (uint64, []byte)
 	route     []int32 // key group -> subpartition
 	mask      uint64  // maxP-1 when maxP is a power of two, else 0
 	scratch   []byte
@@ -114,7 +115,9 @@ type writer[T any] struct {
 	c         *task.Counters
 }
 
-func (w *writer[T]) Collect(v T) {
+func (w *writer[T]) Collect(v T) { w.collect(&v) }
+
+func (w *writer[T]) collect(v *T) {
 	var ch int
 	switch w.pattern {
 	case graph.Broadcast:
@@ -145,7 +148,7 @@ func (w *writer[T]) Collect(v T) {
 		if dst := w.part.RecordTarget(ch, w.flat); dst != nil {
 			n := len(dst)
 			dst = dst[:n+w.flat]
-			*(*T)(unsafe.Pointer(&dst[n])) = v
+			*(*T)(unsafe.Pointer(&dst[n])) = *v
 			if w.part.CommitRecord(ch, dst) {
 				w.counted(ch)
 				return
@@ -155,7 +158,7 @@ func (w *writer[T]) Collect(v T) {
 	// Encode straight into the channel's buffer when it surely has room for a record as long as the
 	// longest so far; the copy through scratch is for the first record, buffer ends and longer records.
 	if dst := w.part.RecordTarget(ch, w.maxLen); dst != nil && w.maxLen > 0 {
-		out, err := w.codec.Append(dst, v)
+		out, err := w.codec.Append(dst, *v)
 		if err != nil {
 			w.ctx.failf("serialize record for %s: %w", w.part.ID(), err)
 		}
@@ -174,8 +177,8 @@ func (w *writer[T]) Collect(v T) {
 }
 
 // encode serializes v into the writer's scratch space.
-func (w *writer[T]) encode(v T) []byte {
-	buf, err := w.codec.Append(w.scratch[:0], v)
+func (w *writer[T]) encode(v *T) []byte {
+	buf, err := w.codec.Append(w.scratch[:0], *v)
 	if err != nil {
 		w.ctx.failf("serialize record for %s: %w", w.part.ID(), err)
 	}
