@@ -85,9 +85,20 @@ func q13(events *runnel.Stream[Event], side map[int64]string) Result {
 	if side == nil {
 		side = defaultSideInput()
 	}
+	// The join key is in [0, SideInputRows): the rows it can match are looked up by index, not hashed per
+	// bid; rows keyed outside it never match.
+	var rows [SideInputRows]struct {
+		value string
+		ok    bool
+	}
+	for k, v := range side {
+		if 0 <= k && k < SideInputRows {
+			rows[k].value, rows[k].ok = v, true
+		}
+	}
 	joined := bids(events, func(b Bid) (enrichedBid, bool) {
-		v, ok := side[((b.Auction%SideInputRows)+SideInputRows)%SideInputRows]
-		return enrichedBid{Auction: b.Auction, Bidder: b.Bidder, Price: b.Price, DateTime: b.DateTime, Value: v}, ok
+		r := &rows[((b.Auction%SideInputRows)+SideInputRows)%SideInputRows]
+		return enrichedBid{Auction: b.Auction, Bidder: b.Bidder, Price: b.Price, DateTime: b.DateTime, Value: r.value}, r.ok
 	}).WithCodec(codec.MustStruct[enrichedBid]())
 	return newResult(joined, func(dst []byte, r *enrichedBid) []byte {
 		o := BeginObject(dst)
