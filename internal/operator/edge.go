@@ -113,9 +113,15 @@ type writer[T any] struct {
 	flat      int // the size of T when the codec's encoding is T's memory (codec.IsMemoryCopy), else 0
 	flushEach bool
 	c         *task.Counters
+	one       T // the record Collect hands on
 }
 
-func (w *writer[T]) Collect(v T) { w.collect(&v) }
+// Collect implements Collector. The record goes through a field of the writer, not its own address: a
+// pointer to the parameter, passed on to the key's hash function, would move every record to the heap.
+func (w *writer[T]) Collect(v T) {
+	w.one = v
+	w.collect(&w.one)
+}
 
 func (w *writer[T]) collect(v *T) {
 	var ch int
