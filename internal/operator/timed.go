@@ -178,7 +178,7 @@ func (o *timedFlatMapOp[In, Out]) CollectBatch(vs []Timed[In]) {
 }
 
 // CollectColumns implements timedColumns: the records of a timed source's batch, straight from the
-// source's slice.
+// source's slice. Its loop body is one's, written out: through a shared helper q0 ran 1–2 % slower.
 func (o *timedFlatMapOp[In, Out]) CollectColumns(ts []int64, vs []In) {
 	prev := o.ctx.enter()
 	vs = vs[:len(ts)]
